@@ -1,0 +1,2 @@
+/* interp.c - STUB */
+#include "sgc.h"

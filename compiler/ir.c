@@ -1,0 +1,113 @@
+/*
+ * ir.c - building graphs: values, nodes, attribute look-up.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sgc.h"
+
+Graph *
+ir_graph_new(Module *m, const char *name, Loc loc)
+{
+	Graph *g = arena_alloc(m->arena, sizeof *g);
+	g->name = name;
+	g->loc = loc;
+	g->mod = m;
+	map_init(&g->valmap);
+	map_init(&g->streammap);
+	map_init(&g->eventmap);
+	Stream dflt = {.name = "default"};
+	vec_push(&g->streams, dflt);
+	map_put(&g->streammap, "default", 7, 0);
+	vec_push(&m->graphs, g);
+	return g;
+}
+
+ValId
+ir_value_new(Graph *g, const char *name, ValKind k, Loc loc)
+{
+	Value v = {.name = name, .kind = (uint8_t)k, .def = NONE, .loc = loc};
+	v.type.dt = DT_ERR;
+	ValId id = g->vals.n;
+	vec_push(&g->vals, v);
+	if (name)
+		map_put(&g->valmap, name, strlen(name), id);
+	return id;
+}
+
+ValId
+ir_value_fresh(Graph *g, const char *base, Loc loc)
+{
+	Arena *a = g->mod->arena;
+	const char *name = base;
+	size_t bl = strlen(base);
+	for (uint32_t i = 1; map_get(&g->valmap, name, strlen(name)); i++)
+		name = arena_printf(a, "%.*s.%u", (int)bl, base, i);
+	if (name == base)
+		name = arena_strdup(a, base);
+	return ir_value_new(g, name, VK_NODE, loc);
+}
+
+NodeId
+ir_node_add(Graph *g, const Node *proto)
+{
+	Arena *a = g->mod->arena;
+	Node n = *proto;
+	if (n.nopnd) {
+		n.opnd = arena_alloc(a, n.nopnd * sizeof *n.opnd);
+		memcpy(n.opnd, proto->opnd, n.nopnd * sizeof *n.opnd);
+	}
+	if (n.nres) {
+		n.res = arena_alloc(a, n.nres * sizeof *n.res);
+		memcpy(n.res, proto->res, n.nres * sizeof *n.res);
+	}
+	if (n.nattr) {
+		n.attr = arena_alloc(a, n.nattr * sizeof *n.attr);
+		memcpy(n.attr, proto->attr, n.nattr * sizeof *n.attr);
+	}
+	if (n.nextra) {
+		n.extra = arena_alloc(a, n.nextra * sizeof *n.extra);
+		memcpy(n.extra, proto->extra, n.nextra * sizeof *n.extra);
+	}
+	NodeId id = g->nodes.n;
+	for (uint32_t i = 0; i < n.nres; i++) {
+		g->vals.v[n.res[i]].def = id;
+		g->vals.v[n.res[i]].resno = (uint16_t)i;
+	}
+	vec_push(&g->nodes, n);
+	return id;
+}
+
+const Attr *
+ir_attr(const Node *n, const char *name)
+{
+	if (n->op < OP__N) {
+		int i = op_attr_index(n->op, name);
+		if (i >= 0 && (uint32_t)i < n->nattr)
+			return n->attr[i].set ? &n->attr[i] : NULL;
+	}
+	for (uint32_t i = 0; i < n->nextra; i++)
+		if (strcmp(n->extra[i].key, name) == 0)
+			return &n->extra[i].a;
+	return NULL;
+}
+
+int64_t
+ir_attr_int(const Node *n, const char *name, int64_t dflt)
+{
+	const Attr *a = ir_attr(n, name);
+	return a ? a->i : dflt;
+}
+
+double
+ir_attr_float(const Node *n, const char *name, double dflt)
+{
+	const Attr *a = ir_attr(n, name);
+	return a ? a->f : dflt;
+}
+
+const Type *
+ir_type(const Graph *g, const Opnd *o)
+{
+	return o->kind == OK_VAL ? &g->vals.v[o->v].type : NULL;
+}

@@ -1,0 +1,3 @@
+/* main.c - STUB */
+#include "sgc.h"
+int main(void) { ops_init(); return 0; }

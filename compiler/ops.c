@@ -1,0 +1,151 @@
+/*
+ * ops.c - the op table, built from ops.def, and its attribute specs.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sgc.h"
+
+/* Every shape rule and interpreter kernel named in ops.def. */
+#define X(e, name, opnds, nres, attrs, shape, interp, flags)                 \
+	int shape(Graph *g, Node *n, Diag *d);                                \
+	int interp(struct Interp *I, Node *n, struct Tensor **in,             \
+	           struct Tensor **out);
+#include "ops.def"
+#undef X
+
+OpInfo op_table[OP__N] = {
+#define X(e, nm, opnds_, nres_, attrs_, shape_, interp_, flags_)               \
+	[OP_##e] = {.name = nm, .opnds = opnds_, .nres = nres_,                \
+	            .attrs = attrs_, .shape = shape_, .interp = interp_,       \
+	            .flags = flags_},
+#include "ops.def"
+#undef X
+};
+
+static const struct {
+	const char *word;
+	AttrType t;
+} attr_types[] = {
+	{"int", AT_INT},     {"float", AT_FLOAT},   {"num", AT_NUM},
+	{"bool", AT_BOOL},   {"str", AT_STR},       {"ints", AT_INTS},
+	{"dtype", AT_DTYPE}, {"stream", AT_STREAM}, {"event", AT_EVENT},
+	{"ident", AT_IDENT},
+};
+
+/* Parses one spec text ("dims:ints? keepdim:bool=false") into specs.  The
+ * text is part of the program, so a malformed one is an internal fault. */
+static void
+parse_spec(OpInfo *op)
+{
+	const char *p = op->attrs;
+	uint32_t n = 0;
+	AttrSpec tmp[16];
+	while (*p) {
+		while (*p == ' ')
+			p++;
+		if (!*p)
+			break;
+		if (n == 16)
+			ICE("too many attributes for %s", op->name);
+		AttrSpec *s = &tmp[n++];
+		memset(s, 0, sizeof *s);
+		const char *colon = strchr(p, ':');
+		if (!colon)
+			ICE("bad attribute spec for %s", op->name);
+		s->name = strndup(p, (size_t)(colon - p));
+		p = colon + 1;
+		size_t tl = strcspn(p, "(=? ");
+		int found = 0;
+		for (size_t i = 0; i < sizeof attr_types / sizeof *attr_types; i++)
+			if (strlen(attr_types[i].word) == tl &&
+			    strncmp(attr_types[i].word, p, tl) == 0) {
+				s->type = (uint8_t)attr_types[i].t;
+				found = 1;
+			}
+		if (!found)
+			ICE("bad attribute type in spec of %s", op->name);
+		p += tl;
+		if (*p == '(') {
+			const char *close = strchr(p, ')');
+			if (!close)
+				ICE("bad choices in spec of %s", op->name);
+			s->choices = strndup(p + 1, (size_t)(close - p - 1));
+			p = close + 1;
+		}
+		if (*p == '?') {
+			s->optional = 1;
+			p++;
+		} else if (*p == '=') {
+			p++;
+			size_t dl;
+			if (*p == '"') {
+				const char *q = strchr(p + 1, '"');
+				if (!q)
+					ICE("bad default in spec of %s", op->name);
+				dl = (size_t)(q - p + 1);
+			} else {
+				dl = strcspn(p, " ");
+			}
+			s->deflt = strndup(p, dl);
+			p += dl;
+		} else {
+			s->required = 1;
+		}
+	}
+	op->nattr = n;
+	op->attr = NULL;
+	if (n) {
+		op->attr = malloc(n * sizeof *op->attr);
+		if (!op->attr)
+			ICE("out of memory");
+		memcpy(op->attr, tmp, n * sizeof *op->attr);
+	}
+}
+
+/* The table is process-wide data, built once; parse_spec's strings live
+ * until exit. */
+void
+ops_init(void)
+{
+	static int done;
+	if (done)
+		return;
+	done = 1;
+	for (int i = 0; i < OP__N; i++)
+		parse_spec(&op_table[i]);
+}
+
+int
+op_lookup(const char *name, size_t len)
+{
+	for (int i = 0; i < OP__N; i++)
+		if (strlen(op_table[i].name) == len &&
+		    memcmp(op_table[i].name, name, len) == 0)
+			return i;
+	return -1;
+}
+
+int
+op_attr_index(int op, const char *name)
+{
+	if (op < 0 || op >= OP__N)
+		return -1;
+	for (uint32_t i = 0; i < op_table[op].nattr; i++)
+		if (strcmp(op_table[op].attr[i].name, name) == 0)
+			return (int)i;
+	return -1;
+}
+
+const char *
+op_name(int op)
+{
+	switch (op) {
+	case OP_DEL: return "del";
+	case OP_OFFLOAD: return "offload";
+	case OP_BACKWARD: return "backward";
+	case OP_BACKWARD_END: return "backward_end";
+	default:
+		return op >= 0 && op < OP__N ? op_table[op].name : "<bad op>";
+	}
+}

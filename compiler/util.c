@@ -1,0 +1,304 @@
+/*
+ * util.c - arena, growable arrays, string map, number formatting, and the
+ * internal-fault exit.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sgc.h"
+
+/* An arena is a list of blocks; allocations are bump-pointer. */
+typedef struct Block {
+	struct Block *next;
+	size_t used, size;
+	_Alignas(16) unsigned char data[];
+} Block;
+
+struct Arena {
+	Block *head;
+};
+
+void *
+xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p) {
+		fputs("sgc: out of memory\n", stderr);
+		exit(4);
+	}
+	return p;
+}
+
+void *
+xrealloc(void *p, size_t n)
+{
+	p = realloc(p, n ? n : 1);
+	if (!p) {
+		fputs("sgc: out of memory\n", stderr);
+		exit(4);
+	}
+	return p;
+}
+
+_Noreturn void
+sgc_ice(const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+	fflush(stdout);
+	fprintf(stderr, "sgc: internal compiler error (%s:%d): ", file, line);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nsgc: please report this with the input that caused it\n", stderr);
+	exit(4);
+}
+
+Arena *
+arena_new(void)
+{
+	Arena *a = xmalloc(sizeof *a);
+	a->head = NULL;
+	return a;
+}
+
+void *
+arena_alloc(Arena *a, size_t n)
+{
+	Block *b = a->head;
+	n = (n + 15) & ~(size_t)15;
+	if (!b || b->size - b->used < n) {
+		size_t size = n > 65536 ? n : 65536;
+		b = xmalloc(sizeof *b + size);
+		b->size = size;
+		b->used = 0;
+		b->next = a->head;
+		a->head = b;
+	}
+	void *p = b->data + b->used;
+	b->used += n;
+	memset(p, 0, n);
+	return p;
+}
+
+char *
+arena_strndup(Arena *a, const char *s, size_t n)
+{
+	char *p = arena_alloc(a, n + 1);
+	memcpy(p, s, n);
+	p[n] = 0;
+	return p;
+}
+
+char *
+arena_strdup(Arena *a, const char *s)
+{
+	return arena_strndup(a, s, strlen(s));
+}
+
+char *
+arena_printf(Arena *a, const char *fmt, ...)
+{
+	va_list ap, ap2;
+	va_start(ap, fmt);
+	va_copy(ap2, ap);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	char *p = arena_alloc(a, (size_t)n + 1);
+	vsnprintf(p, (size_t)n + 1, fmt, ap2);
+	va_end(ap2);
+	return p;
+}
+
+void
+arena_free(Arena *a)
+{
+	if (!a)
+		return;
+	for (Block *b = a->head, *next; b; b = next) {
+		next = b->next;
+		free(b);
+	}
+	free(a);
+}
+
+void
+vec_grow_(void **v, uint32_t *cap, uint32_t need, size_t elt)
+{
+	uint32_t c = *cap ? *cap : 8;
+	while (c < need) {
+		if (c > UINT32_MAX / 2)
+			ICE("array too large");
+		c *= 2;
+	}
+	*v = xrealloc(*v, (size_t)c * elt);
+	*cap = c;
+}
+
+/* ------------------------------------------------------------------ map */
+
+static uint32_t
+hash(const char *s, size_t n)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 16777619u;
+	return h;
+}
+
+void
+map_init(Map *m)
+{
+	memset(m, 0, sizeof *m);
+}
+
+void
+map_free(Map *m)
+{
+	free(m->key);
+	free(m->keylen);
+	free(m->val);
+	memset(m, 0, sizeof *m);
+}
+
+static uint32_t *
+map_find(Map *m, const char *key, size_t len, int insert)
+{
+	if (!m->cap)
+		return NULL;
+	uint32_t mask = m->cap - 1, i = hash(key, len) & mask;
+	for (;;) {
+		if (!m->key[i])
+			return insert ? &m->val[i] : NULL;
+		if (m->keylen[i] == len && memcmp(m->key[i], key, len) == 0)
+			return &m->val[i];
+		i = (i + 1) & mask;
+	}
+}
+
+uint32_t *
+map_get(Map *m, const char *key, size_t len)
+{
+	return map_find(m, key, len, 0);
+}
+
+uint32_t *
+map_put(Map *m, const char *key, size_t len, uint32_t val)
+{
+	if ((m->n + 1) * 2 > m->cap) {
+		Map old = *m;
+		m->cap = old.cap ? old.cap * 2 : 16;
+		m->n = 0;
+		m->key = calloc(m->cap, sizeof *m->key);
+		m->keylen = calloc(m->cap, sizeof *m->keylen);
+		m->val = calloc(m->cap, sizeof *m->val);
+		if (!m->key || !m->keylen || !m->val)
+			ICE("out of memory");
+		for (uint32_t i = 0; i < old.cap; i++)
+			if (old.key[i])
+				map_put(m, old.key[i], old.keylen[i], old.val[i]);
+		map_free(&old);
+	}
+	uint32_t *slot = map_find(m, key, len, 1);
+	size_t i = (size_t)(slot - m->val);
+	if (!m->key[i]) {
+		m->key[i] = key;
+		m->keylen[i] = (uint32_t)len;
+		m->n++;
+	}
+	*slot = val;
+	return slot;
+}
+
+/* ------------------------------------------------------------------ numbers */
+
+const char *
+fmt_double(char *buf, double d)
+{
+	if (isnan(d))
+		return strcpy(buf, "nan");
+	if (isinf(d))
+		return strcpy(buf, d < 0 ? "-inf" : "inf");
+	for (int prec = 1; prec <= 17; prec++) {
+		snprintf(buf, 32, "%.*g", prec, d);
+		if (strtod(buf, NULL) == d)
+			break;
+	}
+	/* Keep it a float literal: "1" -> "1.0". */
+	if (!strpbrk(buf, ".eEn"))
+		strcat(buf, ".0");
+	return buf;
+}
+
+/* ------------------------------------------------------------------ types */
+
+static const struct {
+	const char *name, *st;
+	int size;
+} dtypes[DT__N] = {
+	[DT_F64] = {"f64", "F64", 8}, [DT_F32] = {"f32", "F32", 4},
+	[DT_F16] = {"f16", "F16", 2}, [DT_BF16] = {"bf16", "BF16", 2},
+	[DT_I64] = {"i64", "I64", 8}, [DT_I32] = {"i32", "I32", 4},
+	[DT_BOOL] = {"bool", "BOOL", 1},
+};
+
+const char *
+dtype_name(DType t)
+{
+	return t < DT__N ? dtypes[t].name : "<error>";
+}
+
+const char *
+dtype_st_name(DType t)
+{
+	return t < DT__N ? dtypes[t].st : "<error>";
+}
+
+int
+dtype_parse(const char *s, DType *out)
+{
+	for (int i = 0; i < DT__N; i++)
+		if (strcmp(s, dtypes[i].name) == 0) {
+			*out = (DType)i;
+			return 1;
+		}
+	return 0;
+}
+
+int
+dtype_size(DType t)
+{
+	return t < DT__N ? dtypes[t].size : 0;
+}
+
+int
+dtype_is_float(DType t)
+{
+	return t == DT_F64 || t == DT_F32 || t == DT_F16 || t == DT_BF16;
+}
+
+int
+dtype_is_int(DType t)
+{
+	return t == DT_I64 || t == DT_I32;
+}
+
+int64_t
+type_numel(const Type *t)
+{
+	int64_t n = 1;
+	for (int i = 0; i < t->rank; i++)
+		n *= t->d[i];
+	return n;
+}
+
+int
+type_same_shape(const Type *a, const Type *b)
+{
+	if (a->rank != b->rank)
+		return 0;
+	for (int i = 0; i < a->rank; i++)
+		if (a->d[i] != b->d[i])
+			return 0;
+	return 1;
+}
