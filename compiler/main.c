@@ -1,3 +1,550 @@
-/* main.c - STUB */
+/*
+ * main.c - the sgc command: options, reading the input, the pipeline, and
+ * writing outputs only once everything succeeded.
+ *
+ *   sgc [options] FILE.sg -o OUT.cu       compile to one CUDA C file
+ *   sgc run [options] FILE.sg             run on the CPU (reference interpreter)
+ *   sgc check [options] FILE.sg           run every pass and verifier; write nothing
+ *   sgc --version | --help
+ *
+ * Exit status: 0 success, 1 the input is wrong, 2 wrong usage, 3 an I/O
+ * error on a named file, 4 an internal compiler error.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "sgc.h"
-int main(void) { ops_init(); return 0; }
+
+#ifndef SGC_VERSION_STR
+#define SGC_VERSION_STR SGC_VERSION
+#endif
+
+enum { EXIT_INPUT = 1, EXIT_USAGE = 2, EXIT_IO = 3 };
+enum { MODE_COMPILE, MODE_RUN, MODE_CHECK };
+enum { EMIT_CU, EMIT_IR, EMIT_DOT };
+
+typedef struct {
+	int mode;
+	const char *input;
+	const char *output;     /* -o */
+	const char *header;     /* --header */
+	int emit_main;          /* --main */
+	int emit;               /* --emit= */
+	const char *arch;
+	int md;                 /* -MD */
+	const char *mf;         /* -MF */
+	PassOptions po;
+	const char *graph;      /* --graph */
+	VEC(DimOverride) dims;  /* -D */
+	RunOptions ro;
+} Options;
+
+static const char usage_text[] =
+"usage: sgc [options] FILE.sg -o OUT.cu    compile to one CUDA C file\n"
+"       sgc run [options] FILE.sg          execute on the CPU (reference interpreter)\n"
+"       sgc check [options] FILE.sg        parse, run every pass and verifier; write nothing\n"
+"       sgc --version | --help\n";
+
+static const char help_text[] =
+"\n"
+"options:\n"
+"  -o FILE              output file; '-' for standard output\n"
+"  --header FILE        also write the C header of the generated API\n"
+"  --main               also emit a main() driver\n"
+"  --emit=cu|ir|dot     what -o receives: CUDA C (default), the graph after all\n"
+"                       passes in .sg syntax, or a Graphviz picture\n"
+"  --dump-after=PASS    print the graph after PASS to standard error ('all': every pass)\n"
+"  -D NAME=INT          override (or define) a dim\n"
+"  -O0, -O2             no fusion and no memory reuse / optimise (default)\n"
+"  --arch=sm_90         target architecture (default sm_90)\n"
+"  --graph NAME         compile only that graph of the file\n"
+"  --allow-races        report happens-before gaps as warnings\n"
+"  -MD -MF FILE         write a Make-style dependency file\n"
+"\n"
+"sgc run options:\n"
+"  --params P           params, consts and optimizer state (safetensors)\n"
+"  --inputs I           inputs (safetensors)\n"
+"  --out O              write outputs, params and state (safetensors)\n"
+"  --steps N            run N calls (default 1)\n"
+"  --seed S             seed for params missing from --params (default 0)\n"
+"  --interleave=SEED    interleave streams in a random legal order, poisoning\n"
+"                       freed buffers\n"
+"\n"
+"Exit status: 0 success, 1 the input is wrong, 2 wrong usage, 3 an I/O error,\n"
+"4 an internal compiler error.\n";
+
+static int
+usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int
+usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	fputs("sgc: error: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fputs(usage_text, stderr);
+	return EXIT_USAGE;
+}
+
+/* ------------------------------------------------------------------ options */
+
+static int
+parse_int(const char *s, int64_t *out)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (!*s || *end || errno)
+		return 0;
+	*out = v;
+	return 1;
+}
+
+static int
+is_ident(const char *s, size_t n)
+{
+	if (!n || !(s[0] == '_' || (s[0] >= 'A' && s[0] <= 'Z') ||
+	            (s[0] >= 'a' && s[0] <= 'z')))
+		return 0;
+	for (size_t i = 1; i < n; i++)
+		if (!(s[i] == '_' || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9')))
+			return 0;
+	return 1;
+}
+
+static int
+add_define(Options *o, const char *arg)
+{
+	const char *eq = strchr(arg, '=');
+	int64_t n;
+	if (!eq || !is_ident(arg, (size_t)(eq - arg)) || !parse_int(eq + 1, &n))
+		return usage_error("-D expects NAME=INT, not '%s'", arg);
+	if (n < 0)
+		return usage_error("-D %.*s: a size cannot be negative", (int)(eq - arg), arg);
+	DimOverride d = {.name = strndup(arg, (size_t)(eq - arg)), .n = n};
+	vec_push(&o->dims, d);
+	return 0;
+}
+
+/* Matches "--name=value" or "--name value"; advances *i for the latter. */
+static int
+opt_value(int argc, char **argv, int *i, const char *name, const char **val,
+          int *err)
+{
+	const char *a = argv[*i];
+	size_t n = strlen(name);
+	if (strncmp(a, name, n) != 0)
+		return 0;
+	if (a[n] == '=') {
+		*val = a + n + 1;
+		return 1;
+	}
+	if (a[n] != 0)
+		return 0;
+	if (*i + 1 >= argc) {
+		*err = usage_error("option '%s' needs a value", name);
+		return 1;
+	}
+	*val = argv[++*i];
+	return 1;
+}
+
+static int
+parse_u64(const char *name, const char *s, uint64_t *out, int *err)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (!*s || *end || errno || s[0] == '-') {
+		*err = usage_error("%s expects a non-negative integer, not '%s'", name, s);
+		return 0;
+	}
+	*out = v;
+	return 1;
+}
+
+static int
+parse_options(int argc, char **argv, Options *o)
+{
+	int err = 0, first = 1;
+	o->po.opt_level = 2;
+	o->arch = "sm_90";
+	o->ro.steps = 1;
+	if (argc > 1 && strcmp(argv[1], "run") == 0) {
+		o->mode = MODE_RUN;
+		first = 2;
+	} else if (argc > 1 && strcmp(argv[1], "check") == 0) {
+		o->mode = MODE_CHECK;
+		first = 2;
+	}
+	for (int i = first; i < argc && !err; i++) {
+		const char *a = argv[i], *v = NULL;
+		if (strcmp(a, "-o") == 0) {
+			if (i + 1 >= argc)
+				return usage_error("option '-o' needs a file");
+			o->output = argv[++i];
+		} else if (strncmp(a, "-o", 2) == 0 && a[2]) {
+			o->output = a + 2;
+		} else if (opt_value(argc, argv, &i, "--header", &v, &err)) {
+			o->header = v;
+		} else if (strcmp(a, "--main") == 0) {
+			o->emit_main = 1;
+		} else if (opt_value(argc, argv, &i, "--emit", &v, &err)) {
+			if (err)
+				break;
+			if (strcmp(v, "cu") == 0)
+				o->emit = EMIT_CU;
+			else if (strcmp(v, "ir") == 0)
+				o->emit = EMIT_IR;
+			else if (strcmp(v, "dot") == 0)
+				o->emit = EMIT_DOT;
+			else
+				return usage_error("--emit expects cu, ir or dot, not '%s'", v);
+		} else if (opt_value(argc, argv, &i, "--dump-after", &v, &err)) {
+			if (err)
+				break;
+			if (!passes_known(v)) {
+				fprintf(stderr, "sgc: error: unknown pass '%s'; passes: ", v);
+				passes_list(stderr);
+				return EXIT_USAGE;
+			}
+			o->po.dump_after = v;
+		} else if (strcmp(a, "-D") == 0) {
+			if (i + 1 >= argc)
+				return usage_error("option '-D' needs NAME=INT");
+			err = add_define(o, argv[++i]);
+		} else if (strncmp(a, "-D", 2) == 0) {
+			err = add_define(o, a + 2);
+		} else if (strcmp(a, "-O0") == 0) {
+			o->po.opt_level = 0;
+		} else if (strcmp(a, "-O2") == 0) {
+			o->po.opt_level = 2;
+		} else if (opt_value(argc, argv, &i, "--arch", &v, &err)) {
+			if (err)
+				break;
+			if (strncmp(v, "sm_", 3) != 0 || strlen(v) < 5 ||
+			    strspn(v + 3, "0123456789") < 2)
+				return usage_error("--arch expects sm_NN (e.g. sm_90), not '%s'", v);
+			o->arch = v;
+		} else if (opt_value(argc, argv, &i, "--graph", &v, &err)) {
+			o->graph = v;
+		} else if (strcmp(a, "--allow-races") == 0) {
+			o->po.allow_races = 1;
+		} else if (strcmp(a, "-MD") == 0) {
+			o->md = 1;
+		} else if (strcmp(a, "-MF") == 0) {
+			if (i + 1 >= argc)
+				return usage_error("option '-MF' needs a file");
+			o->mf = argv[++i];
+		} else if (o->mode == MODE_RUN &&
+		           opt_value(argc, argv, &i, "--params", &v, &err)) {
+			o->ro.params = v;
+		} else if (o->mode == MODE_RUN &&
+		           opt_value(argc, argv, &i, "--inputs", &v, &err)) {
+			o->ro.inputs = v;
+		} else if (o->mode == MODE_RUN &&
+		           opt_value(argc, argv, &i, "--out", &v, &err)) {
+			o->ro.out = v;
+		} else if (o->mode == MODE_RUN &&
+		           opt_value(argc, argv, &i, "--steps", &v, &err)) {
+			uint64_t n;
+			if (!err && parse_u64("--steps", v, &n, &err)) {
+				if (n < 1 || n > INT_MAX)
+					return usage_error("--steps expects a count of at least 1");
+				o->ro.steps = (int)n;
+			}
+		} else if (o->mode == MODE_RUN &&
+		           opt_value(argc, argv, &i, "--seed", &v, &err)) {
+			if (!err)
+				parse_u64("--seed", v, &o->ro.seed, &err);
+		} else if (o->mode == MODE_RUN &&
+		           opt_value(argc, argv, &i, "--interleave", &v, &err)) {
+			if (!err && parse_u64("--interleave", v, &o->ro.interleave_seed, &err))
+				o->ro.interleave = 1;
+		} else if (a[0] == '-' && a[1]) {
+			return usage_error("unknown option '%s'%s", a,
+			                   o->mode != MODE_RUN && (strncmp(a, "--params", 8) == 0 ||
+			                   strncmp(a, "--inputs", 8) == 0 || strncmp(a, "--out", 5) == 0 ||
+			                   strncmp(a, "--steps", 7) == 0 || strncmp(a, "--seed", 6) == 0 ||
+			                   strncmp(a, "--interleave", 12) == 0)
+			                   ? " (it belongs to 'sgc run')" : "");
+		} else {
+			if (o->input)
+				return usage_error("more than one input file ('%s' and '%s')",
+				                   o->input, a);
+			o->input = a;
+		}
+	}
+	if (err)
+		return err;
+	if (!o->input)
+		return usage_error("no input file");
+	if (o->mode != MODE_COMPILE && (o->output || o->header || o->emit_main ||
+	                                o->md || o->mf))
+		return usage_error("'sgc %s' writes no output file; -o, --header, "
+		                   "--main, -MD and -MF belong to compilation",
+		                   o->mode == MODE_RUN ? "run" : "check");
+	if (o->header && o->emit != EMIT_CU)
+		return usage_error("--header needs --emit=cu");
+	if (o->emit_main && o->emit != EMIT_CU)
+		return usage_error("--main needs --emit=cu");
+	if (o->mf && !o->md)
+		o->md = 1;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ files */
+
+/* Reads a whole file (it may hold NUL bytes); NUL-terminates the copy. */
+static char *
+read_file(const char *path, size_t *len)
+{
+	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+	if (!f) {
+		fprintf(stderr, "sgc: error: cannot open '%s': %s\n", path, strerror(errno));
+		return NULL;
+	}
+	struct stat st;
+	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "sgc: error: cannot read '%s': Is a directory\n", path);
+		if (f != stdin)
+			fclose(f);
+		return NULL;
+	}
+	size_t cap = 65536, n = 0;
+	char *buf = xmalloc(cap + 1);
+	for (;;) {
+		size_t got = fread(buf + n, 1, cap - n, f);
+		n += got;
+		if (n < cap) {
+			if (ferror(f)) {
+				fprintf(stderr, "sgc: error: cannot read '%s': %s\n", path,
+				        strerror(errno));
+				free(buf);
+				if (f != stdin)
+					fclose(f);
+				return NULL;
+			}
+			break;
+		}
+		cap *= 2;
+		buf = xrealloc(buf, cap + 1);
+	}
+	if (f != stdin)
+		fclose(f);
+	buf[n] = 0;
+	*len = n;
+	return buf;
+}
+
+/* Writes data to path through a temporary file and a rename, so that a
+ * failure leaves no partial file.  "-" writes to standard output. */
+static int
+write_output(const char *path, const char *data, size_t len)
+{
+	if (strcmp(path, "-") == 0) {
+		if (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0) {
+			fprintf(stderr, "sgc: error: cannot write standard output\n");
+			return EXIT_IO;
+		}
+		return 0;
+	}
+	size_t pl = strlen(path);
+	char *tmp = xmalloc(pl + 32);
+	snprintf(tmp, pl + 32, "%s.tmp.%ld", path, (long)getpid());
+	FILE *f = fopen(tmp, "wb");
+	if (!f) {
+		fprintf(stderr, "sgc: error: cannot write '%s': %s\n", path, strerror(errno));
+		free(tmp);
+		return EXIT_IO;
+	}
+	int ok = fwrite(data, 1, len, f) == len;
+	ok = (fclose(f) == 0) && ok;
+	if (!ok || rename(tmp, path) != 0) {
+		fprintf(stderr, "sgc: error: cannot write '%s': %s\n", path, strerror(errno));
+		remove(tmp);
+		free(tmp);
+		return EXIT_IO;
+	}
+	free(tmp);
+	return 0;
+}
+
+/* A Make rule "OUT: INPUT", with spaces and '$' escaped as Make wants. */
+static void
+put_make_path(FILE *f, const char *p)
+{
+	for (; *p; p++) {
+		if (*p == ' ' || *p == '#' || *p == '\\')
+			fputc('\\', f);
+		if (*p == '$')
+			fputc('$', f);
+		fputc(*p, f);
+	}
+}
+
+static char *
+stem_with(const char *input, const char *suffix)
+{
+	const char *base = strrchr(input, '/');
+	base = base ? base + 1 : input;
+	size_t n = strlen(base);
+	if (n > 3 && strcmp(base + n - 3, ".sg") == 0)
+		n -= 3;
+	char *s = xmalloc(n + strlen(suffix) + 1);
+	memcpy(s, base, n);
+	strcpy(s + n, suffix);
+	return s;
+}
+
+/* ------------------------------------------------------------------ main */
+
+static int
+compile(Options *o, Module *m)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&text, &len);
+	if (!mem)
+		ICE("open_memstream failed");
+	int status = 0;
+	switch (o->emit) {
+	case EMIT_IR:
+		print_module(mem, m, o->graph);
+		break;
+	case EMIT_DOT:
+	case EMIT_CU:
+		fclose(mem);
+		free(text);
+		fprintf(stderr, "sgc: error: %s output is not available in this "
+		        "version yet (use --emit=ir or 'sgc run')\n",
+		        o->emit == EMIT_DOT ? "Graphviz" : "CUDA");
+		return EXIT_INPUT;
+	}
+	fclose(mem);
+	char *out_default = NULL;
+	const char *out = o->output;
+	if (!out) {
+		if (o->emit == EMIT_CU)
+			out = out_default = stem_with(o->input, ".cu");
+		else
+			out = "-";
+	}
+	status = write_output(out, text, len);
+	if (!status && o->md) {
+		char *dep = NULL, *mf_default = NULL;
+		size_t dlen = 0;
+		FILE *d = open_memstream(&dep, &dlen);
+		put_make_path(d, out);
+		fputs(": ", d);
+		put_make_path(d, o->input);
+		fputs("\n", d);
+		fclose(d);
+		const char *mf = o->mf;
+		if (!mf) {
+			size_t n = strlen(out);
+			mf_default = xmalloc(n + 3);
+			snprintf(mf_default, n + 3, "%s.d", out);
+			mf = mf_default;
+		}
+		status = write_output(mf, dep, dlen);
+		free(dep);
+		free(mf_default);
+	}
+	free(out_default);
+	free(text);
+	return status;
+}
+
+int
+main(int argc, char **argv)
+{
+	Options o = {0};
+	if (argc == 2 && (strcmp(argv[1], "--version") == 0 ||
+	                  strcmp(argv[1], "-v") == 0)) {
+		printf("sgc %s\n", SGC_VERSION_STR);
+		return 0;
+	}
+	if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		fputs(usage_text, stdout);
+		fputs(help_text, stdout);
+		return 0;
+	}
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "--version") == 0)
+			return usage_error("'%s' stands alone", argv[i]);
+	int status = parse_options(argc, argv, &o);
+	if (status)
+		return status;
+
+	ops_init();
+	size_t len;
+	char *src = read_file(o.input, &len);
+	if (!src)
+		return EXIT_IO;
+	Diag diag;
+	diag_init(&diag, o.input, src, len);
+	Module m = {.arena = arena_new(), .diag = &diag, .only_graph = o.graph};
+	AstFile ast = {0};
+	parse_file(src, len, &diag, m.arena, &ast);
+	if (!diag.nerrors)
+		sema_module(&m, &ast, o.dims.v, (int)o.dims.n);
+	if (!diag.nerrors && o.graph && m.graphs.n == 0) {
+		fprintf(stderr, "%s: error: no graph named '%s'\n", o.input, o.graph);
+		diag.nerrors++;
+	}
+	if (!diag.nerrors)
+		passes_run(&m, &o.po);
+	if (diag.nerrors) {
+		status = EXIT_INPUT;
+	} else if (o.mode == MODE_COMPILE) {
+		status = compile(&o, &m);
+	} else if (o.mode == MODE_RUN) {
+		if (m.graphs.n == 0) {
+			fprintf(stderr, "%s: error: the file has no graph to run\n", o.input);
+			status = EXIT_INPUT;
+		} else if (m.graphs.n > 1 && !o.graph) {
+			fprintf(stderr, "%s: error: the file has %u graphs; choose one "
+			        "with --graph NAME\n", o.input, m.graphs.n);
+			status = EXIT_INPUT;
+		} else {
+			status = interp_run(&m, m.graphs.v[0], &o.ro);
+		}
+	}
+	for (uint32_t i = 0; i < ast.graphs.n; i++)
+		vec_free(&ast.graphs.v[i].stmts);
+	vec_free(&ast.graphs);
+	vec_free(&ast.dims);
+	for (uint32_t i = 0; i < m.graphs.n; i++) {
+		Graph *g = m.graphs.v[i];
+		vec_free(&g->vals);
+		vec_free(&g->nodes);
+		vec_free(&g->streams);
+		vec_free(&g->events);
+		vec_free(&g->inputs);
+		vec_free(&g->params);
+		vec_free(&g->consts);
+		vec_free(&g->rets);
+		map_free(&g->valmap);
+		map_free(&g->streammap);
+		map_free(&g->eventmap);
+	}
+	vec_free(&m.graphs);
+	vec_free(&m.dims);
+	map_free(&m.dimmap);
+	for (uint32_t i = 0; i < o.dims.n; i++)
+		free((char *)o.dims.v[i].name);
+	vec_free(&o.dims);
+	arena_free(m.arena);
+	diag_fini(&diag);
+	free(src);
+	return status;
+}

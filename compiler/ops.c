@@ -23,6 +23,8 @@ OpInfo op_table[OP__N] = {
 #undef X
 };
 
+static Map op_names; /* name -> OpKind, built by ops_init */
+
 static const struct {
 	const char *word;
 	AttrType t;
@@ -35,10 +37,10 @@ static const struct {
 
 /* Parses one spec text ("dims:ints? keepdim:bool=false") into specs.  The
  * text is part of the program, so a malformed one is an internal fault. */
-static void
-parse_spec(OpInfo *op)
+uint32_t
+attrspec_parse(const char *text, AttrSpec **out, const char *what)
 {
-	const char *p = op->attrs;
+	const char *p = text;
 	uint32_t n = 0;
 	AttrSpec tmp[16];
 	while (*p) {
@@ -47,12 +49,12 @@ parse_spec(OpInfo *op)
 		if (!*p)
 			break;
 		if (n == 16)
-			ICE("too many attributes for %s", op->name);
+			ICE("too many attributes for %s", what);
 		AttrSpec *s = &tmp[n++];
 		memset(s, 0, sizeof *s);
 		const char *colon = strchr(p, ':');
 		if (!colon)
-			ICE("bad attribute spec for %s", op->name);
+			ICE("bad attribute spec for %s", what);
 		s->name = strndup(p, (size_t)(colon - p));
 		p = colon + 1;
 		size_t tl = strcspn(p, "(=? ");
@@ -64,12 +66,12 @@ parse_spec(OpInfo *op)
 				found = 1;
 			}
 		if (!found)
-			ICE("bad attribute type in spec of %s", op->name);
+			ICE("bad attribute type in spec of %s", what);
 		p += tl;
 		if (*p == '(') {
 			const char *close = strchr(p, ')');
 			if (!close)
-				ICE("bad choices in spec of %s", op->name);
+				ICE("bad choices in spec of %s", what);
 			s->choices = strndup(p + 1, (size_t)(close - p - 1));
 			p = close + 1;
 		}
@@ -82,7 +84,7 @@ parse_spec(OpInfo *op)
 			if (*p == '"') {
 				const char *q = strchr(p + 1, '"');
 				if (!q)
-					ICE("bad default in spec of %s", op->name);
+					ICE("bad default in spec of %s", what);
 				dl = (size_t)(q - p + 1);
 			} else {
 				dl = strcspn(p, " ");
@@ -93,14 +95,14 @@ parse_spec(OpInfo *op)
 			s->required = 1;
 		}
 	}
-	op->nattr = n;
-	op->attr = NULL;
+	*out = NULL;
 	if (n) {
-		op->attr = malloc(n * sizeof *op->attr);
-		if (!op->attr)
+		*out = malloc(n * sizeof **out);
+		if (!*out)
 			ICE("out of memory");
-		memcpy(op->attr, tmp, n * sizeof *op->attr);
+		memcpy(*out, tmp, n * sizeof **out);
 	}
+	return n;
 }
 
 /* The table is process-wide data, built once; parse_spec's strings live
@@ -112,18 +114,19 @@ ops_init(void)
 	if (done)
 		return;
 	done = 1;
-	for (int i = 0; i < OP__N; i++)
-		parse_spec(&op_table[i]);
+	map_init(&op_names);
+	for (int i = 0; i < OP__N; i++) {
+		OpInfo *op = &op_table[i];
+		op->nattr = attrspec_parse(op->attrs, &op->attr, op->name);
+		map_put(&op_names, op->name, strlen(op->name), (uint32_t)i);
+	}
 }
 
 int
 op_lookup(const char *name, size_t len)
 {
-	for (int i = 0; i < OP__N; i++)
-		if (strlen(op_table[i].name) == len &&
-		    memcmp(op_table[i].name, name, len) == 0)
-			return i;
-	return -1;
+	uint32_t *slot = map_get(&op_names, name, len);
+	return slot ? (int)*slot : -1;
 }
 
 int

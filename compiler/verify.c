@@ -1,3 +1,132 @@
-/* verify.c - STUB */
+/*
+ * verify.c - IR invariants, checked after every pass.
+ *
+ * A broken invariant is a fault of the compiler, never of the input, so it
+ * is reported as an internal error naming the pass that ran last.
+ */
+#include <string.h>
+
 #include "sgc.h"
-void verify_graph(Graph *g, const char *after_pass) { (void)g; (void)after_pass; }
+
+#define FAIL(...) verify_fail(g, after, __VA_ARGS__)
+
+static _Noreturn void
+verify_fail(Graph *g, const char *after, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static _Noreturn void
+verify_fail(Graph *g, const char *after, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	ICE("IR verifier, graph '%s', after pass '%s': %s", g->name, after, msg);
+}
+
+static void
+check_type(Graph *g, const char *after, const Value *v)
+{
+	if (v->type.dt >= DT__N)
+		FAIL("value '%%%s' has no valid dtype", v->name);
+	if (v->type.rank > SG_MAXRANK)
+		FAIL("value '%%%s' has rank %u", v->name, v->type.rank);
+	for (int i = 0; i < v->type.rank; i++)
+		if (v->type.d[i] < 0)
+			FAIL("value '%%%s' has a negative size", v->name);
+}
+
+static void
+check_operands(Graph *g, const char *after, const Node *n, NodeId id,
+               uint8_t *defined)
+{
+	for (uint32_t i = 0; i < n->nopnd; i++) {
+		const Opnd *o = &n->opnd[i];
+		switch (o->kind) {
+		case OK_VAL:
+			if (o->v >= g->vals.n)
+				FAIL("node %u (%s) has operand %u out of range", id,
+				     op_name(n->op), i);
+			if (!defined[o->v])
+				FAIL("node %u (%s) uses '%%%s' before its definition", id,
+				     op_name(n->op), g->vals.v[o->v].name);
+			break;
+		case OK_STREAM:
+			if (o->v >= g->streams.n)
+				FAIL("node %u (%s): bad stream operand", id, op_name(n->op));
+			break;
+		case OK_EVENT:
+			if (o->v >= g->events.n)
+				FAIL("node %u (%s): bad event operand", id, op_name(n->op));
+			break;
+		case OK_INT: case OK_FLOAT: case OK_BOOL:
+			break;
+		default:
+			FAIL("node %u (%s): operand %u of unknown kind", id,
+			     op_name(n->op), i);
+		}
+	}
+}
+
+void
+verify_graph(Graph *g, const char *after)
+{
+	uint8_t *defined = xmalloc(g->vals.n + 1);
+	memset(defined, 0, g->vals.n + 1);
+	for (ValId v = 0; v < g->vals.n; v++) {
+		const Value *val = &g->vals.v[v];
+		if (val->kind != VK_NODE) {
+			check_type(g, after, val);
+			defined[v] = 1;
+		}
+		if (!val->name || !*val->name)
+			FAIL("value %u has no name", v);
+		uint32_t *slot = map_get(&g->valmap, val->name, strlen(val->name));
+		if (!slot || *slot != v)
+			FAIL("value '%%%s' is not found by its name", val->name);
+	}
+	int in_block = 0;
+	for (NodeId id = 0; id < g->nodes.n; id++) {
+		const Node *n = &g->nodes.v[id];
+		if (n->flags & NF_DEAD)
+			continue;
+		if (n->op >= OP_TOTAL)
+			FAIL("node %u has op %u", id, n->op);
+		if (n->stream >= g->streams.n)
+			FAIL("node %u (%s) is on stream %u of %u", id, op_name(n->op),
+			     n->stream, g->streams.n);
+		if (n->op < OP__N && n->nattr != op_table[n->op].nattr)
+			FAIL("node %u (%s) has %u attributes, its spec %u", id,
+			     op_name(n->op), n->nattr, op_table[n->op].nattr);
+		if (n->op == OP_BACKWARD && (n->flags & NF_BACKWARD))
+			in_block = 1;
+		else if (n->op == OP_BACKWARD_END) {
+			if (!in_block)
+				FAIL("node %u closes a backward block never opened", id);
+			in_block = 0;
+		} else if (in_block && !(n->flags & NF_BACKWARD))
+			FAIL("node %u (%s) inside a derived block is not marked so",
+			     id, op_name(n->op));
+		check_operands(g, after, n, id, defined);
+		for (uint32_t i = 0; i < n->nres; i++) {
+			ValId r = n->res[i];
+			if (r >= g->vals.n)
+				FAIL("node %u (%s) has result %u out of range", id,
+				     op_name(n->op), i);
+			const Value *v = &g->vals.v[r];
+			if (defined[r])
+				FAIL("'%%%s' is defined twice", v->name);
+			if (v->kind != VK_NODE || v->def != id || v->resno != i)
+				FAIL("'%%%s' does not point back at its definition", v->name);
+			check_type(g, after, v);
+			defined[r] = 1;
+		}
+	}
+	if (in_block)
+		FAIL("derived backward block is never closed");
+	for (uint32_t i = 0; i < g->rets.n; i++)
+		if (g->rets.v[i] >= g->vals.n || !defined[g->rets.v[i]])
+			FAIL("return of an undefined value");
+	free(defined);
+}
