@@ -76,12 +76,14 @@ show_source(Diag *d, Loc at)
 		from = col > SHOW_MAX / 2 ? col - SHOW_MAX / 2 : 0;
 		to = from + SHOW_MAX < to ? from + SHOW_MAX : to;
 	}
-	fprintf(d->out, "%5u | ", at.line);
+	/* The gutter is 5 wide, wider for line numbers of 6 digits or more. */
+	int w = at.line > 99999 ? snprintf(NULL, 0, "%u", at.line) + 1 : 5;
+	fprintf(d->out, "%*u | ", w, at.line);
 	for (size_t i = from; i < to; i++) {
 		unsigned char c = (unsigned char)d->src[start + i];
 		fputc(c == '\t' || (c >= 0x20 && c < 0x7f) ? c : '?', d->out);
 	}
-	fputs("\n      | ", d->out);
+	fprintf(d->out, "\n%*s | ", w, "");
 	for (size_t i = from; i < col; i++)
 		fputc(d->src[start + i] == '\t' ? '\t' : ' ', d->out);
 	fputc('^', d->out);
