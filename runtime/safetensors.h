@@ -1,0 +1,81 @@
+/*
+ * safetensors.h - reading and writing safetensors files (libsgrt; shared by
+ * `sgc run` and the generated code's driver).
+ *
+ * Format: an 8-byte little-endian header length N, N bytes of JSON mapping
+ * tensor names to {"dtype", "shape", "data_offsets": [begin, end]} (offsets
+ * relative to the byte after the header; an optional "__metadata__" object
+ * of strings), then the data.
+ */
+#ifndef SGRT_SAFETENSORS_H
+#define SGRT_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SGRT_MAXRANK 8
+
+/* Same order as the compiler's DType. */
+typedef enum {
+	SGRT_F64, SGRT_F32, SGRT_F16, SGRT_BF16, SGRT_I64, SGRT_I32, SGRT_BOOL,
+	SGRT_DTYPE_COUNT
+} SgrtDType;
+
+/* Result codes: SGRT_OK, or the exit status a command reports. */
+enum {
+	SGRT_OK = 0,
+	SGRT_EMISMATCH = 1, /* well-formed, but not what the graph declares */
+	SGRT_EIO = 3,       /* cannot read/write, or not a valid file */
+};
+
+typedef struct {
+	char *name;          /* NUL-terminated */
+	int dtype;           /* SgrtDType */
+	int rank;
+	int64_t shape[SGRT_MAXRANK];
+	void *data;          /* nbytes bytes (owned by the file object when read) */
+	size_t nbytes;
+} SgrtTensor;
+
+typedef struct {
+	SgrtTensor *t;       /* sorted by name */
+	uint32_t n;
+	void *buf;           /* the file's bytes */
+	size_t buflen;
+} SgrtSafetensors;
+
+const char *sgrt_dtype_name(int dtype);     /* "F32" */
+int sgrt_dtype_size(int dtype);
+int sgrt_dtype_parse(const char *s);        /* -1 when unknown */
+
+/* Reads and validates the whole file (the checks are listed at the top of
+ * safetensors.c).  On failure returns SGRT_EIO, leaves *out empty (safe to
+ * free) and writes a message naming the file (and the tensor, when one is
+ * at fault) into err.  Tensor data point into out->buf, unaligned in
+ * general: copy them out with memcpy. */
+int sgrt_st_read(const char *path, SgrtSafetensors *out, char *err, size_t errlen);
+/* The same from bytes in memory (path is used in messages only). */
+int sgrt_st_parse(const char *path, const void *bytes, size_t len,
+                  SgrtSafetensors *out, char *err, size_t errlen);
+const SgrtTensor *sgrt_st_find(const SgrtSafetensors *f, const char *name);
+void sgrt_st_free(SgrtSafetensors *f);
+
+/* Writes n tensors (any order) in the bytes the Python safetensors library
+ * writes for them: sorted by dtype (I64 F64 F32 I32 BF16 F16 BOOL) then by
+ * name, data contiguous (so each tensor is aligned to its element size),
+ * header padded with spaces to a multiple of 8.  Writes to PATH.tmp.PID and
+ * renames it, so no partial file is left on failure.  Names must be unique
+ * UTF-8; nbytes must match dtype and shape. */
+int sgrt_st_write(const char *path, const SgrtTensor *t, uint32_t n,
+                  char *err, size_t errlen);
+/* The same bytes into a malloc'd buffer (*bytes, *len; free() it); path is
+ * used in messages only. */
+int sgrt_st_serialize(const char *path, const SgrtTensor *t, uint32_t n,
+                      void **bytes, size_t *len, char *err, size_t errlen);
+
+/* Checks that a tensor matches a declaration; on mismatch returns
+ * SGRT_EMISMATCH with a message naming file and tensor. */
+int sgrt_st_check(const char *path, const SgrtTensor *t, int dtype, int rank,
+                  const int64_t *shape, char *err, size_t errlen);
+
+#endif
