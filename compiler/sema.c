@@ -632,8 +632,10 @@ check_operands(Sema *S, int op, AstStmt *st, Node *n, int *err_operand)
 	sig_range(oi->opnds, &min, &max);
 	if (npos < min || npos > max) {
 		if (min == max)
-			diag_error(S->d, st->oploc, "'%s' takes %u operand%s, %u given",
-			           oi->name, min, min == 1 ? "" : "s", npos);
+			diag_error(S->d, st->oploc, "'%s' takes %u operand%s, %u given%s",
+			           oi->name, min, min == 1 ? "" : "s", npos,
+			           npos > max && oi->nattr ? " (attributes are written "
+			           "name=value)" : "");
 		else if (max == MAX_OPND)
 			diag_error(S->d, st->oploc, "'%s' takes at least %u operand%s, "
 			           "%u given", oi->name, min, min == 1 ? "" : "s", npos);
