@@ -1,2 +1,437 @@
-/* interp.c - STUB */
+/*
+ * interp.c - the CPU reference interpreter (`sgc run`): value lifetimes,
+ * execution in program order or in a random stream interleaving, and the
+ * run of --steps calls between loading and saving the files (interp_io.c).
+ *
+ * Every value gets a tensor.  control_deps results share their operand's
+ * tensor (an alias class); a class's tensor is freed when the last value
+ * of the class has been referenced for the last time (its "release" node:
+ * the last node naming it, which is its `del` or `sync_dealloc` when it
+ * has one), unless the class holds an input, param, const or returned
+ * value.
+ *
+ * --interleave=SEED allocates every result before the call, filled with
+ * poison (NaN, integer minimum), and runs the nodes in a random order,
+ * drawn from SEED, that keeps each stream's program order and the syncs:
+ * a wait_event after the record_event before it in program order, a
+ * wait_stream after the last node issued on its stream before it, a
+ * synchronize after everything before it and before everything after it,
+ * a sync_dealloc after its event's record, control_deps as its sync op.
+ * Data dependencies are not followed: a consumer the syncs let run before
+ * its producer reads poison, and a released buffer is poisoned rather
+ * than freed, so a racy program gives NaN for some seeds.
+ */
+#include <stdlib.h>
+#include <string.h>
+
 #include "sgc.h"
+
+/* What the analysis of a graph gives, and the state of a run. */
+typedef struct {
+	Interp I;
+	const RunOptions *ro;
+	ValId *root;        /* per value: the first value of its alias class */
+	int32_t *nclass;    /* per root: values in its class */
+	uint8_t *keep;      /* per root: class is never freed */
+	NodeId *release;    /* per value: node after which it is dropped */
+	VEC(ValId) *drops;  /* per node: values dropped after it runs */
+	Tensor **persist;   /* per value: input/param/const tensors */
+	uint8_t *mutated;   /* per value: an input some op writes into */
+	/* --interleave */
+	VEC(NodeId) *deps;  /* per node: nodes that must have run first */
+	VEC(NodeId) *queue; /* per stream: its nodes in program order */
+	uint8_t *done;
+	uint64_t rng;
+} Run;
+
+/* splitmix64: the scheduler's random numbers. */
+static uint64_t
+next_random(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15u);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+	return z ^ (z >> 31);
+}
+
+static int
+live(const Node *n)
+{
+	return !(n->flags & NF_DEAD);
+}
+
+/* ------------------------------------------------------------------ analysis */
+
+/* Alias classes: result j of control_deps joins the class of its j-th value
+ * operand. */
+static void
+find_aliases(Run *R)
+{
+	Graph *g = R->I.g;
+	for (ValId v = 0; v < g->vals.n; v++)
+		R->root[v] = v;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		if (!live(n) || n->op != OP_CONTROL_DEPS)
+			continue;
+		uint32_t j = 0;
+		for (uint32_t k = 0; k < n->nopnd && j < n->nres; k++)
+			if (n->opnd[k].kind == OK_VAL)
+				R->root[n->res[j++]] = R->root[n->opnd[k].v];
+	}
+	for (ValId v = 0; v < g->vals.n; v++) {
+		R->nclass[R->root[v]]++;
+		if (g->vals.v[v].kind != VK_NODE)
+			R->keep[R->root[v]] = 1;
+	}
+	for (uint32_t i = 0; i < g->rets.n; i++)
+		R->keep[R->root[g->rets.v[i]]] = 1;
+}
+
+/* The node after which each value is dropped: its sync_dealloc, else its
+ * `del`, else the last node naming it, else its definition.  (A use after
+ * the sync_dealloc is a compiler bug that --interleave shows as poison.)
+ * Inputs written by in-place ops (directly or through an alias) are marked
+ * mutated. */
+static void
+find_releases(Run *R)
+{
+	Graph *g = R->I.g;
+	uint8_t *how = calloc(g->vals.n + 1, 1); /* 2 sync_dealloc, 1 del */
+	if (!how)
+		ICE("out of memory");
+	for (ValId v = 0; v < g->vals.n; v++)
+		R->release[v] = g->vals.v[v].kind == VK_NODE ? g->vals.v[v].def : NONE;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		if (!live(n))
+			continue;
+		int rank = n->op == OP_SYNC_DEALLOC ? 2 : n->op == OP_DEL ? 1 : 0;
+		for (uint32_t k = 0; k < n->nopnd; k++) {
+			ValId v = n->opnd[k].v;
+			if (n->opnd[k].kind != OK_VAL || how[v] > rank ||
+			    (how[v] == rank && rank))
+				continue;
+			R->release[v] = i;
+			how[v] = (uint8_t)rank;
+		}
+		int writes = n->op < OP__N &&
+		             ((op_table[n->op].flags & OPF_INPLACE) ||
+		              ((op_table[n->op].flags & OPF_COLLECTIVE) && n->nres == 0));
+		if (writes && n->nopnd && n->opnd[0].kind == OK_VAL)
+			R->mutated[R->root[n->opnd[0].v]] = 1;
+	}
+	for (ValId v = 0; v < g->vals.n; v++)
+		if (R->release[v] != NONE && R->release[v] < g->nodes.n)
+			vec_push(&R->drops[R->release[v]], v);
+	for (ValId v = 0; v < g->vals.n; v++)
+		R->mutated[v] = g->vals.v[v].kind == VK_INPUT && R->mutated[R->root[v]];
+	free(how);
+}
+
+/* The sync a node performs (itself, or control_deps' sync=), or -1. */
+static int
+sync_op(const Node *n)
+{
+	if (n->op == OP_CONTROL_DEPS) {
+		const Attr *a = ir_attr(n, "sync");
+		return a && a->s ? op_lookup(a->s, strlen(a->s)) : -1;
+	}
+	if (n->op == OP_SYNC_DEALLOC || (n->op < OP__N && (op_table[n->op].flags & OPF_SYNC)))
+		return n->op;
+	return -1;
+}
+
+/* The event (or waited-for stream) a sync names: its positional operand,
+ * or control_deps' `event=` / `other=`, or sync_dealloc's `event=`. */
+static int64_t
+sync_target(const Node *n, const char *key)
+{
+	if (n->op != OP_CONTROL_DEPS && n->op != OP_SYNC_DEALLOC && n->nopnd &&
+	    (n->opnd[0].kind == OK_EVENT || n->opnd[0].kind == OK_STREAM))
+		return n->opnd[0].v;
+	const Attr *a = ir_attr(n, key);
+	return a ? a->i : -1;
+}
+
+/* The nodes each node waits for under --interleave (see the top). */
+static void
+find_deps(Run *R)
+{
+	Graph *g = R->I.g;
+	uint32_t ns = g->streams.n, ne = g->events.n;
+	NodeId *last_on = xmalloc((ns + 1) * sizeof *last_on);
+	NodeId *last_rec = xmalloc((ne + 1) * sizeof *last_rec);
+	NodeId barrier = NONE;
+	for (uint32_t s = 0; s < ns; s++)
+		last_on[s] = NONE;
+	for (uint32_t e = 0; e < ne; e++)
+		last_rec[e] = NONE;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		if (!live(n))
+			continue;
+		uint32_t s = n->stream < ns ? n->stream : 0;
+		vec_push(&R->queue[s], i);
+		if (barrier != NONE)
+			vec_push(&R->deps[i], barrier);
+		int op = sync_op(n);
+		int64_t t;
+		switch (op) {
+		case OP_WAIT_EVENT: case OP_SYNC_DEALLOC:
+			t = sync_target(n, "event");
+			if (t >= 0 && (uint64_t)t < ne && last_rec[t] != NONE)
+				vec_push(&R->deps[i], last_rec[t]);
+			break;
+		case OP_WAIT_STREAM:
+			t = sync_target(n, "other");
+			if (t >= 0 && (uint64_t)t < ns && last_on[t] != NONE)
+				vec_push(&R->deps[i], last_on[t]);
+			break;
+		case OP_SYNCHRONIZE:
+			for (uint32_t k = 0; k < ns; k++)
+				if (last_on[k] != NONE)
+					vec_push(&R->deps[i], last_on[k]);
+			barrier = i;
+			break;
+		case OP_RECORD_EVENT:
+			t = sync_target(n, "event");
+			if (t >= 0 && (uint64_t)t < ne)
+				last_rec[t] = i;
+			break;
+		}
+		last_on[s] = i;
+	}
+	free(last_on);
+	free(last_rec);
+}
+
+static void
+analyse(Run *R)
+{
+	Graph *g = R->I.g;
+	uint32_t nv = g->vals.n, nn = g->nodes.n, ns = g->streams.n;
+	R->root = xmalloc((nv + 1) * sizeof *R->root);
+	R->nclass = calloc(nv + 1, sizeof *R->nclass);
+	R->keep = calloc(nv + 1, 1);
+	R->release = xmalloc((nv + 1) * sizeof *R->release);
+	R->mutated = calloc(nv + 1, 1);
+	R->persist = calloc(nv + 1, sizeof *R->persist);
+	R->I.val = calloc(nv + 1, sizeof *R->I.val);
+	R->drops = calloc(nn + 1, sizeof *R->drops);
+	R->deps = calloc(nn + 1, sizeof *R->deps);
+	R->done = calloc(nn + 1, 1);
+	R->queue = calloc(ns + 1, sizeof *R->queue);
+	if (!R->nclass || !R->keep || !R->mutated || !R->persist || !R->I.val ||
+	    !R->drops || !R->deps || !R->done || !R->queue)
+		ICE("out of memory");
+	find_aliases(R);
+	find_releases(R);
+	find_deps(R);
+}
+
+static void
+run_free(Run *R)
+{
+	Graph *g = R->I.g;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		vec_free(&R->drops[i]);
+		vec_free(&R->deps[i]);
+	}
+	for (uint32_t s = 0; s < g->streams.n; s++)
+		vec_free(&R->queue[s]);
+	for (ValId v = 0; v < g->vals.n; v++)
+		interp_tensor_free(R->persist[v]);
+	free(R->root);
+	free(R->nclass);
+	free(R->keep);
+	free(R->release);
+	free(R->mutated);
+	free(R->persist);
+	free(R->I.val);
+	free(R->drops);
+	free(R->deps);
+	free(R->done);
+	free(R->queue);
+}
+
+/* ------------------------------------------------------------------ execution */
+
+/* Gives the results of n their tensors: control_deps shares its operands',
+ * anything else gets a new one of the result's type (poisoned under
+ * --interleave). */
+static void
+bind_results(Run *R, const Node *n)
+{
+	Graph *g = R->I.g;
+	if (n->op == OP_CONTROL_DEPS) {
+		uint32_t j = 0;
+		for (uint32_t k = 0; k < n->nopnd && j < n->nres; k++)
+			if (n->opnd[k].kind == OK_VAL)
+				R->I.val[n->res[j++]] = R->I.val[n->opnd[k].v];
+		return;
+	}
+	for (uint32_t j = 0; j < n->nres; j++) {
+		ValId v = n->res[j];
+		const Type *ty = &g->vals.v[v].type;
+		Tensor *t = interp_tensor_new(&R->I, (DType)ty->dt, ty->rank, ty->d);
+		t->refs = R->nclass[R->root[v]];
+		t->keep = R->keep[R->root[v]];
+		if (R->I.interleave)
+			interp_poison(t);
+		R->I.val[v] = t;
+	}
+}
+
+/* Value v is done with: its class's tensor goes when no value holds it. */
+static void
+drop(Run *R, ValId v)
+{
+	Tensor *t = R->I.val[v];
+	if (!t || t->keep || --t->refs > 0)
+		return;
+	if (R->I.interleave) {
+		interp_poison(t);
+	} else {
+		free(t->data);
+		t->data = NULL;
+	}
+}
+
+/* Runs node i: its kernel over its operands' and results' tensors, then
+ * drops the values it was the last to name. */
+static int
+exec_node(Run *R, NodeId i)
+{
+	Graph *g = R->I.g;
+	Node *n = &g->nodes.v[i];
+	if (!R->I.interleave)
+		bind_results(R, n);
+	if (n->op < OP__N) {
+		Tensor *in[n->nopnd + 1], *out[n->nres + 1];
+		for (uint32_t k = 0; k < n->nopnd; k++) {
+			in[k] = NULL;
+			if (n->opnd[k].kind != OK_VAL)
+				continue;
+			in[k] = R->I.val[n->opnd[k].v];
+			if (!in[k] || !in[k]->data)
+				ICE("'%%%s' read by %s at line %u has no tensor",
+				    g->vals.v[n->opnd[k].v].name, op_name(n->op), n->loc.line);
+		}
+		for (uint32_t j = 0; j < n->nres; j++)
+			out[j] = R->I.val[n->res[j]];
+		if (op_table[n->op].interp(&R->I, n, in, out))
+			return 1;
+	}
+	for (uint32_t k = 0; k < R->drops[i].n; k++)
+		drop(R, R->drops[i].v[k]);
+	return 0;
+}
+
+/* Program order. */
+static int
+run_sequential(Run *R)
+{
+	Graph *g = R->I.g;
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		if (live(&g->nodes.v[i]) && exec_node(R, i))
+			return 1;
+	return 0;
+}
+
+static int
+ready(const Run *R, NodeId i)
+{
+	for (uint32_t k = 0; k < R->deps[i].n; k++)
+		if (!R->done[R->deps[i].v[k]])
+			return 0;
+	return 1;
+}
+
+/* A random order respecting streams and syncs (deps point backwards in
+ * program order, so some stream's next node is always ready). */
+static int
+run_interleaved(Run *R)
+{
+	Graph *g = R->I.g;
+	uint32_t ns = g->streams.n, *pos = calloc(ns + 1, sizeof *pos);
+	uint32_t *cand = xmalloc((ns + 1) * sizeof *cand);
+	memset(R->done, 0, g->nodes.n);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		if (live(&g->nodes.v[i]))
+			bind_results(R, &g->nodes.v[i]);
+	for (;;) {
+		uint32_t nc = 0, left = 0;
+		for (uint32_t s = 0; s < ns; s++) {
+			if (pos[s] >= R->queue[s].n)
+				continue;
+			left++;
+			if (ready(R, R->queue[s].v[pos[s]]))
+				cand[nc++] = s;
+		}
+		if (!left)
+			break;
+		if (!nc)
+			ICE("interleaving found no ready stream");
+		uint32_t s = cand[next_random(&R->rng) % nc];
+		NodeId i = R->queue[s].v[pos[s]++];
+		if (exec_node(R, i)) {
+			free(pos);
+			free(cand);
+			return 1;
+		}
+		R->done[i] = 1;
+	}
+	free(pos);
+	free(cand);
+	return 0;
+}
+
+/* Frees the tensors of the last call. */
+static void
+free_call(Run *R)
+{
+	for (uint32_t k = 0; k < R->I.owned.n; k++)
+		interp_tensor_free(R->I.owned.v[k]);
+	R->I.owned.n = 0;
+}
+
+/* One call of the graph. */
+static int
+run_call(Run *R)
+{
+	Graph *g = R->I.g;
+	free_call(R);
+	for (ValId v = 0; v < g->vals.n; v++)
+		R->I.val[v] = R->persist[v];
+	return R->I.interleave ? run_interleaved(R) : run_sequential(R);
+}
+
+/* ------------------------------------------------------------------ entry */
+
+int
+interp_run(Module *m, Graph *g, const RunOptions *ro)
+{
+	Run R;
+	memset(&R, 0, sizeof R);
+	R.I.m = m;
+	R.I.g = g;
+	R.I.interleave = ro->interleave;
+	R.ro = ro;
+	R.rng = ro->interleave_seed;
+	analyse(&R);
+	int status = interp_load(&R.I, ro, R.persist);
+	for (int step = 0; !status && step < (ro->steps > 0 ? ro->steps : 1); step++)
+		status = run_call(&R);
+	if (!status) {
+		Tensor **rets = xmalloc((g->rets.n + 1) * sizeof *rets);
+		for (uint32_t i = 0; i < g->rets.n; i++)
+			rets[i] = R.I.val[g->rets.v[i]];
+		status = interp_save(&R.I, ro, R.persist, rets, R.mutated);
+		free(rets);
+	}
+	free_call(&R);
+	vec_free(&R.I.owned);
+	run_free(&R);
+	return status;
+}

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #define SGC_VERSION "0.1.0"
 #define SG_MAXRANK 8
@@ -232,6 +233,24 @@ typedef struct {
  * that parsed.  Never recurses on the input's nesting depth. */
 void parse_file(const char *src, size_t len, Diag *d, Arena *a, AstFile *out);
 
+/* The scanner alone (grammar/lexer.l), for tests and tools. */
+typedef struct Lexer Lexer;
+typedef struct {
+	int kind;         /* 0 at end of file; lexer_token_name names it */
+	Loc loc;
+	uint8_t bad;      /* the scanner reported an error for this token */
+	const char *s;    /* IDENT, VALUE (without '%'), STRING, keywords */
+	uint32_t slen;
+	int64_t i;        /* INT; BOOL: 0 or 1 */
+	double f;         /* FLOAT */
+} LexToken;
+Lexer *lexer_new(const char *src, size_t len, Diag *d, Arena *a);
+int lexer_next(Lexer *lx, LexToken *t); /* the token's kind */
+void lexer_free(Lexer *lx);
+/* "NEWLINE", "IDENT", "VALUE", "STRING", "INT", "FLOAT", "BOOL", "EOF",
+ * a keyword ("graph"), or the punctuation itself ("(", "}"). */
+const char *lexer_token_name(int kind);
+
 /* ------------------------------------------------------------------ ops.c (the op table)
  * ops.def lists every op once; see the comment at its top for the
  * operand, attribute and flag languages.
@@ -308,6 +327,9 @@ typedef struct {
 
 extern OpInfo op_table[OP__N]; /* owned by ops.c; filled by ops_init() */
 void ops_init(void);
+/* Parses an attribute spec text (the language of ops.def) into a malloc'd
+ * array; `what` names its owner in internal-fault messages. */
+uint32_t attrspec_parse(const char *text, AttrSpec **out, const char *what);
 int op_lookup(const char *name, size_t len); /* OpKind, or -1 */
 /* Index of the attribute called name in op's spec, or -1. */
 int op_attr_index(int op, const char *name);
@@ -428,8 +450,9 @@ enum {
 	OP_DEL = OP__N,  /* opnd[0]: the value */
 	OP_OFFLOAD,      /* opnd[0]: the value */
 	OP_BACKWARD,     /* opnd[0]: the loss; attr 0 grad_sync (AT_STR, set or
-	                    not); marks where backward stands. With
-	                    NF_BACKWARD set on later nodes, it is derived. */
+	                    not); marks where backward stands.  NF_BACKWARD on
+	                    this node: a derived block follows (the nodes up to
+	                    OP_BACKWARD_END, each with NF_BACKWARD). */
 	OP_BACKWARD_END, /* closes a derived block */
 	OP_TOTAL
 };
@@ -447,6 +470,7 @@ typedef struct Module {
 	VEC(DimDecl) dims;
 	VEC(Graph *) graphs;
 	Map dimmap;
+	const char *only_graph; /* --graph NAME: analyse only that graph */
 } Module;
 
 Graph *ir_graph_new(Module *m, const char *name, Loc loc);
@@ -503,11 +527,313 @@ typedef struct {
 	int allow_races;
 	int opt_level;
 	const char *dump_after; /* NULL, a pass name, or "all" */
+	int test_drop_sync;     /* tests only: drop the N-th compiler-made sync
+	                           (control_deps pass) and skip the race checks */
 } PassOptions;
 
 /* Runs the pipeline (a straight list, verifier after each) over every
  * graph.  Returns 0 when a diagnostic error stopped it. */
 int passes_run(Module *m, const PassOptions *po);
 int passes_known(const char *name);
+void passes_list(FILE *f); /* the pass names, for --help and errors */
+
+/* ------------------------------------------------------------------ codegen.c, codegen_*.c
+ * The CUDA backend (`--emit=cu`); its files share compiler/codegen.h.
+ */
+
+typedef struct {
+	int opt_level;          /* 0: a kernel per op; 2: fusion */
+	const char *arch;       /* "sm_90" */
+	int cuda_graph;         /* --cuda-graph: replay each call as a CUDA graph */
+	int emit_main;          /* --main */
+	const char *input;      /* the .sg path as given */
+	const char *header;     /* --header path (its base name is #included) */
+} CodegenOptions;
+
+/* Writes the CUDA C of every graph of m to cu and, when h is not NULL, the
+ * declarations of its C API.  Returns 0 after reporting through m->diag
+ * (an op the backend cannot compile). */
+int codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h);
+
+/* The files of codegen_templates/, embedded by tools/embed.c. */
+typedef struct {
+	const char *name, *text;
+} CgTemplateFile;
+extern const CgTemplateFile cg_template_files[];
+extern const unsigned cg_ntemplate_files;
+
+/* ------------------------------------------------------------------ interp.c, interp_*.c
+ * The CPU reference interpreter (`sgc run`).  interp.c loads the files,
+ * binds a tensor to every value, runs the nodes (in program order, or in a
+ * random stream interleaving with --interleave) and writes the results;
+ * interp_*.c hold the kernels named in ops.def and their helpers.
+ */
+
+typedef struct {
+	const char *params, *inputs, *out; /* file paths or NULL */
+	int steps;                          /* default 1 */
+	uint64_t seed;                      /* default 0 */
+	int interleave;                     /* --interleave=SEED given */
+	uint64_t interleave_seed;
+} RunOptions;
+/* Runs graph g (checked, after all passes) on the CPU; returns the exit
+ * status (0 ok, 1 mismatch between files and the graph, 3 I/O error),
+ * having reported errors on stderr. */
+int interp_run(Module *m, Graph *g, const RunOptions *ro);
+
+/* A dense row-major tensor.  Control_deps results share their operand's
+ * tensor (refs counts the values holding it). */
+typedef struct Tensor {
+	uint8_t dt;       /* DType */
+	uint8_t rank;
+	uint8_t keep;     /* input, param, const or returned: never freed */
+	int32_t refs;     /* values that still hold it in this call */
+	int64_t shape[SG_MAXRANK];
+	int64_t numel;
+	void *data;       /* numel * dtype_size(dt) bytes; NULL once freed */
+} Tensor;
+
+typedef struct Interp {
+	Module *m;
+	Graph *g;
+	Tensor **val;     /* per ValId: its tensor in the current call */
+	int interleave;   /* poison freed buffers instead of freeing them */
+	VEC(Tensor *) owned; /* tensors allocated in the current call */
+} Interp;
+
+/* Kernels (ops.def column 7) return 0, or 1 after reporting an error
+ * (bad index...) through interp_fail.  out[j] is preallocated from the
+ * result types; in[i] is NULL for a scalar literal operand. */
+int interp_fail(Interp *I, const Node *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+Tensor *interp_tensor_new(Interp *I, DType dt, int rank, const int64_t *shape);
+void interp_tensor_free(Tensor *t);
+void interp_poison(Tensor *t);
+/* Element i as a double (exact for every dtype but large i64) or int64
+ * (floats truncated toward zero, NaN and out of range give INT64_MIN). */
+double interp_getf(const Tensor *t, int64_t i);
+int64_t interp_geti(const Tensor *t, int64_t i);
+/* Store v as element i, converted as Tensor.to(dtype) does: floats round to
+ * nearest even (f16/bf16 through float), to integers truncate toward zero
+ * (NaN and out of range give the type's minimum), to bool test v != 0. */
+void interp_setf(Tensor *t, int64_t i, double v);
+void interp_seti(Tensor *t, int64_t i, int64_t v);
+/* v rounded to the precision PyTorch computes dtype dt in ("opmath": double
+ * for f64, float for f32/f16/bf16); the identity for other dtypes. */
+double interp_opmath(DType dt, double v);
+/* Operand k of n as a double in dt's opmath (a tensor element or scalar). */
+double interp_opndf(const Node *n, int k, Tensor *t, int64_t off, DType dt);
+int64_t interp_opndi(const Node *n, int k, Tensor *t, int64_t off);
+
+/* Broadcasting iteration over an output shape: off[k] follows operand k. */
+typedef struct {
+	int rank, nop;
+	int64_t shape[SG_MAXRANK], idx[SG_MAXRANK];
+	int64_t stride[4][SG_MAXRANK];
+	int64_t off[4];
+} BcastIter;
+void interp_iter_init(BcastIter *it, int rank, const int64_t *shape,
+                      Tensor **ops, int nop);
+void interp_iter_next(BcastIter *it);
+/* Row-major strides of a shape. */
+void interp_strides(int rank, const int64_t *shape, int64_t *stride);
+
+/* interp_io.c: fills persist[v] for every input, param and const from the
+ * files (or the deterministic initialisation); writes --out (or prints the
+ * returned values, rets[i] for g->rets.v[i]).  Return exit statuses. */
+int interp_load(Interp *I, const RunOptions *ro, Tensor **persist);
+int interp_save(Interp *I, const RunOptions *ro, Tensor **persist,
+                Tensor **rets, const uint8_t *mutated);
+void interp_print(FILE *f, const char *name, const Tensor *t);
+
+/* ------------------------------------------------------------------ races.c
+ * Happens-before over streams and events, and the race verifier (rule 2).
+ * Positions: node i is at position i + 1; position 0 is the call start on
+ * `default` (where inputs, params and consts are ready).  A clock holds,
+ * per stream, the last position on it known complete (-1: none).  The
+ * other stream passes (syncs.c, ctrldeps.c, dealloc.c, memplan.c,
+ * functionalize.c) share these helpers.
+ */
+
+typedef struct {
+	const Graph *g;
+	uint32_t ns, ne, nn;
+	int32_t *cur;       /* ns x ns: each stream's clock now */
+	int32_t *ev;        /* ne x ns: each event's clock at its last record */
+	uint8_t *recorded;  /* per event: recorded earlier in this call */
+	int32_t *init;      /* ns x ns: each stream's clock at the call start */
+	int32_t *after;     /* nn x ns: node i's stream clock just after i */
+	NodeId *prevon;     /* per node: the previous live node on its stream */
+	NodeId *laston;     /* per stream: the last node stepped on it */
+} Hb;
+
+void hb_init(Hb *h, const Graph *g);
+void hb_free(Hb *h);
+/* Applies node i (nodes are stepped in program order). */
+void hb_step(Hb *h, NodeId i);
+/* dst = max(dst, src) entrywise over h->ns streams. */
+void hb_join(const Hb *h, int32_t *dst, const int32_t *src);
+int32_t *hb_clock(Hb *h, uint32_t stream);      /* stream's clock now */
+/* The clock of node i's stream just before i (after a full walk). */
+const int32_t *hb_before(const Hb *h, NodeId i);
+#define HB_DONE(clock, stream, pos) ((clock)[(stream)] >= (int32_t)(pos))
+
+/* The sync node n performs (record_event, wait_event, wait_stream,
+ * synchronize; control_deps as its sync=; sync_dealloc as a wait_event),
+ * or -1; *target gets the event or the waited-for stream. */
+int races_sync(const Node *n, uint32_t *target);
+/* Storage classes: root[v] is the first value of v's control_deps alias
+ * class. */
+void races_roots(const Graph *g, ValId *root);
+enum { RACC_NONE, RACC_READ, RACC_WRITE };
+/* What node n does to value operand k: read it, write it in place (also
+ * a read), or nothing (del, offload, control_deps, sync_dealloc...). */
+int races_access(const Node *n, uint32_t k);
+int races_compiler_made(const Node *n); /* NF_BACKWARD or not NF_USER */
+/* A fresh local event called base0, base1, ... */
+uint32_t races_event_new(Graph *g, const char *base);
+/* A fresh value name from base (its ".N" suffixes stripped); outside a
+ * derived block the reserved "grad."/"opt." prefixes become "grad_"/"opt_". */
+ValId races_value_new(Graph *g, const char *base, int in_block, Loc loc);
+/* A node with op's attributes all unset (arena arrays): nopnd operands
+ * and nres results left for the caller to fill. */
+Node races_node(Graph *g, int op, uint32_t nopnd, uint32_t nres,
+                uint32_t stream, uint32_t flags, Loc loc);
+/* record_event / wait_event (target: event), wait_stream (target: stream),
+ * synchronize on stream s. */
+Node races_sync_node(Graph *g, int op, uint32_t target, uint32_t s, Loc loc);
+
+/* Inserting nodes: each goes before old node `slot` (nodes.n: at the
+ * end), ordered by rank then insertion order; NF_BACKWARD is set from the
+ * slot; dead nodes are dropped and every result's def is fixed. */
+typedef struct {
+	uint32_t slot, rank;
+	Node n;
+} NodeIns;
+typedef VEC(NodeIns) NodeInsVec;
+void races_insert(Graph *g, NodeInsVec *ins);
+
+/* One unordered pair of accesses found by races_walk. */
+enum {
+	RACE_RAW,        /* read, the last write not ordered before it */
+	RACE_WAR,        /* in-place write, an earlier read not ordered */
+	RACE_WAW,        /* in-place write, the last write not ordered */
+	RACE_FREE,       /* sync_dealloc or del, an access not ordered */
+	RACE_AFTER_FREE, /* an access after sync_dealloc or del */
+	RACE_RET,        /* a returned value not ordered before the end */
+	RACE_JOIN,       /* a stream not joined into default at the end */
+};
+typedef struct {
+	uint8_t kind;
+	uint32_t k;       /* operand of the node; NONE at the end */
+	ValId v;          /* the value accessed (for RACE_JOIN: NONE) */
+	NodeId prev;      /* the earlier access; NONE: the call start */
+	uint32_t pstream; /* its stream */
+} Race;
+/* Called with the races found at node i (nodes.n: the end of the call),
+ * before i is stepped; it may join clocks (a sync it will insert). */
+typedef void (*RaceFn)(void *ctx, Hb *h, NodeId i, Race *r, uint32_t nr);
+enum { WALK_FREES = 1, WALK_END = 2 };
+void races_walk(Graph *g, unsigned what, RaceFn fn, void *ctx);
+
+/* Pass `races`: reports races at user nodes (errors, or warnings with
+ * --allow-races); a race at a compiler-made node is an internal error. */
+int races_pass(Graph *g, const PassOptions *po, Diag *d);
+/* The verifier re-run after each later pass: returns 0 after reporting
+ * a race at a user node (none with --allow-races). */
+int races_recheck(Graph *g, const PassOptions *po, Diag *d, const char *after);
+/* Write-after-read and write-after-write races of the user's in-place
+ * ops, checked before functionalize rewrites them.  Returns 0 on error. */
+int races_check_writes(Graph *g, const PassOptions *po, Diag *d);
+
+/* ------------------------------------------------------------------ syncs.c */
+
+/* Pass `backward_syncs` (rule 3): a compiler-made node that reads (or
+ * writes in place) a value whose last access on another stream is not
+ * ordered before it gets record_event after that access and wait_event
+ * before itself: one fresh event per producer and consuming stream. */
+int syncs_pass(Graph *g, const PassOptions *po, Diag *d);
+/* Pass `join_streams` (rule 0): wait_stream of every stream with unjoined
+ * work into default at the end of the call, and into the backward
+ * statement's stream at the end of a derived backward block. */
+int syncs_join_pass(Graph *g, const PassOptions *po, Diag *d);
+
+/* ------------------------------------------------------------------ ctrldeps.c */
+
+/* Pass `control_deps` (rule 5): each bare sync op that values cross (made
+ * before it, used after it across streams) becomes a control_deps node
+ * passing them through; later uses read the aliases. */
+int ctrldeps_pass(Graph *g, const PassOptions *po, Diag *d);
+/* The verifier's half: a bare sync op that values cross means a pass
+ * moved work across it (an internal error naming `after`). */
+void ctrldeps_check(Graph *g, const char *after);
+
+/* ------------------------------------------------------------------ fusion.c */
+
+/* Fusion legality (rule 6): nodes fuse only within one region, a run of
+ * one stream between two sync ops.  region[i] is NONE for nodes that are
+ * no kernel (sync ops, del, offload, backward markers). */
+typedef struct {
+	uint32_t *region; /* per node */
+	uint32_t nregions;
+} FusionInfo;
+void fusion_analyse(const Graph *g, FusionInfo *fi);
+void fusion_free(FusionInfo *fi);
+int fusion_legal(const Graph *g, NodeId a, NodeId b);
+int fusion_pass(Graph *g, const PassOptions *po, Diag *d);
+
+/* ------------------------------------------------------------------ memplan.c */
+
+/* The static memory plan (rule 7): one buffer per storage class, placed in
+ * the device arena (or the pinned host arena); a buffer reuses memory of an
+ * earlier one only when every access of that one happens before it is
+ * written.  Returned values are separate outputs; inputs, params and
+ * consts belong to the caller and the model. */
+enum { MEM_DEVICE, MEM_HOST, MEM_OUTPUT };
+typedef struct {
+	ValId v;          /* the class's first value */
+	uint8_t where;    /* MEM_* */
+	uint32_t stream;  /* allocating stream */
+	NodeId alloc;     /* the node writing it first */
+	NodeId last;      /* its last access */
+	NodeId release;   /* its sync_dealloc, else its last access */
+	uint64_t size, offset;
+} MemBuf;
+typedef struct {
+	MemBuf *buf;
+	uint32_t nbuf;
+	uint32_t *bufof;  /* per value: index into buf, NONE when none */
+	uint64_t peak, host_peak, outputs, unshared;
+	int opt_level;
+} MemPlan;
+void memplan_build(Graph *g, int opt_level, MemPlan *mp);
+void memplan_free(MemPlan *mp);
+/* The independent checker: explicit happens-before reachability; returns
+ * 0 (with a reason in why[256]) if two buffers that may be live at once
+ * share memory; -1 when the graph is too large to check. */
+int memplan_verify(Graph *g, const MemPlan *mp, char *why);
+void memplan_report(FILE *f, Graph *g, const MemPlan *mp);
+int memplan_pass(Graph *g, const PassOptions *po, Diag *d);
+
+/* ------------------------------------------------------------------ dealloc.c */
+
+/* Pass `sync_dealloc` (rule 8): a value some access of which, on another
+ * stream than its allocation, is not ordered before the point where its
+ * allocating stream is done with it (its `del`, else its last access)
+ * gets record_event after that access and sync_dealloc there. */
+int dealloc_pass(Graph *g, const PassOptions *po, Diag *d);
+
+/* ------------------------------------------------------------------ functionalize.c */
+
+/* Pass `functionalize` (rule 9): in-place ops become out-of-place ops with
+ * fresh values; later uses are renamed; a mutated input, param, const or
+ * returned value is written back with copy_ before any later extern
+ * record_event on the mutating stream, else at the end. */
+int functionalize_pass(Graph *g, const PassOptions *po, Diag *d);
+
+/* ------------------------------------------------------------------ dot.c */
+
+/* --emit=dot: Graphviz, one colour per stream, sync edges dashed. */
+void dot_module(FILE *f, Module *m, const char *only_graph);
 
 #endif /* SGC_H */
