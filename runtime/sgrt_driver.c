@@ -1,0 +1,670 @@
+/*
+ * sgrt_driver.c - what the generated main() runs (interface.md, "The
+ * driver"): the command line, tensors in and out of safetensors files,
+ * --steps, --trace and --bench.
+ *
+ * The generated code describes its graph as an SgrtProgram (a tensor
+ * table and five entry points) and calls sgrt_main.  The order of work:
+ *   1. parse the command line; read RANK / WORLD_SIZE / LOCAL_RANK;
+ *   2. create the model on --device, else LOCAL_RANK;
+ *   3. allocate inputs and outputs; load params, consts and optimizer
+ *      state from --params (missing ones from --seed, or zeros), inputs
+ *      from --inputs (a missing input is an error);
+ *   4. run --steps calls (default 1, or 0 with --bench) on one stream,
+ *      each followed by a wait on every extern event; trace the last;
+ *   5. --bench N: SGRT_BENCH_WARMUP (default 3) calls, then N calls each
+ *      timed with CUDA events; print the JSON line;
+ *   6. write --out after the last call.
+ * With several ranks, "{rank}" in a path is replaced by the rank; a path
+ * without it is read by every rank but written (--out, --trace) by rank 0
+ * only, and only rank 0 prints the bench line.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "init.h"
+#include "sgrt_impl.h"
+
+/* ------------------------------------------------------------------ command line */
+
+void
+sgrt_usage(FILE *f, const char *prog)
+{
+	fprintf(f,
+	    "usage: %s [--params P.safetensors] [--inputs I.safetensors] "
+	    "[--out O.safetensors]\n"
+	    "       [--steps N] [--bench N] [--seed S] [--trace T.json] "
+	    "[--device K]\n", prog);
+}
+
+/* Parses a decimal integer in [lo, hi]. */
+static int
+parse_int(const char *s, long long lo, unsigned long long hi,
+          unsigned long long *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (s[0] < '0' || s[0] > '9')
+		return 0;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < (unsigned long long)lo || v > hi)
+		return 0;
+	*out = v;
+	return 1;
+}
+
+/* Stores the value of option `name` into a; SGRT_EUSAGE (with a message)
+ * for an unknown option or a bad value. */
+static int
+set_option(SgrtArgs *a, const char *name, const char *val, char *err,
+           size_t errlen)
+{
+	unsigned long long v = 0;
+
+	if (!strcmp(name, "params")) a->params = val;
+	else if (!strcmp(name, "inputs")) a->inputs = val;
+	else if (!strcmp(name, "out")) a->out = val;
+	else if (!strcmp(name, "trace")) a->trace = val;
+	else if (!strcmp(name, "steps") || !strcmp(name, "bench") ||
+	         !strcmp(name, "device")) {
+		int bench = !strcmp(name, "bench");
+		if (!parse_int(val, bench, name[0] == 'd' ? 1 << 16 : 1L << 40,
+		               &v)) {
+			snprintf(err, errlen, "--%s wants %s integer, not '%s'",
+			         name, bench ? "a positive" : "a non-negative",
+			         val);
+			return SGRT_EUSAGE;
+		}
+		if (bench)
+			a->bench = (long)v;
+		else if (name[0] == 's')
+			a->steps = (long)v;
+		else
+			a->device = (int)v;
+	} else if (!strcmp(name, "seed")) {
+		if (!parse_int(val, 0, UINT64_MAX, &v)) {
+			snprintf(err, errlen, "--seed wants a non-negative "
+			         "integer, not '%s'", val);
+			return SGRT_EUSAGE;
+		}
+		a->seed = v;
+	} else {
+		snprintf(err, errlen, "unknown option '--%s'", name);
+		return SGRT_EUSAGE;
+	}
+	return SGRT_OK;
+}
+
+int
+sgrt_args_parse(SgrtArgs *a, int argc, char **argv, char *err, size_t errlen)
+{
+	int i;
+
+	memset(a, 0, sizeof *a);
+	a->steps = -1;
+	a->device = -1;
+	for (i = 1; i < argc; i++) {
+		const char *arg = argv[i], *eq, *val;
+		char name[32];
+		size_t n;
+
+		if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+			a->help = 1;
+			continue;
+		}
+		if (strncmp(arg, "--", 2) != 0 || !arg[2]) {
+			snprintf(err, errlen, "unexpected argument '%s'", arg);
+			return SGRT_EUSAGE;
+		}
+		arg += 2;
+		eq = strchr(arg, '=');
+		n = eq ? (size_t)(eq - arg) : strlen(arg);
+		if (n >= sizeof name) {
+			snprintf(err, errlen, "unknown option '--%s'", arg);
+			return SGRT_EUSAGE;
+		}
+		memcpy(name, arg, n);
+		name[n] = 0;
+		if (eq)
+			val = eq + 1;
+		else if (i + 1 < argc)
+			val = argv[++i];
+		else {
+			snprintf(err, errlen, "option '--%s' needs a value", name);
+			return SGRT_EUSAGE;
+		}
+		if (set_option(a, name, val, err, errlen))
+			return SGRT_EUSAGE;
+	}
+	return SGRT_OK;
+}
+
+int
+sgrt_path_for_rank(char *buf, size_t len, const char *path, int rank)
+{
+	const char *p = strstr(path, "{rank}");
+	int n;
+
+	if (!p)
+		n = snprintf(buf, len, "%s", path);
+	else
+		n = snprintf(buf, len, "%.*s%d%s", (int)(p - path), path, rank,
+		             p + 6);
+	return n < 0 || (size_t)n >= len ? SGRT_EUSAGE : SGRT_OK;
+}
+
+/* ------------------------------------------------------------------ tensors */
+
+size_t
+sgrt_tensor_bytes(const SgrtTensorDesc *t)
+{
+	size_t n = (size_t)sgrt_dtype_size(t->dtype);
+	int i;
+
+	for (i = 0; i < t->rank; i++)
+		n *= (size_t)t->shape[i];
+	return n;
+}
+
+/* Copies bytes from the host to tensor memory (device or pinned). */
+static int
+upload(SgrtModel *m, void *dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		SGRT_CHECK_CUDA(m, cudaMemcpy(dst, src, bytes, cudaMemcpyDefault),
+		                0);
+	return SGRT_OK;
+}
+
+/* Tensor t, absent from the file: initialised, zeroed or an error. */
+static int
+load_missing(SgrtModel *m, const char *path, const SgrtTensorDesc *t,
+             void *dst, uint64_t seed)
+{
+	size_t bytes = sgrt_tensor_bytes(t);
+	void *host;
+	int rc;
+
+	switch (t->role) {
+	case SGRT_ROLE_INPUT:
+		if (!path)
+			return sgrt_fail(m, SGRT_EMISMATCH, -1, "missing input "
+			                 "'%s' (no --inputs file)", t->name);
+		return sgrt_fail(m, SGRT_EMISMATCH, -1, "%s: missing input '%s'",
+		                 path, t->name);
+	case SGRT_ROLE_STATE:
+		if (bytes)
+			SGRT_CHECK_CUDA(m, cudaMemset(dst, 0, bytes), 0);
+		return SGRT_OK;
+	default:
+		host = malloc(bytes ? bytes : 1);
+		if (!host)
+			return sgrt_fail(m, SGRT_ENOMEM, 0, "out of memory");
+		sgrt_init_tensor(t->name, seed, t->dtype, t->rank, t->shape, host);
+		rc = upload(m, dst, host, bytes);
+		free(host);
+		return rc;
+	}
+}
+
+int
+sgrt_load_tensors(SgrtModel *m, const char *path, const SgrtTensorDesc *t,
+                  int n, void *const *ptr, int roles, uint64_t seed)
+{
+	SgrtSafetensors f;
+	char err[SGRT_ERRLEN];
+	int i, rc = SGRT_OK;
+
+	memset(&f, 0, sizeof f);
+	if (path && (rc = sgrt_st_read(path, &f, err, sizeof err)) != SGRT_OK)
+		return sgrt_fail(m, rc, -1, "%s", err);
+	for (i = 0; i < n && rc == SGRT_OK; i++) {
+		const SgrtTensor *ft;
+		if (!ptr[i] || !(roles & (1 << t[i].role)))
+			continue;
+		ft = path ? sgrt_st_find(&f, t[i].name) : NULL;
+		if (!ft)
+			rc = load_missing(m, path, &t[i], ptr[i], seed);
+		else if ((rc = sgrt_st_check(path, ft, t[i].dtype, t[i].rank,
+		                             t[i].shape, err, sizeof err)))
+			rc = sgrt_fail(m, rc, -1, "%s", err);
+		else
+			rc = upload(m, ptr[i], ft->data, ft->nbytes);
+	}
+	sgrt_st_free(&f);
+	/* A pageable upload may still be in flight when cudaMemcpy returns,
+	 * and the model's streams do not wait for the legacy stream. */
+	if (rc == SGRT_OK)
+		SGRT_CHECK_CUDA(m, cudaDeviceSynchronize(), 0);
+	return rc;
+}
+
+/* 1 when tensor i is saved: not a duplicate name, and of a saved role. */
+static int
+saved(const SgrtTensorDesc *t, int i, void *const *ptr)
+{
+	int j;
+
+	if (!ptr[i])
+		return 0;
+	if (t[i].role == SGRT_ROLE_INPUT && !(t[i].flags & SGRT_TF_MUTATED))
+		return 0;
+	for (j = 0; j < i; j++)
+		if (ptr[j] && !strcmp(t[j].name, t[i].name) &&
+		    (t[j].role != SGRT_ROLE_INPUT || t[j].flags & SGRT_TF_MUTATED))
+			return 0;
+	return 1;
+}
+
+/* Frees the host copies of the first n tensors. */
+static void
+free_copies(SgrtTensor *out, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		free(out[i].data);
+	free(out);
+}
+
+int
+sgrt_save_tensors(SgrtModel *m, const char *path, const SgrtTensorDesc *t,
+                  int n, void *const *ptr)
+{
+	SgrtTensor *out = calloc(n ? n : 1, sizeof *out);
+	char err[SGRT_ERRLEN];
+	int i, k = 0, rc;
+
+	if (!out)
+		return sgrt_fail(m, SGRT_ENOMEM, 0, "out of memory");
+	rc = sgrt_check_cuda(m, cudaDeviceSynchronize(), "cudaDeviceSynchronize",
+	                     0);
+	for (i = 0; i < n && rc == SGRT_OK; i++) {
+		SgrtTensor *o = &out[k];
+		if (!saved(t, i, ptr))
+			continue;
+		o->name = (char *)t[i].name;
+		o->dtype = t[i].dtype;
+		o->rank = t[i].rank;
+		memcpy(o->shape, t[i].shape, sizeof o->shape);
+		o->nbytes = sgrt_tensor_bytes(&t[i]);
+		o->data = malloc(o->nbytes ? o->nbytes : 1);
+		k++;
+		if (!o->data)
+			rc = sgrt_fail(m, SGRT_ENOMEM, 0, "out of memory");
+		else if (o->nbytes)
+			rc = sgrt_check_cuda(m, cudaMemcpy(o->data, ptr[i], o->nbytes,
+			                     cudaMemcpyDefault), "cudaMemcpy", 0);
+	}
+	if (rc == SGRT_OK &&
+	    (rc = sgrt_st_write(path, out, (uint32_t)k, err, sizeof err)))
+		rc = sgrt_fail(m, rc, -1, "%s", err);
+	free_copies(out, k);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ bench */
+
+/* qsort order of floats. */
+static int
+cmp_float(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+	return (x > y) - (x < y);
+}
+
+void
+sgrt_median_min(float *ms, int n, double *median, double *min)
+{
+	qsort(ms, n, sizeof *ms, cmp_float);
+	*min = ms[0];
+	*median = n % 2 ? ms[n / 2] : 0.5 * ((double)ms[n / 2 - 1] + ms[n / 2]);
+}
+
+int
+sgrt_bench_line(char *buf, size_t len, const char *graph, float *ms, int n,
+                size_t peak_bytes, int kernels)
+{
+	double median, min;
+	char name[512];
+	size_t j = 0;
+	int w;
+
+	if (n < 1)
+		return SGRT_EUSAGE;
+	sgrt_median_min(ms, n, &median, &min);
+	/* Graph names are identifiers; escape anyway. */
+	for (; *graph && j + 3 < sizeof name; graph++) {
+		if (*graph == '"' || *graph == '\\')
+			name[j++] = '\\';
+		name[j++] = (unsigned char)*graph < 0x20 ? '?' : *graph;
+	}
+	name[j] = 0;
+	w = snprintf(buf, len, "{\"graph\": \"%s\", \"ms_median\": %.6f, "
+	             "\"ms_min\": %.6f, \"peak_bytes\": %zu, \"kernels\": %d}",
+	             name, median, min, peak_bytes, kernels);
+	return w < 0 || (size_t)w >= len ? SGRT_EUSAGE : SGRT_OK;
+}
+
+/* ------------------------------------------------------------------ the driver */
+
+/* One run of the driver: what sgrt_main sets up and tears down. */
+typedef struct {
+	const SgrtProgram *p;
+	SgrtArgs a;
+	const char *prog;
+	int rank, world, local_rank;
+	void *model;
+	SgrtModel *m;
+	cudaStream_t stream;
+	cudaEvent_t *ext;
+	void **io;
+	void **owned;       /* io, with inputs and outputs left NULL */
+	float *ms;
+} Run;
+
+/* Prints the model's error (or msg) to stderr; returns rc. */
+static int
+report(Run *r, int rc)
+{
+	const char *msg = r->m ? sgrt_last_error(r->m) : "";
+
+	if (rc == SGRT_OK)
+		return rc;
+	fprintf(stderr, "%s: %s\n", r->prog, msg[0] ? msg : "failed");
+	if (rc == SGRT_ECUDA && !getenv("SGRT_SYNC"))
+		fprintf(stderr, "%s: note: run with SGRT_SYNC=1 to report an "
+		        "asynchronous fault at the statement that caused it\n",
+		        r->prog);
+	return rc;
+}
+
+/* Allocates the inputs and outputs (zeroed) and collects every tensor's
+ * address into r->io. */
+static int
+bind(Run *r)
+{
+	const SgrtProgram *p = r->p;
+	int i;
+
+	r->io = calloc(p->ntensors ? p->ntensors : 1, sizeof *r->io);
+	r->owned = calloc(p->ntensors ? p->ntensors : 1, sizeof *r->owned);
+	if (!r->io || !r->owned)
+		return sgrt_fail(r->m, SGRT_ENOMEM, 0, "out of memory");
+	for (i = 0; i < p->ntensors; i++) {
+		const SgrtTensorDesc *t = &p->tensors[i];
+		size_t bytes = sgrt_tensor_bytes(t);
+		if (t->role != SGRT_ROLE_INPUT && t->role != SGRT_ROLE_OUTPUT) {
+			r->io[i] = r->owned[i] = p->tensor(r->model, i);
+			if (!r->io[i])
+				return sgrt_fail(r->m, SGRT_EUSAGE, -1, "the model "
+				                 "has no memory for '%s'", t->name);
+			continue;
+		}
+		if (t->flags & SGRT_TF_HOST)
+			SGRT_TRY(sgrt_check_cuda(r->m, cudaMallocHost(&r->io[i],
+			         bytes ? bytes : 1), "cudaMallocHost", 0));
+		else
+			SGRT_TRY(sgrt_check_cuda(r->m, cudaMalloc(&r->io[i],
+			         bytes ? bytes : 1), "cudaMalloc", 0));
+		if (t->flags & SGRT_TF_HOST)
+			memset(r->io[i], 0, bytes);
+		else
+			SGRT_TRY(sgrt_check_cuda(r->m, cudaMemset(r->io[i], 0,
+			         bytes), "cudaMemset", 0));
+	}
+	return SGRT_OK;
+}
+
+/* Frees what bind allocated. */
+static void
+unbind(Run *r)
+{
+	int i;
+
+	for (i = 0; r->io && i < r->p->ntensors; i++) {
+		const SgrtTensorDesc *t = &r->p->tensors[i];
+		if (!r->io[i] || r->owned[i])
+			continue;
+		if (t->flags & SGRT_TF_HOST)
+			(void)cudaFreeHost(r->io[i]);
+		else
+			(void)cudaFree(r->io[i]);
+	}
+	free(r->io);
+	free(r->owned);
+}
+
+/* 1 when this rank writes files named by path. */
+static int
+writes(const Run *r, const char *path)
+{
+	return r->rank == 0 || strstr(path, "{rank}") != NULL;
+}
+
+/* Loads params (and friends) and inputs. */
+static int
+load(Run *r)
+{
+	const SgrtProgram *p = r->p;
+	char path[4096];
+	int rc;
+
+	if (r->a.params &&
+	    sgrt_path_for_rank(path, sizeof path, r->a.params, r->rank))
+		return sgrt_fail(r->m, SGRT_EUSAGE, -1, "--params path too long");
+	rc = sgrt_load_tensors(r->m, r->a.params ? path : NULL, p->tensors,
+	                       p->ntensors, r->owned, SGRT_ROLES_OWNED, r->a.seed);
+	if (rc)
+		return rc;
+	if (r->a.inputs &&
+	    sgrt_path_for_rank(path, sizeof path, r->a.inputs, r->rank))
+		return sgrt_fail(r->m, SGRT_EUSAGE, -1, "--inputs path too long");
+	return sgrt_load_tensors(r->m, r->a.inputs ? path : NULL, p->tensors,
+	                         p->ntensors, r->io, SGRT_ROLES_INPUTS, 0);
+}
+
+/* Issues one call (traced or not). */
+static int
+issue(Run *r, int traced)
+{
+	int rc;
+
+	sgrt_trace_enable(r->m, traced);
+	rc = r->p->call(r->model, r->stream, r->io, r->ext);
+	sgrt_trace_enable(r->m, 0);
+	return rc;
+}
+
+/* The host waits on every extern event, then on the stream. */
+static int
+finish(Run *r)
+{
+	int j;
+
+	for (j = 0; j < r->p->nextern_events; j++)
+		SGRT_TRY(sgrt_check_cuda(r->m, cudaEventSynchronize(r->ext[j]),
+		         "cudaEventSynchronize", 0));
+	return sgrt_check_cuda(r->m, cudaStreamSynchronize(r->stream),
+	                       "cudaStreamSynchronize", 0);
+}
+
+/* Writes the trace of the call just made. */
+static int
+write_trace(Run *r)
+{
+	char path[4096];
+
+	if (!writes(r, r->a.trace))
+		return SGRT_OK;
+	if (sgrt_path_for_rank(path, sizeof path, r->a.trace, r->rank))
+		return sgrt_fail(r->m, SGRT_EUSAGE, -1, "--trace path too long");
+	return sgrt_trace_write(r->m, path);
+}
+
+/* n untimed calls; the last one traced when `traced`. */
+static int
+calls(Run *r, long n, int traced)
+{
+	long k;
+
+	for (k = 0; k < n; k++) {
+		int t = traced && k == n - 1;
+		SGRT_TRY(issue(r, t));
+		SGRT_TRY(finish(r));
+		if (t)
+			SGRT_TRY(write_trace(r));
+	}
+	return SGRT_OK;
+}
+
+/* One call timed by events on the caller's stream. */
+static int
+timed_call(Run *r, cudaEvent_t *ev, float *ms)
+{
+	SGRT_TRY(sgrt_check_cuda(r->m, cudaEventRecord(ev[0], r->stream),
+	         "cudaEventRecord", 0));
+	SGRT_TRY(issue(r, 0));
+	SGRT_TRY(sgrt_check_cuda(r->m, cudaEventRecord(ev[1], r->stream),
+	         "cudaEventRecord", 0));
+	SGRT_TRY(finish(r));
+	return sgrt_check_cuda(r->m, cudaEventElapsedTime(ms, ev[0], ev[1]),
+	                       "cudaEventElapsedTime", 0);
+}
+
+/* --bench: warm-up calls (the last traced when trace_warmup), then
+ * r->a.bench timed calls, and the JSON line. */
+static int
+bench(Run *r, int trace_warmup)
+{
+	const char *w = getenv("SGRT_BENCH_WARMUP");
+	long warm = w && w[0] && atol(w) > 0 ? atol(w) : 3, k;
+	cudaEvent_t ev[2] = { NULL, NULL };
+	char line[1024];
+	int rc;
+
+	SGRT_TRY(calls(r, warm, trace_warmup));
+	r->ms = calloc(r->a.bench, sizeof *r->ms);
+	if (!r->ms)
+		return sgrt_fail(r->m, SGRT_ENOMEM, 0, "out of memory");
+	rc = sgrt_check_cuda(r->m, cudaEventCreate(&ev[0]), "cudaEventCreate", 0);
+	if (!rc)
+		rc = sgrt_check_cuda(r->m, cudaEventCreate(&ev[1]),
+		                     "cudaEventCreate", 0);
+	for (k = 0; k < r->a.bench && rc == SGRT_OK; k++)
+		rc = timed_call(r, ev, &r->ms[k]);
+	if (ev[0])
+		(void)cudaEventDestroy(ev[0]);
+	if (ev[1])
+		(void)cudaEventDestroy(ev[1]);
+	if (rc)
+		return rc;
+	sgrt_bench_line(line, sizeof line, r->p->graph, r->ms, (int)r->a.bench,
+	                sgrt_peak_bytes(r->m), sgrt_kernel_count(r->m));
+	if (r->rank == 0) {
+		printf("%s\n", line);
+		fflush(stdout);
+	}
+	return SGRT_OK;
+}
+
+/* Writes --out. */
+static int
+save(Run *r)
+{
+	char path[4096];
+
+	if (!r->a.out || !writes(r, r->a.out))
+		return SGRT_OK;
+	if (sgrt_path_for_rank(path, sizeof path, r->a.out, r->rank))
+		return sgrt_fail(r->m, SGRT_EUSAGE, -1, "--out path too long");
+	return sgrt_save_tensors(r->m, path, r->p->tensors, r->p->ntensors,
+	                         r->io);
+}
+
+/* The caller's stream and the extern events. */
+static int
+make_stream(Run *r)
+{
+	int j, n = r->p->nextern_events;
+
+	SGRT_TRY(sgrt_check_cuda(r->m, cudaStreamCreateWithFlags(&r->stream,
+	         cudaStreamNonBlocking), "cudaStreamCreateWithFlags", 0));
+	r->ext = calloc(n ? n : 1, sizeof *r->ext);
+	if (!r->ext)
+		return sgrt_fail(r->m, SGRT_ENOMEM, 0, "out of memory");
+	for (j = 0; j < n; j++)
+		SGRT_TRY(sgrt_check_cuda(r->m, cudaEventCreateWithFlags(&r->ext[j],
+		         cudaEventDisableTiming), "cudaEventCreateWithFlags", 0));
+	return SGRT_OK;
+}
+
+/* Everything after the model exists. */
+static int
+run(Run *r)
+{
+	long nsteps = r->a.steps >= 0 ? r->a.steps : (r->a.bench ? 0 : 1);
+
+	SGRT_TRY(make_stream(r));
+	SGRT_TRY(bind(r));
+	SGRT_TRY(load(r));
+	SGRT_TRY(calls(r, nsteps, r->a.trace != NULL));
+	if (r->a.bench)
+		SGRT_TRY(bench(r, r->a.trace && nsteps == 0));
+	return save(r);
+}
+
+/* Frees what run made, then the model. */
+static void
+teardown(Run *r)
+{
+	int j;
+
+	if (r->stream)
+		(void)cudaStreamSynchronize(r->stream);
+	unbind(r);
+	for (j = 0; r->ext && j < r->p->nextern_events; j++)
+		if (r->ext[j])
+			(void)cudaEventDestroy(r->ext[j]);
+	free(r->ext);
+	free(r->ms);
+	if (r->stream)
+		(void)cudaStreamDestroy(r->stream);
+	if (r->model)
+		r->p->destroy(r->model);
+}
+
+int
+sgrt_main(int argc, char **argv, const SgrtProgram *p)
+{
+	char err[SGRT_ERRLEN];
+	Run r;
+	int rc, device;
+
+	memset(&r, 0, sizeof r);
+	r.p = p;
+	r.prog = argc > 0 && argv[0] ? argv[0] : p->graph;
+	if (sgrt_args_parse(&r.a, argc, argv, err, sizeof err) ||
+	    sgrt_env_ranks(&r.rank, &r.world, &r.local_rank, err, sizeof err)) {
+		fprintf(stderr, "%s: %s\n", r.prog, err);
+		sgrt_usage(stderr, r.prog);
+		return SGRT_EUSAGE;
+	}
+	if (r.a.help) {
+		sgrt_usage(stdout, r.prog);
+		return SGRT_OK;
+	}
+	device = r.a.device >= 0 ? r.a.device : r.local_rank;
+	rc = p->create(&r.model, device);
+	r.m = r.model ? p->runtime(r.model) : NULL;
+	if (rc == SGRT_OK && !r.m)
+		rc = SGRT_ENOMEM;
+	if (rc == SGRT_OK)
+		rc = run(&r);
+	report(&r, rc);
+	teardown(&r);
+	return rc;
+}

@@ -1,0 +1,151 @@
+/*
+ * sgrt_impl.h - libsgrt's private header: the model object and what the
+ * sgrt_*.c files share.  A section per file, as in compiler/sgc.h.  Not
+ * installed; the unit test includes it for the host-only helpers.
+ */
+#ifndef SGRT_IMPL_H
+#define SGRT_IMPL_H
+
+#include "sgrt.h"
+
+/* ------------------------------------------------------------------ sgrt.c */
+
+/* The function name at the start of a call's text: "cudaMalloc(&p, n)"
+ * gives "cudaMalloc" (at most len-1 characters). */
+void sgrt_call_name(const char *call, char *buf, size_t len);
+
+/* ------------------------------------------------------------------ sgrt_mem.c */
+
+/* Address -> size map (open addressing, linear probing, no tombstones). */
+typedef struct {
+	uintptr_t *key;   /* 0: empty */
+	size_t *val;
+	size_t n, cap;    /* cap: 0 or a power of two */
+} SgrtPtrMap;
+
+int sgrt_ptrmap_put(SgrtPtrMap *pm, const void *p, size_t size);
+/* Removes p; 1 and *size when it was there, 0 otherwise. */
+int sgrt_ptrmap_take(SgrtPtrMap *pm, const void *p, size_t *size);
+void sgrt_ptrmap_free(SgrtPtrMap *pm);
+
+/* Device bytes the model gained (or, negative, gave back). */
+void sgrt_mem_account(SgrtModel *m, long long delta);
+/* Frees every buffer the model still owns (at sgrt_destroy). */
+void sgrt_mem_release(SgrtModel *m);
+
+/* ------------------------------------------------------------------ sgrt_trace.c */
+
+/* One traced op while tracing is on. */
+typedef struct {
+	int stream;
+	int kind;          /* SGRT_OP_* */
+	char *name;        /* owned */
+	int sgline;
+	cudaEvent_t start, end;
+} SgrtSlice;
+
+/* A slice resolved to times, ready to write. */
+typedef struct {
+	const char *name;
+	const char *cat;   /* "kernel", "copy", "collective", "other" */
+	const char *tid;   /* stream name */
+	int sgline;
+	double ts, dur;    /* microseconds */
+} SgrtTraceEvent;
+
+/* Writes events as a Chrome trace (JSON array of "ph": "X" events). */
+int sgrt_trace_json(FILE *f, const char *graph, const char *sgfile, int pid,
+                    const SgrtTraceEvent *ev, int n);
+/* Writes s as a JSON string literal, quotes included. */
+void sgrt_json_string(FILE *f, const char *s);
+const char *sgrt_op_kind_name(int kind);
+/* Drops the slices of the last traced call (keeps the event pool). */
+void sgrt_trace_reset(SgrtModel *m);
+void sgrt_trace_release(SgrtModel *m);
+
+/* ------------------------------------------------------------------ sgrt_blas.c */
+
+void sgrt_blas_release(SgrtModel *m);
+
+/* ------------------------------------------------------------------ sgrt_nccl.c */
+
+/* The file that carries rank 0's NCCL unique id to the others. */
+int sgrt_idfile_path(char *buf, size_t len);
+/* Rank 0: writes magic, world and the id to path.tmp.PID and renames it. */
+int sgrt_idfile_write(const char *path, const void *id, size_t idlen,
+                      int world, char *err, size_t errlen);
+/* Other ranks: polls path every 10 ms for a file for this world that is
+ * not older than max_age seconds, up to timeout seconds. */
+int sgrt_idfile_read(const char *path, void *id, size_t idlen, int world,
+                     double timeout, double max_age, char *err,
+                     size_t errlen);
+/* Checks for asynchronous NCCL errors (at sgrt_call_end). */
+int sgrt_nccl_poll(SgrtModel *m);
+void sgrt_nccl_release(SgrtModel *m);
+/* Element size of a collective dtype; 0 when unknown. */
+size_t sgrt_coll_dtype_size(int dtype);
+
+/* ------------------------------------------------------------------ sgrt_driver.c */
+
+/* path with "{rank}" replaced by rank; SGRT_EUSAGE when it does not fit. */
+int sgrt_path_for_rank(char *buf, size_t len, const char *path, int rank);
+/* Median and minimum of n > 0 values (sorts ms). */
+void sgrt_median_min(float *ms, int n, double *median, double *min);
+
+/* ------------------------------------------------------------------ the model */
+
+#define SGRT_ERRLEN 1024
+
+struct SgrtModel {
+	char *graph, *sgfile;      /* owned copies ("" when not given) */
+	int device;
+
+	/* Streams: [0] is `default` (the caller's, set per call). */
+	int nstreams;
+	cudaStream_t *stream;
+	char **stream_name;
+	cudaEvent_t *join;         /* [nstreams]: wait_stream's events */
+	int nevents;
+	cudaEvent_t *event;
+
+	/* Errors: the first of the current call. */
+	int status;
+	char err[SGRT_ERRLEN];
+
+	/* Memory. */
+	void *arena;
+	size_t arena_bytes;
+	SgrtPtrMap owned;          /* sgrt_device_alloc */
+	SgrtPtrMap pinned;         /* sgrt_host_alloc */
+	SgrtPtrMap scratch;        /* sgrt_alloc_async */
+	size_t live, peak;
+
+	/* Ops and trace. */
+	int sync_ops;              /* SGRT_SYNC=1 */
+	int cur_line;              /* the latest sgrt_op_begin's */
+	const char *cur_name;
+	int nkernels, last_kernels;
+	int tracing;
+	int traced;                /* a traced call began (t0 recorded) */
+	cudaEvent_t t0;
+	SgrtSlice *slice;
+	int nslices, capslices;
+	cudaEvent_t *tpool;        /* timing events, reused call to call */
+	int ntpool, captpool, tpool_used;
+
+	/* cuBLASLt (types of sgrt_blas.c). */
+	void *lt;                  /* cublasLtHandle_t */
+	void **ws;                 /* [nstreams] workspaces, made on first use */
+	size_t ws_bytes;
+	void *plans;               /* GemmPlan[] */
+	int nplans, capplans;
+	int allow_tf32;
+
+	/* NCCL. */
+	void *comm;                /* ncclComm_t */
+	int rank, world, local_rank;
+	int group_depth;
+	int id_unlinked;
+};
+
+#endif
