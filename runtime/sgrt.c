@@ -267,6 +267,7 @@ sgrt_destroy(SgrtModel *m)
 		(void)cudaSetDevice(m->device);
 	if (m->stream)
 		drain(m);
+	sgrt_symm_release(m);
 	sgrt_nccl_release(m);
 	sgrt_blas_release(m);
 	sgrt_trace_release(m);

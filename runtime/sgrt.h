@@ -422,6 +422,45 @@ int sgrt_main(int argc, char **argv, const SgrtProgram *p);
 int sgrt_bench_line(char *buf, size_t len, const char *graph, float *ms,
                     int n, size_t peak_bytes, int kernels);
 
+/* ------------------------------------------------------------------ symmetric memory */
+
+/* Collectives with the language's algo= hint (sgrt_symm.c; docs/runtime.md,
+ * "Symmetric memory").  ONESHOT all-reduce (f32, f16, bf16; sum, avg, max,
+ * min) is a kernel on NCCL's device API that reads every peer's copy of
+ * the data from a symmetric window; CE all-gather is copy-engine copies
+ * from the peers' windows on the issuing stream, between LSA barriers.
+ * Both fall back to the plain collective (sgrt_all_reduce /
+ * sgrt_all_gather) with one rank, inside an NCCL group, for other dtypes
+ * and ops, and wherever the device API or the windows are unavailable
+ * (SGRT_SYMM_DEBUG=1 says why, once per model).  AUTO and RING are the
+ * plain collectives (NCCL picks its algorithm). */
+enum { SGRT_ALGO_AUTO, SGRT_ALGO_RING, SGRT_ALGO_ONESHOT, SGRT_ALGO_CE };
+
+/* The algo of its .sg name ("auto", "ring", "oneshot", "ce"); -1 when
+ * there is none. */
+int sgrt_algo_from_name(const char *name);
+
+int sgrt_all_reduce_algo(SgrtModel *m, int s, const void *send, void *recv,
+                         size_t count, int dtype, int op, int algo,
+                         const char *name, int sgline);
+int sgrt_all_gather_algo(SgrtModel *m, int s, const void *send, void *recv,
+                         size_t sendcount, int dtype, int algo,
+                         const char *name, int sgline);
+
+/* Sets symmetric memory up ahead of the first ONESHOT or CE collective
+ * (which otherwise does it): the device communicator and a symmetric
+ * buffer of at least `bytes` for stream s.  Collective: every rank calls
+ * it at the same point with the same arguments.  Call it at start-up,
+ * not inside a CUDA graph capture: setting up and growing a buffer wait
+ * for the device.  SGRT_OK also when symmetric memory is unavailable (the
+ * collectives then fall back). */
+int sgrt_symm_reserve(SgrtModel *m, int s, size_t bytes, int sgline);
+
+/* 1 when ONESHOT and CE collectives run on symmetric memory, 0 when they
+ * fall back (or nothing has set them up yet); *why, when why is not NULL,
+ * says why not ("" when they run). */
+int sgrt_symm_active(const SgrtModel *m, const char **why);
+
 #ifdef __cplusplus
 }
 #endif

@@ -85,6 +85,32 @@ void sgrt_nccl_release(SgrtModel *m);
 /* Element size of a collective dtype; 0 when unknown. */
 size_t sgrt_coll_dtype_size(int dtype);
 
+/* ------------------------------------------------------------------ sgrt_symm.c */
+
+/* Frees the model's symmetric memory (before its communicator goes). */
+void sgrt_symm_release(SgrtModel *m);
+
+/* ------------------------------------------------------------------ sgrt_symm_dev.cu */
+
+/* The device half of symmetric memory, built by nvcc (docs/runtime.md).
+ * NCCL results and CUDA errors as int; devcomm is an ncclDevComm, win an
+ * ncclWindow_t.  A one-shot launch has at most SGRT_SYMM_CTAS CTAs and
+ * uses LSA barriers bar0 .. bar0 + SGRT_SYMM_CTAS - 1. */
+#define SGRT_SYMM_CTAS 32
+/* The NCCL_VERSION_CODE built against; 0: that NCCL has no device API. */
+int sgrt_symm_dev_version(void);
+int sgrt_symm_dev_create(void *comm, int nbarriers, void **devcomm,
+                         int *lsa_size);
+int sgrt_symm_dev_destroy(void *comm, void *devcomm);
+/* ptrs[p]: LSA rank p's window base, for p < n (waits on st). */
+int sgrt_symm_dev_lsa_ptrs(void *win, int n, void **ptrs, cudaStream_t st);
+/* A one-CTA kernel on st that meets every rank at LSA barrier index. */
+int sgrt_symm_dev_barrier(const void *devcomm, int index, cudaStream_t st);
+/* The one-shot all-reduce kernel: f32/f16/bf16, sum avg max min. */
+int sgrt_symm_dev_oneshot(const void *devcomm, void *win, const void *send,
+                          void *recv, size_t count, int dtype, int op,
+                          int bar0, cudaStream_t st);
+
 /* ------------------------------------------------------------------ sgrt_driver.c */
 
 /* path with "{rank}" replaced by rank; SGRT_EUSAGE when it does not fit. */
@@ -146,6 +172,7 @@ struct SgrtModel {
 	int rank, world, local_rank;
 	int group_depth;
 	int id_unlinked;
+	void *symm;                /* SgrtSymm of sgrt_symm.c, or NULL */
 };
 
 #endif
