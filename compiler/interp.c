@@ -421,6 +421,8 @@ interp_run(Module *m, Graph *g, const RunOptions *ro)
 	R.rng = ro->interleave_seed;
 	analyse(&R);
 	int status = interp_load(&R.I, ro, R.persist);
+	if (!status)
+		status = interp_optim_load(&R.I, ro);
 	for (int step = 0; !status && step < (ro->steps > 0 ? ro->steps : 1); step++)
 		status = run_call(&R);
 	if (!status) {
@@ -432,6 +434,7 @@ interp_run(Module *m, Graph *g, const RunOptions *ro)
 	}
 	free_call(&R);
 	vec_free(&R.I.owned);
+	interp_optim_free(&R.I);
 	run_free(&R);
 	return status;
 }

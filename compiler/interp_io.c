@@ -174,6 +174,8 @@ write_out(Interp *I, const char *path, Tensor **persist, Tensor **rets,
 		add_out(&l, g->vals.v[g->params.v[i]].name, persist[g->params.v[i]]);
 	for (uint32_t i = 0; i < g->consts.n; i++)
 		add_out(&l, g->vals.v[g->consts.v[i]].name, persist[g->consts.v[i]]);
+	for (uint32_t i = 0; i < interp_optim_count(I); i++)
+		add_out(&l, interp_optim_name(I, i), interp_optim_tensor(I, i));
 	for (uint32_t i = 0; i < g->inputs.n; i++)
 		if (mutated[g->inputs.v[i]])
 			add_out(&l, g->vals.v[g->inputs.v[i]].name, persist[g->inputs.v[i]]);

@@ -7,7 +7,7 @@
 #include "sgc.h"
 
 /* Every shape rule and interpreter kernel named in ops.def. */
-#define X(e, name, opnds, nres, attrs, shape, interp, flags)                 \
+#define X(e, name, opnds, nres, attrs, shape, interp, flags, grad)           \
 	int shape(Graph *g, Node *n, Diag *d);                                \
 	int interp(struct Interp *I, Node *n, struct Tensor **in,             \
 	           struct Tensor **out);
@@ -15,10 +15,10 @@
 #undef X
 
 OpInfo op_table[OP__N] = {
-#define X(e, nm, opnds_, nres_, attrs_, shape_, interp_, flags_)               \
+#define X(e, nm, opnds_, nres_, attrs_, shape_, interp_, flags_, grad_)       \
 	[OP_##e] = {.name = nm, .opnds = opnds_, .nres = nres_,                \
 	            .attrs = attrs_, .shape = shape_, .interp = interp_,       \
-	            .flags = flags_},
+	            .flags = flags_, .grad = grad_},
 #include "ops.def"
 #undef X
 };

@@ -249,6 +249,40 @@ print_decls(Printer *P)
 		fputc('\n', f);
 }
 
+/* The `# saved: %a, %b` line opening the derived block of backward node
+ * bw: the forward results its statements read (the activations kept for
+ * backward; autograd.c), in the order they are defined.  None: no line. */
+static void
+print_saved(Printer *P, uint32_t bw)
+{
+	Graph *g = P->g;
+	uint8_t *mark = calloc((size_t)g->vals.n + 1, 1);
+	int any = 0;
+	if (!mark)
+		ICE("out of memory");
+	for (uint32_t i = bw + 1; i < g->nodes.n && g->nodes.v[i].op != OP_BACKWARD_END; i++) {
+		const Node *n = &g->nodes.v[i];
+		for (uint32_t k = 0; k < n->nopnd && !(n->flags & NF_DEAD); k++) {
+			const Value *v = &g->vals.v[n->opnd[k].v];
+			if (n->opnd[k].kind == OK_VAL && v->kind == VK_NODE && v->def < bw)
+				mark[n->opnd[k].v] = 1;
+		}
+	}
+	for (uint32_t i = 0; i < bw; i++) {
+		const Node *n = &g->nodes.v[i];
+		for (uint32_t j = 0; j < n->nres && !(n->flags & NF_DEAD); j++) {
+			if (!mark[n->res[j]])
+				continue;
+			if (!any++)
+				put_indent(P, 0);
+			fprintf(P->f, any > 1 ? ", %%%s" : "# saved: %%%s", g->vals.v[n->res[j]].name);
+		}
+	}
+	if (any)
+		fputc('\n', P->f);
+	free(mark);
+}
+
 void
 print_graph(FILE *f, Graph *g)
 {
@@ -284,6 +318,7 @@ print_graph(FILE *f, Graph *g)
 				outer = P;
 				P.indent = P.indent + 1 + (P.block != P.base);
 				P.base = P.block = n->stream;
+				print_saved(&P, i);
 			} else {
 				fputs(")\n", f);
 				print_optimizer(&P);

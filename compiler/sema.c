@@ -1112,6 +1112,11 @@ stmt_optimizer(Sema *S, AstStmt *st)
 		if (o->lr < 0 || isnan(o->lr))
 			diag_error(S->d, a[0].loc, "invalid learning rate");
 	}
+	for (uint32_t i = 0; i < nspec; i++) { /* attrspec_parse's strings */
+		free((char *)spec[i].name);
+		free((char *)spec[i].deflt);
+		free((char *)spec[i].choices);
+	}
 	free(spec);
 }
 

@@ -257,7 +257,7 @@ const char *lexer_token_name(int kind);
  */
 
 typedef enum {
-#define X(e, name, opnds, nres, attrs, shape, interp, flags) OP_##e,
+#define X(e, name, opnds, nres, attrs, shape, interp, flags, grad) OP_##e,
 #include "ops.def"
 #undef X
 	OP__N
@@ -312,6 +312,10 @@ struct Tensor;
 /* Interpreter kernel (interp_*.c): computes the results of n. */
 typedef int (*InterpFn)(struct Interp *I, Node *n, struct Tensor **in,
                         struct Tensor **out);
+/* Derivative rule (grad_rules.c): see the autograd.c section. */
+typedef struct Grad Grad;
+typedef int (*GradFn)(Grad *G, const Node *n, const ValId *gout, ValId *gin,
+                      const uint8_t *need);
 
 typedef struct {
 	const char *name;
@@ -321,6 +325,7 @@ typedef struct {
 	ShapeFn shape;
 	InterpFn interp;
 	uint32_t flags;
+	GradFn grad;        /* NULL: no derivative */
 	AttrSpec *attr;     /* parsed from attrs by ops_init */
 	uint32_t nattr;
 } OpInfo;
@@ -599,6 +604,7 @@ typedef struct Interp {
 	Tensor **val;     /* per ValId: its tensor in the current call */
 	int interleave;   /* poison freed buffers instead of freeing them */
 	VEC(Tensor *) owned; /* tensors allocated in the current call */
+	struct OptimState *optim; /* interp_optim.c: optimizer state */
 } Interp;
 
 /* Kernels (ops.def column 7) return 0, or 1 after reporting an error
@@ -665,6 +671,8 @@ typedef struct {
 	int32_t *after;     /* nn x ns: node i's stream clock just after i */
 	NodeId *prevon;     /* per node: the previous live node on its stream */
 	NodeId *laston;     /* per stream: the last node stepped on it */
+	int no_dealloc;     /* take sync_dealloc for no sync (control_deps:
+	                       only the program's syncs carry dependencies) */
 } Hb;
 
 void hb_init(Hb *h, const Graph *g);
@@ -715,9 +723,9 @@ void races_insert(Graph *g, NodeInsVec *ins);
 
 /* One unordered pair of accesses found by races_walk. */
 enum {
-	RACE_RAW,        /* read, the last write not ordered before it */
+	RACE_RAW,        /* read or in-place write, the last write not
+	                    ordered before it */
 	RACE_WAR,        /* in-place write, an earlier read not ordered */
-	RACE_WAW,        /* in-place write, the last write not ordered */
 	RACE_FREE,       /* sync_dealloc or del, an access not ordered */
 	RACE_AFTER_FREE, /* an access after sync_dealloc or del */
 	RACE_RET,        /* a returned value not ordered before the end */
@@ -725,6 +733,7 @@ enum {
 };
 typedef struct {
 	uint8_t kind;
+	uint8_t pdef;     /* the earlier access is the value's definition */
 	uint32_t k;       /* operand of the node; NONE at the end */
 	ValId v;          /* the value accessed (for RACE_JOIN: NONE) */
 	NodeId prev;      /* the earlier access; NONE: the call start */
@@ -740,8 +749,10 @@ void races_walk(Graph *g, unsigned what, RaceFn fn, void *ctx);
  * --allow-races); a race at a compiler-made node is an internal error. */
 int races_pass(Graph *g, const PassOptions *po, Diag *d);
 /* The verifier re-run after each later pass: returns 0 after reporting
- * a race at a user node (none with --allow-races). */
-int races_recheck(Graph *g, const PassOptions *po, Diag *d, const char *after);
+ * a race at a user node (none with --allow-races).  ctrl_done: the
+ * control_deps pass ran, so no bare sync may have values crossing it. */
+int races_recheck(Graph *g, const PassOptions *po, Diag *d, const char *after,
+                  int ctrl_done);
 /* Write-after-read and write-after-write races of the user's in-place
  * ops, checked before functionalize rewrites them.  Returns 0 on error. */
 int races_check_writes(Graph *g, const PassOptions *po, Diag *d);
@@ -813,6 +824,10 @@ void memplan_free(MemPlan *mp);
  * share memory; -1 when the graph is too large to check. */
 int memplan_verify(Graph *g, const MemPlan *mp, char *why);
 void memplan_report(FILE *f, Graph *g, const MemPlan *mp);
+/* `sgc check --memory`: the plan of each graph (or only_graph), checked
+ * (an internal error if the checker finds an overlap). */
+void memplan_report_module(FILE *f, Module *m, const char *only_graph,
+                           int opt_level);
 int memplan_pass(Graph *g, const PassOptions *po, Diag *d);
 
 /* ------------------------------------------------------------------ dealloc.c */
@@ -835,5 +850,100 @@ int functionalize_pass(Graph *g, const PassOptions *po, Diag *d);
 
 /* --emit=dot: Graphviz, one colour per stream, sync edges dashed. */
 void dot_module(FILE *f, Module *m, const char *only_graph);
+
+/* ------------------------------------------------------------------ autograd.c, optim.c, grad_*.c
+ * Reverse-mode differentiation (the `autograd` pass, docs/autograd.md).
+ * A derivative rule (ops.def's `grad` column, grad_rules.c) is given the
+ * forward node and the gradients of its results (NONE: no gradient) and
+ * sets gin[k] for each operand k with need[k], or leaves it NONE (no
+ * contribution).  It builds IR from other ops with the builder below:
+ * every node it makes runs on the forward node's stream, is typed by its
+ * op's own shape rule and is flagged NF_BACKWARD.  gin[k] may have a
+ * broadcast shape or another float dtype: the pass sums and casts it to
+ * the operand's type.  A rule returns 0 after reporting an error.
+ */
+int autograd_run(Graph *g, const PassOptions *po, Diag *d);
+
+Opnd grad_v(ValId v);       /* a value operand */
+Opnd grad_lf(double f);     /* a float literal */
+Opnd grad_li(int64_t i);    /* an integer literal */
+/* Operand k of the forward node as the rule may use it: a literal as it
+ * is, a value as it was when the node ran (grad_in). */
+Opnd grad_arg(Grad *G, const Node *n, int k);
+/* The value of forward operand k or result j as the node saw it (a
+ * snapshot when an in-place op changed it before backward). */
+ValId grad_in(Grad *G, int k);
+ValId grad_out(Grad *G, int j);
+/* Names the rule's next temporaries after operand k's value. */
+void grad_target(Grad *G, const Node *n, int k);
+Graph *grad_graph(Grad *G);
+const Type *grad_type(Grad *G, ValId v);
+/* An error at the forward node's statement; returns 0. */
+int grad_error(Grad *G, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A node of op with operands ops and default attributes; set attributes,
+ * then grad_end makes its nres results, types them and emits it. */
+Node *grad_node(Grad *G, int op, const Opnd *ops, int nops);
+void grad_set(Node *n, const char *name, int64_t i); /* int, bool, dtype */
+void grad_setf(Node *n, const char *name, double f);
+void grad_sets(Node *n, const char *name, const char *s);
+void grad_setints(Grad *G, Node *n, const char *name, const int64_t *v, int nv);
+void grad_copyattr(Node *n, const char *name, const Attr *src);
+ValId grad_end(Grad *G, Node *n, uint32_t nres); /* the first result */
+ValId grad_op1(Grad *G, int op, Opnd a);
+ValId grad_op2(Grad *G, int op, Opnd a, Opnd b);
+ValId grad_op3(Grad *G, int op, Opnd a, Opnd b, Opnd c);
+ValId grad_sum(Grad *G, ValId x, uint32_t dims_mask, int keepdim);
+ValId grad_reshape(Grad *G, ValId x, const int64_t *shape, int rank);
+ValId grad_expand(Grad *G, ValId x, const Type *to);
+ValId grad_transpose(Grad *G, ValId x, int d0, int d1);
+ValId grad_zeros(Grad *G, const Type *t);
+ValId grad_cast(Grad *G, ValId x, DType dt);
+/* x summed over the dims broadcasting added to reach to's shape, and cast
+ * to to's dtype. */
+ValId grad_fit(Grad *G, ValId x, const Type *to);
+
+/* optim.c: the update of param p from its gradient (sgd_update_ or
+ * adamw_update_ with the graph's optimizer's settings), on stream s. */
+void optim_update(Grad *G, ValId p, ValId grad, uint32_t s);
+
+/* grad_rules.c: the derivative rules named in ops.def. */
+#define GRAD_RULE(f) int f(Grad *G, const Node *n, const ValId *gout, \
+                           ValId *gin, const uint8_t *need)
+GRAD_RULE(grad_unary);
+GRAD_RULE(grad_binary);
+GRAD_RULE(grad_where);
+GRAD_RULE(grad_clamp);
+GRAD_RULE(grad_cast_rule);
+GRAD_RULE(grad_reduce);
+GRAD_RULE(grad_softmax);
+GRAD_RULE(grad_norm);
+GRAD_RULE(grad_matmul);
+GRAD_RULE(grad_linear);
+GRAD_RULE(grad_sdpa);
+GRAD_RULE(grad_reshape_rule);
+GRAD_RULE(grad_transpose_rule);
+GRAD_RULE(grad_permute);
+GRAD_RULE(grad_expand_rule);
+GRAD_RULE(grad_slice);
+GRAD_RULE(grad_cat);
+GRAD_RULE(grad_split);
+GRAD_RULE(grad_embedding);
+GRAD_RULE(grad_gather);
+GRAD_RULE(grad_loss);
+GRAD_RULE(grad_memory);
+GRAD_RULE(grad_inplace);
+GRAD_RULE(grad_collective);
+GRAD_RULE(grad_control_deps);
+#undef GRAD_RULE
+
+/* interp_optim.c: optimizer state in the interpreter, keyed by param
+ * name ("opt.NAME.exp_avg"...): loaded from --params (missing state starts
+ * fresh), kept across --steps, written to --out. */
+int interp_optim_load(Interp *I, const RunOptions *ro);
+uint32_t interp_optim_count(const Interp *I);
+const char *interp_optim_name(const Interp *I, uint32_t i);
+const Tensor *interp_optim_tensor(const Interp *I, uint32_t i);
+void interp_optim_free(Interp *I);
 
 #endif /* SGC_H */

@@ -1,0 +1,315 @@
+/*
+ * interp_grad.c - interpreter kernels of the backward ops autograd makes
+ * (gelu_backward, layer_norm_backward, rms_norm_backward,
+ * scaled_dot_product_attention_backward, embedding_backward,
+ * gather_backward, cross_entropy_backward).
+ *
+ * Like interp_nn.c they compute in double and round once to the result
+ * dtype; the formulas are PyTorch's backward kernels'.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sgc.h"
+
+/* ------------------------------------------------------------------ gelu */
+
+/* d gelu(x) / dx, exact (erf) or with the tanh approximation. */
+static double
+gelu_slope(double x, int tanh_approx)
+{
+	if (tanh_approx) {
+		const double beta = 0.79788456080286535588, kappa = 0.044715;
+		double inner = beta * (x + kappa * x * x * x), t = tanh(inner);
+		double left = 0.5 * x, right = 1.0 + t;
+		double dright = left * (1.0 - t * t) * beta * (1.0 + 3.0 * kappa * x * x);
+		return 0.5 * right + dright;
+	}
+	double cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752440));
+	double pdf = exp(-0.5 * x * x) * 0.39894228040143267794;
+	return cdf + x * pdf;
+}
+
+/* gelu_backward(g, x) = g * gelu'(x). */
+int
+interp_gelu_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
+{
+	(void)I;
+	const Attr *a = ir_attr(n, "approximate");
+	int th = a && a->s && strcmp(a->s, "tanh") == 0;
+	for (int64_t i = 0; i < out[0]->numel; i++)
+		interp_setf(out[0], i, interp_getf(in[0], i) *
+		            gelu_slope(interp_getf(in[1], i), th));
+	return 0;
+}
+
+/* ------------------------------------------------------------------ normalisation */
+
+/* dx of layer_norm (mean-centred) or rms_norm over the last dim: with
+ * xhat the normalised x and gh = g * w,
+ *   layer_norm: rstd * (gh - mean(gh) - xhat * mean(gh * xhat))
+ *   rms_norm:   rstd * (gh - xhat * mean(gh * xhat)). */
+int
+interp_norm_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
+{
+	(void)I;
+	Tensor *g = in[0], *x = in[1], *w = n->nopnd > 2 ? in[2] : NULL;
+	double eps = ir_attr_float(n, "eps", 1e-5);
+	int rms = n->op == OP_RMS_NORM_BACKWARD;
+	int64_t len = x->shape[x->rank - 1], rows = len ? x->numel / len : 0;
+	double *xh = xmalloc((size_t)(len + 1) * sizeof *xh);
+	double *gh = xmalloc((size_t)(len + 1) * sizeof *gh);
+	for (int64_t r = 0; r < rows; r++) {
+		int64_t base = r * len;
+		double mean = 0, var = 0, mg = 0, mgx = 0;
+		for (int64_t j = 0; j < len; j++)
+			mean += interp_getf(x, base + j);
+		mean = rms ? 0 : mean / (double)len;
+		for (int64_t j = 0; j < len; j++) {
+			double dv = interp_getf(x, base + j) - mean;
+			var += dv * dv;
+		}
+		double rstd = 1.0 / sqrt(var / (double)len + eps);
+		for (int64_t j = 0; j < len; j++) {
+			xh[j] = (interp_getf(x, base + j) - mean) * rstd;
+			gh[j] = interp_getf(g, base + j) * (w ? interp_getf(w, j) : 1.0);
+			mg += gh[j];
+			mgx += gh[j] * xh[j];
+		}
+		mg = rms ? 0 : mg / (double)len;
+		mgx /= (double)len;
+		for (int64_t j = 0; j < len; j++)
+			interp_setf(out[0], base + j, rstd * (gh[j] - mg - xh[j] * mgx));
+	}
+	free(xh);
+	free(gh);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ attention */
+
+/* Offset of batch b's matrix in t, whose batch dims are broadcast into the
+ * brank dims of bshape. */
+static int64_t
+batch_offset(const Tensor *t, int brank, const int64_t *bshape, int64_t b)
+{
+	int tb = t->rank - 2;
+	int64_t mat = t->shape[t->rank - 1] * t->shape[t->rank - 2];
+	int64_t off = 0, stride = mat;
+	for (int d = brank - 1; d >= 0; d--) {
+		int64_t i = b % bshape[d];
+		b /= bshape[d];
+		int td = d - (brank - tb);
+		if (td < 0)
+			continue;
+		if (t->shape[td] != 1)
+			off += i * stride;
+		stride *= t->shape[td];
+	}
+	return off;
+}
+
+/* Row i of the attention probabilities (scaled, causal-masked softmax of
+ * q k^T) into p[tk]. */
+static void
+attn_row(const Tensor *q, int64_t qo, const Tensor *k, int64_t ko, int64_t i,
+         int64_t tk, int64_t e, double scale, int causal, double *p)
+{
+	double m = -INFINITY, s = 0;
+	for (int64_t j = 0; j < tk; j++) {
+		double v = 0;
+		for (int64_t c = 0; c < e; c++)
+			v += interp_getf(q, qo + i * e + c) * interp_getf(k, ko + j * e + c);
+		p[j] = causal && j > i ? -INFINITY : v * scale;
+		m = isnan(p[j]) || p[j] > m ? p[j] : m;
+	}
+	for (int64_t j = 0; j < tk; j++)
+		s += exp(p[j] - m);
+	for (int64_t j = 0; j < tk; j++)
+		p[j] = exp(p[j] - m) / s;
+}
+
+/* The gradients of softmax(q k^T * scale + mask) v for one batch:
+ * dv = P^T g, dP = g v^T, dS = P * (dP - rowsum(dP * P)),
+ * dq = dS k * scale, dk = dS^T q * scale. */
+static void
+attn_back(Tensor **in, int64_t off[4], double *dq, double *dk, double *dv,
+          int64_t tq, int64_t tk, int64_t e, int64_t ev, double scale,
+          int causal)
+{
+	Tensor *g = in[0], *q = in[1], *k = in[2], *v = in[3];
+	double *p = xmalloc((size_t)(tk + 1) * sizeof *p);
+	double *dp = xmalloc((size_t)(tk + 1) * sizeof *dp);
+	for (int64_t i = 0; i < tq; i++) {
+		attn_row(q, off[1], k, off[2], i, tk, e, scale, causal, p);
+		double dot = 0;
+		for (int64_t j = 0; j < tk; j++) {
+			double s = 0;
+			for (int64_t c = 0; c < ev; c++) {
+				double gc = interp_getf(g, off[0] + i * ev + c);
+				s += gc * interp_getf(v, off[3] + j * ev + c);
+				dv[j * ev + c] += p[j] * gc;
+			}
+			dp[j] = s;
+			dot += s * p[j];
+		}
+		for (int64_t j = 0; j < tk; j++) {
+			double ds = p[j] * (dp[j] - dot) * scale;
+			if (ds == 0)
+				continue;
+			for (int64_t c = 0; c < e; c++) {
+				dq[i * e + c] += ds * interp_getf(k, off[2] + j * e + c);
+				dk[j * e + c] += ds * interp_getf(q, off[1] + i * e + c);
+			}
+		}
+	}
+	free(p);
+	free(dp);
+}
+
+/* dq, dk, dv of each batch (batch dims broadcast, as the forward's). */
+int
+interp_sdpa_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
+{
+	(void)I;
+	Tensor *q = in[1], *k = in[2], *v = in[3];
+	int64_t tq = q->shape[q->rank - 2], e = q->shape[q->rank - 1];
+	int64_t tk = k->shape[k->rank - 2], ev = v->shape[v->rank - 1];
+	const Attr *sa = ir_attr(n, "scale");
+	double scale = sa ? sa->f : 1.0 / sqrt((double)e);
+	int causal = ir_attr_int(n, "causal", 0) != 0;
+	int brank = out[0]->rank - 2;
+	int64_t nb = 1;
+	for (int d = 0; d < brank; d++)
+		nb *= out[0]->shape[d];
+	int64_t sz[3] = {tq * e, tk * e, tk * ev};
+	double *buf[3];
+	for (int r = 0; r < 3; r++)
+		buf[r] = xmalloc((size_t)(sz[r] + 1) * sizeof **buf);
+	for (int64_t b = 0; b < nb; b++) {
+		int64_t off[4];
+		for (int i = 0; i < 4; i++)
+			off[i] = batch_offset(in[i], brank, out[0]->shape, b);
+		for (int r = 0; r < 3; r++)
+			memset(buf[r], 0, (size_t)sz[r] * sizeof **buf);
+		attn_back(in, off, buf[0], buf[1], buf[2], tq, tk, e, ev, scale, causal);
+		for (int r = 0; r < 3; r++)
+			for (int64_t j = 0; j < sz[r]; j++)
+				interp_setf(out[r], b * sz[r] + j, buf[r][j]);
+	}
+	for (int r = 0; r < 3; r++)
+		free(buf[r]);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ indexing */
+
+/* Rounds a double accumulator into r. */
+static void
+store(Tensor *r, const double *acc)
+{
+	for (int64_t i = 0; i < r->numel; i++)
+		interp_setf(r, i, acc[i]);
+}
+
+/* out[idx[i], :] += g[i, :] into a zero [rows, D] table. */
+int
+interp_embedding_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
+{
+	Tensor *g = in[0], *idx = in[1], *r = out[0];
+	int64_t rows = r->shape[0], width = r->shape[1];
+	double *acc = calloc((size_t)r->numel + 1, sizeof *acc);
+	if (!acc)
+		ICE("out of memory");
+	for (int64_t i = 0; i < idx->numel; i++) {
+		int64_t k = interp_geti(idx, i);
+		if (k < 0 || k >= rows) {
+			free(acc);
+			return interp_fail(I, n, "embedding_backward: index %lld is out "
+			                   "of range for %lld rows", (long long)k,
+			                   (long long)rows);
+		}
+		for (int64_t j = 0; j < width; j++)
+			acc[k * width + j] += interp_getf(g, i * width + j);
+	}
+	store(r, acc);
+	free(acc);
+	return 0;
+}
+
+/* out[p with p[dim] = idx[p]] += g[p] into zeros of the result's shape. */
+int
+interp_gather_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
+{
+	Tensor *g = in[0], *idx = in[1], *r = out[0];
+	int d = (int)ir_attr_int(n, "dim", 0);
+	int64_t rs[SG_MAXRANK], gs[SG_MAXRANK];
+	interp_strides(r->rank, r->shape, rs);
+	interp_strides(g->rank, g->shape, gs);
+	double *acc = calloc((size_t)r->numel + 1, sizeof *acc);
+	if (!acc)
+		ICE("out of memory");
+	int64_t size = r->rank ? r->shape[d] : 1;
+	for (int64_t i = 0; i < g->numel; i++) {
+		int64_t k = interp_geti(idx, i), off = 0;
+		if (k < 0 || k >= size) {
+			free(acc);
+			return interp_fail(I, n, "gather_backward: index %lld is out of "
+			                   "bounds for size %lld", (long long)k,
+			                   (long long)size);
+		}
+		for (int j = 0; j < g->rank; j++) {
+			int64_t pj = (i / gs[j]) % g->shape[j];
+			off += (j == d ? k : pj) * rs[j];
+		}
+		acc[off] += interp_getf(g, i);
+	}
+	store(r, acc);
+	free(acc);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ losses */
+
+/* d mean cross_entropy / d logits = (softmax - onehot(target)) * g / count
+ * over the targets that are not ignore_index (-100), which get 0. */
+int
+interp_cross_entropy_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
+{
+	Tensor *g = in[0], *x = in[1], *t = in[2], *r = out[0];
+	int cd = x->rank >= 2 ? 1 : 0;
+	int64_t outer = 1, ncls = x->shape[cd], inner = 1, count = 0;
+	for (int i = 0; i < cd; i++)
+		outer *= x->shape[i];
+	for (int i = cd + 1; i < x->rank; i++)
+		inner *= x->shape[i];
+	for (int64_t i = 0; i < t->numel; i++)
+		count += interp_geti(t, i) != -100;
+	double w = interp_getf(g, 0) / (double)count;
+	double *p = xmalloc((size_t)(ncls + 1) * sizeof *p);
+	for (int64_t o = 0; o < outer; o++)
+		for (int64_t k = 0; k < inner; k++) {
+			int64_t tgt = interp_geti(t, o * inner + k);
+			int64_t base = o * ncls * inner + k;
+			if (tgt != -100 && (tgt < 0 || tgt >= ncls)) {
+				free(p);
+				return interp_fail(I, n, "cross_entropy_backward: target %lld "
+				                   "is out of range for %lld classes",
+				                   (long long)tgt, (long long)ncls);
+			}
+			double m = -INFINITY, s = 0;
+			for (int64_t c = 0; c < ncls; c++) {
+				p[c] = interp_getf(x, base + c * inner);
+				m = isnan(p[c]) || p[c] > m ? p[c] : m;
+			}
+			for (int64_t c = 0; c < ncls; c++)
+				s += exp(p[c] - m);
+			for (int64_t c = 0; c < ncls; c++) {
+				double v = tgt == -100 ? 0 : w * (exp(p[c] - m) / s - (c == tgt));
+				interp_setf(r, base + c * inner, v);
+			}
+		}
+	free(p);
+	return 0;
+}

@@ -1,0 +1,283 @@
+/*
+ * interp_optim.c - the optimizer updates in the interpreter (sgd_update_,
+ * adamw_update_) and their state.
+ *
+ * State is keyed by the param's name, under PyTorch's state names:
+ *   opt.NAME.momentum_buffer            SGD with momentum != 0
+ *   opt.NAME.exp_avg, opt.NAME.exp_avg_sq   AdamW (the param's dtype and shape)
+ *   opt.NAME.step                       AdamW, f32 [] (as PyTorch keeps it)
+ * It is read from --params when there (checked against the param), else
+ * starts as a fresh torch.optim optimizer's does (no momentum buffer yet;
+ * zero moments, step 0); it lives across --steps and is written to --out
+ * once it exists, so that `--steps 3` equals three chained `--steps 1`.
+ *
+ * The updates follow torch.optim's single-tensor code op by op, each op
+ * computed in the dtype's opmath (float for f32/f16/bf16, double for f64)
+ * and rounded to the tensor's dtype, Python scalars (lr, betas, bias
+ * corrections) computed in double and used at opmath precision:
+ *
+ *   SGD:   d = g + wd * p                     (when wd != 0)
+ *          buf = d (first step) | buf * momentum + d   (when momentum != 0)
+ *          p = p + (-lr) * buf (or d)
+ *   AdamW: step += 1;  p = p * (1 - lr * wd)
+ *          m = lerp(m, g, 1 - beta1);  v = v * beta2 + (1 - beta2) * g * g
+ *          denom = sqrt(v) / sqrt(1 - beta2^step) + eps
+ *          p = p + (-lr / (1 - beta1^step)) * m / denom
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+#include "sgc.h"
+
+typedef struct {
+	char *name;     /* opt.NAME.what */
+	Tensor *t;
+	int present;    /* loaded, or made by a step: saved */
+} OptEntry;
+
+struct OptimState {
+	VEC(OptEntry) e;
+};
+
+/* The entry called name, or NULL. */
+static OptEntry *
+find(const Interp *I, const char *name)
+{
+	if (!I->optim)
+		return NULL;
+	for (uint32_t i = 0; i < I->optim->e.n; i++)
+		if (strcmp(I->optim->e.v[i].name, name) == 0)
+			return &I->optim->e.v[i];
+	return NULL;
+}
+
+/* Adds the (absent) entry opt.PARAM.what of a type, once. */
+static void
+declare(Interp *I, const char *param, const char *what, DType dt, int rank,
+        const int64_t *shape)
+{
+	size_t len = strlen(param) + strlen(what) + 8;
+	char *name = xmalloc(len);
+	snprintf(name, len, "opt.%s.%s", param, what);
+	if (find(I, name)) {
+		free(name);
+		return;
+	}
+	OptEntry e = {.name = name, .t = interp_tensor_new(NULL, dt, rank, shape)};
+	e.t->keep = 1;
+	vec_push(&I->optim->e, e);
+}
+
+/* The state each update op of the graph needs. */
+static void
+declare_all(Interp *I)
+{
+	Graph *g = I->g;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		if ((n->flags & NF_DEAD) || (n->op != OP_SGD_UPDATE_ && n->op != OP_ADAMW_UPDATE_))
+			continue;
+		const Value *p = &g->vals.v[n->opnd[0].v];
+		const Type *t = &p->type;
+		if (n->op == OP_SGD_UPDATE_) {
+			if (ir_attr_float(n, "momentum", 0) != 0)
+				declare(I, p->name, "momentum_buffer", (DType)t->dt, t->rank, t->d);
+			continue;
+		}
+		declare(I, p->name, "exp_avg", (DType)t->dt, t->rank, t->d);
+		declare(I, p->name, "exp_avg_sq", (DType)t->dt, t->rank, t->d);
+		declare(I, p->name, "step", DT_F32, 0, NULL);
+	}
+}
+
+/* Declares the state the graph's updates use and loads what --params
+ * holds of it. */
+int
+interp_optim_load(Interp *I, const RunOptions *ro)
+{
+	I->optim = calloc(1, sizeof *I->optim);
+	if (!I->optim)
+		ICE("out of memory");
+	declare_all(I);
+	if (!ro->params || I->optim->e.n == 0)
+		return 0;
+	SgrtSafetensors f;
+	char err[512];
+	if (sgrt_st_read(ro->params, &f, err, sizeof err)) {
+		fprintf(stderr, "sgc run: error: %s\n", err);
+		return 3;
+	}
+	int rc = 0;
+	for (uint32_t i = 0; i < I->optim->e.n && !rc; i++) {
+		OptEntry *e = &I->optim->e.v[i];
+		const SgrtTensor *st = sgrt_st_find(&f, e->name);
+		if (!st)
+			continue;
+		if (sgrt_st_check(ro->params, st, e->t->dt, e->t->rank, e->t->shape,
+		                  err, sizeof err)) {
+			fprintf(stderr, "sgc run: error: %s\n", err);
+			rc = 1;
+			break;
+		}
+		memcpy(e->t->data, st->data, st->nbytes);
+		e->present = 1;
+	}
+	sgrt_st_free(&f);
+	return rc;
+}
+
+/* The state tensors that exist (written to --out). */
+uint32_t
+interp_optim_count(const Interp *I)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; I->optim && i < I->optim->e.n; i++)
+		n += I->optim->e.v[i].present;
+	return n;
+}
+
+/* The i-th present entry. */
+static const OptEntry *
+present(const Interp *I, uint32_t i)
+{
+	for (uint32_t k = 0; k < I->optim->e.n; k++)
+		if (I->optim->e.v[k].present && i-- == 0)
+			return &I->optim->e.v[k];
+	ICE("optimizer state %u out of range", i);
+}
+
+/* Name and tensor of the i-th existing state tensor. */
+const char *
+interp_optim_name(const Interp *I, uint32_t i)
+{
+	return present(I, i)->name;
+}
+
+const Tensor *
+interp_optim_tensor(const Interp *I, uint32_t i)
+{
+	return present(I, i)->t;
+}
+
+/* Frees the state at the end of the run. */
+void
+interp_optim_free(Interp *I)
+{
+	if (!I->optim)
+		return;
+	for (uint32_t i = 0; i < I->optim->e.n; i++) {
+		free(I->optim->e.v[i].name);
+		interp_tensor_free(I->optim->e.v[i].t);
+	}
+	vec_free(&I->optim->e);
+	free(I->optim);
+	I->optim = NULL;
+}
+
+/* ------------------------------------------------------------------ updates */
+
+/* The state entry opt.PARAM.what for update n. */
+static OptEntry *
+state(Interp *I, const Node *n, const char *what)
+{
+	char name[512];
+	snprintf(name, sizeof name, "opt.%s.%s", I->g->vals.v[n->opnd[0].v].name, what);
+	OptEntry *e = find(I, name);
+	if (!e)
+		ICE("no optimizer state %s", name);
+	return e;
+}
+
+/* v rounded to the tensor's dtype and back (each PyTorch op's result). */
+static double
+rnd(const Tensor *t, double v)
+{
+	switch (t->dt) {
+	case DT_F64: return v;
+	case DT_F32: return (float)v;
+	default: {
+		Tensor tmp = {.dt = t->dt, .numel = 1};
+		uint16_t b;
+		tmp.data = &b;
+		interp_setf(&tmp, 0, v);
+		return interp_getf(&tmp, 0);
+	}
+	}
+}
+
+/* sgd_update_(p, g): torch.optim.SGD's step (see the top). */
+int
+interp_sgd_update(Interp *I, Node *n, Tensor **in, Tensor **out)
+{
+	(void)out;
+	Tensor *p = in[0], *g = in[1];
+	DType dt = (DType)p->dt;
+	double lr = interp_opmath(dt, -ir_attr_float(n, "lr", 0));
+	double mom = ir_attr_float(n, "momentum", 0);
+	double wd = ir_attr_float(n, "weight_decay", 0);
+	OptEntry *buf = mom != 0 ? state(I, n, "momentum_buffer") : NULL;
+	double m = interp_opmath(dt, mom), w = interp_opmath(dt, wd);
+	for (int64_t i = 0; i < p->numel; i++) {
+		double pi = interp_getf(p, i), d = interp_getf(g, i);
+		if (wd != 0)
+			d = rnd(p, d + w * pi);
+		if (buf) {
+			if (buf->present)
+				d = rnd(p, rnd(p, interp_getf(buf->t, i) * m) + d);
+			interp_setf(buf->t, i, d);
+		}
+		interp_setf(p, i, pi + lr * d);
+	}
+	if (buf)
+		buf->present = 1;
+	return 0;
+}
+
+/* torch.lerp(a, b, w) as PyTorch's CPU kernel computes it. */
+static double
+lerp(double a, double b, double w)
+{
+	return fabs(w) < 0.5 ? a + w * (b - a) : b - (b - a) * (1 - w);
+}
+
+/* adamw_update_(p, g): torch.optim.AdamW's step (see the top). */
+int
+interp_adamw_update(Interp *I, Node *n, Tensor **in, Tensor **out)
+{
+	(void)out;
+	Tensor *p = in[0], *g = in[1];
+	DType dt = (DType)p->dt;
+	double lr = ir_attr_float(n, "lr", 0), wd = ir_attr_float(n, "weight_decay", 0);
+	double b1 = ir_attr_float(n, "beta1", 0.9), b2 = ir_attr_float(n, "beta2", 0.999);
+	double eps = ir_attr_float(n, "eps", 1e-8);
+	OptEntry *m = state(I, n, "exp_avg"), *v = state(I, n, "exp_avg_sq");
+	OptEntry *st = state(I, n, "step");
+	if (!st->present) {
+		memset(m->t->data, 0, (size_t)m->t->numel * (size_t)dtype_size(m->t->dt));
+		memset(v->t->data, 0, (size_t)v->t->numel * (size_t)dtype_size(v->t->dt));
+		interp_setf(st->t, 0, 0);
+	}
+	m->present = v->present = st->present = 1;
+	double step = (float)(interp_getf(st->t, 0) + 1);
+	interp_setf(st->t, 0, step);
+	double decay = interp_opmath(dt, 1 - lr * wd);
+	double w1 = interp_opmath(dt, 1 - b1), c2 = interp_opmath(dt, 1 - b2);
+	double bb2 = interp_opmath(dt, b2);
+	double bc2 = interp_opmath(dt, sqrt(1 - pow(b2, step)));
+	double size = interp_opmath(dt, -(lr / (1 - pow(b1, step))));
+	double e = interp_opmath(dt, eps);
+	for (int64_t i = 0; i < p->numel; i++) {
+		double pi = rnd(p, interp_getf(p, i) * decay), gi = interp_getf(g, i);
+		double mi = rnd(p, lerp(interp_getf(m->t, i), gi, w1));
+		/* addcmul: self + (value * t1) * t2; addcdiv: self + (value * t1) / t2 */
+		double gg = rnd(p, rnd(p, c2 * gi) * gi);
+		double vi = rnd(p, rnd(p, interp_getf(v->t, i) * bb2) + gg);
+		double den = rnd(p, rnd(p, rnd(p, sqrt(vi)) / bc2) + e);
+		interp_setf(m->t, i, mi);
+		interp_setf(v->t, i, vi);
+		interp_setf(p, i, pi + rnd(p, rnd(p, size * mi) / den));
+	}
+	return 0;
+}
