@@ -33,6 +33,7 @@ typedef struct {
 	const char *output;     /* -o */
 	const char *header;     /* --header */
 	int emit_main;          /* --main */
+	int cuda_graph;         /* --cuda-graph */
 	int emit;               /* --emit= */
 	const char *arch;
 	int md;                 /* -MD */
@@ -41,6 +42,7 @@ typedef struct {
 	const char *graph;      /* --graph */
 	VEC(DimOverride) dims;  /* -D */
 	RunOptions ro;
+	int memory;             /* check --memory */
 } Options;
 
 static const char usage_text[] =
@@ -55,6 +57,7 @@ static const char help_text[] =
 "  -o FILE              output file; '-' for standard output\n"
 "  --header FILE        also write the C header of the generated API\n"
 "  --main               also emit a main() driver\n"
+"  --cuda-graph         replay each call of the generated code as a CUDA graph\n"
 "  --emit=cu|ir|dot     what -o receives: CUDA C (default), the graph after all\n"
 "                       passes in .sg syntax, or a Graphviz picture\n"
 "  --dump-after=PASS    print the graph after PASS to standard error ('all': every pass)\n"
@@ -63,7 +66,17 @@ static const char help_text[] =
 "  --arch=sm_90         target architecture (default sm_90)\n"
 "  --graph NAME         compile only that graph of the file\n"
 "  --allow-races        report happens-before gaps as warnings\n"
+"  --offload=MODE       marked: honour `offload` statements (default); none:\n"
+"                       ignore them; auto: also offload saved activations,\n"
+"                       largest first, until the estimated peak fits the budget\n"
+"  --offload-budget=B   device bytes for --offload=auto (implies it; default 0)\n"
+"  --bucket-bytes=B     size of grad_sync's all_reduce buckets (default 25 MiB)\n"
+"  --test-drop-sync=N   tests only: drop the N-th compiler-made sync and skip\n"
+"                       the race verifier (to show --interleave catches it)\n"
 "  -MD -MF FILE         write a Make-style dependency file\n"
+"\n"
+"sgc check options:\n"
+"  --memory             print each graph's memory plan and check it\n"
 "\n"
 "sgc run options:\n"
 "  --params P           params, consts and optimizer state (safetensors)\n"
@@ -174,7 +187,7 @@ parse_u64(const char *name, const char *s, uint64_t *out, int *err)
 static int
 parse_options(int argc, char **argv, Options *o)
 {
-	int err = 0, first = 1;
+	int err = 0, first = 1, offload = 0, budget = 0;
 	o->po.opt_level = 2;
 	o->arch = "sm_90";
 	o->ro.steps = 1;
@@ -197,6 +210,8 @@ parse_options(int argc, char **argv, Options *o)
 			o->header = v;
 		} else if (strcmp(a, "--main") == 0) {
 			o->emit_main = 1;
+		} else if (strcmp(a, "--cuda-graph") == 0) {
+			o->cuda_graph = 1;
 		} else if (opt_value(argc, argv, &i, "--emit", &v, &err)) {
 			if (err)
 				break;
@@ -238,12 +253,38 @@ parse_options(int argc, char **argv, Options *o)
 			o->graph = v;
 		} else if (strcmp(a, "--allow-races") == 0) {
 			o->po.allow_races = 1;
+		} else if (opt_value(argc, argv, &i, "--offload-budget", &v, &err)) {
+			if (!err && parse_u64("--offload-budget", v, &o->po.offload_budget, &err))
+				budget = 1;
+		} else if (opt_value(argc, argv, &i, "--offload", &v, &err)) {
+			if (err)
+				break;
+			if (strcmp(v, "marked") == 0)
+				o->po.offload = OFFLOAD_MARKED;
+			else if (strcmp(v, "none") == 0)
+				o->po.offload = OFFLOAD_NONE;
+			else if (strcmp(v, "auto") == 0)
+				o->po.offload = OFFLOAD_AUTO;
+			else
+				return usage_error("--offload expects marked, none or auto, not '%s'", v);
+			offload = 1;
+		} else if (opt_value(argc, argv, &i, "--bucket-bytes", &v, &err)) {
+			if (!err)
+				parse_u64("--bucket-bytes", v, &o->po.bucket_bytes, &err);
+		} else if (opt_value(argc, argv, &i, "--test-drop-sync", &v, &err)) {
+			uint64_t n;
+			if (!err && parse_u64("--test-drop-sync", v, &n, &err))
+				o->po.test_drop_sync = n > INT_MAX ? INT_MAX : (int)n;
+		} else if (o->mode == MODE_CHECK && strcmp(a, "--memory") == 0) {
+			o->memory = 1;
 		} else if (strcmp(a, "-MD") == 0) {
 			o->md = 1;
 		} else if (strcmp(a, "-MF") == 0) {
 			if (i + 1 >= argc)
 				return usage_error("option '-MF' needs a file");
 			o->mf = argv[++i];
+		} else if (strncmp(a, "-MF", 3) == 0) {
+			o->mf = a + 3;
 		} else if (o->mode == MODE_RUN &&
 		           opt_value(argc, argv, &i, "--params", &v, &err)) {
 			o->ro.params = v;
@@ -285,6 +326,10 @@ parse_options(int argc, char **argv, Options *o)
 	}
 	if (err)
 		return err;
+	if (budget && offload && o->po.offload != OFFLOAD_AUTO)
+		return usage_error("--offload-budget needs --offload=auto");
+	if (budget)
+		o->po.offload = OFFLOAD_AUTO;
 	if (!o->input)
 		return usage_error("no input file");
 	if (o->mode != MODE_COMPILE && (o->output || o->header || o->emit_main ||
@@ -378,16 +423,23 @@ write_output(const char *path, const char *data, size_t len)
 	return 0;
 }
 
-/* A Make rule "OUT: INPUT", with spaces and '$' escaped as Make wants. */
+/* A path in a Make rule "OUT: INPUT", escaped as GCC does (and Make and
+ * Ninja read): a blank gets a backslash and the backslashes before it are
+ * doubled, '#' becomes \#, '$' becomes $$; other backslashes stay. */
 static void
 put_make_path(FILE *f, const char *p)
 {
-	for (; *p; p++) {
-		if (*p == ' ' || *p == '#' || *p == '\\')
+	for (const char *s = p; *s; s++) {
+		if (*s == ' ' || *s == '\t') {
+			for (const char *b = s; b > p && b[-1] == '\\'; b--)
+				fputc('\\', f);
 			fputc('\\', f);
-		if (*p == '$')
+		} else if (*s == '#') {
+			fputc('\\', f);
+		} else if (*s == '$') {
 			fputc('$', f);
-		fputc(*p, f);
+		}
+		fputc(*s, f);
 	}
 }
 
@@ -407,11 +459,28 @@ stem_with(const char *input, const char *suffix)
 
 /* ------------------------------------------------------------------ main */
 
+/* CUDA C into mem (compiler/codegen.c) and, with --header, the header's
+ * text into *htext; 0 after a diagnostic. */
+static int
+emit_cu(Options *o, Module *m, FILE *mem, char **htext, size_t *hlen)
+{
+	CodegenOptions co = {.opt_level = o->po.opt_level, .arch = o->arch,
+	                     .cuda_graph = o->cuda_graph, .emit_main = o->emit_main,
+	                     .input = o->input, .header = o->header};
+	FILE *h = NULL;
+	if (o->header && !(h = open_memstream(htext, hlen)))
+		ICE("open_memstream failed");
+	int ok = codegen_module(m, &co, mem, h);
+	if (h)
+		fclose(h);
+	return ok;
+}
+
 static int
 compile(Options *o, Module *m)
 {
-	char *text = NULL;
-	size_t len = 0;
+	char *text = NULL, *htext = NULL;
+	size_t len = 0, hlen = 0;
 	FILE *mem = open_memstream(&text, &len);
 	if (!mem)
 		ICE("open_memstream failed");
@@ -421,13 +490,16 @@ compile(Options *o, Module *m)
 		print_module(mem, m, o->graph);
 		break;
 	case EMIT_DOT:
+		dot_module(mem, m, o->graph);
+		break;
 	case EMIT_CU:
-		fclose(mem);
-		free(text);
-		fprintf(stderr, "sgc: error: %s output is not available in this "
-		        "version yet (use --emit=ir or 'sgc run')\n",
-		        o->emit == EMIT_DOT ? "Graphviz" : "CUDA");
-		return EXIT_INPUT;
+		if (!emit_cu(o, m, mem, &htext, &hlen)) {
+			fclose(mem);
+			free(text);
+			free(htext);
+			return EXIT_INPUT;
+		}
+		break;
 	}
 	fclose(mem);
 	char *out_default = NULL;
@@ -439,13 +511,21 @@ compile(Options *o, Module *m)
 			out = "-";
 	}
 	status = write_output(out, text, len);
+	if (!status && o->header) {
+		status = write_output(o->header, htext, hlen);
+		if (status && strcmp(out, "-") != 0)
+			remove(out); /* no output without its header */
+	}
 	if (!status && o->md) {
 		char *dep = NULL, *mf_default = NULL;
 		size_t dlen = 0;
 		FILE *d = open_memstream(&dep, &dlen);
 		put_make_path(d, out);
-		fputs(": ", d);
-		put_make_path(d, o->input);
+		fputs(":", d);
+		if (strcmp(o->input, "-") != 0) { /* standard input is no file */
+			fputc(' ', d);
+			put_make_path(d, o->input);
+		}
 		fputs("\n", d);
 		fclose(d);
 		const char *mf = o->mf;
@@ -456,11 +536,16 @@ compile(Options *o, Module *m)
 			mf = mf_default;
 		}
 		status = write_output(mf, dep, dlen);
+		if (status && strcmp(out, "-") != 0)
+			remove(out); /* no output without its depfile */
+		if (status && o->header)
+			remove(o->header);
 		free(dep);
 		free(mf_default);
 	}
 	free(out_default);
 	free(text);
+	free(htext);
 	return status;
 }
 
@@ -507,6 +592,8 @@ main(int argc, char **argv)
 		status = EXIT_INPUT;
 	} else if (o.mode == MODE_COMPILE) {
 		status = compile(&o, &m);
+	} else if (o.mode == MODE_CHECK && o.memory) {
+		memplan_report_module(stdout, &m, o.graph, o.po.opt_level);
 	} else if (o.mode == MODE_RUN) {
 		if (m.graphs.n == 0) {
 			fprintf(stderr, "%s: error: the file has no graph to run\n", o.input);

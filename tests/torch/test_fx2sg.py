@@ -1,0 +1,500 @@
+"""test_fx2sg.py - tools/fx2sg against PyTorch.
+
+Run as `python3 test_fx2sg.py PATH/TO/sgc` (tests/meson.build does).  Three
+modules (an MLP, a layer-norm classifier and a pre-LN attention block) go
+through the fx2sg command line, defined here and named to it as
+`test_fx2sg.py:NAME`; `sgc run` of the exported graph must give what the
+module gives in eager PyTorch (computed here, not by fx2sg), and with
+`--loss` the gradients must match autograd's.  Then many small modules go
+through fx2sg's Python API, one op family each, and the errors fx2sg
+reports are checked.  With a torch that has torch.export, the three modules
+are exported with --trace=export too.
+"""
+import contextlib
+import importlib.machinery
+import io
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FX2SG = os.path.join(HERE, "..", "..", "tools", "fx2sg")
+HAVE_SDPA = hasattr(F, "scaled_dot_product_attention")
+HAVE_EXPORT = hasattr(torch, "export") and hasattr(getattr(torch, "export"), "export")
+
+
+# ------------------------------------------------------------------ the three modules
+
+class MLP(nn.Module):
+    def __init__(self, d_in=16, d_hidden=32, d_out=8):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, d_hidden)
+        self.act = nn.GELU()
+        self.drop = nn.Dropout(0.1)
+        self.fc2 = nn.Linear(d_hidden, d_out)
+
+    def forward(self, x):
+        return self.fc2(self.drop(self.act(self.fc1(x))))
+
+
+class LNClassifier(nn.Module):
+    """Token embedding plus features, layer norm, ReLU, a classifier."""
+
+    def __init__(self, vocab=10, d=12, classes=5):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.proj = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, classes, bias=False)
+        self.register_buffer("scale", torch.tensor([0.5] * d))
+
+    def forward(self, tok, feats):
+        h = self.emb(tok) + feats * self.scale
+        h = F.relu(self.norm(self.proj(h)))
+        return self.head(h.mean(dim=1))
+
+
+class AttentionBlock(nn.Module):
+    """A pre-LN causal transformer block: attention, then a GELU MLP.  It
+    uses F.scaled_dot_product_attention where torch has it, else writes
+    attention out with a causal mask buffer."""
+
+    def __init__(self, d=16, heads=2, t=6):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.out = nn.Linear(4 * d, d)
+        if not HAVE_SDPA:
+            self.register_buffer("mask", torch.ones(t, t, dtype=torch.bool).tril())
+
+    def attend(self, q, k, v):
+        if HAVE_SDPA:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        t = q.shape[-2]
+        att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
+        return att.softmax(dim=-1) @ v
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = self.attend(q, k, v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+def mlp():
+    torch.manual_seed(1)
+    return MLP()
+
+
+def ln_classifier():
+    torch.manual_seed(2)
+    return LNClassifier()
+
+
+def attention():
+    torch.manual_seed(3)
+    return AttentionBlock()
+
+
+MODELS = [
+    # name (of the factory), factory, --input flags, loss for the gradient test
+    ("mlp", mlp, ["x=f32[4,16]"], "mse"),
+    ("ln_classifier", ln_classifier, ["tok=i64[3,4]", "feats=f32[3,4,12]"], "cross_entropy"),
+    ("attention", attention, ["x=f32[2,6,16]"], "mse"),
+]
+
+
+# ------------------------------------------------------------------ the tests
+
+def load_fx2sg():
+    loader = importlib.machinery.SourceFileLoader("fx2sg", FX2SG)
+    spec = importlib.util.spec_from_loader("fx2sg", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def flatten(x):
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in flatten(v)]
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in flatten(v)]
+    return []
+
+
+def run_fx2sg(*args):
+    """The fx2sg command, as a process."""
+    return subprocess.run([sys.executable, FX2SG] + list(args), capture_output=True,
+                          text=True, timeout=120)
+
+
+class Done:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def main_fx2sg(*args):
+    """The fx2sg command line run in this process (fx2sg.main): the same
+    code without a second second of importing torch."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = FX.main(list(args))
+    return Done(rc, out.getvalue(), err.getvalue())
+
+
+def sgc_run(S, sg, params, inputs, out):
+    pr = subprocess.run([S.sgc, "run", sg, "--params", params, "--inputs", inputs,
+                         "--out", out], capture_output=True, text=True, timeout=120)
+    if pr.returncode != 0:
+        return None, "sgc run exited %d: %s" % (pr.returncode, pr.stderr.strip()[:1500])
+    return stio.load(out), None
+
+
+def check_model(S, name, factory, flags, loss, trace="fx"):
+    """fx2sg's command line on one model, then sgc run against eager."""
+    tag = "%s[%s]" % (name, trace)
+    sg, par, inp = S.path(tag + ".sg"), S.path(tag + ".p"), S.path(tag + ".i")
+    args = ["%s:%s" % (os.path.join(HERE, "test_fx2sg.py"), name), "-o", sg, "--params", par,
+            "--save-inputs", inp, "--trace", trace, "--seed", "7"]
+    for f in flags:
+        args += ["--input", f]
+    pr = run_fx2sg(*args)
+    if pr.returncode != 0:
+        S.report(tag + " export", "fx2sg exited %d: %s" % (pr.returncode, pr.stderr.strip()))
+        return
+    text = open(sg).read()
+    module = factory().eval()
+    params = stio.load(par)
+    # Every param and buffer is in the file, equal to the module's; params
+    # are `param`, buffers `const`.
+    why = None
+    decls = [l.split()[:2] for l in text.splitlines()]
+    for n, t in list(module.named_parameters()) + list(module.named_buffers()):
+        kind = "param" if isinstance(t, nn.Parameter) else "const"
+        if n not in params:
+            why = "'%s' is not in the params file" % n
+        elif [kind, "%" + n] not in decls:
+            why = "'%s' is not declared as %s:\n%s" % (n, kind, text)
+        else:
+            why = compare(params[n], t.detach())
+        if why:
+            break
+    S.report(tag + " params", why)
+
+    inputs = stio.load(inp)
+    out, why = sgc_run(S, sg, par, inp, S.path(tag + ".o"))
+    if why:
+        S.report(tag + " forward", why + "\n--- program:\n" + text)
+        return
+    with torch.no_grad():
+        exp = module(**inputs)
+    S.report(tag + " forward", compare(out["out"], exp, atol=1e-5, rtol=1e-4))
+
+    # Gradients: --loss adds the loss and backward; sgc's grad.NAME must
+    # match autograd's.
+    lsg, linp = S.path(tag + ".loss.sg"), S.path(tag + ".loss.i")
+    pr = main_fx2sg(*(args[:1] + ["-o", lsg, "--params", par, "--save-inputs", linp,
+                                 "--loss", loss, "--trace", trace, "--seed", "7"] +
+                     [x for f in flags for x in ("--input", f)]))
+    if pr.returncode != 0:
+        S.report(tag + " backward", "fx2sg --loss exited %d: %s" % (pr.returncode, pr.stderr))
+        return
+    linputs = stio.load(linp)
+    out, why = sgc_run(S, lsg, par, linp, S.path(tag + ".loss.o"))
+    if why:
+        S.report(tag + " backward", why)
+        return
+    target = linputs.pop("target")
+    module.zero_grad()
+    y = module(**linputs)
+    lv = (F.mse_loss if loss == "mse" else F.cross_entropy)(y, target)
+    lv.backward()
+    why = compare(out["loss"], lv.detach(), atol=1e-5, rtol=1e-4)
+    for n, p in module.named_parameters():
+        if why:
+            break
+        if "grad." + n not in out:
+            why = "grad.%s missing from --out" % n
+        else:
+            why = compare(out["grad." + n], p.grad, atol=1e-5, rtol=1e-4)
+            why = why and "grad.%s: %s" % (n, why)
+    S.report(tag + " backward", why)
+
+
+class Fn(nn.Module):
+    """A module around a function of (self, inputs...), with optional
+    params and buffers."""
+
+    def __init__(self, fn, params=None, buffers=None):
+        super().__init__()
+        self.fn = fn
+        for n, t in (params or {}).items():
+            self.register_parameter(n, nn.Parameter(t))
+        for n, t in (buffers or {}).items():
+            self.register_buffer(n, t)
+
+    def forward(self, x, y):
+        return self.fn(self, x, y)
+
+
+def g(*shape):
+    return torch.randn(*shape, generator=GEN)
+
+
+GEN = torch.Generator().manual_seed(5)
+
+# label, function of (self, x, y), x, y, params
+API_CASES = [
+    ("pointwise", lambda m, x, y: torch.exp(x) + x.sin() * 2 - 1.0 / (1 + x.abs()), g(3, 4), g(4), None),
+    ("activations", lambda m, x, y: torch.sigmoid(x) + torch.tanh(y) + F.silu(x) + F.relu(-x)
+     + F.gelu(x, approximate="tanh") + F.leaky_relu(x, 0.2) + F.relu6(3 * y), g(3, 4), g(4), None),
+    ("pow, rsqrt, clamp", lambda m, x, y: x.abs().pow(1.5) + x ** 2 + torch.rsqrt(y.abs() + 1)
+     + x.clamp(min=-0.5, max=0.5) + torch.clamp(y, max=0.1), g(3, 4), g(4), None),
+    ("where, masked_fill", lambda m, x, y: torch.where(x > 0, x, y) + x.masked_fill(x < y, -1.0),
+     g(3, 4), g(4), None),
+    ("maximum, max(x, y)", lambda m, x, y: torch.maximum(x, y) - torch.max(x, y * 2) + torch.min(x, y),
+     g(3, 4), g(3, 4), None),
+    ("rsub, floordiv, alpha", lambda m, x, y: 1.0 - x + torch.add(x, y, alpha=2) + (x * 3) // 1.0
+     + torch.div(x, 0.5, rounding_mode="floor"), g(3, 4), g(3, 4), None),
+    ("reductions", lambda m, x, y: (x.sum(-1), x.mean(dim=(0, 1), keepdim=True), x.amax(1),
+                                    x.var(-1), x.var(-1, unbiased=False), x.std(0), torch.max(x),
+                                    x.max(dim=1).values, torch.sum(x, 0, keepdim=True)),
+     g(3, 4, 5), g(1), None),
+    ("softmax family", lambda m, x, y: (x.softmax(-1), F.softmax(x, dim=0), F.log_softmax(x, dim=1),
+                                        torch.log_softmax(x, -1)), g(3, 4), g(1), None),
+    ("layer_norm over 2 dims", lambda m, x, y: F.layer_norm(x, x.shape[-2:], m.w, m.b, eps=1e-3),
+     g(2, 3, 4), g(1), {"w": g(3, 4), "b": g(3, 4)}),
+    ("layer_norm without affine", lambda m, x, y: F.layer_norm(x, (4,)), g(2, 3, 4), g(1), None),
+    ("reshape family", lambda m, x, y: (x.view(-1), x.flatten(1), x.reshape(4, -1), x.permute(2, 0, 1),
+                                        x.transpose(0, 2), x.unsqueeze(1).squeeze(1),
+                                        x.view(2, 1, 3, 4).squeeze(), torch.flatten(x)),
+     g(2, 3, 4), g(1), None),
+    ("indexing", lambda m, x, y: (x[:, 1:3], x[..., None], x[0], x[:, -1], x[1, :, 2:],
+                                  x.narrow(2, 1, 2), x.select(1, 0), x[0].T.contiguous(), x[:, None, 1]),
+     g(2, 3, 4), g(1), None),
+    ("chunk, split, unbind", lambda m, x, y: (*x.chunk(2, dim=-1), *torch.split(x, [1, 2], dim=1),
+                                              *x.unbind(0)), g(2, 3, 4), g(1), None),
+    ("cat, stack, expand, repeat", lambda m, x, y: (torch.cat([x, y], dim=1), torch.stack([x, y]),
+                                                    x[:, :1].expand(3, 5), x.repeat(2, 1)),
+     g(3, 4), g(3, 4), None),
+    ("casts", lambda m, x, y: ((x > 0).float() + x.to(torch.float64), x.half(), x.bfloat16(),
+                               (x * 10).long(), x.type_as(y)), g(3, 4), g(4).double(), None),
+    ("constants folded", lambda m, x, y: x + torch.arange(x.shape[-1]) * torch.ones(3, 4).tril(),
+     g(3, 4), g(1), None),
+    ("creation like", lambda m, x, y: (torch.zeros_like(x) + 1, torch.ones_like(x) * y,
+                                       torch.full_like(x, 2.5), x.new_zeros(2, 2)), g(3, 4), g(4), None),
+    ("linear algebra", lambda m, x, y: (x @ m.w.t(), torch.matmul(x, m.w.T), F.linear(x, m.w),
+                                        F.linear(x, m.w, m.b), torch.addmm(m.b, x, m.w.t()),
+                                        torch.bmm(x.unsqueeze(0), m.w.t().unsqueeze(0)),
+                                        torch.mm(x, m.w.t())),
+     g(3, 4), g(1), {"w": g(5, 4), "b": g(5)}),
+    ("embedding, row index", lambda m, x, y: (F.embedding(y, m.table), m.table[y], m.table[y[0]]),
+     g(1), torch.tensor([[0, 3], [2, 1]]), {"table": g(4, 3)}),
+    ("losses", lambda m, x, y: (F.mse_loss(x, m.t), F.cross_entropy(x, y), F.mse_loss(x, m.t, reduction="sum"),
+                                F.mse_loss(x, m.t, reduction="none")),
+     g(3, 4), torch.tensor([0, 3, 1]), {"t": g(3, 4)}),
+    ("in-place ops", lambda m, x, y: _inplace(x, y), g(3, 4), g(4), None),
+    ("dict outputs", lambda m, x, y: {"a": x + 1, "b": y * 2}, g(3, 4), g(4), None),
+    ("returns an input and a param", lambda m, x, y: (x, m.w, x * m.w), g(3), g(1), {"w": g(3)}),
+    ("frozen param is const", lambda m, x, y: x * m.w.detach() + m.buf, g(3), g(1), {"w": g(3)}),
+]
+if HAVE_SDPA:
+    API_CASES += [
+        ("sdpa", lambda m, x, y: (F.scaled_dot_product_attention(x, y, y),
+                                  F.scaled_dot_product_attention(x, y, y, is_causal=True)),
+         g(2, 5, 8), g(2, 5, 8), None),
+        ("sdpa with masks", lambda m, x, y: (
+            F.scaled_dot_product_attention(x, y, y, attn_mask=m.mask),
+            F.scaled_dot_product_attention(x, y, y, attn_mask=m.bias)),
+         g(2, 5, 8), g(2, 5, 8), None),
+    ]
+
+
+def _inplace(x, y):
+    z = x.clone()
+    z.add_(y)
+    z.mul_(2)
+    F.relu(z, inplace=True)
+    return z
+
+
+def api_module(label, fn, params):
+    m = Fn(fn, params)
+    if label == "frozen param is const":
+        m.w.requires_grad_(False)
+        m.register_buffer("buf", g(3))
+    if label == "sdpa with masks":
+        m.register_buffer("mask", torch.rand(5, 5, generator=GEN) < 0.8)
+        m.mask[:, 0] = True
+        m.register_buffer("bias", torch.randn(5, 5, generator=GEN))
+    return m.eval()
+
+
+def check_api(S, fx2sg):
+    for i, (label, fn, x, y, params) in enumerate(API_CASES):
+        m = api_module(label, fn, params)
+        try:
+            ex = fx2sg.export(m, {"x": x, "y": y}, graph="case%d" % i)
+        except Exception as e:  # noqa: BLE001 - reported as a failure
+            S.report("api " + label, "export raised %s: %s" % (type(e).__name__, e))
+            continue
+        sg = S.path("api%d.sg" % i)
+        with open(sg, "w") as f:
+            f.write(ex.sg)
+        par, inp = S.path("api%d.p" % i), S.path("api%d.i" % i)
+        stio.save(par, ex.params)
+        stio.save(inp, ex.inputs)
+        out, why = sgc_run(S, sg, par, inp, S.path("api%d.o" % i))
+        if why:
+            S.report("api " + label, why + "\n--- program:\n" + ex.sg)
+            continue
+        with torch.no_grad():
+            exp = flatten(m(x, y))
+        if len(exp) != len(ex.returns):
+            S.report("api " + label, "%d returns for %d outputs" % (len(ex.returns), len(exp)))
+            continue
+        for name, e in zip(ex.returns, exp):
+            why = compare(out[name], e, atol=1e-5, rtol=1e-4) if name in out else \
+                "'%s' missing from --out" % name
+            if why:
+                why = "%s: %s\n--- program:\n%s" % (name, why, ex.sg)
+                break
+        if not why and label == "dict outputs" and ex.returns != ["a", "b"]:
+            why = "returns %s, expected the dict's keys" % ex.returns
+        if not why and label == "frozen param is const":
+            decl = [l.split()[:2] for l in ex.sg.splitlines()]
+            if ["const", "%w"] not in decl or ["const", "%buf"] not in decl:
+                why = "frozen param and buffer are not consts:\n" + ex.sg
+        if not why and label == "constants folded" and "const %" not in ex.sg:
+            why = "no const in:\n" + ex.sg
+        S.report("api " + label, why)
+
+
+def _cumsum(m, x, y):
+    return torch.cumsum(x, 0)
+
+
+def _data_dependent(m, x, y):
+    if x.sum() > 0:
+        return x
+    return y
+
+
+def check_errors(S, fx2sg):
+    """What fx2sg refuses, and how it says so."""
+    def expect(label, fn, exc, needle):
+        try:
+            fx2sg.export(Fn(fn), {"x": g(3), "y": g(3)})
+        except Exception as e:  # noqa: BLE001
+            if type(e).__name__ != exc:
+                S.report(label, "raised %s (%s), expected %s" % (type(e).__name__, e, exc))
+            elif needle not in str(e):
+                S.report(label, "message lacks %r: %s" % (needle, e))
+            else:
+                S.report(label, None)
+            return
+        S.report(label, "exported without an error")
+
+    expect("error: unsupported op", _cumsum, "Error", "cumsum")
+    expect("error: names the user's line", _cumsum, "Error", "test_fx2sg.py:")
+    expect("error: data-dependent control flow", _data_dependent, "Error", "cannot trace")
+    spec = os.path.join(HERE, "test_fx2sg.py") + ":mlp"
+    cases = [
+        ("cli: bad type", [spec, "-o", S.path("e.sg"), "--input", "x=f33[4]"], 2, "not a type"),
+        ("cli: missing input", [spec, "-o", S.path("e.sg")], 2, "--input"),
+        ("cli: unknown input", [spec, "-o", S.path("e.sg"), "--input", "z=f32[4,16]"], 2,
+         "no parameter 'z'"),
+        ("cli: no such file", ["nope.py:f", "-o", S.path("e.sg"), "--input", "x=f32[1]"], 3,
+         "nope.py"),
+        ("cli: bad spec", ["justaname", "-o", S.path("e.sg")], 2, "MODULE_SPEC"),
+        ("cli: module error", [os.path.join(HERE, "test_fx2sg.py") + ":cumsum_model", "-o",
+                               S.path("e.sg"), "--input", "x=f32[3]", "--input", "y=f32[3]"],
+         1, "cumsum"),
+    ]
+    if not HAVE_EXPORT:
+        cases.append(("cli: no torch.export", [spec, "-o", S.path("e.sg"), "--input", "x=f32[4,16]",
+                                                "--trace", "export"], 1, "torch.export"))
+    for label, args, status, needle in cases:
+        pr = main_fx2sg(*args)
+        if pr.returncode != status:
+            S.report(label, "exit %d, expected %d: %s" % (pr.returncode, status, pr.stderr))
+        elif needle not in pr.stderr:
+            S.report(label, "message lacks %r: %s" % (needle, pr.stderr))
+        elif os.path.exists(S.path("e.sg")):
+            S.report(label, "an output was written despite the error")
+        else:
+            S.report(label, None)
+
+
+def cumsum_model():
+    return Fn(_cumsum)
+
+
+def check_cli_outputs(S):
+    """--outputs names the returns; --save-outputs holds eager's outputs
+    under those names; stdout output; the file round-trips through sgc."""
+    sg = S.path("named.sg")
+    outp = S.path("named.out")
+    spec = os.path.join(HERE, "test_fx2sg.py") + ":mlp"
+    pr = run_fx2sg(spec, "-o", sg, "--input", "x=f32[2,16]", "--outputs", "logits",
+                   "--graph", "tiny", "--save-outputs", outp, "--save-inputs", S.path("named.in"),
+                   "--params", S.path("named.p"))
+    why = None
+    if pr.returncode != 0:
+        why = "fx2sg exited %d: %s" % (pr.returncode, pr.stderr)
+    else:
+        text = open(sg).read()
+        ref = stio.load(outp)
+        with torch.no_grad():
+            exp = mlp().eval()(**stio.load(S.path("named.in")))
+        if "graph tiny {" not in text or "return %logits" not in text:
+            why = "graph name or return name not used:\n" + text
+        else:
+            why = compare(ref.get("logits", torch.zeros(0)), exp)
+        if not why:
+            pr2 = main_fx2sg(spec, "-o", "-", "--input", "x=f32[2,16]", "--outputs", "logits",
+                            "--graph", "tiny", "--params", S.path("named2.p"))
+            if pr2.stdout != text:
+                why = "-o - differs from the file"
+        if not why:
+            ir = subprocess.run([S.sgc, "check", sg], capture_output=True, text=True)
+            if ir.returncode != 0:
+                why = "sgc check: " + ir.stderr
+    S.report("cli: --outputs, --graph, --save-outputs, -o -", why)
+
+
+def main():
+    global stio, compare, FX
+    sys.path.insert(0, HERE)
+    from _common import Suite, compare as _compare
+    import stio as _stio
+    stio, compare = _stio, _compare
+    S = Suite("fx2sg")
+    fx2sg = FX = load_fx2sg()
+    for name, factory, flags, loss in MODELS:
+        check_model(S, name, factory, flags, loss)
+        if HAVE_EXPORT:
+            check_model(S, name, factory, flags, loss, trace="export")
+    check_api(S, fx2sg)
+    check_errors(S, fx2sg)
+    check_cli_outputs(S)
+    S.finish()
+
+
+if __name__ == "__main__":
+    main()
