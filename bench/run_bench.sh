@@ -1,0 +1,354 @@
+#!/usr/bin/env bash
+#
+# bench/run_bench.sh [prepare|run|all] - sgc against PyTorch on the
+# workloads of ../shared/anchors.md (bench/README.md).
+#
+#   prepare   here (flex, bison and cJSON installed; nvcc optional):
+#             builds sgc and libsgrt (NCCL off) in build-bench/, checks
+#             every bench program against PyTorch with `sgc run` at small
+#             dims, compiles each program with sgc (timing it: the
+#             compile-time column), builds the drivers with nvcc when it
+#             is here, and puts everything the GPU machine needs into
+#             build-bench/gpu/ (libcjson from `apt-get download`).
+#   run       on the GPU machine, from the repository root, with
+#             build-bench/gpu carried: builds any driver missing there,
+#             checks each driver at small dims against `sgc run`'s output,
+#             writes random inputs, runs each driver with --bench, runs
+#             PyTorch (bench/torch_ref.py) in the same run, and prints the
+#             table.  Files go to $OUT (the device tool's folder), else
+#             build-bench/gpu/out.
+#   all       prepare, then run (one machine with everything).
+#
+# Environment: PYTHON (an interpreter with torch; default: the first of
+# python3 and /usr/bin/python3 that imports it), NVCC, BENCH_BUDGET_S
+# (seconds the whole run may take, default 450: PyTorch's share is what
+# is left after sgc's), BENCH_ONLY (space-separated programs),
+# BENCH_NO_BIN=1 (prepare: do not keep driver binaries, to carry less).
+
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+B=build-bench
+G=$B/gpu
+t_start=$SECONDS
+
+die() {
+	echo "run_bench.sh: $*" >&2
+	exit 1
+}
+
+find_python() {
+	local p
+	for p in ${PYTHON:-} python3 /usr/bin/python3; do
+		if "$p" -c 'import torch, numpy' >/dev/null 2>&1; then
+			echo "$p"
+			return
+		fi
+	done
+	die "no python3 with torch and numpy (set PYTHON)"
+}
+
+find_nvcc() {
+	local p
+	for p in ${NVCC:-} nvcc /usr/local/cuda/bin/nvcc; do
+		if command -v "$p" >/dev/null 2>&1; then
+			echo "$p"
+			return
+		fi
+	done
+}
+
+# The programs: NAME SGFILE ITERS [SGC FLAGS...] (torch_ref.py's list),
+# restricted to $BENCH_ONLY when given.
+programs() {
+	"$PY" bench/torch_ref.py --programs | while read -r name rest; do
+		if [ -z "${BENCH_ONLY:-}" ] || [[ " $BENCH_ONLY " == *" $name "* ]]; then
+			echo "$name $rest"
+		fi
+	done
+}
+
+# Median of the arguments (numbers).
+median() {
+	printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
+		print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# Milliseconds `sgc ARGS...` takes, 5 runs: the median wall time, the
+# least, and the median CPU time (user + system: less disturbed by other
+# work on a shared machine).
+time_sgc() {
+	local ts=() cs=() t TIMEFORMAT='%3R %3U %3S'
+	for _ in 1 2 3 4 5; do
+		t=$( { time "$B/compiler/sgc" "$@" >/dev/null 2>&1; } 2>&1 ) || return 1
+		ts+=("$(awk -v r="${t%% *}" 'BEGIN { printf "%.2f", r * 1000 }')")
+		cs+=("$(echo "$t" | awk '{ printf "%.2f", ($2 + $3) * 1000 }')")
+	done
+	echo "$(median "${ts[@]}") $(printf '%s\n' "${ts[@]}" | sort -g | head -n 1) $(median "${cs[@]}")"
+}
+
+# nvcc a generated file into a driver: $1 the .cu, $2 the binary.
+build_driver() {
+	"$NVCC" -arch=sm_90 -O3 -std=c++17 -Iruntime -I"$G/include" "$1" \
+		"$G/lib/libsgrt.a" -L"$G/lib" -lcublasLt -lcjson -o "$2"
+}
+
+# ------------------------------------------------------------------ prepare
+
+prepare_build() {
+	if [ ! -d "$B" ]; then
+		meson setup "$B" -Dnccl=disabled -Dtests=disabled >/dev/null ||
+			die "meson setup $B failed"
+	fi
+	ninja -C "$B" compiler/sgc runtime/libsgrt.a >/dev/null ||
+		die "building sgc and libsgrt failed (ninja -C $B)"
+	rm -rf "$G"
+	mkdir -p "$G/cu" "$G/bin" "$G/lib" "$G/include" "$G/check" "$G/deb"
+	cp "$B/runtime/libsgrt.a" "$G/lib/"
+}
+
+# libcjson for the GPU machine, which has none: the .so and the header.
+prepare_cjson() {
+	(cd "$G/deb" && apt-get download libcjson1 libcjson-dev >/dev/null 2>&1) ||
+		die "apt-get download libcjson1 libcjson-dev failed"
+	local d
+	for d in "$G"/deb/*.deb; do
+		dpkg -x "$d" "$G/deb/root" || die "dpkg -x $d failed"
+	done
+	cp -L "$G"/deb/root/usr/lib/*/libcjson.so.1 "$G/lib/libcjson.so.1"
+	cp -L "$G"/deb/root/usr/lib/*/libcjson.so.1 "$G/lib/libcjson.so"
+	cp -r "$G/deb/root/usr/include/cjson" "$G/include/"
+	rm -rf "$G/deb"
+}
+
+# sgc on every program: the .cu (timed) and the small-dims variants for
+# the GPU's correctness check (the --check files kept in $G/check).
+prepare_compile() {
+	local name sg iters flags ms what tag dims min cpu
+	echo "{" >"$G/compile.json.tmp"
+	local first=1
+	while read -r name sg iters flags; do
+		what=cu
+		# shellcheck disable=SC2086
+		if ! ms=$(time_sgc "bench/$sg" -o "$G/cu/$name.cu" --main $flags); then
+			what=check
+			ms=$(time_sgc check "bench/$sg") || ms="null null null"
+			# shellcheck disable=SC2086
+			"$B/compiler/sgc" "bench/$sg" -o "$G/cu/$name.cu" --main $flags \
+				2>&1 | head -n 5 | sed "s/^/  $name: /" >&2
+			rm -f "$G/cu/$name.cu"
+		fi
+		read -r ms min cpu <<<"$ms"
+		printf '%-20s sgc (%s): wall median %s ms, least %s ms; CPU median %s ms\n' \
+			"$name" "$what" "$ms" "$min" "$cpu"
+		[ $first = 1 ] || echo "," >>"$G/compile.json.tmp"
+		first=0
+		printf ' "%s": {"ms": %s, "ms_min": %s, "cpu_ms": %s, "what": "%s"}' \
+			"$name" "$ms" "$min" "$cpu" "$what" >>"$G/compile.json.tmp"
+		dims=$("$PY" bench/torch_ref.py --small-dims "$name")
+		for tag in native f32; do
+			[ -f "$G/check/${sg%.sg}_$tag.sg" ] || continue
+			# shellcheck disable=SC2086
+			"$B/compiler/sgc" $dims "$G/check/${sg%.sg}_$tag.sg" \
+				-o "$G/cu/$name.small_$tag.cu" --main $flags 2>/dev/null ||
+				rm -f "$G/cu/$name.small_$tag.cu"
+		done
+	done < <(programs)
+	echo "}" >>"$G/compile.json.tmp"
+	mv "$G/compile.json.tmp" "$G/compile.json"
+}
+
+# The drivers, with nvcc when it is here (two at a time).
+prepare_drivers() {
+	[ -n "$NVCC" ] || {
+		echo "no nvcc here: the GPU machine builds the drivers"
+		return
+	}
+	local cu n=0 fails=0
+	for cu in "$G"/cu/*.cu; do
+		[ -f "$cu" ] || continue
+		local bin
+		bin=$G/bin/$(basename "$cu" .cu)
+		(build_driver "$cu" "$bin" >"$bin.log" 2>&1 && rm -f "$bin.log") &
+		n=$((n + 1))
+		if [ $((n % 2)) = 0 ]; then wait; fi
+	done
+	wait
+	for cu in "$G"/bin/*.log; do
+		[ -f "$cu" ] || continue
+		fails=$((fails + 1))
+		echo "nvcc failed for $(basename "$cu" .log):" >&2
+		grep -m 5 error "$cu" >&2
+		rm -f "$cu"
+	done
+	[ "${BENCH_NO_BIN:-0}" = 1 ] && rm -f "$G"/bin/*
+	echo "drivers built: $(ls "$G/bin" | wc -l), failed: $fails"
+}
+
+prepare() {
+	prepare_build
+	echo "prepared $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname) from" \
+		"$(git describe --always --dirty 2>/dev/null) (sgc $("$B/compiler/sgc" --version 2>&1 | head -n 1))" \
+		>"$G/PREPARED"
+	echo "== checking the bench programs with sgc run against PyTorch"
+	"$PY" bench/torch_ref.py --check --keep "$G/check" \
+		--sgc-bin "$B/compiler/sgc" || die "bench programs disagree with PyTorch"
+	echo "== sgc compile times (median of 5), $(uname -m), $(nproc) cores"
+	prepare_compile
+	prepare_cjson
+	echo "== drivers"
+	prepare_drivers
+	du -sh "$G" | awk '{ print "build-bench/gpu: " $1 " to carry" }'
+}
+
+# ------------------------------------------------------------------ run
+
+# A driver for $1 (a name in $G/cu): the carried binary when it runs
+# here, else built now.  Prints its path; fails when there is none.
+driver() {
+	local bin=$G/bin/$1
+	if [ -x "$bin" ] && "$bin" --help >/dev/null 2>&1; then
+		echo "$bin"
+		return
+	fi
+	[ -f "$G/cu/$1.cu" ] || return 1
+	[ -n "$NVCC" ] || return 1
+	mkdir -p "$G/bin"
+	build_driver "$G/cu/$1.cu" "$bin" >>"$OUTD/log.txt" 2>&1 || return 1
+	echo "$bin"
+}
+
+# Builds every missing driver in parallel first (nvcc is slow, cores many).
+run_build_missing() {
+	local cu name
+	for cu in "$G"/cu/*.cu; do
+		[ -f "$cu" ] || continue
+		name=$(basename "$cu" .cu)
+		if [ ! -x "$G/bin/$name" ] || ! "$G/bin/$name" --help >/dev/null 2>&1; then
+			rm -f "$G/bin/$name"
+			(build_driver "$cu" "$G/bin/$name" >"$OUTD/nvcc_$name.txt" 2>&1 &&
+				rm -f "$OUTD/nvcc_$name.txt") &
+		fi
+	done
+	wait
+	for cu in "$OUTD"/nvcc_*.txt; do
+		[ -f "$cu" ] || continue
+		{ echo "== $cu"; head -n 20 "$cu"; } >>"$OUTD/log.txt"
+		rm -f "$cu"
+	done
+}
+
+# Small dims: each driver on the --check files, against sgc run's output.
+run_small_checks() {
+	local name sg iters flags tag bin base d=/tmp/sgbench_small
+	rm -rf "$d"
+	mkdir -p "$d"
+	: >"$d/list"
+	while read -r name sg iters flags; do
+		for tag in native f32; do
+			bin=$(driver "$name.small_$tag") || continue
+			base=$G/check/${sg%.sg}_$tag
+			if ! timeout 120 "$bin" --params "$base.params.safetensors" \
+				--inputs "$base.inputs.safetensors" \
+				--out "$d/$name.$tag.safetensors" >"$d/log" 2>&1; then
+				echo "FAIL $name ($tag): the driver failed: $(tail -n 3 "$d/log" | tr '\n' ' ')"
+				continue
+			fi
+			echo "$name ($tag) $d/$name.$tag.safetensors $base.out.safetensors" \
+				"$base.params.safetensors" >>"$d/list"
+		done
+	done < <(programs)
+	# one Python for every comparison (importing torch takes seconds)
+	"$PY" bench/torch_ref.py --compare-list "$d/list"
+}
+
+# Full size: each driver with --bench; one JSON line a program.
+run_bench_all() {
+	local name sg iters flags bin line
+	: >"$OUTD/sgc.jsonl"
+	while read -r name sg iters flags; do
+		if ! bin=$(driver "$name"); then
+			echo "{\"prog\": \"$name\", \"error\": \"no driver (sgc or nvcc failed)\"}" >>"$OUTD/sgc.jsonl"
+			continue
+		fi
+		local t0=$SECONDS trace=()
+		# the last warm-up call traced (not under --cuda-graph: no
+		# tracing inside a capture)
+		[[ " $flags " == *" --cuda-graph "* ]] ||
+			trace=(--trace "$TR/$name.json")
+		timeout 240 "$bin" --inputs "$IN/$name.safetensors" --bench "$iters" \
+			"${trace[@]}" >/tmp/sgbench.out 2>/tmp/sgbench.err
+		local rc=$?
+		line=$(grep '^{"graph"' /tmp/sgbench.out | tail -n 1)
+		if [ $rc = 0 ] && [ -n "$line" ]; then
+			echo "{\"prog\": \"$name\", ${line#\{}" >>"$OUTD/sgc.jsonl"
+		else
+			local err
+			err=$(tail -c 300 /tmp/sgbench.err | tr '\n"\\' '   ')
+			echo "{\"prog\": \"$name\", \"error\": \"exit $rc: $err\"}" >>"$OUTD/sgc.jsonl"
+		fi
+		echo "  $name ($((SECONDS - t0)) s): $(tail -n 1 "$OUTD/sgc.jsonl")"
+	done < <(programs)
+}
+
+run() {
+	OUTD=${OUT:-$G/out}
+	IN=${BENCH_INPUTS:-/tmp/sgbench_inputs}
+	mkdir -p "$OUTD" "$IN"
+	[ -d "$G" ] || die "$G is missing: run 'bench/run_bench.sh prepare' first (and carry it)"
+	# libcjson from here; libcublasLt from the CUDA of nvcc, else the
+	# one PyTorch's wheels bring
+	local cudalib pipcublas
+	cudalib=$(dirname "$(dirname "$(command -v "${NVCC:-nvcc}" 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")/lib64
+	pipcublas=$("$PY" -c 'import os, nvidia.cublas as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
+	export LD_LIBRARY_PATH=$PWD/$G/lib:$cudalib:/usr/local/cuda/lib64${pipcublas:+:$pipcublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+	echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+	{
+		echo "== $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(hostname)"
+		cat "$G/PREPARED" 2>/dev/null
+		nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total \
+			--format=csv,noheader 2>&1
+		"$PY" -c 'import torch; print("torch", torch.__version__)'
+		"$NVCC" --version 2>/dev/null | tail -n 1
+	} | tee "$OUTD/log.txt"
+	echo "== drivers (building any missing)"
+	run_build_missing
+	echo "== small-dims check: each driver against sgc run" | tee -a "$OUTD/log.txt"
+	run_small_checks | tee "$OUTD/small_check.txt" | tee -a "$OUTD/log.txt"
+	echo "== inputs ($((SECONDS - t_start)) s)"
+	"$PY" bench/torch_ref.py --make-inputs "$IN" ${BENCH_ONLY:+--only "${BENCH_ONLY// /,}"} \
+		2>>"$OUTD/log.txt" ||
+		echo "making inputs failed" | tee -a "$OUTD/log.txt"
+	echo "== sgc --bench ($((SECONDS - t_start)) s)" | tee -a "$OUTD/log.txt"
+	TR=/tmp/sgbench_traces
+	rm -rf "$TR"
+	mkdir -p "$TR"
+	run_bench_all | tee -a "$OUTD/log.txt"
+	rm -rf "$IN"
+	echo "== where each driver's time goes (one traced call)" | tee -a "$OUTD/log.txt"
+	"$PY" bench/torch_ref.py --trace-summary "$TR" | tee "$OUTD/trace_summary.txt" >>"$OUTD/log.txt"
+	tar -czf "$OUTD/traces.tar.gz" -C "$TR" . 2>/dev/null
+	local left=$(( ${BENCH_BUDGET_S:-450} - (SECONDS - t_start) - 15 ))
+	[ $left -gt 30 ] || left=30
+	echo "== PyTorch, at most $left s ($((SECONDS - t_start)) s)" | tee -a "$OUTD/log.txt"
+	PYTHONUNBUFFERED=1 timeout "$left" "$PY" bench/torch_ref.py \
+		${BENCH_ONLY:+--only "${BENCH_ONLY// /,}"} \
+		--json "$OUTD/torch.json" >/dev/null 2>>"$OUTD/log.txt" ||
+		echo "PyTorch stopped early (exit $?): the table has what it measured" |
+		tee -a "$OUTD/log.txt"
+	echo "== the table ($((SECONDS - t_start)) s)"
+	"$PY" bench/torch_ref.py --table --sgc "$OUTD/sgc.jsonl" \
+		--torch "$OUTD/torch.json" --compile "$G/compile.json" \
+		--checks "$OUTD/small_check.txt" --md "$OUTD/table.md"
+	echo
+	echo "small-dims check: $(grep -c '^ok' "$OUTD/small_check.txt") ok," \
+		"$(grep -c '^FAIL' "$OUTD/small_check.txt") failed"
+}
+
+PY=$(find_python)
+NVCC=$(find_nvcc)
+case "${1:-run}" in
+prepare) prepare ;;
+run) run ;;
+all) prepare && run ;;
+*) echo "usage: bench/run_bench.sh [prepare|run|all]" >&2; exit 2 ;;
+esac
