@@ -534,6 +534,9 @@ typedef struct {
 	const char *dump_after; /* NULL, a pass name, or "all" */
 	int test_drop_sync;     /* tests only: drop the N-th compiler-made sync
 	                           (control_deps pass) and skip the race checks */
+	int offload;            /* --offload: OFFLOAD_MARKED (0), _NONE, _AUTO */
+	uint64_t offload_budget;/* --offload-budget: device bytes for auto */
+	uint64_t bucket_bytes;  /* --bucket-bytes: grad_sync buckets; 0: 25 MiB */
 } PassOptions;
 
 /* Runs the pipeline (a straight list, verifier after each) over every
@@ -837,6 +840,31 @@ int memplan_pass(Graph *g, const PassOptions *po, Diag *d);
  * allocating stream is done with it (its `del`, else its last access)
  * gets record_event after that access and sync_dealloc there. */
 int dealloc_pass(Graph *g, const PassOptions *po, Diag *d);
+
+/* ------------------------------------------------------------------ offload.c, bucket.c
+ * Activation offloading and gradient buckets (docs/offload.md), placed
+ * with an estimate of time per node (offload.c's cost model).
+ */
+
+enum { OFFLOAD_MARKED, OFFLOAD_NONE, OFFLOAD_AUTO };
+
+/* Pass `offload`: `offload %v` (and --offload=auto) become to_host on a
+ * copy stream after the producer, a `del` of the device copy where the
+ * copy should be done, and a to_device before the first backward use that
+ * backward then reads. */
+int offload_pass(Graph *g, const PassOptions *po, Diag *d);
+/* Pass `grad_buckets`: grad_sync's all_reduces gathered into buckets of
+ * --bucket-bytes, each reduced as one collective; updates wait for their
+ * own bucket only. */
+int buckets_pass(Graph *g, const PassOptions *po, Diag *d);
+/* Estimated seconds: a node's compute on its stream, a host transfer of
+ * bytes, an all_reduce of bytes over WORLD ranks. */
+double offload_node_seconds(const Graph *g, const Node *n);
+double offload_copy_seconds(uint64_t bytes);
+double offload_collective_seconds(const Graph *g, uint64_t bytes);
+/* t[i]: the estimated start of node i in program order, t[nodes.n] the
+ * end (malloc'd). */
+double *offload_timeline(const Graph *g);
 
 /* ------------------------------------------------------------------ functionalize.c */
 

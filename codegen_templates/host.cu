@@ -1,0 +1,87 @@
+host.cu - the host statements of one call of a graph (the body of
+GRAPH_run in api.cu).  Every statement names the .sg line (${line}) it
+comes from, so a failing CUDA, cuBLAS or NCCL call reports it; ${s} is a
+stream index (0: `default`, the caller's stream); `rt` is the model's
+SgrtModel, `M` the generated model, `io` the call's tensors and `ext` its
+extern events.
+//@ comment
+
+	/* ${where}: ${text} */
+//@ decl
+	${type} *${var} = ${init};
+//@ alloc
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&${var}, ${bytes}, ${s}, ${line}));
+//@ arena
+	${var} = (${type} *)SGRT_AT(rt, ${off}); /* ${bytes} bytes of the arena */
+//@ hostbuf
+	${var} = (${type} *)M->host[${k}];
+//@ alias
+	${var} = ${from};
+//@ free
+	SGRT_TRY(sgrt_free_async(rt, ${var}, ${s}, ${line}));
+//@ free_record
+	SGRT_CHECK_CUDA(rt, cudaEventRecord(M->fev[${k}], sgrt_stream(rt, ${s})), ${line});
+//@ free_wait
+	SGRT_CHECK_CUDA(rt, cudaStreamWaitEvent(sgrt_stream(rt, ${s}), M->fev[${k}], 0), ${line});
+//@ launch
+	SGRT_KERNEL(rt, ${s}, "${kname}", ${line},
+	            ${kname}<<<${grid}, ${block}, ${smem}, sgrt_stream(rt, ${s})>>>(${args}));
+//@ launch_if_aligned
+	if (${cond})
+		SGRT_KERNEL(rt, ${s}, "${kname}", ${line},
+		            ${kname}<<<${grid}, ${block}, 0, sgrt_stream(rt, ${s})>>>(${args}));
+	else
+		SGRT_KERNEL(rt, ${s}, "${kname2}", ${line},
+		            ${kname2}<<<${grid2}, ${block}, 0, sgrt_stream(rt, ${s})>>>(${args}));
+//@ smem_attr
+	SGRT_CHECK_CUDA(rt, cudaFuncSetAttribute(${kname}, cudaFuncAttributeMaxDynamicSharedMemorySize, ${smem}), ${line});
+//@ copy
+	SGRT_TRY(sgrt_copy(rt, ${s}, ${dst}, ${src}, ${bytes}, "${name}", ${line}));
+//@ memset
+	SGRT_TRY(sgrt_memset(rt, ${s}, ${dst}, 0, ${bytes}, "${name}", ${line}));
+//@ record
+	SGRT_TRY(sgrt_record(rt, ${e}, ${s}, ${line}));
+//@ wait
+	SGRT_TRY(sgrt_wait(rt, ${e}, ${s}, ${line}));
+//@ record_ext
+	SGRT_TRY(sgrt_cg_record_ext(rt, ext[${e}], ${s}, ${line}));
+//@ wait_ext
+	SGRT_TRY(sgrt_cg_wait_ext(rt, ext[${e}], ${s}, ${line}));
+//@ wait_stream
+	SGRT_TRY(sgrt_wait_stream(rt, ${s}, ${other}, ${line}));
+//@ synchronize
+	SGRT_TRY(sgrt_synchronize(rt, ${line}));
+//@ barrier
+	SGRT_TRY(sgrt_cg_barrier(rt, ${line}));
+//@ fork
+	/* Inputs, params and consts are ready on `default`: the other streams start after it. */
+	SGRT_TRY(sgrt_cg_fork(rt, ${line}));
+//@ join
+	/* Every stream joins `default` before the call ends. */
+	SGRT_TRY(sgrt_join_all(rt, ${line}));
+//@ gemm
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = ${dtype};
+		g.trans_b = ${trans_b};
+		g.m = ${m};
+		g.n = ${n};
+		g.k = ${k};
+${?ldb}		g.ldb = ${ldb};
+${?batch}		g.batch = ${batch};
+${?batch}		g.stride_a = ${stride_a};
+${?batch}		g.stride_b = ${stride_b};
+${?bias}		g.bias = ${bias};
+		SGRT_TRY(sgrt_gemm(rt, ${s}, &g, ${a}, ${b}, ${c}, "${kname}", ${line}));
+	}
+//@ all_reduce
+	SGRT_TRY(sgrt_all_reduce(rt, ${s}, ${send}, ${recv}, ${count}, ${dtype}, ${op}, "${name}", ${line}));
+//@ broadcast
+	SGRT_TRY(sgrt_broadcast(rt, ${s}, ${send}, ${recv}, ${count}, ${dtype}, ${root}, "${name}", ${line}));
+//@ all_gather
+	SGRT_TRY(sgrt_all_gather(rt, ${s}, ${send}, ${recv}, ${count}, ${dtype}, "${name}", ${line}));
+//@ reduce_scatter
+	SGRT_TRY(sgrt_reduce_scatter(rt, ${s}, ${send}, ${recv}, ${count}, ${dtype}, ${op}, "${name}", ${line}));
+//@ all_to_all
+	SGRT_TRY(sgrt_all_to_all(rt, ${s}, ${send}, ${recv}, ${count}, ${dtype}, "${name}", ${line}));

@@ -1,0 +1,441 @@
+/*
+ * codegen.c - the CUDA backend's entry point (`--emit=cu`), the template
+ * engine that fills codegen_templates/ sections, and small helpers the
+ * other codegen_*.c files share (names, literals, comments).
+ *
+ * The output file is, in order: the banner and includes, the device
+ * helpers, every graph's kernels, every graph's host code (model, call,
+ * C API), and the driver main() when --main is given.  Kernels and host
+ * code are written into separate memory streams while the graphs are
+ * walked, then concatenated, so that every kernel is declared before the
+ * host code that launches it.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "codegen.h"
+
+/* ------------------------------------------------------------------ templates */
+
+/* The text of section "FILE:NAME", or NULL; *len gets its length. */
+static const char *
+find_section(const char *section, size_t *len)
+{
+	const char *colon = strchr(section, ':');
+	if (!colon)
+		return NULL;
+	size_t flen = (size_t)(colon - section);
+	const char *name = colon + 1;
+	size_t nlen = strlen(name);
+	for (unsigned i = 0; i < cg_ntemplate_files; i++) {
+		const CgTemplateFile *tf = &cg_template_files[i];
+		if (strlen(tf->name) != flen || strncmp(tf->name, section, flen) != 0)
+			continue;
+		for (const char *p = tf->text; p && *p;) {
+			const char *eol = strchr(p, '\n');
+			const char *next = eol ? eol + 1 : p + strlen(p);
+			if (strncmp(p, "//@ ", 4) == 0 &&
+			    (size_t)((eol ? eol : next) - (p + 4)) == nlen &&
+			    strncmp(p + 4, name, nlen) == 0) {
+				const char *end = next;
+				while (*end && strncmp(end, "//@ ", 4) != 0) {
+					const char *e = strchr(end, '\n');
+					end = e ? e + 1 : end + strlen(end);
+				}
+				*len = (size_t)(end - next);
+				return next;
+			}
+			p = next;
+		}
+	}
+	return NULL;
+}
+
+const char *
+cg_section(const char *section)
+{
+	size_t len;
+	const char *t = find_section(section, &len);
+	if (!t)
+		ICE("no template section '%s'", section);
+	return t;
+}
+
+/* The value bound to key (len bytes), or NULL. */
+static const char *
+lookup(const CgBind *b, const char *key, size_t len)
+{
+	for (; b->key; b++)
+		if (strlen(b->key) == len && strncmp(b->key, key, len) == 0)
+			return b->val ? b->val : "";
+	return NULL;
+}
+
+/* Length of the key after "${" (and an optional '?' or '!'), up to '}'. */
+static size_t
+key_len(const char *p, const char *section)
+{
+	size_t n = 0;
+	while ((p[n] >= 'a' && p[n] <= 'z') || (p[n] >= '0' && p[n] <= '9') ||
+	       p[n] == '_')
+		n++;
+	if (p[n] != '}' || n == 0)
+		ICE("template %s: malformed placeholder '${%.*s'", section,
+		    (int)(n + 1), p);
+	return n;
+}
+
+/* Writes one line of a template (without its newline) with the
+ * placeholders filled. */
+static void
+emit_line(FILE *f, const char *p, const char *end, const char *section,
+          const CgBind *b)
+{
+	while (p < end) {
+		if (p[0] == '$' && p + 1 < end && p[1] == '$') {
+			fputc('$', f);
+			p += 2;
+		} else if (p[0] == '$' && p + 1 < end && p[1] == '{') {
+			size_t n = key_len(p + 2, section);
+			const char *v = lookup(b, p + 2, n);
+			if (!v)
+				ICE("template %s: no value for '${%.*s}'", section, (int)n,
+				    p + 2);
+			fputs(v, f);
+			p += n + 3;
+		} else {
+			fputc(*p++, f);
+		}
+	}
+}
+
+/* For a line starting with "${?key}" or "${!key}": whether to write it;
+ * *skip gets the prefix's length.  Lines without the prefix are written. */
+static int
+line_wanted(const char *p, const char *section, const CgBind *b, size_t *skip)
+{
+	*skip = 0;
+	if (p[0] != '$' || p[1] != '{' || (p[2] != '?' && p[2] != '!'))
+		return 1;
+	size_t n = key_len(p + 3, section);
+	const char *v = lookup(b, p + 3, n);
+	if (!v)
+		ICE("template %s: no value for '${%c%.*s}'", section, p[2], (int)n,
+		    p + 3);
+	*skip = n + 4;
+	int set = v[0] && strcmp(v, "0") != 0;
+	return p[2] == '?' ? set : !set;
+}
+
+/* Writes len bytes of template text t with b's values ("what" names the
+ * template in internal-fault messages). */
+static void
+emit_text(FILE *f, const char *t, size_t len, const char *section, const CgBind *b)
+{
+	size_t skip;
+	const char *end = t + len;
+	while (t < end) {
+		const char *eol = memchr(t, '\n', (size_t)(end - t));
+		const char *next = eol ? eol + 1 : end;
+		if (line_wanted(t, section, b, &skip)) {
+			emit_line(f, t + skip, eol ? eol : end, section, b);
+			if (eol)
+				fputc('\n', f);
+		}
+		t = next;
+	}
+}
+
+void
+cg_emit(FILE *f, const char *section, const CgBind *b)
+{
+	size_t len;
+	const char *t = find_section(section, &len);
+	if (!t)
+		ICE("no template section '%s'", section);
+	emit_text(f, t, len, section, b);
+}
+
+char *
+cg_subst(Cg *c, const char *text, const CgBind *b)
+{
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+	if (!f)
+		ICE("open_memstream failed");
+	emit_text(f, text, strlen(text), text, b);
+	fclose(f);
+	char *s = arena_strndup(c->a, out, len);
+	free(out);
+	return s;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+char *
+cg_fmt(Cg *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	char *s = arena_alloc(c->a, (size_t)n + 1);
+	va_start(ap, fmt);
+	vsnprintf(s, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	return s;
+}
+
+char *
+cg_ident(Cg *c, const char *prefix, const char *name)
+{
+	char *s = cg_fmt(c, "%s%s", prefix, name);
+	for (char *p = s + strlen(prefix); *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9') || *p == '_'))
+			*p = '_';
+	return s;
+}
+
+char *
+cg_lit_float(Cg *c, double v, int f)
+{
+	char buf[32];
+	if (isnan(v))
+		return f ? "sg_nanf()" : "sg_nan()";
+	if (isinf(v))
+		return v < 0 ? (f ? "-sg_inff()" : "-sg_inf()") : (f ? "sg_inff()" : "sg_inf()");
+	if (f) {
+		/* The shortest text whose double rounds to the same float. */
+		float x = (float)v;
+		for (int p = 1; p <= 9; p++) {
+			snprintf(buf, sizeof buf, "%.*g", p, (double)x);
+			if ((float)strtod(buf, NULL) == x)
+				break;
+		}
+	} else {
+		fmt_double(buf, v);
+	}
+	int whole = !strpbrk(buf, ".en");
+	return cg_fmt(c, "%s%s%s", f ? "(float)" : "", buf, whole ? ".0" : "");
+}
+
+char *
+cg_lit_int(Cg *c, int64_t v)
+{
+	if (v == INT64_MIN)
+		return "(-9223372036854775807LL - 1)";
+	return cg_fmt(c, v < 0 ? "(%" PRId64 "LL)" : "%" PRId64 "LL", v);
+}
+
+const char *
+cg_source_name(Cg *c)
+{
+	const char *p = c->co->input, *s = strrchr(p, '/');
+	return s ? s + 1 : p;
+}
+
+char *
+cg_where(Cg *c, const Node *n)
+{
+	return cg_fmt(c, "%s:%u", cg_source_name(c), n->loc.line);
+}
+
+void
+cg_error(Cg *c, const Node *n, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	diag_vreport(c->m->diag, "error", n->loc, fmt, ap);
+	va_end(ap);
+	c->m->diag->nerrors++;
+	c->failed = 1;
+}
+
+/* An attribute's value as .sg text. */
+static char *
+attr_text(Cg *c, Graph *g, const Attr *a)
+{
+	char buf[32];
+	switch (a->type) {
+	case AT_INT: return cg_fmt(c, "%" PRId64, a->i);
+	case AT_BOOL: return a->i ? "true" : "false";
+	case AT_FLOAT: return cg_fmt(c, "%s", fmt_double(buf, a->f));
+	case AT_NUM:
+		if (a->num_kind == OK_FLOAT)
+			return cg_fmt(c, "%s", fmt_double(buf, a->f));
+		if (a->num_kind == OK_BOOL)
+			return a->i ? "true" : "false";
+		return cg_fmt(c, "%" PRId64, a->i ? a->i : (int64_t)a->f);
+	case AT_STR: return cg_fmt(c, "\"%s\"", a->s ? a->s : "");
+	case AT_IDENT: return cg_fmt(c, "%s", a->s ? a->s : "");
+	case AT_DTYPE: return (char *)dtype_name((DType)a->i);
+	case AT_STREAM:
+		return (char *)(a->i >= 0 && (uint64_t)a->i < g->streams.n
+		                ? g->streams.v[a->i].name : "?");
+	case AT_EVENT:
+		return (char *)(a->i >= 0 && (uint64_t)a->i < g->events.n
+		                ? g->events.v[a->i].name : "?");
+	case AT_INTS: {
+		char *s = "[";
+		for (uint32_t k = 0; k < a->nints; k++)
+			s = cg_fmt(c, "%s%s%" PRId64, s, k ? ", " : "", a->ints[k]);
+		return cg_fmt(c, "%s]", s);
+	}
+	}
+	return "?";
+}
+
+/* An operand as .sg text. */
+static char *
+opnd_text(Cg *c, Graph *g, const Opnd *o)
+{
+	char buf[32];
+	switch (o->kind) {
+	case OK_VAL: return cg_fmt(c, "%%%s", g->vals.v[o->v].name);
+	case OK_INT: return cg_fmt(c, "%" PRId64, o->i);
+	case OK_FLOAT: return cg_fmt(c, "%s", fmt_double(buf, o->f));
+	case OK_BOOL: return o->i ? "true" : "false";
+	case OK_STREAM: return cg_fmt(c, "%s", g->streams.v[o->v].name);
+	case OK_EVENT: return cg_fmt(c, "%s", g->events.v[o->v].name);
+	}
+	return "?";
+}
+
+char *
+cg_node_text(Cg *c, Graph *g, const Node *n)
+{
+	char *s = "";
+	for (uint32_t j = 0; j < n->nres; j++)
+		s = cg_fmt(c, "%s%s%%%s", s, j ? ", " : "", g->vals.v[n->res[j]].name);
+	if (n->nres)
+		s = cg_fmt(c, "%s = ", s);
+	if (n->op == OP_DEL || n->op == OP_OFFLOAD)
+		return cg_fmt(c, "%s %s", op_name(n->op), opnd_text(c, g, &n->opnd[0]));
+	s = cg_fmt(c, "%s%s(", s, op_name(n->op));
+	int k = 0;
+	for (uint32_t i = 0; i < n->nopnd; i++, k++)
+		s = cg_fmt(c, "%s%s%s", s, k ? ", " : "", opnd_text(c, g, &n->opnd[i]));
+	if (n->op < OP__N) {
+		const OpInfo *oi = &op_table[n->op];
+		for (uint32_t i = 0; i < n->nattr && i < oi->nattr; i++) {
+			if (!n->attr[i].set)
+				continue;
+			s = cg_fmt(c, "%s%s%s=%s", s, k++ ? ", " : "", oi->attr[i].name,
+			           attr_text(c, g, &n->attr[i]));
+		}
+	}
+	for (uint32_t i = 0; i < n->nextra; i++)
+		s = cg_fmt(c, "%s%s%s=%s", s, k++ ? ", " : "", n->extra[i].key,
+		           attr_text(c, g, &n->extra[i].a));
+	s = cg_fmt(c, "%s)", s);
+	/* A comment must not end early. */
+	for (char *p = s; (p = strstr(p, "*/")) != NULL;)
+		p[1] = '.';
+	return s;
+}
+
+/* ------------------------------------------------------------------ dtypes */
+
+const char *
+cg_ctype(DType t)
+{
+	static const char *const n[DT__N] = {
+		"double", "float", "sg_f16", "sg_bf16", "sg_i64", "sg_i32", "sg_bool",
+	};
+	return t < DT__N ? n[t] : "void";
+}
+
+const char *
+cg_regtype(DType t)
+{
+	switch (t) {
+	case DT_F64: return "double";
+	case DT_F32: case DT_F16: case DT_BF16: return "float";
+	default: return "sg_i64";
+	}
+}
+
+const char *
+cg_dtname(DType t)
+{
+	return t < DT__N ? dtype_name(t) : "void";
+}
+
+const char *
+cg_sgrt_dtype(DType t)
+{
+	static const char *const n[DT__N] = {
+		"SGRT_F64", "SGRT_F32", "SGRT_F16", "SGRT_BF16", "SGRT_I64",
+		"SGRT_I32", "SGRT_BOOL",
+	};
+	return t < DT__N ? n[t] : "-1";
+}
+
+/* ------------------------------------------------------------------ entry */
+
+/* The options that shaped the output, for the banner. */
+static char *
+options_text(Cg *c)
+{
+	const CodegenOptions *co = c->co;
+	return cg_fmt(c, "-O%d --arch=%s%s%s", co->opt_level, co->arch,
+	              co->cuda_graph ? " --cuda-graph" : "",
+	              co->emit_main ? " --main" : "");
+}
+
+/* Copies everything written to a memory stream into f. */
+static void
+append(FILE *f, char *text, size_t len)
+{
+	if (len)
+		fwrite(text, 1, len, f);
+}
+
+int
+codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
+{
+	Cg c = {.m = m, .co = co, .a = m->arena, .hdr = h};
+	char *ktext = NULL, *htext = NULL;
+	size_t klen = 0, hlen = 0;
+	c.kern = open_memstream(&ktext, &klen);
+	c.host = open_memstream(&htext, &hlen);
+	if (!c.kern || !c.host)
+		ICE("open_memstream failed");
+	char *graphs = "";
+	for (uint32_t i = 0; i < m->graphs.n; i++)
+		graphs = cg_fmt(&c, "%s%s%s", graphs, i ? ", " : "", m->graphs.v[i]->name);
+	CgGraph *gs = arena_alloc(c.a, (m->graphs.n + 1) * sizeof *gs);
+	if (h)
+		CG_EMIT(h, "api.cu:header_top", {"version", SGC_VERSION},
+		        {"source", co->input}, {"guard", cg_ident(&c, "SGC_", cg_source_name(&c))});
+	for (uint32_t i = 0; i < m->graphs.n && !c.failed; i++) {
+		if (!cg_graph_analyse(&gs[i], &c, m->graphs.v[i]) || !cg_graph_body(&gs[i]))
+			break;
+		cg_graph_api(&gs[i]);
+	}
+	if (!c.failed && co->emit_main && m->graphs.n > 0)
+		cg_main(&c, &gs[0]);
+	if (h)
+		CG_EMIT(h, "api.cu:header_bottom", {"guard", cg_ident(&c, "SGC_", cg_source_name(&c))});
+	for (uint32_t i = 0; i < m->graphs.n; i++)
+		cg_graph_free(&gs[i]);
+	fclose(c.kern);
+	fclose(c.host);
+	if (!c.failed) {
+		CG_EMIT(cu, "prelude.cu:banner", {"version", SGC_VERSION},
+		        {"source", co->input}, {"options", options_text(&c)},
+		        {"graphs", graphs}, {"arch", co->arch});
+		CG_EMIT(cu, "prelude.cu:includes", {"x", ""});
+		CG_EMIT(cu, "prelude.cu:device", {"x", ""});
+		append(cu, ktext, klen);
+		fputs("\n#ifndef __CUDACC_RTC__\n", cu);
+		append(cu, htext, hlen);
+		fputs("\n#endif /* __CUDACC_RTC__ */\n", cu);
+	}
+	free(ktext);
+	free(htext);
+	return !c.failed;
+}

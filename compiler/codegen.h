@@ -1,0 +1,253 @@
+/*
+ * codegen.h - what the files of the CUDA backend share (codegen.c,
+ * codegen_host.c, codegen_kernels.c, codegen_api.c, codegen_fuse.c).
+ * The backend's entry point is in sgc.h; this header is theirs alone.
+ *
+ * The backend works per graph in three steps:
+ *   1. analysis (codegen_host.c): every value gets a C name and storage
+ *      (an input or output slot of the call, a model-owned buffer, or a
+ *      stream-ordered temporary with its allocation and release points);
+ *   2. grouping (codegen_fuse.c): at -O2, chains of pointwise nodes of one
+ *      stream become one kernel;
+ *   3. emission: kernels (codegen_kernels.c) into the file's kernel part,
+ *      host statements into the call's body, the API around them
+ *      (codegen_api.c).
+ * Text comes from the templates of codegen_templates/ (see its README):
+ * cg_emit fills a section's placeholders.
+ */
+#ifndef CODEGEN_H
+#define CODEGEN_H
+
+#include "sgc.h"
+
+/* ------------------------------------------------------------------ codegen.c */
+
+/* A placeholder binding; arrays of them end with {NULL, NULL}. */
+typedef struct {
+	const char *key, *val;
+} CgBind;
+
+typedef struct CgGraph CgGraph;
+
+/* A set of pointwise nodes fused into one kernel (a single node at -O0). */
+typedef struct {
+	NodeId *nodes;
+	uint32_t n;
+	int vec;              /* elements per thread for vectorised loads, 1: none */
+	NodeId into;          /* the node whose input it computes in place
+	                         (a fused producer), or NONE: a kernel of its own */
+} CgGroup;
+typedef VEC(CgGroup) CgGroups;
+
+/* The state of one `sgc` compilation to CUDA. */
+typedef struct {
+	Module *m;
+	const CodegenOptions *co;
+	Arena *a;
+	FILE *kern;         /* the kernels of every graph, in order */
+	FILE *host;         /* host code of every graph, in order */
+	FILE *hdr;          /* --header text, or NULL */
+	int failed;         /* a diagnostic was reported */
+} Cg;
+
+/* Writes section "FILE:NAME" of the templates with the bindings b
+ * (NULL-terminated).  An unknown section or placeholder is an ICE. */
+void cg_emit(FILE *f, const char *section, const CgBind *b);
+#define CG_EMIT(f, section, ...) \
+	cg_emit((f), (section), (const CgBind[]){__VA_ARGS__, {NULL, NULL}})
+/* text (a template fragment, one line or more) with b's values. */
+char *cg_subst(Cg *c, const char *text, const CgBind *b);
+#define CG_SUBST(c, text, ...) \
+	cg_subst((c), (text), (const CgBind[]){__VA_ARGS__, {NULL, NULL}})
+/* The raw text of a section (for tables such as pointwise.tbl). */
+const char *cg_section(const char *section);
+
+/* printf into the compilation's arena. */
+char *cg_fmt(Cg *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A C identifier for a .sg name: [A-Za-z0-9_] kept, others as '_'. */
+char *cg_ident(Cg *c, const char *prefix, const char *name);
+/* A double as a C expression of type float (f = 1) or double. */
+char *cg_lit_float(Cg *c, double v, int f);
+/* An int64 as a C literal of type sg_i64. */
+char *cg_lit_int(Cg *c, int64_t v);
+/* One node as .sg text ("%h = matmul(%x, %w1)") for comments. */
+char *cg_node_text(Cg *c, Graph *g, const Node *n);
+/* "model.sg:14" for a node; the .sg file's base name. */
+char *cg_where(Cg *c, const Node *n);
+const char *cg_source_name(Cg *c);
+void cg_error(Cg *c, const Node *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Dtype names in generated code. */
+const char *cg_ctype(DType t);    /* storage: "float", "sg_bf16" */
+const char *cg_regtype(DType t);  /* register: "float", "double", "sg_i64" */
+const char *cg_dtname(DType t);   /* suffix of sg_to_/sg_st_: "bf16" */
+const char *cg_sgrt_dtype(DType t); /* "SGRT_BF16" */
+
+/* ------------------------------------------------------------------ codegen_host.c */
+
+/* Where a value's memory comes from. */
+enum {
+	ST_INPUT,  /* the caller's input buffer: io[slot] */
+	ST_OUTPUT, /* the caller's output buffer: io[slot] */
+	ST_PARAM,  /* model-owned device buffer (param, const): io[slot] too */
+	ST_HOST,   /* model-owned pinned host buffer (to_host results) */
+	ST_TEMP,   /* cudaMallocAsync at the definition, freed after the last use */
+};
+
+/* One alias class of values (control_deps results join their operand's). */
+typedef struct {
+	ValId root;
+	uint8_t kind;         /* ST_* */
+	uint8_t mutated;      /* written by an in-place op or collective */
+	uint8_t dealloc;      /* released by a sync_dealloc node */
+	uint8_t planned;      /* ST_TEMP placed in the arena by the memory plan */
+	int slot;             /* io index (ST_INPUT/OUTPUT/PARAM) */
+	int hostbuf;          /* ST_HOST: index of the model's pinned buffer */
+	NodeId release;       /* last node naming the class */
+	uint32_t streams;     /* bit s: stream s uses the class (s < 32) */
+	NodeId *last_on;      /* [nstreams]: last node on each stream naming it */
+	int *free_event;      /* [nstreams]: model free-event index, or -1 */
+} CgClass;
+
+/* A tensor of the call's interface (SgrtTensorDesc). */
+typedef struct {
+	const char *name;
+	int role;             /* CG_ROLE_* (SgrtTensorDesc's roles) */
+	ValId v;              /* its value; for optimizer state, the param's */
+	Type type;
+	int flags;            /* CG_TF_* */
+} CgTensor;
+
+enum { CG_ROLE_INPUT, CG_ROLE_PARAM, CG_ROLE_CONST, CG_ROLE_STATE, CG_ROLE_OUTPUT };
+enum { CG_TF_MUTATED = 1, CG_TF_HOST = 2 };
+
+struct CgGraph {
+	Cg *c;
+	Graph *g;
+	const char *name;     /* C identifier of the graph */
+	char **vname;         /* per value: C variable ("v_h") */
+	ValId *root;          /* per value: its class's first value */
+	CgClass **cls;        /* per value: its class (shared by the class) */
+	int *group;           /* per node: fused group id, -1: alone */
+	uint8_t *ingroup_only;/* per value: used only inside its group */
+	uint8_t *named;       /* per value: the host code names it */
+	int *prologue;        /* per node: the group fused into its operand 0,
+	                         or -1 */
+	CgGroups *groups;     /* -O2: the pointwise groups */
+	VEC(CgTensor) tensors;
+	VEC(ValId) ret_copies;/* per return index: value copied at the end
+	                         (NONE when written in place) */
+	int *ret_slot;        /* per return index: io slot */
+	int nhost;            /* pinned host buffers */
+	VEC(ValId) hostvals;  /* value of each pinned host buffer */
+	int nfree_events;     /* events for cross-stream frees */
+	int nlocal_events;    /* local (not extern) events */
+	int *event_index;     /* per graph event: local index or extern index */
+	int *optslot;         /* per node: an optimizer update's first state
+	                         slot (sgd: momentum_buffer; adamw: exp_avg,
+	                         exp_avg_sq, step), -1 otherwise */
+	int *scratch;         /* per node: its model scratch buffer, or -1 */
+	VEC(int64_t) scratch_bytes; /* model-owned device scratch buffers */
+	int has_collectives;
+	int world;
+	int lastline;         /* the return statement's line */
+	Map kernames;         /* kernel names in use */
+	MemPlan plan;         /* -O2: the static memory plan (memplan.c) */
+	int use_plan;
+	FILE *body;           /* the call's statements, while written */
+	char *bodytext;       /* then their text (malloc'd) */
+	size_t bodylen;
+};
+
+/* Builds the analysis of graph g; 0 after reporting an error. */
+int cg_graph_analyse(CgGraph *G, Cg *c, Graph *g);
+/* Emits the host body of one call (into G->body) and the kernels. */
+int cg_graph_body(CgGraph *G);
+void cg_graph_free(CgGraph *G);
+/* The storage pointer type of value v ("float *"). */
+const char *cg_ptr(CgGraph *G, ValId v);
+/* The stream a node runs on, as an integer literal. */
+int cg_stream(const Node *n);
+/* A new kernel name from parts, unique within the graph. */
+const char *cg_kernel_name(CgGraph *G, const Node *n, const char *what);
+
+/* ------------------------------------------------------------------ codegen_kernels.c */
+
+
+/* Emits the kernel of a pointwise group and its launch into G->body. */
+void cg_pointwise(CgGraph *G, const CgGroup *grp);
+/* How a kernel reads operand 0 of node n: its parameter list, the launch's
+ * arguments, and a printf format turning an element offset (%s) into the
+ * element's register: "sg_ld(x[%s])", or the element function of a
+ * pointwise group fused into n (emitted here). */
+typedef struct {
+	char *params, *args, *fmt;
+} CgInput;
+CgInput cg_input(CgGraph *G, const Node *n);
+/* Emits the kernel(s) and launches of any other op; 0 when the backend
+ * cannot compile it (after reporting). */
+int cg_op(CgGraph *G, NodeId i);
+/* 1 when node n is done by cg_pointwise. */
+int cg_is_pointwise(const Graph *g, const Node *n);
+/* An index expression: sum over dims of ((var / inner) % size) * stride,
+ * where inner is the product of the sizes after the dim; dims of stride 0
+ * drop out and adjacent contiguous dims merge. */
+char *cg_index(Cg *c, const char *var, int rank, const int64_t *size,
+               const int64_t *stride, int64_t base);
+/* Launch geometry for a grid-stride loop over n elements. */
+int64_t cg_grid(int64_t n, int block);
+/* How a row kernel's threads split: tpr threads a row (a warp for short
+ * or many rows, else a block), rows rows a block of `block` threads. */
+typedef struct {
+	int tpr, block, rows;
+	int64_t grid;
+} CgRows;
+CgRows cg_rows(int64_t nout, int64_t len);
+/* Helpers the kernel emitters share (codegen_kernels.c). */
+char *cg_comment(CgGraph *G, const Node *n);      /* "// f.sg:3: ..." */
+void cg_launch(CgGraph *G, const Node *n, const char *kname, int64_t grid,
+               int block, int64_t smem, const char *args);
+/* A scratch buffer for node n on its stream: declared, allocated; its
+ * variable's name.  cg_free_tmp releases it. */
+char *cg_alloc_tmp(CgGraph *G, const Node *n, const char *type, int64_t bytes,
+                   const char *what);
+void cg_free_tmp(CgGraph *G, const Node *n, const char *var);
+char *cg_store(Cg *c, DType dt, const char *v);   /* sg_st_DT(sg_to_DT(v)) */
+const char *cg_acc_type(DType dt);  /* float, or double for f64 */
+const char *cg_acc_conv(DType dt);  /* sg_opf, or sg_opd for f64 */
+/* x viewed as [outer, len, inner] around dim d; the offset of row o. */
+void cg_around(const Type *x, int d, int64_t *outer, int64_t *len, int64_t *inner);
+char *cg_row_base(Cg *c, int64_t outer, int64_t len, int64_t inner);
+/* Broadcast batch dims (all but the last two) of nop operands: shape and
+ * per-operand element strides (0 where broadcast); returns the rank. */
+int cg_batch_bcast(const Type **ops, int nop, int64_t *shape,
+                   int64_t st[][SG_MAXRANK]);
+void cg_strides(const Type *t, int64_t *st);      /* row-major strides */
+const char *cg_index_type(int64_t n);             /* "int" or "sg_i64" */
+
+/* ------------------------------------------------------------------ codegen_grad.c */
+
+/* The backward ops autograd makes and the optimizer updates: 1 when node
+ * i is one (and was emitted), 0 otherwise. */
+int cg_grad_op(CgGraph *G, NodeId i);
+
+/* ------------------------------------------------------------------ codegen_fuse.c */
+
+/* At -O2, assigns G->group[] for chains of fusable pointwise nodes and
+ * returns the groups (in program order of their first node). */
+void cg_fuse(CgGraph *G, CgGroups *groups);
+/* Builds G->plan (memplan.c) over the graph as the kernels run it: each
+ * group one node at its place, values kept in registers without memory. */
+void cg_plan(CgGraph *G, const CgGroups *groups);
+
+/* ------------------------------------------------------------------ codegen_api.c */
+
+/* Emits the model struct, creation, destruction, load/save, the call, the
+ * C API and the header declarations of one analysed graph. */
+void cg_graph_api(CgGraph *G);
+/* The driver main() for the file (the graph chosen by --graph or the
+ * first). */
+void cg_main(Cg *c, CgGraph *G);
+
+#endif

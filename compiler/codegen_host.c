@@ -1,0 +1,683 @@
+/*
+ * codegen_host.c - the host side of one graph's call: where every value
+ * lives, when temporaries are allocated and released, and the statements
+ * of the call in program order (stream and event ops, allocations, frees,
+ * and the kernels and library calls of each node).
+ *
+ * Storage.  Values form alias classes (a control_deps result shares its
+ * operand's memory).  A class holding an input, param or const uses that
+ * tensor's memory; a class whose value is returned (and holds no input,
+ * param or const) is computed straight into the caller's output buffer; a
+ * to_host result lives in a pinned host buffer the model owns; any other
+ * class is a temporary in the device arena at the offset the static memory
+ * plan gives (compiler/memplan.c: no reuse at -O0, reuse across event
+ * paths at -O2), where a `sync_dealloc(%v, event=E, stream=S)` becomes the
+ * wait of S for E that makes the reuse safe.
+ *
+ * A temporary the plan does not place (none today; kept as the fallback)
+ * is allocated with cudaMallocAsync on its producer's stream before its
+ * first definition and freed after the last node naming it (its `del`,
+ * when the user wrote one); when streams other than the releasing one used
+ * it, each records a model event after its last use and the releasing
+ * stream waits for them before the free (language rule 8).
+ *
+ * The interpreter (compiler/interp.c) uses the same classes and release
+ * points, so both agree on what a program means.
+ */
+#include <string.h>
+
+#include "codegen.h"
+
+int
+cg_stream(const Node *n)
+{
+	return (int)n->stream;
+}
+
+/* 1 when node n is live (not removed by a pass). */
+static int
+live(const Node *n)
+{
+	return !(n->flags & NF_DEAD);
+}
+
+/* 1 when node n writes its first operand in place. */
+static int
+writes_first(const Node *n)
+{
+	if (n->op >= OP__N)
+		return 0;
+	uint32_t f = op_table[n->op].flags;
+	return (f & OPF_INPLACE) || ((f & OPF_COLLECTIVE) && n->nres == 0);
+}
+
+const char *
+cg_ptr(CgGraph *G, ValId v)
+{
+	return cg_fmt(G->c, "%s *", cg_ctype((DType)G->g->vals.v[v].type.dt));
+}
+
+const char *
+cg_kernel_name(CgGraph *G, const Node *n, const char *what)
+{
+	Cg *c = G->c;
+	char *base = cg_fmt(c, "k_%s_%u_%s", G->name, n->loc.line, what);
+	if (n->nres)
+		base = cg_fmt(c, "%s_%s", base, G->vname[n->res[0]] + 2);
+	char *name = base;
+	for (int k = 2; map_get(&G->kernames, name, strlen(name)); k++)
+		name = cg_fmt(c, "%s_%d", base, k);
+	map_put(&G->kernames, name, strlen(name), 1);
+	return name;
+}
+
+/* ------------------------------------------------------------------ analysis */
+
+/* C names for every value, unique within the graph. */
+static void
+name_values(CgGraph *G)
+{
+	Graph *g = G->g;
+	Map used;
+	map_init(&used);
+	G->vname = arena_alloc(G->c->a, (g->vals.n + 1) * sizeof *G->vname);
+	for (ValId v = 0; v < g->vals.n; v++) {
+		char *base = cg_ident(G->c, "v_", g->vals.v[v].name), *name = base;
+		for (int k = 2; map_get(&used, name, strlen(name)); k++)
+			name = cg_fmt(G->c, "%s_%d", base, k);
+		map_put(&used, name, strlen(name), v);
+		G->vname[v] = name;
+	}
+	map_free(&used);
+}
+
+/* Alias classes: result j of control_deps joins its j-th value operand. */
+static void
+find_classes(CgGraph *G)
+{
+	Graph *g = G->g;
+	Arena *a = G->c->a;
+	uint32_t ns = g->streams.n;
+	G->root = arena_alloc(a, (g->vals.n + 1) * sizeof *G->root);
+	G->cls = arena_alloc(a, (g->vals.n + 1) * sizeof *G->cls);
+	for (ValId v = 0; v < g->vals.n; v++)
+		G->root[v] = v;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		if (!live(n) || n->op != OP_CONTROL_DEPS)
+			continue;
+		uint32_t j = 0;
+		for (uint32_t k = 0; k < n->nopnd && j < n->nres; k++)
+			if (n->opnd[k].kind == OK_VAL)
+				G->root[n->res[j++]] = G->root[n->opnd[k].v];
+	}
+	for (ValId v = 0; v < g->vals.n; v++) {
+		ValId r = G->root[v];
+		if (!G->cls[r]) {
+			CgClass *cl = arena_alloc(a, sizeof *cl);
+			const Value *val = &g->vals.v[r];
+			cl->root = r;
+			cl->slot = -1;
+			cl->hostbuf = -1;
+			cl->release = val->kind == VK_NODE ? val->def : NONE;
+			cl->kind = val->kind == VK_INPUT ? ST_INPUT
+			         : val->kind == VK_NODE ? (val->type.host ? ST_HOST : ST_TEMP)
+			         : ST_PARAM;
+			cl->last_on = arena_alloc(a, (ns + 1) * sizeof *cl->last_on);
+			cl->free_event = arena_alloc(a, (ns + 1) * sizeof *cl->free_event);
+			for (uint32_t s = 0; s < ns; s++) {
+				cl->last_on[s] = NONE;
+				cl->free_event[s] = -1;
+			}
+			G->cls[r] = cl;
+		}
+		G->cls[v] = G->cls[r];
+	}
+}
+
+/* Node i names class cl (as operand or result) on its stream. */
+static void
+use_class(CgClass *cl, NodeId i, const Node *n)
+{
+	uint32_t s = n->stream;
+	if (s < 32)
+		cl->streams |= 1u << s;
+	cl->last_on[s] = i;
+	if (cl->release == NONE || cl->release < i)
+		cl->release = i;
+}
+
+/* Uses, release points, mutation, sync_dealloc. */
+static void
+find_uses(CgGraph *G)
+{
+	Graph *g = G->g;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		if (!live(n))
+			continue;
+		for (uint32_t k = 0; k < n->nopnd; k++)
+			if (n->opnd[k].kind == OK_VAL)
+				use_class(G->cls[n->opnd[k].v], i, n);
+		for (uint32_t j = 0; j < n->nres; j++)
+			use_class(G->cls[n->res[j]], i, n);
+		if (writes_first(n) && n->nopnd && n->opnd[0].kind == OK_VAL)
+			G->cls[n->opnd[0].v]->mutated = 1;
+		if (n->op == OP_SYNC_DEALLOC && n->opnd[0].kind == OK_VAL)
+			G->cls[n->opnd[0].v]->dealloc = 1;
+		if (n->op < OP__N && (op_table[n->op].flags & OPF_COLLECTIVE))
+			G->has_collectives = 1;
+	}
+}
+
+/* Appends a tensor of the call's interface; returns its io slot. */
+static int
+add_tensor(CgGraph *G, ValId v, int role, int flags)
+{
+	CgTensor t = {.name = G->g->vals.v[v].name, .role = role, .v = v,
+	              .type = G->g->vals.v[v].type, .flags = flags};
+	vec_push(&G->tensors, t);
+	return (int)G->tensors.n - 1;
+}
+
+/* The slot of optimizer state opt.PARAM.what (added once). */
+static int
+add_state(CgGraph *G, ValId param, const char *what, const Type *t)
+{
+	char *name = cg_fmt(G->c, "opt.%s.%s", G->g->vals.v[param].name, what);
+	for (uint32_t i = 0; i < G->tensors.n; i++)
+		if (strcmp(G->tensors.v[i].name, name) == 0)
+			return (int)i;
+	CgTensor s = {.name = name, .role = CG_ROLE_STATE, .v = param, .type = *t};
+	vec_push(&G->tensors, s);
+	return (int)G->tensors.n - 1;
+}
+
+/* Optimizer state (model-owned, saved with the params) and the scratch
+ * each update needs, as interp_optim.c declares them. */
+static void
+find_state(CgGraph *G)
+{
+	Graph *g = G->g;
+	Type step = {.dt = DT_F32, .rank = 0};
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		G->optslot[i] = G->scratch[i] = -1;
+		if (!live(n) || (n->op != OP_SGD_UPDATE_ && n->op != OP_ADAMW_UPDATE_))
+			continue;
+		ValId p = n->opnd[0].v;
+		const Type *t = &g->vals.v[p].type;
+		if (n->op == OP_SGD_UPDATE_) {
+			if (ir_attr_float(n, "momentum", 0) != 0)
+				G->optslot[i] = add_state(G, p, "momentum_buffer", t);
+			continue;
+		}
+		G->optslot[i] = add_state(G, p, "exp_avg", t);
+		add_state(G, p, "exp_avg_sq", t);
+		add_state(G, p, "step", &step);
+		G->scratch[i] = (int)G->scratch_bytes.n;
+		vec_push(&G->scratch_bytes, (int64_t)16);
+	}
+}
+
+/* The interface: inputs, outputs (returned values), params, consts. */
+static void
+find_tensors(CgGraph *G)
+{
+	Graph *g = G->g;
+	uint32_t nr = g->rets.n;
+	G->ret_slot = arena_alloc(G->c->a, (nr + 1) * sizeof *G->ret_slot);
+	for (uint32_t i = 0; i < g->inputs.n; i++) {
+		CgClass *cl = G->cls[g->inputs.v[i]];
+		cl->slot = add_tensor(G, g->inputs.v[i], CG_ROLE_INPUT,
+		                      cl->mutated ? CG_TF_MUTATED : 0);
+	}
+	for (uint32_t i = 0; i < nr; i++) {
+		ValId v = g->rets.v[i];
+		CgClass *cl = G->cls[v];
+		int flags = g->vals.v[v].type.host ? CG_TF_HOST : 0;
+		G->ret_slot[i] = add_tensor(G, v, CG_ROLE_OUTPUT, flags);
+		if (cl->kind == ST_TEMP || cl->kind == ST_HOST) {
+			cl->kind = ST_OUTPUT;
+			cl->slot = G->ret_slot[i];
+			vec_push(&G->ret_copies, NONE);
+		} else {
+			vec_push(&G->ret_copies, v);
+		}
+	}
+	for (uint32_t i = 0; i < g->params.n; i++)
+		G->cls[g->params.v[i]]->slot = add_tensor(G, g->params.v[i], CG_ROLE_PARAM, 0);
+	for (uint32_t i = 0; i < g->consts.n; i++)
+		G->cls[g->consts.v[i]]->slot = add_tensor(G, g->consts.v[i], CG_ROLE_CONST, 0);
+	find_state(G);
+}
+
+/* The plan's arena buffer of value v (a class root), or NULL. */
+static const MemBuf *
+arena_buf(CgGraph *G, ValId v)
+{
+	if (!G->use_plan || G->plan.bufof[v] == NONE)
+		return NULL;
+	const MemBuf *b = &G->plan.buf[G->plan.bufof[v]];
+	return b->where == MEM_DEVICE ? b : NULL;
+}
+
+/* Pinned host buffers, arena placement, and events for cross-stream
+ * frees of what is not in the arena. */
+static void
+find_buffers(CgGraph *G)
+{
+	Graph *g = G->g;
+	for (ValId v = 0; v < g->vals.n; v++) {
+		CgClass *cl = G->cls[v];
+		if (G->root[v] != v)
+			continue;
+		if (cl->kind == ST_HOST) {
+			cl->hostbuf = G->nhost++;
+			vec_push(&G->hostvals, v);
+		}
+		if (cl->kind == ST_TEMP && arena_buf(G, v))
+			cl->planned = 1;
+		if (cl->kind != ST_TEMP || cl->planned || cl->dealloc || cl->release == NONE)
+			continue;
+		uint32_t rs = g->nodes.v[cl->release].stream;
+		for (uint32_t s = 0; s < g->streams.n; s++)
+			if (s != rs && cl->last_on[s] != NONE)
+				cl->free_event[s] = G->nfree_events++;
+	}
+}
+
+/* Local events and extern events each numbered from 0. */
+static void
+number_events(CgGraph *G)
+{
+	Graph *g = G->g;
+	int nl = 0, ne = 0;
+	G->event_index = arena_alloc(G->c->a, (g->events.n + 1) * sizeof *G->event_index);
+	for (uint32_t e = 0; e < g->events.n; e++)
+		G->event_index[e] = g->events.v[e].is_extern ? ne++ : nl++;
+	G->nlocal_events = nl;
+}
+
+/* The size of dim WORLD (1 unless -D WORLD=N). */
+static int
+world_size(Module *m)
+{
+	uint32_t *slot = map_get(&m->dimmap, "WORLD", 5);
+	return slot ? (int)m->dims.v[*slot].n : 1;
+}
+
+int
+cg_graph_analyse(CgGraph *G, Cg *c, Graph *g)
+{
+	memset(G, 0, sizeof *G);
+	G->c = c;
+	G->g = g;
+	G->name = cg_ident(c, "", g->name);
+	G->world = world_size(c->m);
+	G->lastline = g->retloc.line ? (int)g->retloc.line : (int)g->loc.line;
+	map_init(&G->kernames);
+	G->group = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->group);
+	G->ingroup_only = arena_alloc(c->a, g->vals.n + 1);
+	G->optslot = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->optslot);
+	G->prologue = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->prologue);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		G->prologue[i] = -1;
+	G->scratch = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->scratch);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		G->group[i] = -1;
+	name_values(G);
+	find_classes(G);
+	find_uses(G);
+	find_tensors(G);
+	number_events(G);
+	return 1;
+}
+
+void
+cg_graph_free(CgGraph *G)
+{
+	vec_free(&G->tensors);
+	vec_free(&G->ret_copies);
+	vec_free(&G->hostvals);
+	vec_free(&G->scratch_bytes);
+	if (G->use_plan)
+		memplan_free(&G->plan);
+	map_free(&G->kernames);
+}
+
+/* ------------------------------------------------------------------ statements */
+
+/* An integer as text. */
+static char *
+num(Cg *c, int64_t v)
+{
+	return cg_fmt(c, "%lld", (long long)v);
+}
+
+/* Which values the host code names: operands of nodes that emit code,
+ * results that own memory, values copied at the end. */
+static void
+find_named(CgGraph *G)
+{
+	Graph *g = G->g;
+	G->named = arena_alloc(G->c->a, g->vals.n + 1);
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		if (!live(n) || n->op == OP_DEL || n->op == OP_OFFLOAD)
+			continue;
+		for (uint32_t k = 0; k < n->nopnd; k++)
+			if (n->opnd[k].kind == OK_VAL && n->op != OP_CONTROL_DEPS &&
+			    !G->ingroup_only[n->opnd[k].v])
+				G->named[n->opnd[k].v] = 1;
+		for (uint32_t j = 0; j < n->nres; j++)
+			if (G->root[n->res[j]] == n->res[j] && !G->ingroup_only[n->res[j]])
+				G->named[n->res[j]] = 1;
+	}
+	for (uint32_t k = 0; k < g->rets.n; k++)
+		if (G->ret_copies.v[k] != NONE)
+			G->named[G->ret_copies.v[k]] = 1;
+	/* An alias names its class's root. */
+	for (ValId v = 0; v < g->vals.n; v++)
+		if (G->named[v])
+			G->named[G->root[v]] = 1;
+}
+
+/* Declarations of the pointers the call uses, bound to its tensors. */
+static void
+declare_values(CgGraph *G)
+{
+	Graph *g = G->g;
+	for (ValId v = 0; v < g->vals.n; v++) {
+		CgClass *cl = G->cls[v];
+		const char *type = cg_ctype((DType)g->vals.v[v].type.dt), *init = "NULL";
+		if (g->vals.v[v].type.dt >= DT__N || !G->named[v])
+			continue;
+		if (G->root[v] == v && cl->slot >= 0)
+			init = cg_fmt(G->c, "(%s *)io[%d]", type, cl->slot);
+		CG_EMIT(G->body, "host.cu:decl", {"type", type}, {"var", G->vname[v]},
+		        {"init", init});
+	}
+}
+
+/* Memory for the results of node i that start a class. */
+static void
+bind_results(CgGraph *G, NodeId i)
+{
+	Graph *g = G->g;
+	Node *n = &g->nodes.v[i];
+	Cg *c = G->c;
+	for (uint32_t j = 0; j < n->nres; j++) {
+		ValId v = n->res[j];
+		CgClass *cl = G->cls[v];
+		const Type *t = &g->vals.v[v].type;
+		if (G->ingroup_only[v] || !G->named[v] || type_numel(t) == 0)
+			continue; /* nothing to hold */
+		if (G->root[v] != v) {
+			CG_EMIT(G->body, "host.cu:alias", {"var", G->vname[v]},
+			        {"from", G->vname[G->root[v]]});
+		} else if (cl->planned) {
+			CG_EMIT(G->body, "host.cu:arena", {"var", G->vname[v]},
+			        {"type", cg_ctype((DType)t->dt)},
+			        {"off", num(c, (int64_t)arena_buf(G, v)->offset)},
+			        {"bytes", num(c, type_numel(t) * dtype_size((DType)t->dt))});
+		} else if (cl->kind == ST_TEMP) {
+			CG_EMIT(G->body, "host.cu:alloc", {"var", G->vname[v]},
+			        {"bytes", num(c, type_numel(t) * dtype_size((DType)t->dt))},
+			        {"s", num(c, cg_stream(n))}, {"line", num(c, n->loc.line)});
+		} else if (cl->kind == ST_HOST) {
+			CG_EMIT(G->body, "host.cu:hostbuf", {"var", G->vname[v]},
+			        {"type", cg_ctype((DType)t->dt)}, {"k", num(c, cl->hostbuf)});
+		}
+	}
+}
+
+/* After node i: events for later cross-stream frees, and the frees of the
+ * classes it releases. */
+static void
+release_after(CgGraph *G, NodeId i)
+{
+	Graph *g = G->g;
+	Cg *c = G->c;
+	Node *n = &g->nodes.v[i];
+	for (ValId v = 0; v < g->vals.n; v++) {
+		CgClass *cl = G->cls[v];
+		if (G->root[v] != v || cl->kind != ST_TEMP || cl->planned || G->ingroup_only[v])
+			continue;
+		for (uint32_t s = 0; s < g->streams.n; s++)
+			if (cl->last_on[s] == i && cl->free_event[s] >= 0)
+				CG_EMIT(G->body, "host.cu:free_record",
+				        {"k", num(c, cl->free_event[s])}, {"s", num(c, s)},
+				        {"line", num(c, n->loc.line)});
+		if (cl->release != i || cl->dealloc)
+			continue;
+		for (uint32_t s = 0; s < g->streams.n; s++)
+			if (cl->free_event[s] >= 0)
+				CG_EMIT(G->body, "host.cu:free_wait",
+				        {"k", num(c, cl->free_event[s])},
+				        {"s", num(c, cg_stream(n))}, {"line", num(c, n->loc.line)});
+		CG_EMIT(G->body, "host.cu:free", {"var", G->vname[v]},
+		        {"s", num(c, cg_stream(n))}, {"line", num(c, n->loc.line)});
+	}
+}
+
+/* An event operand or attribute: local or extern, and its index. */
+static void
+event_ref(CgGraph *G, int64_t e, int *ext, int *idx)
+{
+	*ext = G->g->events.v[e].is_extern;
+	*idx = G->event_index[e];
+}
+
+/* record_event / wait_event of event e on stream s. */
+static void
+event_op(CgGraph *G, int op, int64_t e, int s, int line)
+{
+	Cg *c = G->c;
+	int ext, idx;
+	event_ref(G, e, &ext, &idx);
+	const char *sec = op == OP_RECORD_EVENT ? (ext ? "host.cu:record_ext" : "host.cu:record")
+	                                        : (ext ? "host.cu:wait_ext" : "host.cu:wait");
+	CG_EMIT(G->body, sec, {"e", num(c, idx)}, {"s", num(c, s)}, {"line", num(c, line)});
+}
+
+/* synchronize(): the host waits for every stream; inside a CUDA graph a
+ * device-side barrier does the same ordering. */
+static void
+synchronize(CgGraph *G, int line)
+{
+	CG_EMIT(G->body, G->c->co->cuda_graph ? "host.cu:barrier" : "host.cu:synchronize",
+	        {"line", num(G->c, line)});
+}
+
+/* The sync a control_deps node performs (its sync= and extra attributes). */
+static void
+control_sync(CgGraph *G, const Node *n)
+{
+	const Attr *sa = ir_attr(n, "sync");
+	int op = sa && sa->s ? op_lookup(sa->s, strlen(sa->s)) : -1;
+	int line = (int)n->loc.line;
+	int64_t target = -1;
+	for (uint32_t k = 0; k < n->nextra; k++)
+		if (strcmp(n->extra[k].key, "stream") != 0)
+			target = n->extra[k].a.i;
+	switch (op) {
+	case OP_RECORD_EVENT:
+	case OP_WAIT_EVENT:
+		event_op(G, op, target, cg_stream(n), line);
+		break;
+	case OP_WAIT_STREAM:
+		CG_EMIT(G->body, "host.cu:wait_stream", {"s", num(G->c, cg_stream(n))},
+		        {"other", num(G->c, target)}, {"line", num(G->c, line)});
+		break;
+	case OP_SYNCHRONIZE:
+		synchronize(G, line);
+		break;
+	}
+}
+
+/* sync_dealloc(%v, event=E, stream=S): S waits for E, then frees. */
+static void
+sync_dealloc(CgGraph *G, const Node *n)
+{
+	Cg *c = G->c;
+	const Attr *e = ir_attr(n, "event");
+	int s = cg_stream(n), line = (int)n->loc.line;
+	if (e)
+		event_op(G, OP_WAIT_EVENT, e->i, s, line);
+	ValId v = n->opnd[0].v;
+	if (G->cls[v]->kind == ST_TEMP && !G->cls[v]->planned && !G->ingroup_only[G->root[v]])
+		CG_EMIT(G->body, "host.cu:free", {"var", G->vname[G->root[v]]},
+		        {"s", num(c, s)}, {"line", num(c, line)});
+}
+
+/* The statements of node i (its comment first). */
+static int
+node_stmt(CgGraph *G, NodeId i)
+{
+	Graph *g = G->g;
+	Cg *c = G->c;
+	Node *n = &g->nodes.v[i];
+	int line = (int)n->loc.line;
+	CG_EMIT(G->body, "host.cu:comment", {"where", cg_where(c, n)},
+	        {"text", cg_node_text(c, g, n)});
+	bind_results(G, i);
+	switch (n->op) {
+	case OP_DEL: case OP_OFFLOAD: case OP_BACKWARD: case OP_BACKWARD_END:
+		return 1;
+	case OP_CONTROL_DEPS:
+		control_sync(G, n);
+		return 1;
+	case OP_RECORD_EVENT: case OP_WAIT_EVENT:
+		event_op(G, n->op, n->opnd[0].v, cg_stream(n), line);
+		return 1;
+	case OP_WAIT_STREAM:
+		CG_EMIT(G->body, "host.cu:wait_stream", {"s", num(c, cg_stream(n))},
+		        {"other", num(c, n->opnd[0].v)}, {"line", num(c, line)});
+		return 1;
+	case OP_SYNCHRONIZE:
+		synchronize(G, line);
+		return 1;
+	case OP_SYNC_DEALLOC:
+		sync_dealloc(G, n);
+		return 1;
+	}
+	return cg_op(G, i);
+}
+
+/* The copies of returned values that live elsewhere (inputs, params, a
+ * value returned twice), into their output buffers, after the join. */
+static void
+return_copies(CgGraph *G)
+{
+	Graph *g = G->g;
+	Cg *c = G->c;
+	for (uint32_t k = 0; k < g->rets.n; k++) {
+		ValId v = G->ret_copies.v[k];
+		if (v == NONE)
+			continue;
+		const Type *t = &g->vals.v[v].type;
+		int64_t bytes = type_numel(t) * dtype_size((DType)t->dt);
+		if (!bytes)
+			continue;
+		CG_EMIT(G->body, "host.cu:copy", {"s", "0"},
+		        {"dst", cg_fmt(c, "io[%d]", G->ret_slot[k])},
+		        {"src", G->vname[v]}, {"bytes", num(c, bytes)},
+		        {"name", cg_fmt(c, "return_%s", g->vals.v[v].name)},
+		        {"line", num(c, G->lastline)});
+	}
+}
+
+/* 1 when the C identifier name occurs in text as a whole word. */
+static int
+mentions(const char *text, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *p = text; (p = strstr(p, name)) != NULL; p += n) {
+		char before = p > text ? p[-1] : ' ', after = p[n];
+		int word = !(before == '_' || (before >= 'a' && before <= 'z') ||
+		             (before >= 'A' && before <= 'Z') || (before >= '0' && before <= '9'));
+		int end = !(after == '_' || (after >= 'a' && after <= 'z') ||
+		            (after >= 'A' && after <= 'Z') || (after >= '0' && after <= '9'));
+		if (word && end)
+			return 1;
+	}
+	return 0;
+}
+
+/* The pointer declarations, then the statements (text); a value no
+ * statement names (an op with no elements to compute names nothing) is
+ * not declared, so that the generated code compiles without warnings. */
+static char *
+with_declarations(CgGraph *G, const char *text, size_t len, size_t *outlen)
+{
+	char *out = NULL;
+	size_t olen = 0;
+	FILE *body = G->body = open_memstream(&out, &olen);
+	if (!body)
+		ICE("open_memstream failed");
+	for (ValId v = 0; v < G->g->vals.n; v++)
+		if (G->named[v] && !mentions(text, G->vname[v]))
+			G->named[v] = 0;
+	declare_values(G);
+	fwrite(text, 1, len, body);
+	fclose(body);
+	G->body = NULL;
+	*outlen = olen;
+	return out;
+}
+
+int
+cg_graph_body(CgGraph *G)
+{
+	Graph *g = G->g;
+	char *text = NULL;
+	size_t len = 0;
+	CgGroups groups = {0};
+	G->body = open_memstream(&text, &len);
+	if (!G->body)
+		ICE("open_memstream failed");
+	G->groups = &groups;
+	if (G->c->co->opt_level >= 2)
+		cg_fuse(G, &groups);
+	cg_plan(G, &groups);
+	find_buffers(G);
+	find_named(G);
+	if (g->streams.n > 1)
+		CG_EMIT(G->body, "host.cu:fork", {"line", num(G->c, g->loc.line)});
+	int ok = 1;
+	for (NodeId i = 0; i < g->nodes.n && ok; i++) {
+		Node *n = &g->nodes.v[i];
+		if (!live(n))
+			continue;
+		int gi = G->group[i];
+		if (gi >= 0 && groups.v[gi].nodes[0] == i) {
+			for (uint32_t k = 0; k < groups.v[gi].n; k++) {
+				Node *m = &g->nodes.v[groups.v[gi].nodes[k]];
+				CG_EMIT(G->body, "host.cu:comment", {"where", cg_where(G->c, m)},
+				        {"text", cg_node_text(G->c, g, m)});
+				bind_results(G, groups.v[gi].nodes[k]);
+			}
+			if (groups.v[gi].into == NONE)
+				cg_pointwise(G, &groups.v[gi]);
+			else
+				fprintf(G->body, "\t/* (computed inside the kernel of line %u) */\n",
+				        g->nodes.v[groups.v[gi].into].loc.line);
+		} else if (gi < 0) {
+			ok = node_stmt(G, i);
+		}
+		release_after(G, i);
+	}
+	if (ok) {
+		if (g->streams.n > 1)
+			CG_EMIT(G->body, "host.cu:join", {"line", num(G->c, G->lastline)});
+		return_copies(G);
+	}
+	fclose(G->body);
+	G->body = NULL;
+	G->groups = NULL;
+	G->bodytext = with_declarations(G, text, len, &G->bodylen);
+	free(text);
+	vec_free(&groups);
+	return ok && !G->c->failed;
+}

@@ -1,0 +1,351 @@
+#!/usr/bin/env bash
+#
+# run_gpu_tests.sh - the CUDA backend on a GPU: every sample and test
+# program through its --main driver, compared tensor by tensor with
+# `sgc run`, also under compute-sanitizer, and replayed as a CUDA graph.
+#
+#   tests/gpu/run_gpu_tests.sh build [DIR]   here (no GPU needed)
+#   tests/gpu/run_gpu_tests.sh run [DIR]     on the GPU machine
+#
+# DIR defaults to build-gpu (git-ignored; carry it to the GPU machine).
+#
+# build: configures and builds sgc and libsgrt in DIR/build (libsgrt also
+# without NCCL in DIR/build-nonccl, for a machine without libnccl), then
+# for every graph of samples/*.sg and tests/golden/{ok,bw,st,cg}_*.sg that
+# `sgc check` accepts: random inputs (make_inputs.py), the interpreter's
+# --out after 1, 2 and 3 steps, and the CUDA C of three drivers, built
+# with nvcc -arch=sm_90 against libsgrt.so:
+#     O0      -O0                   run with --steps 1
+#     O2      -O2                   run with --steps 2
+#     graph   -O2 --cuda-graph      run with --steps 3 (eager, capture, replay)
+# The drivers link libsgrt and cudart dynamically, so DIR stays small;
+# they are compiled by `run` (the GPU machine has many cores), or here too
+# with COMPILE=1.
+#
+# run: runs every driver and compares its --out with the interpreter's
+# (compare.py: tolerances by dtype), runs the O2 and graph drivers under
+# compute-sanitizer memcheck, racecheck and synccheck, benches a few
+# programs, and writes DIR/report.txt (also to $OUT when set).  Exit 0 when
+# everything passed.
+#
+# Environment: SGC_BUILD=DIR reuses a configured build directory for sgc
+# and libsgrt; JOBS (default: the CPU count) bounds parallel work;
+# SANITIZE=0 skips the sanitizers; DEADLINE (default 270) is the seconds
+# `run` may take: the sanitizers get what is left.
+
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+root=$PWD
+mode=${1:-}
+dir=${2:-build-gpu}
+case $dir in /*) ;; *) dir=$root/$dir ;; esac
+jobs=${JOBS:-$(nproc)}
+nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+py=${PYTHON:-/usr/bin/python3}
+
+die() {
+	echo "run_gpu_tests.sh: $*" >&2
+	exit 2
+}
+
+# ------------------------------------------------------------------ build
+
+# The graphs of a file, one per line.
+graphs_of() {
+	"$sgc" "$1" --emit=ir -o - "${@:2}" 2>/dev/null | sed -n 's/^graph \([A-Za-z_][A-Za-z0-9_]*\) {$/\1/p'
+}
+
+# -D and --allow-races options from a golden test's NAME.args.
+args_of() {
+	local f=${1%.sg}.args
+	[ -f "$f" ] || return 0
+	grep -v '^#' "$f" | tr ' ' '\n' | awk '
+		/^-D$/ { getline v; print "-D"; print v; next }
+		/^-D/ || /^--allow-races$/ { print }'
+}
+
+# -D NAME=64 for every dim of the printed IR above 64 (what shrinks a
+# large sample to a size whose files can travel).
+shrink_dims() {
+	sed -n 's/^dim \([A-Za-z_][A-Za-z0-9_]*\) = \([0-9]*\)$/\1 \2/p' "$1" |
+		while read -r name n; do
+			[ "$name" != WORLD ] && [ "$n" -gt 64 ] && printf -- '-D\n%s=64\n' "$name"
+		done
+}
+
+# Prepares one (file, graph): inputs, expected outputs, three .cu files;
+# a graph whose tensors are large is prepared again with its dims shrunk.
+prepare_one() {
+	prepare_sized "$@" || return 1
+	local t=$dir/t/$3
+	if [ "$(du -sk "$t" | cut -f1)" -gt 4096 ]; then
+		mapfile -t small < <(shrink_dims "$t/ir.sg")
+		rm -rf "$t"
+		prepare_sized "$@" "${small[@]+"${small[@]}"}" || return 1
+		echo "${small[*]}" >"$t/shrunk"
+	fi
+}
+
+prepare_sized() {
+	local file=$1 graph=$2 id=$3
+	local t=$dir/t/$id
+	mkdir -p "$t"
+	mapfile -t extra < <(args_of "$file")
+	local g=(--graph "$graph" "${extra[@]+"${extra[@]}"}" "${@:4}")
+	"$sgc" "$file" "${g[@]}" --emit=ir -o "$t/ir.sg" 2>"$t/sgc.err" || return 1
+	if grep -Eq '^dim WORLD = ([2-9]|[1-9][0-9]+)$' "$t/ir.sg"; then
+		echo "compiled for more than one rank" >>"$t/sgc.err"
+		return 1
+	fi
+	(cd "$root/tests/gpu" && "$py" make_inputs.py "$t/ir.sg" "$t/inputs.safetensors") ||
+		return 1
+	for s in 1 2 3; do
+		"$sgc" run "$file" "${g[@]}" --inputs "$t/inputs.safetensors" \
+			--out "$t/expected$s.safetensors" --steps $s 2>>"$t/sgc.err" >/dev/null ||
+			return 1
+	done
+	"$sgc" "$file" "${g[@]}" -O0 --main -o "$t/O0.cu" 2>>"$t/sgc.err" &&
+		"$sgc" "$file" "${g[@]}" -O2 --main -o "$t/O2.cu" 2>>"$t/sgc.err" &&
+		"$sgc" "$file" "${g[@]}" -O2 --cuda-graph --main -o "$t/graph.cu" 2>>"$t/sgc.err"
+}
+
+# nvcc for one .cu file (args: the .cu path).
+compile_one() {
+	local cu=$1
+	"$nvcc" -arch=sm_90 -std=c++17 -O2 -cudart shared -I"$root/runtime" "$cu" \
+		-o "${cu%.cu}" -L"$dir/lib" -lsgrt >"${cu%.cu}.nvcc" 2>&1 ||
+		echo "nvcc failed: $cu" >&2
+}
+
+build() {
+	local b=${SGC_BUILD:-$dir/build}
+	mkdir -p "$dir"
+	if [ ! -f "$b/build.ninja" ]; then
+		meson setup "$b" >/dev/null || die "meson setup $b failed"
+	fi
+	ninja -C "$b" compiler/sgc runtime/libsgrt.so >/dev/null || die "build failed"
+	if [ ! -f "$dir/build-nonccl/build.ninja" ]; then
+		meson setup "$dir/build-nonccl" -Dnccl=disabled -Dtests=disabled >/dev/null ||
+			die "meson setup (no NCCL) failed"
+	fi
+	ninja -C "$dir/build-nonccl" runtime/libsgrt.so >/dev/null || die "build (no NCCL) failed"
+	sgc=$b/compiler/sgc
+	rm -rf "$dir/t" "$dir/lib" "$dir/lib-nonccl"
+	mkdir -p "$dir/lib" "$dir/lib-nonccl"
+	cp "$b/runtime/libsgrt.so" "$dir/lib/"
+	cp "$dir/build-nonccl/runtime/libsgrt.so" "$dir/lib-nonccl/"
+	for l in /lib/x86_64-linux-gnu/libcjson.so.1 /usr/lib/x86_64-linux-gnu/libcjson.so.1; do
+		[ -f "$l" ] && { cp -L "$l" "$dir/lib/"; cp -L "$l" "$dir/lib-nonccl/"; break; }
+	done
+	: >"$dir/programs"
+	local n=0 file graph
+	for file in samples/*.sg tests/golden/ok_*.sg tests/golden/bw_*.sg \
+	            tests/golden/st_*.sg tests/golden/cg_*.sg; do
+		[ -f "$file" ] || continue
+		mapfile -t extra < <(args_of "$file")
+		case " ${extra[*]+"${extra[*]}"} " in
+		*" --allow-races "*) continue ;; # racy on purpose: no one answer
+		esac
+		"$sgc" check "$file" "${extra[@]+"${extra[@]}"}" >/dev/null 2>&1 || continue
+		for graph in $(graphs_of "$file" "${extra[@]+"${extra[@]}"}"); do
+			local id
+			id=$(basename "$file" .sg)-$graph
+			if prepare_one "$file" "$graph" "$id"; then
+				echo "$id $file $graph" >>"$dir/programs"
+				n=$((n + 1))
+			else
+				echo "skip $id: the interpreter or sgc failed ($(head -c 200 "$dir/t/$id/sgc.err" | tr '\n' ' '))"
+				rm -rf "${dir:?}/t/$id"
+			fi
+		done
+	done
+	echo "prepared $n graphs"
+	# The C API from C: samples/classifier_app.c over the generated code.
+	if [ -f samples/classifier_app.c ] && [ -f samples/classifier.sg ]; then
+		mkdir -p "$dir/api"
+		"$sgc" samples/classifier.sg -o "$dir/api/classifier_api.cu" \
+			--header "$dir/api/classifier.h" && cp samples/classifier_app.c "$dir/api/"
+	fi
+	# An index out of range must stop the driver with the .sg line.
+	if [ -d "$dir/t/cg_shape-shape" ]; then
+		(cd "$root/tests/gpu" && "$py" - "$dir/t/cg_shape-shape" <<'PY'
+import sys
+import numpy as np
+import sgtensors
+t = sgtensors.read(sys.argv[1] + "/inputs.safetensors")
+t["idx"] = ("I64", np.full(t["idx"][1].shape, 99, dtype=np.int64))
+sgtensors.write(sys.argv[1] + "/bad_inputs.safetensors", t)
+PY
+		)
+	fi
+	if [ "${COMPILE:-0}" = 1 ]; then
+		compile_all
+	fi
+	du -sh "$dir/t" "$dir/lib"
+}
+
+# nvcc for every .cu file without its executable, $jobs at a time.
+compile_all() {
+	local todo
+	todo=$(find "$dir/t" -name '*.cu' | sort | while read -r cu; do
+		[ -x "${cu%.cu}" ] || echo "$cu"
+	done)
+	[ -n "$todo" ] || return 0
+	echo "compiling $(echo "$todo" | wc -l) drivers with $jobs jobs"
+	export -f compile_one
+	export nvcc root dir
+	echo "$todo" | xargs -P "$jobs" -I{} bash -c 'compile_one "$1"' _ {}
+}
+
+# ------------------------------------------------------------------ run
+
+# Runs one driver variant; leaves got$steps.safetensors and the log.
+run_one() {
+	local t=$1 v=$2 steps=$3
+	timeout 120 "$t/$v" --inputs "$t/inputs.safetensors" --out "$t/got-$v.safetensors" \
+		--steps "$steps" >"$t/$v.log" 2>&1
+	echo $? >"$t/$v.rc"
+}
+
+# One compute-sanitizer tool on one driver.
+sanitize_one() {
+	local t=$1 v=$2 tool=$3 steps=$4
+	# --report-api-errors no: NCCL's set-up probes its kernels for other
+	# architectures and gets errors it expects; the drivers check every
+	# call of their own and exit non-zero on one.
+	timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 --report-api-errors no \
+		"$t/$v" --inputs "$t/inputs.safetensors" --out "$t/san-$v-$tool.safetensors" \
+		--steps "$steps" >"$t/san-$v-$tool.log" 2>&1
+	echo $? >"$t/san-$v-$tool.rc"
+}
+
+run() {
+	[ -f "$dir/programs" ] || die "no $dir/programs: run '$0 build' first"
+	local libdir=$dir/lib nccl=""
+	nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+	if [ -z "$nccl" ] || [ ! -e "$nccl/libnccl.so.2" ]; then
+		nccl=$(dirname "$(ldconfig -p | awk '/libnccl.so.2/ {print $NF; exit}')" 2>/dev/null)
+	fi
+	if [ -z "$nccl" ] || [ ! -e "$nccl/libnccl.so.2" ]; then
+		libdir=$dir/lib-nonccl
+		nccl="(none: libsgrt without NCCL)"
+	fi
+	export LD_LIBRARY_PATH=$libdir:${nccl#(*}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+	export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+	[ -x "$nvcc" ] || nvcc=$(command -v nvcc)
+	local deadline=$((SECONDS + ${DEADLINE:-270}))
+	compile_all
+	local report=$dir/report.txt
+	{
+		echo "GPU test of the CUDA backend, $(date -u '+%Y-%m-%d %H:%M UTC')"
+		nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+		echo "NCCL: $nccl"
+	} >"$report"
+	export -f run_one sanitize_one
+	local id file graph list=$dir/compare.list
+	: >"$list"
+	while read -r id file graph; do
+		echo "$dir/t/$id O0 1"
+		echo "$dir/t/$id O2 2"
+		echo "$dir/t/$id graph 3"
+	done <"$dir/programs" | xargs -P "$jobs" -L 1 bash -c 'run_one "$1" "$2" "$3"' _
+	local runfail=0
+	while read -r id file graph; do
+		for vs in O0:1 O2:2 graph:3; do
+			local v=${vs%:*} s=${vs#*:} t=$dir/t/$id
+			if [ ! -x "$t/$v" ]; then
+				echo "FAIL $id/$v: not built ($(head -c 300 "$t/$v.nvcc" 2>/dev/null))"
+				runfail=$((runfail + 1))
+			elif [ "$(cat "$t/$v.rc")" != 0 ]; then
+				echo "FAIL $id/$v: exit $(cat "$t/$v.rc"): $(tail -n 5 "$t/$v.log" | tr '\n' ' ')"
+				runfail=$((runfail + 1))
+			else
+				echo "$id/$v $t/expected$s.safetensors $t/got-$v.safetensors" >>"$list"
+			fi
+		done
+	done <"$dir/programs" >>"$report"
+	(cd "$root/tests/gpu" && python3 compare.py "$list") >>"$report"
+	local npass nfail
+	npass=$(grep -c '^ok ' "$report")
+	nfail=$(grep -c '^FAIL ' "$report")
+	echo "runs: $npass matched the interpreter, $nfail failed" >>"$report"
+	if [ -f "$dir/api/classifier_app.c" ]; then
+		if "$nvcc" -arch=sm_90 -std=c++17 -cudart shared -I"$root/runtime" -I"$dir/api" \
+			"$dir/api/classifier_api.cu" "$dir/api/classifier_app.c" -o "$dir/api/app" \
+			-L"$libdir" -lsgrt >"$dir/api/build.log" 2>&1 &&
+			"$dir/api/app" >"$dir/api/run.log" 2>&1; then
+			echo "ok C API: classifier_app ($(tail -n 1 "$dir/api/run.log"))" >>"$report"
+		else
+			echo "FAIL C API: classifier_app: $(tail -n 5 "$dir/api/build.log" "$dir/api/run.log" | tr '\n' ' ')" >>"$report"
+		fi
+	fi
+	local bad=$dir/t/cg_shape-shape
+	if [ -x "$bad/O2" ] && [ -f "$bad/bad_inputs.safetensors" ]; then
+		"$bad/O2" --inputs "$bad/bad_inputs.safetensors" >"$bad/bad.log" 2>&1
+		local rc=$?
+		if [ $rc -ne 0 ] && grep -q 'cg_shape.sg' "$bad/bad.log"; then
+			echo "ok bad index: exit $rc, $(grep -m 1 'cg_shape.sg' "$bad/bad.log" | head -c 200)" >>"$report"
+		else
+			echo "FAIL bad index: exit $rc: $(head -c 400 "$bad/bad.log")" >>"$report"
+		fi
+	fi
+	for id in mlp-mlp train_attention-train_attention train_mlp-train_mlp cg_fused-fused; do
+		[ -x "$dir/t/$id/O2" ] || continue
+		for v in O0 O2 graph; do
+			echo "bench $id/$v: $("$dir/t/$id/$v" --inputs "$dir/t/$id/inputs.safetensors" --bench 50 2>&1 | tail -n 1)" >>"$report"
+		done
+	done
+	if [ -x "$dir/t/mlp-mlp/O2" ]; then
+		"$dir/t/mlp-mlp/O2" --inputs "$dir/t/mlp-mlp/inputs.safetensors" --trace "$dir/trace.json" >/dev/null 2>&1
+		python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print('trace: %d slices on %s' % (len(t), sorted(set(e['tid'] for e in t))))" "$dir/trace.json" >>"$report" 2>&1
+	fi
+	local left=$((deadline - SECONDS))
+	if [ "${SANITIZE:-1}" != 0 ] && command -v compute-sanitizer >/dev/null && [ $left -gt 20 ]; then
+		echo "sanitizers: $left s left" >>"$report"
+		while read -r id file graph; do
+			echo "$dir/t/$id O2 memcheck 2"
+			echo "$dir/t/$id graph memcheck 3"
+		done <"$dir/programs" >"$dir/san.list"
+		while read -r id file graph; do
+			echo "$dir/t/$id O2 racecheck 2"
+			echo "$dir/t/$id O2 synccheck 2"
+		done <"$dir/programs" >>"$dir/san.list"
+		timeout $((left - 10)) xargs -P "$jobs" -L 1 bash -c 'sanitize_one "$1" "$2" "$3" "$4"' _ <"$dir/san.list"
+		local sok=0 sbad=0
+		for rc in "$dir"/t/*/san-*.rc; do
+			[ -f "$rc" ] || continue
+			if [ "$(cat "$rc")" = 0 ]; then
+				sok=$((sok + 1))
+			else
+				sbad=$((sbad + 1))
+				local log=${rc%.rc}.log
+				echo "SANITIZER FAIL ${rc#"$dir"/t/} (exit $(cat "$rc")): $(grep -m 3 -E 'ERROR|Error|error' "$log" | tr '\n' ' ' | head -c 400)" >>"$report"
+			fi
+		done
+		echo "sanitizers: $sok clean, $sbad failed, $(( $(wc -l <"$dir/san.list") - sok - sbad )) not run (time)" >>"$report"
+	else
+		echo "sanitizers: skipped" >>"$report"
+	fi
+	if [ -n "${OUT:-}" ]; then
+		cp "$report" "$OUT/report.txt"
+		# The logs of what failed, for reading back here.
+		for f in "$dir"/t/*/*.nvcc "$dir"/t/*/*.log; do
+			[ -s "$f" ] || continue
+			case $f in
+			*/san-*.log) [ "$(cat "${f%.log}.rc" 2>/dev/null)" = 0 ] && continue ;;
+			*.log) [ "$(cat "${f%.log}.rc" 2>/dev/null)" = 0 ] && continue ;;
+			esac
+			echo "==== ${f#"$dir"/t/}"
+			head -c 3000 "$f"
+			echo
+		done >"$OUT/failures.txt" 2>/dev/null
+	fi
+	grep -E '^(runs|sanitizers):|^(ok|FAIL) (C API|bad index)' "$report"
+	! grep -Eq '^(FAIL|SANITIZER FAIL) ' "$report"
+}
+
+case $mode in
+build) build ;;
+run) run ;;
+*) sed -n '3,8s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+esac
