@@ -1,0 +1,359 @@
+/*
+ * ctrldeps.c - pass `control_deps` (rule 5): no work moves across a sync.
+ *
+ * A record_event captures the work issued before it on its stream; a wait
+ * makes the work after it on its stream wait.  A later pass that moved a
+ * consumer above a wait, or a producer below a record, would break the
+ * program silently.  So, as PyTorch's AOT autograd does, each sync op
+ * whose boundary values cross gets explicit data dependencies: it becomes
+ *
+ *     %a1, %b1 = control_deps(%a, %b, sync=wait_event, event=E)
+ *
+ * which performs the sync and passes %a, %b through; the later uses that
+ * the sync orders read %a1, so that ordinary data dependencies keep the
+ * order: producer -> record -> wait -> consumer.  A value made (by the node
+ * that made its storage: p on stream T) before a sync X on stream S
+ * crosses it when:
+ *
+ *   wait_event/stream T != S; X orders p before S (it was not ordered just
+ *                     before X); it is used after X on S
+ *   record_event      T = S; a later wait_event on another stream U, for
+ *                     this very record, orders p before U as above
+ *   synchronize       it is used after X on a stream U != T that was not
+ *                     yet ordered after p
+ *
+ * Names are kept per stream: only the streams X orders (U above) read the
+ * aliases afterwards; the others keep their names and depend on no sync
+ * they do not need.  For this test sync_dealloc counts as no sync: only
+ * the program's syncs carry dependencies.  A sync nothing crosses stays
+ * bare.  Inputs, params and consts are never moved and pass through
+ * nothing; returned values are not renamed (they are the output names).
+ *
+ * ctrldeps_check is the verifier's half: after this pass a bare sync that
+ * values cross means that some later pass moved work across it.
+ *
+ * --test-drop-sync=N (tests only) drops the N-th compiler-made sync here,
+ * before the wrapping, so that the interpreter's --interleave mode can be
+ * shown to catch the race.
+ */
+#include <string.h>
+
+#include "sgc.h"
+
+typedef VEC(ValId) ValVec;
+
+typedef struct {
+	Graph *g;
+	Hb h;             /* control_deps performs the sync it replaces, so the
+	                     clocks hold throughout */
+	uint32_t ns, nv;  /* streams; values the tables hold */
+	ValVec root;      /* per value: its storage class */
+	ValVec cur;       /* per value and stream: the name later uses on that
+	                     stream read (cur.v[v * ns + s]) */
+	ValVec cross;     /* the names (as written) of the values crossing the
+	                     sync at hand, in order of first use after it */
+	VEC(uint32_t) mark;
+	uint32_t stamp;
+	NodeId *laston;   /* per stream: its last node before the one at hand */
+} Ctx;
+
+/* The name later uses of v on stream s read now. */
+static ValId
+resolve(Ctx *C, ValId v, uint32_t s)
+{
+	while (C->cur.v[(size_t)v * C->ns + s] != v)
+		v = C->cur.v[(size_t)v * C->ns + s];
+	return v;
+}
+
+/* A sync op not yet wrapped in control_deps. */
+static int
+bare_sync(const Node *n)
+{
+	if (n->flags & NF_DEAD)
+		return 0;
+	return n->op == OP_RECORD_EVENT || n->op == OP_WAIT_EVENT ||
+	       n->op == OP_WAIT_STREAM || n->op == OP_SYNCHRONIZE;
+}
+
+/* Stream u's clock just before sync node i. */
+static const int32_t *
+clock_before(Ctx *C, uint32_t u, NodeId i)
+{
+	if (u == C->g->nodes.v[i].stream)
+		return hb_before(&C->h, i);
+	NodeId l = C->laston[u];
+	return l == NONE ? C->h.init + (size_t)u * C->h.ns
+	                 : C->h.after + (size_t)l * C->h.ns;
+}
+
+/* The node that made v's storage when it is a node before i, else NONE. */
+static NodeId
+producer(Ctx *C, NodeId i, ValId v)
+{
+	const Value *val = &C->g->vals.v[C->root.v[v]];
+	return val->kind != VK_NODE || val->def >= i ? NONE : val->def;
+}
+
+/* Whether wait node w (on stream u) orders p before u for the first time. */
+static int
+wait_orders(Ctx *C, NodeId w, NodeId p)
+{
+	uint32_t t = C->g->nodes.v[p].stream, u = C->g->nodes.v[w].stream;
+	return t != u && !HB_DONE(hb_before(&C->h, w), t, p + 1) &&
+	       HB_DONE(C->h.after + (size_t)w * C->h.ns, t, p + 1);
+}
+
+/* The node after record node x that waits for x on another stream, from
+ * node j on (NONE when none: another record of the event ends the search;
+ * sync_dealloc does not count). */
+static NodeId
+next_waiter(Ctx *C, NodeId x, NodeId j)
+{
+	Graph *g = C->g;
+	uint32_t e, t;
+	races_sync(&g->nodes.v[x], &e);
+	for (; j < g->nodes.n; j++) {
+		const Node *n = &g->nodes.v[j];
+		if (n->op == OP_SYNC_DEALLOC)
+			continue;
+		int op = races_sync(n, &t);
+		if (op == OP_RECORD_EVENT && t == e)
+			return NONE;
+		if (op == OP_WAIT_EVENT && t == e && n->stream != g->nodes.v[x].stream)
+			return j;
+	}
+	return NONE;
+}
+
+/* Whether sync node i orders stream u after p for the first time (see the
+ * table at the top; for a record, through a wait for it on u). */
+static int
+orders(Ctx *C, NodeId i, NodeId p, uint32_t u)
+{
+	Graph *g = C->g;
+	uint32_t t = g->nodes.v[p].stream, s = g->nodes.v[i].stream;
+	switch (g->nodes.v[i].op) {
+	case OP_RECORD_EVENT:
+		if (t != s)
+			return 0;
+		for (NodeId w = next_waiter(C, i, i + 1); w != NONE;
+		     w = next_waiter(C, i, w + 1))
+			if (g->nodes.v[w].stream == u && wait_orders(C, w, p))
+				return 1;
+		return 0;
+	case OP_WAIT_EVENT:
+	case OP_WAIT_STREAM:
+		return u == s && wait_orders(C, i, p);
+	default:
+		return u != t && !HB_DONE(clock_before(C, u, i), t, p + 1);
+	}
+}
+
+/* Whether the use of w (as written) at node j on stream u crosses sync
+ * node i.  The names involved must exist before i (an alias the user made
+ * after i carries its own dependency). */
+static int
+crosses(Ctx *C, NodeId i, NodeId j, ValId w, uint32_t u)
+{
+	Graph *g = C->g;
+	NodeId p = producer(C, i, w);
+	if (p == NONE || g->vals.v[resolve(C, w, u)].def >= i ||
+	    g->vals.v[resolve(C, w, g->nodes.v[i].stream)].def >= i)
+		return 0;
+	if (g->nodes.v[i].op != OP_RECORD_EVENT)
+		return orders(C, i, p, u);
+	/* A record: the use must come after a wait for it that orders p. */
+	for (NodeId x = next_waiter(C, i, i + 1); x != NONE && x < j;
+	     x = next_waiter(C, i, x + 1))
+		if (g->nodes.v[x].stream == u && wait_orders(C, x, p))
+			return 1;
+	return 0;
+}
+
+/* The values crossing sync node i, each once (by storage). */
+static void
+crossing(Ctx *C, NodeId i)
+{
+	Graph *g = C->g;
+	uint32_t stamp = ++C->stamp;
+	C->cross.n = 0;
+	for (NodeId j = i + 1; j < g->nodes.n; j++) {
+		const Node *n = &g->nodes.v[j];
+		if (n->flags & NF_DEAD)
+			continue;
+		for (uint32_t k = 0; k < n->nopnd; k++) {
+			if (races_access(n, k) == RACC_NONE)
+				continue;
+			ValId w = n->opnd[k].v, r = C->root.v[w];
+			if (C->mark.v[r] == stamp || !crosses(C, i, j, w, n->stream))
+				continue;
+			C->mark.v[r] = stamp;
+			vec_push(&C->cross, w);
+		}
+	}
+}
+
+/* Extends the tables to the values made since. */
+static void
+grow(Ctx *C)
+{
+	while (C->nv < C->g->vals.n) {
+		ValId v = C->nv++;
+		for (uint32_t s = 0; s < C->ns; s++)
+			vec_push(&C->cur, v);
+		vec_push(&C->root, v);
+		vec_push(&C->mark, 0);
+	}
+}
+
+/* Tables and clocks of graph g (the clocks of the whole graph, at once). */
+static void
+ctx_init(Ctx *C, Graph *g)
+{
+	memset(C, 0, sizeof *C);
+	C->g = g;
+	C->ns = g->streams.n;
+	grow(C);
+	races_roots(g, C->root.v);
+	hb_init(&C->h, g);
+	C->h.no_dealloc = 1;
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		hb_step(&C->h, i);
+	C->laston = xmalloc((g->streams.n + 1) * sizeof *C->laston);
+	for (uint32_t s = 0; s < g->streams.n; s++)
+		C->laston[s] = NONE;
+}
+
+/* Frees the tables. */
+static void
+ctx_free(Ctx *C)
+{
+	hb_free(&C->h);
+	vec_free(&C->root);
+	vec_free(&C->cur);
+	vec_free(&C->cross);
+	vec_free(&C->mark);
+	free(C->laston);
+}
+
+/* The control_deps node replacing sync node x, over nv values. */
+static Node
+cd_node(Graph *g, const Node *x, uint32_t nv)
+{
+	uint32_t target;
+	int op = races_sync(x, &target);
+	Node n = races_node(g, OP_CONTROL_DEPS, nv, nv, x->stream, x->flags, x->loc);
+	n.attr[0].set = 1;
+	n.attr[0].s = op_name(op);
+	n.attr[0].loc = x->loc;
+	if (op != OP_SYNCHRONIZE) {
+		n.nextra = 1;
+		n.extra = arena_alloc(g->mod->arena, sizeof *n.extra);
+		n.extra[0].key = op == OP_WAIT_STREAM ? "other" : "event";
+		n.extra[0].a.set = 1;
+		n.extra[0].a.type = op == OP_WAIT_STREAM ? AT_STREAM : AT_EVENT;
+		n.extra[0].a.i = target;
+		n.extra[0].a.loc = x->loc;
+	}
+	return n;
+}
+
+/* Replaces bare sync node i by control_deps over C->cross: each value
+ * passes through under the name its stream sees; the streams the sync
+ * orders read the alias afterwards. */
+static void
+wrap(Ctx *C, NodeId i)
+{
+	Graph *g = C->g;
+	Node x = g->nodes.v[i];
+	uint32_t nv = C->cross.n;
+	Node n = cd_node(g, &x, nv);
+	for (uint32_t j = 0; j < nv; j++) {
+		ValId w = C->cross.v[j], v = resolve(C, w, x.stream);
+		NodeId p = producer(C, i, w);
+		ValId r = races_value_new(g, g->vals.v[v].name,
+		                          (x.flags & NF_BACKWARD) != 0, x.loc);
+		g->vals.v[r].type = g->vals.v[v].type;
+		g->vals.v[r].def = i;
+		g->vals.v[r].resno = (uint16_t)j;
+		n.opnd[j].kind = OK_VAL;
+		n.opnd[j].v = v;
+		n.opnd[j].loc = x.loc;
+		n.res[j] = r;
+		grow(C);
+		C->root.v[r] = C->root.v[v];
+		for (uint32_t u = 0; u < C->ns; u++)
+			if (orders(C, i, p, u))
+				C->cur.v[(size_t)resolve(C, w, u) * C->ns + u] = r;
+	}
+	g->nodes.v[i] = n;
+}
+
+/* --test-drop-sync=N: marks the N-th compiler-made sync dead. */
+static int
+drop_sync(Graph *g, int which, Diag *d)
+{
+	int seen = 0;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		if (!bare_sync(n) || (n->flags & NF_USER))
+			continue;
+		if (++seen == which) {
+			n->flags |= NF_DEAD;
+			return 1;
+		}
+	}
+	Loc none = {0};
+	diag_error(d, none, "--test-drop-sync=%d: graph '%s' has %d compiler-made "
+	           "sync%s", which, g->name, seen, seen == 1 ? "" : "s");
+	return 0;
+}
+
+/* Pass `control_deps`: wraps each bare sync that values cross. */
+int
+ctrldeps_pass(Graph *g, const PassOptions *po, Diag *d)
+{
+	if (po->test_drop_sync > 0 && !drop_sync(g, po->test_drop_sync, d))
+		return 0;
+	Ctx C;
+	ctx_init(&C, g);
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		for (uint32_t k = 0; k < n->nopnd; k++)
+			if (n->opnd[k].kind == OK_VAL)
+				n->opnd[k].v = resolve(&C, n->opnd[k].v, n->stream);
+		if (bare_sync(n)) {
+			crossing(&C, i);
+			if (C.cross.n)
+				wrap(&C, i);
+		}
+		C.laston[g->nodes.v[i].stream] = i;
+	}
+	ctx_free(&C);
+	return 1;
+}
+
+/* Verifier: no bare sync has values crossing it. */
+void
+ctrldeps_check(Graph *g, const char *after)
+{
+	Ctx C;
+	ctx_init(&C, g);
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		if (bare_sync(n)) {
+			crossing(&C, i);
+			if (C.cross.n)
+				ICE("graph '%s', after pass '%s': '%%%s' crosses the %s at line "
+				    "%u without control_deps", g->name, after,
+				    g->vals.v[C.cross.v[0]].name, op_name(n->op), n->loc.line);
+		}
+		C.laston[n->stream] = i;
+	}
+	ctx_free(&C);
+}

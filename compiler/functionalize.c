@@ -1,0 +1,334 @@
+/*
+ * functionalize.c - pass `functionalize` (rule 9): in-place ops out of
+ * place, and the write-back into the caller's tensors.
+ *
+ * It runs right after sema, before autograd, as PyTorch functionalises
+ * before it differentiates: every later pass sees each value written once
+ * (SSA), so that "the stream that produced %h" is well defined and no pass
+ * has to worry about a move across a mutation.  Each in-place op of the
+ * forward program becomes its out-of-place op with a fresh value:
+ *
+ *     add_(%x, %y)      %x.1 = add(%x, %y)         (cast back when the
+ *     copy_(%x, %y)     %y itself, or expand/cast of it       dtype promotes)
+ *     zero_(%x)         %x.1 = zeros(shape=..., dtype=...)
+ *     fill_(%x, value=v)  %x.1 = full(shape=..., value=v, dtype=...)
+ *     all_reduce(%x)    %x.1 = all_reduce(%x)
+ *
+ * and later uses of %x read %x.1 (returned values keep their names: they
+ * are the graph's output names).  A mutated input, param or const, and a
+ * mutated value the graph returns, is then written back with
+ * `copy_(%x, %x.N)` at the end of the graph, on the stream of its last
+ * mutation; for an input, param or const the write-back comes earlier,
+ * right before any `extern` event recorded on the mutating stream after
+ * the mutation, so that a caller waiting on that event sees the new value.
+ * (PyTorch rejects such programs; we compile them.)
+ *
+ * A copy_ into an input, param, const or returned value that nothing reads
+ * afterwards already is a write-back and stays; so do the in-place ops of
+ * a derived backward block and the optimizer's update ops.  So printing and
+ * compiling the result again changes nothing.
+ *
+ * Before rewriting, the user's in-place ops are checked for
+ * write-after-read races across streams (races.c): once functionalised
+ * they would no longer show.  An in-place op on a param before `backward`
+ * is an error, as in PyTorch (a leaf that requires grad).
+ */
+#include <string.h>
+
+#include "sgc.h"
+
+typedef struct {
+	Graph *g;
+	Diag *d;
+	ValId *cur;       /* per value as written: the version later uses read */
+	ValId *pend;      /* per caller-visible value: version not written back */
+	uint32_t *mstream;/* per caller-visible value: its last mutating stream */
+	uint8_t *visible; /* input, param, const or returned */
+	NodeId *lastref;  /* per value: the last node naming it */
+	NodeId backward;  /* the backward statement, NONE when none */
+	uint32_t nv;      /* values before the pass (the tables' size) */
+	NodeInsVec ins;
+	int errors;
+} Fn;
+
+/* Runs op's shape rule on n, giving it one fresh result named after base. */
+static ValId
+finish(Fn *F, Node *n, const char *base)
+{
+	Graph *g = F->g;
+	ValId r = races_value_new(g, base, (n->flags & NF_BACKWARD) != 0, n->loc);
+	n->nres = 1;
+	n->res[0] = r;
+	if (!op_table[n->op].shape(g, n, F->d))
+		ICE("functionalize: the shape rule of '%s' failed", op_name(n->op));
+	return r;
+}
+
+/* Attribute `name` of n, marked set. */
+static Attr *
+attr_of(Node *n, const char *name)
+{
+	int k = op_attr_index(n->op, name);
+	if (k < 0)
+		ICE("op '%s' has no attribute '%s'", op_name(n->op), name);
+	n->attr[k].set = 1;
+	return &n->attr[k];
+}
+
+/* n's `shape=` attribute from type t. */
+static void
+set_shape(Fn *F, Node *n, const Type *t)
+{
+	Attr *a = attr_of(n, "shape");
+	a->nints = t->rank;
+	a->ints = arena_alloc(F->g->mod->arena, (t->rank + 1) * sizeof *a->ints);
+	for (int j = 0; j < t->rank; j++)
+		a->ints[j] = t->d[j];
+}
+
+/* A new node op(v) after node at (slot at+1), on its stream. */
+static ValId
+unary_after(Fn *F, const Node *at, NodeId i, int op, ValId v, const Type *t,
+            const char *base)
+{
+	Node n = races_node(F->g, op, 1, 1, at->stream, 0, at->loc);
+	n.opnd[0].kind = OK_VAL;
+	n.opnd[0].v = v;
+	n.opnd[0].loc = at->loc;
+	if (op == OP_CAST)
+		attr_of(&n, "dtype")->i = t->dt;
+	else if (op == OP_EXPAND)
+		set_shape(F, &n, t);
+	ValId r = finish(F, &n, base);
+	NodeIns x = {i + 1, 0, n};
+	vec_push(&F->ins, x);
+	return r;
+}
+
+/* v made to have x's type t: expand, then cast, each a node after i. */
+static ValId
+coerce(Fn *F, const Node *at, NodeId i, ValId v, const Type *t, const char *base)
+{
+	Graph *g = F->g;
+	if (!type_same_shape(&g->vals.v[v].type, t))
+		v = unary_after(F, at, i, OP_EXPAND, v, t, base);
+	if (g->vals.v[v].type.dt != t->dt)
+		v = unary_after(F, at, i, OP_CAST, v, t, base);
+	return v;
+}
+
+/* The out-of-place node replacing in-place node i; returns the new version
+ * of its operand 0 (NONE: node i is dropped and nothing replaces it). */
+static ValId
+out_of_place(Fn *F, NodeId i, const char *base)
+{
+	Graph *g = F->g;
+	Node *n = &g->nodes.v[i];
+	ValId x = n->opnd[0].v;
+	Type t = g->vals.v[x].type;
+	Node m;
+	switch (n->op) {
+	case OP_ADD_: case OP_SUB_: case OP_MUL_: case OP_DIV_: {
+		int op = n->op == OP_ADD_ ? OP_ADD : n->op == OP_SUB_ ? OP_SUB :
+		         n->op == OP_MUL_ ? OP_MUL : OP_DIV;
+		m = races_node(g, op, 2, 1, n->stream, n->flags, n->loc);
+		memcpy(m.opnd, n->opnd, 2 * sizeof *m.opnd);
+		ValId r = finish(F, &m, base);
+		*n = m;
+		return g->vals.v[r].type.dt != t.dt
+		       ? unary_after(F, n, i, OP_CAST, r, &t, base) : r;
+	}
+	case OP_COPY_: {
+		ValId src = n->opnd[1].v;
+		n->flags |= NF_DEAD;
+		return coerce(F, n, i, src, &t, base);
+	}
+	case OP_ZERO_:
+	case OP_FILL_:
+		m = races_node(g, n->op == OP_ZERO_ ? OP_ZEROS : OP_FULL, 0, 1, n->stream,
+		               n->flags, n->loc);
+		set_shape(F, &m, &t);
+		attr_of(&m, "dtype")->i = t.dt;
+		if (n->op == OP_FILL_)
+			*attr_of(&m, "value") = *ir_attr(n, "value");
+		break;
+	default: /* a collective in place */
+		m = races_node(g, n->op, 1, 1, n->stream, n->flags, n->loc);
+		m.opnd[0] = n->opnd[0];
+		memcpy(m.attr, n->attr, n->nattr * sizeof *m.attr);
+		break;
+	}
+	ValId r = finish(F, &m, base);
+	*n = m;
+	return r;
+}
+
+/* The in-place ops of the language (the optimizer's update ops, which
+ * hold state in place, are left as they are). */
+static int
+inplace(const Node *n)
+{
+	switch (n->op) {
+	case OP_ADD_: case OP_SUB_: case OP_MUL_: case OP_DIV_:
+	case OP_COPY_: case OP_ZERO_: case OP_FILL_:
+		return 1;
+	}
+	return n->op < OP__N && (op_table[n->op].flags & OPF_COLLECTIVE) && n->nres == 0;
+}
+
+/* copy_(%x, ...) into a caller-visible %x that nothing names afterwards. */
+static int
+is_write_back(Fn *F, const Node *n, NodeId i)
+{
+	ValId x = n->opnd[0].v;
+	return n->op == OP_COPY_ && F->visible[x] && F->lastref[x] == i;
+}
+
+/* An `extern` event recorded by node n (bare or through control_deps). */
+static int
+records_extern(Graph *g, const Node *n)
+{
+	uint32_t e;
+	return races_sync(n, &e) == OP_RECORD_EVENT && n->op != OP_SYNC_DEALLOC &&
+	       e < g->events.n && g->events.v[e].is_extern;
+}
+
+/* copy_(%x, %pend) on stream s at slot, x's write-back. */
+static void
+write_back(Fn *F, ValId x, uint32_t s, uint32_t slot, Loc loc)
+{
+	Node n = races_node(F->g, OP_COPY_, 2, 0, s, 0, loc);
+	n.opnd[0].kind = n.opnd[1].kind = OK_VAL;
+	n.opnd[0].v = x;
+	n.opnd[1].v = F->pend[x];
+	n.opnd[0].loc = n.opnd[1].loc = loc;
+	NodeIns wb = {slot, 1, n};
+	vec_push(&F->ins, wb);
+	F->pend[x] = x;
+}
+
+/* In-place node i on %x (as written): checks, rewrites, renames. */
+static void
+mutate(Fn *F, NodeId i)
+{
+	Graph *g = F->g;
+	Node *n = &g->nodes.v[i];
+	ValId x = n->opnd[0].v;
+	const Value *xv = &g->vals.v[x];
+	if (xv->kind == VK_PARAM && F->backward != NONE && i < F->backward) {
+		diag_error(F->d, n->opnd[0].loc, "'%s' changes param '%%%s' in place "
+		           "before 'backward'; PyTorch forbids that for a tensor that "
+		           "requires grad", op_name(n->op), xv->name);
+		F->errors++;
+		return;
+	}
+	uint32_t s = n->stream;
+	const char *name = xv->name;
+	n->opnd[0].v = F->cur[x];
+	for (uint32_t k = 1; k < n->nopnd; k++)
+		if (n->opnd[k].kind == OK_VAL)
+			n->opnd[k].v = F->cur[n->opnd[k].v];
+	ValId r = out_of_place(F, i, name);
+	F->cur[x] = r;
+	if (F->visible[x]) {
+		F->pend[x] = r;
+		F->mstream[x] = s;
+	}
+}
+
+/* Renames the operands of node i; an offload mark follows its value. */
+static void
+rename_uses(Fn *F, NodeId i)
+{
+	Graph *g = F->g;
+	Node *n = &g->nodes.v[i];
+	for (uint32_t k = 0; k < n->nopnd; k++) {
+		if (n->opnd[k].kind != OK_VAL || F->cur[n->opnd[k].v] == n->opnd[k].v)
+			continue;
+		ValId was = n->opnd[k].v, now = F->cur[was];
+		n->opnd[k].v = now;
+		if (n->op == OP_OFFLOAD) {
+			g->vals.v[was].offload = 0;
+			g->vals.v[now].offload = 1;
+		}
+	}
+}
+
+/* Walks the nodes: write-backs before extern records, in-place ops out
+ * of place, later uses renamed. */
+static void
+rewrite(Fn *F)
+{
+	Graph *g = F->g;
+	uint32_t nn = g->nodes.n;
+	for (NodeId i = 0; i < nn; i++) {
+		Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		if (records_extern(g, n)) {
+			for (ValId x = 0; x < F->nv; x++)
+				if (F->visible[x] && g->vals.v[x].kind != VK_NODE &&
+				    F->pend[x] != x && F->mstream[x] == n->stream)
+					write_back(F, x, n->stream, i, n->loc);
+		}
+		if (!inplace(n) || (n->flags & NF_BACKWARD)) {
+			rename_uses(F, i);
+			continue;
+		}
+		if (is_write_back(F, n, i)) {
+			ValId x = n->opnd[0].v;
+			rename_uses(F, i);
+			n->opnd[0].v = x;
+			F->pend[x] = x;
+			continue;
+		}
+		mutate(F, i);
+	}
+}
+
+/* Pass `functionalize`: checks, rewrites, writes back at the end. */
+int
+functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
+{
+	if (!races_check_writes(g, po, d))
+		return 0;
+	uint32_t nv = g->vals.n;
+	Fn F = {.g = g, .d = d, .backward = NONE, .nv = nv};
+	F.cur = xmalloc((nv + 1) * sizeof *F.cur);
+	F.pend = xmalloc((nv + 1) * sizeof *F.pend);
+	F.mstream = calloc(nv + 1, sizeof *F.mstream);
+	F.visible = calloc(nv + 1, 1);
+	F.lastref = xmalloc((nv + 1) * sizeof *F.lastref);
+	if (!F.mstream || !F.visible)
+		ICE("out of memory");
+	for (ValId v = 0; v < nv; v++) {
+		F.cur[v] = F.pend[v] = v;
+		F.lastref[v] = NONE;
+		F.visible[v] = g->vals.v[v].kind != VK_NODE;
+	}
+	for (uint32_t i = 0; i < g->rets.n; i++)
+		F.visible[g->rets.v[i]] = 1;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		if (n->op == OP_BACKWARD && F.backward == NONE)
+			F.backward = i;
+		for (uint32_t k = 0; k < n->nopnd; k++)
+			if (n->opnd[k].kind == OK_VAL)
+				F.lastref[n->opnd[k].v] = i;
+	}
+	rewrite(&F);
+	for (ValId x = 0; x < nv; x++)
+		if (F.visible[x] && F.pend[x] != x)
+			write_back(&F, x, F.mstream[x], g->nodes.n, g->retloc);
+	if (!F.errors)
+		races_insert(g, &F.ins);
+	vec_free(&F.ins);
+	free(F.cur);
+	free(F.pend);
+	free(F.mstream);
+	free(F.visible);
+	free(F.lastref);
+	return F.errors == 0;
+}

@@ -1,0 +1,479 @@
+/*
+ * memplan.c - the static memory plan (rule 7) and its independent checker.
+ *
+ * Each storage class (a value and its control_deps aliases) made by a node
+ * is one buffer, written first by that node on its stream.  Inputs, params
+ * and consts are the caller's and the model's; returned values are
+ * separate outputs (they outlive the call); host values (to_host) go to a
+ * pinned host arena, the rest to the device arena.
+ *
+ * Offsets are given first-fit in program order of allocation.  A new
+ * buffer B may take memory of an earlier buffer A only when every access
+ * of A (its producer, reads, in-place writes, on any stream) happens
+ * before B's producer starts, in the happens-before order of races.c.  On
+ * A's own stream that is stream order once A's uses elsewhere are ordered
+ * (which is what sync_dealloc, rule 8, gives); on another stream it takes
+ * an event path after every use: rule 7.  -O0 reuses nothing.
+ *
+ * memplan_verify checks a plan without the vector clocks: it builds the
+ * happens-before relation as explicit reachability (an ancestor bitset per
+ * node over program-order, event, wait_stream and synchronize edges) and
+ * requires, for every two buffers whose bytes overlap, that every access
+ * of the earlier one is an ancestor of the later one's producer.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "sgc.h"
+
+enum { ALIGN = 256, VERIFY_MAX = 20000, VERIFY_IN_PASS = 4000 };
+
+typedef struct {
+	Graph *g;
+	MemPlan *mp;
+	Hb h;
+	ValId *root;
+	int32_t *maxacc;  /* nbuf x ns: last access position per stream */
+} Build;
+
+/* Bytes of a buffer of type t, rounded up to the alignment. */
+static uint64_t
+buf_size(const Type *t)
+{
+	uint64_t n = (uint64_t)type_numel(t) * (uint64_t)dtype_size((DType)t->dt);
+	return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/* One buffer per class made by a live node. */
+static void
+make_buffers(Build *B)
+{
+	Graph *g = B->g;
+	MemPlan *mp = B->mp;
+	uint8_t *kept = calloc(g->vals.n + 1, 1);
+	if (!kept)
+		ICE("out of memory");
+	for (uint32_t i = 0; i < g->rets.n; i++)
+		kept[B->root[g->rets.v[i]]] = 1;
+	for (ValId v = 0; v < g->vals.n; v++) {
+		mp->bufof[v] = NONE;
+		const Value *val = &g->vals.v[v];
+		if (B->root[v] != v || val->kind != VK_NODE || val->def == NONE ||
+		    val->def >= g->nodes.n || (g->nodes.v[val->def].flags & NF_DEAD))
+			continue;
+		MemBuf b = {.v = v, .stream = g->nodes.v[val->def].stream,
+		            .alloc = val->def, .last = val->def, .release = NONE,
+		            .size = buf_size(&val->type)};
+		b.where = kept[v] ? MEM_OUTPUT : val->type.host ? MEM_HOST : MEM_DEVICE;
+		mp->bufof[v] = mp->nbuf;
+		mp->buf[mp->nbuf++] = b;
+	}
+	for (ValId v = 0; v < g->vals.n; v++)
+		mp->bufof[v] = mp->bufof[B->root[v]];
+	free(kept);
+}
+
+/* Last accesses per buffer and stream, and the release points. */
+static void
+find_accesses(Build *B)
+{
+	Graph *g = B->g;
+	MemPlan *mp = B->mp;
+	uint32_t ns = g->streams.n;
+	for (size_t i = 0; i < (size_t)mp->nbuf * ns; i++)
+		B->maxacc[i] = -1;
+	for (uint32_t b = 0; b < mp->nbuf; b++)
+		B->maxacc[(size_t)b * ns + mp->buf[b].stream] = (int32_t)mp->buf[b].alloc + 1;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		if (n->op == OP_SYNC_DEALLOC && mp->bufof[n->opnd[0].v] != NONE)
+			mp->buf[mp->bufof[n->opnd[0].v]].release = i;
+		for (uint32_t k = 0; k < n->nopnd; k++) {
+			uint32_t b = races_access(n, k) == RACC_NONE ? NONE : mp->bufof[n->opnd[k].v];
+			if (b == NONE)
+				continue;
+			B->maxacc[(size_t)b * ns + n->stream] = (int32_t)i + 1;
+			mp->buf[b].last = i;
+		}
+	}
+	for (uint32_t b = 0; b < mp->nbuf; b++)
+		if (mp->buf[b].release == NONE)
+			mp->buf[b].release = mp->buf[b].last;
+}
+
+/* Whether every access of buffer a is complete when b's producer starts. */
+static int
+ordered_before(Build *B, uint32_t a, uint32_t b)
+{
+	uint32_t ns = B->g->streams.n;
+	const int32_t *c = hb_before(&B->h, B->mp->buf[b].alloc);
+	const int32_t *acc = B->maxacc + (size_t)a * ns;
+	for (uint32_t t = 0; t < ns; t++)
+		if (acc[t] >= 0 && !HB_DONE(c, t, acc[t]))
+			return 0;
+	return 1;
+}
+
+typedef struct {
+	uint64_t off, end;
+} Span;
+
+/* Spans by offset. */
+static int
+span_cmp(const void *pa, const void *pb)
+{
+	const Span *a = pa, *b = pb;
+	return a->off < b->off ? -1 : a->off > b->off;
+}
+
+/* First fit of buffer b among the placed buffers of its arena that may be
+ * live with it. */
+static void
+place(Build *B, uint32_t b, const uint32_t *placed, uint32_t np, Span *tmp,
+      int reuse)
+{
+	MemPlan *mp = B->mp;
+	MemBuf *x = &mp->buf[b];
+	uint32_t nc = 0;
+	for (uint32_t j = 0; j < np; j++) {
+		const MemBuf *y = &mp->buf[placed[j]];
+		if (!y->size || (reuse && ordered_before(B, placed[j], b)))
+			continue;
+		tmp[nc].off = y->offset;
+		tmp[nc].end = y->offset + y->size;
+		nc++;
+	}
+	qsort(tmp, nc, sizeof *tmp, span_cmp);
+	uint64_t off = 0;
+	for (uint32_t j = 0; j < nc; j++) {
+		if (tmp[j].off >= off + x->size)
+			break;
+		if (tmp[j].end > off)
+			off = tmp[j].end;
+	}
+	x->offset = off;
+}
+
+/* Offsets of the buffers of one arena, in allocation order. */
+/* Buffers in program order of their allocation (values made by later
+ * passes come last in value order). */
+static int
+alloc_cmp(const void *pa, const void *pb)
+{
+	const uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+	return a < b ? -1 : a > b;
+}
+
+static void
+place_arena(Build *B, int where, uint64_t *peak)
+{
+	MemPlan *mp = B->mp;
+	uint32_t *placed = xmalloc((mp->nbuf + 1) * sizeof *placed), np = 0;
+	Span *tmp = xmalloc((mp->nbuf + 1) * sizeof *tmp);
+	uint64_t *order = xmalloc((mp->nbuf + 1) * sizeof *order);
+	for (uint32_t b = 0; b < mp->nbuf; b++)
+		order[b] = (uint64_t)mp->buf[b].alloc << 32 | b;
+	qsort(order, mp->nbuf, sizeof *order, alloc_cmp);
+	*peak = 0;
+	for (uint32_t ob = 0; ob < mp->nbuf; ob++) {
+		uint32_t b = (uint32_t)order[ob];
+		MemBuf *x = &mp->buf[b];
+		if (x->where != where)
+			continue;
+		place(B, b, placed, np, tmp, mp->opt_level > 0);
+		placed[np++] = b;
+		if (x->offset + x->size > *peak)
+			*peak = x->offset + x->size;
+	}
+	free(placed);
+	free(tmp);
+	free(order);
+}
+
+/* Buffers, their accesses and clocks, then offsets in each arena. */
+void
+memplan_build(Graph *g, int opt_level, MemPlan *mp)
+{
+	memset(mp, 0, sizeof *mp);
+	mp->opt_level = opt_level;
+	uint32_t nv = g->vals.n;
+	Build B = {.g = g, .mp = mp};
+	B.root = xmalloc((nv + 1) * sizeof *B.root);
+	mp->buf = xmalloc((nv + 1) * sizeof *mp->buf);
+	mp->bufof = xmalloc((nv + 1) * sizeof *mp->bufof);
+	races_roots(g, B.root);
+	make_buffers(&B);
+	B.maxacc = xmalloc(((size_t)mp->nbuf * g->streams.n + 1) * sizeof *B.maxacc);
+	find_accesses(&B);
+	hb_init(&B.h, g);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		hb_step(&B.h, i);
+	place_arena(&B, MEM_DEVICE, &mp->peak);
+	place_arena(&B, MEM_HOST, &mp->host_peak);
+	for (uint32_t b = 0; b < mp->nbuf; b++) {
+		if (mp->buf[b].where == MEM_OUTPUT)
+			mp->outputs += mp->buf[b].size;
+		else if (mp->buf[b].where == MEM_DEVICE)
+			mp->unshared += mp->buf[b].size;
+	}
+	hb_free(&B.h);
+	free(B.root);
+	free(B.maxacc);
+}
+
+/* Frees a plan. */
+void
+memplan_free(MemPlan *mp)
+{
+	free(mp->buf);
+	free(mp->bufof);
+	memset(mp, 0, sizeof *mp);
+}
+
+/* ------------------------------------------------------------------ the checker */
+
+typedef struct {
+	uint32_t nn, words;
+	uint64_t *anc;   /* nn x words: the nodes that happen before node i */
+} Reach;
+
+/* p happens before i: i gets p and its ancestors. */
+static void
+add_pred(Reach *R, NodeId i, NodeId p)
+{
+	if (p == NONE || p >= i)
+		return;
+	uint64_t *a = R->anc + (size_t)i * R->words, *b = R->anc + (size_t)p * R->words;
+	for (uint32_t w = 0; w < R->words; w++)
+		a[w] |= b[w];
+	a[p / 64] |= (uint64_t)1 << (p % 64);
+}
+
+/* Whether p happens before i. */
+static int
+reaches(const Reach *R, NodeId p, NodeId i)
+{
+	return (R->anc[(size_t)i * R->words + p / 64] >> (p % 64)) & 1;
+}
+
+/* Program order per stream, the last record of an event before a wait,
+ * all work on a stream before a wait_stream, everything before and after
+ * a synchronize. */
+static void
+build_reach(Graph *g, Reach *R)
+{
+	uint32_t ns = g->streams.n, ne = g->events.n;
+	NodeId *last = xmalloc((ns + 1) * sizeof *last);
+	NodeId *rec = xmalloc((ne + 1) * sizeof *rec);
+	NodeId barrier = NONE;
+	for (uint32_t s = 0; s < ns; s++)
+		last[s] = NONE;
+	for (uint32_t e = 0; e < ne; e++)
+		rec[e] = NONE;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		uint32_t t;
+		int op = races_sync(n, &t);
+		add_pred(R, i, last[n->stream]);
+		add_pred(R, i, barrier);
+		if (op == OP_WAIT_EVENT && t < ne)
+			add_pred(R, i, rec[t]);
+		else if (op == OP_WAIT_STREAM && t < ns)
+			add_pred(R, i, last[t]);
+		else if (op == OP_SYNCHRONIZE) {
+			for (uint32_t s = 0; s < ns; s++)
+				add_pred(R, i, last[s]);
+			barrier = i;
+		} else if (op == OP_RECORD_EVENT && t < ne)
+			rec[t] = i;
+		last[n->stream] = i;
+	}
+	free(last);
+	free(rec);
+}
+
+/* Every node accessing each buffer (its producer first). */
+static void
+buffer_accesses(Graph *g, const MemPlan *mp, NodeId **acc, uint32_t **nacc)
+{
+	uint32_t *cnt = calloc(mp->nbuf + 1, sizeof *cnt);
+	uint32_t *start = xmalloc((mp->nbuf + 2) * sizeof *start);
+	if (!cnt)
+		ICE("out of memory");
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint32_t b = 0; b < mp->nbuf; b++)
+			cnt[b] = 0;
+		for (uint32_t b = 0; b < mp->nbuf; b++) {
+			if (pass)
+				(*acc)[start[b]] = mp->buf[b].alloc;
+			cnt[b]++;
+		}
+		for (NodeId i = 0; i < g->nodes.n; i++) {
+			const Node *n = &g->nodes.v[i];
+			if (n->flags & NF_DEAD)
+				continue;
+			for (uint32_t k = 0; k < n->nopnd; k++) {
+				uint32_t b = races_access(n, k) == RACC_NONE ? NONE : mp->bufof[n->opnd[k].v];
+				if (b == NONE)
+					continue;
+				if (pass)
+					(*acc)[start[b] + cnt[b]] = i;
+				cnt[b]++;
+			}
+		}
+		if (!pass) {
+			start[0] = 0;
+			for (uint32_t b = 0; b < mp->nbuf; b++)
+				start[b + 1] = start[b] + cnt[b];
+			*acc = xmalloc((start[mp->nbuf] + 1) * sizeof **acc);
+		}
+	}
+	for (uint32_t b = 0; b <= mp->nbuf; b++)
+		cnt[b] = start[b];
+	*nacc = cnt;
+	free(start);
+}
+
+/* Buffers a and b overlap in memory: is every access of the earlier one
+ * before the later one's producer? */
+static int
+pair_ok(Graph *g, const MemPlan *mp, const Reach *R, const NodeId *acc,
+        const uint32_t *from, uint32_t a, uint32_t b, char *why)
+{
+	const MemBuf *x = &mp->buf[a], *y = &mp->buf[b];
+	if (x->alloc > y->alloc || (x->alloc == y->alloc && a > b)) {
+		const MemBuf *t = x;
+		x = y;
+		y = t;
+		uint32_t u = a;
+		a = b;
+		b = u;
+	}
+	for (uint32_t j = from[a]; j < from[a + 1]; j++) {
+		if (!reaches(R, acc[j], y->alloc) || acc[j] == y->alloc) {
+			snprintf(why, 256, "'%%%s' [%" PRIu64 ", %" PRIu64 ") and '%%%s' [%"
+			         PRIu64 ", %" PRIu64 ") share memory, but '%%%s' is accessed by "
+			         "node %u (line %u), which may run after '%%%s' is written",
+			         g->vals.v[x->v].name, x->offset, x->offset + x->size,
+			         g->vals.v[y->v].name, y->offset, y->offset + y->size,
+			         g->vals.v[x->v].name, acc[j], g->nodes.v[acc[j]].loc.line,
+			         g->vals.v[y->v].name);
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* The checker (see the top): every overlapping pair, every access. */
+int
+memplan_verify(Graph *g, const MemPlan *mp, char *why)
+{
+	why[0] = 0;
+	if (g->nodes.n > VERIFY_MAX)
+		return -1;
+	Reach R = {.nn = g->nodes.n, .words = (g->nodes.n + 63) / 64};
+	R.anc = calloc((size_t)R.nn * R.words + 1, sizeof *R.anc);
+	if (!R.anc)
+		ICE("out of memory");
+	build_reach(g, &R);
+	NodeId *acc = NULL;
+	uint32_t *from = NULL;
+	buffer_accesses(g, mp, &acc, &from);
+	int ok = 1;
+	for (uint32_t a = 0; a < mp->nbuf && ok; a++) {
+		const MemBuf *x = &mp->buf[a];
+		uint64_t peak = x->where == MEM_DEVICE ? mp->peak : mp->host_peak;
+		if (x->where == MEM_OUTPUT || !x->size)
+			continue;
+		if (x->offset % ALIGN || x->offset + x->size > peak) {
+			snprintf(why, 256, "'%%%s' lies outside its arena", g->vals.v[x->v].name);
+			ok = 0;
+			break;
+		}
+		for (uint32_t b = a + 1; b < mp->nbuf && ok; b++) {
+			const MemBuf *y = &mp->buf[b];
+			if (y->where != x->where || !y->size || y->offset >= x->offset + x->size ||
+			    x->offset >= y->offset + y->size)
+				continue;
+			ok = pair_ok(g, mp, &R, acc, from, a, b, why);
+		}
+	}
+	free(R.anc);
+	free(acc);
+	free(from);
+	return ok;
+}
+
+/* ------------------------------------------------------------------ report */
+
+/* The plan as a table (`sgc check --memory`). */
+void
+memplan_report(FILE *f, Graph *g, const MemPlan *mp)
+{
+	static const char *where[] = {"device", "host", "output"};
+	uint32_t ndev = 0;
+	for (uint32_t b = 0; b < mp->nbuf; b++)
+		ndev += mp->buf[b].where == MEM_DEVICE;
+	fprintf(f, "graph %s: memory plan (-O%d)\n", g->name, mp->opt_level);
+	fprintf(f, "  device arena peak: %" PRIu64 " bytes (%u buffers, %" PRIu64
+	        " bytes without reuse)\n", mp->peak, ndev, mp->unshared);
+	fprintf(f, "  host arena peak: %" PRIu64 " bytes\n", mp->host_peak);
+	fprintf(f, "  outputs: %" PRIu64 " bytes\n", mp->outputs);
+	if (!mp->nbuf)
+		return;
+	fprintf(f, "  %-20s %-7s %-10s %12s %12s  %s\n", "buffer", "where", "stream",
+	        "bytes", "offset", "lines (alloc, last, release)");
+	for (uint32_t b = 0; b < mp->nbuf; b++) {
+		const MemBuf *x = &mp->buf[b];
+		char name[256];
+		snprintf(name, sizeof name, "%%%s", g->vals.v[x->v].name);
+		fprintf(f, "  %-20s %-7s %-10s %12" PRIu64 " ", name, where[x->where],
+		        g->streams.v[x->stream].name, x->size);
+		if (x->where == MEM_OUTPUT)
+			fprintf(f, "%12s", "-");
+		else
+			fprintf(f, "%12" PRIu64, x->offset);
+		fprintf(f, "  %u, %u, %u\n", g->nodes.v[x->alloc].loc.line,
+		        g->nodes.v[x->last].loc.line, g->nodes.v[x->release].loc.line);
+	}
+}
+
+/* Pass `memplan`: builds the plan and checks it on graphs of moderate size. */
+int
+memplan_pass(Graph *g, const PassOptions *po, Diag *d)
+{
+	(void)d;
+	MemPlan mp;
+	char why[256];
+	memplan_build(g, po->opt_level, &mp);
+	if (g->nodes.n <= VERIFY_IN_PASS && !po->test_drop_sync &&
+	    !memplan_verify(g, &mp, why))
+		ICE("memory plan of graph '%s': %s", g->name, why);
+	memplan_free(&mp);
+	return 1;
+}
+
+/* Reports and checks the plan of each graph (see sgc.h). */
+void
+memplan_report_module(FILE *f, Module *m, const char *only_graph, int opt_level)
+{
+	for (uint32_t i = 0; i < m->graphs.n; i++) {
+		Graph *g = m->graphs.v[i];
+		MemPlan mp;
+		char why[256];
+		if (only_graph && strcmp(only_graph, g->name) != 0)
+			continue;
+		memplan_build(g, opt_level, &mp);
+		memplan_report(f, g, &mp);
+		int ok = memplan_verify(g, &mp, why);
+		if (!ok)
+			ICE("memory plan of graph '%s': %s", g->name, why);
+		fprintf(f, "  check: %s\n", ok > 0 ? "no two buffers that may be live at "
+		        "once share memory" : "skipped (graph too large)");
+		memplan_free(&mp);
+	}
+}
