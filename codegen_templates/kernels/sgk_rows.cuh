@@ -1,0 +1,861 @@
+/*
+ * sgk_rows.cuh - reductions along the last dim of a [rows, C] row-major
+ * tensor, each as one kernel that reads a row once where it can:
+ *
+ *   softmax, log_softmax           forward and backward
+ *   layer_norm, rms_norm           forward (mean and rstd saved) and
+ *                                  backward (dx; dw, db by columns)
+ *   cross_entropy                  forward (mean over rows; the row
+ *                                  logsumexp saved) and backward
+ *
+ * Elements are T (float, __half, __nv_bfloat16, double); arithmetic is in
+ * A = sgk_acc<T>::type (float, or double for double).  A row is handled
+ * by a group of TPR threads: 8 or 32 lanes of a warp for short rows, a
+ * block of 128..1024 threads for long ones; each thread keeps NV vectors
+ * of the row in registers, or (NV == 0, rows too long for registers)
+ * walks the row in global memory again for each pass.  Loads and stores
+ * are 16 bytes wide when C is a multiple of the vector and every pointer
+ * aligned; otherwise one element at a time.
+ *
+ * Host launchers (all return the launch's cudaError_t; rows may be 0):
+ *
+ *   sg_launch_softmax_fwd<T>(x, y, rows, C, log, stream)
+ *       y = softmax(x) (log = 0) or log_softmax(x) (log = 1) over rows.
+ *   sg_launch_softmax_bwd<T>(y, dy, dx, rows, C, log, stream)
+ *       y is the forward's output: dx = y * (dy - sum(dy * y)), or for
+ *       log_softmax dx = dy - exp(y) * sum(dy).
+ *   sg_launch_layer_norm_fwd<T>(x, w, b, y, mean, rstd, rows, C, eps, rms, stream)
+ *       w, b may be NULL (no affine / no bias); mean, rstd (A[rows]) may
+ *       be NULL when not saved.  rms = 1: rms_norm, y = x * rstd * w,
+ *       rstd = 1 / sqrt(mean(x^2) + eps), b and mean unused.
+ *   sg_layer_norm_bwd_workspace(rows, C)  bytes of workspace for:
+ *   sg_launch_layer_norm_bwd<T>(dy, x, w, mean, rstd, dx, dw, db, work,
+ *                               rows, C, rms, stream)
+ *       dx (may be NULL), dw and db (NULL when not wanted; db ignored for
+ *       rms).  work: sg_layer_norm_bwd_workspace bytes, needed when dw or
+ *       db is wanted.  dw and db are summed over rows in a fixed order.
+ *   sg_launch_cross_entropy_fwd<T>(x, target, lse, loss, rows, C, stream)
+ *       x [rows, C] logits, target int64 [rows] class indices (-100 is
+ *       ignored, as PyTorch's ignore_index); lse: A[rows + 1], gets the
+ *       row logsumexps and, at lse[rows], the count of targets not
+ *       ignored; loss: one T, the mean over those rows (NaN if none, or
+ *       if a target is out of range).
+ *   sg_launch_cross_entropy_bwd<T>(x, target, lse, dloss, dx, rows, C, stream)
+ *       dx = (softmax(x) - onehot(target)) * dloss / count, zero rows
+ *       for ignored targets; dloss: one T on the device.
+ */
+//@ code
+#ifndef SGK_ROWS_CUH
+#define SGK_ROWS_CUH
+#ifndef SGK_COMMON_CUH
+#include "sgk_common.cuh"
+#endif
+
+/* Loads VEC elements at p as A (a vector load when VEC > 1). */
+template <int VEC, class T, class A>
+SGK_DEV void sgk_ldrow(const T *p, A *f)
+{
+	if (VEC == 1) {
+		f[0] = sgk_tof(p[0]);
+	} else {
+		sgk_reg<VEC, T> r = sgk_ldv<VEC>(p);
+#pragma unroll
+		for (int e = 0; e < VEC; e++)
+			f[e] = sgk_tof(r.v[e]);
+	}
+}
+
+/* Stores VEC values as T at p. */
+template <int VEC, class T, class A>
+SGK_DEV void sgk_strow(T *p, const A *f)
+{
+	if (VEC == 1) {
+		p[0] = sgk_cvt<T>(f[0]);
+	} else {
+		sgk_reg<VEC, T> r;
+#pragma unroll
+		for (int e = 0; e < VEC; e++)
+			r.v[e] = sgk_cvt<T>(f[e]);
+		sgk_stv<VEC>(p, r);
+	}
+}
+
+/* Loads VEC weights at p, or ones when p is NULL. */
+template <int VEC, class T, class A>
+SGK_DEV void sgk_ldw(const T *p, A *f, A dflt)
+{
+	if (p) {
+		sgk_ldrow<VEC>(p, f);
+	} else {
+#pragma unroll
+		for (int e = 0; e < VEC; e++)
+			f[e] = dflt;
+	}
+}
+
+/* The row this thread works on and its index within the row's group.
+ * Groups narrower than a warp past the last row work on the last row
+ * again (their lanes must stay for the shuffles) with *live = false, and
+ * store nothing; whole warps or blocks past the end just return. */
+template <int TPR>
+SGK_DEV sgk_i64 sgk_row_of(int *t, sgk_i64 rows, bool *live)
+{
+	sgk_i64 r;
+	if (TPR > 32) {
+		*t = threadIdx.x;
+		r = blockIdx.x;
+	} else {
+		*t = threadIdx.x % TPR;
+		r = (sgk_i64)blockIdx.x * (blockDim.x / TPR) + threadIdx.x / TPR;
+	}
+	*live = r < rows;
+	if (TPR < 32 && r >= rows) {
+		const sgk_i64 warp0 = r - (threadIdx.x & 31) / TPR;
+		if (warp0 < rows)
+			r = rows - 1;
+	}
+	return r;
+}
+
+/* Leaves a row kernel for rows past the end, unless the thread's lanes
+ * are needed by a live group of its warp (see sgk_row_of). */
+#define SGK_ROW_BEGIN(TPR, t, r, live, rows)                                 \
+	bool live;                                                            \
+	const sgk_i64 r = sgk_row_of<TPR>(&t, rows, &live);                   \
+	if (r >= rows)                                                        \
+		return
+
+/* Threads per block of a row kernel. */
+#define SGK_ROW_THREADS(TPR) ((TPR) > 32 ? (TPR) : 128)
+
+/* Online max and sum of exponentials: adds x to (m, s). */
+template <class A>
+SGK_DEV void sgk_online_add(A &m, A &s, A x)
+{
+	A mn = sgk_max(m, x);
+	if (mn == (A)-SGK_INF)
+		return;
+	s = s * sgk_exp(m - mn) + sgk_exp(x - mn);
+	m = mn;
+}
+
+/* Reduces (m, s) over a row: the row max M and sum(exp(x - M)). */
+template <int TPR, class A>
+SGK_DEV A sgk_online_row(A m, A s, A *part, A *mrow)
+{
+	A M = sgk_row_max<TPR>(m, part);
+	s = m == (A)-SGK_INF ? (A)0 : s * sgk_exp(m - M);
+	*mrow = M;
+	return sgk_row_sum<TPR>(s, part);
+}
+
+/* ------------------------------------------------------------------ softmax */
+
+/* y = softmax(x) or log_softmax(x) over each row. */
+template <class T, int VEC, int TPR, int NV, bool LOG>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
+sgk_softmax_fwd_k(const T *__restrict__ x, T *__restrict__ y, sgk_i64 rows, int C)
+{
+	typedef typename sgk_acc<T>::type A;
+	__shared__ A part[32];
+	int t;
+	SGK_ROW_BEGIN(TPR, t, r, live, rows);
+	const T *xr = x + r * C;
+	T *yr = y + r * C;
+	A m = -SGK_INF, s = 0;
+	if constexpr (NV > 0) {
+		A v[NV > 0 ? NV : 1][VEC];
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c < C)
+				sgk_ldrow<VEC>(xr + c, v[k]);
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				if (c >= C)
+					v[k][e] = -SGK_INF;
+				m = sgk_max(m, v[k][e]);
+			}
+		}
+		m = sgk_row_max<TPR>(m, part);
+#pragma unroll
+		for (int k = 0; k < NV; k++)
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += (t + k * TPR) * VEC < C ? sgk_exp(v[k][e] - m) : (A)0;
+		s = sgk_row_sum<TPR>(s, part);
+		const A ls = sgk_log(s);
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c >= C)
+				continue;
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				v[k][e] = LOG ? v[k][e] - m - ls : sgk_exp(v[k][e] - m) / s;
+			if (live)
+				sgk_strow<VEC>(yr + c, v[k]);
+		}
+	} else {
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A f[VEC];
+			sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				sgk_online_add(m, s, f[e]);
+		}
+		s = sgk_online_row<TPR>(m, s, part, &m);
+		const A ls = sgk_log(s);
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A f[VEC];
+			sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				f[e] = LOG ? f[e] - m - ls : sgk_exp(f[e] - m) / s;
+			if (live)
+				sgk_strow<VEC>(yr + c, f);
+		}
+	}
+}
+
+/* Backward of softmax (dx = y * (dy - sum(dy * y))) or log_softmax
+ * (dx = dy - exp(y) * sum(dy)) from the forward output y. */
+template <class T, int VEC, int TPR, int NV, bool LOG>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
+sgk_softmax_bwd_k(const T *__restrict__ y, const T *__restrict__ dy, T *__restrict__ dx,
+                  sgk_i64 rows, int C)
+{
+	typedef typename sgk_acc<T>::type A;
+	__shared__ A part[32];
+	int t;
+	SGK_ROW_BEGIN(TPR, t, r, live, rows);
+	const sgk_i64 base = r * C;
+	A s = 0;
+	if constexpr (NV > 0) {
+		A yv[NV > 0 ? NV : 1][VEC], gv[NV > 0 ? NV : 1][VEC];
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c >= C)
+				continue;
+			sgk_ldrow<VEC>(y + base + c, yv[k]);
+			sgk_ldrow<VEC>(dy + base + c, gv[k]);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += LOG ? gv[k][e] : gv[k][e] * yv[k][e];
+		}
+		s = sgk_row_sum<TPR>(s, part);
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c >= C)
+				continue;
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				gv[k][e] = LOG ? gv[k][e] - sgk_exp(yv[k][e]) * s : yv[k][e] * (gv[k][e] - s);
+			if (live)
+				sgk_strow<VEC>(dx + base + c, gv[k]);
+		}
+	} else {
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A yf[VEC], gf[VEC];
+			sgk_ldrow<VEC>(y + base + c, yf);
+			sgk_ldrow<VEC>(dy + base + c, gf);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += LOG ? gf[e] : gf[e] * yf[e];
+		}
+		s = sgk_row_sum<TPR>(s, part);
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A yf[VEC], gf[VEC];
+			sgk_ldrow<VEC>(y + base + c, yf);
+			sgk_ldrow<VEC>(dy + base + c, gf);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				gf[e] = LOG ? gf[e] - sgk_exp(yf[e]) * s : yf[e] * (gf[e] - s);
+			if (live)
+				sgk_strow<VEC>(dx + base + c, gf);
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ layer_norm, rms_norm */
+
+/* y = (x - mean) * rstd * w + b (RMS: x * rstd * w); saves mean, rstd. */
+template <class T, int VEC, int TPR, int NV, bool RMS>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
+sgk_norm_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
+               T *__restrict__ y, typename sgk_acc<T>::type *__restrict__ mean,
+               typename sgk_acc<T>::type *__restrict__ rstd, sgk_i64 rows, int C, float eps)
+{
+	typedef typename sgk_acc<T>::type A;
+	__shared__ A part[32];
+	int t;
+	SGK_ROW_BEGIN(TPR, t, r, live, rows);
+	const T *xr = x + r * C;
+	T *yr = y + r * C;
+	A mu = 0, var = 0;
+	A v[NV > 0 ? NV : 1][VEC];
+	if constexpr (NV > 0) {
+		A s = 0;
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c >= C)
+				continue;
+			sgk_ldrow<VEC>(xr + c, v[k]);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += RMS ? v[k][e] * v[k][e] : v[k][e];
+		}
+		s = sgk_row_sum<TPR>(s, part);
+		if (RMS) {
+			var = s / C;
+		} else {
+			mu = s / C;
+#pragma unroll
+			for (int k = 0; k < NV; k++) {
+				if ((t + k * TPR) * VEC >= C)
+					continue;
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					var += (v[k][e] - mu) * (v[k][e] - mu);
+			}
+			var = sgk_row_sum<TPR>(var, part) / C;
+		}
+	} else {
+		A s = 0;
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A f[VEC];
+			sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += RMS ? f[e] * f[e] : f[e];
+		}
+		s = sgk_row_sum<TPR>(s, part);
+		if (RMS) {
+			var = s / C;
+		} else {
+			mu = s / C;
+			for (int c = t * VEC; c < C; c += TPR * VEC) {
+				A f[VEC];
+				sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					var += (f[e] - mu) * (f[e] - mu);
+			}
+			var = sgk_row_sum<TPR>(var, part) / C;
+		}
+	}
+	const A rs = (A)1 / sgk_sqrt(var + (A)eps);
+	if (t == 0 && live) {
+		if (mean)
+			mean[r] = mu;
+		if (rstd)
+			rstd[r] = rs;
+	}
+	const int nk = NV > 0 ? NV : (C + TPR * VEC - 1) / (TPR * VEC);
+#pragma unroll
+	for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
+		for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
+			const int c = (t + kk * TPR) * VEC;
+			if (c >= C)
+				continue;
+			A f[VEC], wf[VEC], bf[VEC];
+			if constexpr (NV > 0) {
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					f[e] = v[k][e];
+			} else {
+				sgk_ldrow<VEC>(xr + c, f);
+			}
+			sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
+			sgk_ldw<VEC>(RMS || !b ? (const T *)0 : b + c, bf, (A)0);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				f[e] = (f[e] - mu) * rs * wf[e] + bf[e];
+			if (live)
+				sgk_strow<VEC>(yr + c, f);
+		}
+	}
+}
+
+/* dx of layer_norm (or RMS) from dy, x, w and the saved mean and rstd:
+ * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w. */
+template <class T, int VEC, int TPR, int NV, bool RMS>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
+sgk_norm_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
+               const typename sgk_acc<T>::type *__restrict__ mean,
+               const typename sgk_acc<T>::type *__restrict__ rstd, T *__restrict__ dx,
+               sgk_i64 rows, int C)
+{
+	typedef typename sgk_acc<T>::type A;
+	__shared__ A part[32];
+	int t;
+	SGK_ROW_BEGIN(TPR, t, r, live, rows);
+	const sgk_i64 base = r * C;
+	const A mu = RMS ? (A)0 : mean[r], rs = rstd[r];
+	A s1 = 0, s2 = 0;
+	A xv[NV > 0 ? NV : 1][VEC], gv[NV > 0 ? NV : 1][VEC];
+	const int nk = NV > 0 ? NV : (C + TPR * VEC - 1) / (TPR * VEC);
+	/* Pass 1: g and xhat (kept when NV > 0), their sums. */
+#pragma unroll
+	for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
+		for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
+			const int c = (t + kk * TPR) * VEC;
+			if (c >= C)
+				continue;
+			A f[VEC], g[VEC], wf[VEC];
+			sgk_ldrow<VEC>(x + base + c, f);
+			sgk_ldrow<VEC>(dy + base + c, g);
+			sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				f[e] = (f[e] - mu) * rs;
+				g[e] *= wf[e];
+				s1 += g[e];
+				s2 += g[e] * f[e];
+				if constexpr (NV > 0) {
+					xv[k][e] = f[e];
+					gv[k][e] = g[e];
+				}
+			}
+		}
+	}
+	if (!RMS)
+		s1 = sgk_row_sum<TPR>(s1, part) / C;
+	s2 = sgk_row_sum<TPR>(s2, part) / C;
+	/* Pass 2: dx. */
+#pragma unroll
+	for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
+		for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
+			const int c = (t + kk * TPR) * VEC;
+			if (c >= C)
+				continue;
+			A f[VEC], g[VEC];
+			if constexpr (NV > 0) {
+#pragma unroll
+				for (int e = 0; e < VEC; e++) {
+					f[e] = xv[k][e];
+					g[e] = gv[k][e];
+				}
+			} else {
+				A wf[VEC];
+				sgk_ldrow<VEC>(x + base + c, f);
+				sgk_ldrow<VEC>(dy + base + c, g);
+				sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
+#pragma unroll
+				for (int e = 0; e < VEC; e++) {
+					f[e] = (f[e] - mu) * rs;
+					g[e] *= wf[e];
+				}
+			}
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				g[e] = rs * (g[e] - (RMS ? (A)0 : s1) - f[e] * s2);
+			if (live)
+				sgk_strow<VEC>(dx + base + c, g);
+		}
+	}
+}
+
+/* Column partial sums for dw (sum of dy * xhat) and db (sum of dy) over
+ * the rows of chunk blockIdx.y: part[0][chunk][C] and part[1][chunk][C]. */
+template <class T, int VEC, bool RMS>
+__global__ void __launch_bounds__(256)
+sgk_norm_colgrad_k(const T *__restrict__ dy, const T *__restrict__ x,
+                   const typename sgk_acc<T>::type *__restrict__ mean,
+                   const typename sgk_acc<T>::type *__restrict__ rstd, sgk_i64 rows, int C,
+                   sgk_i64 rpc, typename sgk_acc<T>::type *__restrict__ part)
+{
+	typedef typename sgk_acc<T>::type A;
+	const int c = (blockIdx.x * 256 + threadIdx.x) * VEC;
+	if (c >= C)
+		return;
+	const sgk_i64 r0 = blockIdx.y * rpc, r1 = r0 + rpc < rows ? r0 + rpc : rows;
+	A dw[VEC], db[VEC];
+#pragma unroll
+	for (int e = 0; e < VEC; e++)
+		dw[e] = db[e] = 0;
+#pragma unroll 4
+	for (sgk_i64 r = r0; r < r1; r++) {
+		A f[VEC], g[VEC];
+		sgk_ldrow<VEC>(x + r * C + c, f);
+		sgk_ldrow<VEC>(dy + r * C + c, g);
+		const A mu = RMS ? (A)0 : mean[r], rs = rstd[r];
+#pragma unroll
+		for (int e = 0; e < VEC; e++) {
+			dw[e] += g[e] * ((f[e] - mu) * rs);
+			db[e] += g[e];
+		}
+	}
+	const sgk_i64 nchunk = gridDim.y;
+#pragma unroll
+	for (int e = 0; e < VEC; e++) {
+		part[blockIdx.y * (sgk_i64)C + c + e] = dw[e];
+		part[(nchunk + blockIdx.y) * (sgk_i64)C + c + e] = db[e];
+	}
+}
+
+/* dw, db (either may be NULL) from the chunks' partial sums, in order. */
+template <class T>
+__global__ void __launch_bounds__(256)
+sgk_norm_colgrad_finish_k(const typename sgk_acc<T>::type *__restrict__ part, int nchunk, int C,
+                          T *__restrict__ dw, T *__restrict__ db)
+{
+	typedef typename sgk_acc<T>::type A;
+	const int c = blockIdx.x * 256 + threadIdx.x;
+	if (c >= C)
+		return;
+	A sw = 0, sb = 0;
+	for (int k = 0; k < nchunk; k++) {
+		sw += part[(sgk_i64)k * C + c];
+		sb += part[(sgk_i64)(nchunk + k) * C + c];
+	}
+	if (dw)
+		dw[c] = sgk_cvt<T>(sw);
+	if (db)
+		db[c] = sgk_cvt<T>(sb);
+}
+
+/* ------------------------------------------------------------------ cross_entropy */
+
+/* lse[r] = logsumexp(x[r, :]). */
+template <class T, int VEC, int TPR, int NV>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
+sgk_xent_lse_k(const T *__restrict__ x, typename sgk_acc<T>::type *__restrict__ lse, sgk_i64 rows,
+               int C)
+{
+	typedef typename sgk_acc<T>::type A;
+	__shared__ A part[32];
+	int t;
+	SGK_ROW_BEGIN(TPR, t, r, live, rows);
+	const T *xr = x + r * C;
+	A m = -SGK_INF, s = 0;
+	if constexpr (NV > 0) {
+		A v[NV > 0 ? NV : 1][VEC];
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c < C)
+				sgk_ldrow<VEC>(xr + c, v[k]);
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				if (c >= C)
+					v[k][e] = -SGK_INF;
+				m = sgk_max(m, v[k][e]);
+			}
+		}
+		m = sgk_row_max<TPR>(m, part);
+#pragma unroll
+		for (int k = 0; k < NV; k++)
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += (t + k * TPR) * VEC < C ? sgk_exp(v[k][e] - m) : (A)0;
+		s = sgk_row_sum<TPR>(s, part);
+	} else {
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A f[VEC];
+			sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				sgk_online_add(m, s, f[e]);
+		}
+		s = sgk_online_row<TPR>(m, s, part, &m);
+	}
+	if (t == 0 && live)
+		lse[r] = m + sgk_log(s);
+}
+
+/* loss = mean over rows whose target is not -100 of lse - x[target];
+ * lse[rows] = that count.  One block of 1024 threads, in a fixed order. */
+template <class T>
+__global__ void __launch_bounds__(1024)
+sgk_xent_loss_k(const T *__restrict__ x, const long long *__restrict__ tgt,
+                typename sgk_acc<T>::type *__restrict__ lse, sgk_i64 rows, int C,
+                T *__restrict__ loss)
+{
+	__shared__ double part[32];
+	double s = 0, n = 0;
+	for (sgk_i64 r = threadIdx.x; r < rows; r += blockDim.x) {
+		const long long k = tgt[r];
+		if (k == -100)
+			continue;
+		if (k < 0 || k >= C)
+			s += __longlong_as_double(0x7ff8000000000000LL);
+		else
+			s += (double)lse[r] - (double)sgk_tof(x[r * C + k]);
+		n += 1;
+	}
+	s = sgk_row_sum<1024>(s, part);
+	n = sgk_row_sum<1024>(n, part);
+	if (threadIdx.x == 0) {
+		lse[rows] = (typename sgk_acc<T>::type)n;
+		*loss = sgk_cvt<T>(s / n);
+	}
+}
+
+/* dx = (exp(x - lse) - onehot(target)) * dloss / count per row. */
+template <class T, int VEC, int TPR>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
+sgk_xent_bwd_k(const T *__restrict__ x, const long long *__restrict__ tgt,
+               const typename sgk_acc<T>::type *__restrict__ lse, const T *__restrict__ dloss,
+               T *__restrict__ dx, sgk_i64 rows, int C)
+{
+	typedef typename sgk_acc<T>::type A;
+	int t;
+	SGK_ROW_BEGIN(TPR, t, r, live, rows);
+	const long long k = tgt[r];
+	const A g = k == -100 ? (A)0 : sgk_tof(*dloss) / lse[rows], l = lse[r];
+	for (int c = t * VEC; c < C; c += TPR * VEC) {
+		A f[VEC];
+		sgk_ldrow<VEC>(x + r * C + c, f);
+#pragma unroll
+		for (int e = 0; e < VEC; e++)
+			f[e] = (sgk_exp(f[e] - l) - (c + e == k ? (A)1 : (A)0)) * g;
+		if (live)
+			sgk_strow<VEC>(dx + r * C + c, f);
+	}
+}
+
+#ifndef __CUDACC_RTC__
+/* ------------------------------------------------------------------ host side */
+
+/* A kernel configuration as a type: VEC elements a vector, TPR threads a
+ * row, NV vectors a thread kept in registers (0: none). */
+template <int VEC_, int TPR_, int NV_>
+struct SgkRowCfg {
+	enum { VEC = VEC_, TPR = TPR_, NV = NV_ };
+};
+
+/* Calls f(SgkRowCfg<...>()) with the configuration for rows of C
+ * elements, vectors of V elements when vec (else 1).  With cache = 0,
+ * never keeps rows in registers. */
+template <int V, class F>
+static cudaError_t sgk_row_dispatch(int C, bool vec, bool cache, F f)
+{
+	if (vec && V > 1) {
+		const int nv = (C + V - 1) / V;
+		if (!cache)
+			return nv <= 256 ? f(SgkRowCfg<V, 32, 0>()) : f(SgkRowCfg<V, 512, 0>());
+		if (nv <= 8)
+			return f(SgkRowCfg<V, 8, 1>());
+		if (nv <= 32)
+			return f(SgkRowCfg<V, 32, 1>());
+		if (nv <= 64)
+			return f(SgkRowCfg<V, 32, 2>());
+		if (nv <= 128)
+			return f(SgkRowCfg<V, 32, 4>());
+		if (nv <= 256)
+			return f(SgkRowCfg<V, 32, 8>());
+		if (nv <= 512)
+			return f(SgkRowCfg<V, 128, 4>());
+		if (nv <= 1024)
+			return f(SgkRowCfg<V, 256, 4>());
+		if (nv <= 2048)
+			return f(SgkRowCfg<V, 512, 4>());
+		if (nv <= 4096)
+			return f(SgkRowCfg<V, 512, 8>());
+		return f(SgkRowCfg<V, 1024, 0>());
+	}
+	if (!cache)
+		return C <= 256 ? f(SgkRowCfg<1, 32, 0>()) : f(SgkRowCfg<1, 512, 0>());
+	if (C <= 32)
+		return f(SgkRowCfg<1, 32, 1>());
+	if (C <= 128)
+		return f(SgkRowCfg<1, 32, 4>());
+	if (C <= 1024)
+		return f(SgkRowCfg<1, 256, 4>());
+	return f(SgkRowCfg<1, 1024, 0>());
+}
+
+/* Blocks and threads of a row kernel with TPR threads a row. */
+static inline dim3 sgk_row_grid(long long rows, int tpr)
+{
+	return dim3((unsigned)(tpr > 32 ? rows : (rows + 128 / tpr - 1) / (128 / tpr)));
+}
+
+/* The vector width for T: 16 bytes. */
+template <class T> struct sgk_vw { enum { V = 16 / sizeof(T) }; };
+
+/* Whether rows of C elements at each of the pointers allow vectors. */
+template <class T>
+static bool sgk_rows_vec(int C, const void *a, const void *b = 0, const void *c = 0,
+                         const void *d = 0)
+{
+	const unsigned bytes = 16;
+	const int V = sgk_vw<T>::V;
+	return C % V == 0 && (!a || sgk_host_aligned(a, bytes)) && (!b || sgk_host_aligned(b, bytes)) &&
+	       (!c || sgk_host_aligned(c, bytes)) && (!d || sgk_host_aligned(d, bytes));
+}
+
+/* y = softmax(x) (log = 0) or log_softmax(x) (log = 1) over each row. */
+template <class T>
+static cudaError_t sg_launch_softmax_fwd(const T *x, T *y, long long rows, int C, int log,
+                                         cudaStream_t stream)
+{
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	return sgk_row_dispatch<sgk_vw<T>::V>(C, sgk_rows_vec<T>(C, x, y), true, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		dim3 g = sgk_row_grid(rows, K::TPR);
+		if (log)
+			sgk_softmax_fwd_k<T, K::VEC, K::TPR, K::NV, true>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, y, rows, C);
+		else
+			sgk_softmax_fwd_k<T, K::VEC, K::TPR, K::NV, false>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, y, rows, C);
+		return sgk_launched();
+	});
+}
+
+/* dx of softmax or log_softmax from the forward's output y and dy. */
+template <class T>
+static cudaError_t sg_launch_softmax_bwd(const T *y, const T *dy, T *dx, long long rows, int C,
+                                         int log, cudaStream_t stream)
+{
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	return sgk_row_dispatch<sgk_vw<T>::V>(C, sgk_rows_vec<T>(C, y, dy, dx), true, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		dim3 g = sgk_row_grid(rows, K::TPR);
+		if (log)
+			sgk_softmax_bwd_k<T, K::VEC, K::TPR, K::NV, true>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(y, dy, dx, rows, C);
+		else
+			sgk_softmax_bwd_k<T, K::VEC, K::TPR, K::NV, false>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(y, dy, dx, rows, C);
+		return sgk_launched();
+	});
+}
+
+/* layer_norm (rms = 0) or rms_norm (rms = 1) over each row; saves mean
+ * and rstd where given. */
+template <class T>
+static cudaError_t sg_launch_layer_norm_fwd(const T *x, const T *w, const T *b, T *y,
+                                            typename sgk_acc<T>::type *mean,
+                                            typename sgk_acc<T>::type *rstd, long long rows, int C,
+                                            float eps, int rms, cudaStream_t stream)
+{
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	bool vec = sgk_rows_vec<T>(C, x, y, w, b);
+	return sgk_row_dispatch<sgk_vw<T>::V>(C, vec, true, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		dim3 g = sgk_row_grid(rows, K::TPR);
+		if (rms)
+			sgk_norm_fwd_k<T, K::VEC, K::TPR, K::NV, true>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, w, b, y, mean, rstd, rows, C, eps);
+		else
+			sgk_norm_fwd_k<T, K::VEC, K::TPR, K::NV, false>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, w, b, y, mean, rstd, rows, C, eps);
+		return sgk_launched();
+	});
+}
+
+/* Row chunks of the column sums of a norm backward. */
+static inline int sgk_norm_nchunk(long long rows)
+{
+	return (int)(rows < 128 ? (rows > 0 ? rows : 1) : 128);
+}
+
+/* Bytes of workspace sg_launch_layer_norm_bwd needs for dw and db. */
+template <class T>
+static size_t sg_layer_norm_bwd_workspace(long long rows, int C)
+{
+	return (size_t)2 * sgk_norm_nchunk(rows) * (size_t)C * sizeof(typename sgk_acc<T>::type);
+}
+
+/* dx by rows, then dw and db by columns through `work` (in a fixed
+ * order), of layer_norm or rms_norm. */
+template <class T>
+static cudaError_t sg_launch_layer_norm_bwd(const T *dy, const T *x, const T *w,
+                                            const typename sgk_acc<T>::type *mean,
+                                            const typename sgk_acc<T>::type *rstd, T *dx, T *dw,
+                                            T *db, void *work, long long rows, int C, int rms,
+                                            cudaStream_t stream)
+{
+	typedef typename sgk_acc<T>::type A;
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	bool vec = sgk_rows_vec<T>(C, dy, x, w, dx);
+	cudaError_t e = cudaSuccess;
+	if (dx)
+		e = sgk_row_dispatch<sgk_vw<T>::V>(C, vec, true, [&](auto cfg) {
+			typedef decltype(cfg) K;
+			dim3 g = sgk_row_grid(rows, K::TPR);
+			if (rms)
+				sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, true>
+				        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, mean, rstd, dx,
+				                                                   rows, C);
+			else
+				sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, false>
+				        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, mean, rstd, dx,
+				                                                   rows, C);
+			return sgk_launched();
+		});
+	if (e != cudaSuccess || (!dw && (rms || !db)))
+		return e;
+	const int nchunk = sgk_norm_nchunk(rows);
+	const long long rpc = (rows + nchunk - 1) / nchunk;
+	A *part = (A *)work;
+	const int V = sgk_vw<T>::V;
+	const bool cvec = sgk_rows_vec<T>(C, dy, x);
+	const int per = cvec ? V : 1;
+	dim3 g((unsigned)((C / per + 255) / 256), (unsigned)nchunk);
+	if (rms && cvec)
+		sgk_norm_colgrad_k<T, V, true><<<g, 256, 0, stream>>>(dy, x, mean, rstd, rows, C, rpc, part);
+	else if (rms)
+		sgk_norm_colgrad_k<T, 1, true><<<g, 256, 0, stream>>>(dy, x, mean, rstd, rows, C, rpc, part);
+	else if (cvec)
+		sgk_norm_colgrad_k<T, V, false><<<g, 256, 0, stream>>>(dy, x, mean, rstd, rows, C, rpc, part);
+	else
+		sgk_norm_colgrad_k<T, 1, false><<<g, 256, 0, stream>>>(dy, x, mean, rstd, rows, C, rpc, part);
+	if ((e = sgk_launched()) != cudaSuccess)
+		return e;
+	sgk_norm_colgrad_finish_k<T><<<(C + 255) / 256, 256, 0, stream>>>(part, nchunk, C, dw,
+	                                                                   rms ? (T *)0 : db);
+	return sgk_launched();
+}
+
+/* The row logsumexps, then the mean loss over targets not ignored. */
+template <class T>
+static cudaError_t sg_launch_cross_entropy_fwd(const T *x, const long long *target,
+                                               typename sgk_acc<T>::type *lse, T *loss,
+                                               long long rows, int C, cudaStream_t stream)
+{
+	cudaError_t e = cudaSuccess;
+	if (rows > 0 && C > 0)
+		e = sgk_row_dispatch<sgk_vw<T>::V>(C, sgk_rows_vec<T>(C, x), true, [&](auto cfg) {
+			typedef decltype(cfg) K;
+			sgk_xent_lse_k<T, K::VEC, K::TPR, K::NV>
+			        <<<sgk_row_grid(rows, K::TPR), SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, lse,
+			                                                                          rows, C);
+			return sgk_launched();
+		});
+	if (e != cudaSuccess)
+		return e;
+	sgk_xent_loss_k<T><<<1, 1024, 0, stream>>>(x, target, lse, rows, C, loss);
+	return sgk_launched();
+}
+
+/* dlogits = (softmax - onehot) * dloss / count, from the saved lse. */
+template <class T>
+static cudaError_t sg_launch_cross_entropy_bwd(const T *x, const long long *target,
+                                               const typename sgk_acc<T>::type *lse,
+                                               const T *dloss, T *dx, long long rows, int C,
+                                               cudaStream_t stream)
+{
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	return sgk_row_dispatch<sgk_vw<T>::V>(C, sgk_rows_vec<T>(C, x, dx), false, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		sgk_xent_bwd_k<T, K::VEC, K::TPR>
+		        <<<sgk_row_grid(rows, K::TPR), SGK_ROW_THREADS(K::TPR), 0, stream>>>(
+		                x, target, lse, dloss, dx, rows, C);
+		return sgk_launched();
+	});
+}
+#endif
+
+#endif /* SGK_ROWS_CUH */

@@ -1,0 +1,89 @@
+/*
+ * instantiate.cu - instantiates every host launcher of the kernel library
+ * (codegen_templates/kernels/) for one element type, so that compiling
+ * this file compiles every kernel the launchers reach:
+ *
+ *   nvcc -arch=sm_90 -std=c++17 -DSGK_T=__nv_bfloat16 -Icodegen_templates/kernels \
+ *        -c tests/gpu/kernels/instantiate.cu
+ *
+ * SGK_T: float, double, __half or __nv_bfloat16 (default __nv_bfloat16).
+ * SGK_ONLY_ATTENTION, SGK_ONLY_ROWS, SGK_ONLY_OPTIM, SGK_ONLY_ELEMENTWISE:
+ * one family (default all; not optim for double).
+ * Used by tests/meson.build as a compile-only check where nvcc is found.
+ */
+#include "sgk_common.cuh"
+
+#ifndef SGK_T
+#define SGK_T __nv_bfloat16
+#endif
+#if !defined(SGK_ONLY_ATTENTION) && !defined(SGK_ONLY_ROWS) && !defined(SGK_ONLY_OPTIM) && \
+        !defined(SGK_ONLY_ELEMENTWISE)
+#define SGK_ALL 1
+#else
+#define SGK_ALL 0
+#endif
+
+#if defined(SGK_ONLY_ATTENTION) || SGK_ALL
+#include "sgk_attention.cuh"
+template cudaError_t sg_launch_flash_fwd<SGK_T>(const SgFlashParams *, cudaStream_t);
+template cudaError_t sg_launch_flash_bwd<SGK_T>(const SgFlashParams *, cudaStream_t);
+#endif
+
+#if defined(SGK_ONLY_ROWS) || SGK_ALL
+#include "sgk_rows.cuh"
+template cudaError_t sg_launch_softmax_fwd<SGK_T>(const SGK_T *, SGK_T *, long long, int, int,
+                                                  cudaStream_t);
+template cudaError_t sg_launch_softmax_bwd<SGK_T>(const SGK_T *, const SGK_T *, SGK_T *, long long,
+                                                  int, int, cudaStream_t);
+template cudaError_t sg_launch_layer_norm_fwd<SGK_T>(const SGK_T *, const SGK_T *, const SGK_T *,
+                                                     SGK_T *, sgk_acc<SGK_T>::type *,
+                                                     sgk_acc<SGK_T>::type *, long long, int, float,
+                                                     int, cudaStream_t);
+template cudaError_t sg_launch_layer_norm_bwd<SGK_T>(const SGK_T *, const SGK_T *, const SGK_T *,
+                                                     const sgk_acc<SGK_T>::type *,
+                                                     const sgk_acc<SGK_T>::type *, SGK_T *, SGK_T *,
+                                                     SGK_T *, void *, long long, int, int,
+                                                     cudaStream_t);
+template cudaError_t sg_launch_cross_entropy_fwd<SGK_T>(const SGK_T *, const long long *,
+                                                        sgk_acc<SGK_T>::type *, SGK_T *, long long,
+                                                        int, cudaStream_t);
+template cudaError_t sg_launch_cross_entropy_bwd<SGK_T>(const SGK_T *, const long long *,
+                                                        const sgk_acc<SGK_T>::type *, const SGK_T *,
+                                                        SGK_T *, long long, int, cudaStream_t);
+#endif
+
+#if defined(SGK_ONLY_OPTIM) || SGK_ALL
+#include "sgk_optim.cuh"
+/* The optimizers take float, __half and __nv_bfloat16 (not double). */
+typedef SGK_T sgk_opt_t;
+template cudaError_t sg_launch_sgd<sgk_opt_t>(int, sgk_opt_t *const *, const sgk_opt_t *const *,
+                                              sgk_opt_t *const *, const long long *, double, double,
+                                              double, int, cudaStream_t);
+template cudaError_t sg_launch_adamw<sgk_opt_t>(int, sgk_opt_t *const *, const sgk_opt_t *const *,
+                                                sgk_opt_t *const *, sgk_opt_t *const *,
+                                                float *const *, const long long *, double, double,
+                                                double, double, double, cudaStream_t);
+#endif
+
+#if defined(SGK_ONLY_ELEMENTWISE) || SGK_ALL
+#include "sgk_elementwise.cuh"
+/* A body as the backend writes one: y = x * 2 + b, b broadcast. */
+struct SgkCheckBody {
+	const SGK_T *x, *b;
+	SGK_T *y;
+	template <int V>
+	__device__ void run(const long long *off, const unsigned char *bc) const
+	{
+		sgk_reg<V, SGK_T> xv = sgk_ld<V>(x, off[0], bc[0]), bv = sgk_ld<V>(b, off[1], bc[1]), yv;
+#pragma unroll
+		for (int e = 0; e < V; e++)
+			yv.v[e] = sgk_cvt<SGK_T>(sgk_tof(xv.v[e]) * 2.f + sgk_tof(bv.v[e]));
+		sgk_st<V>(y, off[2], yv);
+	}
+};
+template cudaError_t sg_launch_elementwise<16 / sizeof(SGK_T), 3, SgkCheckBody>(
+        const SgEwShape<3> *, const SgkCheckBody &, cudaStream_t);
+template void sg_ew_shape_init<3>(SgEwShape<3> *, int, const long long *,
+                                  const long long (*)[SGK_EW_MAXR], const void *const *,
+                                  const int *, int);
+#endif

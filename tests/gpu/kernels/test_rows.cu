@@ -1,0 +1,455 @@
+/*
+ * test_rows.cu - the row reductions (codegen_templates/kernels/sgk_rows.cuh)
+ * against a reference in double on the host: softmax and log_softmax
+ * forward and backward, layer_norm and rms_norm forward (y, mean, rstd)
+ * and backward (dx, dw, db), cross_entropy forward (row logsumexp, count,
+ * mean loss with ignored targets) and backward.  Row sizes cover every
+ * kernel configuration (sub-warp, warp, block with the row in registers,
+ * block walking the row), vectorised and not (odd sizes, misaligned
+ * pointers), in f32, bf16, f16 and f64; outputs are poisoned first.  Then
+ * bandwidth figures on the H200 against a device copy.
+ *
+ *   test_rows [--dump DIR] [--quick] [--sanitize]
+ */
+#include "ktest.h"
+#include "sgk_rows.cuh"
+
+template <class T> static double tol()
+{
+	return sizeof(T) == 8 ? 1e-12 : sizeof(T) == 4 ? 1e-5 : kt_dt<T>::name()[0] == 'b' ? 1e-2 : 2e-3;
+}
+
+/* The reference as the kernel must store it: rounded to T. */
+template <class T>
+static std::vector<double> stored(std::vector<double> r)
+{
+	for (double &x : r)
+		x = kt_round<T>(x);
+	return r;
+}
+
+static void report(const char *what, const char *name, const KtErr &e, double t)
+{
+	KT_CHECK(e.nan == 0 && e.rel <= t, "%s %s: rel error %.3e > %.1e (unwritten/NaN %zu, worst at %zu)",
+	         name, what, e.rel, t, e.nan, e.at);
+}
+
+/* ------------------------------------------------------------------ references */
+
+static void ref_softmax(const std::vector<double> &x, std::vector<double> &y, long rows, int C,
+                        bool log_)
+{
+	for (long r = 0; r < rows; r++) {
+		const double *xr = &x[r * C];
+		double m = -INFINITY, s = 0;
+		for (int c = 0; c < C; c++)
+			m = std::max(m, xr[c]);
+		for (int c = 0; c < C; c++)
+			s += exp(xr[c] - m);
+		for (int c = 0; c < C; c++)
+			y[r * C + c] = log_ ? xr[c] - m - log(s) : exp(xr[c] - m) / s;
+	}
+}
+
+static void ref_softmax_bwd(const std::vector<double> &y, const std::vector<double> &dy,
+                            std::vector<double> &dx, long rows, int C, bool log_)
+{
+	for (long r = 0; r < rows; r++) {
+		double s = 0;
+		for (int c = 0; c < C; c++)
+			s += log_ ? dy[r * C + c] : dy[r * C + c] * y[r * C + c];
+		for (int c = 0; c < C; c++) {
+			const long i = r * C + c;
+			dx[i] = log_ ? dy[i] - exp(y[i]) * s : y[i] * (dy[i] - s);
+		}
+	}
+}
+
+/* layer_norm / rms_norm forward: y, mean, rstd. */
+static void ref_norm(const std::vector<double> &x, const std::vector<double> &w,
+                     const std::vector<double> &b, std::vector<double> &y, std::vector<double> &mean,
+                     std::vector<double> &rstd, long rows, int C, double eps, bool rms)
+{
+	for (long r = 0; r < rows; r++) {
+		double mu = 0, var = 0;
+		for (int c = 0; c < C; c++)
+			mu += x[r * C + c];
+		mu = rms ? 0 : mu / C;
+		for (int c = 0; c < C; c++)
+			var += (x[r * C + c] - mu) * (x[r * C + c] - mu);
+		const double rs = 1 / sqrt(var / C + eps);
+		mean[r] = mu;
+		rstd[r] = rs;
+		for (int c = 0; c < C; c++)
+			y[r * C + c] = (x[r * C + c] - mu) * rs * (w.empty() ? 1 : w[c]) +
+			               (b.empty() || rms ? 0 : b[c]);
+	}
+}
+
+/* The backward by the chain rule written out directly:
+ * dx_c = sum_k dy_k w_k d(xhat_k)/d(x_c). */
+static void ref_norm_bwd(const std::vector<double> &x, const std::vector<double> &w,
+                         const std::vector<double> &dy, std::vector<double> &dx,
+                         std::vector<double> &dw, std::vector<double> &db, long rows, int C,
+                         double eps, bool rms)
+{
+	std::fill(dw.begin(), dw.end(), 0.0);
+	std::fill(db.begin(), db.end(), 0.0);
+	for (long r = 0; r < rows; r++) {
+		const double *xr = &x[r * C];
+		double mu = 0, var = 0;
+		for (int c = 0; c < C; c++)
+			mu += xr[c];
+		mu = rms ? 0 : mu / C;
+		for (int c = 0; c < C; c++)
+			var += (xr[c] - mu) * (xr[c] - mu);
+		var /= C;
+		const double rs = 1 / sqrt(var + eps);
+		/* g = dy * w; dxhat/dx: rs * (delta - 1/C [layer] - xhat_k xhat_c / C). */
+		double sg = 0, sgx = 0;
+		for (int c = 0; c < C; c++) {
+			const double g = dy[r * C + c] * (w.empty() ? 1 : w[c]), xh = (xr[c] - mu) * rs;
+			sg += g;
+			sgx += g * xh;
+			dw[c] += dy[r * C + c] * xh;
+			db[c] += dy[r * C + c];
+		}
+		for (int c = 0; c < C; c++) {
+			const double g = dy[r * C + c] * (w.empty() ? 1 : w[c]), xh = (xr[c] - mu) * rs;
+			dx[r * C + c] = rs * (g - (rms ? 0 : sg / C) - xh * sgx / C);
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ one size */
+
+/* All the row ops at rows x C in T, pointers offset by `off` elements
+ * (misalignment when odd). */
+template <class T>
+static void run_size(long rows, int C, int off, const char *dump)
+{
+	typedef typename sgk_acc<T>::type A;
+	char name[96];
+	snprintf(name, sizeof name, "%s rows=%ld C=%d off=%d", kt_dt<T>::name(), rows, C, off);
+	const size_t n = (size_t)rows * C;
+	KtBuf<T> x, y, dy, dx, w, b, dw, db;
+	x.alloc(n + off);
+	y.alloc(n + off);
+	dy.alloc(n + off);
+	dx.alloc(n + off);
+	w.alloc(C + off);
+	b.alloc(C + off);
+	dw.alloc(C + off);
+	db.alloc(C + off);
+	x.fill([] { return kt_normal() * 2; });
+	dy.fill(kt_normal);
+	w.fill([] { return 1 + 0.5 * kt_normal(); });
+	b.fill(kt_normal);
+	/* Views past the offset. */
+	auto hv = [&](const KtBuf<T> &t, size_t cnt) {
+		return std::vector<double>(t.h.begin() + off, t.h.begin() + off + cnt);
+	};
+	std::vector<double> hx = hv(x, n), hdy = hv(dy, n), hw = hv(w, C), hb = hv(b, C);
+	std::vector<double> ref(n), ref2(n);
+	A *stats;
+	KT_CUDA(cudaMalloc(&stats, (2 * rows + 1) * sizeof(A)));
+	KtDump d;
+	cudaError_t e;
+
+	/* softmax and log_softmax, forward and backward */
+	for (int lg = 0; lg < 2; lg++) {
+		y.poison();
+		e = sg_launch_softmax_fwd<T>(x.d + off, y.d + off, rows, C, lg, 0);
+		KT_CHECK(e == cudaSuccess, "%s softmax launch: %s", name, cudaGetErrorString(e));
+		KT_CUDA(cudaDeviceSynchronize());
+		y.get();
+		std::vector<double> hy = hv(y, n);
+		ref_softmax(hx, ref, rows, C, lg);
+		report(lg ? "log_softmax" : "softmax", name, kt_err(hy.data(), stored<T>(ref).data(), n),
+		       tol<T>());
+		dx.poison();
+		e = sg_launch_softmax_bwd<T>(y.d + off, dy.d + off, dx.d + off, rows, C, lg, 0);
+		KT_CHECK(e == cudaSuccess, "%s softmax bwd launch: %s", name, cudaGetErrorString(e));
+		KT_CUDA(cudaDeviceSynchronize());
+		dx.get();
+		std::vector<double> hdx = hv(dx, n);
+		ref_softmax_bwd(hy, hdy, ref2, rows, C, lg);
+		report(lg ? "log_softmax bwd" : "softmax bwd", name, kt_err(hdx.data(), stored<T>(ref2).data(), n),
+		       tol<T>() * 2);
+		if (dump && off == 0) {
+			char dn[96];
+			snprintf(dn, sizeof dn, "%s_%s_%d", lg ? "log_softmax" : "softmax", kt_dt<T>::name(), C);
+			d.open(dump, dn, lg ? "log_softmax" : "softmax");
+			d.attrs("dtype", kt_dt<T>::name());
+			d.tensor("x", hx, {rows, C});
+			d.tensor("y", hy, {rows, C});
+			d.tensor("dy", hdy, {rows, C});
+			d.tensor("dx", hdx, {rows, C});
+			d.close();
+		}
+	}
+
+	/* layer_norm (affine and not) and rms_norm */
+	for (int kind = 0; kind < 3; kind++) {
+		const bool rms = kind == 2, affine = kind != 1;
+		const char *kn = kind == 0 ? "layer_norm" : kind == 1 ? "layer_norm(no affine)" : "rms_norm";
+		const double eps = rms ? 1e-6 : 1e-5;
+		std::vector<double> rw = affine ? hw : std::vector<double>(), rb = affine ? hb : std::vector<double>();
+		std::vector<double> mean(rows), rstd(rows);
+		y.poison();
+		KT_CUDA(cudaMemset(stats, 0xff, 2 * rows * sizeof(A)));
+		e = sg_launch_layer_norm_fwd<T>(x.d + off, affine ? w.d + off : 0, affine ? b.d + off : 0,
+		                                y.d + off, rms ? 0 : stats, stats + rows, rows, C, (float)eps,
+		                                rms, 0);
+		KT_CHECK(e == cudaSuccess, "%s %s launch: %s", name, kn, cudaGetErrorString(e));
+		KT_CUDA(cudaDeviceSynchronize());
+		y.get();
+		std::vector<double> hy = hv(y, n);
+		ref_norm(hx, rw, rb, ref, mean, rstd, rows, C, eps, rms);
+		report(kn, name, kt_err(hy.data(), stored<T>(ref).data(), n), tol<T>());
+		std::vector<A> hs(2 * rows);
+		KT_CUDA(cudaMemcpy(hs.data(), stats, 2 * rows * sizeof(A), cudaMemcpyDeviceToHost));
+		std::vector<double> gm(hs.begin(), hs.begin() + rows), gr(hs.begin() + rows, hs.end());
+		const double st = sizeof(A) == 8 ? 1e-12 : 2e-5;
+		if (!rms)
+			report("mean", name, kt_err(gm.data(), mean.data(), rows), st);
+		report("rstd", name, kt_err(gr.data(), rstd.data(), rows), st);
+
+		void *work;
+		KT_CUDA(cudaMalloc(&work, sg_layer_norm_bwd_workspace<T>(rows, C)));
+		dx.poison();
+		dw.poison();
+		db.poison();
+		e = sg_launch_layer_norm_bwd<T>(dy.d + off, x.d + off, affine ? w.d + off : 0,
+		                                rms ? 0 : stats, stats + rows, dx.d + off,
+		                                affine ? dw.d + off : 0, affine && !rms ? db.d + off : 0,
+		                                work, rows, C, rms, 0);
+		KT_CHECK(e == cudaSuccess, "%s %s bwd launch: %s", name, kn, cudaGetErrorString(e));
+		KT_CUDA(cudaDeviceSynchronize());
+		cudaFree(work);
+		dx.get();
+		std::vector<double> hdx = hv(dx, n), rdw(C), rdb(C);
+		ref_norm_bwd(hx, rw, hdy, ref2, rdw, rdb, rows, C, eps, rms);
+		char what[64];
+		snprintf(what, sizeof what, "%s dx", kn);
+		/* One element a row: dx = rstd * g * (1 - xhat^2) cancels (xhat^2
+		 * is 1 - eps/x^2), in PyTorch's f32 as in ours. */
+		const double dxtol = C == 1 ? std::max(tol<T>() * 2, 1e-3) : tol<T>() * 2;
+		report(what, name, kt_err(hdx.data(), stored<T>(ref2).data(), n), dxtol);
+		std::vector<double> hdw, hdb;
+		if (affine) {
+			dw.get();
+			hdw = hv(dw, C);
+			snprintf(what, sizeof what, "%s dw", kn);
+			report(what, name, kt_err(hdw.data(), stored<T>(rdw).data(), C), tol<T>() * 2);
+			if (!rms) {
+				db.get();
+				hdb = hv(db, C);
+				snprintf(what, sizeof what, "%s db", kn);
+				report(what, name, kt_err(hdb.data(), stored<T>(rdb).data(), C), tol<T>() * 2);
+			}
+		}
+		if (dump && off == 0 && kind != 1) {
+			char dn[96];
+			snprintf(dn, sizeof dn, "%s_%s_%d", kn, kt_dt<T>::name(), C);
+			d.open(dump, dn, kn);
+			d.attrs("dtype", kt_dt<T>::name());
+			d.attr("eps", eps);
+			d.tensor("x", hx, {rows, C});
+			d.tensor("w", hw, {C});
+			if (!rms)
+				d.tensor("b", hb, {C});
+			d.tensor("y", hy, {rows, C});
+			d.tensor("dy", hdy, {rows, C});
+			d.tensor("dx", hdx, {rows, C});
+			d.tensor("dw", hdw, {C});
+			if (!rms)
+				d.tensor("db", hdb, {C});
+			d.close();
+		}
+	}
+
+	/* cross_entropy */
+	{
+		std::vector<long long> tg(rows);
+		for (long r = 0; r < rows; r++)
+			tg[r] = r % 7 == 3 ? -100 : (long long)(kt_next() % (unsigned long long)C);
+		long long *dt;
+		KT_CUDA(cudaMalloc(&dt, rows * 8));
+		KT_CUDA(cudaMemcpy(dt, tg.data(), rows * 8, cudaMemcpyHostToDevice));
+		KtBuf<T> loss, dloss;
+		loss.alloc(1);
+		dloss.alloc(1);
+		dloss.fill([] { return 0.5 + kt_unif(0, 1); });
+		loss.poison();
+		KT_CUDA(cudaMemset(stats, 0xff, (rows + 1) * sizeof(A)));
+		e = sg_launch_cross_entropy_fwd<T>(x.d + off, dt, stats, loss.d, rows, C, 0);
+		KT_CHECK(e == cudaSuccess, "%s cross_entropy launch: %s", name, cudaGetErrorString(e));
+		dx.poison();
+		e = sg_launch_cross_entropy_bwd<T>(x.d + off, dt, stats, dloss.d, dx.d + off, rows, C, 0);
+		KT_CHECK(e == cudaSuccess, "%s cross_entropy bwd launch: %s", name, cudaGetErrorString(e));
+		KT_CUDA(cudaDeviceSynchronize());
+		loss.get();
+		dx.get();
+		std::vector<A> hs(rows + 1);
+		KT_CUDA(cudaMemcpy(hs.data(), stats, (rows + 1) * sizeof(A), cudaMemcpyDeviceToHost));
+		double s = 0, cnt = 0;
+		std::vector<double> lse(rows), glse(hs.begin(), hs.begin() + rows);
+		for (long r = 0; r < rows; r++) {
+			double m = -INFINITY, z = 0;
+			for (int c = 0; c < C; c++)
+				m = std::max(m, hx[r * C + c]);
+			for (int c = 0; c < C; c++)
+				z += exp(hx[r * C + c] - m);
+			lse[r] = m + log(z);
+			if (tg[r] != -100) {
+				s += lse[r] - hx[r * C + tg[r]];
+				cnt++;
+			}
+		}
+		const double rl = s / cnt, g = dloss.h[0] / cnt;
+		for (long r = 0; r < rows; r++)
+			for (int c = 0; c < C; c++)
+				ref2[r * C + c] = tg[r] == -100 ? 0 : (exp(hx[r * C + c] - lse[r]) - (c == tg[r])) * g;
+		report("cross_entropy lse", name, kt_err(glse.data(), lse.data(), rows), 1e-5);
+		KT_CHECK(hs[rows] == cnt, "%s cross_entropy count %g, want %g", name, (double)hs[rows], cnt);
+		const double lt = std::max(tol<T>(), 1e-6);
+		KT_CHECK(fabs(loss.h[0] - rl) <= lt * fabs(rl), "%s cross_entropy loss %.8g, want %.8g", name,
+		         loss.h[0], rl);
+		std::vector<double> hdx = hv(dx, n);
+		report("cross_entropy dx", name, kt_err(hdx.data(), stored<T>(ref2).data(), n), tol<T>() * 2);
+		if (dump && off == 0) {
+			char dn[96];
+			snprintf(dn, sizeof dn, "cross_entropy_%s_%d", kt_dt<T>::name(), C);
+			d.open(dump, dn, "cross_entropy");
+			d.attrs("dtype", kt_dt<T>::name());
+			d.tensor("x", hx, {rows, C});
+			d.tensor_i64("target", tg, {rows});
+			d.tensor("loss", loss.h, {});
+			d.tensor("dloss", dloss.h, {});
+			d.tensor("dx", hdx, {rows, C});
+			d.close();
+		}
+		cudaFree(dt);
+		loss.release();
+		dloss.release();
+	}
+	cudaFree(stats);
+	KtBuf<T> *all[] = {&x, &y, &dy, &dx, &w, &b, &dw, &db};
+	for (KtBuf<T> *t : all)
+		t->release();
+}
+
+/* Rows for a size: a few hundred thousand elements in all. */
+static long rows_for(int C)
+{
+	return std::max(2L, std::min(64L, 300000L / C));
+}
+
+/* ------------------------------------------------------------------ timings */
+
+template <class T>
+static void bench(long rows, int C, double copy_gbps)
+{
+	typedef typename sgk_acc<T>::type A;
+	const size_t n = (size_t)rows * C, es = sizeof(T);
+	T *x, *y, *dy, *dx, *w, *b, *dw, *db;
+	A *stats;
+	long long *tg;
+	void *work;
+	KT_CUDA(cudaMalloc(&x, n * es));
+	KT_CUDA(cudaMalloc(&y, n * es));
+	KT_CUDA(cudaMalloc(&dy, n * es));
+	KT_CUDA(cudaMalloc(&dx, n * es));
+	KT_CUDA(cudaMalloc(&w, C * es));
+	KT_CUDA(cudaMalloc(&b, C * es));
+	KT_CUDA(cudaMalloc(&dw, C * es));
+	KT_CUDA(cudaMalloc(&db, C * es));
+	KT_CUDA(cudaMalloc(&stats, (2 * rows + 1) * sizeof(A)));
+	KT_CUDA(cudaMalloc(&tg, rows * 8));
+	KT_CUDA(cudaMalloc(&work, sg_layer_norm_bwd_workspace<T>(rows, C)));
+	/* Random-ish data: a device-side pattern is enough for timing. */
+	{
+		std::vector<T> h(n);
+		for (size_t i = 0; i < n; i++)
+			h[i] = kt_dt<T>::from((double)((i * 2654435761u) % 1000) / 250.0 - 2.0);
+		KT_CUDA(cudaMemcpy(x, h.data(), n * es, cudaMemcpyHostToDevice));
+		KT_CUDA(cudaMemcpy(dy, h.data(), n * es, cudaMemcpyHostToDevice));
+		KT_CUDA(cudaMemcpy(w, h.data(), C * es, cudaMemcpyHostToDevice));
+		KT_CUDA(cudaMemcpy(b, h.data() + 1, C * es, cudaMemcpyHostToDevice));
+		std::vector<long long> t(rows);
+		for (long r = 0; r < rows; r++)
+			t[r] = (r * 7919) % C;
+		KT_CUDA(cudaMemcpy(tg, t.data(), rows * 8, cudaMemcpyHostToDevice));
+	}
+	const double gb = n * es / 1e9;
+	auto line = [&](const char *op, double ms, double moved) {
+		const double gbps = moved * gb / (ms * 1e-3);
+		printf("PERF rows %-22s %s [%ld, %d]: %.4f ms, %.0f GB/s (%.0f%% of copy)\n", op,
+		       kt_dt<T>::name(), rows, C, ms, gbps, 100 * gbps / copy_gbps);
+	};
+	line("softmax fwd", kt_time([&] { sg_launch_softmax_fwd<T>(x, y, rows, C, 0, 0); }, 3, 20), 2);
+	line("softmax bwd", kt_time([&] { sg_launch_softmax_bwd<T>(y, dy, dx, rows, C, 0, 0); }, 3, 20), 3);
+	line("layer_norm fwd", kt_time([&] {
+		sg_launch_layer_norm_fwd<T>(x, w, b, y, stats, stats + rows, rows, C, 1e-5f, 0, 0);
+	}, 3, 20), 2);
+	line("layer_norm bwd dx,dw,db", kt_time([&] {
+		sg_launch_layer_norm_bwd<T>(dy, x, w, stats, stats + rows, dx, dw, db, work, rows, C, 0, 0);
+	}, 3, 20), 3);
+	line("rms_norm fwd", kt_time([&] {
+		sg_launch_layer_norm_fwd<T>(x, w, 0, y, 0, stats + rows, rows, C, 1e-6f, 1, 0);
+	}, 3, 20), 2);
+	line("cross_entropy fwd", kt_time([&] {
+		sg_launch_cross_entropy_fwd<T>(x, tg, stats, y, rows, C, 0);
+	}, 3, 20), 1);
+	line("cross_entropy bwd", kt_time([&] {
+		sg_launch_cross_entropy_bwd<T>(x, tg, stats, y, dx, rows, C, 0);
+	}, 3, 20), 2);
+	KT_CUDA(cudaGetLastError());
+	void *ptrs[] = {x, y, dy, dx, w, b, dw, db, stats, tg, work};
+	for (void *p : ptrs)
+		cudaFree(p);
+}
+
+int main(int argc, char **argv)
+{
+	kt_start(argc, argv);
+	const char *dump = kt_opt(argc, argv, "--dump");
+	const bool quick = kt_flag(argc, argv, "--quick");
+	const int sizes[] = {1,    3,    8,    33,   100,  256,   1000,  1024,  2048,   4096,
+	                     5000, 8192, 12288, 16384, 20000, 32768, 50257, 65536, 100000};
+	if (kt_flag(argc, argv, "--sanitize")) {
+		/* Every kind of configuration once, for compute-sanitizer. */
+		const int few[] = {3, 33, 1000, 5000, 65536};
+		for (int C : few) {
+			run_size<float>(5, C, 0, 0);
+			run_size<__nv_bfloat16>(5, C, 0, 0);
+		}
+		return kt_finish();
+	}
+	for (int C : sizes) {
+		const long rows = rows_for(C);
+		const bool dmp = C == 1000 || C == 50257;
+		run_size<float>(rows, C, 0, dmp ? dump : 0);
+		run_size<__nv_bfloat16>(rows, C, 0, dmp ? dump : 0);
+		if (C == 1024 || C == 4096 || C == 32768)
+			run_size<float>(rows, C, 1, 0);
+		if (C == 1024 || C == 4096 || C == 32768)
+			run_size<__nv_bfloat16>(rows, C, 3, 0);
+		if (C == 33 || C == 1000 || C == 4096 || C == 50257)
+			run_size<__half>(rows, C, 0, C == 1000 ? dump : 0);
+		if (C == 33 || C == 4096 || C == 20000)
+			run_size<double>(rows, C, 0, 0);
+		printf("C=%d done: %d passed, %d failed so far\n", C, kt_npass, kt_nfail);
+		fflush(stdout);
+	}
+	if (!quick) {
+		const double copy = kt_copy_gbps((size_t)1 << 31);
+		printf("PERF device copy: %.0f GB/s\n", copy);
+		bench<__nv_bfloat16>(16384, 4096, copy);
+		bench<float>(16384, 4096, copy);
+		bench<__nv_bfloat16>(8192, 50257, copy);
+		bench<__nv_bfloat16>(65536, 1024, copy);
+	}
+	return kt_finish();
+}
