@@ -17,6 +17,17 @@ static const struct {
 	PassFn run; /* NULL: done before the pipeline (the front end) */
 } pipeline[] = {
 	{"sema", NULL}, /* parse + semantic analysis: sema.c */
+	{"functionalize", functionalize_pass}, /* functionalize.c: before autograd */
+	{"autograd", autograd_run},
+	{"grad_buckets", buckets_pass},      /* bucket.c: grad_sync's all_reduces in buckets */
+	{"offload", offload_pass},           /* offload.c: activations to the host and back */
+	{"backward_syncs", syncs_pass},      /* syncs.c: events for compiler-made nodes */
+	{"join_streams", syncs_join_pass},   /* syncs.c: streams joined at the ends */
+	{"races", races_pass},               /* races.c: re-run after each later pass */
+	{"sync_dealloc", dealloc_pass},      /* dealloc.c: cross-stream frees */
+	{"control_deps", ctrldeps_pass},     /* ctrldeps.c: no work moves across syncs */
+	{"fusion", fusion_pass},             /* fusion.c: legality for the backend */
+	{"memplan", memplan_pass},           /* memplan.c: the static memory plan */
 };
 
 enum { NPASSES = sizeof pipeline / sizeof *pipeline };
@@ -55,10 +66,16 @@ passes_run(Module *m, const PassOptions *po)
 {
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
 		Graph *g = m->graphs.v[gi];
+		int races_done = 0, ctrl_done = 0;
 		for (int i = 0; i < NPASSES; i++) {
 			if (pipeline[i].run && !pipeline[i].run(g, po, m->diag))
 				return 0;
 			verify_graph(g, pipeline[i].name);
+			ctrl_done |= pipeline[i].run == ctrldeps_pass;
+			if (races_done && !races_recheck(g, po, m->diag, pipeline[i].name,
+			                                 ctrl_done))
+				return 0;
+			races_done |= pipeline[i].run == races_pass;
 			dump(g, po, pipeline[i].name);
 		}
 	}
