@@ -4,11 +4,12 @@
  * run of --steps calls between loading and saving the files (interp_io.c).
  *
  * Every value gets a tensor.  control_deps results share their operand's
- * tensor (an alias class); a class's tensor is freed when the last value
- * of the class has been referenced for the last time (its "release" node:
- * the last node naming it, which is its `del` or `sync_dealloc` when it
- * has one), unless the class holds an input, param, const or returned
- * value.
+ * tensor (an alias class).  A class is freed after the first sync_dealloc
+ * naming any of its values, else the first `del` naming one (the whole
+ * class: the memory is released, whatever name the later uses go by, as
+ * the race verifier sees it); a class with neither is freed when each of
+ * its values has been named for the last time.  A class holding an input,
+ * param, const or returned value is never freed.
  *
  * --interleave=SEED allocates every result before the call, filled with
  * poison (NaN, integer minimum), and runs the nodes in a random order,
@@ -34,6 +35,8 @@ typedef struct {
 	int32_t *nclass;    /* per root: values in its class */
 	uint8_t *keep;      /* per root: class is never freed */
 	NodeId *release;    /* per value: node after which it is dropped */
+	NodeId *freeat;     /* per root: its sync_dealloc or del, or NONE */
+	uint8_t *late;      /* per root: named after freeat (a racy program) */
 	VEC(ValId) *drops;  /* per node: values dropped after it runs */
 	Tensor **persist;   /* per value: input/param/const tensors */
 	uint8_t *mutated;   /* per value: an input some op writes into */
@@ -88,32 +91,39 @@ find_aliases(Run *R)
 		R->keep[R->root[g->rets.v[i]]] = 1;
 }
 
-/* The node after which each value is dropped: its sync_dealloc, else its
- * `del`, else the last node naming it, else its definition.  (A use after
- * the sync_dealloc is a compiler bug that --interleave shows as poison.)
- * Inputs written by in-place ops (directly or through an alias) are marked
- * mutated. */
+/* Where each class is released: at its first sync_dealloc, else its first
+ * `del` (freeat, one drop of the root), else each value is dropped after
+ * the last node naming it, or its definition.  A class named again after
+ * its release (only a racy program, --allow-races) is `late`: poisoned
+ * rather than freed, so that the use reads poison.  Inputs written by
+ * in-place ops (directly or through an alias) are marked mutated. */
 static void
 find_releases(Run *R)
 {
 	Graph *g = R->I.g;
-	uint8_t *how = calloc(g->vals.n + 1, 1); /* 2 sync_dealloc, 1 del */
+	uint8_t *how = calloc(g->vals.n + 1, 1); /* per root: 2 sync_dealloc, 1 del */
+	NodeId *last = xmalloc((g->vals.n + 1) * sizeof *last);
 	if (!how)
 		ICE("out of memory");
-	for (ValId v = 0; v < g->vals.n; v++)
+	for (ValId v = 0; v < g->vals.n; v++) {
 		R->release[v] = g->vals.v[v].kind == VK_NODE ? g->vals.v[v].def : NONE;
+		R->freeat[v] = last[v] = NONE;
+	}
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		Node *n = &g->nodes.v[i];
 		if (!live(n))
 			continue;
 		int rank = n->op == OP_SYNC_DEALLOC ? 2 : n->op == OP_DEL ? 1 : 0;
 		for (uint32_t k = 0; k < n->nopnd; k++) {
-			ValId v = n->opnd[k].v;
-			if (n->opnd[k].kind != OK_VAL || how[v] > rank ||
-			    (how[v] == rank && rank))
+			if (n->opnd[k].kind != OK_VAL)
 				continue;
-			R->release[v] = i;
-			how[v] = (uint8_t)rank;
+			ValId v = n->opnd[k].v, r = R->root[v];
+			if (!rank) {
+				R->release[v] = last[r] = i;
+			} else if (how[r] < rank) {
+				R->freeat[r] = i;
+				how[r] = (uint8_t)rank;
+			}
 		}
 		int writes = n->op < OP__N &&
 		             ((op_table[n->op].flags & OPF_INPLACE) ||
@@ -121,12 +131,17 @@ find_releases(Run *R)
 		if (writes && n->nopnd && n->opnd[0].kind == OK_VAL)
 			R->mutated[R->root[n->opnd[0].v]] = 1;
 	}
-	for (ValId v = 0; v < g->vals.n; v++)
-		if (R->release[v] != NONE && R->release[v] < g->nodes.n)
-			vec_push(&R->drops[R->release[v]], v);
+	for (ValId v = 0; v < g->vals.n; v++) {
+		ValId r = R->root[v];
+		NodeId at = R->freeat[r] == NONE ? R->release[v] : v == r ? R->freeat[r] : NONE;
+		if (at != NONE && at < g->nodes.n)
+			vec_push(&R->drops[at], v);
+		R->late[v] = R->freeat[v] != NONE && last[v] != NONE && last[v] > R->freeat[v];
+	}
 	for (ValId v = 0; v < g->vals.n; v++)
 		R->mutated[v] = g->vals.v[v].kind == VK_INPUT && R->mutated[R->root[v]];
 	free(how);
+	free(last);
 }
 
 /* The sync a node performs (itself, or control_deps' sync=), or -1. */
@@ -215,6 +230,8 @@ analyse(Run *R)
 	R->nclass = calloc(nv + 1, sizeof *R->nclass);
 	R->keep = calloc(nv + 1, 1);
 	R->release = xmalloc((nv + 1) * sizeof *R->release);
+	R->freeat = xmalloc((nv + 1) * sizeof *R->freeat);
+	R->late = calloc(nv + 1, 1);
 	R->mutated = calloc(nv + 1, 1);
 	R->persist = calloc(nv + 1, sizeof *R->persist);
 	R->I.val = calloc(nv + 1, sizeof *R->I.val);
@@ -222,7 +239,7 @@ analyse(Run *R)
 	R->deps = calloc(nn + 1, sizeof *R->deps);
 	R->done = calloc(nn + 1, 1);
 	R->queue = calloc(ns + 1, sizeof *R->queue);
-	if (!R->nclass || !R->keep || !R->mutated || !R->persist || !R->I.val ||
+	if (!R->nclass || !R->keep || !R->late || !R->mutated || !R->persist || !R->I.val ||
 	    !R->drops || !R->deps || !R->done || !R->queue)
 		ICE("out of memory");
 	find_aliases(R);
@@ -246,6 +263,8 @@ run_free(Run *R)
 	free(R->nclass);
 	free(R->keep);
 	free(R->release);
+	free(R->freeat);
+	free(R->late);
 	free(R->mutated);
 	free(R->persist);
 	free(R->I.val);
@@ -283,14 +302,20 @@ bind_results(Run *R, const Node *n)
 	}
 }
 
-/* Value v is done with: its class's tensor goes when no value holds it. */
+/* Value v is done with: its class's tensor goes when no value holds it,
+ * or at once when v is the root of a class released by sync_dealloc or
+ * del.  Poisoned instead of freed under --interleave or when the class is
+ * named again later. */
 static void
 drop(Run *R, ValId v)
 {
 	Tensor *t = R->I.val[v];
-	if (!t || t->keep || --t->refs > 0)
+	ValId r = R->root[v];
+	if (!t || !t->data || t->keep || R->keep[r])
 		return;
-	if (R->I.interleave) {
+	if (R->freeat[r] == NONE && --t->refs > 0)
+		return;
+	if (R->I.interleave || R->late[r]) {
 		interp_poison(t);
 	} else {
 		free(t->data);

@@ -73,6 +73,7 @@ SYNCHRONIZE = """graph g {
   input %x : f32[8]
   stream side
   with stream(side) {
+    wait_stream(default)
     %o = exp(%x)
   }
   synchronize()
