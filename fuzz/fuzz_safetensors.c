@@ -8,7 +8,7 @@
  * and writing it again must give a file that parses to the same tensors
  * and writes to the same bytes.
  *
- * Build: fuzz/build.sh; run: see fuzz/README.md.
+ * Build: fuzz/make.sh; run: see fuzz/README.md.
  */
 #include <stddef.h>
 #include <stdint.h>
