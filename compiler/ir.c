@@ -111,3 +111,37 @@ ir_type(const Graph *g, const Opnd *o)
 {
 	return o->kind == OK_VAL ? &g->vals.v[o->v].type : NULL;
 }
+
+/* Frees what a compilation holds outside its arena: the growable arrays
+ * and maps of the AST and of each graph.  Nodes, values and strings live
+ * in the arena (arena_free). */
+void
+ast_free(AstFile *f)
+{
+	for (uint32_t i = 0; i < f->graphs.n; i++)
+		vec_free(&f->graphs.v[i].stmts);
+	vec_free(&f->graphs);
+	vec_free(&f->dims);
+}
+
+void
+module_free(Module *m)
+{
+	for (uint32_t i = 0; i < m->graphs.n; i++) {
+		Graph *g = m->graphs.v[i];
+		vec_free(&g->vals);
+		vec_free(&g->nodes);
+		vec_free(&g->streams);
+		vec_free(&g->events);
+		vec_free(&g->inputs);
+		vec_free(&g->params);
+		vec_free(&g->consts);
+		vec_free(&g->rets);
+		map_free(&g->valmap);
+		map_free(&g->streammap);
+		map_free(&g->eventmap);
+	}
+	vec_free(&m->graphs);
+	vec_free(&m->dims);
+	map_free(&m->dimmap);
+}

@@ -606,27 +606,8 @@ main(int argc, char **argv)
 			status = interp_run(&m, m.graphs.v[0], &o.ro);
 		}
 	}
-	for (uint32_t i = 0; i < ast.graphs.n; i++)
-		vec_free(&ast.graphs.v[i].stmts);
-	vec_free(&ast.graphs);
-	vec_free(&ast.dims);
-	for (uint32_t i = 0; i < m.graphs.n; i++) {
-		Graph *g = m.graphs.v[i];
-		vec_free(&g->vals);
-		vec_free(&g->nodes);
-		vec_free(&g->streams);
-		vec_free(&g->events);
-		vec_free(&g->inputs);
-		vec_free(&g->params);
-		vec_free(&g->consts);
-		vec_free(&g->rets);
-		map_free(&g->valmap);
-		map_free(&g->streammap);
-		map_free(&g->eventmap);
-	}
-	vec_free(&m.graphs);
-	vec_free(&m.dims);
-	map_free(&m.dimmap);
+	ast_free(&ast);
+	module_free(&m);
 	for (uint32_t i = 0; i < o.dims.n; i++)
 		free((char *)o.dims.v[i].name);
 	vec_free(&o.dims);

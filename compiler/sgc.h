@@ -491,6 +491,10 @@ const Attr *ir_attr(const Node *n, const char *name);
 int64_t ir_attr_int(const Node *n, const char *name, int64_t dflt);
 double ir_attr_float(const Node *n, const char *name, double dflt);
 const Type *ir_type(const Graph *g, const Opnd *o); /* NULL unless OK_VAL */
+/* Free the heap arrays and maps of an AST and of a module's graphs (the
+ * rest lives in the arena). */
+void ast_free(AstFile *f);
+void module_free(Module *m);
 
 /* ------------------------------------------------------------------ shape.c */
 

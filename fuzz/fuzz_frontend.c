@@ -22,35 +22,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static FILE *devnull;
 
-/*
- * Frees what a compilation holds outside its arena: the AST's and the
- * module's growable arrays and maps.  The nodes, values and strings
- * themselves live in the arena.
- */
+/* Frees what a compilation holds outside its arena. */
 static void
 free_compilation(AstFile *f, Module *m)
 {
-	for (uint32_t i = 0; i < f->graphs.n; i++)
-		vec_free(&f->graphs.v[i].stmts);
-	vec_free(&f->graphs);
-	vec_free(&f->dims);
-	for (uint32_t i = 0; i < m->graphs.n; i++) {
-		Graph *g = m->graphs.v[i];
-		vec_free(&g->vals);
-		vec_free(&g->nodes);
-		vec_free(&g->streams);
-		vec_free(&g->events);
-		vec_free(&g->inputs);
-		vec_free(&g->params);
-		vec_free(&g->consts);
-		vec_free(&g->rets);
-		map_free(&g->valmap);
-		map_free(&g->streammap);
-		map_free(&g->eventmap);
-	}
-	vec_free(&m->graphs);
-	vec_free(&m->dims);
-	map_free(&m->dimmap);
+	ast_free(f);
+	module_free(m);
 }
 
 /*

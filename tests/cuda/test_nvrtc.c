@@ -112,6 +112,8 @@ generate(const char *path, int opt_level, char **cu)
 	}
 	fclose(diag.out);
 	diag_fini(&diag);
+	ast_free(&ast);
+	module_free(&m);
 	arena_free(m.arena);
 	free(src);
 	for (int i = 0; i < nov; i++)

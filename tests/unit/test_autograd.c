@@ -55,27 +55,8 @@ derive(Ctx *c, const char *src)
 static void
 done(Ctx *c)
 {
-	for (uint32_t i = 0; i < c->m.graphs.n; i++) {
-		Graph *g = c->m.graphs.v[i];
-		vec_free(&g->vals);
-		vec_free(&g->nodes);
-		vec_free(&g->streams);
-		vec_free(&g->events);
-		vec_free(&g->inputs);
-		vec_free(&g->params);
-		vec_free(&g->consts);
-		vec_free(&g->rets);
-		map_free(&g->valmap);
-		map_free(&g->streammap);
-		map_free(&g->eventmap);
-	}
-	for (uint32_t i = 0; i < c->ast.graphs.n; i++)
-		vec_free(&c->ast.graphs.v[i].stmts);
-	vec_free(&c->ast.graphs);
-	vec_free(&c->ast.dims);
-	vec_free(&c->m.graphs);
-	vec_free(&c->m.dims);
-	map_free(&c->m.dimmap);
+	ast_free(&c->ast);
+	module_free(&c->m);
 	fclose(c->d.out);
 	free(c->errs);
 	diag_fini(&c->d);

@@ -73,16 +73,7 @@ teardown(void **state)
 {
 	T *t = *state;
 	close_diag(t);
-	Graph *g = t->g;
-	vec_free(&g->vals);
-	vec_free(&g->nodes);
-	vec_free(&g->streams);
-	map_free(&g->valmap);
-	map_free(&g->streammap);
-	map_free(&g->eventmap);
-	vec_free(&t->m.graphs);
-	vec_free(&t->m.dims);
-	map_free(&t->m.dimmap);
+	module_free(&t->m);
 	arena_free(t->m.arena);
 	free(t);
 	return 0;

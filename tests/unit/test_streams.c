@@ -57,27 +57,8 @@ compile(const char *src, int opt_level)
 static void
 release(T *t)
 {
-	for (uint32_t i = 0; i < t->ast.graphs.n; i++)
-		vec_free(&t->ast.graphs.v[i].stmts);
-	vec_free(&t->ast.graphs);
-	vec_free(&t->ast.dims);
-	for (uint32_t i = 0; i < t->m.graphs.n; i++) {
-		Graph *g = t->m.graphs.v[i];
-		vec_free(&g->vals);
-		vec_free(&g->nodes);
-		vec_free(&g->streams);
-		vec_free(&g->events);
-		vec_free(&g->inputs);
-		vec_free(&g->params);
-		vec_free(&g->consts);
-		vec_free(&g->rets);
-		map_free(&g->valmap);
-		map_free(&g->streammap);
-		map_free(&g->eventmap);
-	}
-	vec_free(&t->m.graphs);
-	vec_free(&t->m.dims);
-	map_free(&t->m.dimmap);
+	ast_free(&t->ast);
+	module_free(&t->m);
 	arena_free(t->m.arena);
 	fclose(t->d.out);
 	free(t->err);
