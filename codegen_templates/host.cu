@@ -33,6 +33,29 @@ extern events.
 	else
 		SGRT_KERNEL(rt, ${s}, "${kname2}", ${line},
 		            ${kname2}<<<${grid2}, ${block}, 0, sgrt_stream(rt, ${s})>>>(${args}));
+//@ flash
+	{
+		/* flash attention (sgk_attention.cuh): q, k, v as [nb0, nb1, rows, dim]. */
+		SgFlashParams fp;
+		sg_flash_params_init(&fp, ${nb0}, ${nb1}, ${l}, ${slen}, ${e}, ${ev}, ${scale}, ${causal});
+		fp.q = ${q};
+		fp.k = ${k};
+		fp.v = ${v};
+		fp.o = ${o};
+		fp.lse = ${lse};
+${strides}		SGRT_KERNEL(rt, ${s}, "${kname}", ${line},
+		            SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<${t}>(&fp, sgrt_stream(rt, ${s})), ${line}));
+${?bwd}		fp.dout = ${g};
+${?bwd}		fp.dq = ${dq};
+${?bwd}		fp.dk = ${dk};
+${?bwd}		fp.dv = ${dv};
+${?bwd}		fp.delta = ${delta};
+${?bwd}		SGRT_KERNEL(rt, ${s}, "${kname_bwd}", ${line},
+${?bwd}		            SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<${t}>(&fp, sgrt_stream(rt, ${s})), ${line}));
+	}
+//@ lib_call
+	SGRT_KERNEL(rt, ${s}, "${kname}", ${line},
+	            SGRT_CHECK_CUDA(rt, ${call}, ${line}));
 //@ smem_attr
 	SGRT_CHECK_CUDA(rt, cudaFuncSetAttribute(${kname}, cudaFuncAttributeMaxDynamicSharedMemorySize, ${smem}), ${line});
 //@ copy

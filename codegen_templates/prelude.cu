@@ -3,6 +3,9 @@ prelude.cu - the top of every generated file.
   banner    ${version} ${source} ${options} ${graphs} ${arch}
   includes  (no placeholders)
   device    (no placeholders): types, conversions, math, reductions
+  library_begin, library_end (no placeholders): around the kernel
+            library's code (codegen_templates/kernels/) where a program
+            uses it: nvcc's unused-function remark off for its helpers
 
 Everything in `device` must also compile under NVRTC (__CUDACC_RTC__): no
 standard headers there, so integer types are spelled with the builtins.
@@ -243,3 +246,7 @@ static __device__ __forceinline__ T sg_reduce(T v, Op op)
 		v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
 	return v;
 }
+//@ library_begin
+#pragma nv_diag_suppress 177 /* the kernel library's helpers a program leaves unused */
+//@ library_end
+#pragma nv_diag_default 177

@@ -204,6 +204,10 @@ typedef struct {
 	int64_t grid;
 } CgRows;
 CgRows cg_rows(int64_t nout, int64_t len);
+/* scaled_dot_product_attention (bwd 0) or its backward (bwd 1) through
+ * the flash kernels of sgk_attention.cuh; 0, with nothing emitted, when
+ * the dtype or shapes need the fallback kernels. */
+int cg_flash_attention(CgGraph *G, const Node *n, int bwd);
 /* Helpers the kernel emitters share (codegen_kernels.c). */
 char *cg_comment(CgGraph *G, const Node *n);      /* "// f.sg:3: ..." */
 void cg_launch(CgGraph *G, const Node *n, const char *kname, int64_t grid,

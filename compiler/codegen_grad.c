@@ -322,7 +322,8 @@ cg_grad_op(CgGraph *G, NodeId i)
 		norm_backward(G, n);
 		return 1;
 	case OP_SDPA_BACKWARD:
-		sdpa_backward(G, n);
+		if (!cg_flash_attention(G, n, 1))
+			sdpa_backward(G, n);
 		return 1;
 	case OP_EMBEDDING_BACKWARD:
 		embedding_backward(G, n);

@@ -926,10 +926,80 @@ cg_row_base(Cg *c, int64_t outer, int64_t len, int64_t inner)
 	return cg_index(c, "o", 2, sz, st, 0);
 }
 
+/* ------------------------------------------------------------------ kernel library */
+
+/* Pastes section `code` of sgk_common.cuh and of the library file `file`
+ * (codegen_templates/kernels/) into the kernels, once a graph (the
+ * bodies carry include guards, so another graph's copy is harmless). */
+static void
+use_library(CgGraph *G, const char *file)
+{
+	const char *files[2] = {"sgk_common.cuh", file};
+	char *key = cg_fmt(G->c, "#%s", file);
+	if (map_get(&G->kernames, key, strlen(key)))
+		return;
+	map_put(&G->kernames, key, strlen(key), 1);
+	CG_EMIT(G->c->kern, "prelude.cu:library_begin", {"x", ""});
+	for (int i = 0; i < 2; i++) {
+		key = cg_fmt(G->c, "#%s", files[i]);
+		if (i == 0 && map_get(&G->kernames, key, strlen(key)))
+			continue;
+		map_put(&G->kernames, key, strlen(key), 1);
+		CG_EMIT(G->c->kern, cg_fmt(G->c, "%s:code", files[i]), {"x", ""});
+	}
+	CG_EMIT(G->c->kern, "prelude.cu:library_end", {"x", ""});
+}
+
+/* softmax, log_softmax, layer_norm, rms_norm over the last dim through the
+ * row kernels of sgk_rows.cuh: f16, bf16, f32 whose input is in memory
+ * (no pointwise producer fused in at -O2).  0, with nothing emitted,
+ * otherwise. */
+static int
+rows_library(CgGraph *G, const Node *n)
+{
+	Cg *c = G->c;
+	const Type *x = otype(G, n, 0);
+	DType dt = (DType)x->dt;
+	if (dt != DT_F16 && dt != DT_BF16 && dt != DT_F32)
+		return 0;
+	if (G->prologue && G->prologue[n - G->g->nodes.v] >= 0)
+		return 0;
+	if (x->rank < 1 || x->d[x->rank - 1] < 1 || x->d[x->rank - 1] > INT32_MAX)
+		return 0;
+	int64_t len = x->d[x->rank - 1], rows = type_numel(x) / len;
+	int soft = n->op == OP_SOFTMAX || n->op == OP_LOG_SOFTMAX;
+	if (soft && shape_norm_dim(ir_attr_int(n, "dim", -1), x->rank) != x->rank - 1)
+		return 0;
+	use_library(G, "sgk_rows.cuh");
+	const char *t = cg_ctype(dt), *rv = G->vname[n->res[0]];
+	const char *xv = G->vname[n->opnd[0].v], *s = num(c, cg_stream(n));
+	char *call;
+	if (soft) {
+		call = cg_fmt(c, "sg_launch_softmax_fwd<%s>(%s, %s, %lld, %lld, %d, sgrt_stream(rt, %s))",
+		              t, xv, rv, (long long)rows, (long long)len,
+		              n->op == OP_LOG_SOFTMAX, s);
+	} else {
+		int rms = n->op == OP_RMS_NORM;
+		double eps = ir_attr_float(n, "eps", rms ? 1e-6 : 1e-5);
+		const char *w = n->nopnd > 1 ? G->vname[n->opnd[1].v] : "NULL";
+		const char *b = n->nopnd > 2 ? G->vname[n->opnd[2].v] : "NULL";
+		call = cg_fmt(c, "sg_launch_layer_norm_fwd<%s>(%s, %s, %s, %s, NULL, NULL, %lld, "
+		              "%lld, %s, %d, sgrt_stream(rt, %s))", t, xv, w, b, rv,
+		              (long long)rows, (long long)len,
+		              cg_lit_float(c, (double)(float)eps, 1), rms, s);
+	}
+	CG_EMIT(G->body, "host.cu:lib_call", {"s", s},
+	        {"kname", cg_kernel_name(G, n, op_name(n->op))}, {"line", num(c, n->loc.line)},
+	        {"call", call});
+	return 1;
+}
+
 /* softmax, log_softmax. */
 static int
 softmax(CgGraph *G, const Node *n)
 {
+	if (type_numel(otype(G, n, 0)) > 0 && rows_library(G, n))
+		return 1;
 	Cg *c = G->c;
 	const Type *x = otype(G, n, 0);
 	DType dt = (DType)x->dt;
@@ -962,6 +1032,8 @@ softmax(CgGraph *G, const Node *n)
 static int
 norm(CgGraph *G, const Node *n)
 {
+	if (type_numel(otype(G, n, 0)) > 0 && rows_library(G, n))
+		return 1;
 	Cg *c = G->c;
 	const Type *x = otype(G, n, 0);
 	DType dt = (DType)x->dt;
@@ -1276,10 +1348,116 @@ linear(CgGraph *G, const Node *n)
 	return 1;
 }
 
-/* scaled_dot_product_attention(q, k, v, causal=, scale=). */
+/* The batch dims of q, k, v (operands o..o+2 of n) as the flash kernels'
+ * two, [nb0, nb1], with each operand's element strides (0 where it
+ * broadcasts): size-1 dims dropped, neighbours merged where every operand
+ * allows.  0 when more than two dims remain. */
+static int
+flash_batch(CgGraph *G, const Node *n, int o, int64_t nb[2], int64_t st[3][2])
+{
+	const Type *ops[3] = {otype(G, n, o), otype(G, n, o + 1), otype(G, n, o + 2)};
+	int64_t shape[SG_MAXRANK], bst[3][SG_MAXRANK], sz[SG_MAXRANK], s[3][SG_MAXRANK];
+	int brank = cg_batch_bcast(ops, 3, shape, bst), r = 0;
+	for (int d = 0; d < brank; d++) {
+		if (shape[d] == 1)
+			continue;
+		int merge = r > 0;
+		for (int k = 0; k < 3 && merge; k++)
+			merge = s[k][r - 1] == bst[k][d] * shape[d];
+		if (merge) {
+			sz[r - 1] *= shape[d];
+			for (int k = 0; k < 3; k++)
+				s[k][r - 1] = bst[k][d];
+			continue;
+		}
+		sz[r] = shape[d];
+		for (int k = 0; k < 3; k++)
+			s[k][r] = bst[k][d];
+		r++;
+	}
+	if (r > 2)
+		return 0;
+	nb[0] = nb[1] = 1;
+	memset(st, 0, 3 * sizeof st[0]);
+	for (int d = 0; d < r; d++) {
+		nb[2 - r + d] = sz[d];
+		for (int k = 0; k < 3; k++)
+			st[k][2 - r + d] = s[k][d];
+	}
+	return 1;
+}
+
+int
+cg_flash_attention(CgGraph *G, const Node *n, int bwd)
+{
+	Cg *c = G->c;
+	int o = bwd ? 1 : 0;
+	const Type *q = otype(G, n, o), *k = otype(G, n, o + 1), *v = otype(G, n, o + 2);
+	DType dt = (DType)q->dt;
+	int64_t L = q->d[q->rank - 2], E = q->d[q->rank - 1];
+	int64_t S = k->d[k->rank - 2], Ev = v->d[v->rank - 1];
+	int64_t nb[2], st[3][2];
+	if (dt != DT_F16 && dt != DT_BF16 && dt != DT_F32)
+		return 0;
+	if (k->dt != dt || v->dt != dt || !flash_batch(G, n, o, nb, st))
+		return 0;
+	if (L < 1 || S < 1 || E < 1 || Ev < 1 || E > 256 || Ev > 256 ||
+	    L > INT32_MAX || S > INT32_MAX || nb[0] * nb[1] > INT32_MAX)
+		return 0;
+	/* The backward writes dq, dk, dv whole: no broadcast batch dims. */
+	const Type *t3[3] = {q, k, v};
+	for (int i = 0; bwd && i < 3; i++) {
+		if (t3[i]->rank != q->rank)
+			return 0;
+		for (int d = 0; d < q->rank - 2; d++)
+			if (t3[i]->d[d] != q->d[d])
+				return 0;
+	}
+	const Attr *sa = ir_attr(n, "scale");
+	double scale = sa ? sa->f : 1.0 / sqrt((double)E);
+	if (!((float)scale > 0.0f) || isinf((float)scale))
+		return 0;
+	use_library(G, "sgk_attention.cuh");
+	int64_t rows = nb[0] * nb[1] * L;
+	const char *rv = G->vname[n->res[0]], *out = rv;
+	char *lse = cg_alloc_tmp(G, n, "float", rows * 4, "lse"), *delta = NULL;
+	if (bwd) {
+		out = cg_alloc_tmp(G, n, cg_ctype(dt), rows * Ev * dtype_size(dt), "o");
+		delta = cg_alloc_tmp(G, n, "float", rows * 4, "delta");
+	}
+	const char *nm[3] = {"q", "k", "v"};
+	char *strides = "";
+	for (int i = 0; i < 3; i++)
+		strides = cg_fmt(c, "%s\t\tfp.%s_s0 = %lld;\n\t\tfp.%s_s1 = %lld;\n", strides,
+		                 nm[i], (long long)st[i][0], nm[i], (long long)st[i][1]);
+	CG_EMIT(G->body, "host.cu:flash", {"nb0", num(c, nb[0])}, {"nb1", num(c, nb[1])},
+	        {"l", num(c, L)}, {"slen", num(c, S)}, {"e", num(c, E)}, {"ev", num(c, Ev)},
+	        {"scale", cg_lit_float(c, (double)(float)scale, 1)},
+	        {"causal", ir_attr_int(n, "causal", 0) ? "1" : "0"},
+	        {"q", G->vname[n->opnd[o].v]}, {"k", G->vname[n->opnd[o + 1].v]},
+	        {"v", G->vname[n->opnd[o + 2].v]},
+	        {"o", out}, {"lse", lse}, {"strides", strides}, {"t", cg_ctype(dt)},
+	        {"s", num(c, cg_stream(n))}, {"line", num(c, n->loc.line)},
+	        {"kname", cg_kernel_name(G, n, "flash_fwd")}, {"bwd", bwd ? "1" : ""},
+	        {"g", bwd ? G->vname[n->opnd[0].v] : ""}, {"dq", bwd ? rv : ""},
+	        {"dk", bwd ? G->vname[n->res[1]] : ""}, {"dv", bwd ? G->vname[n->res[2]] : ""},
+	        {"delta", bwd ? delta : ""},
+	        {"kname_bwd", bwd ? cg_kernel_name(G, n, "flash_bwd") : ""});
+	if (bwd) {
+		cg_free_tmp(G, n, delta);
+		cg_free_tmp(G, n, out);
+	}
+	cg_free_tmp(G, n, lse);
+	return 1;
+}
+
+/* scaled_dot_product_attention(q, k, v, causal=, scale=): the flash
+ * kernels where they apply, else one block per query row. */
 static int
 sdpa(CgGraph *G, const Node *n)
 {
+	if (type_numel(vtype(G, n->res[0])) > 0 && cg_flash_attention(G, n, 0))
+		return 1;
 	Cg *c = G->c;
 	const Type *q = otype(G, n, 0), *k = otype(G, n, 1), *v = otype(G, n, 2);
 	const Type *r = vtype(G, n->res[0]);

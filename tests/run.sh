@@ -7,6 +7,8 @@
 #   2. build-asan   AddressSanitizer + UndefinedBehaviorSanitizer; the same
 #                   `meson test`
 #   3. build-fuzz   libFuzzer smoke runs of each fuzz/fuzz_*.c target
+#   4. downstream   tests/downstream/run.sh: sgc installed and used from
+#                   Meson and CMake projects (SGC_SKIP_DOWNSTREAM=1 skips)
 #                   (front end, safetensors reader), bounded in time
 #
 # The last line of output is `N passed, M failed`: the tests of both meson
@@ -202,6 +204,31 @@ fuzz_all() {
 	[ -f fuzz/fuzz_safetensors.c ] || echo "note: fuzz/fuzz_safetensors.c does not exist yet"
 }
 
+# sgc installed and used by other build systems (tests/downstream/run.sh:
+# Meson, CMake with Ninja and Make, depfiles, a Meson subproject).  Its
+# checks count one by one; its last line is `N passed, M failed, K skipped`.
+downstream() {
+	[ "${SGC_SKIP_DOWNSTREAM:-0}" = 1 ] && { say "downstream: skipped"; return; }
+	say "downstream: install sgc, build samples/ as Meson and CMake projects"
+	local log last p f
+	log=$(mktemp)
+	bash tests/downstream/run.sh >"$log" 2>&1
+	last=$(tail -n 1 "$log")
+	grep -E '^(FAIL|skip) ' "$log" | head -n 40
+	if [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+		p=${BASH_REMATCH[1]}
+		f=${BASH_REMATCH[2]}
+		npass=$((npass + p))
+		nfail=$((nfail + f))
+		[ "$f" -eq 0 ] || { failed+=("downstream: $f checks"); tail -n 60 "$log"; }
+		echo "$last"
+	else
+		tail -n 60 "$log"
+		record "downstream: run.sh" 1
+	fi
+	rm -f "$log"
+}
+
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_summary=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_summary=1:print_stacktrace=1}
 
@@ -213,6 +240,7 @@ if [ "${SGC_SKIP_ASAN:-0}" != 1 ]; then
 		-Dwerror=false
 fi
 fuzz_all
+downstream
 
 say "summary ($((SECONDS - start)) s)"
 for f in "${failed[@]+"${failed[@]}"}"; do

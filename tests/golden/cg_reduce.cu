@@ -334,79 +334,977 @@ k_reduce_19_softmax_sm(const float *__restrict__ x, float *__restrict__ out)
 	}
 	(void)ls;
 }
-// cg_reduce.sg:20: %lsm = log_softmax(%h, dim=-1)
-static __global__ void __launch_bounds__(256)
-k_reduce_20_log_softmax_lsm(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
+#pragma nv_diag_suppress 177 /* the kernel library's helpers a program leaves unused */
+#ifndef SGK_COMMON_CUH
+#define SGK_COMMON_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#ifndef __CUDACC_RTC__
+#include <cuda_runtime.h>
+#endif
+
+#define SGK_DEV static __device__ __forceinline__
+#define SGK_INF __int_as_float(0x7f800000)
+#define SGK_LOG2E 1.4426950408889634f
+#define SGK_LN2 0.6931471805599453f
+
+typedef long long sgk_i64;
+
+/* The accumulation type of an element type: float, or double for f64. */
+template <class T> struct sgk_acc { typedef float type; };
+template <> struct sgk_acc<double> { typedef double type; };
+
+/* Element to accumulator. */
+SGK_DEV float sgk_tof(float x) { return x; }
+SGK_DEV float sgk_tof(__half x) { return __half2float(x); }
+SGK_DEV float sgk_tof(__nv_bfloat16 x) { return __bfloat162float(x); }
+SGK_DEV double sgk_tof(double x) { return x; }
+
+/* Accumulator to element, rounding to nearest even. */
+template <class T> SGK_DEV T sgk_cvt(float x);
+template <> __device__ __forceinline__ float sgk_cvt<float>(float x) { return x; }
+template <> __device__ __forceinline__ double sgk_cvt<double>(float x) { return x; }
+template <> __device__ __forceinline__ __half sgk_cvt<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 sgk_cvt<__nv_bfloat16>(float x)
 {
-	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
-	const int t = threadIdx.x % 32;
-	if (o >= 24)
-		return;
-	const sg_i64 base = o * 10;
-	float m = -sg_inff();
-	for (sg_i64 r = t; r < 10; r += 32)
-		m = sg_max_op()(m, sg_opf(sg_ld(x[base + r])));
-	m = sg_reduce<32>(m, sg_max_op());
-	float s = 0;
-	for (sg_i64 r = t; r < 10; r += 32)
-		s += sg_exp(sg_opf(sg_ld(x[base + r])) - m);
-	s = sg_reduce<32>(s, sg_sum_op());
-	const float ls = sg_log(s);
-	for (sg_i64 r = t; r < 10; r += 32) {
-		const float v = sg_opf(sg_ld(x[base + r])) - m;
-		out[base + r] = sg_st_bf16(sg_to_bf16(v - ls));
-	}
-	(void)ls;
+	return __float2bfloat16_rn(x);
 }
-// cg_reduce.sg:21: %ln = layer_norm(%x, %w, %bias, eps=1e-05)
-static __global__ void __launch_bounds__(256)
-k_reduce_21_layer_norm_ln(const float *__restrict__ x, const float *__restrict__ w, const float *__restrict__ b, float *__restrict__ out)
+template <class T> SGK_DEV T sgk_cvt(double x) { return sgk_cvt<T>((float)x); }
+template <> __device__ __forceinline__ double sgk_cvt<double>(double x) { return x; }
+
+/* Math in the accumulation type. */
+SGK_DEV float sgk_exp(float x) { return expf(x); }
+SGK_DEV double sgk_exp(double x) { return exp(x); }
+SGK_DEV float sgk_log(float x) { return logf(x); }
+SGK_DEV double sgk_log(double x) { return log(x); }
+SGK_DEV float sgk_sqrt(float x) { return sqrtf(x); }
+SGK_DEV double sgk_sqrt(double x) { return sqrt(x); }
+SGK_DEV float sgk_max(float a, float b) { return fmaxf(a, b); }
+SGK_DEV double sgk_max(double a, double b) { return fmax(a, b); }
+
+/* V elements of T in registers, aligned so that a load or store of the
+ * whole is one instruction when it spans 16 bytes or fewer (V and
+ * sizeof(T) powers of two). */
+template <int V, class T>
+struct alignas(V * sizeof(T) < 16 ? V * sizeof(T) : 16) sgk_reg {
+	T v[V];
+};
+
+/* Loads V consecutive elements at p (aligned to the vector). */
+template <int V, class T>
+SGK_DEV sgk_reg<V, T> sgk_ldv(const T *p)
 {
-	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
-	const int t = threadIdx.x % 32;
-	if (o >= 24)
-		return;
-	const sg_i64 base = o * 10;
-	float mean = 0;
-	for (sg_i64 r = t; r < 10; r += 32)
-		mean += sg_opf(sg_ld(x[base + r]));
-	mean = sg_reduce<32>(mean, sg_sum_op()) / (float)10;
-	float q = 0;
-	for (sg_i64 r = t; r < 10; r += 32) {
-		const float d = sg_opf(sg_ld(x[base + r])) - mean;
-		q += d * d;
-	}
-	q = sg_reduce<32>(q, sg_sum_op());
-	const float rstd = (float)1 / sg_sqrt(q / (float)10 + (float)1e-05);
-	for (sg_i64 r = t; r < 10; r += 32) {
-		float v = (sg_opf(sg_ld(x[base + r])) - mean) * rstd;
-		v *= sg_opf(sg_ld(w[r]));
-		v += sg_opf(sg_ld(b[r]));
-		out[base + r] = sg_st_f32(sg_to_f32(v));
-	}
+	return *reinterpret_cast<const sgk_reg<V, T> *>(p);
 }
-// cg_reduce.sg:22: %rn = rms_norm(%h, eps=1e-06)
-static __global__ void __launch_bounds__(256)
-k_reduce_22_rms_norm_rn(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
+
+/* Stores V consecutive elements at p (aligned to the vector). */
+template <int V, class T>
+SGK_DEV void sgk_stv(T *p, const sgk_reg<V, T> &r)
 {
-	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
-	const int t = threadIdx.x % 32;
-	if (o >= 24)
-		return;
-	const sg_i64 base = o * 10;
-	float mean = 0;
-	float q = 0;
-	for (sg_i64 r = t; r < 10; r += 32) {
-		const float d = sg_opf(sg_ld(x[base + r])) - mean;
-		q += d * d;
-	}
-	q = sg_reduce<32>(q, sg_sum_op());
-	const float rstd = (float)1 / sg_sqrt(q / (float)10 + (float)1e-06);
-	for (sg_i64 r = t; r < 10; r += 32) {
-		float v = (sg_opf(sg_ld(x[base + r])) - mean) * rstd;
-		out[base + r] = sg_st_bf16(sg_to_bf16(v));
+	*reinterpret_cast<sgk_reg<V, T> *>(p) = r;
+}
+
+/* Whether p is aligned to `bytes` (a power of two). */
+SGK_DEV bool sgk_aligned(const void *p, unsigned bytes)
+{
+	return ((unsigned long long)p & (bytes - 1)) == 0;
+}
+
+/* Sum, max: over the W lanes of a group (W a power of two up to 32, the
+ * groups aligned within the warp).  Every lane of the group gets it. */
+template <int W, class A>
+SGK_DEV A sgk_group_sum(A v)
+{
+#pragma unroll
+	for (int o = W / 2; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+template <int W, class A>
+SGK_DEV A sgk_group_max(A v)
+{
+#pragma unroll
+	for (int o = W / 2; o > 0; o >>= 1)
+		v = sgk_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+/* Sum or max over the TPR threads that share a row: a group of lanes
+ * (TPR <= 32), or the whole block (TPR == blockDim.x, a multiple of 32 up
+ * to 1024).  All threads of the block must call it together when TPR >
+ * 32.  `part` is __shared__ scratch of 32 slots; the leading barrier lets
+ * a previous call's readers finish first. */
+template <int TPR, class A>
+SGK_DEV A sgk_row_sum(A v, A *part)
+{
+	v = sgk_group_sum<(TPR < 32 ? TPR : 32)>(v);
+	if (TPR <= 32)
+		return v;
+	const int lane = threadIdx.x & 31, nw = TPR / 32;
+	__syncthreads();
+	if (lane == 0)
+		part[threadIdx.x >> 5] = v;
+	__syncthreads();
+	v = lane < nw ? part[lane] : (A)0;
+	return sgk_group_sum<32>(v);
+}
+template <int TPR, class A>
+SGK_DEV A sgk_row_max(A v, A *part)
+{
+	v = sgk_group_max<(TPR < 32 ? TPR : 32)>(v);
+	if (TPR <= 32)
+		return v;
+	const int lane = threadIdx.x & 31, nw = TPR / 32;
+	__syncthreads();
+	if (lane == 0)
+		part[threadIdx.x >> 5] = v;
+	__syncthreads();
+	v = lane < nw ? part[lane] : (A)-SGK_INF;
+	return sgk_group_max<32>(v);
+}
+
+#ifndef __CUDACC_RTC__
+/* The error of the launch just made (and of nothing before it that
+ * cudaGetLastError had not reported yet). */
+static inline cudaError_t sgk_launched(void)
+{
+	return cudaGetLastError();
+}
+
+/* Multiprocessors of the current device (for grid sizes). */
+static inline int sgk_num_sms(void)
+{
+	int dev = 0, n = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess ||
+	    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+		n = 132;
+	return n;
+}
+
+/* Whether host pointer value p is aligned to `bytes`. */
+static inline bool sgk_host_aligned(const void *p, unsigned bytes)
+{
+	return ((unsigned long long)p & (bytes - 1)) == 0;
+}
+#endif
+
+#endif /* SGK_COMMON_CUH */
+#ifndef SGK_ROWS_CUH
+#define SGK_ROWS_CUH
+#ifndef SGK_COMMON_CUH
+#include "sgk_common.cuh"
+#endif
+
+/* Loads VEC elements at p as A (a vector load when VEC > 1). */
+template <int VEC, class T, class A>
+SGK_DEV void sgk_ldrow(const T *p, A *f)
+{
+	if (VEC == 1) {
+		f[0] = sgk_tof(p[0]);
+	} else {
+		sgk_reg<VEC, T> r = sgk_ldv<VEC>(p);
+#pragma unroll
+		for (int e = 0; e < VEC; e++)
+			f[e] = sgk_tof(r.v[e]);
 	}
 }
+
+/* Stores VEC values as T at p. */
+template <int VEC, class T, class A>
+SGK_DEV void sgk_strow(T *p, const A *f)
+{
+	if (VEC == 1) {
+		p[0] = sgk_cvt<T>(f[0]);
+	} else {
+		sgk_reg<VEC, T> r;
+#pragma unroll
+		for (int e = 0; e < VEC; e++)
+			r.v[e] = sgk_cvt<T>(f[e]);
+		sgk_stv<VEC>(p, r);
+	}
+}
+
+/* Loads VEC weights at p, or ones when p is NULL. */
+template <int VEC, class T, class A>
+SGK_DEV void sgk_ldw(const T *p, A *f, A dflt)
+{
+	if (p) {
+		sgk_ldrow<VEC>(p, f);
+	} else {
+#pragma unroll
+		for (int e = 0; e < VEC; e++)
+			f[e] = dflt;
+	}
+}
+
+/* The row this thread works on and its index within the row's group.
+ * Groups narrower than a warp past the last row work on the last row
+ * again (their lanes must stay for the shuffles) with *live = false, and
+ * store nothing; whole warps or blocks past the end just return. */
+template <int TPR>
+SGK_DEV sgk_i64 sgk_row_of(int *t, sgk_i64 rows, bool *live)
+{
+	sgk_i64 r;
+	if (TPR > 32) {
+		*t = threadIdx.x;
+		r = blockIdx.x;
+	} else {
+		*t = threadIdx.x % TPR;
+		r = (sgk_i64)blockIdx.x * (blockDim.x / TPR) + threadIdx.x / TPR;
+	}
+	*live = r < rows;
+	if (TPR < 32 && r >= rows) {
+		const sgk_i64 warp0 = r - (threadIdx.x & 31) / TPR;
+		if (warp0 < rows)
+			r = rows - 1;
+	}
+	return r;
+}
+
+/* Leaves a row kernel for rows past the end, unless the thread's lanes
+ * are needed by a live group of its warp (see sgk_row_of). */
+#define SGK_ROW_BEGIN(TPR, t, r, live, rows)                                 \
+	bool live;                                                            \
+	const sgk_i64 r = sgk_row_of<TPR>(&t, rows, &live);                   \
+	if (r >= rows)                                                        \
+		return
+
+/* Threads per block of a row kernel. */
+#define SGK_ROW_THREADS(TPR) ((TPR) > 32 ? (TPR) : 128)
+
+/* Online max and sum of exponentials: adds x to (m, s). */
+template <class A>
+SGK_DEV void sgk_online_add(A &m, A &s, A x)
+{
+	A mn = sgk_max(m, x);
+	if (mn == (A)-SGK_INF)
+		return;
+	s = s * sgk_exp(m - mn) + sgk_exp(x - mn);
+	m = mn;
+}
+
+/* Reduces (m, s) over a row: the row max M and sum(exp(x - M)). */
+template <int TPR, class A>
+SGK_DEV A sgk_online_row(A m, A s, A *part, A *mrow)
+{
+	A M = sgk_row_max<TPR>(m, part);
+	s = m == (A)-SGK_INF ? (A)0 : s * sgk_exp(m - M);
+	*mrow = M;
+	return sgk_row_sum<TPR>(s, part);
+}
+
+/* ------------------------------------------------------------------ softmax */
+
+/* y = softmax(x) or log_softmax(x) over each row. */
+template <class T, int VEC, int TPR, int NV, bool LOG>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
+sgk_softmax_fwd_k(const T *__restrict__ x, T *__restrict__ y, sgk_i64 rows, int C)
+{
+	typedef typename sgk_acc<T>::type A;
+	__shared__ A part[32];
+	int t;
+	SGK_ROW_BEGIN(TPR, t, r, live, rows);
+	const T *xr = x + r * C;
+	T *yr = y + r * C;
+	A m = -SGK_INF, s = 0;
+	if constexpr (NV > 0) {
+		A v[NV > 0 ? NV : 1][VEC];
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c < C)
+				sgk_ldrow<VEC>(xr + c, v[k]);
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				if (c >= C)
+					v[k][e] = -SGK_INF;
+				m = sgk_max(m, v[k][e]);
+			}
+		}
+		m = sgk_row_max<TPR>(m, part);
+#pragma unroll
+		for (int k = 0; k < NV; k++)
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += (t + k * TPR) * VEC < C ? sgk_exp(v[k][e] - m) : (A)0;
+		s = sgk_row_sum<TPR>(s, part);
+		const A ls = sgk_log(s);
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c >= C)
+				continue;
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				v[k][e] = LOG ? v[k][e] - m - ls : sgk_exp(v[k][e] - m) / s;
+			if (live)
+				sgk_strow<VEC>(yr + c, v[k]);
+		}
+	} else {
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A f[VEC];
+			sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				sgk_online_add(m, s, f[e]);
+		}
+		s = sgk_online_row<TPR>(m, s, part, &m);
+		const A ls = sgk_log(s);
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A f[VEC];
+			sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				f[e] = LOG ? f[e] - m - ls : sgk_exp(f[e] - m) / s;
+			if (live)
+				sgk_strow<VEC>(yr + c, f);
+		}
+	}
+}
+
+/* Backward of softmax (dx = y * (dy - sum(dy * y))) or log_softmax
+ * (dx = dy - exp(y) * sum(dy)) from the forward output y. */
+template <class T, int VEC, int TPR, int NV, bool LOG>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
+sgk_softmax_bwd_k(const T *__restrict__ y, const T *__restrict__ dy, T *__restrict__ dx,
+                  sgk_i64 rows, int C)
+{
+	typedef typename sgk_acc<T>::type A;
+	__shared__ A part[32];
+	int t;
+	SGK_ROW_BEGIN(TPR, t, r, live, rows);
+	const sgk_i64 base = r * C;
+	A s = 0;
+	if constexpr (NV > 0) {
+		A yv[NV > 0 ? NV : 1][VEC], gv[NV > 0 ? NV : 1][VEC];
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c >= C)
+				continue;
+			sgk_ldrow<VEC>(y + base + c, yv[k]);
+			sgk_ldrow<VEC>(dy + base + c, gv[k]);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += LOG ? gv[k][e] : gv[k][e] * yv[k][e];
+		}
+		s = sgk_row_sum<TPR>(s, part);
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c >= C)
+				continue;
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				gv[k][e] = LOG ? gv[k][e] - sgk_exp(yv[k][e]) * s : yv[k][e] * (gv[k][e] - s);
+			if (live)
+				sgk_strow<VEC>(dx + base + c, gv[k]);
+		}
+	} else {
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A yf[VEC], gf[VEC];
+			sgk_ldrow<VEC>(y + base + c, yf);
+			sgk_ldrow<VEC>(dy + base + c, gf);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += LOG ? gf[e] : gf[e] * yf[e];
+		}
+		s = sgk_row_sum<TPR>(s, part);
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A yf[VEC], gf[VEC];
+			sgk_ldrow<VEC>(y + base + c, yf);
+			sgk_ldrow<VEC>(dy + base + c, gf);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				gf[e] = LOG ? gf[e] - sgk_exp(yf[e]) * s : yf[e] * (gf[e] - s);
+			if (live)
+				sgk_strow<VEC>(dx + base + c, gf);
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ layer_norm, rms_norm */
+
+/* y = (x - mean) * rstd * w + b (RMS: x * rstd * w); saves mean, rstd. */
+template <class T, int VEC, int TPR, int NV, bool RMS>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
+sgk_norm_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
+               T *__restrict__ y, typename sgk_acc<T>::type *__restrict__ mean,
+               typename sgk_acc<T>::type *__restrict__ rstd, sgk_i64 rows, int C, float eps)
+{
+	typedef typename sgk_acc<T>::type A;
+	__shared__ A part[32];
+	int t;
+	SGK_ROW_BEGIN(TPR, t, r, live, rows);
+	const T *xr = x + r * C;
+	T *yr = y + r * C;
+	A mu = 0, var = 0;
+	A v[NV > 0 ? NV : 1][VEC];
+	if constexpr (NV > 0) {
+		A s = 0;
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c >= C)
+				continue;
+			sgk_ldrow<VEC>(xr + c, v[k]);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += RMS ? v[k][e] * v[k][e] : v[k][e];
+		}
+		s = sgk_row_sum<TPR>(s, part);
+		if (RMS) {
+			var = s / C;
+		} else {
+			mu = s / C;
+#pragma unroll
+			for (int k = 0; k < NV; k++) {
+				if ((t + k * TPR) * VEC >= C)
+					continue;
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					var += (v[k][e] - mu) * (v[k][e] - mu);
+			}
+			var = sgk_row_sum<TPR>(var, part) / C;
+		}
+	} else {
+		A s = 0;
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A f[VEC];
+			sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += RMS ? f[e] * f[e] : f[e];
+		}
+		s = sgk_row_sum<TPR>(s, part);
+		if (RMS) {
+			var = s / C;
+		} else {
+			mu = s / C;
+			for (int c = t * VEC; c < C; c += TPR * VEC) {
+				A f[VEC];
+				sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					var += (f[e] - mu) * (f[e] - mu);
+			}
+			var = sgk_row_sum<TPR>(var, part) / C;
+		}
+	}
+	const A rs = (A)1 / sgk_sqrt(var + (A)eps);
+	if (t == 0 && live) {
+		if (mean)
+			mean[r] = mu;
+		if (rstd)
+			rstd[r] = rs;
+	}
+	const int nk = NV > 0 ? NV : (C + TPR * VEC - 1) / (TPR * VEC);
+#pragma unroll
+	for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
+		for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
+			const int c = (t + kk * TPR) * VEC;
+			if (c >= C)
+				continue;
+			A f[VEC], wf[VEC], bf[VEC];
+			if constexpr (NV > 0) {
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					f[e] = v[k][e];
+			} else {
+				sgk_ldrow<VEC>(xr + c, f);
+			}
+			sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
+			sgk_ldw<VEC>(RMS || !b ? (const T *)0 : b + c, bf, (A)0);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				f[e] = (f[e] - mu) * rs * wf[e] + bf[e];
+			if (live)
+				sgk_strow<VEC>(yr + c, f);
+		}
+	}
+}
+
+/* dx of layer_norm (or RMS) from dy, x, w and the saved mean and rstd:
+ * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w. */
+template <class T, int VEC, int TPR, int NV, bool RMS>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
+sgk_norm_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
+               const typename sgk_acc<T>::type *__restrict__ mean,
+               const typename sgk_acc<T>::type *__restrict__ rstd, T *__restrict__ dx,
+               sgk_i64 rows, int C)
+{
+	typedef typename sgk_acc<T>::type A;
+	__shared__ A part[32];
+	int t;
+	SGK_ROW_BEGIN(TPR, t, r, live, rows);
+	const sgk_i64 base = r * C;
+	const A mu = RMS ? (A)0 : mean[r], rs = rstd[r];
+	A s1 = 0, s2 = 0;
+	A xv[NV > 0 ? NV : 1][VEC], gv[NV > 0 ? NV : 1][VEC];
+	const int nk = NV > 0 ? NV : (C + TPR * VEC - 1) / (TPR * VEC);
+	/* Pass 1: g and xhat (kept when NV > 0), their sums. */
+#pragma unroll
+	for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
+		for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
+			const int c = (t + kk * TPR) * VEC;
+			if (c >= C)
+				continue;
+			A f[VEC], g[VEC], wf[VEC];
+			sgk_ldrow<VEC>(x + base + c, f);
+			sgk_ldrow<VEC>(dy + base + c, g);
+			sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				f[e] = (f[e] - mu) * rs;
+				g[e] *= wf[e];
+				s1 += g[e];
+				s2 += g[e] * f[e];
+				if constexpr (NV > 0) {
+					xv[k][e] = f[e];
+					gv[k][e] = g[e];
+				}
+			}
+		}
+	}
+	if (!RMS)
+		s1 = sgk_row_sum<TPR>(s1, part) / C;
+	s2 = sgk_row_sum<TPR>(s2, part) / C;
+	/* Pass 2: dx. */
+#pragma unroll
+	for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
+		for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
+			const int c = (t + kk * TPR) * VEC;
+			if (c >= C)
+				continue;
+			A f[VEC], g[VEC];
+			if constexpr (NV > 0) {
+#pragma unroll
+				for (int e = 0; e < VEC; e++) {
+					f[e] = xv[k][e];
+					g[e] = gv[k][e];
+				}
+			} else {
+				A wf[VEC];
+				sgk_ldrow<VEC>(x + base + c, f);
+				sgk_ldrow<VEC>(dy + base + c, g);
+				sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
+#pragma unroll
+				for (int e = 0; e < VEC; e++) {
+					f[e] = (f[e] - mu) * rs;
+					g[e] *= wf[e];
+				}
+			}
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				g[e] = rs * (g[e] - (RMS ? (A)0 : s1) - f[e] * s2);
+			if (live)
+				sgk_strow<VEC>(dx + base + c, g);
+		}
+	}
+}
+
+/* Column partial sums for dw (sum of dy * xhat) and db (sum of dy) over
+ * the rows of chunk blockIdx.y: part[0][chunk][C] and part[1][chunk][C]. */
+template <class T, int VEC, bool RMS>
+__global__ void __launch_bounds__(256)
+sgk_norm_colgrad_k(const T *__restrict__ dy, const T *__restrict__ x,
+                   const typename sgk_acc<T>::type *__restrict__ mean,
+                   const typename sgk_acc<T>::type *__restrict__ rstd, sgk_i64 rows, int C,
+                   sgk_i64 rpc, typename sgk_acc<T>::type *__restrict__ part)
+{
+	typedef typename sgk_acc<T>::type A;
+	const int c = (blockIdx.x * 256 + threadIdx.x) * VEC;
+	if (c >= C)
+		return;
+	const sgk_i64 r0 = blockIdx.y * rpc, r1 = r0 + rpc < rows ? r0 + rpc : rows;
+	A dw[VEC], db[VEC];
+#pragma unroll
+	for (int e = 0; e < VEC; e++)
+		dw[e] = db[e] = 0;
+#pragma unroll 4
+	for (sgk_i64 r = r0; r < r1; r++) {
+		A f[VEC], g[VEC];
+		sgk_ldrow<VEC>(x + r * C + c, f);
+		sgk_ldrow<VEC>(dy + r * C + c, g);
+		const A mu = RMS ? (A)0 : mean[r], rs = rstd[r];
+#pragma unroll
+		for (int e = 0; e < VEC; e++) {
+			dw[e] += g[e] * ((f[e] - mu) * rs);
+			db[e] += g[e];
+		}
+	}
+	const sgk_i64 nchunk = gridDim.y;
+#pragma unroll
+	for (int e = 0; e < VEC; e++) {
+		part[blockIdx.y * (sgk_i64)C + c + e] = dw[e];
+		part[(nchunk + blockIdx.y) * (sgk_i64)C + c + e] = db[e];
+	}
+}
+
+/* dw, db (either may be NULL) from the chunks' partial sums, in order. */
+template <class T>
+__global__ void __launch_bounds__(256)
+sgk_norm_colgrad_finish_k(const typename sgk_acc<T>::type *__restrict__ part, int nchunk, int C,
+                          T *__restrict__ dw, T *__restrict__ db)
+{
+	typedef typename sgk_acc<T>::type A;
+	const int c = blockIdx.x * 256 + threadIdx.x;
+	if (c >= C)
+		return;
+	A sw = 0, sb = 0;
+	for (int k = 0; k < nchunk; k++) {
+		sw += part[(sgk_i64)k * C + c];
+		sb += part[(sgk_i64)(nchunk + k) * C + c];
+	}
+	if (dw)
+		dw[c] = sgk_cvt<T>(sw);
+	if (db)
+		db[c] = sgk_cvt<T>(sb);
+}
+
+/* ------------------------------------------------------------------ cross_entropy */
+
+/* lse[r] = logsumexp(x[r, :]). */
+template <class T, int VEC, int TPR, int NV>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
+sgk_xent_lse_k(const T *__restrict__ x, typename sgk_acc<T>::type *__restrict__ lse, sgk_i64 rows,
+               int C)
+{
+	typedef typename sgk_acc<T>::type A;
+	__shared__ A part[32];
+	int t;
+	SGK_ROW_BEGIN(TPR, t, r, live, rows);
+	const T *xr = x + r * C;
+	A m = -SGK_INF, s = 0;
+	if constexpr (NV > 0) {
+		A v[NV > 0 ? NV : 1][VEC];
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c < C)
+				sgk_ldrow<VEC>(xr + c, v[k]);
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				if (c >= C)
+					v[k][e] = -SGK_INF;
+				m = sgk_max(m, v[k][e]);
+			}
+		}
+		m = sgk_row_max<TPR>(m, part);
+#pragma unroll
+		for (int k = 0; k < NV; k++)
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += (t + k * TPR) * VEC < C ? sgk_exp(v[k][e] - m) : (A)0;
+		s = sgk_row_sum<TPR>(s, part);
+	} else {
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A f[VEC];
+			sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				sgk_online_add(m, s, f[e]);
+		}
+		s = sgk_online_row<TPR>(m, s, part, &m);
+	}
+	if (t == 0 && live)
+		lse[r] = m + sgk_log(s);
+}
+
+/* loss = mean over rows whose target is not -100 of lse - x[target];
+ * lse[rows] = that count.  One block of 1024 threads, in a fixed order. */
+template <class T>
+__global__ void __launch_bounds__(1024)
+sgk_xent_loss_k(const T *__restrict__ x, const long long *__restrict__ tgt,
+                typename sgk_acc<T>::type *__restrict__ lse, sgk_i64 rows, int C,
+                T *__restrict__ loss)
+{
+	__shared__ double part[32];
+	double s = 0, n = 0;
+	for (sgk_i64 r = threadIdx.x; r < rows; r += blockDim.x) {
+		const long long k = tgt[r];
+		if (k == -100)
+			continue;
+		if (k < 0 || k >= C)
+			s += __longlong_as_double(0x7ff8000000000000LL);
+		else
+			s += (double)lse[r] - (double)sgk_tof(x[r * C + k]);
+		n += 1;
+	}
+	s = sgk_row_sum<1024>(s, part);
+	n = sgk_row_sum<1024>(n, part);
+	if (threadIdx.x == 0) {
+		lse[rows] = (typename sgk_acc<T>::type)n;
+		*loss = sgk_cvt<T>(s / n);
+	}
+}
+
+/* dx = (exp(x - lse) - onehot(target)) * dloss / count per row. */
+template <class T, int VEC, int TPR>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
+sgk_xent_bwd_k(const T *__restrict__ x, const long long *__restrict__ tgt,
+               const typename sgk_acc<T>::type *__restrict__ lse, const T *__restrict__ dloss,
+               T *__restrict__ dx, sgk_i64 rows, int C)
+{
+	typedef typename sgk_acc<T>::type A;
+	int t;
+	SGK_ROW_BEGIN(TPR, t, r, live, rows);
+	const long long k = tgt[r];
+	const A g = k == -100 ? (A)0 : sgk_tof(*dloss) / lse[rows], l = lse[r];
+	for (int c = t * VEC; c < C; c += TPR * VEC) {
+		A f[VEC];
+		sgk_ldrow<VEC>(x + r * C + c, f);
+#pragma unroll
+		for (int e = 0; e < VEC; e++)
+			f[e] = (sgk_exp(f[e] - l) - (c + e == k ? (A)1 : (A)0)) * g;
+		if (live)
+			sgk_strow<VEC>(dx + r * C + c, f);
+	}
+}
+
+#ifndef __CUDACC_RTC__
+/* ------------------------------------------------------------------ host side */
+
+/* A kernel configuration as a type: VEC elements a vector, TPR threads a
+ * row, NV vectors a thread kept in registers (0: none). */
+template <int VEC_, int TPR_, int NV_>
+struct SgkRowCfg {
+	enum { VEC = VEC_, TPR = TPR_, NV = NV_ };
+};
+
+/* Calls f(SgkRowCfg<...>()) with the configuration for rows of C
+ * elements, vectors of V elements when vec (else 1).  With cache = 0,
+ * never keeps rows in registers. */
+template <int V, class F>
+static cudaError_t sgk_row_dispatch(int C, bool vec, bool cache, F f)
+{
+	if (vec && V > 1) {
+		const int nv = (C + V - 1) / V;
+		if (!cache)
+			return nv <= 256 ? f(SgkRowCfg<V, 32, 0>()) : f(SgkRowCfg<V, 512, 0>());
+		if (nv <= 8)
+			return f(SgkRowCfg<V, 8, 1>());
+		if (nv <= 32)
+			return f(SgkRowCfg<V, 32, 1>());
+		if (nv <= 64)
+			return f(SgkRowCfg<V, 32, 2>());
+		if (nv <= 128)
+			return f(SgkRowCfg<V, 32, 4>());
+		if (nv <= 256)
+			return f(SgkRowCfg<V, 32, 8>());
+		if (nv <= 512)
+			return f(SgkRowCfg<V, 128, 4>());
+		if (nv <= 1024)
+			return f(SgkRowCfg<V, 256, 4>());
+		if (nv <= 2048)
+			return f(SgkRowCfg<V, 512, 4>());
+		if (nv <= 4096)
+			return f(SgkRowCfg<V, 512, 8>());
+		return f(SgkRowCfg<V, 1024, 0>());
+	}
+	if (!cache)
+		return C <= 256 ? f(SgkRowCfg<1, 32, 0>()) : f(SgkRowCfg<1, 512, 0>());
+	if (C <= 32)
+		return f(SgkRowCfg<1, 32, 1>());
+	if (C <= 128)
+		return f(SgkRowCfg<1, 32, 4>());
+	if (C <= 1024)
+		return f(SgkRowCfg<1, 256, 4>());
+	return f(SgkRowCfg<1, 1024, 0>());
+}
+
+/* Blocks and threads of a row kernel with TPR threads a row. */
+static inline dim3 sgk_row_grid(long long rows, int tpr)
+{
+	return dim3((unsigned)(tpr > 32 ? rows : (rows + 128 / tpr - 1) / (128 / tpr)));
+}
+
+/* The vector width for T: 16 bytes. */
+template <class T> struct sgk_vw { enum { V = 16 / sizeof(T) }; };
+
+/* Whether rows of C elements at each of the pointers allow vectors. */
+template <class T>
+static bool sgk_rows_vec(int C, const void *a, const void *b = 0, const void *c = 0,
+                         const void *d = 0)
+{
+	const unsigned bytes = 16;
+	const int V = sgk_vw<T>::V;
+	return C % V == 0 && (!a || sgk_host_aligned(a, bytes)) && (!b || sgk_host_aligned(b, bytes)) &&
+	       (!c || sgk_host_aligned(c, bytes)) && (!d || sgk_host_aligned(d, bytes));
+}
+
+/* y = softmax(x) (log = 0) or log_softmax(x) (log = 1) over each row. */
+template <class T>
+static cudaError_t sg_launch_softmax_fwd(const T *x, T *y, long long rows, int C, int log,
+                                         cudaStream_t stream)
+{
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	return sgk_row_dispatch<sgk_vw<T>::V>(C, sgk_rows_vec<T>(C, x, y), true, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		dim3 g = sgk_row_grid(rows, K::TPR);
+		if (log)
+			sgk_softmax_fwd_k<T, K::VEC, K::TPR, K::NV, true>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, y, rows, C);
+		else
+			sgk_softmax_fwd_k<T, K::VEC, K::TPR, K::NV, false>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, y, rows, C);
+		return sgk_launched();
+	});
+}
+
+/* dx of softmax or log_softmax from the forward's output y and dy. */
+template <class T>
+static cudaError_t sg_launch_softmax_bwd(const T *y, const T *dy, T *dx, long long rows, int C,
+                                         int log, cudaStream_t stream)
+{
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	return sgk_row_dispatch<sgk_vw<T>::V>(C, sgk_rows_vec<T>(C, y, dy, dx), true, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		dim3 g = sgk_row_grid(rows, K::TPR);
+		if (log)
+			sgk_softmax_bwd_k<T, K::VEC, K::TPR, K::NV, true>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(y, dy, dx, rows, C);
+		else
+			sgk_softmax_bwd_k<T, K::VEC, K::TPR, K::NV, false>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(y, dy, dx, rows, C);
+		return sgk_launched();
+	});
+}
+
+/* layer_norm (rms = 0) or rms_norm (rms = 1) over each row; saves mean
+ * and rstd where given. */
+template <class T>
+static cudaError_t sg_launch_layer_norm_fwd(const T *x, const T *w, const T *b, T *y,
+                                            typename sgk_acc<T>::type *mean,
+                                            typename sgk_acc<T>::type *rstd, long long rows, int C,
+                                            float eps, int rms, cudaStream_t stream)
+{
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	bool vec = sgk_rows_vec<T>(C, x, y, w, b);
+	return sgk_row_dispatch<sgk_vw<T>::V>(C, vec, true, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		dim3 g = sgk_row_grid(rows, K::TPR);
+		if (rms)
+			sgk_norm_fwd_k<T, K::VEC, K::TPR, K::NV, true>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, w, b, y, mean, rstd, rows, C, eps);
+		else
+			sgk_norm_fwd_k<T, K::VEC, K::TPR, K::NV, false>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, w, b, y, mean, rstd, rows, C, eps);
+		return sgk_launched();
+	});
+}
+
+/* Row chunks of the column sums of a norm backward. */
+static inline int sgk_norm_nchunk(long long rows)
+{
+	return (int)(rows < 128 ? (rows > 0 ? rows : 1) : 128);
+}
+
+/* Bytes of workspace sg_launch_layer_norm_bwd needs for dw and db. */
+template <class T>
+static size_t sg_layer_norm_bwd_workspace(long long rows, int C)
+{
+	return (size_t)2 * sgk_norm_nchunk(rows) * (size_t)C * sizeof(typename sgk_acc<T>::type);
+}
+
+/* dx by rows, then dw and db by columns through `work` (in a fixed
+ * order), of layer_norm or rms_norm. */
+template <class T>
+static cudaError_t sg_launch_layer_norm_bwd(const T *dy, const T *x, const T *w,
+                                            const typename sgk_acc<T>::type *mean,
+                                            const typename sgk_acc<T>::type *rstd, T *dx, T *dw,
+                                            T *db, void *work, long long rows, int C, int rms,
+                                            cudaStream_t stream)
+{
+	typedef typename sgk_acc<T>::type A;
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	bool vec = sgk_rows_vec<T>(C, dy, x, w, dx);
+	cudaError_t e = cudaSuccess;
+	if (dx)
+		e = sgk_row_dispatch<sgk_vw<T>::V>(C, vec, true, [&](auto cfg) {
+			typedef decltype(cfg) K;
+			dim3 g = sgk_row_grid(rows, K::TPR);
+			if (rms)
+				sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, true>
+				        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, mean, rstd, dx,
+				                                                   rows, C);
+			else
+				sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, false>
+				        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, mean, rstd, dx,
+				                                                   rows, C);
+			return sgk_launched();
+		});
+	if (e != cudaSuccess || (!dw && (rms || !db)))
+		return e;
+	const int nchunk = sgk_norm_nchunk(rows);
+	const long long rpc = (rows + nchunk - 1) / nchunk;
+	A *part = (A *)work;
+	const int V = sgk_vw<T>::V;
+	const bool cvec = sgk_rows_vec<T>(C, dy, x);
+	const int per = cvec ? V : 1;
+	dim3 g((unsigned)((C / per + 255) / 256), (unsigned)nchunk);
+	if (rms && cvec)
+		sgk_norm_colgrad_k<T, V, true><<<g, 256, 0, stream>>>(dy, x, mean, rstd, rows, C, rpc, part);
+	else if (rms)
+		sgk_norm_colgrad_k<T, 1, true><<<g, 256, 0, stream>>>(dy, x, mean, rstd, rows, C, rpc, part);
+	else if (cvec)
+		sgk_norm_colgrad_k<T, V, false><<<g, 256, 0, stream>>>(dy, x, mean, rstd, rows, C, rpc, part);
+	else
+		sgk_norm_colgrad_k<T, 1, false><<<g, 256, 0, stream>>>(dy, x, mean, rstd, rows, C, rpc, part);
+	if ((e = sgk_launched()) != cudaSuccess)
+		return e;
+	sgk_norm_colgrad_finish_k<T><<<(C + 255) / 256, 256, 0, stream>>>(part, nchunk, C, dw,
+	                                                                   rms ? (T *)0 : db);
+	return sgk_launched();
+}
+
+/* The row logsumexps, then the mean loss over targets not ignored. */
+template <class T>
+static cudaError_t sg_launch_cross_entropy_fwd(const T *x, const long long *target,
+                                               typename sgk_acc<T>::type *lse, T *loss,
+                                               long long rows, int C, cudaStream_t stream)
+{
+	cudaError_t e = cudaSuccess;
+	if (rows > 0 && C > 0)
+		e = sgk_row_dispatch<sgk_vw<T>::V>(C, sgk_rows_vec<T>(C, x), true, [&](auto cfg) {
+			typedef decltype(cfg) K;
+			sgk_xent_lse_k<T, K::VEC, K::TPR, K::NV>
+			        <<<sgk_row_grid(rows, K::TPR), SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, lse,
+			                                                                          rows, C);
+			return sgk_launched();
+		});
+	if (e != cudaSuccess)
+		return e;
+	sgk_xent_loss_k<T><<<1, 1024, 0, stream>>>(x, target, lse, rows, C, loss);
+	return sgk_launched();
+}
+
+/* dlogits = (softmax - onehot) * dloss / count, from the saved lse. */
+template <class T>
+static cudaError_t sg_launch_cross_entropy_bwd(const T *x, const long long *target,
+                                               const typename sgk_acc<T>::type *lse,
+                                               const T *dloss, T *dx, long long rows, int C,
+                                               cudaStream_t stream)
+{
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	return sgk_row_dispatch<sgk_vw<T>::V>(C, sgk_rows_vec<T>(C, x, dx), false, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		sgk_xent_bwd_k<T, K::VEC, K::TPR>
+		        <<<sgk_row_grid(rows, K::TPR), SGK_ROW_THREADS(K::TPR), 0, stream>>>(
+		                x, target, lse, dloss, dx, rows, C);
+		return sgk_launched();
+	});
+}
+#endif
+
+#endif /* SGK_ROWS_CUH */
+#pragma nv_diag_default 177
 // cg_reduce.sg:23: %ce = cross_entropy(%x, %t)
 /* Stage 1 of cross_entropy: per row, the loss (part[o]) and whether it
  * counts (part[40 + o]; target -100 is ignored). */
@@ -656,15 +1554,15 @@ reduce_run(reduce_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_reduce.sg:20: %lsm = log_softmax(%h, dim=-1) */
 	SGRT_KERNEL(rt, 0, "k_reduce_20_log_softmax_lsm", 20,
-	            k_reduce_20_log_softmax_lsm<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_lsm));
+	            SGRT_CHECK_CUDA(rt, sg_launch_softmax_fwd<sg_bf16>(v_h, v_lsm, 24, 10, 1, sgrt_stream(rt, 0)), 20));
 
 	/* cg_reduce.sg:21: %ln = layer_norm(%x, %w, %bias, eps=1e-05) */
 	SGRT_KERNEL(rt, 0, "k_reduce_21_layer_norm_ln", 21,
-	            k_reduce_21_layer_norm_ln<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_w, v_bias, v_ln));
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_x, v_w, v_bias, v_ln, NULL, NULL, 24, 10, (float)1e-05, 0, sgrt_stream(rt, 0)), 21));
 
 	/* cg_reduce.sg:22: %rn = rms_norm(%h, eps=1e-06) */
 	SGRT_KERNEL(rt, 0, "k_reduce_22_rms_norm_rn", 22,
-	            k_reduce_22_rms_norm_rn<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_rn));
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_h, NULL, NULL, v_rn, NULL, NULL, 24, 10, (float)1e-06, 1, sgrt_stream(rt, 0)), 22));
 
 	/* cg_reduce.sg:23: %ce = cross_entropy(%x, %t) */
 	float *tmp_ce_23 = NULL;
