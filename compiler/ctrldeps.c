@@ -36,6 +36,8 @@
  * before the wrapping, so that the interpreter's --interleave mode can be
  * shown to catch the race.
  */
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sgc.h"
@@ -55,6 +57,12 @@ typedef struct {
 	VEC(uint32_t) mark;
 	uint32_t stamp;
 	NodeId *laston;   /* per stream: its last node before the one at hand */
+	uint32_t *son;    /* nodes by stream, in order (soff[s]..soff[s+1]) */
+	uint32_t *soff;
+	uint64_t *use;    /* (node << 16 | operand) of the accesses to each
+	                     storage class, in order (uoff[r]..uoff[r+1]) */
+	uint32_t *uoff;
+	VEC(uint64_t) hits; /* (node << 16 | operand) of each crossing root */
 } Ctx;
 
 /* The name later uses of v on stream s read now. */
@@ -171,26 +179,146 @@ crosses(Ctx *C, NodeId i, NodeId j, ValId w, uint32_t u)
 	return 0;
 }
 
-/* The values crossing sync node i, each once (by storage). */
+/* The first index in the sorted list a[0..n) (or b's, by node) whose node
+ * is >= x. */
+static uint32_t
+lower(const uint32_t *a, const uint64_t *b, uint32_t n, uint32_t x)
+{
+	uint32_t lo = 0, hi = n;
+	while (lo < hi) {
+		uint32_t m = lo + (hi - lo) / 2;
+		if ((a ? a[m] : b[m] >> 16) < x)
+			lo = m + 1;
+		else
+			hi = m;
+	}
+	return lo;
+}
+
+/* Root r's first use after sync i that crosses it, as a hit. */
+static void
+first_use(Ctx *C, NodeId i, ValId r)
+{
+	Graph *g = C->g;
+	uint64_t *u = C->use + C->uoff[r];
+	uint32_t n = C->uoff[r + 1] - C->uoff[r];
+	for (uint32_t x = lower(NULL, u, n, i + 1); x < n; x++) {
+		NodeId j = (NodeId)(u[x] >> 16);
+		uint32_t k = u[x] & 0xffff;
+		const Node *m = &g->nodes.v[j];
+		if ((m->flags & NF_DEAD) || races_access(m, k) == RACC_NONE)
+			continue;
+		if (crosses(C, i, j, m->opnd[k].v, m->stream)) {
+			vec_push(&C->hits, u[x]);
+			return;
+		}
+	}
+}
+
+/* The storage classes made by the nodes on stream t in [lo, hi) before
+ * sync i: the candidates, each once. */
+static void
+candidates(Ctx *C, NodeId i, uint32_t t, int32_t lo, int32_t hi)
+{
+	Graph *g = C->g;
+	if (lo < 0)
+		lo = 0;
+	if (hi > (int32_t)i)
+		hi = (int32_t)i;
+	uint32_t *a = C->son + C->soff[t], n = C->soff[t + 1] - C->soff[t];
+	for (uint32_t x = lower(a, NULL, n, (uint32_t)lo); x < n && (int32_t)a[x] < hi; x++) {
+		const Node *p = &g->nodes.v[a[x]];
+		for (uint32_t j = 0; j < p->nres; j++) {
+			ValId r = p->res[j];
+			if (r >= C->nv || C->root.v[r] != r || C->mark.v[r] == C->stamp ||
+			    producer(C, i, r) != a[x])
+				continue;
+			C->mark.v[r] = C->stamp;
+			first_use(C, i, r);
+		}
+	}
+}
+
+/* Orders hits by (node, operand). */
+static int
+hit_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* The values crossing sync node i, each once (by storage), in order of
+ * first use after it.  Only a value made in the range of positions that
+ * the sync newly orders can cross it (the table at the top), so only
+ * those are looked at; each then from its first use after i on. */
 static void
 crossing(Ctx *C, NodeId i)
 {
 	Graph *g = C->g;
-	uint32_t stamp = ++C->stamp;
+	const Node *x = &g->nodes.v[i];
+	uint32_t s = x->stream, ns = C->ns;
+	++C->stamp;
 	C->cross.n = 0;
-	for (NodeId j = i + 1; j < g->nodes.n; j++) {
-		const Node *n = &g->nodes.v[j];
-		if (n->flags & NF_DEAD)
-			continue;
-		for (uint32_t k = 0; k < n->nopnd; k++) {
-			if (races_access(n, k) == RACC_NONE)
-				continue;
-			ValId w = n->opnd[k].v, r = C->root.v[w];
-			if (C->mark.v[r] == stamp || !crosses(C, i, j, w, n->stream))
-				continue;
-			C->mark.v[r] = stamp;
-			vec_push(&C->cross, w);
+	C->hits.n = 0;
+	if (x->op == OP_WAIT_EVENT || x->op == OP_WAIT_STREAM) {
+		const int32_t *b = hb_before(&C->h, i), *a = C->h.after + (size_t)i * ns;
+		for (uint32_t t = 0; t < ns; t++)
+			if (t != s)
+				candidates(C, i, t, b[t], a[t]);
+	} else if (x->op == OP_RECORD_EVENT) {
+		for (NodeId w = next_waiter(C, i, i + 1); w != NONE;
+		     w = next_waiter(C, i, w + 1))
+			candidates(C, i, s, hb_before(&C->h, w)[s],
+			           C->h.after[(size_t)w * ns + s]);
+	} else {
+		for (uint32_t t = 0; t < ns; t++) {
+			int32_t lo = INT32_MAX;
+			for (uint32_t u = 0; u < ns; u++)
+				if (u != t && clock_before(C, u, i)[t] < lo)
+					lo = clock_before(C, u, i)[t];
+			if (lo != INT32_MAX)
+				candidates(C, i, t, lo, (int32_t)i);
 		}
+	}
+	qsort(C->hits.v, C->hits.n, sizeof *C->hits.v, hit_cmp);
+	for (uint32_t h = 0; h < C->hits.n; h++) {
+		const Node *m = &g->nodes.v[C->hits.v[h] >> 16];
+		vec_push(&C->cross, m->opnd[C->hits.v[h] & 0xffff].v);
+	}
+}
+
+/* The per-stream node lists and the per-class use lists. */
+static void
+index_uses(Ctx *C)
+{
+	Graph *g = C->g;
+	uint32_t nn = g->nodes.n, ns = C->ns, nv = C->nv;
+	C->soff = calloc(ns + 2, sizeof *C->soff);
+	C->uoff = calloc(nv + 2, sizeof *C->uoff);
+	C->son = xmalloc((nn + 1) * sizeof *C->son);
+	if (!C->soff || !C->uoff)
+		ICE("out of memory");
+	uint32_t nu = 0;
+	for (NodeId i = 0; i < nn; i++) {
+		const Node *n = &g->nodes.v[i];
+		C->soff[n->stream + 2]++;
+		for (uint32_t k = 0; k < n->nopnd; k++)
+			if (races_access(n, k) != RACC_NONE && n->opnd[k].v < nv) {
+				C->uoff[C->root.v[n->opnd[k].v] + 2]++;
+				nu++;
+			}
+	}
+	for (uint32_t s = 0; s < ns; s++)
+		C->soff[s + 2] += C->soff[s + 1];
+	for (uint32_t r = 0; r < nv; r++)
+		C->uoff[r + 2] += C->uoff[r + 1];
+	C->use = xmalloc((nu + 1) * sizeof *C->use);
+	for (NodeId i = 0; i < nn; i++) {
+		const Node *n = &g->nodes.v[i];
+		C->son[C->soff[n->stream + 1]++] = i;
+		for (uint32_t k = 0; k < n->nopnd; k++)
+			if (races_access(n, k) != RACC_NONE && n->opnd[k].v < nv)
+				C->use[C->uoff[C->root.v[n->opnd[k].v] + 1]++] = (uint64_t)i << 16 | k;
 	}
 }
 
@@ -223,6 +351,7 @@ ctx_init(Ctx *C, Graph *g)
 	C->laston = xmalloc((g->streams.n + 1) * sizeof *C->laston);
 	for (uint32_t s = 0; s < g->streams.n; s++)
 		C->laston[s] = NONE;
+	index_uses(C);
 }
 
 /* Frees the tables. */
@@ -235,6 +364,11 @@ ctx_free(Ctx *C)
 	vec_free(&C->cross);
 	vec_free(&C->mark);
 	free(C->laston);
+	free(C->son);
+	free(C->soff);
+	free(C->use);
+	free(C->uoff);
+	vec_free(&C->hits);
 }
 
 /* The control_deps node replacing sync node x, over nv values. */

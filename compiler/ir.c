@@ -16,6 +16,8 @@ ir_graph_new(Module *m, const char *name, Loc loc)
 	map_init(&g->valmap);
 	map_init(&g->streammap);
 	map_init(&g->eventmap);
+	map_init(&g->freshval);
+	map_init(&g->freshev);
 	Stream dflt = {.name = "default"};
 	vec_push(&g->streams, dflt);
 	map_put(&g->streammap, "default", 7, 0);
@@ -39,12 +41,17 @@ ValId
 ir_value_fresh(Graph *g, const char *base, Loc loc)
 {
 	Arena *a = g->mod->arena;
-	const char *name = base;
 	size_t bl = strlen(base);
-	for (uint32_t i = 1; map_get(&g->valmap, name, strlen(name)); i++)
-		name = arena_printf(a, "%.*s.%u", (int)bl, base, i);
+	uint32_t *memo = map_get(&g->freshval, base, bl), i = memo ? *memo : 0;
+	const char *name = i ? arena_printf(a, "%.*s.%u", (int)bl, base, i) : base;
+	while (map_get(&g->valmap, name, strlen(name)))
+		name = arena_printf(a, "%.*s.%u", (int)bl, base, ++i);
 	if (name == base)
 		name = arena_strdup(a, base);
+	if (memo)
+		*memo = i + 1;
+	else
+		map_put(&g->freshval, arena_strdup(a, base), bl, i + 1);
 	return ir_value_new(g, name, VK_NODE, loc);
 }
 
@@ -140,6 +147,8 @@ module_free(Module *m)
 		map_free(&g->valmap);
 		map_free(&g->streammap);
 		map_free(&g->eventmap);
+		map_free(&g->freshval);
+		map_free(&g->freshev);
 	}
 	vec_free(&m->graphs);
 	vec_free(&m->dims);

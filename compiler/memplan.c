@@ -128,22 +128,43 @@ span_cmp(const void *pa, const void *pb)
 	return a->off < b->off ? -1 : a->off > b->off;
 }
 
+/* The placed buffers that may still be live with a new buffer on one
+ * stream: `live` holds the survivors of earlier placements on the stream,
+ * `seen` counts the placed buffers already moved into it. */
+typedef struct {
+	uint32_t *live, n, cap, seen;
+} Cand;
+
 /* First fit of buffer b among the placed buffers of its arena that may be
- * live with it. */
+ * live with it.  Happens-before grows along a stream, so a buffer whose
+ * accesses all precede b's producer precedes every later producer on b's
+ * stream too: it leaves the stream's candidates for good, which keeps the
+ * scan to the buffers actually live (the plan is the same as comparing b
+ * with every placed buffer). */
 static void
-place(Build *B, uint32_t b, const uint32_t *placed, uint32_t np, Span *tmp,
-      int reuse)
+place(Build *B, uint32_t b, const uint32_t *placed, uint32_t np, Cand *c,
+      Span *tmp)
 {
 	MemPlan *mp = B->mp;
 	MemBuf *x = &mp->buf[b];
+	for (; c->seen < np; c->seen++) {
+		if (c->n == c->cap) {
+			c->cap = c->cap ? 2 * c->cap : 16;
+			c->live = xrealloc(c->live, c->cap * sizeof *c->live);
+		}
+		c->live[c->n++] = placed[c->seen];
+	}
 	uint32_t nc = 0;
-	for (uint32_t j = 0; j < np; j++) {
-		const MemBuf *y = &mp->buf[placed[j]];
-		if (!y->size || (reuse && ordered_before(B, placed[j], b)))
+	for (uint32_t j = 0; j < c->n;) {
+		const MemBuf *y = &mp->buf[c->live[j]];
+		if (ordered_before(B, c->live[j], b)) {
+			c->live[j] = c->live[--c->n];
 			continue;
+		}
 		tmp[nc].off = y->offset;
 		tmp[nc].end = y->offset + y->size;
 		nc++;
+		j++;
 	}
 	qsort(tmp, nc, sizeof *tmp, span_cmp);
 	uint64_t off = 0;
@@ -156,7 +177,6 @@ place(Build *B, uint32_t b, const uint32_t *placed, uint32_t np, Span *tmp,
 	x->offset = off;
 }
 
-/* Offsets of the buffers of one arena, in allocation order. */
 /* Buffers in program order of their allocation (values made by later
  * passes come last in value order). */
 static int
@@ -166,13 +186,21 @@ alloc_cmp(const void *pa, const void *pb)
 	return a < b ? -1 : a > b;
 }
 
+/* Offsets of the buffers of one arena, first fit in allocation order.
+ * Empty buffers sit at 0 and block nothing.  Without reuse (-O0) every
+ * placed buffer blocks every later one, so first fit packs them end to
+ * end: the offset is the sum of the sizes before. */
 static void
 place_arena(Build *B, int where, uint64_t *peak)
 {
 	MemPlan *mp = B->mp;
+	uint32_t ns = B->g->streams.n;
 	uint32_t *placed = xmalloc((mp->nbuf + 1) * sizeof *placed), np = 0;
 	Span *tmp = xmalloc((mp->nbuf + 1) * sizeof *tmp);
 	uint64_t *order = xmalloc((mp->nbuf + 1) * sizeof *order);
+	Cand *cand = calloc(ns + 1, sizeof *cand);
+	if (!cand)
+		ICE("out of memory");
 	for (uint32_t b = 0; b < mp->nbuf; b++)
 		order[b] = (uint64_t)mp->buf[b].alloc << 32 | b;
 	qsort(order, mp->nbuf, sizeof *order, alloc_cmp);
@@ -182,11 +210,20 @@ place_arena(Build *B, int where, uint64_t *peak)
 		MemBuf *x = &mp->buf[b];
 		if (x->where != where)
 			continue;
-		place(B, b, placed, np, tmp, mp->opt_level > 0);
-		placed[np++] = b;
+		if (!x->size)
+			x->offset = 0;
+		else if (mp->opt_level <= 0)
+			x->offset = *peak;
+		else
+			place(B, b, placed, np, &cand[x->stream], tmp);
+		if (x->size)
+			placed[np++] = b;
 		if (x->offset + x->size > *peak)
 			*peak = x->offset + x->size;
 	}
+	for (uint32_t s = 0; s < ns; s++)
+		free(cand[s].live);
+	free(cand);
 	free(placed);
 	free(tmp);
 	free(order);

@@ -219,10 +219,16 @@ uint32_t
 races_event_new(Graph *g, const char *base)
 {
 	Arena *a = g->mod->arena;
-	for (uint32_t k = 0;; k++) {
+	size_t bl = strlen(base);
+	uint32_t *memo = map_get(&g->freshev, base, bl);
+	for (uint32_t k = memo ? *memo : 0;; k++) {
 		char *name = arena_printf(a, "%s%u", base, k);
 		if (map_get(&g->eventmap, name, strlen(name)))
 			continue;
+		if (memo)
+			*memo = k + 1;
+		else
+			map_put(&g->freshev, arena_strdup(a, base), bl, k + 1);
 		Event e = {.name = name};
 		map_put(&g->eventmap, name, strlen(name), g->events.n);
 		vec_push(&g->events, e);

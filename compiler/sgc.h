@@ -448,6 +448,8 @@ struct Graph {
 	Optimizer opt;
 	Map valmap;           /* name -> ValId */
 	Map streammap, eventmap;
+	Map freshval, freshev; /* base -> next suffix to try (ir_value_fresh,
+	                          races_event_new): names are never freed */
 };
 
 /* Pseudo ops: statements that are not ops of the table. */
