@@ -63,6 +63,9 @@ typedef struct {
 	                     storage class, in order (uoff[r]..uoff[r+1]) */
 	uint32_t *uoff;
 	VEC(uint64_t) hits; /* (node << 16 | operand) of each crossing root */
+	uint32_t *evn;    /* records and waits of each event (sync_dealloc not
+	                     counted), in order (evoff[e]..evoff[e+1]) */
+	uint32_t *evoff;
 } Ctx;
 
 /* The name later uses of v on stream s read now. */
@@ -121,15 +124,24 @@ next_waiter(Ctx *C, NodeId x, NodeId j)
 	Graph *g = C->g;
 	uint32_t e, t;
 	races_sync(&g->nodes.v[x], &e);
-	for (; j < g->nodes.n; j++) {
-		const Node *n = &g->nodes.v[j];
-		if (n->op == OP_SYNC_DEALLOC)
-			continue;
+	if (e >= g->events.n)
+		return NONE;
+	/* The event's own syncs only: the first at or after j, by bisection. */
+	uint32_t lo = C->evoff[e], hi = C->evoff[e + 1];
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (C->evn[mid] < j)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (uint32_t k = lo; k < C->evoff[e + 1]; k++) {
+		const Node *n = &g->nodes.v[C->evn[k]];
 		int op = races_sync(n, &t);
 		if (op == OP_RECORD_EVENT && t == e)
 			return NONE;
 		if (op == OP_WAIT_EVENT && t == e && n->stream != g->nodes.v[x].stream)
-			return j;
+			return C->evn[k];
 	}
 	return NONE;
 }
@@ -322,6 +334,37 @@ index_uses(Ctx *C)
 	}
 }
 
+/* The records and waits of each event, in program order.  The pass turns
+ * syncs into control_deps in place, which keeps their positions and
+ * events, so the index stays true while it runs. */
+static void
+index_events(Ctx *C)
+{
+	Graph *g = C->g;
+	uint32_t ne = g->events.n, nn = g->nodes.n, t;
+	C->evoff = calloc(ne + 2, sizeof *C->evoff);
+	C->evn = xmalloc((nn + 1) * sizeof *C->evn);
+	if (!C->evoff)
+		ICE("out of memory");
+	for (int pass = 0; pass < 2; pass++) {
+		for (NodeId i = 0; i < nn; i++) {
+			const Node *n = &g->nodes.v[i];
+			if (n->op == OP_SYNC_DEALLOC)
+				continue;
+			int op = races_sync(n, &t);
+			if ((op != OP_RECORD_EVENT && op != OP_WAIT_EVENT) || t >= ne)
+				continue;
+			if (pass == 0)
+				C->evoff[t + 2]++;
+			else
+				C->evn[C->evoff[t + 1]++] = i;
+		}
+		if (pass == 0)
+			for (uint32_t e = 0; e < ne; e++)
+				C->evoff[e + 2] += C->evoff[e + 1];
+	}
+}
+
 /* Extends the tables to the values made since. */
 static void
 grow(Ctx *C)
@@ -352,12 +395,15 @@ ctx_init(Ctx *C, Graph *g)
 	for (uint32_t s = 0; s < g->streams.n; s++)
 		C->laston[s] = NONE;
 	index_uses(C);
+	index_events(C);
 }
 
 /* Frees the tables. */
 static void
 ctx_free(Ctx *C)
 {
+	free(C->evn);
+	free(C->evoff);
 	hb_free(&C->h);
 	vec_free(&C->root);
 	vec_free(&C->cur);
