@@ -292,7 +292,8 @@ crossing(Ctx *C, NodeId i)
 				candidates(C, i, t, lo, (int32_t)i);
 		}
 	}
-	qsort(C->hits.v, C->hits.n, sizeof *C->hits.v, hit_cmp);
+	if (C->hits.n > 1)
+		qsort(C->hits.v, C->hits.n, sizeof *C->hits.v, hit_cmp);
 	for (uint32_t h = 0; h < C->hits.n; h++) {
 		const Node *m = &g->nodes.v[C->hits.v[h] >> 16];
 		vec_push(&C->cross, m->opnd[C->hits.v[h] & 0xffff].v);
