@@ -136,41 +136,6 @@ grad_type(Grad *G, ValId v)
 	return &G->g->vals.v[v].type;
 }
 
-/* Fills an attribute from its spec's default, as sema does. */
-static void
-default_attr(Arena *a, const AttrSpec *sp, Attr *out)
-{
-	memset(out, 0, sizeof *out);
-	out->type = sp->type;
-	if (!sp->deflt)
-		return;
-	const char *t = sp->deflt;
-	out->set = 1;
-	switch (sp->type) {
-	case AT_INT:
-	case AT_BOOL:
-		out->i = strcmp(t, "true") == 0 ? 1 : strcmp(t, "false") == 0 ? 0
-		         : strtoll(t, NULL, 10);
-		break;
-	case AT_FLOAT:
-	case AT_NUM:
-		out->f = strtod(t, NULL);
-		out->num_kind = OK_FLOAT;
-		break;
-	case AT_STR:
-		out->s = arena_strndup(a, t + 1, strlen(t) - 2);
-		break;
-	case AT_DTYPE: {
-		DType dt = DT_F32;
-		dtype_parse(t, &dt);
-		out->i = dt;
-		break;
-	}
-	default:
-		ICE("default of attribute '%s' of an unsupported type", sp->name);
-	}
-}
-
 Node *
 grad_node(Grad *G, int op, const Opnd *ops, int nops)
 {
@@ -188,7 +153,7 @@ grad_node(Grad *G, int op, const Opnd *ops, int nops)
 		n->nattr = (uint16_t)oi->nattr;
 		n->attr = arena_alloc(G->a, ((size_t)oi->nattr + 1) * sizeof *n->attr);
 		for (uint32_t i = 0; i < oi->nattr; i++)
-			default_attr(G->a, &oi->attr[i], &n->attr[i]);
+			attr_default(G->a, &oi->attr[i], &n->attr[i]);
 	}
 	return n;
 }

@@ -152,3 +152,40 @@ op_name(int op)
 		return op >= 0 && op < OP__N ? op_table[op].name : "<bad op>";
 	}
 }
+
+/* Fills an attribute from its spec's default (unset when it has none):
+ * what sema does for an attribute left out, and autograd for the nodes it
+ * makes. */
+void
+attr_default(Arena *a, const AttrSpec *sp, Attr *out)
+{
+	memset(out, 0, sizeof *out);
+	out->type = sp->type;
+	if (!sp->deflt)
+		return;
+	const char *t = sp->deflt;
+	out->set = 1;
+	switch (sp->type) {
+	case AT_INT:
+	case AT_BOOL:
+		out->i = strcmp(t, "true") == 0 ? 1 : strcmp(t, "false") == 0 ? 0
+		         : strtoll(t, NULL, 10);
+		break;
+	case AT_FLOAT:
+	case AT_NUM:
+		out->f = strtod(t, NULL);
+		out->num_kind = OK_FLOAT;
+		break;
+	case AT_STR:
+		out->s = arena_strndup(a, t + 1, strlen(t) - 2);
+		break;
+	case AT_DTYPE: {
+		DType dt = DT_F32;
+		dtype_parse(t, &dt);
+		out->i = dt;
+		break;
+	}
+	default:
+		ICE("default of attribute '%s' of an unsupported type", sp->name);
+	}
+}

@@ -433,40 +433,6 @@ convert_attr(Sema *S, const AttrSpec *sp, const AstArg *a, Attr *out,
 	return 0;
 }
 
-/* Fills a default from its spec text. */
-static void
-default_attr(Sema *S, const AttrSpec *sp, Attr *out)
-{
-	const char *t = sp->deflt;
-	out->type = sp->type;
-	if (!t)
-		return;
-	out->set = 1;
-	switch (sp->type) {
-	case AT_INT:
-	case AT_BOOL:
-		out->i = strcmp(t, "true") == 0 ? 1 : strcmp(t, "false") == 0 ? 0
-		         : strtoll(t, NULL, 10);
-		break;
-	case AT_FLOAT:
-	case AT_NUM:
-		out->f = strtod(t, NULL);
-		out->num_kind = OK_FLOAT;
-		break;
-	case AT_STR:
-		out->s = arena_strndup(S->m->arena, t + 1, strlen(t) - 2);
-		break;
-	case AT_DTYPE: {
-		DType dt = DT_F32;
-		dtype_parse(t, &dt);
-		out->i = dt;
-		break;
-	}
-	default:
-		ICE("default for attribute '%s' of an unsupported type", sp->name);
-	}
-}
-
 /* Checks keyword arguments against a spec; fills out[nspec].  Arguments
  * whose name is not in the spec go to extra (when extra is non-NULL) or are
  * errors. */
@@ -516,7 +482,7 @@ check_attrs(Sema *S, const AttrSpec *spec, uint32_t nspec, AstArg *args,
 			           spec[k].name);
 			ok = 0;
 		}
-		default_attr(S, &spec[k], &out[k]);
+		attr_default(S->m->arena, &spec[k], &out[k]);
 	}
 	return ok;
 }

@@ -396,6 +396,10 @@ typedef struct {
 	Attr a;
 } ExtraAttr;
 
+/* ops.c: fills an attribute from its spec's default (unset when it has
+ * none). */
+void attr_default(Arena *a, const AttrSpec *sp, Attr *out);
+
 enum {
 	NF_BACKWARD = 1 << 0, /* inside the derived backward block */
 	NF_USER     = 1 << 1, /* written by the user (not compiler-made) */
