@@ -100,17 +100,7 @@ find_classes(CgGraph *G)
 	uint32_t ns = g->streams.n;
 	G->root = arena_alloc(a, (g->vals.n + 1) * sizeof *G->root);
 	G->cls = arena_alloc(a, (g->vals.n + 1) * sizeof *G->cls);
-	for (ValId v = 0; v < g->vals.n; v++)
-		G->root[v] = v;
-	for (NodeId i = 0; i < g->nodes.n; i++) {
-		Node *n = &g->nodes.v[i];
-		if (!live(n) || n->op != OP_CONTROL_DEPS)
-			continue;
-		uint32_t j = 0;
-		for (uint32_t k = 0; k < n->nopnd && j < n->nres; k++)
-			if (n->opnd[k].kind == OK_VAL)
-				G->root[n->res[j++]] = G->root[n->opnd[k].v];
-	}
+	races_roots(g, G->root);
 	for (ValId v = 0; v < g->vals.n; v++) {
 		ValId r = G->root[v];
 		if (!G->cls[r]) {

@@ -71,17 +71,7 @@ static void
 find_aliases(Run *R)
 {
 	Graph *g = R->I.g;
-	for (ValId v = 0; v < g->vals.n; v++)
-		R->root[v] = v;
-	for (NodeId i = 0; i < g->nodes.n; i++) {
-		Node *n = &g->nodes.v[i];
-		if (!live(n) || n->op != OP_CONTROL_DEPS)
-			continue;
-		uint32_t j = 0;
-		for (uint32_t k = 0; k < n->nopnd && j < n->nres; k++)
-			if (n->opnd[k].kind == OK_VAL)
-				R->root[n->res[j++]] = R->root[n->opnd[k].v];
-	}
+	races_roots(g, R->root);
 	for (ValId v = 0; v < g->vals.n; v++) {
 		R->nclass[R->root[v]]++;
 		if (g->vals.v[v].kind != VK_NODE)
