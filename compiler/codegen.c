@@ -189,6 +189,12 @@ cg_fmt(Cg *c, const char *fmt, ...)
 }
 
 char *
+cg_num(Cg *c, int64_t v)
+{
+	return cg_fmt(c, "%lld", (long long)v);
+}
+
+char *
 cg_ident(Cg *c, const char *prefix, const char *name)
 {
 	char *s = cg_fmt(c, "%s%s", prefix, name);

@@ -1,6 +1,7 @@
 /*
  * codegen.h - what the files of the CUDA backend share (codegen.c,
- * codegen_host.c, codegen_kernels.c, codegen_api.c, codegen_fuse.c).
+ * codegen_host.c, codegen_kernels.c, codegen_rows.c, codegen_gemm.c,
+ * codegen_coll.c, codegen_grad.c, codegen_api.c, codegen_fuse.c).
  * The backend's entry point is in sgc.h; this header is theirs alone.
  *
  * The backend works per graph in three steps:
@@ -77,6 +78,9 @@ char *cg_where(Cg *c, const Node *n);
 const char *cg_source_name(Cg *c);
 void cg_error(Cg *c, const Node *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* An integer as text (in the arena). */
+char *cg_num(Cg *c, int64_t v);
 
 /* Dtype names in generated code. */
 const char *cg_ctype(DType t);    /* storage: "float", "sg_bf16" */
@@ -185,6 +189,18 @@ typedef struct {
 	char *params, *args, *fmt;
 } CgInput;
 CgInput cg_input(CgGraph *G, const Node *n);
+/* The type of value v, and of operand k of node n. */
+static inline const Type *
+cg_vtype(CgGraph *G, ValId v)
+{
+	return &G->g->vals.v[v].type;
+}
+
+static inline const Type *
+cg_otype(CgGraph *G, const Node *n, int k)
+{
+	return cg_vtype(G, n->opnd[k].v);
+}
 /* Emits the kernel(s) and launches of any other op; 0 when the backend
  * cannot compile it (after reporting). */
 int cg_op(CgGraph *G, NodeId i);
@@ -229,6 +245,39 @@ int cg_batch_bcast(const Type **ops, int nop, int64_t *shape,
                    int64_t st[][SG_MAXRANK]);
 void cg_strides(const Type *t, int64_t *st);      /* row-major strides */
 const char *cg_index_type(int64_t n);             /* "int" or "sg_i64" */
+/* A strided copy kernel: dst[dstidx(i)] = src[srcidx(i)] for i < count,
+ * converted when the dtypes differ. */
+void cg_copy_kernel(CgGraph *G, const Node *n, const char *what, const char *src,
+                    DType sdt, const char *dst, DType ddt, int64_t count,
+                    const char *srcidx, const char *dstidx);
+/* dst = 0 (bytes of it) on n's stream. */
+void cg_zero(CgGraph *G, const Node *n, const char *var, int64_t bytes);
+
+/* ------------------------------------------------------------------ codegen_rows.c */
+
+/* Reductions (sum, mean, amax, amin, var, var_mean), softmax and
+ * log_softmax, layer_norm and rms_norm, cross_entropy, mse_loss. */
+int cg_reduce(CgGraph *G, const Node *n);
+int cg_softmax(CgGraph *G, const Node *n);
+int cg_norm(CgGraph *G, const Node *n);
+int cg_cross_entropy(CgGraph *G, const Node *n);
+int cg_mse_loss(CgGraph *G, const Node *n);
+/* Includes a kernel-library file (codegen_templates/kernels/) once. */
+void cg_use_library(CgGraph *G, const char *file);
+/* Strides with which an operand of type t is read at each index of the
+ * broadcast shape s (0 along broadcast dims). */
+void cg_bcast_strides(const Type *t, const Type *s, int64_t *bst);
+
+/* ------------------------------------------------------------------ codegen_gemm.c */
+
+/* matmul and linear through cuBLASLt. */
+int cg_matmul(CgGraph *G, const Node *n);
+int cg_linear(CgGraph *G, const Node *n);
+
+/* ------------------------------------------------------------------ codegen_coll.c */
+
+/* The collectives through NCCL (libsgrt). */
+int cg_collective(CgGraph *G, const Node *n);
 
 /* ------------------------------------------------------------------ codegen_grad.c */
 

@@ -9,13 +9,6 @@
 
 #include "codegen.h"
 
-/* An integer as text. */
-static char *
-num(Cg *c, int64_t v)
-{
-	return cg_fmt(c, "%lld", (long long)v);
-}
-
 /* The header-visible C type of a tensor element. */
 static const char *
 api_type(DType t)
@@ -113,22 +106,22 @@ model(CgGraph *G, FILE *f)
 	names(G, &sn, &sp, &en);
 	CG_EMIT(f, "api.cu:model", {"graph", g->name}, {"g", G->name},
 	        {"where", cg_fmt(c, "%s:%u", cg_source_name(c), g->loc.line)},
-	        {"ntensors", num(c, at_least_one((int)G->tensors.n))},
-	        {"tensors", tensor_rows(G)}, {"nstreams", ns ? num(c, ns) : ""},
+	        {"ntensors", cg_num(c, at_least_one((int)G->tensors.n))},
+	        {"tensors", tensor_rows(G)}, {"nstreams", ns ? cg_num(c, ns) : ""},
 	        {"stream_names", sn}, {"stream_prios", sp},
-	        {"nevents", G->nlocal_events ? num(c, G->nlocal_events) : ""},
-	        {"event_names", en}, {"nhost", num(c, at_least_one(G->nhost))},
-	        {"nfev", num(c, at_least_one(G->nfree_events))},
-	        {"nscratch", num(c, at_least_one((int)G->scratch_bytes.n))},
-	        {"next", num(c, at_least_one(nextern(G)))});
+	        {"nevents", G->nlocal_events ? cg_num(c, G->nlocal_events) : ""},
+	        {"event_names", en}, {"nhost", cg_num(c, at_least_one(G->nhost))},
+	        {"nfev", cg_num(c, at_least_one(G->nfree_events))},
+	        {"nscratch", cg_num(c, at_least_one((int)G->scratch_bytes.n))},
+	        {"next", cg_num(c, at_least_one(nextern(G)))});
 	CG_EMIT(f, "api.cu:create_top", {"graph", g->name}, {"g", G->name},
-	        {"source", cg_source_name(c)}, {"nstreams", num(c, ns)},
+	        {"source", cg_source_name(c)}, {"nstreams", cg_num(c, ns)},
 	        {"stream_names_ptr", ns ? cg_fmt(c, "%s_stream_names", G->name) : "NULL"},
 	        {"stream_prios_ptr", ns ? cg_fmt(c, "%s_stream_priorities", G->name) : "NULL"},
-	        {"nevents", num(c, G->nlocal_events)},
+	        {"nevents", cg_num(c, G->nlocal_events)},
 	        {"event_names_ptr", G->nlocal_events ? cg_fmt(c, "%s_event_names", G->name)
 	                                             : "NULL"},
-	        {"arena_bytes", num(c, G->use_plan ? (int64_t)G->plan.peak : 0)});
+	        {"arena_bytes", cg_num(c, G->use_plan ? (int64_t)G->plan.peak : 0)});
 	int line = (int)g->loc.line;
 	for (uint32_t i = 0; i < G->tensors.n; i++) {
 		const CgTensor *t = &G->tensors.v[i];
@@ -136,25 +129,25 @@ model(CgGraph *G, FILE *f)
 		    t->role != CG_ROLE_STATE)
 			continue;
 		int64_t bytes = type_numel(&t->type) * dtype_size((DType)t->type.dt);
-		CG_EMIT(f, "api.cu:create_owned", {"k", num(c, i)},
-		        {"bytes", num(c, bytes ? bytes : 1)}, {"name", t->name},
-		        {"line", num(c, g->vals.v[t->v].loc.line)});
+		CG_EMIT(f, "api.cu:create_owned", {"k", cg_num(c, i)},
+		        {"bytes", cg_num(c, bytes ? bytes : 1)}, {"name", t->name},
+		        {"line", cg_num(c, g->vals.v[t->v].loc.line)});
 	}
 	for (uint32_t k = 0; k < G->scratch_bytes.n; k++)
-		CG_EMIT(f, "api.cu:create_scratch", {"k", num(c, k)},
-		        {"bytes", num(c, G->scratch_bytes.v[k])}, {"line", num(c, line)});
+		CG_EMIT(f, "api.cu:create_scratch", {"k", cg_num(c, k)},
+		        {"bytes", cg_num(c, G->scratch_bytes.v[k])}, {"line", cg_num(c, line)});
 	for (int k = 0; k < G->nhost; k++) {
 		const Type *t = &g->vals.v[G->hostvals.v[k]].type;
 		int64_t bytes = type_numel(t) * dtype_size((DType)t->dt);
-		CG_EMIT(f, "api.cu:create_host", {"k", num(c, k)}, {"bytes", num(c, bytes ? bytes : 1)},
-		        {"line", num(c, g->vals.v[G->hostvals.v[k]].loc.line)});
+		CG_EMIT(f, "api.cu:create_host", {"k", cg_num(c, k)}, {"bytes", cg_num(c, bytes ? bytes : 1)},
+		        {"line", cg_num(c, g->vals.v[G->hostvals.v[k]].loc.line)});
 	}
 	for (int k = 0; k < G->nfree_events; k++)
-		CG_EMIT(f, "api.cu:create_event", {"k", num(c, k)}, {"line", num(c, line)});
+		CG_EMIT(f, "api.cu:create_event", {"k", cg_num(c, k)}, {"line", cg_num(c, line)});
 	if (G->has_collectives)
-		CG_EMIT(f, "api.cu:create_nccl", {"world", num(c, G->world)}, {"line", num(c, line)});
-	CG_EMIT(f, "api.cu:create_bottom", {"g", G->name}, {"ntensors", num(c, G->tensors.n)},
-	        {"nfev", num(c, G->nfree_events)});
+		CG_EMIT(f, "api.cu:create_nccl", {"world", cg_num(c, G->world)}, {"line", cg_num(c, line)});
+	CG_EMIT(f, "api.cu:create_bottom", {"g", G->name}, {"ntensors", cg_num(c, G->tensors.n)},
+	        {"nfev", cg_num(c, G->nfree_events)});
 }
 
 /* The typed call's parameters, its doc line, and the io assignments. */
@@ -213,13 +206,13 @@ cg_graph_api(CgGraph *G)
 		fwrite(G->bodytext, 1, G->bodylen, f);
 	CG_EMIT(f, "api.cu:run_bottom", {"x", ""});
 	if (c->co->cuda_graph)
-		CG_EMIT(f, "api.cu:graph_run", {"g", G->name}, {"next_count", num(c, ne)});
+		CG_EMIT(f, "api.cu:graph_run", {"g", G->name}, {"next_count", cg_num(c, ne)});
 	typed(G, &params, &doc, &fill, &ext);
-	CG_EMIT(f, "api.cu:call", {"g", G->name}, {"next_count", ne ? num(c, ne) : ""},
-	        {"next_text", num(c, ne)},
-	        {"next", num(c, at_least_one(ne))},
+	CG_EMIT(f, "api.cu:call", {"g", G->name}, {"next_count", ne ? cg_num(c, ne) : ""},
+	        {"next_text", cg_num(c, ne)},
+	        {"next", cg_num(c, at_least_one(ne))},
 	        {"runner", cg_fmt(c, "%s_%s", G->name, c->co->cuda_graph ? "graph_run" : "run")},
-	        {"ntensors", num(c, at_least_one((int)G->tensors.n))},
+	        {"ntensors", cg_num(c, at_least_one((int)G->tensors.n))},
 	        {"typed_doc", doc}, {"typed_params", params}, {"io_fill", fill},
 	        {"ext_list", ext});
 	if (c->hdr)
@@ -234,7 +227,7 @@ void
 cg_main(Cg *c, CgGraph *G)
 {
 	CG_EMIT(c->host, "api.cu:program", {"graph", G->g->name}, {"g", G->name},
-	        {"world", num(c, G->world)}, {"ntensors", num(c, G->tensors.n)},
-	        {"next_count", num(c, nextern(G))});
+	        {"world", cg_num(c, G->world)}, {"ntensors", cg_num(c, G->tensors.n)},
+	        {"next_count", cg_num(c, nextern(G))});
 	CG_EMIT(c->host, "api.cu:main", {"graph", G->g->name}, {"g", G->name});
 }

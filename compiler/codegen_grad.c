@@ -16,26 +16,6 @@
 
 #include "codegen.h"
 
-/* An integer as text. */
-static char *
-num(Cg *c, int64_t v)
-{
-	return cg_fmt(c, "%lld", (long long)v);
-}
-
-/* The type of value v, and of operand k of node n. */
-static const Type *
-vtype(CgGraph *G, ValId v)
-{
-	return &G->g->vals.v[v].type;
-}
-
-static const Type *
-otype(CgGraph *G, const Node *n, int k)
-{
-	return vtype(G, n->opnd[k].v);
-}
-
 /* The C variable of operand k of node n. */
 static const char *
 var(CgGraph *G, const Node *n, int k)
@@ -48,7 +28,7 @@ static void
 norm_backward(CgGraph *G, const Node *n)
 {
 	Cg *c = G->c;
-	const Type *x = otype(G, n, 1);
+	const Type *x = cg_otype(G, n, 1);
 	DType dt = (DType)x->dt;
 	int64_t len = x->d[x->rank - 1], nout = len ? type_numel(x) / len : 0;
 	if (nout == 0)
@@ -66,8 +46,8 @@ norm_backward(CgGraph *G, const Node *n)
 	const char *kname = cg_kernel_name(G, n, op_name(n->op));
 	CG_EMIT(c->kern, "kernels.cu:norm_backward", {"comment", cg_comment(G, n)},
 	        {"what", layer ? "layer_norm" : "rms_norm"}, {"name", kname},
-	        {"params", params}, {"block", num(c, rg.block)}, {"rows", num(c, rg.rows)},
-	        {"tpr", num(c, rg.tpr)}, {"nout", num(c, nout)}, {"len", num(c, len)},
+	        {"params", params}, {"block", cg_num(c, rg.block)}, {"rows", cg_num(c, rg.rows)},
+	        {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)}, {"len", cg_num(c, len)},
 	        {"acc", acc}, {"opc", opc}, {"layer", layer ? "1" : ""},
 	        {"eps", cg_lit_float(c, dt == DT_F64 ? eps : (double)(float)eps, dt != DT_F64)},
 	        {"wmul", hw ? cg_fmt(c, " * %s(sg_ld(w[r]))", opc) : ""},
@@ -82,7 +62,7 @@ static void
 sdpa_backward(CgGraph *G, const Node *n)
 {
 	Cg *c = G->c;
-	const Type *q = otype(G, n, 1), *k = otype(G, n, 2), *v = otype(G, n, 3);
+	const Type *q = cg_otype(G, n, 1), *k = cg_otype(G, n, 2), *v = cg_otype(G, n, 3);
 	DType dt = (DType)q->dt;
 	int64_t L = q->d[q->rank - 2], E = q->d[q->rank - 1];
 	int64_t S = k->d[k->rank - 2], Ev = v->d[v->rank - 1];
@@ -103,8 +83,8 @@ sdpa_backward(CgGraph *G, const Node *n)
 	const char *k3 = cg_kernel_name(G, n, "sdpa_bwd_dkdv");
 	CgBind b[] = {
 		{"comment", cg_comment(G, n)}, {"t", cg_ctype(dt)}, {"acc", acc},
-		{"tile", num(c, tile)}, {"e", num(c, E)}, {"ev", num(c, Ev)},
-		{"l", num(c, L)}, {"s", num(c, S)},
+		{"tile", cg_num(c, tile)}, {"e", cg_num(c, E)}, {"ev", cg_num(c, Ev)},
+		{"l", cg_num(c, L)}, {"s", cg_num(c, S)},
 		{"qbase", cg_index(c, "b", brank, bshape, st[0], 0)},
 		{"kbase", cg_index(c, "b", brank, bshape, st[1], 0)},
 		{"vbase", cg_index(c, "b", brank, bshape, st[2], 0)},
@@ -127,7 +107,7 @@ sdpa_backward(CgGraph *G, const Node *n)
 	for (int i = 0; i < 3; i++)
 		if (sm[i] > 48 * 1024)
 			CG_EMIT(G->body, "host.cu:smem_attr", {"kname", kn[i]},
-			        {"smem", num(c, sm[i])}, {"line", num(c, n->loc.line)});
+			        {"smem", cg_num(c, sm[i])}, {"line", cg_num(c, n->loc.line)});
 	char *in = cg_fmt(c, "%s, %s, %s, %s", var(G, n, 1), var(G, n, 2), var(G, n, 3),
 	                  var(G, n, 0));
 	cg_launch(G, n, k1, nb * L, 128, sm1, cg_fmt(c, "%s, %s", in, stats));
@@ -147,7 +127,7 @@ scatter(CgGraph *G, const Node *n, const char *what, const char *iidx,
         const char *dst, int64_t size)
 {
 	Cg *c = G->c;
-	const Type *gt = otype(G, n, 0), *r = vtype(G, n->res[0]);
+	const Type *gt = cg_otype(G, n, 0), *r = cg_vtype(G, n->res[0]);
 	DType dt = (DType)r->dt;
 	int64_t count = type_numel(gt), total = type_numel(r);
 	const char *acc = dt == DT_F64 ? "double" : "float";
@@ -157,17 +137,17 @@ scatter(CgGraph *G, const Node *n, const char *what, const char *iidx,
 		return;
 	if (!direct)
 		target = cg_alloc_tmp(G, n, acc, total * 4, "acc");
-	CG_EMIT(G->body, "host.cu:memset", {"s", num(c, cg_stream(n))}, {"dst", target},
-	        {"bytes", num(c, total * (direct ? dtype_size(dt) : 4))},
-	        {"name", cg_fmt(c, "zero_%s", what)}, {"line", num(c, n->loc.line)});
+	CG_EMIT(G->body, "host.cu:memset", {"s", cg_num(c, cg_stream(n))}, {"dst", target},
+	        {"bytes", cg_num(c, total * (direct ? dtype_size(dt) : 4))},
+	        {"name", cg_fmt(c, "zero_%s", what)}, {"line", cg_num(c, n->loc.line)});
 	if (count) {
 		const char *kname = cg_kernel_name(G, n, what);
 		CG_EMIT(c->kern, "kernels.cu:scatter_add", {"comment", cg_comment(G, n)},
 		        {"name", kname}, {"t", cg_ctype((DType)gt->dt)},
-		        {"ti", cg_ctype((DType)otype(G, n, 1)->dt)}, {"acc", acc},
-		        {"n", num(c, count)}, {"iidx", iidx}, {"dst", dst},
-		        {"size", num(c, size)}, {"file", cg_source_name(c)},
-		        {"line", num(c, n->loc.line)}, {"what", what});
+		        {"ti", cg_ctype((DType)cg_otype(G, n, 1)->dt)}, {"acc", acc},
+		        {"n", cg_num(c, count)}, {"iidx", iidx}, {"dst", dst},
+		        {"size", cg_num(c, size)}, {"file", cg_source_name(c)},
+		        {"line", cg_num(c, n->loc.line)}, {"what", what});
 		cg_launch(G, n, kname, cg_grid(count, 256), 256, 0,
 		          cg_fmt(c, "%s, %s, %s", var(G, n, 0), var(G, n, 1), target));
 	}
@@ -175,7 +155,7 @@ scatter(CgGraph *G, const Node *n, const char *what, const char *iidx,
 		const char *kname = cg_kernel_name(G, n, cg_fmt(c, "%s_cast", what));
 		CG_EMIT(c->kern, "kernels.cu:copy", {"comment", cg_comment(G, n)},
 		        {"name", kname}, {"tin", "float"}, {"tout", cg_ctype(dt)},
-		        {"idx", cg_index_type(total)}, {"n", num(c, total)}, {"dst", "i"},
+		        {"idx", cg_index_type(total)}, {"n", cg_num(c, total)}, {"dst", "i"},
 		        {"value", cg_store(c, dt, "x[i]")});
 		cg_launch(G, n, kname, cg_grid(total, 256), 256, 0,
 		          cg_fmt(c, "%s, %s", target, rv));
@@ -187,7 +167,7 @@ scatter(CgGraph *G, const Node *n, const char *what, const char *iidx,
 static void
 embedding_backward(CgGraph *G, const Node *n)
 {
-	const Type *r = vtype(G, n->res[0]);
+	const Type *r = cg_vtype(G, n->res[0]);
 	int64_t rows = r->d[0], width = r->d[1];
 	Cg *c = G->c;
 	scatter(G, n, "embedding_backward", cg_fmt(c, "i / %lld", (long long)width),
@@ -199,7 +179,7 @@ static void
 gather_backward(CgGraph *G, const Node *n)
 {
 	Cg *c = G->c;
-	const Type *gt = otype(G, n, 0), *r = vtype(G, n->res[0]);
+	const Type *gt = cg_otype(G, n, 0), *r = cg_vtype(G, n->res[0]);
 	int d = r->rank ? shape_norm_dim(ir_attr_int(n, "dim", 0), r->rank) : 0;
 	int64_t rs[SG_MAXRANK], st[SG_MAXRANK];
 	cg_strides(r, rs);
@@ -216,7 +196,7 @@ static void
 ce_backward(CgGraph *G, const Node *n)
 {
 	Cg *c = G->c;
-	const Type *x = otype(G, n, 1), *t = otype(G, n, 2);
+	const Type *x = cg_otype(G, n, 1), *t = cg_otype(G, n, 2);
 	DType dt = (DType)x->dt;
 	int64_t outer, len, inner;
 	cg_around(x, x->rank >= 2 ? 1 : 0, &outer, &len, &inner);
@@ -230,14 +210,14 @@ ce_backward(CgGraph *G, const Node *n)
 	char *roff = inner == 1 ? "r" : cg_fmt(c, "r * %lld", (long long)inner);
 	CgRows rg = cg_rows(nout, len);
 	CG_EMIT(c->kern, "kernels.cu:ce_bwd_count", {"comment", cg_comment(G, n)},
-	        {"name", k1}, {"t", cg_ctype((DType)otype(G, n, 0)->dt)},
-	        {"tt", cg_ctype((DType)t->dt)}, {"acc", acc}, {"nout", num(c, nout)},
+	        {"name", k1}, {"t", cg_ctype((DType)cg_otype(G, n, 0)->dt)},
+	        {"tt", cg_ctype((DType)t->dt)}, {"acc", acc}, {"nout", cg_num(c, nout)},
 	        {"opc", opc});
 	CG_EMIT(c->kern, "kernels.cu:ce_bwd_rows", {"name", k2}, {"t", cg_ctype(dt)},
-	        {"tt", cg_ctype((DType)t->dt)}, {"acc", acc}, {"block", num(c, rg.block)},
-	        {"rows", num(c, rg.rows)}, {"tpr", num(c, rg.tpr)}, {"nout", num(c, nout)},
-	        {"len", num(c, len)}, {"base", cg_row_base(c, outer, len, inner)},
-	        {"file", cg_source_name(c)}, {"line", num(c, n->loc.line)},
+	        {"tt", cg_ctype((DType)t->dt)}, {"acc", acc}, {"block", cg_num(c, rg.block)},
+	        {"rows", cg_num(c, rg.rows)}, {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)},
+	        {"len", cg_num(c, len)}, {"base", cg_row_base(c, outer, len, inner)},
+	        {"file", cg_source_name(c)}, {"line", cg_num(c, n->loc.line)},
 	        {"inf", dt == DT_F64 ? "sg_inf()" : "sg_inff()"},
 	        {"load", cg_fmt(c, "%s(sg_ld(x[base + %s]))", opc, roff)}, {"roff", roff},
 	        {"store", cg_store(c, dt, "v")});
@@ -260,7 +240,7 @@ static void
 sgd(CgGraph *G, const Node *n, NodeId i)
 {
 	Cg *c = G->c;
-	const Type *p = otype(G, n, 0);
+	const Type *p = cg_otype(G, n, 0);
 	DType dt = (DType)p->dt;
 	int64_t count = type_numel(p);
 	double mom = ir_attr_float(n, "momentum", 0), wd = ir_attr_float(n, "weight_decay", 0);
@@ -270,7 +250,7 @@ sgd(CgGraph *G, const Node *n, NodeId i)
 	const char *ct = cg_ctype(dt);
 	CG_EMIT(c->kern, "kernels.cu:sgd", {"comment", cg_comment(G, n)}, {"name", kname},
 	        {"t", ct}, {"c", cg_regtype(dt)}, {"dt", cg_dtname(dt)},
-	        {"idx", cg_index_type(count)}, {"n", num(c, count)},
+	        {"idx", cg_index_type(count)}, {"n", cg_num(c, count)},
 	        {"bufparam", mom != 0 ? cg_fmt(c, ", %s *__restrict__ buf", ct) : ""},
 	        {"wd", wd != 0 ? "1" : ""}, {"w", opmath(c, dt, wd)},
 	        {"mom", mom != 0 ? "1" : ""}, {"m", opmath(c, dt, mom)},
@@ -286,7 +266,7 @@ static void
 adamw(CgGraph *G, const Node *n, NodeId i)
 {
 	Cg *c = G->c;
-	const Type *p = otype(G, n, 0);
+	const Type *p = cg_otype(G, n, 0);
 	DType dt = (DType)p->dt;
 	int64_t count = type_numel(p);
 	double lr = ir_attr_float(n, "lr", 0), wd = ir_attr_float(n, "weight_decay", 0);
@@ -305,7 +285,7 @@ adamw(CgGraph *G, const Node *n, NodeId i)
 		return;
 	CG_EMIT(c->kern, "kernels.cu:adamw", {"comment", cg_comment(G, n)}, {"name", k2},
 	        {"t", ct}, {"c", rt}, {"dt", cg_dtname(dt)}, {"idx", cg_index_type(count)},
-	        {"n", num(c, count)}, {"decay", opmath(c, dt, 1 - lr * wd)},
+	        {"n", cg_num(c, count)}, {"decay", opmath(c, dt, 1 - lr * wd)},
 	        {"w1", opmath(c, dt, 1 - b1)}, {"c2", opmath(c, dt, 1 - b2)},
 	        {"bb2", opmath(c, dt, b2)}, {"eps", opmath(c, dt, eps)});
 	cg_launch(G, n, k2, cg_grid(count, 256), 256, 0,

@@ -338,13 +338,6 @@ cg_graph_free(CgGraph *G)
 
 /* ------------------------------------------------------------------ statements */
 
-/* An integer as text. */
-static char *
-num(Cg *c, int64_t v)
-{
-	return cg_fmt(c, "%lld", (long long)v);
-}
-
 /* Which values the host code names: operands of nodes that emit code,
  * results that own memory, values copied at the end. */
 static void
@@ -409,15 +402,15 @@ bind_results(CgGraph *G, NodeId i)
 		} else if (cl->planned) {
 			CG_EMIT(G->body, "host.cu:arena", {"var", G->vname[v]},
 			        {"type", cg_ctype((DType)t->dt)},
-			        {"off", num(c, (int64_t)arena_buf(G, v)->offset)},
-			        {"bytes", num(c, type_numel(t) * dtype_size((DType)t->dt))});
+			        {"off", cg_num(c, (int64_t)arena_buf(G, v)->offset)},
+			        {"bytes", cg_num(c, type_numel(t) * dtype_size((DType)t->dt))});
 		} else if (cl->kind == ST_TEMP) {
 			CG_EMIT(G->body, "host.cu:alloc", {"var", G->vname[v]},
-			        {"bytes", num(c, type_numel(t) * dtype_size((DType)t->dt))},
-			        {"s", num(c, cg_stream(n))}, {"line", num(c, n->loc.line)});
+			        {"bytes", cg_num(c, type_numel(t) * dtype_size((DType)t->dt))},
+			        {"s", cg_num(c, cg_stream(n))}, {"line", cg_num(c, n->loc.line)});
 		} else if (cl->kind == ST_HOST) {
 			CG_EMIT(G->body, "host.cu:hostbuf", {"var", G->vname[v]},
-			        {"type", cg_ctype((DType)t->dt)}, {"k", num(c, cl->hostbuf)});
+			        {"type", cg_ctype((DType)t->dt)}, {"k", cg_num(c, cl->hostbuf)});
 		}
 	}
 }
@@ -437,17 +430,17 @@ release_after(CgGraph *G, NodeId i)
 		for (uint32_t s = 0; s < g->streams.n; s++)
 			if (cl->last_on[s] == i && cl->free_event[s] >= 0)
 				CG_EMIT(G->body, "host.cu:free_record",
-				        {"k", num(c, cl->free_event[s])}, {"s", num(c, s)},
-				        {"line", num(c, n->loc.line)});
+				        {"k", cg_num(c, cl->free_event[s])}, {"s", cg_num(c, s)},
+				        {"line", cg_num(c, n->loc.line)});
 		if (cl->release != i || cl->dealloc)
 			continue;
 		for (uint32_t s = 0; s < g->streams.n; s++)
 			if (cl->free_event[s] >= 0)
 				CG_EMIT(G->body, "host.cu:free_wait",
-				        {"k", num(c, cl->free_event[s])},
-				        {"s", num(c, cg_stream(n))}, {"line", num(c, n->loc.line)});
+				        {"k", cg_num(c, cl->free_event[s])},
+				        {"s", cg_num(c, cg_stream(n))}, {"line", cg_num(c, n->loc.line)});
 		CG_EMIT(G->body, "host.cu:free", {"var", G->vname[v]},
-		        {"s", num(c, cg_stream(n))}, {"line", num(c, n->loc.line)});
+		        {"s", cg_num(c, cg_stream(n))}, {"line", cg_num(c, n->loc.line)});
 	}
 }
 
@@ -468,7 +461,7 @@ event_op(CgGraph *G, int op, int64_t e, int s, int line)
 	event_ref(G, e, &ext, &idx);
 	const char *sec = op == OP_RECORD_EVENT ? (ext ? "host.cu:record_ext" : "host.cu:record")
 	                                        : (ext ? "host.cu:wait_ext" : "host.cu:wait");
-	CG_EMIT(G->body, sec, {"e", num(c, idx)}, {"s", num(c, s)}, {"line", num(c, line)});
+	CG_EMIT(G->body, sec, {"e", cg_num(c, idx)}, {"s", cg_num(c, s)}, {"line", cg_num(c, line)});
 }
 
 /* synchronize(): the host waits for every stream; inside a CUDA graph a
@@ -477,7 +470,7 @@ static void
 synchronize(CgGraph *G, int line)
 {
 	CG_EMIT(G->body, G->c->co->cuda_graph ? "host.cu:barrier" : "host.cu:synchronize",
-	        {"line", num(G->c, line)});
+	        {"line", cg_num(G->c, line)});
 }
 
 /* The sync a control_deps node performs (its sync= and extra attributes). */
@@ -497,8 +490,8 @@ control_sync(CgGraph *G, const Node *n)
 		event_op(G, op, target, cg_stream(n), line);
 		break;
 	case OP_WAIT_STREAM:
-		CG_EMIT(G->body, "host.cu:wait_stream", {"s", num(G->c, cg_stream(n))},
-		        {"other", num(G->c, target)}, {"line", num(G->c, line)});
+		CG_EMIT(G->body, "host.cu:wait_stream", {"s", cg_num(G->c, cg_stream(n))},
+		        {"other", cg_num(G->c, target)}, {"line", cg_num(G->c, line)});
 		break;
 	case OP_SYNCHRONIZE:
 		synchronize(G, line);
@@ -518,7 +511,7 @@ sync_dealloc(CgGraph *G, const Node *n)
 	ValId v = n->opnd[0].v;
 	if (G->cls[v]->kind == ST_TEMP && !G->cls[v]->planned && !G->ingroup_only[G->root[v]])
 		CG_EMIT(G->body, "host.cu:free", {"var", G->vname[G->root[v]]},
-		        {"s", num(c, s)}, {"line", num(c, line)});
+		        {"s", cg_num(c, s)}, {"line", cg_num(c, line)});
 }
 
 /* The statements of node i (its comment first). */
@@ -542,8 +535,8 @@ node_stmt(CgGraph *G, NodeId i)
 		event_op(G, n->op, n->opnd[0].v, cg_stream(n), line);
 		return 1;
 	case OP_WAIT_STREAM:
-		CG_EMIT(G->body, "host.cu:wait_stream", {"s", num(c, cg_stream(n))},
-		        {"other", num(c, n->opnd[0].v)}, {"line", num(c, line)});
+		CG_EMIT(G->body, "host.cu:wait_stream", {"s", cg_num(c, cg_stream(n))},
+		        {"other", cg_num(c, n->opnd[0].v)}, {"line", cg_num(c, line)});
 		return 1;
 	case OP_SYNCHRONIZE:
 		synchronize(G, line);
@@ -572,9 +565,9 @@ return_copies(CgGraph *G)
 			continue;
 		CG_EMIT(G->body, "host.cu:copy", {"s", "0"},
 		        {"dst", cg_fmt(c, "io[%d]", G->ret_slot[k])},
-		        {"src", G->vname[v]}, {"bytes", num(c, bytes)},
+		        {"src", G->vname[v]}, {"bytes", cg_num(c, bytes)},
 		        {"name", cg_fmt(c, "return_%s", g->vals.v[v].name)},
-		        {"line", num(c, G->lastline)});
+		        {"line", cg_num(c, G->lastline)});
 	}
 }
 
@@ -634,7 +627,7 @@ cg_graph_body(CgGraph *G)
 	find_buffers(G);
 	find_named(G);
 	if (g->streams.n > 1)
-		CG_EMIT(G->body, "host.cu:fork", {"line", num(G->c, g->loc.line)});
+		CG_EMIT(G->body, "host.cu:fork", {"line", cg_num(G->c, g->loc.line)});
 	int ok = 1;
 	for (NodeId i = 0; i < g->nodes.n && ok; i++) {
 		Node *n = &g->nodes.v[i];
@@ -660,7 +653,7 @@ cg_graph_body(CgGraph *G)
 	}
 	if (ok) {
 		if (g->streams.n > 1)
-			CG_EMIT(G->body, "host.cu:join", {"line", num(G->c, G->lastline)});
+			CG_EMIT(G->body, "host.cu:join", {"line", cg_num(G->c, G->lastline)});
 		return_copies(G);
 	}
 	fclose(G->body);

@@ -1,0 +1,462 @@
+/*
+ * codegen_rows.c - reductions and row kernels: sum/mean/amax/amin/var,
+ * softmax and log_softmax, layer_norm and rms_norm, cross_entropy and
+ * mse_loss.  Rows whose input is in memory in f16, bf16 or f32 go to the
+ * kernel library (codegen_templates/kernels/sgk_rows.cuh); the rest to
+ * the templates of kernels.cu.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "codegen.h"
+
+/* ------------------------------------------------------------------ row kernels */
+
+/* How the threads of a row kernel split: ${tpr} threads a row (a warp
+ * when rows are short or many, else a block), ${rows} rows a block. */
+CgRows
+cg_rows(int64_t nout, int64_t len)
+{
+	CgRows r;
+	r.tpr = len <= 256 || nout >= 4096 ? 32 : len >= 16384 ? 1024 : 256;
+	r.block = r.tpr == 32 ? 256 : r.tpr;
+	r.rows = r.block / r.tpr;
+	r.grid = (nout + r.rows - 1) / r.rows;
+	if (r.grid < 1)
+		r.grid = 1;
+	return r;
+}
+
+/* The accumulator type for floating work on dtype dt, and the conversion
+ * of a loaded register into it. */
+const char *
+cg_acc_type(DType dt)
+{
+	return dt == DT_F64 ? "double" : "float";
+}
+
+const char *
+cg_acc_conv(DType dt)
+{
+	return dt == DT_F64 ? "sg_opd" : "sg_opf";
+}
+
+/* sg_st_DT(sg_to_DT(v)). */
+char *
+cg_store(Cg *c, DType dt, const char *v)
+{
+	return cg_fmt(c, "sg_st_%s(sg_to_%s(%s))", cg_dtname(dt), cg_dtname(dt), v);
+}
+
+/* The dims a reduction reduces (its dims=, or all when absent or empty). */
+static void
+reduced_dims(const Node *n, const Type *x, int *red)
+{
+	const Attr *a = ir_attr(n, "dims");
+	int all = !a || a->nints == 0;
+	for (int d = 0; d < x->rank; d++)
+		red[d] = all;
+	if (all)
+		return;
+	for (uint32_t k = 0; k < a->nints; k++) {
+		int d = shape_norm_dim(a->ints[k], x->rank);
+		if (d >= 0)
+			red[d] = 1;
+	}
+}
+
+/* Splits x's dims into kept and reduced ones: sizes, strides, counts. */
+static void
+split_dims(const Type *x, const int *red, int64_t *ks, int64_t *kst, int *nk,
+           int64_t *rs, int64_t *rst, int *nr, int64_t *nout, int64_t *nred)
+{
+	int64_t st[SG_MAXRANK];
+	cg_strides(x, st);
+	*nk = *nr = 0;
+	*nout = *nred = 1;
+	for (int d = 0; d < x->rank; d++) {
+		if (red[d]) {
+			rs[*nr] = x->d[d];
+			rst[(*nr)++] = st[d];
+			*nred *= x->d[d];
+		} else {
+			ks[*nk] = x->d[d];
+			kst[(*nk)++] = st[d];
+			*nout *= x->d[d];
+		}
+	}
+}
+
+/* A reduction whose single output covers many elements: two kernels
+ * (a part per block, then one block over the parts). */
+static void
+reduce_two_stage(CgGraph *G, const Node *n, const char *what, const char *params,
+                 const char *args, const char *acc, const char *op,
+                 const char *init, const char *loadexpr, int64_t nred,
+                 const char *finish, DType rdt, const char *outvar)
+{
+	Cg *c = G->c;
+	int64_t nparts = cg_grid(nred, 256);
+	if (nparts > 1024)
+		nparts = 1024;
+	char *tmp = cg_alloc_tmp(G, n, acc, nparts * (int64_t)(strcmp(acc, "float") ? 8 : 4),
+	                      "part");
+	const char *k1 = cg_kernel_name(G, n, cg_fmt(c, "%s_part", what));
+	const char *k2 = cg_kernel_name(G, n, cg_fmt(c, "%s_final", what));
+	CG_EMIT(c->kern, "kernels.cu:reduce_partial", {"comment", cg_comment(G, n)},
+	        {"what", what}, {"name", k1},
+	        {"params", cg_fmt(c, "%s, %s *__restrict__ part", params, acc)},
+	        {"acc", acc}, {"init", init}, {"nred", cg_num(c, nred)}, {"op", op},
+	        {"load", loadexpr});
+	CG_EMIT(c->kern, "kernels.cu:reduce_final", {"what", what}, {"name", k2},
+	        {"acc", acc}, {"tout", cg_ctype(rdt)}, {"init", init},
+	        {"nparts", cg_num(c, nparts)}, {"op", op},
+	        {"store", cg_store(c, rdt, finish)});
+	cg_launch(G, n, k1, nparts, 256, 0, cg_fmt(c, "%s, %s", args, tmp));
+	cg_launch(G, n, k2, 1, 256, 0, cg_fmt(c, "%s, %s", tmp, outvar));
+	cg_free_tmp(G, n, tmp);
+}
+
+/* v / n in type acc ("float" or "double"): a division by a zero count
+ * (the mean of nothing, the variance of one element) is NaN, written as
+ * such rather than as a constant division by zero. */
+static char *
+divide(Cg *c, const char *v, const char *acc, int64_t n)
+{
+	if (n == 0)
+		return strcmp(acc, "double") == 0 ? "sg_nan()" : "sg_nanf()";
+	return cg_fmt(c, "%s / (%s)%lld", v, acc, (long long)n);
+}
+
+/* sum mean amax amin var var_mean. */
+int
+cg_reduce(CgGraph *G, const Node *n)
+{
+	Cg *c = G->c;
+	const Type *x = cg_otype(G, n, 0), *r = cg_vtype(G, n->res[0]);
+	int red[SG_MAXRANK], nk, nr;
+	int64_t ks[SG_MAXRANK], kst[SG_MAXRANK], rs[SG_MAXRANK], rst[SG_MAXRANK];
+	int64_t nout, nred;
+	reduced_dims(n, x, red);
+	split_dims(x, red, ks, kst, &nk, rs, rst, &nr, &nout, &nred);
+	if (nout == 0)
+		return 1;
+	DType rdt = (DType)r->dt;
+	int fl = dtype_is_float((DType)x->dt) || dtype_is_float(rdt);
+	const char *acc = fl ? cg_acc_type((DType)x->dt) : "sg_i64";
+	const char *ov = G->vname[n->res[0]];
+	CgInput in = cg_input(G, n);
+	const char *xv = in.args;
+	const char *cv = fl ? cg_acc_conv((DType)x->dt) : "";
+	char *roff = cg_index(c, "r", nr, rs, rst, 0);
+	char *loadexpr = cg_fmt(c, "%s(%s)", cv, cg_fmt(c, in.fmt, cg_fmt(c, "base + %s", roff)));
+	CgRows rg = cg_rows(nout, nred);
+	const char *kname = cg_kernel_name(G, n, op_name(n->op));
+	if (n->op == OP_VAR || n->op == OP_VAR_MEAN) {
+		int mean = n->op == OP_VAR_MEAN;
+		char *params = cg_fmt(c, "%s, %s *__restrict__ out%s%s%s",
+		                      in.params, cg_ctype(rdt),
+		                      mean ? ", " : "", mean ? cg_ctype(rdt) : "",
+		                      mean ? " *__restrict__ mean_out" : "");
+		CG_EMIT(c->kern, "kernels.cu:reduce_var", {"comment", cg_comment(G, n)},
+		        {"name", kname}, {"params", params}, {"block", cg_num(c, rg.block)},
+		        {"rows", cg_num(c, rg.rows)}, {"tpr", cg_num(c, rg.tpr)},
+		        {"nout", cg_num(c, nout)}, {"base", cg_index(c, "o", nk, ks, kst, 0)},
+		        {"acc", acc}, {"nred", cg_num(c, nred)}, {"load", loadexpr},
+		        {"store_var", cg_store(c, rdt, divide(c, "q", acc, nred - 1))},
+		        {"mean", mean ? "1" : ""}, {"store_mean", cg_store(c, rdt, "mean")});
+		cg_launch(G, n, kname, rg.grid, rg.block, 0,
+		       mean ? cg_fmt(c, "%s, %s, %s", xv, ov, G->vname[n->res[1]])
+		            : cg_fmt(c, "%s, %s", xv, ov));
+		return 1;
+	}
+	const char *op = n->op == OP_AMAX ? "sg_max_op" : n->op == OP_AMIN ? "sg_min_op"
+	                                                                   : "sg_sum_op";
+	const char *init = "0";
+	if (n->op == OP_AMAX || n->op == OP_AMIN) {
+		int mx = n->op == OP_AMAX;
+		init = !fl ? (mx ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL")
+		     : strcmp(acc, "float") == 0 ? (mx ? "-sg_inff()" : "sg_inff()")
+		                                 : (mx ? "-sg_inf()" : "sg_inf()");
+	}
+	char *finish = n->op == OP_MEAN ? divide(c, "acc", acc, nred)
+	                                : "acc";
+	if (nout == 1 && nred >= 32768) {
+		char *ld = cg_fmt(c, "%s(%s)", cv, cg_fmt(c, in.fmt, "r"));
+		reduce_two_stage(G, n, op_name(n->op), in.params, xv, acc, op, init, ld,
+		                 nred, finish, rdt, ov);
+		return 1;
+	}
+	char *base = cg_index(c, "o", nk, ks, kst, 0);
+	if (strcmp(base, "o") == 0 && nout > 1) {
+		/* The outputs are the innermost elements: read them coalesced. */
+		char *ld = cg_fmt(c, in.fmt, cg_fmt(c, "o + %s", roff));
+		CG_EMIT(c->kern, "kernels.cu:reduce_cols", {"comment", cg_comment(G, n)},
+		        {"name", kname}, {"xparams", in.params},
+		        {"tout", cg_ctype(rdt)}, {"acc", acc}, {"init", init},
+		        {"nout", cg_num(c, nout)}, {"nred", cg_num(c, nred)}, {"op", op},
+		        {"load", cg_fmt(c, "%s(%s)", cv, ld)},
+		        {"store", cg_store(c, rdt, finish)});
+		cg_launch(G, n, kname, (nout + 31) / 32, 256, 0, cg_fmt(c, "%s, %s", xv, ov));
+		return 1;
+	}
+	CG_EMIT(c->kern, "kernels.cu:reduce", {"comment", cg_comment(G, n)}, {"name", kname},
+	        {"xparams", in.params}, {"tout", cg_ctype(rdt)},
+	        {"block", cg_num(c, rg.block)}, {"rows", cg_num(c, rg.rows)},
+	        {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)},
+	        {"base", base}, {"acc", acc},
+	        {"init", init}, {"nred", cg_num(c, nred)}, {"op", op}, {"load", loadexpr},
+	        {"store", cg_store(c, rdt, finish)});
+	cg_launch(G, n, kname, rg.grid, rg.block, 0, cg_fmt(c, "%s, %s", xv, ov));
+	return 1;
+}
+
+/* x as [outer, len, inner] around dim d. */
+void
+cg_around(const Type *x, int d, int64_t *outer, int64_t *len, int64_t *inner)
+{
+	*outer = *len = *inner = 1;
+	for (int i = 0; i < x->rank; i++) {
+		if (i < d)
+			*outer *= x->d[i];
+		else if (i == d)
+			*len = x->d[i];
+		else
+			*inner *= x->d[i];
+	}
+}
+
+/* The offset of row o of an [outer, len, inner] view. */
+char *
+cg_row_base(Cg *c, int64_t outer, int64_t len, int64_t inner)
+{
+	int64_t sz[2] = {outer, inner}, st[2] = {len * inner, 1};
+	return cg_index(c, "o", 2, sz, st, 0);
+}
+
+/* ------------------------------------------------------------------ kernel library */
+
+/* Pastes section `code` of sgk_common.cuh and of the library file `file`
+ * (codegen_templates/kernels/) into the kernels, once a graph (the
+ * bodies carry include guards, so another graph's copy is harmless). */
+void
+cg_use_library(CgGraph *G, const char *file)
+{
+	const char *files[2] = {"sgk_common.cuh", file};
+	char *key = cg_fmt(G->c, "#%s", file);
+	if (map_get(&G->kernames, key, strlen(key)))
+		return;
+	map_put(&G->kernames, key, strlen(key), 1);
+	CG_EMIT(G->c->kern, "prelude.cu:library_begin", {"x", ""});
+	for (int i = 0; i < 2; i++) {
+		key = cg_fmt(G->c, "#%s", files[i]);
+		if (i == 0 && map_get(&G->kernames, key, strlen(key)))
+			continue;
+		map_put(&G->kernames, key, strlen(key), 1);
+		CG_EMIT(G->c->kern, cg_fmt(G->c, "%s:code", files[i]), {"x", ""});
+	}
+	CG_EMIT(G->c->kern, "prelude.cu:library_end", {"x", ""});
+}
+
+/* softmax, log_softmax, layer_norm, rms_norm over the last dim through the
+ * row kernels of sgk_rows.cuh: f16, bf16, f32 whose input is in memory
+ * (no pointwise producer fused in at -O2).  0, with nothing emitted,
+ * otherwise. */
+static int
+rows_library(CgGraph *G, const Node *n)
+{
+	Cg *c = G->c;
+	const Type *x = cg_otype(G, n, 0);
+	DType dt = (DType)x->dt;
+	if (dt != DT_F16 && dt != DT_BF16 && dt != DT_F32)
+		return 0;
+	if (G->prologue && G->prologue[n - G->g->nodes.v] >= 0)
+		return 0;
+	if (x->rank < 1 || x->d[x->rank - 1] < 1 || x->d[x->rank - 1] > INT32_MAX)
+		return 0;
+	int64_t len = x->d[x->rank - 1], rows = type_numel(x) / len;
+	int soft = n->op == OP_SOFTMAX || n->op == OP_LOG_SOFTMAX;
+	if (soft && shape_norm_dim(ir_attr_int(n, "dim", -1), x->rank) != x->rank - 1)
+		return 0;
+	cg_use_library(G, "sgk_rows.cuh");
+	const char *t = cg_ctype(dt), *rv = G->vname[n->res[0]];
+	const char *xv = G->vname[n->opnd[0].v], *s = cg_num(c, cg_stream(n));
+	char *call;
+	if (soft) {
+		call = cg_fmt(c, "sg_launch_softmax_fwd<%s>(%s, %s, %lld, %lld, %d, sgrt_stream(rt, %s))",
+		              t, xv, rv, (long long)rows, (long long)len,
+		              n->op == OP_LOG_SOFTMAX, s);
+	} else {
+		int rms = n->op == OP_RMS_NORM;
+		double eps = ir_attr_float(n, "eps", rms ? 1e-6 : 1e-5);
+		const char *w = n->nopnd > 1 ? G->vname[n->opnd[1].v] : "NULL";
+		const char *b = n->nopnd > 2 ? G->vname[n->opnd[2].v] : "NULL";
+		call = cg_fmt(c, "sg_launch_layer_norm_fwd<%s>(%s, %s, %s, %s, NULL, NULL, %lld, "
+		              "%lld, %s, %d, sgrt_stream(rt, %s))", t, xv, w, b, rv,
+		              (long long)rows, (long long)len,
+		              cg_lit_float(c, (double)(float)eps, 1), rms, s);
+	}
+	CG_EMIT(G->body, "host.cu:lib_call", {"s", s},
+	        {"kname", cg_kernel_name(G, n, op_name(n->op))}, {"line", cg_num(c, n->loc.line)},
+	        {"call", call});
+	return 1;
+}
+
+/* softmax, log_softmax. */
+int
+cg_softmax(CgGraph *G, const Node *n)
+{
+	if (type_numel(cg_otype(G, n, 0)) > 0 && rows_library(G, n))
+		return 1;
+	Cg *c = G->c;
+	const Type *x = cg_otype(G, n, 0);
+	DType dt = (DType)x->dt;
+	int d = x->rank ? shape_norm_dim(ir_attr_int(n, "dim", -1), x->rank) : 0;
+	int64_t outer, len, inner;
+	cg_around(x, d, &outer, &len, &inner);
+	int64_t nout = outer * inner;
+	if (nout == 0 || len == 0)
+		return 1;
+	CgRows rg = cg_rows(nout, len);
+	const char *acc = cg_acc_type(dt), *kname = cg_kernel_name(G, n, op_name(n->op));
+	char *roff = inner == 1 ? "r" : cg_fmt(c, "r * %lld", (long long)inner);
+	CgInput in = cg_input(G, n);
+	char *ld = cg_fmt(c, "%s(%s)", cg_acc_conv(dt),
+	                  cg_fmt(c, in.fmt, cg_fmt(c, "base + %s", roff)));
+	CG_EMIT(c->kern, "kernels.cu:softmax", {"comment", cg_comment(G, n)}, {"name", kname},
+	        {"xparams", in.params}, {"t", cg_ctype(dt)}, {"block", cg_num(c, rg.block)},
+	        {"rows", cg_num(c, rg.rows)},
+	        {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)},
+	        {"base", cg_row_base(c, outer, len, inner)}, {"acc", acc},
+	        {"inf", dt == DT_F64 ? "sg_inf()" : "sg_inff()"}, {"len", cg_num(c, len)},
+	        {"load", ld}, {"roff", roff},
+	        {"store", cg_store(c, dt, n->op == OP_LOG_SOFTMAX ? "v - ls" : "sg_exp(v) / s")});
+	cg_launch(G, n, kname, rg.grid, rg.block, 0,
+	       cg_fmt(c, "%s, %s", in.args, G->vname[n->res[0]]));
+	return 1;
+}
+
+/* layer_norm, rms_norm over the last dim. */
+int
+cg_norm(CgGraph *G, const Node *n)
+{
+	if (type_numel(cg_otype(G, n, 0)) > 0 && rows_library(G, n))
+		return 1;
+	Cg *c = G->c;
+	const Type *x = cg_otype(G, n, 0);
+	DType dt = (DType)x->dt;
+	int64_t len = x->d[x->rank - 1], nout = len ? type_numel(x) / len : 0;
+	if (nout == 0)
+		return 1;
+	int hw = n->nopnd > 1, hb = n->nopnd > 2;
+	const char *ct = cg_ctype(dt), *acc = cg_acc_type(dt);
+	CgInput in = cg_input(G, n);
+	char *params = cg_fmt(c, "%s, ", in.params), *args = in.args;
+	if (hw) {
+		params = cg_fmt(c, "%sconst %s *__restrict__ w, ", params, ct);
+		args = cg_fmt(c, "%s, %s", args, G->vname[n->opnd[1].v]);
+	}
+	if (hb) {
+		params = cg_fmt(c, "%sconst %s *__restrict__ b, ", params, ct);
+		args = cg_fmt(c, "%s, %s", args, G->vname[n->opnd[2].v]);
+	}
+	params = cg_fmt(c, "%s%s *__restrict__ out", params, ct);
+	args = cg_fmt(c, "%s, %s", args, G->vname[n->res[0]]);
+	CgRows rg = cg_rows(nout, len);
+	const char *kname = cg_kernel_name(G, n, op_name(n->op));
+	double eps = ir_attr_float(n, "eps", n->op == OP_RMS_NORM ? 1e-6 : 1e-5);
+	CG_EMIT(c->kern, "kernels.cu:norm", {"comment", cg_comment(G, n)}, {"name", kname},
+	        {"params", params}, {"block", cg_num(c, rg.block)}, {"rows", cg_num(c, rg.rows)},
+	        {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)}, {"len", cg_num(c, len)},
+	        {"acc", acc}, {"layer", n->op == OP_LAYER_NORM ? "1" : ""},
+	        {"load", cg_fmt(c, "%s(%s)", cg_acc_conv(dt), cg_fmt(c, in.fmt, "base + r"))},
+	        {"eps", cg_lit_float(c, dt == DT_F64 ? eps : (double)(float)eps, dt != DT_F64)},
+	        {"w", hw ? "1" : ""}, {"b", hb ? "1" : ""}, {"opc", cg_acc_conv(dt)},
+	        {"store", cg_store(c, dt, "v")});
+	cg_launch(G, n, kname, rg.grid, rg.block, 0, args);
+	return 1;
+}
+
+/* cg_cross_entropy(logits, target): mean over the rows whose target is not
+ * -100 of logsumexp - logit[target]; the class dim is 1 (0 for 1-d). */
+int
+cg_cross_entropy(CgGraph *G, const Node *n)
+{
+	Cg *c = G->c;
+	const Type *x = cg_otype(G, n, 0), *t = cg_otype(G, n, 1);
+	DType dt = (DType)x->dt, rdt = (DType)cg_vtype(G, n->res[0])->dt;
+	int64_t outer, len, inner;
+	cg_around(x, x->rank >= 2 ? 1 : 0, &outer, &len, &inner);
+	int64_t nout = outer * inner;
+	const char *acc = cg_acc_type(dt);
+	const char *ov = G->vname[n->res[0]];
+	if (nout == 0) {
+		const char *kname = cg_kernel_name(G, n, "cross_entropy_empty");
+		CG_EMIT(c->kern, "kernels.cu:fill", {"comment", cg_comment(G, n)}, {"name", kname},
+		        {"t", cg_ctype(rdt)}, {"idx", "int"}, {"n", "1"},
+		        {"value", cg_store(c, rdt, dt == DT_F64 ? "sg_nan()" : "sg_nanf()")});
+		cg_launch(G, n, kname, 1, 32, 0, ov);
+		return 1;
+	}
+	char *roff = inner == 1 ? "r" : cg_fmt(c, "r * %lld", (long long)inner);
+	CgRows rg = cg_rows(nout, len);
+	char *tmp = cg_alloc_tmp(G, n, acc, 2 * nout * (dt == DT_F64 ? 8 : 4), "ce");
+	const char *k1 = cg_kernel_name(G, n, "cross_entropy_rows");
+	const char *k2 = cg_kernel_name(G, n, "cross_entropy_mean");
+	CG_EMIT(c->kern, "kernels.cu:ce_rows", {"comment", cg_comment(G, n)}, {"name", k1},
+	        {"t", cg_ctype(dt)}, {"tt", cg_ctype((DType)t->dt)}, {"acc", acc},
+	        {"block", cg_num(c, rg.block)}, {"rows", cg_num(c, rg.rows)},
+	        {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)}, {"len", cg_num(c, len)},
+	        {"file", cg_source_name(c)}, {"line", cg_num(c, n->loc.line)},
+	        {"base", cg_row_base(c, outer, len, inner)},
+	        {"inf", dt == DT_F64 ? "sg_inf()" : "sg_inff()"},
+	        {"load", cg_fmt(c, "%s(sg_ld(x[base + %s]))", cg_acc_conv(dt), roff)});
+	CG_EMIT(c->kern, "kernels.cu:ce_mean", {"name", k2}, {"acc", acc},
+	        {"t", cg_ctype(rdt)}, {"nout", cg_num(c, nout)}, {"store", cg_store(c, rdt, "s / c")});
+	cg_launch(G, n, k1, rg.grid, rg.block, 0,
+	       cg_fmt(c, "%s, %s, %s", G->vname[n->opnd[0].v], G->vname[n->opnd[1].v], tmp));
+	cg_launch(G, n, k2, 1, 256, 0, cg_fmt(c, "%s, %s", tmp, ov));
+	cg_free_tmp(G, n, tmp);
+	return 1;
+}
+
+/* Strides with which an operand of type t is read at each index of the
+ * broadcast shape s (0 along broadcast dims). */
+void
+cg_bcast_strides(const Type *t, const Type *s, int64_t *bst)
+{
+	int64_t st[SG_MAXRANK];
+	cg_strides(t, st);
+	for (int d = 0; d < s->rank; d++) {
+		int td = d - (s->rank - t->rank);
+		bst[d] = td >= 0 && t->d[td] != 1 ? st[td] : 0;
+	}
+}
+
+/* cg_mse_loss(a, b): mean of (a - b)^2 over their broadcast shape. */
+int
+cg_mse_loss(CgGraph *G, const Node *n)
+{
+	Cg *c = G->c;
+	const Type *a = cg_otype(G, n, 0), *b = cg_otype(G, n, 1);
+	DType rdt = (DType)cg_vtype(G, n->res[0])->dt;
+	Type s;
+	shape_broadcast(a, b, &s);
+	int64_t N = type_numel(&s), sa[SG_MAXRANK], sb[SG_MAXRANK];
+	cg_bcast_strides(a, &s, sa);
+	cg_bcast_strides(b, &s, sb);
+	const char *acc = cg_acc_type(rdt), *cv = cg_acc_conv(rdt);
+	char *ld = cg_fmt(c, "sg_sq(%s(sg_ld(a[%s])) - %s(sg_ld(b[%s])))", cv,
+	                  cg_index(c, "r", s.rank, s.d, sa, 0), cv,
+	                  cg_index(c, "r", s.rank, s.d, sb, 0));
+	char *params = cg_fmt(c, "const %s *__restrict__ a, const %s *__restrict__ b",
+	                      cg_ctype((DType)a->dt), cg_ctype((DType)b->dt));
+	reduce_two_stage(G, n, "mse_loss", params,
+	                 cg_fmt(c, "%s, %s", G->vname[n->opnd[0].v], G->vname[n->opnd[1].v]),
+	                 acc, "sg_sum_op", "0", ld, N,
+	                 divide(c, "acc", acc, N), rdt,
+	                 G->vname[n->res[0]]);
+	return 1;
+}
+
