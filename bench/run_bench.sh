@@ -23,11 +23,16 @@
 # python3 and /usr/bin/python3 that imports it), NVCC, BENCH_BUDGET_S
 # (seconds the whole run may take, default 450: PyTorch's share is what
 # is left after sgc's), BENCH_ONLY (space-separated programs),
-# BENCH_NO_BIN=1 (prepare: do not keep driver binaries, to carry less).
+# BENCH_NO_BIN=1 (prepare: do not keep driver binaries, to carry less),
+# BENCH_PACK=1 (prepare: keep them as gpu/bin.tgz, a third of the size;
+# run unpacks it),
+# BENCH_TORCH_VARIANTS (run: comma-separated PyTorch variants, e.g.
+# eager,eager_opt_in_bwd,eager_save_on_cpu; default all), BENCH_BUILD
+# (the build directory, default build-bench; carry BENCH_BUILD/gpu).
 
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-B=build-bench
+B=${BENCH_BUILD:-build-bench}
 G=$B/gpu
 t_start=$SECONDS
 
@@ -145,11 +150,15 @@ prepare_compile() {
 		printf ' "%s": {"ms": %s, "ms_min": %s, "cpu_ms": %s, "what": "%s"}' \
 			"$name" "$ms" "$min" "$cpu" "$what" >>"$G/compile.json.tmp"
 		dims=$("$PY" bench/torch_ref.py --small-dims "$name")
+		# (a budget for full size offloads nothing at small dims:
+		# there, offload whatever lowers the peak)
+		local sflags
+		sflags=$(echo " $flags" | sed 's/ --offload-budget=[0-9]*/ --offload=auto/')
 		for tag in native f32; do
 			[ -f "$G/check/${sg%.sg}_$tag.sg" ] || continue
 			# shellcheck disable=SC2086
 			"$B/compiler/sgc" $dims "$G/check/${sg%.sg}_$tag.sg" \
-				-o "$G/cu/$name.small_$tag.cu" --main $flags 2>/dev/null ||
+				-o "$G/cu/$name.small_$tag.cu" --main $sflags 2>/dev/null ||
 				rm -f "$G/cu/$name.small_$tag.cu"
 		done
 	done < <(programs)
@@ -182,6 +191,9 @@ prepare_drivers() {
 	done
 	[ "${BENCH_NO_BIN:-0}" = 1 ] && rm -f "$G"/bin/*
 	echo "drivers built: $(ls "$G/bin" | wc -l), failed: $fails"
+	if [ "${BENCH_PACK:-0}" = 1 ]; then
+		tar -czf "$G/bin.tgz" -C "$G" bin && rm -rf "$G/bin"
+	fi
 }
 
 prepare() {
@@ -197,7 +209,7 @@ prepare() {
 	prepare_cjson
 	echo "== drivers"
 	prepare_drivers
-	du -sh "$G" | awk '{ print "build-bench/gpu: " $1 " to carry" }'
+	du -sh "$G" | awk -v g="$G" '{ print g ": " $1 " to carry" }'
 }
 
 # ------------------------------------------------------------------ run
@@ -295,6 +307,9 @@ run() {
 	IN=${BENCH_INPUTS:-/tmp/sgbench_inputs}
 	mkdir -p "$OUTD" "$IN"
 	[ -d "$G" ] || die "$G is missing: run 'bench/run_bench.sh prepare' first (and carry it)"
+	if [ -f "$G/bin.tgz" ] && [ ! -d "$G/bin" ]; then
+		tar -xzf "$G/bin.tgz" -C "$G" || die "unpacking $G/bin.tgz failed"
+	fi
 	# libcjson from here; libcublasLt from the CUDA of nvcc, else the
 	# one PyTorch's wheels bring
 	local cudalib pipcublas
@@ -332,6 +347,7 @@ run() {
 	echo "== PyTorch, at most $left s ($((SECONDS - t_start)) s)" | tee -a "$OUTD/log.txt"
 	PYTHONUNBUFFERED=1 timeout "$left" "$PY" bench/torch_ref.py \
 		${BENCH_ONLY:+--only "${BENCH_ONLY// /,}"} \
+		${BENCH_TORCH_VARIANTS:+--variants "$BENCH_TORCH_VARIANTS"} \
 		--json "$OUTD/torch.json" >/dev/null 2>>"$OUTD/log.txt" ||
 		echo "PyTorch stopped early (exit $?): the table has what it measured" |
 		tee -a "$OUTD/log.txt"

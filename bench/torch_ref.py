@@ -6,10 +6,11 @@ measured as ../shared/bench/torch_baselines.py and torch_baselines2.py
 measure them (median of CUDA-event-timed calls after warm-up; peak is
 torch.cuda.max_memory_allocated over the timed calls).
 
-    python3 bench/torch_ref.py [--only A,B] [--json OUT]
+    python3 bench/torch_ref.py [--only A,B] [--variants V,W] [--json OUT]
         on the GPU machine: PyTorch eager, torch.compile (and CUDA-graph
-        replay, optimizer-in-backward) for every workload, plus the
-        machine's limits (a device copy, bf16 and f32 matrix products);
+        replay, optimizer-in-backward, save_on_cpu) for every workload (or
+        the named variants), plus the machine's limits (a device copy,
+        bf16 and f32 matrix products, the pinned host link each way);
         prints a table and writes OUT as it goes (a crash keeps what ran)
     python3 bench/torch_ref.py --dry
         the same code at the --check size on the CPU (no GPU needed), to
@@ -212,6 +213,11 @@ class Transformer:
     dtype = torch.bfloat16
     train = ("sgd", 1e-3)
     iters, warm = 10, 3
+    offload_ref = True      # also PyTorch's save_on_cpu
+
+    def param_bytes(self, d):
+        D = d["D"]
+        return self.L * (12 * D * D + 4 * D) * 2
 
     def make(self, d, dt, dev, gen, check=False):
         B, T, D, F4 = d["B"], d["T"], d["D"], d["F"]
@@ -282,6 +288,9 @@ class Mlp8:
                   for l in range(self.L)}
         return inputs, params
 
+    def param_bytes(self, d):
+        return self.L * d["D"] * d["D"] * 2
+
     def forward(self, P, I):
         x = I["x"]
         for l in range(self.L):
@@ -349,9 +358,16 @@ PROGRAMS = [
     ("mlp8_adamw_unfused", "mlp8_adamw_unfused.sg", [], "mlp8", "eager",
      "compile", "time"),
     ("mlp8_adamw", "mlp8_adamw.sg", [], "mlp8", "eager_opt_in_bwd",
-     "compile_opt_in_bwd", "time"),
+     "compile_opt_in_bwd", "fused"),
     ("transformer", "transformer.sg", [], "transformer", "eager", "compile",
      "time_mem"),
+    # offloading (docs/offload.md): the 60%-less-memory set written out,
+    # and --offload=auto at a budget whose copies the forward hides; both
+    # against sgc's transformer row and PyTorch's save_on_cpu
+    ("transformer_offload", "transformer_offload.sg", [], "transformer",
+     "eager", "eager_save_on_cpu", "offload"),
+    ("transformer_off7500", "transformer.sg", ["--offload-budget=7500000000"],
+     "transformer", "eager", "eager_save_on_cpu", "offload"),
 ]
 
 
@@ -400,10 +416,18 @@ def bench(fn, iters=20, warm=5, base=0):
             "peak_gib": round(peak, 3)}
 
 
-def train_step(w, P, fwd, in_bwd=False):
+def train_step(w, P, fwd, in_bwd=False, on_cpu=False):
     """A training step of workload w through fwd: backward, then the
     update (or, with in_bwd, each param's update in a post-accumulate-grad
-    hook, as the anchors' optimizer-in-backward rows)."""
+    hook, as the anchors' optimizer-in-backward rows; with on_cpu, the
+    saved activations kept in pinned host memory by
+    torch.autograd.graph.save_on_cpu, as the anchors' offloading row)."""
+    if on_cpu:
+        inner = fwd
+
+        def fwd():
+            with torch.autograd.graph.save_on_cpu(pin_memory=True):
+                return inner()
     kind, lr = w.train
     ps = list(P.values())
     for p in ps:
@@ -443,10 +467,10 @@ def train_step(w, P, fwd, in_bwd=False):
     return step
 
 
-def run_workload(w, log, dry=False):
+def run_workload(w, log, dry=False, only=None):
     """Every PyTorch variant of workload w at full size, on the GPU (dry:
     at the --check size on the CPU, to try the code where there is no
-    GPU)."""
+    GPU); only: the names of the variants to run (None: all)."""
     dev = "cpu" if dry else "cuda"
     d = dims_of(w, dry)
     out = {}
@@ -457,6 +481,8 @@ def run_workload(w, log, dry=False):
         return w.make(d, w.dtype, dev, gen)
 
     def one(name, make_fn, iters=None, warm=None):
+        if only and name not in only:
+            return
         t0 = time.time()
         if hasattr(torch, "_dynamo"):
             torch._dynamo.reset()
@@ -492,15 +518,18 @@ def run_workload(w, log, dry=False):
         one("eager", eager)
         one("compile", compiled)
         return out
-    variants = [("eager", False, False), ("compile", True, False)]
+    variants = [("eager", False, False, False)]
+    if getattr(w, "offload_ref", False):
+        variants += [("eager_save_on_cpu", False, False, True)]
+    variants += [("compile", True, False, False)]
     if w.train[0] == "adamw":
-        variants += [("eager_opt_in_bwd", False, True),
-                     ("compile_opt_in_bwd", True, True)]
-    for name, comp, in_bwd in variants:
-        def make(comp=comp, in_bwd=in_bwd):
+        variants += [("eager_opt_in_bwd", False, True, False),
+                     ("compile_opt_in_bwd", True, True, False)]
+    for name, comp, in_bwd, on_cpu in variants:
+        def make(comp=comp, in_bwd=in_bwd, on_cpu=on_cpu):
             I, P = fresh()
             f = torch.compile(w.forward) if comp else w.forward
-            return train_step(w, P, lambda: f(P, I), in_bwd)
+            return train_step(w, P, lambda: f(P, I), in_bwd, on_cpu)
         one(name, make)
     return out
 
@@ -565,6 +594,15 @@ def run_limits(log):
         r = bench(lambda: a @ b, 10, 3)
         out[key + "_TFLOPs"] = round(2 * m * k * n / r["ms"] / 1e9, 1)
         del a, b
+    # the host link (offloading's limit): 1 GiB between pinned host
+    # memory and the device, each way
+    h = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True)
+    dv = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    for key, fn in (("h2d_GBps", lambda: dv.copy_(h, non_blocking=True)),
+                    ("d2h_GBps", lambda: h.copy_(dv, non_blocking=True))):
+        r = bench(fn, 5, 2)
+        out[key] = round((1 << 30) / r["ms"] / 1e6, 1)
+    del h, dv
     torch.cuda.empty_cache()
     log("  limits %s" % out)
     return out
@@ -597,7 +635,9 @@ def cmd_run(args):
         dump()
     for name in names:
         log(name)
-        res[name] = run_workload(WORKLOADS[name], log, args.dry)
+        res[name] = run_workload(WORKLOADS[name], log, args.dry,
+                                 args.variants.split(",") if args.variants
+                                 else None)
         dump()
     print_torch_table(res)
 
@@ -792,6 +832,9 @@ def table_rows(sgc, tr, ct, checks):
         d = dims_of(w, False)
         s = sgc.get(prog, {})
         t = tr.get(wname, {})
+        if rkey not in t and rkey.startswith("compile") and \
+                "eager" + rkey[7:] in t:
+            rkey = "eager" + rkey[7:]   # a run without torch.compile
         eg, rf = t.get(ekey, {}), t.get(rkey, {})
         ms = s.get("ms_median")
         # sgc's peak_bytes counts what the model holds; the driver's
@@ -811,7 +854,8 @@ def table_rows(sgc, tr, ct, checks):
         pct = 100 * rate / limit if rate and limit else None
         c = ct.get(prog, {})
         cms = c.get("ms")
-        met, why = judge(target, prog, ms, gib, rms, rgib, rate, limit, sgc)
+        met, why = judge(target, prog, ms, gib, rms, rgib, rate, limit, sgc,
+                         (w, d))
         # (judged on CPU time where measured: the wall time of a shared
         # development machine counts its other work too)
         jms = c.get("cpu_ms", cms)
@@ -819,7 +863,8 @@ def table_rows(sgc, tr, ct, checks):
             met, why = "no", (why + "; " if why else "") + \
                 "compile %.0f ms >= 100" % jms
         err = s.get("error")
-        if met != "yes" and why and not err:
+        if (met != "yes" or target in ("offload", "fused")) and why \
+                and not err:
             notes.append("%s: %s" % (prog, why))
         chk = checks.get(prog, "-")
         if chk == "FAIL":
@@ -840,11 +885,51 @@ def table_rows(sgc, tr, ct, checks):
     return rows, notes
 
 
-def judge(target, prog, ms, gib, rms, rgib, rate, limit, sgc):
+def judge_offload(ms, sgc, prog, w, d):
+    """Offloading (issue 7): at least 60% less activation memory than
+    sgc's transformer row (peak less the params: activations, workspaces,
+    and for the driver's inputs, nothing) for at most 10% more time."""
+    base, s = sgc.get("transformer", {}), sgc.get(prog, {})
+    if base.get("ms_median") is None or "peak_bytes" not in s or \
+            "peak_bytes" not in base:
+        return "-", "no transformer row to compare with"
+    pb = w.param_bytes(d)
+    act, act0 = s["peak_bytes"] - pb, base["peak_bytes"] - pb
+    tr, ar = ms / base["ms_median"], act / act0
+    ok = tr <= 1.10 and ar <= 0.40
+    return ("yes" if ok else "no"), \
+        "activation memory %.2f -> %.2f GiB (%.0f%% less; target 60%%), " \
+        "time %.3f -> %.3f ms (%+.1f%%; target at most +10%%)" % (
+            act0 / 2 ** 30, act / 2 ** 30, 100 * (1 - ar),
+            base["ms_median"], ms, 100 * (tr - 1))
+
+
+def judge_fused(ms, gib, rgib, sgc, w, d):
+    """Optimizer in backward (issue 7): the peak at most PyTorch's own
+    optimizer-in-backward peak (its -28%), in no more time than
+    fused=false (1% for noise)."""
+    u = sgc.get("mlp8_adamw_unfused", {})
+    if u.get("ms_median") is None or "peak_bytes" not in u or gib is None:
+        return "-", "no mlp8_adamw_unfused row to compare with"
+    ugib = (u["peak_bytes"] + w.io_bytes(d)) / 2 ** 30
+    tr = ms / u["ms_median"]
+    ok = tr <= 1.01 and (rgib is None or gib <= rgib)
+    return ("yes" if ok else "no"), \
+        "fused=false -> fused: %.3f -> %.3f ms (%+.1f%%), %.2f -> %.2f GiB " \
+        "(%+.1f%%; PyTorch's reference peak %s GiB)" % (
+            u["ms_median"], ms, 100 * (tr - 1), ugib, gib,
+            100 * (gib / ugib - 1), fmt(rgib))
+
+
+def judge(target, prog, ms, gib, rms, rgib, rate, limit, sgc, wd):
     """Whether the row meets its target (bench/README.md): yes, no, or -
-    (not measured), and why not."""
+    (not measured), and why not (for offload and fused, the figures)."""
     if ms is None:
         return "-", "not measured"
+    if target == "offload":
+        return judge_offload(ms, sgc, prog, *wd)
+    if target == "fused":
+        return judge_fused(ms, gib, rgib, sgc, *wd)
     if target == "bw95":
         if rate is None or limit is None:
             return "-", "no copy bandwidth measured"
@@ -894,10 +979,12 @@ def cmd_table(args):
     lim = tr.get("limits", {})
     lines.append("")
     lines.append("PyTorch %s on %s, %s. Limits measured in this run: copy %s "
-                 "GB/s, bf16 matmul %s TFLOP/s, f32 matmul %s TFLOP/s."
+                 "GB/s, bf16 matmul %s TFLOP/s, f32 matmul %s TFLOP/s, "
+                 "pinned host to device %s GB/s, device to host %s GB/s."
                  % (tr.get("torch", "?"), tr.get("gpu", "?"),
                     tr.get("date", "?"), lim.get("copy_GBps", "?"),
-                    lim.get("bf16_TFLOPs", "?"), lim.get("f32_TFLOPs", "?")))
+                    lim.get("bf16_TFLOPs", "?"), lim.get("f32_TFLOPs", "?"),
+                    lim.get("h2d_GBps", "?"), lim.get("d2h_GBps", "?")))
     if notes:
         lines.append("")
         lines += ["- " + n for n in notes]
@@ -918,12 +1005,17 @@ def compare_files(files, say=print):
     got, want = st_load(files[0]), st_load(files[1])
     base = st_load(files[2]) if len(files) > 2 else {}
     bad = 0
+    # In a program with bf16 (or f16) tensors the f32 values (the loss)
+    # are computed from them: they get the bf16 bound of
+    # tests/gpu/compare.py (2e-2), not f32's.
+    lowp = any(t.dtype in (torch.bfloat16, torch.float16)
+               for t in want.values())
     for k in sorted(want):
         w = want[k]
         if not w.is_floating_point():
             continue
         f32 = w.dtype in (torch.float32, torch.float64)
-        tol = 1e-4 if f32 else 1e-2
+        tol = (2e-2 if lowp else 1e-4) if f32 else 1e-2
         if k not in got or got[k].shape != w.shape:
             say("  %s: missing, or another shape" % k)
             bad += 1
@@ -978,6 +1070,77 @@ def cmd_small_dims(args):
     return 2
 
 
+def union(iv):
+    """The union of intervals [(a, b)], sorted and merged."""
+    out = []
+    for a, b in sorted(iv):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def inter_len(u, v):
+    """The length of the intersection of two merged interval lists."""
+    i = j = 0
+    n = 0.0
+    while i < len(u) and j < len(v):
+        a, b = max(u[i][0], v[j][0]), min(u[i][1], v[j][1])
+        n += max(0.0, b - a)
+        if u[i][1] < v[j][1]:
+            i += 1
+        else:
+            j += 1
+    return n
+
+
+def overlap_lines(ev, t0):
+    """Side-stream figures of one trace: for each copy stream (a name that
+    starts with "copy"), its busy time, how much of it ran while another
+    stream computed, and its transfers (to_host, to_device); for optimizer
+    updates (ops named *update*), their busy time and how much of it ran
+    before the last other kernel ended (inside backward, not after it)."""
+    lines = []
+    streams = sorted({e["tid"] for e in ev})
+    for cs in (x for x in streams if str(x).startswith("copy")):
+        cu = union([(e["ts"], e["ts"] + e["dur"]) for e in ev
+                    if e["tid"] == cs])
+        other = union([(e["ts"], e["ts"] + e["dur"]) for e in ev
+                       if e["tid"] != cs])
+        busy = sum(b - a for a, b in cu)
+        ov = inter_len(cu, other)
+        nh = sum(1 for e in ev if e["tid"] == cs and "to_host" in e["name"])
+        nd = sum(1 for e in ev if e["tid"] == cs and "to_device" in e["name"])
+        lines.append("  stream %s: busy %.3f ms, %.3f ms of it (%.0f%%) "
+                     "while another stream computed; %d to_host, %d "
+                     "to_device; active from %.3f to %.3f ms" % (
+                         cs, busy / 1e3, ov / 1e3,
+                         100 * ov / busy if busy else 0, nh, nd,
+                         (cu[0][0] - t0) / 1e3 if cu else 0,
+                         (cu[-1][1] - t0) / 1e3 if cu else 0))
+    grads = [e["ts"] for e in ev if "grad" in e["name"]]
+    if grads:
+        lines.append("  backward from %.3f ms (the first op on a gradient)"
+                     % ((min(grads) - t0) / 1e3))
+    isup = [("update" in e["name"] or "adamw_step" in e["name"]) for e in ev]
+    up = [e for e, u in zip(ev, isup) if u]
+    rest = [e for e, u in zip(ev, isup) if not u and
+            e.get("cat", "kernel") == "kernel"]
+    if up and rest:
+        last = max(e["ts"] + e["dur"] for e in rest)
+        busy = sum(e["dur"] for e in up)
+        inside = sum(max(0.0, min(e["ts"] + e["dur"], last) - e["ts"])
+                     for e in up)
+        lines.append("  updates: %d, busy %.3f ms, %.0f%% of it before the "
+                     "last other op ended (%.3f ms); first update at %.3f "
+                     "ms" % (len(up), busy / 1e3,
+                             100 * inside / busy if busy else 0,
+                             (last - t0) / 1e3,
+                             (min(e["ts"] for e in up) - t0) / 1e3))
+    return lines
+
+
 def cmd_trace_summary(args):
     """--trace-summary DIR: for each Chrome trace DIR/PROGRAM.json (one call
     of the driver), the span of the call, the busy time of each stream,
@@ -1006,6 +1169,8 @@ def cmd_trace_summary(args):
         print("%s: %d ops, span %.3f ms; busy %s" % (
             fn[:-5], len(ev), span / 1e3, ", ".join(
                 "%s %.3f ms" % (t, b / 1e3) for t, b in sorted(busy.items()))))
+        for line in overlap_lines(ev, t0):
+            print(line)
         for k, (n, d) in sorted(by.items(), key=lambda kv: -kv[1][1])[:8]:
             print("  %5.1f%% %9.3f ms  %4dx  %s" % (100 * d / span, d / 1e3,
                                                    n, k))
@@ -1023,6 +1188,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", help="comma-separated workloads (or programs)")
     ap.add_argument("--json", help="write the PyTorch results here")
+    ap.add_argument("--variants", help="comma-separated PyTorch variants to "
+                    "run (eager, compile, eager_opt_in_bwd, ...; default all)")
     ap.add_argument("--dry", action="store_true",
                     help="run the PyTorch code at small dims on the CPU")
     ap.add_argument("--make-inputs", metavar="DIR")

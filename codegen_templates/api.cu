@@ -65,6 +65,9 @@ ${g}_create(${g}_model **out, int device)
 	SGRT_CHECK_CUDA(M->rt, cudaEventCreateWithFlags(&M->fev[${k}], cudaEventDisableTiming), ${line});
 //@ create_nccl
 	SGRT_TRY(sgrt_nccl_init(M->rt, ${world}, ${line}));
+//@ create_symm
+	/* symmetric memory for stream ${s}'s largest oneshot/ce collective */
+	SGRT_TRY(sgrt_symm_reserve(M->rt, ${s}, ${bytes}, ${line}));
 //@ create_bottom
 	return SGRT_OK;
 }

@@ -43,8 +43,9 @@ extern events.
 		fp.v = ${v};
 		fp.o = ${o};
 		fp.lse = ${lse};
-${strides}		SGRT_KERNEL(rt, ${s}, "${kname}", ${line},
-		            SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<${t}>(&fp, sgrt_stream(rt, ${s})), ${line}));
+${strides}
+${?fwd}		SGRT_KERNEL(rt, ${s}, "${kname}", ${line},
+${?fwd}		            SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<${t}>(&fp, sgrt_stream(rt, ${s})), ${line}));
 ${?bwd}		fp.dout = ${g};
 ${?bwd}		fp.dq = ${dq};
 ${?bwd}		fp.dk = ${dk};
@@ -87,6 +88,7 @@ ${?bwd}		            SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<${t}>(&fp, sgrt_str
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
 		g.dtype = ${dtype};
+${?trans_a}		g.trans_a = ${trans_a};
 		g.trans_b = ${trans_b};
 		g.m = ${m};
 		g.n = ${n};
@@ -96,10 +98,15 @@ ${?batch}		g.batch = ${batch};
 ${?batch}		g.stride_a = ${stride_a};
 ${?batch}		g.stride_b = ${stride_b};
 ${?bias}		g.bias = ${bias};
+${?epilogue}		g.epilogue = ${epilogue};
 		SGRT_TRY(sgrt_gemm(rt, ${s}, &g, ${a}, ${b}, ${c}, "${kname}", ${line}));
 	}
 //@ all_reduce
 	SGRT_TRY(sgrt_all_reduce(rt, ${s}, ${send}, ${recv}, ${count}, ${dtype}, ${op}, "${name}", ${line}));
+//@ all_reduce_algo
+	SGRT_TRY(sgrt_all_reduce_algo(rt, ${s}, ${send}, ${recv}, ${count}, ${dtype}, ${op}, ${algo}, "${name}", ${line}));
+//@ all_gather_algo
+	SGRT_TRY(sgrt_all_gather_algo(rt, ${s}, ${send}, ${recv}, ${count}, ${dtype}, ${algo}, "${name}", ${line}));
 //@ broadcast
 	SGRT_TRY(sgrt_broadcast(rt, ${s}, ${send}, ${recv}, ${count}, ${dtype}, ${root}, "${name}", ${line}));
 //@ all_gather

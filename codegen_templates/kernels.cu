@@ -42,7 +42,7 @@ ${stores}
 //@ reduce
 ${comment}
 static __global__ void __launch_bounds__(${block})
-${name}(${xparams}, ${tout} *__restrict__ out)
+${name}(${xparams}, ${oparams})
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * ${rows} + threadIdx.x / ${tpr};
 	const int t = threadIdx.x % ${tpr};
@@ -54,7 +54,7 @@ ${name}(${xparams}, ${tout} *__restrict__ out)
 		acc = ${op}()(acc, ${load});
 	acc = sg_reduce<${tpr}>(acc, ${op}());
 	if (t == 0)
-		out[o] = ${store};
+		${put}
 }
 //@ reduce_cols
 ${comment}
@@ -62,7 +62,7 @@ ${comment}
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
 static __global__ void __launch_bounds__(256)
-${name}(${xparams}, ${tout} *__restrict__ out)
+${name}(${xparams}, ${oparams})
 {
 	__shared__ ${acc} part[8][33];
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
@@ -77,7 +77,7 @@ ${name}(${xparams}, ${tout} *__restrict__ out)
 		return;
 	for (int k = 1; k < 8; k++)
 		acc = ${op}()(acc, part[k][lane]);
-	out[o] = ${store};
+	${put}
 }
 //@ reduce_var
 ${comment}
@@ -101,7 +101,7 @@ ${name}(${params})
 	}
 	q = sg_reduce<${tpr}>(q, sg_sum_op());
 	if (t == 0) {
-		out[o] = ${store_var};
+		${put}
 ${?mean}		mean_out[o] = ${store_mean};
 	}
 }
@@ -122,19 +122,19 @@ ${name}(${params})
 //@ reduce_final
 /* Stage 2 of ${what}: one block reduces the ${nparts} parts. */
 static __global__ void __launch_bounds__(256)
-${name}(const ${acc} *__restrict__ part, ${tout} *__restrict__ out)
+${name}(const ${acc} *__restrict__ part, ${oparams})
 {
 	${acc} acc = ${init};
 	for (int r = threadIdx.x; r < ${nparts}; r += 256)
 		acc = ${op}()(acc, part[r]);
 	acc = sg_reduce<256>(acc, ${op}());
 	if (threadIdx.x == 0)
-		out[0] = ${store};
+		${put}
 }
 //@ softmax
 ${comment}
 static __global__ void __launch_bounds__(${block})
-${name}(${xparams}, ${t} *__restrict__ out)
+${name}(${xparams}, ${oparams})
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * ${rows} + threadIdx.x / ${tpr};
 	const int t = threadIdx.x % ${tpr};
@@ -152,7 +152,7 @@ ${name}(${xparams}, ${t} *__restrict__ out)
 	const ${acc} ls = sg_log(s);
 	for (sg_i64 r = t; r < ${len}; r += ${tpr}) {
 		const ${acc} v = ${load} - m;
-		out[base + ${roff}] = ${store};
+		${put}
 	}
 	(void)ls;
 }
@@ -181,7 +181,7 @@ ${?layer}	mean = sg_reduce<${tpr}>(mean, sg_sum_op()) / (${acc})${len};
 		${acc} v = (${load} - mean) * rstd;
 ${?w}		v *= ${opc}(sg_ld(w[r]));
 ${?b}		v += ${opc}(sg_ld(b[r]));
-		out[base + r] = ${store};
+		${put}
 	}
 }
 //@ ce_rows
@@ -220,7 +220,7 @@ ${name}(const ${t} *__restrict__ x, const ${tt} *__restrict__ target, ${acc} *__
 //@ ce_mean
 /* Stage 2 of cross_entropy: the mean over the rows that count. */
 static __global__ void __launch_bounds__(256)
-${name}(const ${acc} *__restrict__ part, ${t} *__restrict__ out)
+${name}(const ${acc} *__restrict__ part, ${oparams})
 {
 	${acc} s = 0, c = 0;
 	for (sg_i64 r = threadIdx.x; r < ${nout}; r += 256) {
@@ -230,7 +230,35 @@ ${name}(const ${acc} *__restrict__ part, ${t} *__restrict__ out)
 	s = sg_reduce<256>(s, sg_sum_op());
 	c = sg_reduce<256>(c, sg_sum_op());
 	if (threadIdx.x == 0)
-		out[0] = ${store};
+		${put}
+}
+//@ ce_lse_loss
+${comment}
+/* cross_entropy, after the row logsumexps of the kernel library
+ * (sg_launch_cross_entropy_lse): in one block, the count of targets that
+ * are not -100 into lse[${nout}] (the library's backward reads it) and
+ * the mean of lse - x[target] over them. */
+static __global__ void __launch_bounds__(256)
+${name}(const ${t} *__restrict__ x, const sg_i64 *__restrict__ target,
+        float *__restrict__ lse${oparams})
+{
+${?loss}	float s = 0;
+	float c = 0;
+	for (sg_i64 o = threadIdx.x; o < ${nout}; o += 256) {
+		const sg_i64 k = target[o];
+		if (k == -100)
+			continue;
+		SG_CHECK(k >= 0 && k < ${len}, "${file}", ${line}, "${what}: target out of range");
+${?loss}		s += lse[o] - sg_opf(sg_ld(x[o * ${len} + k]));
+		c += 1;
+	}
+${?loss}	s = sg_reduce<256>(s, sg_sum_op());
+	c = sg_reduce<256>(c, sg_sum_op());
+	if (threadIdx.x == 0) {
+		lse[${nout}] = c;
+${?loss}		${put}
+	}
+	(void)x;
 }
 //@ sdpa
 ${comment}
@@ -670,6 +698,15 @@ ${name}(${t} *__restrict__ p, const ${t} *__restrict__ g, ${t} *__restrict__ m,
 		v[i] = sg_st_${dt}(vi);
 		p[i] = sg_st_${dt}(sg_to_${dt}(pi + sg_to_${dt}(sg_to_${dt}(size * mi) / den)));
 	}
+}
+//@ ep_fn
+${comment}
+/* The pointwise ops after %${what}, computed where its kernel stores
+ * element i (a consumer fused into a reduction or row kernel at -O2). */
+static __device__ __forceinline__ __attribute__((unused)) void
+${name}(${params}, sg_i64 i, const ${rtype} ${reg})
+{
+${body}
 }
 //@ elem_fn
 ${comment}

@@ -881,13 +881,7 @@ compact(Grad *G, const uint8_t *used, const uint8_t *live)
 static void
 give_name(Graph *g, ValId v, const char *base)
 {
-	Arena *a = g->mod->arena;
-	const char *name = base;
-	size_t bl = strlen(base);
-	for (uint32_t i = 1; map_get(&g->valmap, name, strlen(name)); i++)
-		name = arena_printf(a, "%.*s.%u", (int)bl, base, i);
-	if (name == base)
-		name = arena_strdup(a, base);
+	const char *name = ir_name_fresh(g, base);
 	g->vals.v[v].name = name;
 	map_put(&g->valmap, name, strlen(name), v);
 }
@@ -903,7 +897,7 @@ name_values(Grad *G)
 		ValId v = G->pgrad[p];
 		if (v == NONE || g->vals.v[v].name)
 			continue;
-		give_name(g, v, arena_printf(a, "grad.%s", g->vals.v[g->params.v[p]].name));
+		give_name(g, v, arena_cat(a, "grad.", g->vals.v[g->params.v[p]].name));
 	}
 	for (int pass = 0; pass < 3; pass++)
 		for (ValId v = G->first_new; v < g->vals.n; v++) {
@@ -915,16 +909,23 @@ name_values(Grad *G)
 			if (!want)
 				continue;
 			const char *base = nv->base != NONE ? g->vals.v[nv->base].name : "x";
-			give_name(g, v, nv->kind == NV_SNAP ? arena_printf(a, "%s.saved", base)
-			          : arena_printf(a, "grad.%s", base));
+			give_name(g, v, nv->kind == NV_SNAP ? arena_cat(a, base, ".saved")
+			          : arena_cat(a, "grad.", base));
 		}
 }
 
-/* A node added to the graph being rebuilt. */
+/* A node added to the graph being rebuilt.  Its arrays are in the arena
+ * and belong to it alone (the old list and the derived nodes are dropped
+ * once rebuilt, each node put once), so they are taken, not copied. */
 static void
 put(Graph *g, const Node *n)
 {
-	ir_node_add(g, n);
+	NodeId id = g->nodes.n;
+	for (uint32_t i = 0; i < n->nres; i++) {
+		g->vals.v[n->res[i]].def = id;
+		g->vals.v[n->res[i]].resno = (uint16_t)i;
+	}
+	vec_push(&g->nodes, *n);
 }
 
 /* The copy of snapshot v before forward node n (the in-place op that
@@ -973,15 +974,24 @@ rebuild(Grad *G, const uint8_t *live)
 				if (G->out.v[j].opnd[k].kind == OK_VAL)
 					lastuse[G->out.v[j].opnd[k].v] = j;
 	VEC(Node) moved[1] = {{0}};
-	VEC(ValId) snaps = {0};
-	for (ValId v = G->first_new; v < g->vals.n; v++)
-		if (newval(G, v)->kind == NV_SNAP)
-			vec_push(&snaps, v);
+	/* the snapshots to copy before each forward node, in value order */
+	ValId *snap_at = xmalloc(((size_t)G->bw + 1) * sizeof *snap_at);
+	ValId *snap_next = xmalloc(((size_t)g->vals.n + 1) * sizeof *snap_next);
+	for (NodeId i = 0; i < G->bw; i++)
+		snap_at[i] = NONE;
+	for (ValId v = g->vals.n; v-- > G->first_new;) {
+		NewVal *nv = newval(G, v);
+		if (nv->kind == NV_SNAP && nv->before < G->bw) {
+			snap_next[v] = snap_at[nv->before];
+			snap_at[nv->before] = v;
+		}
+	}
+	vec_grow_((void **)&g->nodes.v, &g->nodes.cap, old.n + G->out.n + 1,
+	          sizeof *g->nodes.v);
 	for (NodeId i = 0; i < G->bw; i++) {
 		Node *n = &old.v[i];
-		for (uint32_t k = 0; k < snaps.n; k++)
-			if (newval(G, snaps.v[k])->before == i)
-				put_snapshot(G, snaps.v[k], n);
+		for (ValId v = snap_at[i]; v != NONE; v = snap_next[v])
+			put_snapshot(G, v, n);
 		if (n->op == OP_DEL && !(n->flags & NF_DEAD) &&
 		    lastuse[n->opnd[0].v] != NONE) {
 			vec_push(moved, *n);
@@ -1009,7 +1019,8 @@ rebuild(Grad *G, const uint8_t *live)
 	for (NodeId i = G->bw + 1; i < old.n; i++)
 		put(g, &old.v[i]);
 	vec_free(moved);
-	vec_free(&snaps);
+	free(snap_at);
+	free(snap_next);
 	free(lastuse);
 	free(old.v);
 }
@@ -1113,7 +1124,9 @@ autograd_run(Graph *g, const PassOptions *po, Diag *d)
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		if (g->nodes.v[i].op == OP_BACKWARD && !(g->nodes.v[i].flags & NF_DEAD))
 			bw = i;
-	if (bw == NONE || (g->nodes.v[bw].flags & NF_BACKWARD)) {
+	if (bw == NONE)
+		return PASS_SAME; /* no backward: nothing to derive or mark */
+	if (g->nodes.v[bw].flags & NF_BACKWARD) {
 		mark_saved(g);
 		return 1;
 	}

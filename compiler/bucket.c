@@ -419,12 +419,12 @@ buckets_pass(Graph *g, const PassOptions *po, Diag *d)
 	Bk B = {.g = g, .d = d};
 	if (!find_block(&B)) {
 		bk_free(&B);
-		return 1;
+		return PASS_SAME;
 	}
 	find_members(&B);
 	if (!B.members.n) {
 		bk_free(&B);
-		return 1;
+		return PASS_SAME;
 	}
 	fill(&B, po->bucket_bytes ? po->bucket_bytes : DEFAULT_BUCKET);
 	place_uses(&B);

@@ -37,6 +37,9 @@ typedef struct {
 	int vec;              /* elements per thread for vectorised loads, 1: none */
 	NodeId into;          /* the node whose input it computes in place
 	                         (a fused producer), or NONE: a kernel of its own */
+	NodeId after;         /* the reduction or row op whose result it takes,
+	                         computed where that kernel stores it (a fused
+	                         consumer), or NONE */
 } CgGroup;
 typedef VEC(CgGroup) CgGroups;
 
@@ -157,6 +160,8 @@ struct CgGraph {
 	int world;
 	int lastline;         /* the return statement's line */
 	Map kernames;         /* kernel names in use */
+	struct CgFold *fold;  /* -O2: views read by products, epilogues
+	                         (codegen_gemm.c), or NULL */
 	MemPlan plan;         /* -O2: the static memory plan (memplan.c) */
 	int use_plan;
 	FILE *body;           /* the call's statements, while written */
@@ -189,6 +194,10 @@ typedef struct {
 	char *params, *args, *fmt;
 } CgInput;
 CgInput cg_input(CgGraph *G, const Node *n);
+/* The epilogue function of group grp fused after the op making r (emitted
+ * here): its parameters, arguments and a format of the call taking the
+ * element offset and r's register (two %s). */
+void cg_ep_fn(CgGraph *G, const CgGroup *grp, ValId r, CgInput *ep);
 /* The type of value v, and of operand k of node n. */
 static inline const Type *
 cg_vtype(CgGraph *G, ValId v)
@@ -224,6 +233,9 @@ CgRows cg_rows(int64_t nout, int64_t len);
  * the flash kernels of sgk_attention.cuh; 0, with nothing emitted, when
  * the dtype or shapes need the fallback kernels. */
 int cg_flash_attention(CgGraph *G, const Node *n, int bwd);
+/* 1 when cg_flash_attention would take node n with the layouts folded so
+ * far (cg_gemm_fold's check before it folds a view into n). */
+int cg_flash_fits(CgGraph *G, const Node *n, int bwd);
 /* Helpers the kernel emitters share (codegen_kernels.c). */
 char *cg_comment(CgGraph *G, const Node *n);      /* "// f.sg:3: ..." */
 void cg_launch(CgGraph *G, const Node *n, const char *kname, int64_t grid,
@@ -262,6 +274,11 @@ int cg_softmax(CgGraph *G, const Node *n);
 int cg_norm(CgGraph *G, const Node *n);
 int cg_cross_entropy(CgGraph *G, const Node *n);
 int cg_mse_loss(CgGraph *G, const Node *n);
+/* cross_entropy_backward and layer_norm_backward/rms_norm_backward through
+ * the kernel library (sgk_rows.cuh); 0, with nothing emitted, when the
+ * dtype or layout needs the kernels of codegen_grad.c. */
+int cg_rows_ce_backward(CgGraph *G, const Node *n);
+int cg_rows_norm_backward(CgGraph *G, const Node *n);
 /* Includes a kernel-library file (codegen_templates/kernels/) once. */
 void cg_use_library(CgGraph *G, const char *file);
 /* Strides with which an operand of type t is read at each index of the
@@ -273,11 +290,47 @@ void cg_bcast_strides(const Type *t, const Type *s, int64_t *bst);
 /* matmul and linear through cuBLASLt. */
 int cg_matmul(CgGraph *G, const Node *n);
 int cg_linear(CgGraph *G, const Node *n);
+/* At -O2, after cg_fuse and before cg_plan: the views (transpose or
+ * permute of the last two dims, reshape, squeeze, unsqueeze) that every
+ * use reads as a product operand on their stream, which the products then
+ * read through cuBLASLt's operand layout (the view gets no memory), and
+ * the relu / gelu(tanh) computed as a product's epilogue (G->fold). */
+void cg_gemm_fold(CgGraph *G, CgGroups *groups);
+/* Rewrites f, cg_plan's copy of the graph, for G->fold: folded views make
+ * no buffer and products read their sources; a product with an epilogue
+ * runs at its activation's place, writing the activation's result. */
+void cg_gemm_plan(CgGraph *G, Graph *f);
+/* The statements of node i when folding changed them (nothing for a
+ * folded view or a product run later; the product for its activation);
+ * -1 when it did not. */
+int cg_gemm_stmt(CgGraph *G, NodeId i);
+/* The variable holding value v's bytes: v's, a folded view's source's,
+ * or the value an attention result is written into through folded views
+ * (G->fold). */
+const char *cg_fold_var(CgGraph *G, ValId v);
+/* The element strides (st[rank of v]) of v's elements in cg_fold_var's
+ * memory: row-major unless v is a folded view or written through one;
+ * 0 when they cannot be expressed as strides. */
+int cg_fold_strides(CgGraph *G, ValId v, int64_t *st);
+/* The view node whose result an attention kernel writes in place of
+ * result v of another node (bound with that node's results), or NONE. */
+NodeId cg_fold_out(CgGraph *G, ValId v);
+/* 1 when node i is a view whose result an attention kernel writes. */
+int cg_fold_written(CgGraph *G, NodeId i);
+/* For an attention forward i, the backward that reads its o and
+ * log-sum-exp instead of computing them again; for that backward, the
+ * forward; NONE otherwise. */
+NodeId cg_fold_pair(CgGraph *G, NodeId i);
+/* The variable of paired forward i's log-sum-exp (set by the forward). */
+const char **cg_fold_lse(CgGraph *G, NodeId i);
 
 /* ------------------------------------------------------------------ codegen_coll.c */
 
 /* The collectives through NCCL (libsgrt). */
 int cg_collective(CgGraph *G, const Node *n);
+/* The model creation's sgrt_symm_reserve of each stream's largest
+ * oneshot/ce collective (into f, at .sg line `line`). */
+void cg_coll_reserve(CgGraph *G, FILE *f, int line);
 
 /* ------------------------------------------------------------------ codegen_grad.c */
 
@@ -293,6 +346,16 @@ void cg_fuse(CgGraph *G, CgGroups *groups);
 /* Builds G->plan (memplan.c) over the graph as the kernels run it: each
  * group one node at its place, values kept in registers without memory. */
 void cg_plan(CgGraph *G, const CgGroups *groups);
+/* The group fused as a consumer after node i (CgGroup.after), or -1. */
+int cg_epilogue(CgGraph *G, NodeId i);
+/* Autograd's softmax/log_softmax backward (f32), found at -O2 as the sum
+ * node i with its fused producer and consumer: dx from g and y (the
+ * forward's output).  1 when node i is one. */
+typedef struct {
+	ValId g, y, dx;
+	int log;
+} CgSoftmaxBwd;
+int cg_softmax_bwd(CgGraph *G, NodeId i, CgSoftmaxBwd *sb);
 
 /* ------------------------------------------------------------------ codegen_api.c */
 

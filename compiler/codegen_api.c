@@ -144,8 +144,10 @@ model(CgGraph *G, FILE *f)
 	}
 	for (int k = 0; k < G->nfree_events; k++)
 		CG_EMIT(f, "api.cu:create_event", {"k", cg_num(c, k)}, {"line", cg_num(c, line)});
-	if (G->has_collectives)
+	if (G->has_collectives) {
 		CG_EMIT(f, "api.cu:create_nccl", {"world", cg_num(c, G->world)}, {"line", cg_num(c, line)});
+		cg_coll_reserve(G, f, line);
+	}
 	CG_EMIT(f, "api.cu:create_bottom", {"g", G->name}, {"ntensors", cg_num(c, G->tensors.n)},
 	        {"nfev", cg_num(c, G->nfree_events)});
 }

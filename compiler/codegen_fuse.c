@@ -12,7 +12,12 @@
  * softmax or norm as that op's input is not a kernel at all: it becomes a
  * device function computing one element, called where the consumer's
  * kernel reads its input (CgInput), so the intermediate never goes to
- * memory.
+ * memory.  Symmetrically, a group right after a reduction, softmax, norm
+ * or loss that reads that op's result (and no other result of it) as a
+ * full-shaped operand is not a kernel either: it becomes a device function
+ * called where the op's kernel stores an element of its result (an
+ * epilogue, CgGroup.after), so `mul(mean(%x), 2.0)` is one kernel, and the
+ * op's result goes to memory only when something else uses it.
  *
  * Legality (language rule 6, fusion stops at streams and syncs): a node
  * joins the group only when fusion_legal (fusion.c) allows it, it runs on
@@ -165,6 +170,161 @@ consumer(CgGraph *G, const CgGroup *grp)
 	return use;
 }
 
+/* 1 when op's kernel stores its (single) result through a put statement
+ * that can call an epilogue (codegen_rows.c). */
+static int
+takes_epilogue(const Node *n)
+{
+	switch (n->op) {
+	case OP_SUM: case OP_MEAN: case OP_AMAX: case OP_AMIN: case OP_VAR:
+	case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_LAYER_NORM: case OP_RMS_NORM:
+	case OP_CROSS_ENTROPY: case OP_MSE_LOSS:
+		return n->nres == 1;
+	}
+	return 0;
+}
+
+/* 1 when group grp reads value v as an operand, 0 when not; -1 when it
+ * reads another value of v's alias class. */
+static int
+group_reads(CgGraph *G, const CgGroup *grp, ValId v)
+{
+	int reads = 0;
+	for (uint32_t k = 0; k < grp->n; k++) {
+		const Node *m = &G->g->nodes.v[grp->nodes[k]];
+		for (uint32_t j = 0; j < m->nopnd; j++) {
+			if (m->opnd[j].kind != OK_VAL || G->root[m->opnd[j].v] != G->root[v])
+				continue;
+			if (m->opnd[j].v != v)
+				return -1;
+			reads = 1;
+		}
+	}
+	return reads;
+}
+
+/* ------------------------------------------------------------------ softmax backward */
+
+/* The value node n reads as operand k, or NONE for a literal. */
+static ValId
+opv(const Node *n, uint32_t k)
+{
+	return k < n->nopnd && n->opnd[k].kind == OK_VAL ? n->opnd[k].v : NONE;
+}
+
+/* 1 when v is an f32 value of shape t. */
+static int
+f32_like(CgGraph *G, ValId v, const Type *t)
+{
+	return v != NONE && G->g->vals.v[v].type.dt == DT_F32 &&
+	       type_same_shape(&G->g->vals.v[v].type, t);
+}
+
+/* The operand of binary node n besides v (v itself when n reads v
+ * twice), or NONE when n does not read v. */
+static ValId
+other(const Node *n, ValId v)
+{
+	if (opv(n, 0) == v)
+		return opv(n, 1);
+	return opv(n, 1) == v ? opv(n, 0) : NONE;
+}
+
+/* Autograd's softmax backward, y * (g - sum(g * y, dim=-1, keepdim)), or
+ * log_softmax's, g - exp(y) * sum(g, dim=-1, keepdim), in f32: node p the
+ * sum (with the group {g * y} fused into its input for softmax), grp the
+ * pointwise group right after it.  Fills sb and returns 1 when they match. */
+static int
+softmax_bwd_match(CgGraph *G, NodeId p, const CgGroup *grp, CgSoftmaxBwd *sb)
+{
+	Graph *g = G->g;
+	const Node *r = &g->nodes.v[p];
+	if (r->op != OP_SUM || r->nres != 1 || opv(r, 0) == NONE)
+		return 0;
+	const Type *x = cg_otype(G, r, 0), *rt = &g->vals.v[r->res[0]].type;
+	const Attr *dims = ir_attr(r, "dims");
+	if (x->rank < 1 || x->dt != DT_F32 || !dims || dims->nints != 1 ||
+	    shape_norm_dim(dims->ints[0], x->rank) != x->rank - 1 || rt->rank != x->rank ||
+	    rt->d[x->rank - 1] != 1 || x->d[x->rank - 1] < 1 || x->d[x->rank - 1] > INT32_MAX)
+		return 0;
+	ValId s = r->res[0];
+	int pro = G->prologue[p];
+	const Node *m[3] = {NULL, NULL, NULL};
+	for (uint32_t k = 0; k < grp->n && k < 3; k++)
+		m[k] = &g->nodes.v[grp->nodes[k]];
+	if (pro < 0 && grp->n == 3) { /* log_softmax */
+		const Node *e = m[0], *t = m[1], *d = m[2];
+		ValId gv = opv(r, 0);
+		if (e->op != OP_EXP || t->op != OP_MUL || d->op != OP_SUB ||
+		    other(t, e->res[0]) != s || opv(d, 0) != gv || opv(d, 1) != t->res[0] ||
+		    !f32_like(G, opv(e, 0), x) || !f32_like(G, gv, x))
+			return 0;
+		*sb = (CgSoftmaxBwd){.g = gv, .y = opv(e, 0), .dx = d->res[0], .log = 1};
+	} else if (pro >= 0 && grp->n == 2 && G->groups->v[pro].n == 1) { /* softmax */
+		const Node *gy = &g->nodes.v[G->groups->v[pro].nodes[0]];
+		const Node *u = m[0], *d = m[1];
+		if (gy->op != OP_MUL || u->op != OP_SUB || d->op != OP_MUL || opv(u, 1) != s)
+			return 0;
+		ValId gv = opv(u, 0), yv = other(gy, gv);
+		if (yv == NONE || other(d, u->res[0]) != yv || !f32_like(G, gv, x) ||
+		    !f32_like(G, yv, x))
+			return 0;
+		*sb = (CgSoftmaxBwd){.g = gv, .y = yv, .dx = d->res[0], .log = 0};
+	} else {
+		return 0;
+	}
+	for (uint32_t k = 0; k + 1 < grp->n; k++)
+		if (!G->ingroup_only[m[k]->res[0]])
+			return 0;
+	return f32_like(G, sb->dx, x) && !G->ingroup_only[sb->dx];
+}
+
+int
+cg_softmax_bwd(CgGraph *G, NodeId i, CgSoftmaxBwd *sb)
+{
+	int e = cg_epilogue(G, i);
+	return e >= 0 && G->ingroup_only[G->g->nodes.v[i].res[0]] &&
+	       softmax_bwd_match(G, i, &G->groups->v[e], sb);
+}
+
+/* ------------------------------------------------------------------ epilogues */
+
+/* The node whose result group grp can be computed from in that node's
+ * kernel (an epilogue): the op right before the group on its stream
+ * (nothing but del/offload between), whose single result has the group's
+ * shape and is read by the group, where fusion_legal agrees.  NONE when
+ * there is none.  Also autograd's softmax backward after its sum (gi: the
+ * group's index), which one library kernel computes (codegen_rows.c). */
+static NodeId
+producer(CgGraph *G, const CgGroup *grp, int gi)
+{
+	Graph *g = G->g;
+	NodeId first = grp->nodes[0], p = first;
+	while (p > 0 && inert(&g->nodes.v[p - 1]))
+		p--;
+	if (p == 0 || grp->into != NONE)
+		return NONE;
+	p--;
+	const Node *r = &g->nodes.v[p], *f = &g->nodes.v[first];
+	if (r->op >= OP__N || !takes_epilogue(r) || G->group[p] >= 0 ||
+	    r->stream != f->stream || !fusion_legal(g, p, first))
+		return NONE;
+	ValId v = r->res[0];
+	const Type *t = &g->vals.v[v].type;
+	CgSoftmaxBwd sb;
+	if (!t->host && softmax_bwd_match(G, p, grp, &sb) && inside_only(G, v, gi))
+		return p;
+	if (t->host || !type_same_shape(t, &g->vals.v[f->res[0]].type) ||
+	    type_numel(t) == 0 || type_numel(cg_otype(G, r, 0)) == 0)
+		return NONE;
+	if (group_reads(G, grp, v) != 1)
+		return NONE;
+	for (uint32_t k = 0; k < grp->n; k++)
+		if (!G->ingroup_only[g->nodes.v[grp->nodes[k]].res[0]])
+			return p; /* the group stores something */
+	return NONE;
+}
+
 void
 cg_fuse(CgGraph *G, CgGroups *groups)
 {
@@ -175,7 +335,7 @@ cg_fuse(CgGraph *G, CgGroups *groups)
 			continue;
 		int gi = (int)groups->n;
 		CgGroup grp = {.nodes = arena_alloc(G->c->a, (g->nodes.n + 1) * sizeof(NodeId)),
-		               .vec = 1, .into = NONE};
+		               .vec = 1, .into = NONE, .after = NONE};
 		const Type *shape = &g->vals.v[n->res[0]].type;
 		grp.nodes[grp.n++] = i;
 		G->group[i] = gi;
@@ -207,6 +367,24 @@ cg_fuse(CgGraph *G, CgGroups *groups)
 		const Node *n0 = &g->nodes.v[grp->nodes[0]];
 		grp->vec = vec_width(G, grp, &g->vals.v[n0->res[0]].type);
 	}
+	/* Consumers fused after a reduction or row op (their values known). */
+	for (uint32_t k = 0; k < groups->n; k++) {
+		CgGroup *grp = &groups->v[k];
+		grp->after = producer(G, grp, (int)k);
+		if (grp->after == NONE)
+			continue;
+		ValId r = g->nodes.v[grp->after].res[0];
+		G->ingroup_only[r] = (uint8_t)inside_only(G, r, (int)k);
+	}
+}
+
+int
+cg_epilogue(CgGraph *G, NodeId i)
+{
+	for (uint32_t k = 0; G->groups && k < G->groups->n; k++)
+		if (G->groups->v[k].after == i)
+			return (int)k;
+	return -1;
 }
 
 /* ------------------------------------------------------------------ the plan */
@@ -233,6 +411,50 @@ group_inputs(CgGraph *G, const CgGroup *grp, Opnd *ops, uint32_t k)
 	return k;
 }
 
+/* Group grp, fused after node grp->after, in the plan's copy f of the
+ * graph: that node reads what it read and the group's inputs (less its own
+ * result), and writes its result (unless kept in a register) and the
+ * group's stored results. */
+static void
+epilogue_plan(CgGraph *G, Graph *f, const CgGroup *grp)
+{
+	Graph *g = G->g;
+	Arena *a = G->c->a;
+	NodeId at = grp->after;
+	Node *h = &f->nodes.v[at];
+	ValId r = g->nodes.v[at].res[0];
+	uint32_t cap = h->nopnd, nres = 0, nops = 0;
+	for (uint32_t j = 0; j < grp->n; j++)
+		cap += g->nodes.v[grp->nodes[j]].nopnd;
+	Opnd *ops = arena_alloc(a, (cap + 1) * sizeof *ops);
+	ValId *res = arena_alloc(a, (grp->n + h->nres + 1) * sizeof *res);
+	for (uint32_t q = 0; q < h->nopnd; q++)
+		ops[nops++] = h->opnd[q];
+	for (uint32_t j = 0; j < h->nres; j++)
+		if (!G->ingroup_only[h->res[j]])
+			res[nres++] = h->res[j];
+	if (G->ingroup_only[r])
+		f->vals.v[r].def = NONE;
+	uint32_t before = nops;
+	nops = group_inputs(G, grp, ops, nops);
+	for (uint32_t q = before; q < nops; q++)
+		if (ops[q].kind == OK_VAL && ops[q].v == r)
+			ops[q] = ops[--nops], q--;
+	for (uint32_t j = 0; j < grp->n; j++) {
+		NodeId m = grp->nodes[j];
+		ValId v = g->nodes.v[m].res[0];
+		if (G->ingroup_only[v])
+			f->vals.v[v].def = NONE;
+		else
+			res[nres++] = v, f->vals.v[v].def = at;
+		f->nodes.v[m].flags |= NF_DEAD;
+	}
+	h->opnd = ops;
+	h->nopnd = (uint16_t)nops;
+	h->res = res;
+	h->nres = (uint16_t)nres;
+}
+
 void
 cg_plan(CgGraph *G, const CgGroups *groups)
 {
@@ -244,6 +466,10 @@ cg_plan(CgGraph *G, const CgGroups *groups)
 	memcpy(f.nodes.v, g->nodes.v, g->nodes.n * sizeof *f.nodes.v);
 	for (uint32_t k = 0; groups && k < groups->n; k++) {
 		const CgGroup *grp = &groups->v[k];
+		if (grp->after != NONE) {
+			epilogue_plan(G, &f, grp);
+			continue;
+		}
 		NodeId at = grp->into != NONE ? grp->into : grp->nodes[0];
 		Node *h = &f.nodes.v[at];
 		uint32_t cap = 0, nres = 0;
@@ -274,6 +500,7 @@ cg_plan(CgGraph *G, const CgGroups *groups)
 		h->res = res;
 		h->nres = (uint16_t)nres;
 	}
+	cg_gemm_plan(G, &f); /* views read by products, epilogues */
 	memplan_build(&f, G->c->co->opt_level >= 2 ? 2 : 0, &G->plan);
 	G->use_plan = 1;
 	char why[256];

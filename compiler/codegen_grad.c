@@ -299,7 +299,8 @@ cg_grad_op(CgGraph *G, NodeId i)
 	const Node *n = &G->g->nodes.v[i];
 	switch (n->op) {
 	case OP_LAYER_NORM_BACKWARD: case OP_RMS_NORM_BACKWARD:
-		norm_backward(G, n);
+		if (!cg_rows_norm_backward(G, n))
+			norm_backward(G, n);
 		return 1;
 	case OP_SDPA_BACKWARD:
 		if (!cg_flash_attention(G, n, 1))
@@ -312,7 +313,8 @@ cg_grad_op(CgGraph *G, NodeId i)
 		gather_backward(G, n);
 		return 1;
 	case OP_CROSS_ENTROPY_BACKWARD:
-		ce_backward(G, n);
+		if (!cg_rows_ce_backward(G, n))
+			ce_backward(G, n);
 		return 1;
 	case OP_SGD_UPDATE_:
 		sgd(G, n, i);

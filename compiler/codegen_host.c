@@ -21,6 +21,13 @@
  * it, each records a model event after its last use and the releasing
  * stream waits for them before the free (language rule 8).
  *
+ * Streams.  The call forks every stream from `default` at its start and
+ * joins them into it at its end.  A wait_stream that orders nothing new
+ * (its stream already waited for the other with nothing issued there
+ * since, as a user's wait right after the fork) is written as a comment
+ * only, and so is the final join when `default` has already waited for
+ * every stream: each would cost an event record and a wait per call.
+ *
  * The interpreter (compiler/interp.c) uses the same classes and release
  * points, so both agree on what a program means.
  */
@@ -514,9 +521,10 @@ sync_dealloc(CgGraph *G, const Node *n)
 		        {"s", cg_num(c, s)}, {"line", cg_num(c, line)});
 }
 
-/* The statements of node i (its comment first). */
+/* The statements of node i (its comment first); a wait_stream that
+ * orders nothing new (already_ordered) leaves only its comment. */
 static int
-node_stmt(CgGraph *G, NodeId i)
+node_stmt(CgGraph *G, NodeId i, int already_ordered)
 {
 	Graph *g = G->g;
 	Cg *c = G->c;
@@ -524,7 +532,22 @@ node_stmt(CgGraph *G, NodeId i)
 	int line = (int)n->loc.line;
 	CG_EMIT(G->body, "host.cu:comment", {"where", cg_where(c, n)},
 	        {"text", cg_node_text(c, g, n)});
-	bind_results(G, i);
+	if (!cg_fold_written(G, i)) /* else bound at its attention node */
+		bind_results(G, i);
+	for (uint32_t j = 0; j < n->nres && !cg_fold_written(G, i); j++)
+		if (cg_fold_out(G, n->res[j]) != NONE) /* written through views */
+			bind_results(G, cg_fold_out(G, n->res[j]));
+	int ep = cg_epilogue(G, i); /* a consumer fused in: its kernel writes them */
+	for (uint32_t k = 0; ep >= 0 && k < G->groups->v[ep].n; k++)
+		bind_results(G, G->groups->v[ep].nodes[k]);
+	int folded = cg_gemm_stmt(G, i); /* views and epilogues of products */
+	if (folded >= 0)
+		return folded;
+	if (already_ordered) {
+		fprintf(G->body, "\t/* (already ordered: nothing was issued on the "
+		        "waited stream since this stream last waited for it) */\n");
+		return 1;
+	}
 	switch (n->op) {
 	case OP_DEL: case OP_OFFLOAD: case OP_BACKWARD: case OP_BACKWARD_END:
 		return 1;
@@ -610,6 +633,97 @@ with_declarations(CgGraph *G, const char *text, size_t len, size_t *outlen)
 	return out;
 }
 
+/* The stream orderings known to hold at a point of the call: ord[w * n +
+ * s] is 1 when stream w has waited for everything issued on stream s so
+ * far, so that another wait_stream(s) on w would order nothing new.  Only
+ * back-to-back syncs keep an entry: any other statement clears them all. */
+typedef struct {
+	uint8_t *ord;
+	uint32_t n;
+} Joins;
+
+/* The orderings right after the fork: every stream has waited for
+ * `default`, on which nothing is issued yet. */
+static void
+joins_init(Joins *j, uint32_t nstreams)
+{
+	j->n = nstreams;
+	j->ord = xmalloc((size_t)nstreams * nstreams + 1);
+	memset(j->ord, 0, (size_t)nstreams * nstreams + 1);
+	for (uint32_t w = 1; w < nstreams; w++)
+		j->ord[w * nstreams] = 1;
+}
+
+/* 1 when node n is a wait_stream (the op, or a control_deps performing
+ * one) between two streams of j, with *w the waiting stream and *s the
+ * waited one. */
+static int
+wait_pair(const Joins *j, const Node *n, int64_t *w, int64_t *s)
+{
+	*w = cg_stream(n);
+	*s = -1;
+	if (n->op == OP_WAIT_STREAM) {
+		*s = n->opnd[0].v;
+	} else if (n->op == OP_CONTROL_DEPS) {
+		const Attr *sa = ir_attr(n, "sync");
+		if (!sa || !sa->s || strcmp(sa->s, "wait_stream") != 0)
+			return 0;
+		for (uint32_t k = 0; k < n->nextra; k++)
+			if (strcmp(n->extra[k].key, "stream") != 0)
+				*s = n->extra[k].a.i;
+	}
+	return *w >= 0 && *s >= 0 && (uint64_t)*w < j->n && (uint64_t)*s < j->n;
+}
+
+/* 1 when node n is a wait_stream that would order nothing new. */
+static int
+joins_redundant(const Joins *j, const Node *n)
+{
+	int64_t w, s;
+	return wait_pair(j, n, &w, &s) && j->ord[w * j->n + s];
+}
+
+/* The orderings after node n: a wait_stream(s) on w adds w-after-s and
+ * takes away x-after-w (w now also follows s's work); any other node
+ * (released: the frees after it emitted something) clears every entry. */
+static void
+joins_after(Joins *j, const Node *n, int released)
+{
+	int64_t w, s;
+	if (released || !wait_pair(j, n, &w, &s)) {
+		memset(j->ord, 0, (size_t)j->n * j->n);
+		return;
+	}
+	if (w == s)
+		return;
+	for (uint32_t x = 0; x < j->n; x++)
+		j->ord[x * j->n + w] = 0;
+	j->ord[w * j->n + s] = 1;
+}
+
+/* The end of the call: every stream joins `default`, unless `default`
+ * has waited for each of them with nothing issued since. */
+static void
+join_streams(CgGraph *G, const Joins *j)
+{
+	uint32_t s = 1;
+	while (s < j->n && j->ord[s])
+		s++;
+	if (s < j->n)
+		CG_EMIT(G->body, "host.cu:join", {"line", cg_num(G->c, G->lastline)});
+	else
+		fprintf(G->body, "\t/* Every stream has joined `default` already. */\n");
+}
+
+/* release_after, then the orderings after node i. */
+static void
+release_and_follow(CgGraph *G, NodeId i, Joins *j)
+{
+	long before = ftell(G->body);
+	release_after(G, i);
+	joins_after(j, &G->g->nodes.v[i], ftell(G->body) != before);
+}
+
 int
 cg_graph_body(CgGraph *G)
 {
@@ -623,11 +737,14 @@ cg_graph_body(CgGraph *G)
 	G->groups = &groups;
 	if (G->c->co->opt_level >= 2)
 		cg_fuse(G, &groups);
+	cg_gemm_fold(G, &groups); /* views and epilogues of products */
 	cg_plan(G, &groups);
 	find_buffers(G);
 	find_named(G);
 	if (g->streams.n > 1)
 		CG_EMIT(G->body, "host.cu:fork", {"line", cg_num(G->c, g->loc.line)});
+	Joins joins;
+	joins_init(&joins, g->streams.n);
 	int ok = 1;
 	for (NodeId i = 0; i < g->nodes.n && ok; i++) {
 		Node *n = &g->nodes.v[i];
@@ -639,23 +756,26 @@ cg_graph_body(CgGraph *G)
 				Node *m = &g->nodes.v[groups.v[gi].nodes[k]];
 				CG_EMIT(G->body, "host.cu:comment", {"where", cg_where(G->c, m)},
 				        {"text", cg_node_text(G->c, g, m)});
-				bind_results(G, groups.v[gi].nodes[k]);
+				if (groups.v[gi].after == NONE)
+					bind_results(G, groups.v[gi].nodes[k]);
 			}
-			if (groups.v[gi].into == NONE)
+			NodeId in = groups.v[gi].into != NONE ? groups.v[gi].into : groups.v[gi].after;
+			if (in == NONE)
 				cg_pointwise(G, &groups.v[gi]);
 			else
 				fprintf(G->body, "\t/* (computed inside the kernel of line %u) */\n",
-				        g->nodes.v[groups.v[gi].into].loc.line);
+				        g->nodes.v[in].loc.line);
 		} else if (gi < 0) {
-			ok = node_stmt(G, i);
+			ok = node_stmt(G, i, joins_redundant(&joins, n));
 		}
-		release_after(G, i);
+		release_and_follow(G, i, &joins);
 	}
 	if (ok) {
 		if (g->streams.n > 1)
-			CG_EMIT(G->body, "host.cu:join", {"line", cg_num(G->c, G->lastline)});
+			join_streams(G, &joins);
 		return_copies(G);
 	}
+	free(joins.ord);
 	fclose(G->body);
 	G->body = NULL;
 	G->groups = NULL;

@@ -193,6 +193,8 @@ typedef struct {
 	VEC(ValId) params;  /* external operands and stored results */
 	uint8_t *param_out; /* per param: written */
 	uint8_t *have;      /* per value: its register exists */
+	ValId given1;       /* 1 + a value whose register is a parameter (the
+	                       result an epilogue consumes), 0: none */
 } Pw;
 
 /* Index of value v among the kernel's params, added when new. */
@@ -298,44 +300,13 @@ operand(Pw *p, const Node *n, int k, int dom)
 	return r;
 }
 
-/* num attributes (fill_ value, clamp bounds) as the interpreter reads
- * them: as a double, or as an int64. */
-static double
-num_f(const Attr *a)
-{
-	if (a->num_kind == OK_FLOAT)
-		return a->f;
-	return a->i ? (double)a->i : a->f;
-}
-
-static int64_t
-num_i(const Attr *a)
-{
-	if (a->num_kind == OK_FLOAT)
-		return isnan(a->f) ? INT64_MIN : (int64_t)a->f;
-	return a->i ? a->i : (int64_t)a->f;
-}
-
 /* A num attribute as an argument of sg_to_DT: a double or an sg_i64. */
 static char *
 num_value(Cg *c, const Attr *a)
 {
 	if (a->num_kind == OK_FLOAT)
 		return cg_lit_float(c, a->f, 0);
-	return cg_fmt(c, "(sg_i64)%s", cg_lit_int(c, num_i(a)));
-}
-
-/* The arithmetic op an in-place op performs. */
-static int
-base_op(int op)
-{
-	switch (op) {
-	case OP_ADD_: return OP_ADD;
-	case OP_SUB_: return OP_SUB;
-	case OP_MUL_: return OP_MUL;
-	case OP_DIV_: return OP_DIV;
-	default: return op;
-	}
+	return cg_fmt(c, "(sg_i64)%s", cg_lit_int(c, attr_num_i(a)));
 }
 
 static int
@@ -402,18 +373,18 @@ clamp(Pw *p, const Node *n, DType rdt)
 	char *e = operand(p, n, 0, dom);
 	if (dom == D_INT) {
 		if (lo)
-			e = cg_fmt(p->c, "sg_imax(%s, %s)", e, cg_lit_int(p->c, num_i(lo)));
+			e = cg_fmt(p->c, "sg_imax(%s, %s)", e, cg_lit_int(p->c, attr_num_i(lo)));
 		if (hi)
-			e = cg_fmt(p->c, "sg_imin(%s, %s)", e, cg_lit_int(p->c, num_i(hi)));
+			e = cg_fmt(p->c, "sg_imin(%s, %s)", e, cg_lit_int(p->c, attr_num_i(hi)));
 		return e;
 	}
 	int f = dom == D_FLOAT;
 	if (lo)
 		e = cg_fmt(p->c, "sg_clamp_lo(%s, %s)", e,
-		           cg_lit_float(p->c, f ? (double)(float)num_f(lo) : num_f(lo), f));
+		           cg_lit_float(p->c, f ? (double)(float)attr_num_f(lo) : attr_num_f(lo), f));
 	if (hi)
 		e = cg_fmt(p->c, "sg_clamp_hi(%s, %s)", e,
-		           cg_lit_float(p->c, f ? (double)(float)num_f(hi) : num_f(hi), f));
+		           cg_lit_float(p->c, f ? (double)(float)attr_num_f(hi) : attr_num_f(hi), f));
 	return e;
 }
 
@@ -432,7 +403,7 @@ node_expr(Pw *p, const Node *n, DType *rdt)
 		case OP_FILL_:
 			return num_value(p->c, ir_attr(n, "value"));
 		default:
-			return binary(p, n, base_op(op), shape_result_type(g, n, 0, 2));
+			return binary(p, n, op_inplace_base(op), shape_result_type(g, n, 0, 2));
 		}
 	}
 	*rdt = (DType)cg_vtype(p->G, n->res[0])->dt;
@@ -535,6 +506,8 @@ pw_build(Pw *p, int vec)
 	p->vec = vec;
 	p->params.n = 0;
 	memset(p->have, 0, g->vals.n + 1);
+	if (p->given1)
+		p->have[p->given1 - 1] = 1;
 	p->body = open_memstream(&p->btext, &p->blen);
 	for (uint32_t k = 0; k < p->grp->n; k++)
 		pw_node(p, &g->nodes.v[p->grp->nodes[k]]);
@@ -667,6 +640,30 @@ elem_fn(CgGraph *G, const CgGroup *grp, CgInput *in)
 	free(p.have);
 }
 
+void
+cg_ep_fn(CgGraph *G, const CgGroup *grp, ValId r, CgInput *ep)
+{
+	Cg *c = G->c;
+	Graph *g = G->g;
+	Pw p = {.G = G, .c = c, .grp = grp, .ind = "\t", .given1 = r + 1};
+	p.shape = group_shape(G, grp);
+	p.n = type_numel(&p.shape);
+	p.have = xmalloc(g->vals.n + 1);
+	const char *name = cg_kernel_name(G, &g->nodes.v[grp->nodes[0]], "ep");
+	pw_build(&p, 1);
+	pw_signature(&p, &ep->params, &ep->args);
+	if (p.blen && p.btext[p.blen - 1] == '\n')
+		p.btext[p.blen - 1] = 0;
+	CG_EMIT(c->kern, "kernels.cu:ep_fn", {"comment", group_comment(G, grp)},
+	        {"what", g->vals.v[r].name}, {"rtype", cg_regtype((DType)cg_vtype(G, r)->dt)},
+	        {"name", name}, {"params", ep->params}, {"body", p.btext}, {"reg", reg(&p, r)});
+	free(p.btext);
+	ep->fmt = cg_fmt(c, "%s(%s, %%s, %%s)", name, ep->args);
+	vec_free(&p.params);
+	free(p.param_out);
+	free(p.have);
+}
+
 CgInput
 cg_input(CgGraph *G, const Node *n)
 {
@@ -683,61 +680,116 @@ cg_input(CgGraph *G, const Node *n)
 	return in;
 }
 
-/* The batch dims of q, k, v (operands o..o+2 of n) as the flash kernels'
- * two, [nb0, nb1], with each operand's element strides (0 where it
- * broadcasts): size-1 dims dropped, neighbours merged where every operand
- * allows.  0 when more than two dims remain. */
+/* One tensor of a flash call as the kernels read or write it: its type,
+ * the variable holding its bytes, its element strides there (a folded
+ * view's layout, see cg_fold_strides) and its name in SgFlashParams. */
+typedef struct {
+	const Type *t;
+	const char *var, *nm;
+	int64_t st[SG_MAXRANK];
+	int64_t s[2], sr;     /* the kernels' batch strides and row stride */
+} FlashT;
+
+/* A flash call: the batch [nb0, nb1], the sizes and its tensors (q, k, v,
+ * o, then for the backward dout, dq, dk, dv). */
+typedef struct {
+	int64_t nb[2], L, S, E, Ev;
+	int nt;
+	FlashT t[8];
+	Type ot;              /* the backward's o: a contiguous temporary */
+} Flash;
+
+/* The batch dims of the tensors of f as the flash kernels' two,
+ * [nb0, nb1], with each tensor's element strides (0 where it
+ * broadcasts): size-1 dims dropped, neighbours merged where every tensor
+ * allows.  0 when more than two dims remain or a row is not contiguous. */
 static int
-flash_batch(CgGraph *G, const Node *n, int o, int64_t nb[2], int64_t st[3][2])
+flash_batch(Flash *f)
 {
-	const Type *ops[3] = {cg_otype(G, n, o), cg_otype(G, n, o + 1), cg_otype(G, n, o + 2)};
-	int64_t shape[SG_MAXRANK], bst[3][SG_MAXRANK], sz[SG_MAXRANK], s[3][SG_MAXRANK];
+	const Type *ops[3] = {f->t[0].t, f->t[1].t, f->t[2].t};
+	int64_t shape[SG_MAXRANK], bst[3][SG_MAXRANK], sz[SG_MAXRANK], s[8][SG_MAXRANK];
 	int brank = cg_batch_bcast(ops, 3, shape, bst), r = 0;
+	for (int k = 0; k < f->nt; k++)
+		if (f->t[k].st[f->t[k].t->rank - 1] != 1)
+			return 0;
 	for (int d = 0; d < brank; d++) {
 		if (shape[d] == 1)
 			continue;
-		int merge = r > 0;
-		for (int k = 0; k < 3 && merge; k++)
-			merge = s[k][r - 1] == bst[k][d] * shape[d];
-		if (merge) {
-			sz[r - 1] *= shape[d];
-			for (int k = 0; k < 3; k++)
-				s[k][r - 1] = bst[k][d];
-			continue;
+		int64_t b[8];
+		for (int k = 0; k < f->nt; k++) {
+			const Type *t = f->t[k].t;
+			int td = d - (brank - (t->rank - 2));
+			b[k] = td >= 0 && t->d[td] != 1 ? f->t[k].st[td] : 0;
 		}
-		sz[r] = shape[d];
-		for (int k = 0; k < 3; k++)
-			s[k][r] = bst[k][d];
-		r++;
+		int merge = r > 0;
+		for (int k = 0; k < f->nt && merge; k++)
+			merge = s[k][r - 1] == b[k] * shape[d];
+		if (!merge)
+			sz[r++] = 1;
+		sz[r - 1] *= shape[d];
+		for (int k = 0; k < f->nt; k++)
+			s[k][r - 1] = b[k];
 	}
 	if (r > 2)
 		return 0;
-	nb[0] = nb[1] = 1;
-	memset(st, 0, 3 * sizeof st[0]);
-	for (int d = 0; d < r; d++) {
-		nb[2 - r + d] = sz[d];
-		for (int k = 0; k < 3; k++)
-			st[k][2 - r + d] = s[k][d];
+	f->nb[0] = f->nb[1] = 1;
+	for (int k = 0; k < f->nt; k++) {
+		FlashT *t = &f->t[k];
+		t->s[0] = t->s[1] = 0;
+		t->sr = t->st[t->t->rank - 2];
+		for (int d = 0; d < r; d++)
+			t->s[2 - r + d] = s[k][d];
 	}
+	for (int d = 0; d < r; d++)
+		f->nb[2 - r + d] = sz[d];
 	return 1;
 }
 
-int
-cg_flash_attention(CgGraph *G, const Node *n, int bwd)
+/* Tensor k of f: value v (NONE: a contiguous temporary of type t). */
+static int
+flash_tensor(CgGraph *G, Flash *f, ValId v, const Type *t, const char *nm)
 {
-	Cg *c = G->c;
+	FlashT *x = &f->t[f->nt++];
+	x->t = v != NONE ? cg_vtype(G, v) : t;
+	x->nm = nm;
+	x->var = v != NONE ? cg_fold_var(G, v) : NULL;
+	if (v != NONE)
+		return cg_fold_strides(G, v, x->st);
+	cg_strides(t, x->st);
+	return 1;
+}
+
+/* The flash call of attention node n (bwd: its backward), checked: 0 when
+ * the dtype, shapes or layouts need the fallback kernels. */
+static int
+flash_setup(CgGraph *G, const Node *n, int bwd, Flash *f)
+{
 	int o = bwd ? 1 : 0;
 	const Type *q = cg_otype(G, n, o), *k = cg_otype(G, n, o + 1), *v = cg_otype(G, n, o + 2);
 	DType dt = (DType)q->dt;
-	int64_t L = q->d[q->rank - 2], E = q->d[q->rank - 1];
-	int64_t S = k->d[k->rank - 2], Ev = v->d[v->rank - 1];
-	int64_t nb[2], st[3][2];
+	memset(f, 0, sizeof *f);
+	f->L = q->d[q->rank - 2], f->E = q->d[q->rank - 1];
+	f->S = k->d[k->rank - 2], f->Ev = v->d[v->rank - 1];
 	if (dt != DT_F16 && dt != DT_BF16 && dt != DT_F32)
 		return 0;
-	if (k->dt != dt || v->dt != dt || !flash_batch(G, n, o, nb, st))
+	if (k->dt != dt || v->dt != dt)
 		return 0;
-	if (L < 1 || S < 1 || E < 1 || Ev < 1 || E > 256 || Ev > 256 ||
-	    L > INT32_MAX || S > INT32_MAX || nb[0] * nb[1] > INT32_MAX)
+	static const char *nm[8] = {"q", "k", "v", "o", "do", "dq", "dk", "dv"};
+	int ok = 1;
+	for (int i = 0; i < 3; i++)
+		ok &= flash_tensor(G, f, n->opnd[o + i].v, NULL, nm[i]);
+	NodeId fwd = bwd ? cg_fold_pair(G, (NodeId)(n - G->g->nodes.v)) : NONE;
+	f->ot = *cg_vtype(G, n->res[0]);
+	f->ot.d[f->ot.rank - 1] = f->Ev;
+	ValId ov = !bwd ? n->res[0] : fwd != NONE ? G->g->nodes.v[fwd].res[0] : NONE;
+	ok &= flash_tensor(G, f, ov, &f->ot, nm[3]);
+	for (int i = 0; bwd && i < 4; i++)
+		ok &= flash_tensor(G, f, i ? n->res[i - 1] : n->opnd[0].v, NULL, nm[4 + i]);
+	if (!ok || !flash_batch(f))
+		return 0;
+	if (f->L < 1 || f->S < 1 || f->E < 1 || f->Ev < 1 || f->E > 256 || f->Ev > 256 ||
+	    f->L > INT32_MAX || f->S > INT32_MAX || f->nb[0] * f->nb[1] < 1 ||
+	    f->nb[0] * f->nb[1] > INT32_MAX)
 		return 0;
 	/* The backward writes dq, dk, dv whole: no broadcast batch dims. */
 	const Type *t3[3] = {q, k, v};
@@ -749,40 +801,88 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 				return 0;
 	}
 	const Attr *sa = ir_attr(n, "scale");
-	double scale = sa ? sa->f : 1.0 / sqrt((double)E);
-	if (!((float)scale > 0.0f) || isinf((float)scale))
-		return 0;
-	cg_use_library(G, "sgk_attention.cuh");
-	int64_t rows = nb[0] * nb[1] * L;
-	const char *rv = G->vname[n->res[0]], *out = rv;
-	char *lse = cg_alloc_tmp(G, n, "float", rows * 4, "lse"), *delta = NULL;
-	if (bwd) {
-		out = cg_alloc_tmp(G, n, cg_ctype(dt), rows * Ev * dtype_size(dt), "o");
-		delta = cg_alloc_tmp(G, n, "float", rows * 4, "delta");
+	double scale = sa ? sa->f : 1.0 / sqrt((double)f->E);
+	return (float)scale > 0.0f && !isinf((float)scale);
+}
+
+/* The statements setting the strides of f's tensors: q, k, v's batch
+ * strides always, the others where they differ from
+ * sg_flash_params_init's (and matter: a batch dim of size 1 has none). */
+static char *
+flash_strides(Cg *c, Flash *f)
+{
+	char *s = "";
+	for (int k = 0; k < f->nt; k++) {
+		FlashT *t = &f->t[k];
+		int64_t rows = k == 1 || k == 2 || k == 6 || k == 7 ? f->S : f->L;
+		int64_t dim = k == 2 || k == 3 || k == 4 || k == 7 ? f->Ev : f->E;
+		int64_t def[3] = {f->nb[1] * rows * dim, rows * dim, dim};
+		int64_t val[3] = {t->s[0], t->s[1], t->sr};
+		static const char *sfx[3] = {"s0", "s1", "sr"};
+		for (int i = 0; i < 3; i++)
+			if ((k < 3 && i < 2) || (val[i] != def[i] && (i == 2 || f->nb[i] > 1)))
+				s = cg_fmt(c, "%s\t\tfp.%s_%s = %lld;\n", s, t->nm, sfx[i],
+				           (long long)val[i]);
 	}
-	const char *nm[3] = {"q", "k", "v"};
-	char *strides = "";
-	for (int i = 0; i < 3; i++)
-		strides = cg_fmt(c, "%s\t\tfp.%s_s0 = %lld;\n\t\tfp.%s_s1 = %lld;\n", strides,
-		                 nm[i], (long long)st[i][0], nm[i], (long long)st[i][1]);
-	CG_EMIT(G->body, "host.cu:flash", {"nb0", cg_num(c, nb[0])}, {"nb1", cg_num(c, nb[1])},
-	        {"l", cg_num(c, L)}, {"slen", cg_num(c, S)}, {"e", cg_num(c, E)}, {"ev", cg_num(c, Ev)},
-	        {"scale", cg_lit_float(c, (double)(float)scale, 1)},
+	s[strlen(s) - 1] = 0; /* the template's line ends it */
+	return s;
+}
+
+int
+cg_flash_fits(CgGraph *G, const Node *n, int bwd)
+{
+	Flash f;
+	return flash_setup(G, n, bwd, &f);
+}
+
+int
+cg_flash_attention(CgGraph *G, const Node *n, int bwd)
+{
+	Cg *c = G->c;
+	Flash f;
+	if (!flash_setup(G, n, bwd, &f))
+		return 0;
+	const Type *q = f.t[0].t;
+	DType dt = (DType)q->dt;
+	const Attr *sa = ir_attr(n, "scale");
+	double scale = sa ? sa->f : 1.0 / sqrt((double)f.E);
+	cg_use_library(G, "sgk_attention.cuh");
+	int64_t rows = f.nb[0] * f.nb[1] * f.L;
+	NodeId i = (NodeId)(n - G->g->nodes.v), pair = cg_fold_pair(G, i);
+	const char *out = f.t[3].var, *lse, *delta = NULL;
+	if (bwd && pair != NONE) {
+		lse = *cg_fold_lse(G, pair); /* the forward's o and lse */
+	} else {
+		lse = cg_alloc_tmp(G, n, "float", rows * 4, "lse");
+		if (pair != NONE)
+			*cg_fold_lse(G, i) = lse; /* kept for the backward */
+	}
+	if (bwd && pair == NONE)
+		out = cg_alloc_tmp(G, n, cg_ctype(dt), rows * f.Ev * dtype_size(dt), "o");
+	if (bwd)
+		delta = cg_alloc_tmp(G, n, "float", rows * 4, "delta");
+	if (!lse)
+		ICE("attention backward before its paired forward");
+	CG_EMIT(G->body, "host.cu:flash", {"nb0", cg_num(c, f.nb[0])}, {"nb1", cg_num(c, f.nb[1])},
+	        {"l", cg_num(c, f.L)}, {"slen", cg_num(c, f.S)}, {"e", cg_num(c, f.E)},
+	        {"ev", cg_num(c, f.Ev)}, {"scale", cg_lit_float(c, (double)(float)scale, 1)},
 	        {"causal", ir_attr_int(n, "causal", 0) ? "1" : "0"},
-	        {"q", G->vname[n->opnd[o].v]}, {"k", G->vname[n->opnd[o + 1].v]},
-	        {"v", G->vname[n->opnd[o + 2].v]},
-	        {"o", out}, {"lse", lse}, {"strides", strides}, {"t", cg_ctype(dt)},
+	        {"q", f.t[0].var}, {"k", f.t[1].var}, {"v", f.t[2].var},
+	        {"o", out}, {"lse", lse}, {"strides", flash_strides(c, &f)}, {"t", cg_ctype(dt)},
 	        {"s", cg_num(c, cg_stream(n))}, {"line", cg_num(c, n->loc.line)},
-	        {"kname", cg_kernel_name(G, n, "flash_fwd")}, {"bwd", bwd ? "1" : ""},
-	        {"g", bwd ? G->vname[n->opnd[0].v] : ""}, {"dq", bwd ? rv : ""},
-	        {"dk", bwd ? G->vname[n->res[1]] : ""}, {"dv", bwd ? G->vname[n->res[2]] : ""},
+	        {"fwd", !bwd || pair == NONE ? "1" : ""},
+	        {"kname", !bwd || pair == NONE ? cg_kernel_name(G, n, "flash_fwd") : ""},
+	        {"bwd", bwd ? "1" : ""},
+	        {"g", bwd ? f.t[4].var : ""}, {"dq", bwd ? f.t[5].var : ""},
+	        {"dk", bwd ? f.t[6].var : ""}, {"dv", bwd ? f.t[7].var : ""},
 	        {"delta", bwd ? delta : ""},
 	        {"kname_bwd", bwd ? cg_kernel_name(G, n, "flash_bwd") : ""});
-	if (bwd) {
+	if (bwd)
 		cg_free_tmp(G, n, delta);
+	if (bwd && pair == NONE)
 		cg_free_tmp(G, n, out);
-	}
-	cg_free_tmp(G, n, lse);
+	if (bwd || pair == NONE)
+		cg_free_tmp(G, n, lse);
 	return 1;
 }
 

@@ -1,9 +1,13 @@
 /*
  * codegen_rows.c - reductions and row kernels: sum/mean/amax/amin/var,
  * softmax and log_softmax, layer_norm and rms_norm, cross_entropy and
- * mse_loss.  Rows whose input is in memory in f16, bf16 or f32 go to the
- * kernel library (codegen_templates/kernels/sgk_rows.cuh); the rest to
- * the templates of kernels.cu.
+ * mse_loss, and the backward row ops (layer_norm/rms_norm, cross_entropy,
+ * and autograd's softmax backward as the fusion finds it).  Rows whose
+ * input is in memory in f16, bf16 or f32 go to the kernel library
+ * (codegen_templates/kernels/sgk_rows.cuh); the rest to the templates of
+ * kernels.cu, whose kernels store their result through a put statement
+ * that also computes a pointwise consumer fused in at -O2 (an epilogue:
+ * RowOut, row_put).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -49,21 +53,80 @@ cg_store(Cg *c, DType dt, const char *v)
 	return cg_fmt(c, "sg_st_%s(sg_to_%s(%s))", cg_dtname(dt), cg_dtname(dt), v);
 }
 
-/* The dims a reduction reduces (its dims=, or all when absent or empty). */
-static void
-reduced_dims(const Node *n, const Type *x, int *red)
+/* ------------------------------------------------------------------ results */
+
+/* How a reduction or row kernel writes its result: its output parameters
+ * and their launch arguments, and, with a pointwise consumer fused in at
+ * -O2 (an epilogue, CgGroup.after), the call computing it. */
+typedef struct {
+	char *params, *args;
+	DType dt;
+	int keep;      /* the result itself goes to memory */
+	CgInput ep;    /* ep.fmt: the epilogue's call, or NULL */
+} RowOut;
+
+/* The next item of a ", "-separated list at *s (advanced), or NULL. */
+static char *
+next_item(Cg *c, const char **s)
 {
-	const Attr *a = ir_attr(n, "dims");
-	int all = !a || a->nints == 0;
-	for (int d = 0; d < x->rank; d++)
-		red[d] = all;
-	if (all)
-		return;
-	for (uint32_t k = 0; k < a->nints; k++) {
-		int d = shape_norm_dim(a->ints[k], x->rank);
-		if (d >= 0)
-			red[d] = 1;
+	if (!*s || !**s)
+		return NULL;
+	const char *e = strstr(*s, ", ");
+	size_t n = e ? (size_t)(e - *s) : strlen(*s);
+	char *item = cg_fmt(c, "%.*s", (int)n, *s);
+	*s = e ? e + 2 : *s + n;
+	return item;
+}
+
+/* 1 when the ", "-separated list has item. */
+static int
+has_item(Cg *c, const char *list, const char *item)
+{
+	for (char *x; (x = next_item(c, &list)) != NULL;)
+		if (strcmp(x, item) == 0)
+			return 1;
+	return 0;
+}
+
+/* The output of node n's kernel (whose input parameters are inparams,
+ * which an epilogue's parameters must not repeat); the epilogue function
+ * is emitted here. */
+static RowOut
+row_out(CgGraph *G, const Node *n, const char *inparams)
+{
+	Cg *c = G->c;
+	ValId r = n->res[0];
+	RowOut o = {.dt = (DType)cg_vtype(G, r)->dt, .keep = 1};
+	o.params = cg_fmt(c, "%s *__restrict__ out", cg_ctype(o.dt));
+	o.args = G->vname[r];
+	int e = cg_epilogue(G, (NodeId)(n - G->g->nodes.v));
+	if (e < 0)
+		return o;
+	o.keep = !G->ingroup_only[r];
+	cg_ep_fn(G, &G->groups->v[e], r, &o.ep);
+	if (!o.keep)
+		o.params = o.args = "";
+	const char *ps = o.ep.params, *as = o.ep.args;
+	for (char *p, *a; (p = next_item(c, &ps)) != NULL && (a = next_item(c, &as)) != NULL;) {
+		if (has_item(c, inparams, p))
+			continue;
+		o.params = cg_fmt(c, "%s%s%s", o.params, *o.params ? ", " : "", p);
+		o.args = cg_fmt(c, "%s%s%s", o.args, *o.args ? ", " : "", a);
 	}
+	return o;
+}
+
+/* The statement storing val (an expression in the accumulator) as the
+ * result's element idx, and computing the epilogue there. */
+static char *
+row_put(Cg *c, const RowOut *o, const char *idx, const char *val)
+{
+	if (!o->ep.fmt)
+		return cg_fmt(c, "out[%s] = %s;", idx, cg_store(c, o->dt, val));
+	const char *dn = cg_dtname(o->dt);
+	return cg_fmt(c, "{ const %s r_ = sg_to_%s(%s);%s %s; }", cg_regtype(o->dt), dn, val,
+	              o->keep ? cg_fmt(c, " out[%s] = sg_st_%s(r_);", idx, dn) : "",
+	              cg_fmt(c, o->ep.fmt, idx, "r_"));
 }
 
 /* Splits x's dims into kept and reduced ones: sizes, strides, counts. */
@@ -94,7 +157,7 @@ static void
 reduce_two_stage(CgGraph *G, const Node *n, const char *what, const char *params,
                  const char *args, const char *acc, const char *op,
                  const char *init, const char *loadexpr, int64_t nred,
-                 const char *finish, DType rdt, const char *outvar)
+                 const char *finish, const RowOut *ro)
 {
 	Cg *c = G->c;
 	int64_t nparts = cg_grid(nred, 256);
@@ -110,11 +173,11 @@ reduce_two_stage(CgGraph *G, const Node *n, const char *what, const char *params
 	        {"acc", acc}, {"init", init}, {"nred", cg_num(c, nred)}, {"op", op},
 	        {"load", loadexpr});
 	CG_EMIT(c->kern, "kernels.cu:reduce_final", {"what", what}, {"name", k2},
-	        {"acc", acc}, {"tout", cg_ctype(rdt)}, {"init", init},
+	        {"acc", acc}, {"oparams", ro->params}, {"init", init},
 	        {"nparts", cg_num(c, nparts)}, {"op", op},
-	        {"store", cg_store(c, rdt, finish)});
+	        {"put", row_put(c, ro, "0", finish)});
 	cg_launch(G, n, k1, nparts, 256, 0, cg_fmt(c, "%s, %s", args, tmp));
-	cg_launch(G, n, k2, 1, 256, 0, cg_fmt(c, "%s, %s", tmp, outvar));
+	cg_launch(G, n, k2, 1, 256, 0, cg_fmt(c, "%s, %s", tmp, ro->args));
 	cg_free_tmp(G, n, tmp);
 }
 
@@ -129,16 +192,38 @@ divide(Cg *c, const char *v, const char *acc, int64_t n)
 	return cg_fmt(c, "%s / (%s)%lld", v, acc, (long long)n);
 }
 
+/* Autograd's softmax or log_softmax backward, found by the fusion (the sum
+ * node n, its producer and consumer): one row kernel of the library. */
+static int
+softmax_backward(CgGraph *G, const Node *n, const CgSoftmaxBwd *sb)
+{
+	Cg *c = G->c;
+	const Type *x = cg_vtype(G, sb->g);
+	int64_t len = x->d[x->rank - 1], rows = type_numel(x) / len;
+	const char *s = cg_num(c, cg_stream(n));
+	cg_use_library(G, "sgk_rows.cuh");
+	CG_EMIT(G->body, "host.cu:lib_call", {"s", s},
+	        {"kname", cg_kernel_name(G, n, sb->log ? "log_softmax_backward" : "softmax_backward")},
+	        {"line", cg_num(c, n->loc.line)},
+	        {"call", cg_fmt(c, "sg_launch_softmax_bwd<float>(%s, %s, %s, %lld, %lld, %d, "
+	                        "sgrt_stream(rt, %s))", G->vname[sb->y], G->vname[sb->g],
+	                        G->vname[sb->dx], (long long)rows, (long long)len, sb->log, s)});
+	return 1;
+}
+
 /* sum mean amax amin var var_mean. */
 int
 cg_reduce(CgGraph *G, const Node *n)
 {
+	CgSoftmaxBwd sb;
+	if (cg_softmax_bwd(G, (NodeId)(n - G->g->nodes.v), &sb))
+		return softmax_backward(G, n, &sb);
 	Cg *c = G->c;
 	const Type *x = cg_otype(G, n, 0), *r = cg_vtype(G, n->res[0]);
 	int red[SG_MAXRANK], nk, nr;
 	int64_t ks[SG_MAXRANK], kst[SG_MAXRANK], rs[SG_MAXRANK], rst[SG_MAXRANK];
 	int64_t nout, nred;
-	reduced_dims(n, x, red);
+	shape_reduced_dims(n, x->rank, red);
 	split_dims(x, red, ks, kst, &nk, rs, rst, &nr, &nout, &nred);
 	if (nout == 0)
 		return 1;
@@ -147,6 +232,7 @@ cg_reduce(CgGraph *G, const Node *n)
 	const char *acc = fl ? cg_acc_type((DType)x->dt) : "sg_i64";
 	const char *ov = G->vname[n->res[0]];
 	CgInput in = cg_input(G, n);
+	RowOut ro = row_out(G, n, in.params);
 	const char *xv = in.args;
 	const char *cv = fl ? cg_acc_conv((DType)x->dt) : "";
 	char *roff = cg_index(c, "r", nr, rs, rst, 0);
@@ -155,8 +241,8 @@ cg_reduce(CgGraph *G, const Node *n)
 	const char *kname = cg_kernel_name(G, n, op_name(n->op));
 	if (n->op == OP_VAR || n->op == OP_VAR_MEAN) {
 		int mean = n->op == OP_VAR_MEAN;
-		char *params = cg_fmt(c, "%s, %s *__restrict__ out%s%s%s",
-		                      in.params, cg_ctype(rdt),
+		char *params = cg_fmt(c, "%s, %s%s%s%s",
+		                      in.params, ro.params,
 		                      mean ? ", " : "", mean ? cg_ctype(rdt) : "",
 		                      mean ? " *__restrict__ mean_out" : "");
 		CG_EMIT(c->kern, "kernels.cu:reduce_var", {"comment", cg_comment(G, n)},
@@ -164,11 +250,11 @@ cg_reduce(CgGraph *G, const Node *n)
 		        {"rows", cg_num(c, rg.rows)}, {"tpr", cg_num(c, rg.tpr)},
 		        {"nout", cg_num(c, nout)}, {"base", cg_index(c, "o", nk, ks, kst, 0)},
 		        {"acc", acc}, {"nred", cg_num(c, nred)}, {"load", loadexpr},
-		        {"store_var", cg_store(c, rdt, divide(c, "q", acc, nred - 1))},
+		        {"put", row_put(c, &ro, "o", divide(c, "q", acc, nred - 1))},
 		        {"mean", mean ? "1" : ""}, {"store_mean", cg_store(c, rdt, "mean")});
 		cg_launch(G, n, kname, rg.grid, rg.block, 0,
 		       mean ? cg_fmt(c, "%s, %s, %s", xv, ov, G->vname[n->res[1]])
-		            : cg_fmt(c, "%s, %s", xv, ov));
+		            : cg_fmt(c, "%s, %s", xv, ro.args));
 		return 1;
 	}
 	const char *op = n->op == OP_AMAX ? "sg_max_op" : n->op == OP_AMIN ? "sg_min_op"
@@ -185,7 +271,7 @@ cg_reduce(CgGraph *G, const Node *n)
 	if (nout == 1 && nred >= 32768) {
 		char *ld = cg_fmt(c, "%s(%s)", cv, cg_fmt(c, in.fmt, "r"));
 		reduce_two_stage(G, n, op_name(n->op), in.params, xv, acc, op, init, ld,
-		                 nred, finish, rdt, ov);
+		                 nred, finish, &ro);
 		return 1;
 	}
 	char *base = cg_index(c, "o", nk, ks, kst, 0);
@@ -194,21 +280,21 @@ cg_reduce(CgGraph *G, const Node *n)
 		char *ld = cg_fmt(c, in.fmt, cg_fmt(c, "o + %s", roff));
 		CG_EMIT(c->kern, "kernels.cu:reduce_cols", {"comment", cg_comment(G, n)},
 		        {"name", kname}, {"xparams", in.params},
-		        {"tout", cg_ctype(rdt)}, {"acc", acc}, {"init", init},
+		        {"oparams", ro.params}, {"acc", acc}, {"init", init},
 		        {"nout", cg_num(c, nout)}, {"nred", cg_num(c, nred)}, {"op", op},
 		        {"load", cg_fmt(c, "%s(%s)", cv, ld)},
-		        {"store", cg_store(c, rdt, finish)});
-		cg_launch(G, n, kname, (nout + 31) / 32, 256, 0, cg_fmt(c, "%s, %s", xv, ov));
+		        {"put", row_put(c, &ro, "o", finish)});
+		cg_launch(G, n, kname, (nout + 31) / 32, 256, 0, cg_fmt(c, "%s, %s", xv, ro.args));
 		return 1;
 	}
 	CG_EMIT(c->kern, "kernels.cu:reduce", {"comment", cg_comment(G, n)}, {"name", kname},
-	        {"xparams", in.params}, {"tout", cg_ctype(rdt)},
+	        {"xparams", in.params}, {"oparams", ro.params},
 	        {"block", cg_num(c, rg.block)}, {"rows", cg_num(c, rg.rows)},
 	        {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)},
 	        {"base", base}, {"acc", acc},
 	        {"init", init}, {"nred", cg_num(c, nred)}, {"op", op}, {"load", loadexpr},
-	        {"store", cg_store(c, rdt, finish)});
-	cg_launch(G, n, kname, rg.grid, rg.block, 0, cg_fmt(c, "%s, %s", xv, ov));
+	        {"put", row_put(c, &ro, "o", finish)});
+	cg_launch(G, n, kname, rg.grid, rg.block, 0, cg_fmt(c, "%s, %s", xv, ro.args));
 	return 1;
 }
 
@@ -271,7 +357,8 @@ rows_library(CgGraph *G, const Node *n)
 	DType dt = (DType)x->dt;
 	if (dt != DT_F16 && dt != DT_BF16 && dt != DT_F32)
 		return 0;
-	if (G->prologue && G->prologue[n - G->g->nodes.v] >= 0)
+	if ((G->prologue && G->prologue[n - G->g->nodes.v] >= 0) ||
+	    cg_epilogue(G, (NodeId)(n - G->g->nodes.v)) >= 0)
 		return 0;
 	if (x->rank < 1 || x->d[x->rank - 1] < 1 || x->d[x->rank - 1] > INT32_MAX)
 		return 0;
@@ -322,18 +409,19 @@ cg_softmax(CgGraph *G, const Node *n)
 	const char *acc = cg_acc_type(dt), *kname = cg_kernel_name(G, n, op_name(n->op));
 	char *roff = inner == 1 ? "r" : cg_fmt(c, "r * %lld", (long long)inner);
 	CgInput in = cg_input(G, n);
+	RowOut ro = row_out(G, n, in.params);
 	char *ld = cg_fmt(c, "%s(%s)", cg_acc_conv(dt),
 	                  cg_fmt(c, in.fmt, cg_fmt(c, "base + %s", roff)));
 	CG_EMIT(c->kern, "kernels.cu:softmax", {"comment", cg_comment(G, n)}, {"name", kname},
-	        {"xparams", in.params}, {"t", cg_ctype(dt)}, {"block", cg_num(c, rg.block)},
+	        {"xparams", in.params}, {"oparams", ro.params}, {"block", cg_num(c, rg.block)},
 	        {"rows", cg_num(c, rg.rows)},
 	        {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)},
 	        {"base", cg_row_base(c, outer, len, inner)}, {"acc", acc},
 	        {"inf", dt == DT_F64 ? "sg_inf()" : "sg_inff()"}, {"len", cg_num(c, len)},
-	        {"load", ld}, {"roff", roff},
-	        {"store", cg_store(c, dt, n->op == OP_LOG_SOFTMAX ? "v - ls" : "sg_exp(v) / s")});
-	cg_launch(G, n, kname, rg.grid, rg.block, 0,
-	       cg_fmt(c, "%s, %s", in.args, G->vname[n->res[0]]));
+	        {"load", ld},
+	        {"put", row_put(c, &ro, cg_fmt(c, "base + %s", roff),
+	                        n->op == OP_LOG_SOFTMAX ? "v - ls" : "sg_exp(v) / s")});
+	cg_launch(G, n, kname, rg.grid, rg.block, 0, cg_fmt(c, "%s, %s", in.args, ro.args));
 	return 1;
 }
 
@@ -361,8 +449,9 @@ cg_norm(CgGraph *G, const Node *n)
 		params = cg_fmt(c, "%sconst %s *__restrict__ b, ", params, ct);
 		args = cg_fmt(c, "%s, %s", args, G->vname[n->opnd[2].v]);
 	}
-	params = cg_fmt(c, "%s%s *__restrict__ out", params, ct);
-	args = cg_fmt(c, "%s, %s", args, G->vname[n->res[0]]);
+	RowOut ro = row_out(G, n, in.params);
+	params = cg_fmt(c, "%s%s", params, ro.params);
+	args = cg_fmt(c, "%s, %s", args, ro.args);
 	CgRows rg = cg_rows(nout, len);
 	const char *kname = cg_kernel_name(G, n, op_name(n->op));
 	double eps = ir_attr_float(n, "eps", n->op == OP_RMS_NORM ? 1e-6 : 1e-5);
@@ -373,8 +462,99 @@ cg_norm(CgGraph *G, const Node *n)
 	        {"load", cg_fmt(c, "%s(%s)", cg_acc_conv(dt), cg_fmt(c, in.fmt, "base + r"))},
 	        {"eps", cg_lit_float(c, dt == DT_F64 ? eps : (double)(float)eps, dt != DT_F64)},
 	        {"w", hw ? "1" : ""}, {"b", hb ? "1" : ""}, {"opc", cg_acc_conv(dt)},
-	        {"store", cg_store(c, dt, "v")});
+	        {"put", row_put(c, &ro, "base + r", "v")});
 	cg_launch(G, n, kname, rg.grid, rg.block, 0, args);
+	return 1;
+}
+
+/* cross_entropy (bwd 0) or cross_entropy_backward (bwd 1) through the
+ * kernel library: logits of f16, bf16 or f32 whose class dim is the last
+ * ([N, C] or [C]) and a result of their dtype.  The row logsumexps from
+ * sg_launch_cross_entropy_lse, then one block checks the targets (a trap
+ * with the .sg line, as the other kernels), counts them and, forward,
+ * writes the mean loss (with a fused consumer); backward,
+ * sg_launch_cross_entropy_bwd.  0, with nothing emitted, otherwise. */
+static int
+ce_library(CgGraph *G, const Node *n, int bwd)
+{
+	Cg *c = G->c;
+	const Type *x = cg_otype(G, n, bwd), *t = cg_otype(G, n, bwd + 1);
+	DType dt = (DType)x->dt;
+	int64_t outer, len, inner;
+	cg_around(x, x->rank >= 2 ? 1 : 0, &outer, &len, &inner);
+	if ((dt != DT_F16 && dt != DT_BF16 && dt != DT_F32) || inner != 1 || outer < 1 ||
+	    len < 1 || len > INT32_MAX || t->dt != DT_I64 ||
+	    cg_vtype(G, n->res[0])->dt != dt || (bwd && cg_otype(G, n, 0)->dt != dt))
+		return 0;
+	cg_use_library(G, "sgk_rows.cuh");
+	const char *ct = cg_ctype(dt), *s = cg_num(c, cg_stream(n));
+	const char *xv = G->vname[n->opnd[bwd].v], *tv = G->vname[n->opnd[bwd + 1].v];
+	char *lse = cg_alloc_tmp(G, n, "float", (outer + 1) * 4, "lse");
+	CG_EMIT(G->body, "host.cu:lib_call", {"s", s},
+	        {"kname", cg_kernel_name(G, n, "cross_entropy_lse")},
+	        {"line", cg_num(c, n->loc.line)},
+	        {"call", cg_fmt(c, "sg_launch_cross_entropy_lse<%s>(%s, %s, %lld, %lld, "
+	                        "sgrt_stream(rt, %s))", ct, xv, lse, (long long)outer,
+	                        (long long)len, s)});
+	RowOut ro = {.params = "", .args = ""};
+	if (!bwd) {
+		ro = row_out(G, n, "");
+		ro.params = cg_fmt(c, ", %s", ro.params);
+		ro.args = cg_fmt(c, ", %s", ro.args);
+	}
+	const char *k2 = cg_kernel_name(G, n, bwd ? "cross_entropy_count" : "cross_entropy_loss");
+	CG_EMIT(c->kern, "kernels.cu:ce_lse_loss", {"comment", cg_comment(G, n)}, {"name", k2},
+	        {"t", ct}, {"oparams", ro.params}, {"nout", cg_num(c, outer)},
+	        {"len", cg_num(c, len)}, {"file", cg_source_name(c)},
+	        {"line", cg_num(c, n->loc.line)}, {"what", op_name(n->op)},
+	        {"loss", bwd ? "" : "1"}, {"put", bwd ? "" : row_put(c, &ro, "0", "s / c")});
+	cg_launch(G, n, k2, 1, 256, 0, cg_fmt(c, "%s, %s, %s%s", xv, tv, lse, ro.args));
+	if (bwd)
+		CG_EMIT(G->body, "host.cu:lib_call", {"s", s},
+		        {"kname", cg_kernel_name(G, n, op_name(n->op))},
+		        {"line", cg_num(c, n->loc.line)},
+		        {"call", cg_fmt(c, "sg_launch_cross_entropy_bwd<%s>(%s, %s, %s, %s, %s, %lld, "
+		                        "%lld, sgrt_stream(rt, %s))", ct, xv, tv, lse,
+		                        G->vname[n->opnd[0].v], G->vname[n->res[0]],
+		                        (long long)outer, (long long)len, s)});
+	cg_free_tmp(G, n, lse);
+	return 1;
+}
+
+int
+cg_rows_ce_backward(CgGraph *G, const Node *n)
+{
+	return ce_library(G, n, 1);
+}
+
+/* layer_norm_backward, rms_norm_backward (g, x, w?) through the kernel
+ * library (sg_launch_layer_norm_bwd_x: the statistics again from x, dx in
+ * one row kernel) for f16, bf16, f32; 0, with nothing emitted, otherwise. */
+int
+cg_rows_norm_backward(CgGraph *G, const Node *n)
+{
+	Cg *c = G->c;
+	const Type *x = cg_otype(G, n, 1);
+	DType dt = (DType)x->dt;
+	if ((dt != DT_F16 && dt != DT_BF16 && dt != DT_F32) || x->rank < 1 ||
+	    x->d[x->rank - 1] < 1 || x->d[x->rank - 1] > INT32_MAX ||
+	    cg_otype(G, n, 0)->dt != dt || (n->nopnd > 2 && cg_otype(G, n, 2)->dt != dt))
+		return 0;
+	int64_t len = x->d[x->rank - 1], rows = type_numel(x) / len;
+	if (rows == 0)
+		return 1;
+	int rms = n->op == OP_RMS_NORM_BACKWARD;
+	double eps = ir_attr_float(n, "eps", rms ? 1e-6 : 1e-5);
+	const char *s = cg_num(c, cg_stream(n));
+	cg_use_library(G, "sgk_rows.cuh");
+	CG_EMIT(G->body, "host.cu:lib_call", {"s", s},
+	        {"kname", cg_kernel_name(G, n, op_name(n->op))}, {"line", cg_num(c, n->loc.line)},
+	        {"call", cg_fmt(c, "sg_launch_layer_norm_bwd_x<%s>(%s, %s, %s, %s, %lld, %lld, %s, "
+	                        "%d, sgrt_stream(rt, %s))", cg_ctype(dt), G->vname[n->opnd[0].v],
+	                        G->vname[n->opnd[1].v],
+	                        n->nopnd > 2 ? G->vname[n->opnd[2].v] : "NULL",
+	                        G->vname[n->res[0]], (long long)rows, (long long)len,
+	                        cg_lit_float(c, (double)(float)eps, 1), rms, s)});
 	return 1;
 }
 
@@ -383,6 +563,8 @@ cg_norm(CgGraph *G, const Node *n)
 int
 cg_cross_entropy(CgGraph *G, const Node *n)
 {
+	if (ce_library(G, n, 0))
+		return 1;
 	Cg *c = G->c;
 	const Type *x = cg_otype(G, n, 0), *t = cg_otype(G, n, 1);
 	DType dt = (DType)x->dt, rdt = (DType)cg_vtype(G, n->res[0])->dt;
@@ -412,11 +594,13 @@ cg_cross_entropy(CgGraph *G, const Node *n)
 	        {"base", cg_row_base(c, outer, len, inner)},
 	        {"inf", dt == DT_F64 ? "sg_inf()" : "sg_inff()"},
 	        {"load", cg_fmt(c, "%s(sg_ld(x[base + %s]))", cg_acc_conv(dt), roff)});
+	RowOut ro = row_out(G, n, "");
 	CG_EMIT(c->kern, "kernels.cu:ce_mean", {"name", k2}, {"acc", acc},
-	        {"t", cg_ctype(rdt)}, {"nout", cg_num(c, nout)}, {"store", cg_store(c, rdt, "s / c")});
+	        {"oparams", ro.params}, {"nout", cg_num(c, nout)},
+	        {"put", row_put(c, &ro, "0", "s / c")});
 	cg_launch(G, n, k1, rg.grid, rg.block, 0,
 	       cg_fmt(c, "%s, %s, %s", G->vname[n->opnd[0].v], G->vname[n->opnd[1].v], tmp));
-	cg_launch(G, n, k2, 1, 256, 0, cg_fmt(c, "%s, %s", tmp, ov));
+	cg_launch(G, n, k2, 1, 256, 0, cg_fmt(c, "%s, %s", tmp, ro.args));
 	cg_free_tmp(G, n, tmp);
 	return 1;
 }
@@ -452,11 +636,11 @@ cg_mse_loss(CgGraph *G, const Node *n)
 	                  cg_index(c, "r", s.rank, s.d, sb, 0));
 	char *params = cg_fmt(c, "const %s *__restrict__ a, const %s *__restrict__ b",
 	                      cg_ctype((DType)a->dt), cg_ctype((DType)b->dt));
+	RowOut ro = row_out(G, n, "");
 	reduce_two_stage(G, n, "mse_loss", params,
 	                 cg_fmt(c, "%s, %s", G->vname[n->opnd[0].v], G->vname[n->opnd[1].v]),
 	                 acc, "sg_sum_op", "0", ld, N,
-	                 divide(c, "acc", acc, N), rdt,
-	                 G->vname[n->res[0]]);
+	                 divide(c, "acc", acc, N), &ro);
 	return 1;
 }
 

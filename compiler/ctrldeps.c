@@ -370,7 +370,14 @@ index_events(Ctx *C)
 static void
 grow(Ctx *C)
 {
-	while (C->nv < C->g->vals.n) {
+	uint32_t nv = C->g->vals.n, need = C->cur.n + (nv - C->nv) * C->ns;
+	if (need > C->cur.cap)
+		vec_grow_((void **)&C->cur.v, &C->cur.cap, need, sizeof *C->cur.v);
+	if (nv > C->root.cap)
+		vec_grow_((void **)&C->root.v, &C->root.cap, nv, sizeof *C->root.v);
+	if (nv > C->mark.cap)
+		vec_grow_((void **)&C->mark.v, &C->mark.cap, nv, sizeof *C->mark.v);
+	while (C->nv < nv) {
 		ValId v = C->nv++;
 		for (uint32_t s = 0; s < C->ns; s++)
 			vec_push(&C->cur, v);

@@ -38,7 +38,7 @@ typedef struct {
 	NodeId *del;       /* per root: its del */
 	NodeId *point;     /* per root: where the allocating stream lets go */
 	NodeInsVec ins;
-	Map recs;          /* "slot:stream" -> event recorded there */
+	Map recs;          /* (slot, stream) as 8 bytes -> event recorded there */
 } Dealloc;
 
 /* Fills the per-root tables from one pass over the nodes. */
@@ -87,15 +87,17 @@ static uint32_t
 record_after(Dealloc *D, NodeId l, uint32_t t)
 {
 	Graph *g = D->g;
-	char *key = arena_printf(g->mod->arena, "%u:%u", l, t);
-	uint32_t *slot = map_get(&D->recs, key, strlen(key));
+	uint32_t at[2] = {l, t}, *key;
+	uint32_t *slot = map_get(&D->recs, (const char *)at, sizeof at);
 	if (slot)
 		return *slot;
 	uint32_t ev = races_event_new(g, "free");
 	NodeIns rec = {l + 1, 0, races_sync_node(g, OP_RECORD_EVENT, ev, t,
 	                                          g->nodes.v[l].loc)};
 	vec_push(&D->ins, rec);
-	map_put(&D->recs, key, strlen(key), ev);
+	key = arena_alloc(g->mod->arena, sizeof at);
+	memcpy(key, at, sizeof at);
+	map_put(&D->recs, (const char *)key, sizeof at, ev);
 	return ev;
 }
 
@@ -184,12 +186,13 @@ dealloc_pass(Graph *g, const PassOptions *po, Diag *d)
 			hb_step(&h, k);
 	}
 	hb_free(&h);
-	if (D.ins.n)
+	int changed = D.ins.n != 0; /* events are made only with their records */
+	if (changed)
 		races_insert(g, &D.ins);
 	vec_free(&D.ins);
 	map_free(&D.recs);
 	/* A sync_dealloc may be the last work of its stream: join it again. */
-	syncs_join_pass(g, po, d);
+	changed |= syncs_join_pass(g, po, d) != PASS_SAME;
 	free(head);
 	free(next);
 	free(D.root);
@@ -199,5 +202,5 @@ dealloc_pass(Graph *g, const PassOptions *po, Diag *d)
 	free(D.lastname);
 	free(D.del);
 	free(D.point);
-	return 1;
+	return changed ? 1 : PASS_SAME;
 }

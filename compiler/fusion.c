@@ -96,13 +96,14 @@ fusion_legal(const Graph *g, NodeId a, NodeId b)
 }
 
 /* The pass checks that regions and fusion_legal agree on neighbours of a
- * stream; the backend asks fusion_analyse for the regions. */
+ * stream; the backend asks fusion_analyse for the regions.  It reads the
+ * graph only (PASS_SAME: the checks after it are skipped). */
 int
 fusion_pass(Graph *g, const PassOptions *po, Diag *d)
 {
 	(void)d;
 	if (po->opt_level == 0)
-		return 1; /* -O0: one kernel per op */
+		return PASS_SAME; /* -O0: one kernel per op */
 	FusionInfo fi;
 	fusion_analyse(g, &fi);
 	NodeId *prev = xmalloc((g->streams.n + 1) * sizeof *prev);
@@ -119,5 +120,5 @@ fusion_pass(Graph *g, const PassOptions *po, Diag *d)
 	}
 	free(prev);
 	fusion_free(&fi);
-	return 1;
+	return PASS_SAME;
 }

@@ -107,31 +107,13 @@ mm_store(Tensor *r, int kind, const void *c)
 static int
 batch_bcast(const Tensor **ops, int nop, int64_t *shape, int64_t st[][SG_MAXRANK])
 {
-	int rank = 0;
-	for (int k = 0; k < nop; k++)
-		if (ops[k]->rank - 2 > rank)
-			rank = ops[k]->rank - 2;
-	for (int d = 0; d < rank; d++)
-		shape[d] = 1;
-	for (int k = 0; k < nop; k++) {
-		int br = ops[k]->rank > 2 ? ops[k]->rank - 2 : 0;
-		for (int d = 0; d < br; d++)
-			if (ops[k]->shape[d] != 1)
-				shape[rank - br + d] = ops[k]->shape[d];
+	int rank[4];
+	const int64_t *d[4];
+	for (int k = 0; k < nop && k < 4; k++) {
+		rank[k] = ops[k]->rank;
+		d[k] = ops[k]->shape;
 	}
-	for (int k = 0; k < nop; k++) {
-		const Tensor *t = ops[k];
-		int br = t->rank > 2 ? t->rank - 2 : 0;
-		int64_t mat = t->rank >= 2 ? t->shape[t->rank - 1] * t->shape[t->rank - 2] : t->numel;
-		int64_t s = mat;
-		for (int d = rank - 1; d >= 0; d--) {
-			int td = d - (rank - br);
-			st[k][d] = td >= 0 && t->shape[td] != 1 ? s : 0;
-			if (td >= 0)
-				s *= t->shape[td];
-		}
-	}
-	return rank;
+	return shape_batch_bcast(nop, rank, d, shape, st);
 }
 
 /* Offsets of batch b's matrices in each operand. */

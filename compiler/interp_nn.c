@@ -15,24 +15,6 @@
 
 /* ------------------------------------------------------------------ reductions */
 
-/* Marks in red[] the dims of x that n reduces: its `dims` attribute, or
- * every dim when absent or empty (as torch.sum(x, dim=[]) does). */
-static void
-reduced_dims(const Node *n, const Tensor *x, int *red)
-{
-	const Attr *a = ir_attr(n, "dims");
-	int all = !a || a->nints == 0;
-	for (int d = 0; d < x->rank; d++)
-		red[d] = all;
-	if (all)
-		return;
-	for (uint32_t k = 0; k < a->nints; k++) {
-		int d = shape_norm_dim(a->ints[k], x->rank);
-		if (d >= 0)
-			red[d] = 1;
-	}
-}
-
 /* An iterator over x whose off[0] is the index of the output element each
  * input element reduces into; *nout gets the number of outputs. */
 static void
@@ -115,7 +97,7 @@ interp_reduce(Interp *I, Node *n, Tensor **in, Tensor **out)
 	int red[SG_MAXRANK];
 	BcastIter it;
 	int64_t nout;
-	reduced_dims(n, x, red);
+	shape_reduced_dims(n, x->rank, red);
 	reduce_iter(&it, x, red, &nout);
 	if (nout != r->numel)
 		return interp_fail(I, n, "internal: reduction gives %lld elements, "

@@ -14,24 +14,6 @@
 
 #include "sgc.h"
 
-/* A num attribute (fill_'s value, clamp's bounds) as a double or int64:
- * the integer when the literal was one. */
-static double
-num_f(const Attr *a)
-{
-	if (a->num_kind == OK_FLOAT)
-		return a->f;
-	return a->i ? (double)a->i : a->f;
-}
-
-static int64_t
-num_i(const Attr *a)
-{
-	if (a->num_kind == OK_FLOAT)
-		return isnan(a->f) ? INT64_MIN : (int64_t)a->f;
-	return a->i ? a->i : (int64_t)a->f;
-}
-
 /* ------------------------------------------------------------------ unary */
 
 static double
@@ -113,19 +95,6 @@ is_compare(int op)
 {
 	return op == OP_EQ || op == OP_NE || op == OP_LT || op == OP_LE ||
 	       op == OP_GT || op == OP_GE;
-}
-
-/* The arithmetic op an in-place op performs. */
-static int
-base_op(int op)
-{
-	switch (op) {
-	case OP_ADD_: return OP_ADD;
-	case OP_SUB_: return OP_SUB;
-	case OP_MUL_: return OP_MUL;
-	case OP_DIV_: return OP_DIV;
-	default: return op;
-	}
 }
 
 static double
@@ -264,8 +233,8 @@ interp_clamp(Interp *I, Node *n, Tensor **in, Tensor **out)
 	const Attr *lo = ir_attr(n, "min"), *hi = ir_attr(n, "max");
 	Tensor *x = in[0], *r = out[0];
 	if (dtype_is_float(r->dt)) {
-		double l = lo ? interp_opmath(r->dt, num_f(lo)) : 0;
-		double h = hi ? interp_opmath(r->dt, num_f(hi)) : 0;
+		double l = lo ? interp_opmath(r->dt, attr_num_f(lo)) : 0;
+		double h = hi ? interp_opmath(r->dt, attr_num_f(hi)) : 0;
 		for (int64_t i = 0; i < r->numel; i++) {
 			double v = interp_opndf(n, 0, x, i, r->dt);
 			if (!isnan(v)) {
@@ -278,7 +247,7 @@ interp_clamp(Interp *I, Node *n, Tensor **in, Tensor **out)
 		}
 		return 0;
 	}
-	int64_t l = lo ? num_i(lo) : 0, h = hi ? num_i(hi) : 0;
+	int64_t l = lo ? attr_num_i(lo) : 0, h = hi ? attr_num_i(hi) : 0;
 	for (int64_t i = 0; i < r->numel; i++) {
 		int64_t v = interp_geti(x, i);
 		if (lo && v < l)
@@ -330,7 +299,7 @@ fill(Tensor *r, const Attr *v)
 		if (v->num_kind == OK_FLOAT)
 			interp_setf(r, i, v->f);
 		else
-			interp_seti(r, i, num_i(v));
+			interp_seti(r, i, attr_num_i(v));
 	}
 }
 
@@ -370,7 +339,7 @@ interp_inplace(Interp *I, Node *n, Tensor **in, Tensor **out)
 	Tensor *x = in[0];
 	switch (n->op) {
 	case OP_ADD_: case OP_SUB_: case OP_MUL_: case OP_DIV_:
-		binary(n, base_op(n->op), shape_result_type(I->g, n, 0, 2),
+		binary(n, op_inplace_base(n->op), shape_result_type(I->g, n, 0, 2),
 		       x, in[1], x);
 		break;
 	case OP_COPY_:

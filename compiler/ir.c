@@ -37,22 +37,33 @@ ir_value_new(Graph *g, const char *name, ValKind k, Loc loc)
 	return id;
 }
 
-ValId
-ir_value_fresh(Graph *g, const char *base, Loc loc)
+/* The first of base, base.1, base.2... that no value has.  Names are never
+ * freed, so freshval keeps where a base's search ended and the next one
+ * starts there; only from the second step on, as most bases are asked for
+ * once (a base asked for again costs two more look-ups at most). */
+const char *
+ir_name_fresh(Graph *g, const char *base)
 {
 	Arena *a = g->mod->arena;
 	size_t bl = strlen(base);
 	uint32_t *memo = map_get(&g->freshval, base, bl), i = memo ? *memo : 0;
-	const char *name = i ? arena_printf(a, "%.*s.%u", (int)bl, base, i) : base;
+	const char *name = i ? arena_numbered(a, base, bl, '.', i) : base;
 	while (map_get(&g->valmap, name, strlen(name)))
-		name = arena_printf(a, "%.*s.%u", (int)bl, base, ++i);
+		name = arena_numbered(a, base, bl, '.', ++i);
 	if (name == base)
 		name = arena_strdup(a, base);
 	if (memo)
 		*memo = i + 1;
-	else
+	else if (i > 1)
 		map_put(&g->freshval, arena_strdup(a, base), bl, i + 1);
-	return ir_value_new(g, name, VK_NODE, loc);
+	return name;
+}
+
+/* A value with a fresh name from base. */
+ValId
+ir_value_fresh(Graph *g, const char *base, Loc loc)
+{
+	return ir_value_new(g, ir_name_fresh(g, base), VK_NODE, loc);
 }
 
 NodeId
@@ -149,6 +160,7 @@ module_free(Module *m)
 		map_free(&g->eventmap);
 		map_free(&g->freshval);
 		map_free(&g->freshev);
+		free(g->named);
 	}
 	vec_free(&m->graphs);
 	vec_free(&m->dims);

@@ -103,78 +103,331 @@ find_accesses(Build *B)
 			mp->buf[b].release = mp->buf[b].last;
 }
 
-/* Whether every access of buffer a is complete when b's producer starts. */
-static int
-ordered_before(Build *B, uint32_t a, uint32_t b)
-{
-	uint32_t ns = B->g->streams.n;
-	const int32_t *c = hb_before(&B->h, B->mp->buf[b].alloc);
-	const int32_t *acc = B->maxacc + (size_t)a * ns;
-	for (uint32_t t = 0; t < ns; t++)
-		if (acc[t] >= 0 && !HB_DONE(c, t, acc[t]))
-			return 0;
-	return 1;
-}
+/* ------------------------------------------------------------------ free space */
+
+/*
+ * The spans that may be live with a new buffer on one stream, as a treap
+ * over their ends: a key counts the spans starting and ending there.  The
+ * coverage of a point (how many spans hold it) is the sum of starts - ends
+ * of the keys up to it, so the free runs go from a key of prefix sum 0 to
+ * the next key (the last key's run is endless).  First fit is [0, first
+ * key) when long enough, else the first such run long enough: one descent,
+ * with each subtree's least prefix sum (relative to its start) and the
+ * longest run among its keys of that sum.  This is the offset the scan of
+ * the spans sorted by offset gives, in O(log n) per change and query.
+ */
+#define TR_INF UINT64_MAX
 
 typedef struct {
-	uint64_t off, end;
-} Span;
+	uint64_t key, gap, best; /* gap: to the next key; best: see above */
+	uint32_t prio, l, r, nstart, nend;
+	int32_t sum, minp;       /* of the subtree: starts - ends, least prefix */
+} TrNode;
 
-/* Spans by offset. */
-static int
-span_cmp(const void *pa, const void *pb)
+typedef struct {
+	TrNode *t;               /* t[0] stands for the empty tree */
+	uint32_t n, cap, freel, root, seed;
+	uint32_t fix;            /* a node whose gap changes to fixgap */
+	uint64_t fixgap;
+} Treap;
+
+/* A subtree's sums from its children's and its own key's. */
+static void
+tr_pull(TrNode *t, uint32_t x)
 {
-	const Span *a = pa, *b = pb;
-	return a->off < b->off ? -1 : a->off > b->off;
+	TrNode *p = &t[x];
+	int32_t ls = p->l ? t[p->l].sum : 0;
+	int32_t here = ls + (int32_t)p->nstart - (int32_t)p->nend;
+	int32_t m = here;
+	uint64_t best = p->gap;
+	if (p->l && t[p->l].minp <= m) {
+		best = t[p->l].minp < m || t[p->l].best > best ? t[p->l].best : best;
+		m = t[p->l].minp;
+	}
+	if (p->r && here + t[p->r].minp <= m) {
+		best = here + t[p->r].minp < m || t[p->r].best > best ? t[p->r].best : best;
+		m = here + t[p->r].minp;
+	}
+	p->sum = here + (p->r ? t[p->r].sum : 0);
+	p->minp = m;
+	p->best = best;
+}
+
+/* A new key with no spans yet, its gap up to succ (0: none). */
+static uint32_t
+tr_node(Treap *T, uint64_t key, uint32_t succ)
+{
+	uint32_t x = T->freel;
+	if (x)
+		T->freel = T->t[x].l;
+	else {
+		if (T->n >= T->cap) {
+			T->cap = T->cap ? 2 * T->cap : 64;
+			T->t = xrealloc(T->t, T->cap * sizeof *T->t);
+			memset(&T->t[0], 0, sizeof *T->t);
+		}
+		x = T->n++;
+	}
+	T->seed ^= T->seed << 13;
+	T->seed ^= T->seed >> 17;
+	T->seed ^= T->seed << 5;
+	TrNode *p = &T->t[x];
+	memset(p, 0, sizeof *p);
+	p->key = key;
+	p->prio = T->seed;
+	p->gap = succ ? T->t[succ].key - key : TR_INF;
+	return x;
+}
+
+/* Rotates x's left (right: dir 1) child up; returns it. */
+static uint32_t
+tr_rotate(TrNode *t, uint32_t x, int dir)
+{
+	uint32_t y;
+	if (dir == 0) {
+		y = t[x].l;
+		t[x].l = t[y].r;
+		t[y].r = x;
+	} else {
+		y = t[x].r;
+		t[x].r = t[y].l;
+		t[y].l = x;
+	}
+	tr_pull(t, x);
+	tr_pull(t, y);
+	return y;
+}
+
+/* The gap fix of a path node, then its sums. */
+static void
+tr_up(Treap *T, uint32_t x)
+{
+	if (x == T->fix)
+		T->t[x].gap = T->fixgap;
+	tr_pull(T->t, x);
+}
+
+/* Removes key (at x, rotated down to a leaf) from subtree x; pred and succ
+ * are the nearest keys below and above on the path (0: none). */
+static uint32_t
+tr_erase(Treap *T, uint32_t x, uint32_t pred, uint32_t succ)
+{
+	TrNode *t = T->t;
+	if (!t[x].l && !t[x].r) {
+		if (pred) {
+			T->fix = pred;
+			T->fixgap = succ ? t[succ].key - t[pred].key : TR_INF;
+		}
+		t[x].l = T->freel;
+		T->freel = x;
+		return 0;
+	}
+	uint32_t y;
+	if (!t[x].r || (t[x].l && t[t[x].l].prio > t[t[x].r].prio)) {
+		y = t[x].l;
+		t[x].l = t[y].r;
+		t[y].r = x;
+		t[y].r = tr_erase(T, x, y, succ);
+	} else {
+		y = t[x].r;
+		t[x].r = t[y].l;
+		t[y].l = x;
+		t[y].l = tr_erase(T, x, pred, y);
+	}
+	tr_up(T, y);
+	return y;
+}
+
+/* Adds ds starts and de ends (either negative: removes) at key in subtree
+ * x; the key is made or dropped as needed.  Returns the new subtree. */
+static uint32_t
+tr_add(Treap *T, uint32_t x, uint64_t key, int ds, int de, uint32_t pred,
+       uint32_t succ)
+{
+	if (!x) {
+		x = tr_node(T, key, succ);
+		if (pred) {
+			T->fix = pred;
+			T->fixgap = key - T->t[pred].key;
+		}
+		T->t[x].nstart = (uint32_t)ds;
+		T->t[x].nend = (uint32_t)de;
+		tr_pull(T->t, x);
+		return x;
+	}
+	if (key == T->t[x].key) {
+		T->t[x].nstart += (uint32_t)ds;
+		T->t[x].nend += (uint32_t)de;
+		if (!T->t[x].nstart && !T->t[x].nend)
+			return tr_erase(T, x, pred, succ);
+		tr_pull(T->t, x);
+		return x;
+	}
+	int dir = key > T->t[x].key;
+	uint32_t c = dir ? tr_add(T, T->t[x].r, key, ds, de, x, succ)
+	                 : tr_add(T, T->t[x].l, key, ds, de, pred, x);
+	if (dir)
+		T->t[x].r = c;
+	else
+		T->t[x].l = c;
+	tr_up(T, x);
+	if (c && T->t[c].prio > T->t[x].prio)
+		x = tr_rotate(T->t, x, dir);
+	return x;
+}
+
+/* Adds (sign 1) or removes (sign -1) the span [off, end). */
+static void
+tr_span(Treap *T, uint64_t off, uint64_t end, int sign)
+{
+	T->fix = 0;
+	T->root = tr_add(T, T->root, off, sign, 0, 0, 0);
+	T->fix = 0;
+	T->root = tr_add(T, T->root, end, 0, sign, 0, 0);
+}
+
+/* The first offset where size bytes are free of every span. */
+static uint64_t
+tr_first_fit(const Treap *T, uint64_t size)
+{
+	const TrNode *t = T->t;
+	uint32_t x = T->root, f = x;
+	if (!x)
+		return 0;
+	while (t[f].l)
+		f = t[f].l;
+	if (t[f].key >= size)
+		return 0;
+	int32_t pre = 0;
+	while (x) {
+		const TrNode *p = &t[x];
+		if (p->l && pre + t[p->l].minp == 0 && t[p->l].best >= size) {
+			x = p->l;
+			continue;
+		}
+		pre += (p->l ? t[p->l].sum : 0) + (int32_t)p->nstart - (int32_t)p->nend;
+		if (pre == 0 && p->gap >= size)
+			return p->key;
+		x = p->r;
+	}
+	ICE("memory plan: no free run after the last span");
+}
+
+/* A min-heap of (position << 32 | buffer). */
+typedef struct {
+	uint64_t *v;
+	uint32_t n, cap;
+} Heap;
+
+/* Adds x to the heap. */
+static void
+heap_push(Heap *h, uint64_t x)
+{
+	if (h->n == h->cap) {
+		h->cap = h->cap ? 2 * h->cap : 16;
+		h->v = xrealloc(h->v, h->cap * sizeof *h->v);
+	}
+	uint32_t i = h->n++;
+	while (i && h->v[(i - 1) / 2] > x) {
+		h->v[i] = h->v[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h->v[i] = x;
+}
+
+/* Removes the least entry. */
+static void
+heap_pop(Heap *h)
+{
+	uint64_t x = h->v[--h->n];
+	uint32_t i = 0;
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+		if (c >= h->n)
+			break;
+		if (c + 1 < h->n && h->v[c + 1] < h->v[c])
+			c++;
+		if (h->v[c] >= x)
+			break;
+		h->v[i] = h->v[c];
+		i = c;
+	}
+	if (h->n)
+		h->v[i] = x;
 }
 
 /* The placed buffers that may still be live with a new buffer on one
- * stream: `live` holds the survivors of earlier placements on the stream,
- * `seen` counts the placed buffers already moved into it. */
+ * stream.  `seen` counts the placed buffers looked at so far; each one not
+ * yet ordered before waits in wait[t] for the first stream t whose last
+ * access of it the stream's clock does not cover yet, keyed by that
+ * access; its span is in `tree`. */
 typedef struct {
-	uint32_t *live, n, cap, seen;
+	Heap *wait;
+	Treap tree;
+	uint32_t seen;
 } Cand;
 
-/* First fit of buffer b among the placed buffers of its arena that may be
- * live with it.  Happens-before grows along a stream, so a buffer whose
- * accesses all precede b's producer precedes every later producer on b's
- * stream too: it leaves the stream's candidates for good, which keeps the
- * scan to the buffers actually live (the plan is the same as comparing b
- * with every placed buffer). */
-static void
-place(Build *B, uint32_t b, const uint32_t *placed, uint32_t np, Cand *c,
-      Span *tmp)
+/* The first stream from t on whose accesses of buffer a clock c does not
+ * cover yet, or ns when it covers them all (a is ordered before). */
+static uint32_t
+first_open(Build *B, uint32_t a, const int32_t *c, uint32_t t)
 {
-	MemPlan *mp = B->mp;
-	MemBuf *x = &mp->buf[b];
+	uint32_t ns = B->g->streams.n;
+	const int32_t *acc = B->maxacc + (size_t)a * ns;
+	while (t < ns && (acc[t] < 0 || HB_DONE(c, t, acc[t])))
+		t++;
+	return t;
+}
+
+/* Buffer a waits on stream t of candidate set c, or leaves it (t == ns). */
+static void
+cand_wait(Build *B, Cand *c, uint32_t a, uint32_t t)
+{
+	uint32_t ns = B->g->streams.n;
+	const MemBuf *x = &B->mp->buf[a];
+	if (t < ns)
+		heap_push(&c->wait[t], (uint64_t)B->maxacc[(size_t)a * ns + t] << 32 | a);
+	else
+		tr_span(&c->tree, x->offset, x->offset + x->size, -1);
+}
+
+/* Brings c up to b's producer: the placed buffers not seen yet join it
+ * unless ordered before b already; the waiting ones whose accesses b's
+ * clock now covers move on to their next stream or leave.  Happens-before
+ * grows along a stream, so a buffer ordered before b is ordered before
+ * every later producer on b's stream too. */
+static void
+cand_update(Build *B, uint32_t b, const uint32_t *placed, uint32_t np, Cand *c)
+{
+	uint32_t ns = B->g->streams.n;
+	const int32_t *clk = hb_before(&B->h, B->mp->buf[b].alloc);
 	for (; c->seen < np; c->seen++) {
-		if (c->n == c->cap) {
-			c->cap = c->cap ? 2 * c->cap : 16;
-			c->live = xrealloc(c->live, c->cap * sizeof *c->live);
-		}
-		c->live[c->n++] = placed[c->seen];
-	}
-	uint32_t nc = 0;
-	for (uint32_t j = 0; j < c->n;) {
-		const MemBuf *y = &mp->buf[c->live[j]];
-		if (ordered_before(B, c->live[j], b)) {
-			c->live[j] = c->live[--c->n];
+		uint32_t a = placed[c->seen], t = first_open(B, a, clk, 0);
+		const MemBuf *x = &B->mp->buf[a];
+		if (t == ns)
 			continue;
+		tr_span(&c->tree, x->offset, x->offset + x->size, 1);
+		cand_wait(B, c, a, t);
+	}
+	for (uint32_t t = 0; t < ns; t++) {
+		Heap *h = &c->wait[t];
+		while (h->n && HB_DONE(clk, t, (int32_t)(h->v[0] >> 32))) {
+			uint32_t a = (uint32_t)h->v[0];
+			heap_pop(h);
+			cand_wait(B, c, a, first_open(B, a, clk, t + 1));
 		}
-		tmp[nc].off = y->offset;
-		tmp[nc].end = y->offset + y->size;
-		nc++;
-		j++;
 	}
-	qsort(tmp, nc, sizeof *tmp, span_cmp);
-	uint64_t off = 0;
-	for (uint32_t j = 0; j < nc; j++) {
-		if (tmp[j].off >= off + x->size)
-			break;
-		if (tmp[j].end > off)
-			off = tmp[j].end;
-	}
-	x->offset = off;
+}
+
+/* First fit of buffer b among the placed buffers of its arena that may be
+ * live with it (the plan is the same as comparing b with every placed
+ * buffer and scanning their spans in order of offset). */
+static void
+place(Build *B, uint32_t b, const uint32_t *placed, uint32_t np, Cand *c)
+{
+	MemBuf *x = &B->mp->buf[b];
+	cand_update(B, b, placed, np, c);
+	x->offset = tr_first_fit(&c->tree, x->size);
 }
 
 /* Buffers in program order of their allocation (values made by later
@@ -196,11 +449,17 @@ place_arena(Build *B, int where, uint64_t *peak)
 	MemPlan *mp = B->mp;
 	uint32_t ns = B->g->streams.n;
 	uint32_t *placed = xmalloc((mp->nbuf + 1) * sizeof *placed), np = 0;
-	Span *tmp = xmalloc((mp->nbuf + 1) * sizeof *tmp);
 	uint64_t *order = xmalloc((mp->nbuf + 1) * sizeof *order);
 	Cand *cand = calloc(ns + 1, sizeof *cand);
 	if (!cand)
 		ICE("out of memory");
+	for (uint32_t s = 0; s < ns; s++) {
+		cand[s].wait = calloc(ns, sizeof *cand[s].wait);
+		cand[s].tree.seed = 2463534242u;
+		cand[s].tree.n = 1; /* t[0]: the empty tree */
+		if (!cand[s].wait)
+			ICE("out of memory");
+	}
 	for (uint32_t b = 0; b < mp->nbuf; b++)
 		order[b] = (uint64_t)mp->buf[b].alloc << 32 | b;
 	qsort(order, mp->nbuf, sizeof *order, alloc_cmp);
@@ -215,17 +474,20 @@ place_arena(Build *B, int where, uint64_t *peak)
 		else if (mp->opt_level <= 0)
 			x->offset = *peak;
 		else
-			place(B, b, placed, np, &cand[x->stream], tmp);
+			place(B, b, placed, np, &cand[x->stream]);
 		if (x->size)
 			placed[np++] = b;
 		if (x->offset + x->size > *peak)
 			*peak = x->offset + x->size;
 	}
-	for (uint32_t s = 0; s < ns; s++)
-		free(cand[s].live);
+	for (uint32_t s = 0; s < ns; s++) {
+		for (uint32_t t = 0; t < ns; t++)
+			free(cand[s].wait[t].v);
+		free(cand[s].wait);
+		free(cand[s].tree.t);
+	}
 	free(cand);
 	free(placed);
-	free(tmp);
 	free(order);
 }
 
@@ -479,7 +741,8 @@ memplan_report(FILE *f, Graph *g, const MemPlan *mp)
 	}
 }
 
-/* Pass `memplan`: builds the plan and checks it on graphs of moderate size. */
+/* Pass `memplan`: builds the plan and checks it on graphs of moderate
+ * size; the graph is left as it was. */
 int
 memplan_pass(Graph *g, const PassOptions *po, Diag *d)
 {
@@ -491,7 +754,7 @@ memplan_pass(Graph *g, const PassOptions *po, Diag *d)
 	    !memplan_verify(g, &mp, why))
 		ICE("memory plan of graph '%s': %s", g->name, why);
 	memplan_free(&mp);
-	return 1;
+	return PASS_SAME;
 }
 
 /* Reports and checks the plan of each graph (see sgc.h). */

@@ -507,11 +507,59 @@ by_size(const void *pa, const void *pb)
 	       : a->def < b->def ? -1 : a->def > b->def;
 }
 
-/* --offload=auto: the largest saved activations first (the AUTO_MAX
- * largest at most), each taken when it lowers the estimated peak, until
- * the peak fits the budget. */
+/* Latest first backward use first (the earliest layers of a network),
+ * then largest: their copies out start earliest and their prefetches
+ * have the most backward compute to hide behind. */
+static int
+by_late_use(const void *pa, const void *pb)
+{
+	const Cand *a = *(Cand *const *)pa, *b = *(Cand *const *)pb;
+	if (a->firstb != b->firstb)
+		return a->firstb > b->firstb ? -1 : 1;
+	return by_size(pa, pb);
+}
+
+static double simulate(Off *O);
+
+/* Takes order[0..n) one by one, each when it lowers the estimated peak,
+ * until the peak fits the budget; returns the peak reached. */
+static uint64_t
+take_in_order(Off *O, Cand **order, uint32_t n)
+{
+	uint64_t peak = estimate(O);
+	for (uint32_t j = 0; j < n && peak > O->po->offload_budget; j++) {
+		order[j]->chosen = 1;
+		uint64_t p = estimate(O);
+		if (p < peak)
+			peak = p;
+		else
+			order[j]->chosen = 0;
+	}
+	return peak;
+}
+
+/* The choice of one order: its peak and estimated time, the chosen
+ * flags left set. */
 static void
-choose_auto(Off *O, const uint8_t *aliased, const uint8_t *ret)
+try_order(Off *O, Cand **order, uint32_t n, Cand **tmp, uint64_t *peak,
+          double *secs)
+{
+	for (uint32_t j = 0; j < n; j++)
+		order[j]->chosen = 0;
+	*peak = take_in_order(O, order, n);
+	plan(O, tmp);
+	*secs = simulate(O);
+}
+
+/* --offload=auto: saved activations (the AUTO_MAX largest at most), each
+ * taken when it lowers the estimated peak, until the peak fits the
+ * budget.  Two orders are tried, largest first and the latest backward
+ * use first (choice: the second hides its copies better on a layered
+ * network, the first needs fewer copies where sizes differ a lot); the
+ * one that fits the budget in less estimated time is kept, else the one
+ * with the lower peak. */
+static void
+choose_auto(Off *O, const uint8_t *aliased, const uint8_t *ret, Cand **tmp)
 {
 	Graph *g = O->g;
 	uint32_t n = 0;
@@ -523,20 +571,23 @@ choose_auto(Off *O, const uint8_t *aliased, const uint8_t *ret)
 	qsort(order, n, sizeof *order, by_size);
 	if (n > AUTO_MAX)
 		n = AUTO_MAX; /* each try costs a walk of the graph */
-	uint64_t peak = estimate(O);
-	for (uint32_t j = 0; j < n && peak > O->po->offload_budget; j++) {
-		order[j]->chosen = 1;
-		uint64_t p = estimate(O);
-		if (p < peak)
-			peak = p;
-		else
-			order[j]->chosen = 0;
+	uint64_t p1, p2, budget = O->po->offload_budget;
+	double s1, s2;
+	try_order(O, order, n, tmp, &p1, &s1);
+	qsort(order, n, sizeof *order, by_late_use);
+	try_order(O, order, n, tmp, &p2, &s2);
+	int fit1 = p1 <= budget, fit2 = p2 <= budget;
+	int second = fit1 != fit2 ? fit2 : fit1 ? s2 < s1 : p2 < p1;
+	if (!second) {
+		qsort(order, n, sizeof *order, by_size);
+		try_order(O, order, n, tmp, &p1, &s1);
 	}
-	if (O->po->offload_budget && peak > O->po->offload_budget)
+	uint64_t peak = second ? p2 : p1;
+	if (budget && peak > budget)
 		diag_warning(O->d, g->nodes.v[O->bw].loc, "--offload=auto: the estimated "
 		             "device peak of graph '%s' is %llu bytes, above the budget of "
 		             "%llu", g->name, (unsigned long long)peak,
-		             (unsigned long long)O->po->offload_budget);
+		             (unsigned long long)budget);
 	free(order);
 }
 
@@ -756,7 +807,7 @@ offload_pass(Graph *g, const PassOptions *po, Diag *d)
 	for (NodeId i = 0; i < nn; i++)
 		any |= g->nodes.v[i].op == OP_OFFLOAD && !(g->nodes.v[i].flags & NF_DEAD);
 	if (!any && po->offload != OFFLOAD_AUTO)
-		return 1;
+		return PASS_SAME;
 	uint8_t *aliased = calloc((size_t)nv + 1, 1), *ret = calloc((size_t)nv + 1, 1);
 	O.cand = xmalloc(((size_t)nv + 1) * sizeof *O.cand);
 	O.lastacc = xmalloc(((size_t)nv + 1) * sizeof *O.lastacc);
@@ -780,7 +831,7 @@ offload_pass(Graph *g, const PassOptions *po, Diag *d)
 	int placed = 0;
 	if (O.bw != NONE) {
 		if (po->offload == OFFLOAD_AUTO && derived_here(&O))
-			choose_auto(&O, aliased, ret);
+			choose_auto(&O, aliased, ret, tmp);
 		placed = emit(&O, tmp, before);
 	}
 	if (any && !placed) {

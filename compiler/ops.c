@@ -1,6 +1,7 @@
 /*
  * ops.c - the op table, built from ops.def, and its attribute specs.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,5 +188,37 @@ attr_default(Arena *a, const AttrSpec *sp, Attr *out)
 	}
 	default:
 		ICE("default of attribute '%s' of an unsupported type", sp->name);
+	}
+}
+
+/* A num attribute as a double: the integer when the literal was one. */
+double
+attr_num_f(const Attr *a)
+{
+	if (a->num_kind == OK_FLOAT)
+		return a->f;
+	return a->i ? (double)a->i : a->f;
+}
+
+/* A num attribute as an int64 (a float literal truncated, NaN as
+ * INT64_MIN). */
+int64_t
+attr_num_i(const Attr *a)
+{
+	if (a->num_kind == OK_FLOAT)
+		return isnan(a->f) ? INT64_MIN : (int64_t)a->f;
+	return a->i ? a->i : (int64_t)a->f;
+}
+
+/* The arithmetic op an in-place op performs. */
+int
+op_inplace_base(int op)
+{
+	switch (op) {
+	case OP_ADD_: return OP_ADD;
+	case OP_SUB_: return OP_SUB;
+	case OP_MUL_: return OP_MUL;
+	case OP_DIV_: return OP_DIV;
+	default: return op;
 	}
 }

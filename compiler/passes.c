@@ -2,9 +2,11 @@
  * passes.c - the pass pipeline, on one screen.
  *
  * Each pass takes a checked graph and returns it checked: the verifier
- * runs after every pass, and --dump-after=NAME prints the graph after the
- * named pass ("all": after each).  A pass reports user errors through the
- * diagnostics and returns 0; the pipeline then stops.
+ * (and, from `races` on, the race re-check) runs after every pass that
+ * changed the graph (a pass returning PASS_SAME left it as it was), and
+ * --dump-after=NAME prints the graph after the named pass ("all": after
+ * each).  A pass reports user errors through the diagnostics and returns
+ * 0; the pipeline then stops.
  */
 #include <string.h>
 
@@ -68,12 +70,14 @@ passes_run(Module *m, const PassOptions *po)
 		Graph *g = m->graphs.v[gi];
 		int races_done = 0, ctrl_done = 0;
 		for (int i = 0; i < NPASSES; i++) {
-			if (pipeline[i].run && !pipeline[i].run(g, po, m->diag))
+			int r = pipeline[i].run ? pipeline[i].run(g, po, m->diag) : 1;
+			if (!r)
 				return 0;
-			verify_graph(g, pipeline[i].name);
+			if (r != PASS_SAME)
+				verify_graph(g, pipeline[i].name);
 			ctrl_done |= pipeline[i].run == ctrldeps_pass;
-			if (races_done && !races_recheck(g, po, m->diag, pipeline[i].name,
-			                                 ctrl_done))
+			if (races_done && r != PASS_SAME &&
+			    !races_recheck(g, po, m->diag, pipeline[i].name, ctrl_done))
 				return 0;
 			races_done |= pipeline[i].run == races_pass;
 			dump(g, po, pipeline[i].name);

@@ -93,6 +93,19 @@ hb_before(const Hb *h, NodeId i)
 	return h->after + (size_t)h->prevon[i] * h->ns;
 }
 
+/* The sync op called name (control_deps' sync=), else -1: the names of
+ * the four compared directly, as this runs for every node of every walk. */
+static int
+sync_op(const char *name)
+{
+	static const int ops[] = {OP_RECORD_EVENT, OP_WAIT_EVENT, OP_WAIT_STREAM,
+	                          OP_SYNCHRONIZE};
+	for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+		if (strcmp(name, op_name(ops[i])) == 0)
+			return ops[i];
+	return -1;
+}
+
 /* Decodes the sync a node performs (see sgc.h). */
 int
 races_sync(const Node *n, uint32_t *target)
@@ -117,7 +130,7 @@ races_sync(const Node *n, uint32_t *target)
 	}
 	case OP_CONTROL_DEPS: {
 		const Attr *a = ir_attr(n, "sync");
-		int op = a && a->s ? op_lookup(a->s, strlen(a->s)) : -1;
+		int op = a && a->s ? sync_op(a->s) : -1;
 		const Attr *t = NULL;
 		if (op == OP_RECORD_EVENT || op == OP_WAIT_EVENT)
 			t = ir_attr(n, "event");
@@ -165,7 +178,7 @@ hb_step(Hb *h, NodeId i)
 		break;
 	}
 	row[s] = (int32_t)i + 1;
-	if (races_sync(n, &t) == OP_RECORD_EVENT && t < h->ne) {
+	if (op == OP_RECORD_EVENT && t < h->ne) {
 		memcpy(h->ev + (size_t)t * ns, row, ns * sizeof *row);
 		h->recorded[t] = 1;
 	}
@@ -193,18 +206,6 @@ races_roots(const Graph *g, ValId *root)
 	}
 }
 
-/* How node n touches value operand k (see sgc.h). */
-int
-races_access(const Node *n, uint32_t k)
-{
-	if (n->opnd[k].kind != OK_VAL || n->op >= OP__N || n->op == OP_CONTROL_DEPS ||
-	    n->op == OP_SYNC_DEALLOC)
-		return RACC_NONE;
-	uint32_t f = op_table[n->op].flags;
-	int inplace = (f & OPF_INPLACE) || ((f & OPF_COLLECTIVE) && n->nres == 0);
-	return inplace && k == 0 ? RACC_WRITE : RACC_READ;
-}
-
 /* Work the compiler made (or derived): rule 3 applies to it. */
 int
 races_compiler_made(const Node *n)
@@ -222,7 +223,7 @@ races_event_new(Graph *g, const char *base)
 	size_t bl = strlen(base);
 	uint32_t *memo = map_get(&g->freshev, base, bl);
 	for (uint32_t k = memo ? *memo : 0;; k++) {
-		char *name = arena_printf(a, "%s%u", base, k);
+		char *name = arena_numbered(a, base, bl, 0, k);
 		if (map_get(&g->eventmap, name, strlen(name)))
 			continue;
 		if (memo)
@@ -331,6 +332,7 @@ void
 races_insert(Graph *g, NodeInsVec *ins)
 {
 	VEC(Node) out = {0};
+	vec_grow_((void **)&out.v, &out.cap, g->nodes.n + ins->n + 1, sizeof *out.v);
 	NodeIns *tmp = xmalloc((ins->n + 1) * sizeof *tmp);
 	sort_ins(ins->v, tmp, ins->n);
 	free(tmp);
@@ -764,7 +766,7 @@ races_pass(Graph *g, const PassOptions *po, Diag *d)
 		return 1;
 	Report R = {.g = g, .po = po, .d = d, .mode = MODE_REPORT, .after = "races"};
 	races_walk(g, WALK_FREES | WALK_END, report_races, &R);
-	return R.errors == 0;
+	return R.errors == 0 ? PASS_SAME : 0;
 }
 
 /* The check after each later pass. */

@@ -56,7 +56,9 @@ struct Sema {
 	int has_backward, in_block;
 	Loc backward_loc;
 	int has_optimizer;
-	Map later;           /* value name -> index of the stmt defining it */
+	Map later;           /* value name -> index of the stmt defining it,
+	                        made at the first use of an unknown name */
+	int later_made;
 	AstGraph *ag;
 	Map deleted;         /* value -> index into del_locs */
 	VEC(Loc) del_locs;
@@ -187,6 +189,22 @@ resolve_type(Sema *S, const AstType *at, Type *t)
 
 /* ------------------------------------------------------------------ values */
 
+/* The names defined by the graph's statements, to tell "used before
+ * defined" from "undefined" (only an erroneous use needs them). */
+static void
+make_later(Sema *S)
+{
+	AstGraph *ag = S->ag;
+	S->later_made = 1;
+	for (uint32_t i = 0; i < ag->stmts.n; i++) {
+		AstStmt *st = &ag->stmts.v[i];
+		if (st->kind == AS_OP)
+			for (uint32_t j = 0; j < st->nnames; j++)
+				if (!map_get(&S->later, st->names[j], strlen(st->names[j])))
+					map_put(&S->later, st->names[j], strlen(st->names[j]), i);
+	}
+}
+
 /* Resolves a use of %name; reports undefined, used-before-definition and
  * used-after-del.  Returns NONE on error. */
 static ValId
@@ -195,6 +213,8 @@ use_value(Sema *S, const char *name, Loc loc)
 	size_t len = strlen(name);
 	uint32_t *slot = map_get(&S->g->valmap, name, len);
 	if (!slot) {
+		if (!S->later_made)
+			make_later(S);
 		uint32_t *later = map_get(&S->later, name, len);
 		if (later) {
 			diag_error(S->d, loc, "'%%%s' is used before it is defined", name);
@@ -1159,18 +1179,10 @@ sema_graph(Sema *S, AstGraph *ag)
 	S->returned = 0;
 	S->has_backward = S->has_optimizer = S->in_block = 0;
 	map_init(&S->later);
+	S->later_made = 0;
 	map_init(&S->deleted);
 	map_init(&S->bad_streams);
 	S->del_locs.n = 0;
-	/* Names defined by statements, to tell "used before defined" from
-	 * "undefined". */
-	for (uint32_t i = 0; i < ag->stmts.n; i++) {
-		AstStmt *st = &ag->stmts.v[i];
-		if (st->kind == AS_OP)
-			for (uint32_t j = 0; j < st->nnames; j++)
-				if (!map_get(&S->later, st->names[j], strlen(st->names[j])))
-					map_put(&S->later, st->names[j], strlen(st->names[j]), i);
-	}
 	for (uint32_t i = 0; i < ag->stmts.n && !diag_full(S->d); i++)
 		sema_stmt(S, &ag->stmts.v[i]);
 	map_free(&S->later);

@@ -34,6 +34,9 @@ char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_strdup(Arena *a, const char *s);
 char *arena_printf(Arena *a, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+char *arena_cat(Arena *a, const char *x, const char *y);
+/* base's first bl bytes, sep (unless 0), n in decimal: "h.3", "free12". */
+char *arena_numbered(Arena *a, const char *base, size_t bl, char sep, uint32_t n);
 void arena_free(Arena *a);
 
 /* Growable arrays: a struct with `T *v; uint32_t n, cap;` fields. */
@@ -48,12 +51,16 @@ void vec_grow_(void **v, uint32_t *cap, uint32_t need, size_t elt);
 	} while (0)
 #define vec_free(a) (free((a)->v), (a)->v = NULL, (a)->n = (a)->cap = 0)
 
-/* A string -> uint32 hash map (open addressing).  Keys are not copied. */
+/* A string -> uint32 hash map (open addressing).  Keys are byte strings
+ * of the given length, not copied. */
 typedef struct {
-	const char **key;
-	uint32_t *keylen;
-	uint32_t *val;
+	const char *key;  /* NULL: an empty slot */
+	uint32_t keylen, hash, val;
+} MapSlot;
+typedef struct {
+	MapSlot *slot;    /* cap slots, cap a power of two (or 0) */
 	uint32_t n, cap;
+	uint32_t rewrites;/* map_puts to a key already there */
 } Map;
 void map_init(Map *m);
 void map_free(Map *m);
@@ -399,6 +406,13 @@ typedef struct {
 /* ops.c: fills an attribute from its spec's default (unset when it has
  * none). */
 void attr_default(Arena *a, const AttrSpec *sp, Attr *out);
+/* ops.c: a num attribute (fill_'s value, clamp's bounds) as a double or
+ * an int64, the integer when the literal was one. */
+double attr_num_f(const Attr *a);
+int64_t attr_num_i(const Attr *a);
+/* ops.c: the out-of-place op of an in-place arithmetic op (add_ -> add),
+ * other ops unchanged. */
+int op_inplace_base(int op);
 
 enum {
 	NF_BACKWARD = 1 << 0, /* inside the derived backward block */
@@ -454,6 +468,11 @@ struct Graph {
 	Map streammap, eventmap;
 	Map freshval, freshev; /* base -> next suffix to try (ir_value_fresh,
 	                          races_event_new): names are never freed */
+	/* verify.c: the names of vals[0..nnamed) as last found by their name,
+	 * when valmap had `rewrites` rewrites (then they still are, unless a
+	 * name changed). */
+	const char **named;
+	uint32_t nnamed, named_rewrites;
 };
 
 /* Pseudo ops: statements that are not ops of the table. */
@@ -491,6 +510,8 @@ NodeId ir_node_add(Graph *g, const Node *proto);
 /* Appends a value called `base` (made unique: base, base.1, ...) and
  * returns it: for compiler-made names. */
 ValId ir_value_fresh(Graph *g, const char *base, Loc loc);
+/* The name ir_value_fresh would give (an arena string), not yet taken. */
+const char *ir_name_fresh(Graph *g, const char *base);
 /* Finds an attribute of n by name: NULL when the op has no such attribute
  * or it is unset. */
 const Attr *ir_attr(const Node *n, const char *name);
@@ -512,6 +533,15 @@ DType dtype_promote(DType a, DType b);
 int shape_broadcast(const Type *a, const Type *b, Type *out);
 /* Normalises a possibly negative dim against rank; -1 when out of range. */
 int shape_norm_dim(int64_t dim, int rank);
+/* Marks in red[0..rank) the dims a reduction node reduces: its `dims`
+ * attribute, or every dim when absent or empty (as torch.sum(x, dim=[])). */
+void shape_reduced_dims(const Node *n, int rank, int *red);
+/* The batch dims of nop matrix operands (all but their last two; 1-d
+ * operands have none; operand k has rank[k] dims d[k]), broadcast: fills
+ * the batch shape and, per operand, each batch dim's element stride (0
+ * where it broadcasts).  Returns the batch rank. */
+int shape_batch_bcast(int nop, const int *rank, const int64_t *const *d,
+                      int64_t *shape, int64_t st[][SG_MAXRANK]);
 
 /* ------------------------------------------------------------------ sema.c */
 
@@ -549,6 +579,11 @@ typedef struct {
 	uint64_t bucket_bytes;  /* --bucket-bytes: grad_sync buckets; 0: 25 MiB */
 } PassOptions;
 
+/* A pass returns 0 when a diagnostic error stops the pipeline, PASS_SAME
+ * when it left the graph as it was (reads only, or found nothing to do:
+ * the checks after it are skipped, as they passed on this graph already),
+ * else 1. */
+enum { PASS_SAME = 2 };
 /* Runs the pipeline (a straight list, verifier after each) over every
  * graph.  Returns 0 when a diagnostic error stopped it. */
 int passes_run(Module *m, const PassOptions *po);
@@ -708,8 +743,18 @@ int races_sync(const Node *n, uint32_t *target);
 void races_roots(const Graph *g, ValId *root);
 enum { RACC_NONE, RACC_READ, RACC_WRITE };
 /* What node n does to value operand k: read it, write it in place (also
- * a read), or nothing (del, offload, control_deps, sync_dealloc...). */
-int races_access(const Node *n, uint32_t k);
+ * a read), or nothing (del, offload, control_deps, sync_dealloc...).
+ * Inline: every walk asks it for every operand. */
+static inline int
+races_access(const Node *n, uint32_t k)
+{
+	if (n->opnd[k].kind != OK_VAL || n->op >= OP__N || n->op == OP_CONTROL_DEPS ||
+	    n->op == OP_SYNC_DEALLOC)
+		return RACC_NONE;
+	uint32_t f = op_table[n->op].flags;
+	int inplace = (f & OPF_INPLACE) || ((f & OPF_COLLECTIVE) && n->nres == 0);
+	return inplace && k == 0 ? RACC_WRITE : RACC_READ;
+}
 int races_compiler_made(const Node *n); /* NF_BACKWARD or not NF_USER */
 /* A fresh local event called base0, base1, ... */
 uint32_t races_event_new(Graph *g, const char *base);

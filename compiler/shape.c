@@ -1361,18 +1361,6 @@ shape_to_device(Graph *g, Node *n, Diag *d)
 	return set_result(g, n, d, 0, &r);
 }
 
-/* The out-of-place op of an in-place arithmetic op. */
-static int
-base_op(int op)
-{
-	switch (op) {
-	case OP_ADD_: return OP_ADD;
-	case OP_SUB_: return OP_SUB;
-	case OP_MUL_: return OP_MUL;
-	default: return OP_DIV;
-	}
-}
-
 /* copy_(dst, src): any dtypes; src broadcasts to dst's shape. */
 static int
 copy_check(Graph *g, Node *n, Diag *d)
@@ -1404,7 +1392,7 @@ shape_inplace(Graph *g, Node *n, Diag *d)
 	case OP_COPY_:
 		return copy_check(g, n, d);
 	}
-	if (!arith_type(g, n, d, base_op(n->op), &r))
+	if (!arith_type(g, n, d, op_inplace_base(n->op), &r))
 		return 0;
 	if (!type_same_shape(&r, dst))
 		return fail(g, n, d, oloc(n, 1), "output %s doesn't match the broadcast shape %s",
@@ -1513,4 +1501,53 @@ shape_all_to_all(Graph *g, Node *n, Diag *d)
 	if (!scatter_type(g, n, d, &r))
 		return 0;
 	return n->nres == 0 || set_result(g, n, d, 0, &r);
+}
+
+/* The dims reduction node n reduces over a rank-dim operand. */
+void
+shape_reduced_dims(const Node *n, int rank, int *red)
+{
+	const Attr *a = ir_attr(n, "dims");
+	int all = !a || a->nints == 0;
+	for (int d = 0; d < rank; d++)
+		red[d] = all;
+	if (all)
+		return;
+	for (uint32_t k = 0; k < a->nints; k++) {
+		int d = shape_norm_dim(a->ints[k], rank);
+		if (d >= 0)
+			red[d] = 1;
+	}
+}
+
+/* Batch broadcasting of matrix operands, as torch.matmul does. */
+int
+shape_batch_bcast(int nop, const int *rank, const int64_t *const *d,
+                  int64_t *shape, int64_t st[][SG_MAXRANK])
+{
+	int brank = 0;
+	for (int k = 0; k < nop; k++)
+		if (rank[k] - 2 > brank)
+			brank = rank[k] - 2;
+	for (int i = 0; i < brank; i++)
+		shape[i] = 1;
+	for (int k = 0; k < nop; k++) {
+		int br = rank[k] > 2 ? rank[k] - 2 : 0;
+		for (int i = 0; i < br; i++)
+			if (d[k][i] != 1)
+				shape[brank - br + i] = d[k][i];
+	}
+	for (int k = 0; k < nop; k++) {
+		int br = rank[k] > 2 ? rank[k] - 2 : 0;
+		int64_t s = 1;
+		for (int i = 0; i < rank[k]; i++)
+			s *= i >= br ? d[k][i] : 1;
+		for (int i = brank - 1; i >= 0; i--) {
+			int td = i - (brank - br);
+			st[k][i] = td >= 0 && d[k][td] != 1 ? s : 0;
+			if (td >= 0)
+				s *= d[k][td];
+		}
+	}
+	return brank;
 }

@@ -88,12 +88,13 @@ syncs_pass(Graph *g, const PassOptions *po, Diag *d)
 	F.latest = xmalloc((g->streams.n + 1) * sizeof *F.latest);
 	F.start = xmalloc(g->streams.n + 1);
 	races_walk(g, 0, fix_node, &F);
-	if (F.ins.n)
+	int changed = F.ins.n != 0; /* events are made only with their syncs */
+	if (changed)
 		races_insert(g, &F.ins);
 	vec_free(&F.ins);
 	free(F.latest);
 	free(F.start);
-	return 1;
+	return changed ? 1 : PASS_SAME;
 }
 
 /* ------------------------------------------------------------------ joins */
@@ -141,8 +142,9 @@ syncs_join_pass(Graph *g, const PassOptions *po, Diag *d)
 	}
 	join_into(g, &h, 0, 0, g->nodes.n, &ins, g->retloc);
 	hb_free(&h);
-	if (ins.n)
+	int changed = ins.n != 0;
+	if (changed)
 		races_insert(g, &ins);
 	vec_free(&ins);
-	return 1;
+	return changed ? 1 : PASS_SAME;
 }

@@ -96,6 +96,38 @@ arena_strdup(Arena *a, const char *s)
 	return arena_strndup(a, s, strlen(s));
 }
 
+/* x then y, in the arena. */
+char *
+arena_cat(Arena *a, const char *x, const char *y)
+{
+	size_t nx = strlen(x), ny = strlen(y);
+	char *p = arena_alloc(a, nx + ny + 1);
+	memcpy(p, x, nx);
+	memcpy(p + nx, y, ny + 1);
+	return p;
+}
+
+/* The first bl bytes of base, then sep (unless 0), then n in decimal: what
+ * arena_printf(a, "%.*s.%u", ...) gives, without parsing a format (fresh
+ * names are made by the hundred thousand). */
+char *
+arena_numbered(Arena *a, const char *base, size_t bl, char sep, uint32_t n)
+{
+	char digits[10];
+	int nd = 0;
+	do
+		digits[nd++] = (char)('0' + n % 10);
+	while (n /= 10);
+	char *p = arena_alloc(a, bl + (size_t)nd + 2), *q = p + bl;
+	memcpy(p, base, bl);
+	if (sep)
+		*q++ = sep;
+	while (nd)
+		*q++ = digits[--nd];
+	*q = 0;
+	return p;
+}
+
 /* GCC's sanitizer builds warn, wrongly, of a null format string in the
  * measuring vsnprintf call below. */
 #pragma GCC diagnostic push
@@ -151,32 +183,31 @@ hash(const char *s, size_t n)
 	return h;
 }
 
+/* An empty map. */
 void
 map_init(Map *m)
 {
 	memset(m, 0, sizeof *m);
 }
 
+/* Frees the slots (not the keys). */
 void
 map_free(Map *m)
 {
-	free(m->key);
-	free(m->keylen);
-	free(m->val);
+	free(m->slot);
 	memset(m, 0, sizeof *m);
 }
 
-static uint32_t *
-map_find(Map *m, const char *key, size_t len, int insert)
+/* The slot of key (hash h), or the empty slot where it would go. */
+static MapSlot *
+map_find(const Map *m, const char *key, size_t len, uint32_t h)
 {
-	if (!m->cap)
-		return NULL;
-	uint32_t mask = m->cap - 1, i = hash(key, len) & mask;
+	uint32_t mask = m->cap - 1, i = h & mask;
 	for (;;) {
-		if (!m->key[i])
-			return insert ? &m->val[i] : NULL;
-		if (m->keylen[i] == len && memcmp(m->key[i], key, len) == 0)
-			return &m->val[i];
+		MapSlot *e = &m->slot[i];
+		if (!e->key || (e->hash == h && e->keylen == len &&
+		                memcmp(e->key, key, len) == 0))
+			return e;
 		i = (i + 1) & mask;
 	}
 }
@@ -184,35 +215,45 @@ map_find(Map *m, const char *key, size_t len, int insert)
 uint32_t *
 map_get(Map *m, const char *key, size_t len)
 {
-	return map_find(m, key, len, 0);
+	if (!m->cap)
+		return NULL;
+	MapSlot *e = map_find(m, key, len, hash(key, len));
+	return e->key ? &e->val : NULL;
+}
+
+/* Twice the slots, every key moved. */
+static void
+map_grow(Map *m)
+{
+	Map old = *m;
+	m->cap = old.cap ? old.cap * 2 : 16;
+	m->rewrites = old.rewrites;
+	m->slot = calloc(m->cap, sizeof *m->slot);
+	if (!m->slot)
+		ICE("out of memory");
+	for (uint32_t i = 0; i < old.cap; i++)
+		if (old.slot[i].key)
+			*map_find(m, old.slot[i].key, old.slot[i].keylen,
+			          old.slot[i].hash) = old.slot[i];
+	free(old.slot);
 }
 
 uint32_t *
 map_put(Map *m, const char *key, size_t len, uint32_t val)
 {
-	if ((m->n + 1) * 2 > m->cap) {
-		Map old = *m;
-		m->cap = old.cap ? old.cap * 2 : 16;
-		m->n = 0;
-		m->key = calloc(m->cap, sizeof *m->key);
-		m->keylen = calloc(m->cap, sizeof *m->keylen);
-		m->val = calloc(m->cap, sizeof *m->val);
-		if (!m->key || !m->keylen || !m->val)
-			ICE("out of memory");
-		for (uint32_t i = 0; i < old.cap; i++)
-			if (old.key[i])
-				map_put(m, old.key[i], old.keylen[i], old.val[i]);
-		map_free(&old);
-	}
-	uint32_t *slot = map_find(m, key, len, 1);
-	size_t i = (size_t)(slot - m->val);
-	if (!m->key[i]) {
-		m->key[i] = key;
-		m->keylen[i] = (uint32_t)len;
+	if ((m->n + 1) * 2 > m->cap)
+		map_grow(m);
+	uint32_t h = hash(key, len);
+	MapSlot *e = map_find(m, key, len, h);
+	if (!e->key) {
+		e->key = key;
+		e->keylen = (uint32_t)len;
+		e->hash = h;
 		m->n++;
-	}
-	*slot = val;
-	return slot;
+	} else
+		m->rewrites++;
+	e->val = val;
+	return &e->val;
 }
 
 /* ------------------------------------------------------------------ numbers */

@@ -69,22 +69,49 @@ check_operands(Graph *g, const char *after, const Node *n, NodeId id,
 	}
 }
 
+/* Every value named, and found by its name in the graph's map.  A value
+ * found so before keeps being found while its name and valmap's entry for
+ * it stay: the name pointer is compared with the one last found, and the
+ * entry changes only by a map_put rewriting its key, which valmap counts.
+ * The rest are looked up. */
+static void
+check_names(Graph *g, const char *after)
+{
+	uint32_t known = g->valmap.rewrites == g->named_rewrites ? g->nnamed : 0;
+	if (known > g->vals.n)
+		known = 0;
+	for (ValId v = 0; v < g->vals.n; v++) {
+		const Value *val = &g->vals.v[v];
+		if (!val->name || !*val->name)
+			FAIL("value %u has no name", v);
+		if (v < known && val->name != g->named[v])
+			known = v;
+	}
+	for (ValId v = known; v < g->vals.n; v++) {
+		const Value *val = &g->vals.v[v];
+		uint32_t *slot = map_get(&g->valmap, val->name, strlen(val->name));
+		if (!slot || *slot != v)
+			FAIL("value '%%%s' is not found by its name", val->name);
+	}
+	g->named = xrealloc(g->named, (g->vals.n + 1) * sizeof *g->named);
+	for (ValId v = known; v < g->vals.n; v++)
+		g->named[v] = g->vals.v[v].name;
+	g->nnamed = g->vals.n;
+	g->named_rewrites = g->valmap.rewrites;
+}
+
 void
 verify_graph(Graph *g, const char *after)
 {
 	uint8_t *defined = xmalloc(g->vals.n + 1);
 	memset(defined, 0, g->vals.n + 1);
+	check_names(g, after);
 	for (ValId v = 0; v < g->vals.n; v++) {
 		const Value *val = &g->vals.v[v];
 		if (val->kind != VK_NODE) {
 			check_type(g, after, val);
 			defined[v] = 1;
 		}
-		if (!val->name || !*val->name)
-			FAIL("value %u has no name", v);
-		uint32_t *slot = map_get(&g->valmap, val->name, strlen(val->name));
-		if (!slot || *slot != v)
-			FAIL("value '%%%s' is not found by its name", val->name);
 	}
 	int in_block = 0;
 	for (NodeId id = 0; id < g->nodes.n; id++) {

@@ -253,7 +253,13 @@ typedef struct {
 	                         0 for A or B broadcasts it over the batch */
 	double alpha, beta;   /* alpha 0 is taken as 1 when beta is 0 too */
 	const void *bias;     /* NULL, or n elements added to every row */
+	int epilogue;         /* SGRT_EPI_*: an activation of D (after the
+	                         bias) in cuBLASLt's epilogue; not for f64 */
 } SgrtGemm;
+
+/* SgrtGemm.epilogue.  SGRT_EPI_GELU is the tanh form, as PyTorch's
+ * gelu(approximate="tanh"); cuBLASLt has no exact (erf) GELU. */
+enum { SGRT_EPI_NONE, SGRT_EPI_RELU, SGRT_EPI_GELU };
 
 /* Runs one matmul on stream s (f32 accumulation for 16-bit types; no TF32
  * unless SGRT_ALLOW_TF32=1), traced as a kernel named name. */

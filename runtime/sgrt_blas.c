@@ -8,10 +8,10 @@
  * m and n are our n and m; the transpose flags carry over unchanged.
  *
  * Each distinct product (shape, strides, dtype, transposes, pointer
- * alignments, bias) gets a plan: the descriptors and the algorithm that
- * cuBLASLt's heuristic picked, made on first use and reused by every
- * later call.  Concurrent streams must not share a workspace, so each
- * stream gets its own, allocated on its first product.
+ * alignments, bias, epilogue) gets a plan: the descriptors and the
+ * algorithm that cuBLASLt's heuristic picked, made on first use and reused
+ * by every later call.  Concurrent streams must not share a workspace, so
+ * each stream gets its own, allocated on its first product.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +23,7 @@
 /* What makes two products the same plan.  Compared with memcmp: always
  * zeroed before it is filled. */
 typedef struct {
-	int dtype, trans_a, trans_b, bias, tf32;
+	int dtype, trans_a, trans_b, bias, epilogue, tf32;
 	int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
 	uint32_t align_a, align_b, align_c, align_bias;
 } GemmKey;
@@ -87,6 +87,7 @@ make_key(const SgrtModel *m, const SgrtGemm *g, const void *a, const void *b,
 	k->trans_a = g->trans_a != 0;
 	k->trans_b = g->trans_b != 0;
 	k->bias = g->bias != NULL;
+	k->epilogue = g->epilogue;
 	k->tf32 = g->dtype == SGRT_F32 && m->allow_tf32;
 	k->m = g->m;
 	k->n = g->n;
@@ -127,7 +128,22 @@ layout(SgrtModel *m, cublasLtMatrixLayout_t *l, cudaDataType_t t,
 	return SGRT_OK;
 }
 
-/* The operation descriptor: compute type, transposes, bias epilogue. */
+/* cuBLASLt's epilogue for a bias (0/1) and an SGRT_EPI_* activation. */
+static int32_t
+epilogue_of(int bias, int act)
+{
+	switch (act) {
+	case SGRT_EPI_RELU:
+		return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+	case SGRT_EPI_GELU:
+		return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+	default:
+		return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+	}
+}
+
+/* The operation descriptor: compute type, transposes, the epilogue (bias,
+ * activation). */
 static int
 op_desc(SgrtModel *m, GemmPlan *p, const void *bias, int sgline)
 {
@@ -148,14 +164,15 @@ op_desc(SgrtModel *m, GemmPlan *p, const void *bias, int sgline)
 	         CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), sgline);
 	CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 	         CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), sgline);
-	if (k->bias) {
-		int32_t epi = CUBLASLT_EPILOGUE_BIAS;
+	if (k->bias || k->epilogue) {
+		int32_t epi = epilogue_of(k->bias, k->epilogue);
 		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 		         CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), sgline);
+	}
+	if (k->bias)
 		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 		         CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
 		         sgline);
-	}
 	return SGRT_OK;
 }
 
@@ -314,6 +331,12 @@ check_gemm(SgrtModel *m, int s, const SgrtGemm *g, int sgline)
 		                 "bad matmul shape %lldx%lldx%lld (batch %lld)",
 		                 (long long)g->m, (long long)g->n, (long long)g->k,
 		                 (long long)g->batch);
+	if (g->epilogue < SGRT_EPI_NONE || g->epilogue > SGRT_EPI_GELU)
+		return sgrt_fail(m, SGRT_EUSAGE, sgline, "bad matmul epilogue %d",
+		                 g->epilogue);
+	if (g->epilogue && g->dtype == SGRT_F64)
+		return sgrt_fail(m, SGRT_EUNSUPPORTED, sgline,
+		                 "matmul epilogues are not supported for f64");
 	return SGRT_OK;
 }
 

@@ -34,12 +34,18 @@
  *       dx (may be NULL), dw and db (NULL when not wanted; db ignored for
  *       rms).  work: sg_layer_norm_bwd_workspace bytes, needed when dw or
  *       db is wanted.  dw and db are summed over rows in a fixed order.
+ *   sg_launch_layer_norm_bwd_x<T>(dy, x, w, dx, rows, C, eps, rms, stream)
+ *       dx alone, with mean and rstd computed again from x (as the forward
+ *       does, with eps): for a backward that has no saved statistics.
  *   sg_launch_cross_entropy_fwd<T>(x, target, lse, loss, rows, C, stream)
  *       x [rows, C] logits, target int64 [rows] class indices (-100 is
  *       ignored, as PyTorch's ignore_index); lse: A[rows + 1], gets the
  *       row logsumexps and, at lse[rows], the count of targets not
  *       ignored; loss: one T, the mean over those rows (NaN if none, or
  *       if a target is out of range).
+ *   sg_launch_cross_entropy_lse<T>(x, lse, rows, C, stream)
+ *       lse[r] = logsumexp(x[r, :]) alone (the forward's first kernel), for
+ *       a caller that computes the loss or the count lse[rows] itself.
  *   sg_launch_cross_entropy_bwd<T>(x, target, lse, dloss, dx, rows, C, stream)
  *       dx = (softmax(x) - onehot(target)) * dloss / count, zero rows
  *       for ignored targets; dloss: one T on the device.
@@ -380,21 +386,56 @@ sgk_norm_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__rest
 	}
 }
 
-/* dx of layer_norm (or RMS) from dy, x, w and the saved mean and rstd:
+/* The mean (0 for RMS) and rstd of a row of x at xr, as the forward
+ * computes them: the mean, then the mean square about it, plus eps. */
+template <int VEC, int TPR, bool RMS, class T, class A>
+SGK_DEV void sgk_norm_stats(const T *xr, int C, int t, float eps, A *part, A *mu, A *rs)
+{
+	A s = 0, var = 0;
+	if (!RMS) {
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A f[VEC];
+			sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += f[e];
+		}
+		s = sgk_row_sum<TPR>(s, part) / C;
+	}
+	for (int c = t * VEC; c < C; c += TPR * VEC) {
+		A f[VEC];
+		sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+		for (int e = 0; e < VEC; e++)
+			var += (f[e] - s) * (f[e] - s);
+	}
+	var = sgk_row_sum<TPR>(var, part) / C;
+	*mu = s;
+	*rs = (A)1 / sgk_sqrt(var + (A)eps);
+}
+
+/* dx of layer_norm (or RMS) from dy, x, w and the saved mean and rstd
+ * (computed again from x with eps when rstd is NULL):
  * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w. */
 template <class T, int VEC, int TPR, int NV, bool RMS>
 __global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
 sgk_norm_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
                const typename sgk_acc<T>::type *__restrict__ mean,
                const typename sgk_acc<T>::type *__restrict__ rstd, T *__restrict__ dx,
-               sgk_i64 rows, int C)
+               sgk_i64 rows, int C, float eps)
 {
 	typedef typename sgk_acc<T>::type A;
 	__shared__ A part[32];
 	int t;
 	SGK_ROW_BEGIN(TPR, t, r, live, rows);
 	const sgk_i64 base = r * C;
-	const A mu = RMS ? (A)0 : mean[r], rs = rstd[r];
+	A mu = 0, rs;
+	if (rstd) {
+		mu = RMS ? (A)0 : mean[r];
+		rs = rstd[r];
+	} else {
+		sgk_norm_stats<VEC, TPR, RMS>(x + base, C, t, eps, part, &mu, &rs);
+	}
 	A s1 = 0, s2 = 0;
 	A xv[NV > 0 ? NV : 1][VEC], gv[NV > 0 ? NV : 1][VEC];
 	const int nk = NV > 0 ? NV : (C + TPR * VEC - 1) / (TPR * VEC);
@@ -787,11 +828,11 @@ static cudaError_t sg_launch_layer_norm_bwd(const T *dy, const T *x, const T *w,
 			if (rms)
 				sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, true>
 				        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, mean, rstd, dx,
-				                                                   rows, C);
+				                                                   rows, C, 0.0f);
 			else
 				sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, false>
 				        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, mean, rstd, dx,
-				                                                   rows, C);
+				                                                   rows, C, 0.0f);
 			return sgk_launched();
 		});
 	if (e != cudaSuccess || (!dw && (rms || !db)))
@@ -818,21 +859,55 @@ static cudaError_t sg_launch_layer_norm_bwd(const T *dy, const T *x, const T *w,
 	return sgk_launched();
 }
 
+/* dx alone of layer_norm (rms = 0) or rms_norm (rms = 1), the row
+ * statistics computed again from x with eps (nothing saved). */
+template <class T>
+static cudaError_t sg_launch_layer_norm_bwd_x(const T *dy, const T *x, const T *w, T *dx,
+                                              long long rows, int C, float eps, int rms,
+                                              cudaStream_t stream)
+{
+	typedef typename sgk_acc<T>::type A;
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	bool vec = sgk_rows_vec<T>(C, dy, x, w, dx);
+	return sgk_row_dispatch<sgk_vw<T>::V>(C, vec, true, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		dim3 g = sgk_row_grid(rows, K::TPR);
+		if (rms)
+			sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, true>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, (const A *)0,
+			                                                   (const A *)0, dx, rows, C, eps);
+		else
+			sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, false>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, (const A *)0,
+			                                                   (const A *)0, dx, rows, C, eps);
+		return sgk_launched();
+	});
+}
+
+/* lse[r] = logsumexp of row r, for r < rows. */
+template <class T>
+static cudaError_t sg_launch_cross_entropy_lse(const T *x, typename sgk_acc<T>::type *lse,
+                                               long long rows, int C, cudaStream_t stream)
+{
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	return sgk_row_dispatch<sgk_vw<T>::V>(C, sgk_rows_vec<T>(C, x), true, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		sgk_xent_lse_k<T, K::VEC, K::TPR, K::NV>
+		        <<<sgk_row_grid(rows, K::TPR), SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, lse,
+		                                                                          rows, C);
+		return sgk_launched();
+	});
+}
+
 /* The row logsumexps, then the mean loss over targets not ignored. */
 template <class T>
 static cudaError_t sg_launch_cross_entropy_fwd(const T *x, const long long *target,
                                                typename sgk_acc<T>::type *lse, T *loss,
                                                long long rows, int C, cudaStream_t stream)
 {
-	cudaError_t e = cudaSuccess;
-	if (rows > 0 && C > 0)
-		e = sgk_row_dispatch<sgk_vw<T>::V>(C, sgk_rows_vec<T>(C, x), true, [&](auto cfg) {
-			typedef decltype(cfg) K;
-			sgk_xent_lse_k<T, K::VEC, K::TPR, K::NV>
-			        <<<sgk_row_grid(rows, K::TPR), SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, lse,
-			                                                                          rows, C);
-			return sgk_launched();
-		});
+	cudaError_t e = sg_launch_cross_entropy_lse<T>(x, lse, rows, C, stream);
 	if (e != cudaSuccess)
 		return e;
 	sgk_xent_loss_k<T><<<1, 1024, 0, stream>>>(x, target, lse, rows, C, loss);

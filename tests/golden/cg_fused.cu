@@ -278,9 +278,18 @@ k_fused_13_add_h_vec(const float *__restrict__ v_x, const float *__restrict__ v_
 		*(sg_vec<float, 4> *)(v_o + w * 4) = v_o_v;
 	}
 }
+// cg_fused.sg:19: %n = neg(%s)
+/* The pointwise ops after %s, computed where its kernel stores
+ * element i (a consumer fused into a reduction or row kernel at -O2). */
+static __device__ __forceinline__ __attribute__((unused)) void
+k_fused_19_ep_n(float *__restrict__ v_n, sg_i64 i, const float r_s)
+{
+	const float r_n = sg_to_f32(-r_s);
+	v_n[i] = sg_st_f32(r_n);
+}
 // cg_fused.sg:18: %s = sum(%o, dims=[1], keepdim=false)
 static __global__ void __launch_bounds__(256)
-k_fused_18_sum_s(const float *__restrict__ x, float *__restrict__ out)
+k_fused_18_sum_s(const float *__restrict__ x, float *__restrict__ v_n)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -292,18 +301,7 @@ k_fused_18_sum_s(const float *__restrict__ x, float *__restrict__ out)
 		acc = sg_sum_op()(acc, sg_opf(sg_ld(x[base + r])));
 	acc = sg_reduce<32>(acc, sg_sum_op());
 	if (t == 0)
-		out[o] = sg_st_f32(sg_to_f32(acc));
-}
-// cg_fused.sg:19: %n = neg(%s)
-static __global__ void __launch_bounds__(256)
-k_fused_19_neg_n(const float *__restrict__ v_s, float *__restrict__ v_n)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r_s = sg_ld(v_s[i]);
-		const float r_n = sg_to_f32(-r_s);
-		v_n[i] = sg_st_f32(r_n);
-	}
+		{ const float r_ = sg_to_f32(acc); k_fused_19_ep_n(v_n, o, r_); }
 }
 // cg_fused.sg:20: %c = mul(%x, 0.125)
 /* The element i of %c, computed where the kernel after it reads it
@@ -520,7 +518,6 @@ fused_run(fused_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_y = (sg_bf16 *)io[2];
 	float *v_yb = NULL;
 	float *v_o = (float *)io[3];
-	float *v_s = NULL;
 	float *v_n = (float *)io[4];
 	float *v_sm = NULL;
 	float *v_cs = (float *)io[5];
@@ -544,13 +541,11 @@ fused_run(fused_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_fused_13_add_h<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_b, v_y, v_yb, v_o));
 
 	/* cg_fused.sg:18: %s = sum(%o, dims=[1], keepdim=false) */
-	v_s = (float *)SGRT_AT(rt, 65536); /* 256 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_fused_18_sum_s", 18,
-	            k_fused_18_sum_s<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_o, v_s));
+	            k_fused_18_sum_s<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_o, v_n));
 
 	/* cg_fused.sg:19: %n = neg(%s) */
-	SGRT_KERNEL(rt, 0, "k_fused_19_neg_n", 19,
-	            k_fused_19_neg_n<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_s, v_n));
+	/* (computed inside the kernel of line 18) */
 
 	/* cg_fused.sg:20: %c = mul(%x, 0.125) */
 	/* (computed inside the kernel of line 21) */

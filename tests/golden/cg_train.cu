@@ -723,21 +723,56 @@ sgk_norm_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__rest
 	}
 }
 
-/* dx of layer_norm (or RMS) from dy, x, w and the saved mean and rstd:
+/* The mean (0 for RMS) and rstd of a row of x at xr, as the forward
+ * computes them: the mean, then the mean square about it, plus eps. */
+template <int VEC, int TPR, bool RMS, class T, class A>
+SGK_DEV void sgk_norm_stats(const T *xr, int C, int t, float eps, A *part, A *mu, A *rs)
+{
+	A s = 0, var = 0;
+	if (!RMS) {
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A f[VEC];
+			sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				s += f[e];
+		}
+		s = sgk_row_sum<TPR>(s, part) / C;
+	}
+	for (int c = t * VEC; c < C; c += TPR * VEC) {
+		A f[VEC];
+		sgk_ldrow<VEC>(xr + c, f);
+#pragma unroll
+		for (int e = 0; e < VEC; e++)
+			var += (f[e] - s) * (f[e] - s);
+	}
+	var = sgk_row_sum<TPR>(var, part) / C;
+	*mu = s;
+	*rs = (A)1 / sgk_sqrt(var + (A)eps);
+}
+
+/* dx of layer_norm (or RMS) from dy, x, w and the saved mean and rstd
+ * (computed again from x with eps when rstd is NULL):
  * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w. */
 template <class T, int VEC, int TPR, int NV, bool RMS>
 __global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
 sgk_norm_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
                const typename sgk_acc<T>::type *__restrict__ mean,
                const typename sgk_acc<T>::type *__restrict__ rstd, T *__restrict__ dx,
-               sgk_i64 rows, int C)
+               sgk_i64 rows, int C, float eps)
 {
 	typedef typename sgk_acc<T>::type A;
 	__shared__ A part[32];
 	int t;
 	SGK_ROW_BEGIN(TPR, t, r, live, rows);
 	const sgk_i64 base = r * C;
-	const A mu = RMS ? (A)0 : mean[r], rs = rstd[r];
+	A mu = 0, rs;
+	if (rstd) {
+		mu = RMS ? (A)0 : mean[r];
+		rs = rstd[r];
+	} else {
+		sgk_norm_stats<VEC, TPR, RMS>(x + base, C, t, eps, part, &mu, &rs);
+	}
 	A s1 = 0, s2 = 0;
 	A xv[NV > 0 ? NV : 1][VEC], gv[NV > 0 ? NV : 1][VEC];
 	const int nk = NV > 0 ? NV : (C + TPR * VEC - 1) / (TPR * VEC);
@@ -1130,11 +1165,11 @@ static cudaError_t sg_launch_layer_norm_bwd(const T *dy, const T *x, const T *w,
 			if (rms)
 				sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, true>
 				        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, mean, rstd, dx,
-				                                                   rows, C);
+				                                                   rows, C, 0.0f);
 			else
 				sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, false>
 				        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, mean, rstd, dx,
-				                                                   rows, C);
+				                                                   rows, C, 0.0f);
 			return sgk_launched();
 		});
 	if (e != cudaSuccess || (!dw && (rms || !db)))
@@ -1161,21 +1196,55 @@ static cudaError_t sg_launch_layer_norm_bwd(const T *dy, const T *x, const T *w,
 	return sgk_launched();
 }
 
+/* dx alone of layer_norm (rms = 0) or rms_norm (rms = 1), the row
+ * statistics computed again from x with eps (nothing saved). */
+template <class T>
+static cudaError_t sg_launch_layer_norm_bwd_x(const T *dy, const T *x, const T *w, T *dx,
+                                              long long rows, int C, float eps, int rms,
+                                              cudaStream_t stream)
+{
+	typedef typename sgk_acc<T>::type A;
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	bool vec = sgk_rows_vec<T>(C, dy, x, w, dx);
+	return sgk_row_dispatch<sgk_vw<T>::V>(C, vec, true, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		dim3 g = sgk_row_grid(rows, K::TPR);
+		if (rms)
+			sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, true>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, (const A *)0,
+			                                                   (const A *)0, dx, rows, C, eps);
+		else
+			sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, false>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, (const A *)0,
+			                                                   (const A *)0, dx, rows, C, eps);
+		return sgk_launched();
+	});
+}
+
+/* lse[r] = logsumexp of row r, for r < rows. */
+template <class T>
+static cudaError_t sg_launch_cross_entropy_lse(const T *x, typename sgk_acc<T>::type *lse,
+                                               long long rows, int C, cudaStream_t stream)
+{
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	return sgk_row_dispatch<sgk_vw<T>::V>(C, sgk_rows_vec<T>(C, x), true, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		sgk_xent_lse_k<T, K::VEC, K::TPR, K::NV>
+		        <<<sgk_row_grid(rows, K::TPR), SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, lse,
+		                                                                          rows, C);
+		return sgk_launched();
+	});
+}
+
 /* The row logsumexps, then the mean loss over targets not ignored. */
 template <class T>
 static cudaError_t sg_launch_cross_entropy_fwd(const T *x, const long long *target,
                                                typename sgk_acc<T>::type *lse, T *loss,
                                                long long rows, int C, cudaStream_t stream)
 {
-	cudaError_t e = cudaSuccess;
-	if (rows > 0 && C > 0)
-		e = sgk_row_dispatch<sgk_vw<T>::V>(C, sgk_rows_vec<T>(C, x), true, [&](auto cfg) {
-			typedef decltype(cfg) K;
-			sgk_xent_lse_k<T, K::VEC, K::TPR, K::NV>
-			        <<<sgk_row_grid(rows, K::TPR), SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, lse,
-			                                                                          rows, C);
-			return sgk_launched();
-		});
+	cudaError_t e = sg_launch_cross_entropy_lse<T>(x, lse, rows, C, stream);
 	if (e != cudaSuccess)
 		return e;
 	sgk_xent_loss_k<T><<<1, 1024, 0, stream>>>(x, target, lse, rows, C, loss);
@@ -1252,44 +1321,6 @@ k_train_19_sub_grad_n_1(const float *__restrict__ v_n, const float *__restrict__
 		v_grad_n[i] = sg_st_f32(r_grad_n);
 	}
 }
-// cg_train.sg:18: %grad.o = layer_norm_backward(%grad.n, %o, %g, eps=1e-05)
-/* dx of layer_norm over the last dim: with xh the normalised x and
- * gh = g * w, rstd * (gh - mean(gh) - xh * mean(gh * xh)) (rms_norm: no
- * mean(gh) term, no centring). */
-static __global__ void __launch_bounds__(256)
-k_train_18_layer_norm_backward_grad_o(const float *__restrict__ g, const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ out)
-{
-	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
-	const int t = threadIdx.x % 32;
-	if (o >= 8)
-		return;
-	const sg_i64 base = o * 16;
-	float mean = 0;
-	for (sg_i64 r = t; r < 16; r += 32)
-		mean += sg_opf(sg_ld(x[base + r]));
-	mean = sg_reduce<32>(mean, sg_sum_op()) / (float)16;
-	float q = 0;
-	for (sg_i64 r = t; r < 16; r += 32) {
-		const float d = sg_opf(sg_ld(x[base + r])) - mean;
-		q += d * d;
-	}
-	q = sg_reduce<32>(q, sg_sum_op());
-	const float rstd = (float)1 / sg_sqrt(q / (float)16 + (float)1e-05);
-	float mg = 0, mgx = 0;
-	for (sg_i64 r = t; r < 16; r += 32) {
-		const float xh = (sg_opf(sg_ld(x[base + r])) - mean) * rstd;
-		const float gh = sg_opf(sg_ld(g[base + r])) * sg_opf(sg_ld(w[r]));
-		mg += gh;
-		mgx += gh * xh;
-	}
-	mg = sg_reduce<32>(mg, sg_sum_op()) / (float)16;
-	mgx = sg_reduce<32>(mgx, sg_sum_op()) / (float)16;
-	for (sg_i64 r = t; r < 16; r += 32) {
-		const float xh = (sg_opf(sg_ld(x[base + r])) - mean) * rstd;
-		const float gh = sg_opf(sg_ld(g[base + r])) * sg_opf(sg_ld(w[r]));
-		out[base + r] = sg_st_f32(sg_to_f32(rstd * (gh - mg - xh * mgx)));
-	}
-}
 // cg_train.sg:18: %grad.g.2 = mul(%grad.n, %grad.g.1)
 /* The element i of %grad.g.2, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
@@ -1353,14 +1384,6 @@ k_train_18_adamw_update(float *__restrict__ p, const float *__restrict__ g, floa
 		p[i] = sg_st_f32(sg_to_f32(pi + sg_to_f32(sg_to_f32(size * mi) / den)));
 	}
 }
-// cg_train.sg:17: %grad.w2.1 = transpose(%grad.o, dim0=0, dim1=1)
-static __global__ void __launch_bounds__(256)
-k_train_17_transpose_grad_w2_1(const float *__restrict__ x, float *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 128;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = x[i / 8 + (i % 8) * 16];
-}
 /* AdamW's step count (f32, as PyTorch keeps it) and the step's bias
  * corrections: sc[0] = -lr / (1 - beta1^step), sc[1] = sqrt(1 - beta2^step). */
 static __global__ void
@@ -1412,14 +1435,6 @@ k_train_16_sigmoid_grad_h_1(const float *__restrict__ v_h, const float *__restri
 		const float r_grad_h = sg_to_f32(r_grad_a * r_grad_h_5);
 		v_grad_h[i] = sg_st_f32(r_grad_h);
 	}
-}
-// cg_train.sg:15: %grad.w1.1 = transpose(%grad.h, dim0=0, dim1=1)
-static __global__ void __launch_bounds__(256)
-k_train_15_transpose_grad_w1_1(const float *__restrict__ x, float *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 256;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = x[i / 8 + (i % 8) * 32];
 }
 // cg_train.sg:15: %grad.b1 = sum(%grad.h, dims=[0], keepdim=false)
 /* A reduction whose outputs are the innermost elements: the 32 threads of
@@ -1677,10 +1692,8 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_g_1 = NULL;
 	float *v_grad_g = NULL;
 	float *v_grad_a = NULL;
-	float *v_grad_w2_1 = NULL;
 	float *v_grad_w2 = NULL;
 	float *v_grad_h = NULL;
-	float *v_grad_w1_1 = NULL;
 	float *v_grad_w1 = NULL;
 	float *v_grad_b1 = NULL;
 
@@ -1749,7 +1762,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_train.sg:18: %grad.o = layer_norm_backward(%grad.n, %o, %g, eps=1e-05) */
 	v_grad_o = (float *)SGRT_AT(rt, 2560); /* 512 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_18_layer_norm_backward_grad_o", 18,
-	            k_train_18_layer_norm_backward_grad_o<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_n, v_o, v_g, v_grad_o));
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<float>(v_grad_n, v_o, v_g, v_grad_o, 8, 16, (float)1e-05, 0, sgrt_stream(rt, 0)), 18));
 
 	/* cg_train.sg:18: %grad.g.1 = layer_norm(%o, eps=1e-05) */
 	v_grad_g_1 = (float *)SGRT_AT(rt, 3840); /* 512 bytes of the arena */
@@ -1786,9 +1799,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_train.sg:17: %grad.w2.1 = transpose(%grad.o, dim0=0, dim1=1) */
-	v_grad_w2_1 = (float *)SGRT_AT(rt, 2048); /* 512 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_train_17_transpose_grad_w2_1", 17,
-	            k_train_17_transpose_grad_w2_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_o, v_grad_w2_1));
+	/* (not copied: the products read v_grad_o through their operand layout) */
 
 	/* cg_train.sg:17: %grad.w2 = matmul(%grad.w2.1, %a) */
 	v_grad_w2 = (float *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
@@ -1796,11 +1807,12 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
 		g.dtype = SGRT_F32;
+		g.trans_a = 1;
 		g.trans_b = 0;
 		g.m = 16;
 		g.n = 32;
 		g.k = 8;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_w2_1, v_a, v_grad_w2, "k_train_17_matmul_grad_w2", 17));
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_a, v_grad_w2, "k_train_17_matmul_grad_w2", 17));
 	}
 
 	/* cg_train.sg:17: adamw_update_(%w2, %grad.w2, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01) */
@@ -1827,9 +1839,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_train_16_sigmoid_grad_h_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_grad_a, v_grad_h));
 
 	/* cg_train.sg:15: %grad.w1.1 = transpose(%grad.h, dim0=0, dim1=1) */
-	v_grad_w1_1 = (float *)SGRT_AT(rt, 0); /* 1024 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_train_15_transpose_grad_w1_1", 15,
-	            k_train_15_transpose_grad_w1_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_w1_1));
+	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_train.sg:15: %grad.w1 = matmul(%grad.w1.1, %x) */
 	v_grad_w1 = (float *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
@@ -1837,11 +1847,12 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
 		g.dtype = SGRT_F32;
+		g.trans_a = 1;
 		g.trans_b = 0;
 		g.m = 32;
 		g.n = 16;
 		g.k = 8;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_w1_1, v_x, v_grad_w1, "k_train_15_matmul_grad_w1", 15));
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w1, "k_train_15_matmul_grad_w1", 15));
 	}
 
 	/* cg_train.sg:15: %grad.b1 = sum(%grad.h, dims=[0], keepdim=false) */

@@ -18,7 +18,10 @@ buckets (pass `grad_buckets`), run with `sgc run` and compared with PyTorch.
 4. Memory: the planned device peak (`sgc check --memory`) is lower with
    offloading than with --offload=none; --offload=auto with a budget that
    shrinks offloads more and plans no higher a peak; a budget above the
-   peak offloads nothing.
+   peak offloads nothing.  On bench/transformer.sg at a budget of 7 GB,
+   --offload=auto takes every saved value of layer 0 (latest backward use
+   first) and none of layer 7, and its estimated time is below that of the
+   largest-first choice (the 9 largest, written as `offload` statements).
 5. grad_sync=all_reduce with buckets (WORLD = 1, where the average is the
    identity): the two- and one-stream training samples give bit for bit
    the result of plain backward for bucket sizes 1 byte (a bucket per
@@ -370,6 +373,34 @@ def memory_cases():
     S.report("off_auto.sg: smaller budgets offload more and plan no more", why)
 
 
+def est_ms(path, *args):
+    pr = sgc("check", path, "--dump-after=offload", *args)
+    m = re.search(r"# offload: .* estimated time ([0-9.]+) ms", pr.stderr)
+    return float(m.group(1)) if pr.returncode == 0 and m else None
+
+
+def order_cases():
+    tr = os.path.join(ROOT, "bench", "transformer.sg")
+    pr = sgc(tr, "--emit=ir", "--offload-budget=7000000000")
+    out = set(re.findall(r"= to_host\(%(l\d)\.([a-z0-9]+)", pr.stdout))
+    l0 = {("l0", v) for v in "h q k v att3 x1 h2 f g x2".split()}
+    why = None
+    if pr.returncode != 0 or not out:
+        why = "sgc failed or offloaded nothing: %s" % pr.stderr[:300]
+    elif not l0 <= out or any(layer == "l7" for layer, _ in out):
+        why = "offloaded %s" % sorted(out)
+    S.report("transformer.sg, 7 GB budget: layer 0 offloaded first, layer 7 not", why)
+    with open(tr) as f:
+        text = f.read()
+    big = ["l%d.%s" % (i // 2, "fg"[i % 2]) for i in range(9)]
+    marked = write("off_largest.sg", text.replace(
+        "  %yf   =", "".join("  offload %%%s\n" % v for v in big) + "  %yf   ="))
+    a, b = est_ms(tr, "--offload-budget=7000000000"), est_ms(marked)
+    why = None if a is not None and b is not None and a < b else \
+        "estimated %s ms (auto) against %s ms (largest first)" % (a, b)
+    S.report("transformer.sg, 7 GB budget: auto's estimate below largest-first's", why)
+
+
 # ------------------------------------------------------------------ 5. buckets
 
 def with_grad_sync(name):
@@ -448,6 +479,7 @@ same_result_cases()
 dropped_sync_cases()
 torch_cases()
 memory_cases()
+order_cases()
 bucket_cases()
 both_cases()
 usage_cases()

@@ -143,7 +143,9 @@ __global__ void ref_bwd_kv(SgFlashParams p, int bstride, const double *lse, cons
 
 /* ------------------------------------------------------------------ cases */
 
-enum { LAY_CONTIG, LAY_BTHD, LAY_KV_BCAST, LAY_MISALIGNED };
+/* LAY_BTHD_OC: what sgc's folded backward passes: q, k, v, dout, dq, dk,
+ * dv in the [B, T, H, D] layout, o (recomputed) contiguous. */
+enum { LAY_CONTIG, LAY_BTHD, LAY_KV_BCAST, LAY_MISALIGNED, LAY_BTHD_OC };
 
 struct Case {
 	int nb0, nb1, L, S, D, Dv, causal;
@@ -186,7 +188,7 @@ static std::vector<unsigned char> used(const SgFlashParams &p, int bstride, int 
 /* Sets the strides of a layout. */
 static void layout(SgFlashParams *p, int lay)
 {
-	if (lay == LAY_BTHD) {
+	if (lay == LAY_BTHD || lay == LAY_BTHD_OC) {
 		/* [nb0, L, nb1, D] memory read as [nb0, nb1, L, D]. */
 		const int H = p->nb1;
 		p->q_s0 = p->dq_s0 = (sgk_i64)p->L * H * p->D;
@@ -201,6 +203,11 @@ static void layout(SgFlashParams *p, int lay)
 		p->o_s0 = p->do_s0 = (sgk_i64)p->L * H * p->Dv;
 		p->o_s1 = p->do_s1 = p->Dv;
 		p->o_sr = p->do_sr = (sgk_i64)H * p->Dv;
+		if (lay == LAY_BTHD_OC) {
+			p->o_s0 = (sgk_i64)H * p->L * p->Dv;
+			p->o_s1 = (sgk_i64)p->L * p->Dv;
+			p->o_sr = p->Dv;
+		}
 	} else if (lay == LAY_KV_BCAST) {
 		/* k and v shared by the nb1 heads; dk, dv stay full. */
 		p->k_s1 = p->v_s1 = 0;
@@ -571,6 +578,8 @@ int main(int argc, char **argv)
 		{2, 2, 140, 140, 64, 64, 1, 0, LAY_MISALIGNED, 1},
 		{1, 2, 100, 100, 160, 160, 1, 0, LAY_CONTIG, 1},
 		{1, 2, 70, 90, 256, 200, 0, 0, LAY_CONTIG, 1},
+		{2, 3, 130, 130, 64, 64, 1, 0, LAY_BTHD_OC, 1},
+		{2, 2, 160, 160, 128, 128, 0, 0, LAY_BTHD_OC, 1},
 	};
 	const int nt = sizeof tc / sizeof tc[0];
 	if (kt_flag(argc, argv, "--sanitize")) {

@@ -236,6 +236,16 @@ static void run_size(long rows, int C, int off, const char *dump)
 		 * is 1 - eps/x^2), in PyTorch's f32 as in ours. */
 		const double dxtol = C == 1 ? std::max(tol<T>() * 2, 1e-3) : tol<T>() * 2;
 		report(what, name, kt_err(hdx.data(), stored<T>(ref2).data(), n), dxtol);
+		/* dx alone, the statistics computed again from x (no saved ones). */
+		dx.poison();
+		e = sg_launch_layer_norm_bwd_x<T>(dy.d + off, x.d + off, affine ? w.d + off : 0,
+		                                  dx.d + off, rows, C, (float)eps, rms, 0);
+		KT_CHECK(e == cudaSuccess, "%s %s bwd_x launch: %s", name, kn, cudaGetErrorString(e));
+		KT_CUDA(cudaDeviceSynchronize());
+		dx.get();
+		std::vector<double> hdx2 = hv(dx, n);
+		snprintf(what, sizeof what, "%s dx (stats again)", kn);
+		report(what, name, kt_err(hdx2.data(), stored<T>(ref2).data(), n), dxtol);
 		std::vector<double> hdw, hdb;
 		if (affine) {
 			dw.get();
