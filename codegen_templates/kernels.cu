@@ -652,20 +652,40 @@ ${name}(const ${t} *__restrict__ x, const ${tt} *__restrict__ target,
 }
 //@ sgd
 ${comment}
-/* torch.optim.SGD's update of one param, op by op in ${c} (each op
+/* torch.optim.SGD's update of one element, op by op in ${c} (each op
  * rounded to ${dt} as PyTorch's are). */
+static __device__ __forceinline__ void
+${name}_one(${t} &p, const ${t} g${bufref})
+{
+	const ${c} pi = sg_ld(p);
+	${c} d = sg_ld(g);
+${?wd}	d = sg_to_${dt}(d + ${w} * pi);
+${?mom}	d = sg_to_${dt}(sg_to_${dt}(sg_ld(b) * ${m}) + d);
+${?mom}	b = sg_st_${dt}(d);
+	p = sg_st_${dt}(sg_to_${dt}(pi + ${lr} * d));
+}
+/* ${vec} elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 ${name}(${t} *__restrict__ p, const ${t} *__restrict__ g${bufparam})
 {
-	for (${idx} i = (${idx})blockIdx.x * blockDim.x + threadIdx.x; i < ${n};
-	     i += (${idx})gridDim.x * blockDim.x) {
-		const ${c} pi = sg_ld(p[i]);
-		${c} d = sg_ld(g[i]);
-${?wd}		d = sg_to_${dt}(d + ${w} * pi);
-${?mom}		d = sg_to_${dt}(sg_to_${dt}(sg_ld(buf[i]) * ${m}) + d);
-${?mom}		buf[i] = sg_st_${dt}(d);
-		p[i] = sg_st_${dt}(sg_to_${dt}(pi + ${lr} * d));
+	typedef sg_vec<${t}, ${vec}> V;
+	const ${idx} nv = ((sg_u64)p | (sg_u64)g${bufor}) % 16 == 0 ? ${n} / ${vec} : 0;
+	const ${idx} stride = (${idx})gridDim.x * blockDim.x;
+	for (${idx} w = (${idx})blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * ${vec});
+		const V gv = *(const V *)(g + w * ${vec});
+${?mom}		V bv = *(const V *)(buf + w * ${vec});
+#pragma unroll
+		for (int j = 0; j < ${vec}; j++)
+${?mom}			${name}_one(pv.v[j], gv.v[j], bv.v[j]);
+${!mom}			${name}_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * ${vec}) = pv;
+${?mom}		*(V *)(buf + w * ${vec}) = bv;
 	}
+	for (${idx} i = nv * ${vec} + (${idx})blockIdx.x * blockDim.x + threadIdx.x; i < ${n};
+	     i += stride)
+		${name}_one(p[i], g[i]${bufarg});
 }
 //@ adamw_step
 /* AdamW's step count (f32, as PyTorch keeps it) and the step's bias
@@ -680,24 +700,44 @@ ${name}(float *__restrict__ step, ${c} *__restrict__ sc)
 }
 //@ adamw
 ${comment}
-/* torch.optim.AdamW's update of one param, op by op in ${c}. */
+/* torch.optim.AdamW's update of one element, op by op in ${c}. */
+static __device__ __forceinline__ void
+${name}_one(${t} &p, const ${t} g, ${t} &m, ${t} &v, const ${c} size, const ${c} bc2)
+{
+	const ${c} pi = sg_to_${dt}(sg_ld(p) * ${decay});
+	const ${c} gi = sg_ld(g);
+	const ${c} mi = sg_to_${dt}(sg_lerp(sg_ld(m), gi, ${w1}));
+	const ${c} gg = sg_to_${dt}(sg_to_${dt}(${c2} * gi) * gi);
+	const ${c} vi = sg_to_${dt}(sg_to_${dt}(sg_ld(v) * ${bb2}) + gg);
+	const ${c} den = sg_to_${dt}(sg_to_${dt}(sg_to_${dt}(sg_sqrt(vi)) / bc2) + ${eps});
+	m = sg_st_${dt}(mi);
+	v = sg_st_${dt}(vi);
+	p = sg_st_${dt}(sg_to_${dt}(pi + sg_to_${dt}(sg_to_${dt}(size * mi) / den)));
+}
+/* ${vec} elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 ${name}(${t} *__restrict__ p, const ${t} *__restrict__ g, ${t} *__restrict__ m,
         ${t} *__restrict__ v, const ${c} *__restrict__ sc)
 {
+	typedef sg_vec<${t}, ${vec}> V;
 	const ${c} size = sc[0], bc2 = sc[1];
-	for (${idx} i = (${idx})blockIdx.x * blockDim.x + threadIdx.x; i < ${n};
-	     i += (${idx})gridDim.x * blockDim.x) {
-		const ${c} pi = sg_to_${dt}(sg_ld(p[i]) * ${decay});
-		const ${c} gi = sg_ld(g[i]);
-		const ${c} mi = sg_to_${dt}(sg_lerp(sg_ld(m[i]), gi, ${w1}));
-		const ${c} gg = sg_to_${dt}(sg_to_${dt}(${c2} * gi) * gi);
-		const ${c} vi = sg_to_${dt}(sg_to_${dt}(sg_ld(v[i]) * ${bb2}) + gg);
-		const ${c} den = sg_to_${dt}(sg_to_${dt}(sg_to_${dt}(sg_sqrt(vi)) / bc2) + ${eps});
-		m[i] = sg_st_${dt}(mi);
-		v[i] = sg_st_${dt}(vi);
-		p[i] = sg_st_${dt}(sg_to_${dt}(pi + sg_to_${dt}(sg_to_${dt}(size * mi) / den)));
+	const ${idx} nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? ${n} / ${vec} : 0;
+	const ${idx} stride = (${idx})gridDim.x * blockDim.x;
+	for (${idx} w = (${idx})blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * ${vec}), mv = *(const V *)(m + w * ${vec});
+		V vv = *(const V *)(v + w * ${vec});
+		const V gv = *(const V *)(g + w * ${vec});
+#pragma unroll
+		for (int j = 0; j < ${vec}; j++)
+			${name}_one(pv.v[j], gv.v[j], mv.v[j], vv.v[j], size, bc2);
+		*(V *)(p + w * ${vec}) = pv;
+		*(V *)(m + w * ${vec}) = mv;
+		*(V *)(v + w * ${vec}) = vv;
 	}
+	for (${idx} i = nv * ${vec} + (${idx})blockIdx.x * blockDim.x + threadIdx.x; i < ${n};
+	     i += stride)
+		${name}_one(p[i], g[i], m[i], v[i], size, bc2);
 }
 //@ ep_fn
 ${comment}

@@ -235,6 +235,14 @@ opmath(Cg *c, DType dt, double v)
 	return cg_lit_float(c, dt == DT_F64 ? v : (double)(float)v, dt != DT_F64);
 }
 
+/* Elements of dtype dt in 16 bytes: what one thread of an update moves
+ * at a time when every pointer is aligned. */
+static int
+update_vec(DType dt)
+{
+	return 16 / dtype_size(dt);
+}
+
 /* sgd_update_(p, g, lr=, momentum=, weight_decay=). */
 static void
 sgd(CgGraph *G, const Node *n, NodeId i)
@@ -248,17 +256,21 @@ sgd(CgGraph *G, const Node *n, NodeId i)
 		return;
 	const char *kname = cg_kernel_name(G, n, "sgd_update");
 	const char *ct = cg_ctype(dt);
+	int vec = update_vec(dt);
 	CG_EMIT(c->kern, "kernels.cu:sgd", {"comment", cg_comment(G, n)}, {"name", kname},
 	        {"t", ct}, {"c", cg_regtype(dt)}, {"dt", cg_dtname(dt)},
-	        {"idx", cg_index_type(count)}, {"n", cg_num(c, count)},
+	        {"idx", cg_index_type(count)}, {"n", cg_num(c, count)}, {"vec", cg_num(c, vec)},
 	        {"bufparam", mom != 0 ? cg_fmt(c, ", %s *__restrict__ buf", ct) : ""},
+	        {"bufref", mom != 0 ? cg_fmt(c, ", %s &b", ct) : ""},
+	        {"bufor", mom != 0 ? " | (sg_u64)buf" : ""},
+	        {"bufarg", mom != 0 ? ", buf[i]" : ""},
 	        {"wd", wd != 0 ? "1" : ""}, {"w", opmath(c, dt, wd)},
 	        {"mom", mom != 0 ? "1" : ""}, {"m", opmath(c, dt, mom)},
 	        {"lr", opmath(c, dt, -ir_attr_float(n, "lr", 0))});
 	char *args = cg_fmt(c, "%s, %s", var(G, n, 0), var(G, n, 1));
 	if (mom != 0)
 		args = cg_fmt(c, "%s, (%s *)io[%d]", args, ct, G->optslot[i]);
-	cg_launch(G, n, kname, cg_grid(count, 256), 256, 0, args);
+	cg_launch(G, n, kname, cg_grid((count + vec - 1) / vec, 256), 256, 0, args);
 }
 
 /* adamw_update_(p, g, lr=, beta1=, beta2=, eps=, weight_decay=). */
@@ -275,7 +287,7 @@ adamw(CgGraph *G, const Node *n, NodeId i)
 	const char *ct = cg_ctype(dt), *rt = cg_regtype(dt);
 	const char *k1 = cg_kernel_name(G, n, "adamw_step");
 	const char *k2 = cg_kernel_name(G, n, "adamw_update");
-	int slot = G->optslot[i];
+	int slot = G->optslot[i], vec = update_vec(dt);
 	char *sc = cg_fmt(c, "(%s *)M->scratch[%d]", rt, G->scratch[i]);
 	CG_EMIT(c->kern, "kernels.cu:adamw_step", {"name", k1}, {"c", rt},
 	        {"lr", cg_lit_float(c, lr, 0)}, {"b1", cg_lit_float(c, b1, 0)},
@@ -285,10 +297,11 @@ adamw(CgGraph *G, const Node *n, NodeId i)
 		return;
 	CG_EMIT(c->kern, "kernels.cu:adamw", {"comment", cg_comment(G, n)}, {"name", k2},
 	        {"t", ct}, {"c", rt}, {"dt", cg_dtname(dt)}, {"idx", cg_index_type(count)},
-	        {"n", cg_num(c, count)}, {"decay", opmath(c, dt, 1 - lr * wd)},
+	        {"n", cg_num(c, count)}, {"vec", cg_num(c, vec)},
+	        {"decay", opmath(c, dt, 1 - lr * wd)},
 	        {"w1", opmath(c, dt, 1 - b1)}, {"c2", opmath(c, dt, 1 - b2)},
 	        {"bb2", opmath(c, dt, b2)}, {"eps", opmath(c, dt, eps)});
-	cg_launch(G, n, k2, cg_grid(count, 256), 256, 0,
+	cg_launch(G, n, k2, cg_grid((count + vec - 1) / vec, 256), 256, 0,
 	          cg_fmt(c, "%s, %s, (%s *)io[%d], (%s *)io[%d], %s", var(G, n, 0),
 	                 var(G, n, 1), ct, slot, ct, slot + 1, sc));
 }

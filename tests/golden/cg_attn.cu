@@ -1695,17 +1695,34 @@ k_attn_bf16_33_div_grad_sq_vec(const float *__restrict__ v_grad_sq_2, const floa
 	}
 }
 // cg_attn.sg:30: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_attn_bf16_30_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.01 * d));
+}
+/* 8 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_attn_bf16_30_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_bf16(sg_to_bf16(pi + (float)-0.01 * d));
+	typedef sg_vec<sg_bf16, 8> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 16384 / 8 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 8);
+		const V gv = *(const V *)(g + w * 8);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			k_attn_bf16_30_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 8) = pv;
 	}
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
+	     i += stride)
+		k_attn_bf16_30_sgd_update_one(p[i], g[i]);
 }
 // cg_attn.sg:20: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)
 static __global__ void __launch_bounds__(256)
@@ -1732,17 +1749,34 @@ k_attn_bf16_20_cat2_grad_qkv(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict_
 		out[(i / 128) * 384 + i % 128 + 256] = x[i];
 }
 // cg_attn.sg:19: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_attn_bf16_19_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.01 * d));
+}
+/* 8 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_attn_bf16_19_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 49152;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_bf16(sg_to_bf16(pi + (float)-0.01 * d));
+	typedef sg_vec<sg_bf16, 8> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 49152 / 8 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 8);
+		const V gv = *(const V *)(g + w * 8);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			k_attn_bf16_19_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 8) = pv;
 	}
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 49152;
+	     i += stride)
+		k_attn_bf16_19_sgd_update_one(p[i], g[i]);
 }
 // cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)
 static __global__ void __launch_bounds__(256)
@@ -3226,17 +3260,34 @@ k_attn_f16_58_div_grad_sq_vec(const float *__restrict__ v_grad_sq_2, const float
 	}
 }
 // cg_attn.sg:55: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f16 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_attn_f16_55_sgd_update_one(sg_f16 &p, const sg_f16 g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_f16(sg_to_f16(pi + (float)-0.01 * d));
+}
+/* 8 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_attn_f16_55_sgd_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_f16(sg_to_f16(pi + (float)-0.01 * d));
+	typedef sg_vec<sg_f16, 8> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 16384 / 8 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 8);
+		const V gv = *(const V *)(g + w * 8);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			k_attn_f16_55_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 8) = pv;
 	}
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
+	     i += stride)
+		k_attn_f16_55_sgd_update_one(p[i], g[i]);
 }
 // cg_attn.sg:45: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)
 static __global__ void __launch_bounds__(256)
@@ -3263,17 +3314,34 @@ k_attn_f16_45_cat2_grad_qkv(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ o
 		out[(i / 128) * 384 + i % 128 + 256] = x[i];
 }
 // cg_attn.sg:44: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f16 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_attn_f16_44_sgd_update_one(sg_f16 &p, const sg_f16 g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_f16(sg_to_f16(pi + (float)-0.01 * d));
+}
+/* 8 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_attn_f16_44_sgd_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 49152;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_f16(sg_to_f16(pi + (float)-0.01 * d));
+	typedef sg_vec<sg_f16, 8> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 49152 / 8 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 8);
+		const V gv = *(const V *)(g + w * 8);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			k_attn_f16_44_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 8) = pv;
 	}
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 49152;
+	     i += stride)
+		k_attn_f16_44_sgd_update_one(p[i], g[i]);
 }
 // cg_attn.sg:72: %q = transpose(%q4, dim0=1, dim1=2)
 static __global__ void __launch_bounds__(256)
@@ -5090,7 +5158,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_attn.sg:30: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_30_sgd_update", 30,
-	            k_attn_bf16_30_sgd_update<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_wo, v_grad_wo));
+	            k_attn_bf16_30_sgd_update<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_wo, v_grad_wo));
 
 	/* cg_attn.sg:30: del %grad.wo */
 
@@ -5197,7 +5265,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_attn.sg:19: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_19_sgd_update", 19,
-	            k_attn_bf16_19_sgd_update<<<192, 256, 0, sgrt_stream(rt, 0)>>>(v_wqkv, v_grad_wqkv));
+	            k_attn_bf16_19_sgd_update<<<24, 256, 0, sgrt_stream(rt, 0)>>>(v_wqkv, v_grad_wqkv));
 
 	/* cg_attn.sg:19: del %grad.wqkv */
 
@@ -5551,7 +5619,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_attn.sg:55: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_attn_f16_55_sgd_update", 55,
-	            k_attn_f16_55_sgd_update<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_wo, v_grad_wo));
+	            k_attn_f16_55_sgd_update<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_wo, v_grad_wo));
 
 	/* cg_attn.sg:55: del %grad.wo */
 
@@ -5656,7 +5724,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_attn.sg:44: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_attn_f16_44_sgd_update", 44,
-	            k_attn_f16_44_sgd_update<<<192, 256, 0, sgrt_stream(rt, 0)>>>(v_wqkv, v_grad_wqkv));
+	            k_attn_f16_44_sgd_update<<<24, 256, 0, sgrt_stream(rt, 0)>>>(v_wqkv, v_grad_wqkv));
 
 	/* cg_attn.sg:44: del %grad.wqkv */
 

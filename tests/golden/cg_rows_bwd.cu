@@ -1340,17 +1340,34 @@ k_rows_f32_24_cross_entropy_count_grad_o(const float *__restrict__ x, const sg_i
 	(void)x;
 }
 // cg_rows_bwd.sg:23: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f32 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_rows_f32_23_sgd_update_one(float &p, const float g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+}
+/* 4 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_rows_f32_23_sgd_update(float *__restrict__ p, const float *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1536;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+	typedef sg_vec<float, 4> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 1536 / 4 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 4);
+		const V gv = *(const V *)(g + w * 4);
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			k_rows_f32_23_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 4) = pv;
 	}
+	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1536;
+	     i += stride)
+		k_rows_f32_23_sgd_update_one(p[i], g[i]);
 }
 // cg_rows_bwd.sg:22: %grad.q.2 = mul(%grad.r, %grad.q.1)
 /* The element i of %grad.q.2, computed where the kernel after it reads it
@@ -1386,17 +1403,34 @@ k_rows_f32_22_sum_grad_q(const float *__restrict__ v_grad_r, const float *__rest
 	out[o] = sg_st_f32(sg_to_f32(acc));
 }
 // cg_rows_bwd.sg:22: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f32 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_rows_f32_22_sgd_update_one(float &p, const float g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+}
+/* 4 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_rows_f32_22_sgd_update(float *__restrict__ p, const float *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+	typedef sg_vec<float, 4> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 64 / 4 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 4);
+		const V gv = *(const V *)(g + w * 4);
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			k_rows_f32_22_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 4) = pv;
 	}
+	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
+	     i += stride)
+		k_rows_f32_22_sgd_update_one(p[i], g[i]);
 }
 // cg_rows_bwd.sg:21: %grad.g.2 = mul(%grad.n, %grad.g.1)
 /* The element i of %grad.g.2, computed where the kernel after it reads it
@@ -1454,43 +1488,94 @@ k_rows_f32_21_sum_grad_b(const float *__restrict__ x, float *__restrict__ out)
 	out[o] = sg_st_f32(sg_to_f32(acc));
 }
 // cg_rows_bwd.sg:21: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f32 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_rows_f32_21_sgd_update_one(float &p, const float g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+}
+/* 4 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_rows_f32_21_sgd_update(float *__restrict__ p, const float *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+	typedef sg_vec<float, 4> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 64 / 4 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 4);
+		const V gv = *(const V *)(g + w * 4);
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			k_rows_f32_21_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 4) = pv;
 	}
+	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
+	     i += stride)
+		k_rows_f32_21_sgd_update_one(p[i], g[i]);
 }
 // cg_rows_bwd.sg:21: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f32 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_rows_f32_21_sgd_update_2_one(float &p, const float g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+}
+/* 4 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_rows_f32_21_sgd_update_2(float *__restrict__ p, const float *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+	typedef sg_vec<float, 4> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 64 / 4 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 4);
+		const V gv = *(const V *)(g + w * 4);
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			k_rows_f32_21_sgd_update_2_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 4) = pv;
 	}
+	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
+	     i += stride)
+		k_rows_f32_21_sgd_update_2_one(p[i], g[i]);
 }
 // cg_rows_bwd.sg:20: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f32 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_rows_f32_20_sgd_update_one(float &p, const float g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+}
+/* 4 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_rows_f32_20_sgd_update(float *__restrict__ p, const float *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+	typedef sg_vec<float, 4> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 4096 / 4 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 4);
+		const V gv = *(const V *)(g + w * 4);
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			k_rows_f32_20_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 4) = pv;
 	}
+	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
+	     i += stride)
+		k_rows_f32_20_sgd_update_one(p[i], g[i]);
 }
 #pragma nv_diag_suppress 177 /* the kernel library's helpers a program leaves unused */
 #ifndef SGK_COMMON_CUH
@@ -2611,17 +2696,34 @@ k_rows_bf16_43_cross_entropy_count_grad_o(const sg_bf16 *__restrict__ x, const s
 	(void)x;
 }
 // cg_rows_bwd.sg:42: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_rows_bf16_42_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
+}
+/* 8 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_rows_bf16_42_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1536;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
+	typedef sg_vec<sg_bf16, 8> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 1536 / 8 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 8);
+		const V gv = *(const V *)(g + w * 8);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			k_rows_bf16_42_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 8) = pv;
 	}
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1536;
+	     i += stride)
+		k_rows_bf16_42_sgd_update_one(p[i], g[i]);
 }
 // cg_rows_bwd.sg:41: %grad.q.2 = mul(%grad.r, %grad.q.1)
 /* The element i of %grad.q.2, computed where the kernel after it reads it
@@ -2657,17 +2759,34 @@ k_rows_bf16_41_sum_grad_q(const sg_bf16 *__restrict__ v_grad_r, const sg_bf16 *_
 	out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
 // cg_rows_bwd.sg:41: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_rows_bf16_41_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
+}
+/* 8 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_rows_bf16_41_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
+	typedef sg_vec<sg_bf16, 8> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 64 / 8 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 8);
+		const V gv = *(const V *)(g + w * 8);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			k_rows_bf16_41_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 8) = pv;
 	}
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
+	     i += stride)
+		k_rows_bf16_41_sgd_update_one(p[i], g[i]);
 }
 // cg_rows_bwd.sg:40: %grad.g.2 = mul(%grad.n, %grad.g.1)
 /* The element i of %grad.g.2, computed where the kernel after it reads it
@@ -2703,30 +2822,64 @@ k_rows_bf16_40_sum_grad_g(const sg_bf16 *__restrict__ v_grad_n, const sg_bf16 *_
 	out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
 // cg_rows_bwd.sg:40: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_rows_bf16_40_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
+}
+/* 8 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_rows_bf16_40_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
+	typedef sg_vec<sg_bf16, 8> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 64 / 8 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 8);
+		const V gv = *(const V *)(g + w * 8);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			k_rows_bf16_40_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 8) = pv;
 	}
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
+	     i += stride)
+		k_rows_bf16_40_sgd_update_one(p[i], g[i]);
 }
 // cg_rows_bwd.sg:39: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_rows_bf16_39_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
+}
+/* 8 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_rows_bf16_39_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
+	typedef sg_vec<sg_bf16, 8> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 4096 / 8 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 8);
+		const V gv = *(const V *)(g + w * 8);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			k_rows_bf16_39_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 8) = pv;
 	}
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
+	     i += stride)
+		k_rows_bf16_39_sgd_update_one(p[i], g[i]);
 }
 #pragma nv_diag_suppress 177 /* the kernel library's helpers a program leaves unused */
 #ifndef SGK_COMMON_CUH
@@ -3851,30 +4004,64 @@ k_soft_f32_64_div_grad_lt_vec(const float *__restrict__ v_grad_lt_2, const float
 	}
 }
 // cg_rows_bwd.sg:61: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f32 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_soft_f32_61_sgd_update_one(float &p, const float g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_f32(sg_to_f32(pi + (float)-0.5 * d));
+}
+/* 4 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_soft_f32_61_sgd_update(float *__restrict__ p, const float *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_f32(sg_to_f32(pi + (float)-0.5 * d));
+	typedef sg_vec<float, 4> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 4096 / 4 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 4);
+		const V gv = *(const V *)(g + w * 4);
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			k_soft_f32_61_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 4) = pv;
 	}
+	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
+	     i += stride)
+		k_soft_f32_61_sgd_update_one(p[i], g[i]);
 }
 // cg_rows_bwd.sg:59: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f32 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_soft_f32_59_sgd_update_one(float &p, const float g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_f32(sg_to_f32(pi + (float)-0.5 * d));
+}
+/* 4 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_soft_f32_59_sgd_update(float *__restrict__ p, const float *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_f32(sg_to_f32(pi + (float)-0.5 * d));
+	typedef sg_vec<float, 4> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 4096 / 4 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 4);
+		const V gv = *(const V *)(g + w * 4);
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			k_soft_f32_59_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 4) = pv;
 	}
+	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
+	     i += stride)
+		k_soft_f32_59_sgd_update_one(p[i], g[i]);
 }
 #pragma nv_diag_suppress 177 /* the kernel library's helpers a program leaves unused */
 #ifndef SGK_COMMON_CUH
@@ -5060,17 +5247,34 @@ k_soft_bf16_79_exp_grad_z_2_vec(const sg_bf16 *__restrict__ v_l, const sg_bf16 *
 	}
 }
 // cg_rows_bwd.sg:78: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_soft_bf16_78_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.5 * d));
+}
+/* 8 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_soft_bf16_78_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_bf16(sg_to_bf16(pi + (float)-0.5 * d));
+	typedef sg_vec<sg_bf16, 8> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 4096 / 8 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 8);
+		const V gv = *(const V *)(g + w * 8);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			k_soft_bf16_78_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 8) = pv;
 	}
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
+	     i += stride)
+		k_soft_bf16_78_sgd_update_one(p[i], g[i]);
 }
 // cg_rows_bwd.sg:77: %grad.h.1 = mul(%grad.p, %p)
 /* The element i of %grad.h.1, computed where the kernel after it reads it
@@ -5141,17 +5345,34 @@ k_soft_bf16_77_sub_grad_h_3_vec(const sg_bf16 *__restrict__ v_grad_p, const sg_b
 	}
 }
 // cg_rows_bwd.sg:76: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one param, op by op in float (each op
+/* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_soft_bf16_76_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.5 * d));
+}
+/* 8 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_soft_bf16_76_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
 {
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float pi = sg_ld(p[i]);
-		float d = sg_ld(g[i]);
-		p[i] = sg_st_bf16(sg_to_bf16(pi + (float)-0.5 * d));
+	typedef sg_vec<sg_bf16, 8> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 4096 / 8 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 8);
+		const V gv = *(const V *)(g + w * 8);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			k_soft_bf16_76_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 8) = pv;
 	}
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
+	     i += stride)
+		k_soft_bf16_76_sgd_update_one(p[i], g[i]);
 }
 
 #ifndef __CUDACC_RTC__
@@ -5414,7 +5635,7 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:23: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 23,
-	            k_rows_f32_23_sgd_update<<<6, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w));
+	            k_rows_f32_23_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w));
 
 	/* cg_rows_bwd.sg:23: del %grad.w */
 
@@ -5496,7 +5717,7 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:20: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_20_sgd_update", 20,
-	            k_rows_f32_20_sgd_update<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_w0, v_grad_w0));
+	            k_rows_f32_20_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w0, v_grad_w0));
 
 	/* cg_rows_bwd.sg:20: del %grad.w0 */
 
@@ -5786,7 +6007,7 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:42: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 42,
-	            k_rows_bf16_42_sgd_update<<<6, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w));
+	            k_rows_bf16_42_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w));
 
 	/* cg_rows_bwd.sg:42: del %grad.w */
 
@@ -5857,7 +6078,7 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:39: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_39_sgd_update", 39,
-	            k_rows_bf16_39_sgd_update<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_w0, v_grad_w0));
+	            k_rows_bf16_39_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w0, v_grad_w0));
 
 	/* cg_rows_bwd.sg:39: del %grad.w0 */
 
@@ -6148,7 +6369,7 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:61: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_61_sgd_update", 61,
-	            k_soft_f32_61_sgd_update<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2));
+	            k_soft_f32_61_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2));
 
 	/* cg_rows_bwd.sg:61: del %grad.w2 */
 
@@ -6184,7 +6405,7 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:59: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_59_sgd_update", 59,
-	            k_soft_f32_59_sgd_update<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w));
+	            k_soft_f32_59_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w));
 
 	/* cg_rows_bwd.sg:59: del %grad.w */
 
@@ -6483,7 +6704,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:78: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_78_sgd_update", 78,
-	            k_soft_bf16_78_sgd_update<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2));
+	            k_soft_bf16_78_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2));
 
 	/* cg_rows_bwd.sg:78: del %grad.w2 */
 
@@ -6525,7 +6746,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:76: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_76_sgd_update", 76,
-	            k_soft_bf16_76_sgd_update<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w));
+	            k_soft_bf16_76_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w));
 
 	/* cg_rows_bwd.sg:76: del %grad.w */
 
