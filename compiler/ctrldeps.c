@@ -337,33 +337,35 @@ index_uses(Ctx *C)
 
 /* The records and waits of each event, in program order.  The pass turns
  * syncs into control_deps in place, which keeps their positions and
- * events, so the index stays true while it runs. */
+ * events, so the index stays true while it runs.  One decoding walk
+ * notes (event, node) of each; a counting sort by event (stable: program
+ * order within each) then fills the index. */
 static void
 index_events(Ctx *C)
 {
 	Graph *g = C->g;
-	uint32_t ne = g->events.n, nn = g->nodes.n, t;
+	uint32_t ne = g->events.n, nn = g->nodes.n, t, m = 0;
 	C->evoff = calloc(ne + 2, sizeof *C->evoff);
 	C->evn = xmalloc((nn + 1) * sizeof *C->evn);
+	uint32_t *pair = xmalloc(((size_t)nn + 1) * 2 * sizeof *pair);
 	if (!C->evoff)
 		ICE("out of memory");
-	for (int pass = 0; pass < 2; pass++) {
-		for (NodeId i = 0; i < nn; i++) {
-			const Node *n = &g->nodes.v[i];
-			if (n->op == OP_SYNC_DEALLOC)
-				continue;
-			int op = races_sync(n, &t);
-			if ((op != OP_RECORD_EVENT && op != OP_WAIT_EVENT) || t >= ne)
-				continue;
-			if (pass == 0)
-				C->evoff[t + 2]++;
-			else
-				C->evn[C->evoff[t + 1]++] = i;
-		}
-		if (pass == 0)
-			for (uint32_t e = 0; e < ne; e++)
-				C->evoff[e + 2] += C->evoff[e + 1];
+	for (NodeId i = 0; i < nn; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->op == OP_SYNC_DEALLOC)
+			continue;
+		int op = races_sync(n, &t);
+		if ((op != OP_RECORD_EVENT && op != OP_WAIT_EVENT) || t >= ne)
+			continue;
+		C->evoff[t + 2]++;
+		pair[2 * m] = t;
+		pair[2 * m++ + 1] = i;
 	}
+	for (uint32_t e = 0; e < ne; e++)
+		C->evoff[e + 2] += C->evoff[e + 1];
+	for (uint32_t k = 0; k < m; k++)
+		C->evn[C->evoff[pair[2 * k] + 1]++] = pair[2 * k + 1];
+	free(pair);
 }
 
 /* Extends the tables to the values made since. */
@@ -498,7 +500,37 @@ drop_sync(Graph *g, int which, Diag *d)
 	return 0;
 }
 
-/* Pass `control_deps`: wraps each bare sync that values cross. */
+/* No bare sync of C's graph has values crossing it (C's clocks, storage
+ * classes and indexes are those of the graph as it is; every name is read
+ * as written). */
+static void
+check_syncs(Ctx *C, const char *after)
+{
+	Graph *g = C->g;
+	for (uint32_t s = 0; s < C->ns; s++)
+		C->laston[s] = NONE;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		if (bare_sync(n)) {
+			crossing(C, i);
+			if (C->cross.n)
+				ICE("graph '%s', after pass '%s': '%%%s' crosses the %s at line "
+				    "%u without control_deps", g->name, after,
+				    g->vals.v[C->cross.v[0]].name, op_name(n->op), n->loc.line);
+		}
+		C->laston[n->stream] = i;
+	}
+}
+
+/* Pass `control_deps`: wraps each bare sync that values cross, then checks
+ * the result as ctrldeps_check would.  The pass keeps its tables for that:
+ * each control_deps performs the sync it replaces at its place (the same
+ * clocks and event index), its results join their operands' storage
+ * classes (as races_roots gives them), and the uses it renames stay on the
+ * same storage (the same use lists); only the names are read as written
+ * again. */
 int
 ctrldeps_pass(Graph *g, const PassOptions *po, Diag *d)
 {
@@ -520,6 +552,12 @@ ctrldeps_pass(Graph *g, const PassOptions *po, Diag *d)
 		}
 		C.laston[g->nodes.v[i].stream] = i;
 	}
+	if (!po->test_drop_sync) {
+		for (ValId v = 0; v < C.nv; v++)
+			for (uint32_t s = 0; s < C.ns; s++)
+				C.cur.v[(size_t)v * C.ns + s] = v;
+		check_syncs(&C, "control_deps");
+	}
 	ctx_free(&C);
 	return 1;
 }
@@ -530,18 +568,6 @@ ctrldeps_check(Graph *g, const char *after)
 {
 	Ctx C;
 	ctx_init(&C, g);
-	for (NodeId i = 0; i < g->nodes.n; i++) {
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD)
-			continue;
-		if (bare_sync(n)) {
-			crossing(&C, i);
-			if (C.cross.n)
-				ICE("graph '%s', after pass '%s': '%%%s' crosses the %s at line "
-				    "%u without control_deps", g->name, after,
-				    g->vals.v[C.cross.v[0]].name, op_name(n->op), n->loc.line);
-		}
-		C.laston[n->stream] = i;
-	}
+	check_syncs(&C, after);
 	ctx_free(&C);
 }

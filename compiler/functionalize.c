@@ -286,10 +286,27 @@ rewrite(Fn *F)
 	}
 }
 
+/* Whether the pass has nothing to do on g: no in-place op (so no write
+ * to check for races, nothing to rewrite or write back) and no dead node
+ * (which the rebuild would drop). */
+static int
+nothing_to_do(const Graph *g)
+{
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if ((n->flags & NF_DEAD) || inplace(n) ||
+		    (n->nopnd && races_access(n, 0) == RACC_WRITE))
+			return 0;
+	}
+	return 1;
+}
+
 /* Pass `functionalize`: checks, rewrites, writes back at the end. */
 int
 functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 {
+	if (nothing_to_do(g))
+		return PASS_SAME;
 	if (!races_check_writes(g, po, d))
 		return 0;
 	uint32_t nv = g->vals.n;

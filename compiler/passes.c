@@ -5,8 +5,13 @@
  * (and, from `races` on, the race re-check) runs after every pass that
  * changed the graph (a pass returning PASS_SAME left it as it was), and
  * --dump-after=NAME prints the graph after the named pass ("all": after
- * each).  A pass reports user errors through the diagnostics and returns
- * 0; the pipeline then stops.
+ * each).  control_deps cannot make a race: each control_deps performs the
+ * sync it replaces at its place (the same clocks), accesses nothing, and
+ * its results join their operands' storage, so every access stays on the
+ * storage and at the position it had; so the race walk does not run again
+ * after it, and the pass makes ctrldeps_check's test of its result itself
+ * (on its own tables).  A pass reports user errors through the
+ * diagnostics and returns 0; the pipeline then stops.
  */
 #include <string.h>
 
@@ -17,19 +22,20 @@ typedef int (*PassFn)(Graph *g, const PassOptions *po, Diag *d);
 static const struct {
 	const char *name;
 	PassFn run; /* NULL: done before the pipeline (the front end) */
+	int keeps_races; /* its changes cannot make a race (see the top) */
 } pipeline[] = {
-	{"sema", NULL}, /* parse + semantic analysis: sema.c */
-	{"functionalize", functionalize_pass}, /* functionalize.c: before autograd */
-	{"autograd", autograd_run},
-	{"grad_buckets", buckets_pass},      /* bucket.c: grad_sync's all_reduces in buckets */
-	{"offload", offload_pass},           /* offload.c: activations to the host and back */
-	{"backward_syncs", syncs_pass},      /* syncs.c: events for compiler-made nodes */
-	{"join_streams", syncs_join_pass},   /* syncs.c: streams joined at the ends */
-	{"races", races_pass},               /* races.c: re-run after each later pass */
-	{"sync_dealloc", dealloc_pass},      /* dealloc.c: cross-stream frees */
-	{"control_deps", ctrldeps_pass},     /* ctrldeps.c: no work moves across syncs */
-	{"fusion", fusion_pass},             /* fusion.c: legality for the backend */
-	{"memplan", memplan_pass},           /* memplan.c: the static memory plan */
+	{"sema", NULL, 0},                      /* parse + semantic analysis: sema.c */
+	{"functionalize", functionalize_pass, 0}, /* functionalize.c: before autograd */
+	{"autograd", autograd_run, 0},
+	{"grad_buckets", buckets_pass, 0},      /* bucket.c: grad_sync's all_reduces in buckets */
+	{"offload", offload_pass, 0},           /* offload.c: activations to the host and back */
+	{"backward_syncs", syncs_pass, 0},      /* syncs.c: events for compiler-made nodes */
+	{"join_streams", syncs_join_pass, 0},   /* syncs.c: streams joined at the ends */
+	{"races", races_pass, 0},               /* races.c: re-run after each later pass */
+	{"sync_dealloc", dealloc_pass, 0},      /* dealloc.c: cross-stream frees */
+	{"control_deps", ctrldeps_pass, 1},     /* ctrldeps.c: no work moves across syncs */
+	{"fusion", fusion_pass, 0},             /* fusion.c: legality for the backend */
+	{"memplan", memplan_pass, 0},           /* memplan.c: the static memory plan */
 };
 
 enum { NPASSES = sizeof pipeline / sizeof *pipeline };
@@ -63,6 +69,18 @@ dump(Graph *g, const PassOptions *po, const char *pass)
 	print_graph(stderr, g);
 }
 
+/* The race re-check after pipeline pass i, which returned r (from the
+ * `races` pass on, once the graph changed; none after a pass that cannot
+ * make a race).  0: a race was reported. */
+static int
+recheck(Graph *g, const PassOptions *po, Diag *d, int i, int r, int races_done,
+        int ctrl_done)
+{
+	if (!races_done || r == PASS_SAME || pipeline[i].keeps_races)
+		return 1;
+	return races_recheck(g, po, d, pipeline[i].name, ctrl_done);
+}
+
 int
 passes_run(Module *m, const PassOptions *po)
 {
@@ -76,8 +94,7 @@ passes_run(Module *m, const PassOptions *po)
 			if (r != PASS_SAME)
 				verify_graph(g, pipeline[i].name);
 			ctrl_done |= pipeline[i].run == ctrldeps_pass;
-			if (races_done && r != PASS_SAME &&
-			    !races_recheck(g, po, m->diag, pipeline[i].name, ctrl_done))
+			if (!recheck(g, po, m->diag, i, r, races_done, ctrl_done))
 				return 0;
 			races_done |= pipeline[i].run == races_pass;
 			dump(g, po, pipeline[i].name);

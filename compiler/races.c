@@ -94,14 +94,15 @@ hb_before(const Hb *h, NodeId i)
 }
 
 /* The sync op called name (control_deps' sync=), else -1: the names of
- * the four compared directly, as this runs for every node of every walk. */
+ * the four compared directly, as this runs for every node of every walk
+ * (control_deps made by the compiler hold op_name's own string). */
 static int
 sync_op(const char *name)
 {
 	static const int ops[] = {OP_RECORD_EVENT, OP_WAIT_EVENT, OP_WAIT_STREAM,
 	                          OP_SYNCHRONIZE};
 	for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
-		if (strcmp(name, op_name(ops[i])) == 0)
+		if (name == op_name(ops[i]) || strcmp(name, op_name(ops[i])) == 0)
 			return ops[i];
 	return -1;
 }
@@ -327,22 +328,56 @@ placed(const Node *n, int in_block)
 	return m;
 }
 
-/* Rebuilds the node list with the insertions (see sgc.h). */
-void
-races_insert(Graph *g, NodeInsVec *ins)
+/* Orders (slot << 32 | rank << 24 | index) keys. */
+static int
+key_cmp(const void *a, const void *b)
 {
-	VEC(Node) out = {0};
-	vec_grow_((void **)&out.v, &out.cap, g->nodes.n + ins->n + 1, sizeof *out.v);
-	NodeIns *tmp = xmalloc((ins->n + 1) * sizeof *tmp);
-	sort_ins(ins->v, tmp, ins->n);
-	free(tmp);
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* The insertions' indexes in order of (slot, rank), equal keys in
+ * insertion order.  Lists already in order (the common case) are left as
+ * they are; others are ordered by 8-byte keys rather than moving the
+ * nodes, unless a rank or the length does not fit a key (then the nodes
+ * are sorted in place). */
+static uint32_t *
+ins_order(NodeIns *v, uint32_t n)
+{
+	uint32_t *ord = xmalloc((n + 1) * sizeof *ord), sorted = 1, small = n < (1u << 24);
+	for (uint32_t k = 0; k < n; k++) {
+		ord[k] = k;
+		sorted &= k == 0 || !ins_less(&v[k], &v[k - 1]);
+		small &= v[k].rank < 256;
+	}
+	if (sorted)
+		return ord;
+	if (!small) {
+		NodeIns *tmp = xmalloc((n + 1) * sizeof *tmp);
+		sort_ins(v, tmp, n);
+		free(tmp);
+		return ord;
+	}
+	uint64_t *key = xmalloc((n + 1) * sizeof *key);
+	for (uint32_t k = 0; k < n; k++)
+		key[k] = (uint64_t)v[k].slot << 32 | (uint64_t)v[k].rank << 24 | k;
+	qsort(key, n, sizeof *key, key_cmp);
+	for (uint32_t k = 0; k < n; k++)
+		ord[k] = (uint32_t)(key[k] & 0xffffff);
+	free(key);
+	return ord;
+}
+
+/* Gives each insertion (in order ord) NF_BACKWARD from where it stands;
+ * returns whether the graph has a dead node. */
+static int
+mark_placed(const Graph *g, NodeIns *v, const uint32_t *ord, uint32_t nins)
+{
 	uint32_t k = 0, nn = g->nodes.n;
-	int in_block = 0;
-	if (ins->n && ins->v[ins->n - 1].slot > nn)
-		ICE("node inserted after the end of the graph");
+	int in_block = 0, dead = 0;
 	for (uint32_t slot = 0; slot <= nn; slot++) {
-		for (; k < ins->n && ins->v[k].slot == slot; k++)
-			vec_push(&out, placed(&ins->v[k].n, in_block));
+		for (; k < nins && v[ord[k]].slot == slot; k++)
+			v[ord[k]].n = placed(&v[ord[k]].n, in_block);
 		if (slot == nn)
 			break;
 		const Node *n = &g->nodes.v[slot];
@@ -350,13 +385,66 @@ races_insert(Graph *g, NodeInsVec *ins)
 			in_block = !(n->flags & NF_DEAD);
 		else if (n->op == OP_BACKWARD_END && !(n->flags & NF_DEAD))
 			in_block = 0;
-		if (!(n->flags & NF_DEAD))
-			vec_push(&out, *n);
+		dead |= (n->flags & NF_DEAD) != 0;
+	}
+	return dead;
+}
+
+/* A new node list: the live nodes with the insertions (in order ord). */
+static void
+rebuild(Graph *g, const NodeIns *v, const uint32_t *ord, uint32_t nins)
+{
+	VEC(Node) out = {0};
+	vec_grow_((void **)&out.v, &out.cap, g->nodes.n + nins + 1, sizeof *out.v);
+	uint32_t k = 0, nn = g->nodes.n;
+	for (uint32_t slot = 0; slot <= nn; slot++) {
+		for (; k < nins && v[ord[k]].slot == slot; k++)
+			vec_push(&out, v[ord[k]].n);
+		if (slot < nn && !(g->nodes.v[slot].flags & NF_DEAD))
+			vec_push(&out, g->nodes.v[slot]);
 	}
 	vec_free(&g->nodes);
 	g->nodes.v = out.v;
 	g->nodes.n = out.n;
 	g->nodes.cap = out.cap;
+}
+
+/* The insertions (in order ord) spliced into a node list with no dead
+ * node, in place: from the end, each node moving up by the insertions at
+ * or before it, which never overwrites one not yet moved. */
+static void
+splice(Graph *g, const NodeIns *v, const uint32_t *ord, uint32_t nins)
+{
+	uint32_t nn = g->nodes.n, w = nn + nins, k = nins;
+	if (!nins)
+		return;
+	if (w + 1 > g->nodes.cap)
+		vec_grow_((void **)&g->nodes.v, &g->nodes.cap, w + 1, sizeof *g->nodes.v);
+	Node *out = g->nodes.v;
+	for (uint32_t slot = nn + 1; k > 0 && slot-- > 0;) {
+		if (slot < nn)
+			out[--w] = out[slot];
+		for (; k > 0 && v[ord[k - 1]].slot == slot; k--)
+			out[--w] = v[ord[k - 1]].n;
+	}
+	g->nodes.n = nn + nins;
+}
+
+/* Rebuilds the node list with the insertions (see sgc.h): in place when
+ * no node is dead.  Every result's definition is fixed, not only those of
+ * the moved nodes: passes also change results in place and leave their
+ * definitions to this. */
+void
+races_insert(Graph *g, NodeInsVec *ins)
+{
+	uint32_t *ord = ins_order(ins->v, ins->n);
+	if (ins->n && ins->v[ord[ins->n - 1]].slot > g->nodes.n)
+		ICE("node inserted after the end of the graph");
+	if (mark_placed(g, ins->v, ord, ins->n))
+		rebuild(g, ins->v, ord, ins->n);
+	else
+		splice(g, ins->v, ord, ins->n);
+	free(ord);
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		Node *n = &g->nodes.v[i];
 		for (uint32_t j = 0; j < n->nres; j++) {
