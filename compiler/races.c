@@ -107,6 +107,16 @@ sync_op(const char *name)
 	return -1;
 }
 
+/* ir_attr(n, name) for the attribute first in n's op spec (sync_dealloc's
+ * event=, control_deps' sync=), read by its index, without comparing names. */
+static inline const Attr *
+races_attr0(const Node *n, const char *name)
+{
+	if (n->nattr > 0)
+		return n->attr[0].set ? &n->attr[0] : NULL;
+	return ir_attr(n, name);
+}
+
 /* Decodes the sync a node performs (see sgc.h). */
 int
 races_sync(const Node *n, uint32_t *target)
@@ -123,14 +133,14 @@ races_sync(const Node *n, uint32_t *target)
 	case OP_SYNCHRONIZE:
 		return n->op;
 	case OP_SYNC_DEALLOC: {
-		const Attr *a = ir_attr(n, "event");
+		const Attr *a = races_attr0(n, "event");
 		if (!a)
 			return -1;
 		*target = (uint32_t)a->i;
 		return OP_WAIT_EVENT;
 	}
 	case OP_CONTROL_DEPS: {
-		const Attr *a = ir_attr(n, "sync");
+		const Attr *a = races_attr0(n, "sync");
 		int op = a && a->s ? sync_op(a->s) : -1;
 		const Attr *t = NULL;
 		if (op == OP_RECORD_EVENT || op == OP_WAIT_EVENT)

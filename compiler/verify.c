@@ -73,7 +73,8 @@ check_operands(Graph *g, const char *after, const Node *n, NodeId id,
  * found so before keeps being found while its name and valmap's entry for
  * it stay: the name pointer is compared with the one last found, and the
  * entry changes only by a map_put rewriting its key, which valmap counts.
- * The rest are looked up. */
+ * Such a name was not empty then either (names are never written after
+ * they are made), so it is not read again.  The rest are looked up. */
 static void
 check_names(Graph *g, const char *after)
 {
@@ -82,10 +83,12 @@ check_names(Graph *g, const char *after)
 		known = 0;
 	for (ValId v = 0; v < g->vals.n; v++) {
 		const Value *val = &g->vals.v[v];
+		if (v < known && val->name == g->named[v])
+			continue; /* a name found before: not empty then */
+		if (v < known)
+			known = v;
 		if (!val->name || !*val->name)
 			FAIL("value %u has no name", v);
-		if (v < known && val->name != g->named[v])
-			known = v;
 	}
 	for (ValId v = known; v < g->vals.n; v++) {
 		const Value *val = &g->vals.v[v];
