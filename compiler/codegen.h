@@ -139,6 +139,8 @@ struct CgGraph {
 	int *group;           /* per node: fused group id, -1: alone */
 	uint8_t *ingroup_only;/* per value: used only inside its group */
 	uint8_t *named;       /* per value: the host code names it */
+	int *epilogue;        /* per node: the group fused after its result
+	                         (CgGroup.after), or -1 */
 	int *prologue;        /* per node: the group fused into its operand 0,
 	                         or -1 */
 	CgGroups *groups;     /* -O2: the pointwise groups */

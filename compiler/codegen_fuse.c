@@ -373,6 +373,8 @@ cg_fuse(CgGraph *G, CgGroups *groups)
 		grp->after = producer(G, grp, (int)k);
 		if (grp->after == NONE)
 			continue;
+		if (G->epilogue[grp->after] < 0)
+			G->epilogue[grp->after] = (int)k;
 		ValId r = g->nodes.v[grp->after].res[0];
 		G->ingroup_only[r] = (uint8_t)inside_only(G, r, (int)k);
 	}
@@ -381,10 +383,7 @@ cg_fuse(CgGraph *G, CgGroups *groups)
 int
 cg_epilogue(CgGraph *G, NodeId i)
 {
-	for (uint32_t k = 0; G->groups && k < G->groups->n; k++)
-		if (G->groups->v[k].after == i)
-			return (int)k;
-	return -1;
+	return G->groups ? G->epilogue[i] : -1;
 }
 
 /* ------------------------------------------------------------------ the plan */

@@ -710,6 +710,10 @@ drop_group(CgGraph *G, CgGroups *groups, int gi)
 			G->group[i]--;
 		if (G->prologue[i] > gi)
 			G->prologue[i]--;
+		if (G->epilogue[i] == gi)
+			G->epilogue[i] = -1;
+		else if (G->epilogue[i] > gi)
+			G->epilogue[i]--;
 	}
 	memmove(&groups->v[gi], &groups->v[gi + 1], (groups->n - gi - 1) * sizeof *groups->v);
 	groups->n--;

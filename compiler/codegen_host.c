@@ -318,8 +318,9 @@ cg_graph_analyse(CgGraph *G, Cg *c, Graph *g)
 	G->ingroup_only = arena_alloc(c->a, g->vals.n + 1);
 	G->optslot = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->optslot);
 	G->prologue = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->prologue);
+	G->epilogue = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->epilogue);
 	for (NodeId i = 0; i < g->nodes.n; i++)
-		G->prologue[i] = -1;
+		G->prologue[i] = G->epilogue[i] = -1;
 	G->scratch = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->scratch);
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		G->group[i] = -1;
