@@ -235,6 +235,16 @@ CgRows cg_rows(int64_t nout, int64_t len);
  * the flash kernels of sgk_attention.cuh; 0, with nothing emitted, when
  * the dtype or shapes need the fallback kernels. */
 int cg_flash_attention(CgGraph *G, const Node *n, int bwd);
+/* The SIMT attention kernels' (kernels.cu sdpa, sdpa_bwd_*) sizes and the
+ * template bindings they share, for q, k, v at operands o..o+2 of n in
+ * dtype dt: comment t acc tile e ev l s qbase kbase vbase opc inf causal
+ * scale, in b[0..CG_SDPA_NBIND). */
+enum { CG_SDPA_NBIND = 15, CG_SDPA_TILE = 64 };
+typedef struct {
+	int64_t L, E, S, Ev, nb;
+	CgBind b[CG_SDPA_NBIND];
+} CgSdpa;
+void cg_sdpa_simt(CgGraph *G, const Node *n, int o, DType dt, CgSdpa *s);
 /* 1 when cg_flash_attention would take node n with the layouts folded so
  * far (cg_gemm_fold's check before it folds a view into n). */
 int cg_flash_fits(CgGraph *G, const Node *n, int bwd);

@@ -62,39 +62,25 @@ static void
 sdpa_backward(CgGraph *G, const Node *n)
 {
 	Cg *c = G->c;
-	const Type *q = cg_otype(G, n, 1), *k = cg_otype(G, n, 2), *v = cg_otype(G, n, 3);
-	DType dt = (DType)q->dt;
-	int64_t L = q->d[q->rank - 2], E = q->d[q->rank - 1];
-	int64_t S = k->d[k->rank - 2], Ev = v->d[v->rank - 1];
-	const Type *ops[3] = {q, k, v};
-	int64_t bshape[SG_MAXRANK], st[3][SG_MAXRANK], nb = 1;
-	int brank = cg_batch_bcast(ops, 3, bshape, st);
-	for (int d = 0; d < brank; d++)
-		nb *= bshape[d];
+	DType dt = (DType)cg_otype(G, n, 1)->dt;
+	CgSdpa s;
+	cg_sdpa_simt(G, n, 1, dt, &s);
+	int64_t L = s.L, E = s.E, S = s.S, Ev = s.Ev, nb = s.nb;
 	if (nb * L == 0 || nb * S == 0 || E == 0)
 		return;
-	const Attr *sa = ir_attr(n, "scale");
-	double scale = sa ? sa->f : 1.0 / sqrt((double)E);
-	int f = dt != DT_F64, tile = 64, es = f ? 4 : 8;
-	const char *acc = cg_acc_type(dt);
-	char *stats = cg_alloc_tmp(G, n, acc, nb * L * 3 * es, "stats");
+	int tile = CG_SDPA_TILE, es = dt != DT_F64 ? 4 : 8;
+	char *stats = cg_alloc_tmp(G, n, cg_acc_type(dt), nb * L * 3 * es, "stats");
 	const char *k1 = cg_kernel_name(G, n, "sdpa_bwd_stats");
 	const char *k2 = cg_kernel_name(G, n, "sdpa_bwd_dq");
 	const char *k3 = cg_kernel_name(G, n, "sdpa_bwd_dkdv");
-	CgBind b[] = {
-		{"comment", cg_comment(G, n)}, {"t", cg_ctype(dt)}, {"acc", acc},
-		{"tile", cg_num(c, tile)}, {"e", cg_num(c, E)}, {"ev", cg_num(c, Ev)},
-		{"l", cg_num(c, L)}, {"s", cg_num(c, S)},
-		{"qbase", cg_index(c, "b", brank, bshape, st[0], 0)},
-		{"kbase", cg_index(c, "b", brank, bshape, st[1], 0)},
-		{"vbase", cg_index(c, "b", brank, bshape, st[2], 0)},
-		{"opc", cg_acc_conv(dt)}, {"inf", f ? "sg_inff()" : "sg_inf()"},
-		{"causal", ir_attr_int(n, "causal", 0) ? "1" : "0"},
-		{"scale", cg_lit_float(c, f ? (double)(float)scale : scale, f)},
-		{"store_dq", cg_store(c, dt, "acc[e]")}, {"store_dk", cg_store(c, dt, "dka[e]")},
-		{"store_dv", cg_store(c, dt, "dva[e]")}, {"name", k1}, {NULL, NULL},
-	};
-	enum { NAME = 18 };
+	enum { NAME = CG_SDPA_NBIND + 3 };
+	CgBind b[NAME + 2];
+	memcpy(b, s.b, sizeof s.b);
+	b[CG_SDPA_NBIND] = (CgBind){"store_dq", cg_store(c, dt, "acc[e]")};
+	b[CG_SDPA_NBIND + 1] = (CgBind){"store_dk", cg_store(c, dt, "dka[e]")};
+	b[CG_SDPA_NBIND + 2] = (CgBind){"store_dv", cg_store(c, dt, "dva[e]")};
+	b[NAME] = (CgBind){"name", k1};
+	b[NAME + 1] = (CgBind){NULL, NULL};
 	cg_emit(c->kern, "kernels.cu:sdpa_bwd_stats", b);
 	b[NAME].val = k2;
 	cg_emit(c->kern, "kernels.cu:sdpa_bwd_dq", b);

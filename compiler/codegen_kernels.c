@@ -886,6 +886,38 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 	return 1;
 }
 
+void
+cg_sdpa_simt(CgGraph *G, const Node *n, int o, DType dt, CgSdpa *s)
+{
+	Cg *c = G->c;
+	const Type *q = cg_otype(G, n, o), *k = cg_otype(G, n, o + 1), *v = cg_otype(G, n, o + 2);
+	s->L = q->d[q->rank - 2];
+	s->E = q->d[q->rank - 1];
+	s->S = k->d[k->rank - 2];
+	s->Ev = v->d[v->rank - 1];
+	const Type *ops[3] = {q, k, v};
+	int64_t bshape[SG_MAXRANK], st[3][SG_MAXRANK];
+	int brank = cg_batch_bcast(ops, 3, bshape, st);
+	s->nb = 1;
+	for (int d = 0; d < brank; d++)
+		s->nb *= bshape[d];
+	const Attr *sa = ir_attr(n, "scale");
+	double scale = sa ? sa->f : 1.0 / sqrt((double)s->E);
+	int f = dt != DT_F64;
+	CgBind b[CG_SDPA_NBIND] = {
+		{"comment", cg_comment(G, n)}, {"t", cg_ctype(dt)}, {"acc", cg_acc_type(dt)},
+		{"tile", cg_num(c, CG_SDPA_TILE)}, {"e", cg_num(c, s->E)}, {"ev", cg_num(c, s->Ev)},
+		{"l", cg_num(c, s->L)}, {"s", cg_num(c, s->S)},
+		{"qbase", cg_index(c, "b", brank, bshape, st[0], 0)},
+		{"kbase", cg_index(c, "b", brank, bshape, st[1], 0)},
+		{"vbase", cg_index(c, "b", brank, bshape, st[2], 0)},
+		{"opc", cg_acc_conv(dt)}, {"inf", f ? "sg_inff()" : "sg_inf()"},
+		{"causal", ir_attr_int(n, "causal", 0) ? "1" : "0"},
+		{"scale", cg_lit_float(c, f ? (double)(float)scale : scale, f)},
+	};
+	memcpy(s->b, b, sizeof b);
+}
+
 /* scaled_dot_product_attention(q, k, v, causal=, scale=): the flash
  * kernels where they apply, else one block per query row. */
 static int
@@ -894,37 +926,24 @@ sdpa(CgGraph *G, const Node *n)
 	if (type_numel(cg_vtype(G, n->res[0])) > 0 && cg_flash_attention(G, n, 0))
 		return 1;
 	Cg *c = G->c;
-	const Type *q = cg_otype(G, n, 0), *k = cg_otype(G, n, 1), *v = cg_otype(G, n, 2);
 	const Type *r = cg_vtype(G, n->res[0]);
 	DType dt = (DType)r->dt;
-	int64_t L = q->d[q->rank - 2], E = q->d[q->rank - 1];
-	int64_t S = k->d[k->rank - 2], Ev = v->d[v->rank - 1];
-	const Type *ops[3] = {q, k, v};
-	int64_t bshape[SG_MAXRANK], st[3][SG_MAXRANK], nb = 1;
-	int brank = cg_batch_bcast(ops, 3, bshape, st);
-	for (int d = 0; d < brank; d++)
-		nb *= bshape[d];
 	if (type_numel(r) == 0)
 		return 1;
-	const Attr *sa = ir_attr(n, "scale");
-	double scale = sa ? sa->f : 1.0 / sqrt((double)E);
-	int f = dt != DT_F64, tile = 64;
-	int64_t smem = (E + tile + Ev) * (f ? 4 : 8);
+	CgSdpa s;
+	cg_sdpa_simt(G, n, 0, dt, &s);
+	int64_t smem = (s.E + CG_SDPA_TILE + s.Ev) * (dt != DT_F64 ? 4 : 8);
 	const char *kname = cg_kernel_name(G, n, "sdpa");
-	CG_EMIT(c->kern, "kernels.cu:sdpa", {"comment", cg_comment(G, n)}, {"name", kname},
-	        {"t", cg_ctype(dt)}, {"acc", cg_acc_type(dt)}, {"tile", cg_num(c, tile)},
-	        {"e", cg_num(c, E)}, {"ev", cg_num(c, Ev)}, {"l", cg_num(c, L)}, {"s", cg_num(c, S)},
-	        {"qbase", cg_index(c, "b", brank, bshape, st[0], 0)},
-	        {"kbase", cg_index(c, "b", brank, bshape, st[1], 0)},
-	        {"vbase", cg_index(c, "b", brank, bshape, st[2], 0)},
-	        {"opc", cg_acc_conv(dt)}, {"inf", f ? "sg_inff()" : "sg_inf()"},
-	        {"causal", ir_attr_int(n, "causal", 0) ? "1" : "0"},
-	        {"scale", cg_lit_float(c, f ? (double)(float)scale : scale, f)},
-	        {"store", cg_store(c, dt, "acc[e] / l")});
+	CgBind b[CG_SDPA_NBIND + 3];
+	memcpy(b, s.b, sizeof s.b);
+	b[CG_SDPA_NBIND] = (CgBind){"name", kname};
+	b[CG_SDPA_NBIND + 1] = (CgBind){"store", cg_store(c, dt, "acc[e] / l")};
+	b[CG_SDPA_NBIND + 2] = (CgBind){NULL, NULL};
+	cg_emit(c->kern, "kernels.cu:sdpa", b);
 	if (smem > 48 * 1024)
 		CG_EMIT(G->body, "host.cu:smem_attr", {"kname", kname}, {"smem", cg_num(c, smem)},
 		        {"line", cg_num(c, n->loc.line)});
-	cg_launch(G, n, kname, nb * L, 128, smem,
+	cg_launch(G, n, kname, s.nb * s.L, 128, smem,
 	       cg_fmt(c, "%s, %s, %s, %s", G->vname[n->opnd[0].v], G->vname[n->opnd[1].v],
 	              G->vname[n->opnd[2].v], G->vname[n->res[0]]));
 	return 1;
