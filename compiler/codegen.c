@@ -93,10 +93,17 @@ emit_line(FILE *f, const char *p, const char *end, const char *section,
           const CgBind *b)
 {
 	while (p < end) {
-		if (p[0] == '$' && p + 1 < end && p[1] == '$') {
+		const char *d = memchr(p, '$', (size_t)(end - p));
+		if (!d)
+			d = end;
+		fwrite(p, 1, (size_t)(d - p), f); /* the text up to a '$' */
+		p = d;
+		if (p == end)
+			break;
+		if (p + 1 < end && p[1] == '$') {
 			fputc('$', f);
 			p += 2;
-		} else if (p[0] == '$' && p + 1 < end && p[1] == '{') {
+		} else if (p + 1 < end && p[1] == '{') {
 			size_t n = key_len(p + 2, section);
 			const char *v = lookup(b, p + 2, n);
 			if (!v)
@@ -186,6 +193,52 @@ cg_fmt(Cg *c, const char *fmt, ...)
 	vsnprintf(s, (size_t)n + 1, fmt, ap);
 	va_end(ap);
 	return s;
+}
+
+static void
+str_vaddf(CgStr *s, const char *fmt, va_list ap)
+{
+	va_list aq;
+	va_copy(aq, ap);
+	int n = vsnprintf(NULL, 0, fmt, aq);
+	va_end(aq);
+	if (n < 0)
+		ICE("vsnprintf failed");
+	if (s->n + (size_t)n + 1 > s->cap) {
+		s->cap = (s->n + (size_t)n + 1) * 2;
+		s->p = xrealloc(s->p, s->cap);
+	}
+	vsnprintf(s->p + s->n, (size_t)n + 1, fmt, ap);
+	s->n += (size_t)n;
+}
+
+void
+cg_str_addf(CgStr *s, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	str_vaddf(s, fmt, ap);
+	va_end(ap);
+}
+
+void
+cg_str_itemf(CgStr *s, const char *sep, const char *fmt, ...)
+{
+	va_list ap;
+	if (s->n)
+		cg_str_addf(s, "%s", sep);
+	va_start(ap, fmt);
+	str_vaddf(s, fmt, ap);
+	va_end(ap);
+}
+
+char *
+cg_str_done(Cg *c, CgStr *s)
+{
+	char *t = s->n ? arena_strndup(c->a, s->p, s->n) : "";
+	free(s->p);
+	*s = (CgStr){0};
+	return t;
 }
 
 char *
@@ -406,13 +459,15 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 	Cg c = {.m = m, .co = co, .a = m->arena, .hdr = h};
 	char *ktext = NULL, *htext = NULL;
 	size_t klen = 0, hlen = 0;
+	map_init(&c.kernels);
 	c.kern = open_memstream(&ktext, &klen);
 	c.host = open_memstream(&htext, &hlen);
 	if (!c.kern || !c.host)
 		ICE("open_memstream failed");
-	char *graphs = "";
+	CgStr gl = {0};
 	for (uint32_t i = 0; i < m->graphs.n; i++)
-		graphs = cg_fmt(&c, "%s%s%s", graphs, i ? ", " : "", m->graphs.v[i]->name);
+		cg_str_itemf(&gl, ", ", "%s", m->graphs.v[i]->name);
+	char *graphs = cg_str_done(&c, &gl);
 	CgGraph *gs = arena_alloc(c.a, (m->graphs.n + 1) * sizeof *gs);
 	if (h)
 		CG_EMIT(h, "api.cu:header_top", {"version", SGC_VERSION},
@@ -430,6 +485,8 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 		cg_graph_free(&gs[i]);
 	fclose(c.kern);
 	fclose(c.host);
+	map_free(&c.kernels);
+	vec_free(&c.kernel_names);
 	if (!c.failed) {
 		CG_EMIT(cu, "prelude.cu:banner", {"version", SGC_VERSION},
 		        {"source", co->input}, {"options", options_text(&c)},

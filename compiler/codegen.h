@@ -30,7 +30,10 @@ typedef struct {
 
 typedef struct CgGraph CgGraph;
 
-/* A set of pointwise nodes fused into one kernel (a single node at -O0). */
+/* A set of pointwise nodes fused into one kernel (a single node at -O0);
+ * at most CG_GROUP_MAX, so that a kernel's size is bounded (a longer
+ * chain becomes several kernels). */
+enum { CG_GROUP_MAX = 64 };
 typedef struct {
 	NodeId *nodes;
 	uint32_t n;
@@ -52,6 +55,8 @@ typedef struct {
 	FILE *host;         /* host code of every graph, in order */
 	FILE *hdr;          /* --header text, or NULL */
 	int failed;         /* a diagnostic was reported */
+	Map kernels;        /* a pointwise kernel's text -> kernel_names index */
+	VEC(const char *) kernel_names;
 } Cg;
 
 /* Writes section "FILE:NAME" of the templates with the bindings b
@@ -81,6 +86,19 @@ char *cg_where(Cg *c, const Node *n);
 const char *cg_source_name(Cg *c);
 void cg_error(Cg *c, const Node *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* A string built by appending (amortised growth: a list of n items
+ * costs O(n), where cg_fmt("%s%s", acc, item) costs O(n^2)). */
+typedef struct {
+	char *p;
+	size_t n, cap;
+} CgStr;
+void cg_str_addf(CgStr *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends sep (unless s is empty), then the formatted text. */
+void cg_str_itemf(CgStr *s, const char *sep, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The text (in the arena; "" when empty); frees s's buffer. */
+char *cg_str_done(Cg *c, CgStr *s);
 
 /* An integer as text (in the arena). */
 char *cg_num(Cg *c, int64_t v);
@@ -151,6 +169,8 @@ struct CgGraph {
 	int nhost;            /* pinned host buffers */
 	VEC(ValId) hostvals;  /* value of each pinned host buffer */
 	int nfree_events;     /* events for cross-stream frees */
+	ValId *rel;           /* release_after's classes: node i's are */
+	uint32_t *rel_at;     /* rel[rel_at[i] .. rel_at[i + 1]) */
 	int nlocal_events;    /* local (not extern) events */
 	int *event_index;     /* per graph event: local index or extern index */
 	int *optslot;         /* per node: an optimizer update's first state
@@ -162,6 +182,8 @@ struct CgGraph {
 	int world;
 	int lastline;         /* the return statement's line */
 	Map kernames;         /* kernel names in use */
+	uint32_t *pw_reg;     /* per value: 1 + its register number in the
+	                         pointwise kernel being built, 0: none */
 	struct CgFold *fold;  /* -O2: views read by products, epilogues
 	                         (codegen_gemm.c), or NULL */
 	MemPlan plan;         /* -O2: the static memory plan (memplan.c) */

@@ -39,13 +39,13 @@ static char *
 tensor_rows(CgGraph *G)
 {
 	Cg *c = G->c;
-	char *s = "";
+	CgStr s = {0};
 	for (uint32_t i = 0; i < G->tensors.n; i++) {
 		const CgTensor *t = &G->tensors.v[i];
 		const Type *ty = &t->type;
-		char *shape = "";
+		CgStr shape = {0};
 		for (int d = 0; d < ty->rank; d++)
-			shape = cg_fmt(c, "%s%s%lld", shape, d ? ", " : "", (long long)ty->d[d]);
+			cg_str_itemf(&shape, ", ", "%lld", (long long)ty->d[d]);
 		char *flags = "0";
 		if (t->flags == (CG_TF_MUTATED | CG_TF_HOST))
 			flags = "SGRT_TF_MUTATED | SGRT_TF_HOST";
@@ -53,11 +53,11 @@ tensor_rows(CgGraph *G)
 			flags = "SGRT_TF_MUTATED";
 		else if (t->flags & CG_TF_HOST)
 			flags = "SGRT_TF_HOST";
-		s = cg_fmt(c, "%s%s\t{\"%s\", %s, %s, %d, {%s}, %s},", s, i ? "\n" : "",
-		           t->name, role_name(t->role), cg_sgrt_dtype((DType)ty->dt), ty->rank,
-		           shape, flags);
+		cg_str_addf(&s, "%s\t{\"%s\", %s, %s, %d, {%s}, %s},", i ? "\n" : "",
+		            t->name, role_name(t->role), cg_sgrt_dtype((DType)ty->dt), ty->rank,
+		            cg_str_done(c, &shape), flags);
 	}
-	return s;
+	return cg_str_done(c, &s);
 }
 
 /* "\"a\", \"b\"" for the streams after default, their priorities, and the
@@ -67,15 +67,17 @@ names(CgGraph *G, char **streams, char **prios, char **events)
 {
 	Cg *c = G->c;
 	Graph *g = G->g;
-	*streams = *prios = *events = "";
+	CgStr sn = {0}, sp = {0}, en = {0};
 	for (uint32_t s = 1; s < g->streams.n; s++) {
-		*streams = cg_fmt(c, "%s%s\"%s\"", *streams, s > 1 ? ", " : "", g->streams.v[s].name);
-		*prios = cg_fmt(c, "%s%s%d", *prios, s > 1 ? ", " : "", g->streams.v[s].priority);
+		cg_str_itemf(&sn, ", ", "\"%s\"", g->streams.v[s].name);
+		cg_str_itemf(&sp, ", ", "%d", g->streams.v[s].priority);
 	}
-	int k = 0;
 	for (uint32_t e = 0; e < g->events.n; e++)
 		if (!g->events.v[e].is_extern)
-			*events = cg_fmt(c, "%s%s\"%s\"", *events, k++ ? ", " : "", g->events.v[e].name);
+			cg_str_itemf(&en, ", ", "\"%s\"", g->events.v[e].name);
+	*streams = cg_str_done(c, &sn);
+	*prios = cg_str_done(c, &sp);
+	*events = cg_str_done(c, &en);
 }
 
 /* The number of extern events of the graph. */
@@ -158,8 +160,8 @@ typed(CgGraph *G, char **params, char **doc, char **fill, char **ext)
 {
 	Cg *c = G->c;
 	Graph *g = G->g;
-	*params = *doc = *fill = *ext = "";
-	char *ins = "", *outs = "", *evs = "", *din = "", *dout = "", *dev = "";
+	CgStr ins = {0}, outs = {0}, evs = {0}, din = {0}, dout = {0}, dev = {0}, fl = {0},
+	      ex = {0};
 	for (uint32_t i = 0; i < G->tensors.n; i++) {
 		const CgTensor *t = &G->tensors.v[i];
 		if (t->role != CG_ROLE_INPUT && t->role != CG_ROLE_OUTPUT)
@@ -168,29 +170,26 @@ typed(CgGraph *G, char **params, char **doc, char **fill, char **ext)
 		const char *ty = api_type((DType)g->vals.v[t->v].type.dt);
 		char *nm = cg_ident(c, in ? "in_" : "out_", t->name);
 		const char *cst = in && !(t->flags & CG_TF_MUTATED) ? "const " : "";
-		char *p = cg_fmt(c, ", %s%s *%s", cst, ty, nm);
-		if (in)
-			ins = cg_fmt(c, "%s%s", ins, p);
-		else
-			outs = cg_fmt(c, "%s%s", outs, p);
-		*fill = cg_fmt(c, "%s%s\tio[%u] = (void *)%s;", *fill, **fill ? "\n" : "", i, nm);
-		if (in)
-			din = cg_fmt(c, "%s%s%s", din, *din ? ", " : "", t->name);
-		else
-			dout = cg_fmt(c, "%s%s%s", dout, *dout ? ", " : "", t->name);
+		cg_str_addf(in ? &ins : &outs, ", %s%s *%s", cst, ty, nm);
+		cg_str_itemf(&fl, "\n", "\tio[%u] = (void *)%s;", i, nm);
+		cg_str_itemf(in ? &din : &dout, ", ", "%s", t->name);
 	}
 	for (uint32_t e = 0; e < g->events.n; e++) {
 		if (!g->events.v[e].is_extern)
 			continue;
 		char *nm = cg_ident(c, "ev_", g->events.v[e].name);
-		evs = cg_fmt(c, "%s, cudaEvent_t %s", evs, nm);
-		*ext = cg_fmt(c, "%s%s%s", *ext, **ext ? ", " : "", nm);
-		dev = cg_fmt(c, "%s%s%s", dev, *dev ? ", " : "", g->events.v[e].name);
+		cg_str_addf(&evs, ", cudaEvent_t %s", nm);
+		cg_str_itemf(&ex, ", ", "%s", nm);
+		cg_str_itemf(&dev, ", ", "%s", g->events.v[e].name);
 	}
-	*params = cg_fmt(c, "%s%s%s", ins, evs, outs);
-	*doc = cg_fmt(c, "inputs %s; %s%s%soutputs %s", *din ? din : "none",
-	              *dev ? "extern events " : "", dev, *dev ? "; " : "",
-	              *dout ? dout : "none");
+	*fill = cg_str_done(c, &fl);
+	*ext = cg_str_done(c, &ex);
+	char *i = cg_str_done(c, &ins), *e = cg_str_done(c, &evs), *o = cg_str_done(c, &outs);
+	char *di = cg_str_done(c, &din), *de = cg_str_done(c, &dev), *dou = cg_str_done(c, &dout);
+	*params = cg_fmt(c, "%s%s%s", i, e, o);
+	*doc = cg_fmt(c, "inputs %s; %s%s%soutputs %s", *di ? di : "none",
+	              *de ? "extern events " : "", de, *de ? "; " : "",
+	              *dou ? dou : "none");
 }
 
 void

@@ -66,25 +66,70 @@ made_in(CgGraph *G, const CgGroup *grp, ValId v)
 	return 0;
 }
 
+/* Who uses each alias class (by its root), from one walk over the graph
+ * once the groups are known: the group of every user (or UNSET / MIXED),
+ * the number of uses, and the first use (node, operand).  del and
+ * offload do not count as uses. */
+enum { USE_UNSET = -2, USE_MIXED = -3 };
+typedef struct {
+	int *group;
+	uint32_t *n;
+	NodeId *first;
+	uint16_t *first_k;
+} Uses;
+
+static void
+uses_find(CgGraph *G, Uses *u)
+{
+	Graph *g = G->g;
+	size_t nv = (size_t)g->vals.n + 1;
+	u->group = xmalloc(nv * sizeof *u->group);
+	u->n = xmalloc(nv * sizeof *u->n);
+	u->first = xmalloc(nv * sizeof *u->first);
+	u->first_k = xmalloc(nv * sizeof *u->first_k);
+	for (size_t v = 0; v < nv; v++) {
+		u->group[v] = USE_UNSET;
+		u->n[v] = 0;
+		u->first[v] = NONE;
+	}
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD || n->op == OP_DEL || n->op == OP_OFFLOAD)
+			continue;
+		for (uint32_t k = 0; k < n->nopnd; k++) {
+			if (n->opnd[k].kind != OK_VAL)
+				continue;
+			ValId r = G->root[n->opnd[k].v];
+			if (u->group[r] == USE_UNSET)
+				u->group[r] = G->group[i];
+			else if (u->group[r] != G->group[i])
+				u->group[r] = USE_MIXED;
+			if (u->n[r]++ == 0) {
+				u->first[r] = i;
+				u->first_k[r] = (uint16_t)k;
+			}
+		}
+	}
+}
+
+static void
+uses_free(Uses *u)
+{
+	free(u->group);
+	free(u->n);
+	free(u->first);
+	free(u->first_k);
+}
+
 /* 1 when value v, made by a member of group gi, is used only inside the
  * group (by del/offload at most elsewhere) and is not kept or returned. */
 static int
-inside_only(CgGraph *G, ValId v, int gi)
+inside_only(CgGraph *G, const Uses *u, ValId v, int gi)
 {
-	Graph *g = G->g;
 	CgClass *cl = G->cls[v];
 	if (cl->kind != ST_TEMP || G->root[v] != v)
 		return 0;
-	for (NodeId i = 0; i < g->nodes.n; i++) {
-		Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD || n->op == OP_DEL || n->op == OP_OFFLOAD)
-			continue;
-		for (uint32_t k = 0; k < n->nopnd; k++)
-			if (n->opnd[k].kind == OK_VAL && G->root[n->opnd[k].v] == v &&
-			    G->group[i] != gi)
-				return 0;
-	}
-	return 1;
+	return u->group[v] == USE_UNSET || u->group[v] == gi;
 }
 
 /* The vector width for a group: 16 bytes over its widest full-shaped
@@ -136,32 +181,21 @@ takes_prologue(int op)
  * reading it as operand 0 alone, right after the group on its stream.
  * NONE when there is none. */
 static NodeId
-consumer(CgGraph *G, const CgGroup *grp)
+consumer(CgGraph *G, const Uses *u, const CgGroup *grp)
 {
 	Graph *g = G->g;
-	NodeId last = grp->nodes[grp->n - 1], use = NONE;
+	NodeId last = grp->nodes[grp->n - 1];
 	ValId v = g->nodes.v[last].res[0];
 	for (uint32_t k = 0; k + 1 < grp->n; k++)
 		if (!G->ingroup_only[g->nodes.v[grp->nodes[k]].res[0]])
 			return NONE;
 	if (G->cls[v]->kind != ST_TEMP || G->root[v] != v)
 		return NONE;
-	for (NodeId i = last + 1; i < g->nodes.n; i++) {
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD || n->op == OP_DEL || n->op == OP_OFFLOAD)
-			continue;
-		for (uint32_t k = 0; k < n->nopnd; k++) {
-			if (n->opnd[k].kind != OK_VAL || G->root[n->opnd[k].v] != v)
-				continue;
-			if (use != NONE || k != 0)
-				return NONE;
-			use = i;
-		}
-	}
-	if (use == NONE)
-		return NONE;
-	const Node *u = &g->nodes.v[use];
-	if (u->op >= OP__N || !takes_prologue(u->op) || u->stream != g->nodes.v[last].stream ||
+	if (u->n[v] != 1 || u->first_k[v] != 0)
+		return NONE; /* none, or more than one, or not as operand 0 */
+	NodeId use = u->first[v];
+	const Node *un = &g->nodes.v[use];
+	if (un->op >= OP__N || !takes_prologue(un->op) || un->stream != g->nodes.v[last].stream ||
 	    !fusion_legal(g, last, use))
 		return NONE;
 	for (NodeId i = last + 1; i < use; i++)
@@ -296,7 +330,7 @@ cg_softmax_bwd(CgGraph *G, NodeId i, CgSoftmaxBwd *sb)
  * there is none.  Also autograd's softmax backward after its sum (gi: the
  * group's index), which one library kernel computes (codegen_rows.c). */
 static NodeId
-producer(CgGraph *G, const CgGroup *grp, int gi)
+producer(CgGraph *G, const Uses *u, const CgGroup *grp, int gi)
 {
 	Graph *g = G->g;
 	NodeId first = grp->nodes[0], p = first;
@@ -312,7 +346,7 @@ producer(CgGraph *G, const CgGroup *grp, int gi)
 	ValId v = r->res[0];
 	const Type *t = &g->vals.v[v].type;
 	CgSoftmaxBwd sb;
-	if (!t->host && softmax_bwd_match(G, p, grp, &sb) && inside_only(G, v, gi))
+	if (!t->host && softmax_bwd_match(G, p, grp, &sb) && inside_only(G, u, v, gi))
 		return p;
 	if (t->host || !type_same_shape(t, &g->vals.v[f->res[0]].type) ||
 	    type_numel(t) == 0 || type_numel(cg_otype(G, r, 0)) == 0)
@@ -329,17 +363,18 @@ void
 cg_fuse(CgGraph *G, CgGroups *groups)
 {
 	Graph *g = G->g;
+	/* Groups are disjoint runs of nodes: one pool holds them all. */
+	NodeId *pool = arena_alloc(G->c->a, ((size_t)g->nodes.n + 1) * sizeof *pool);
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		Node *n = &g->nodes.v[i];
 		if (G->group[i] >= 0 || !fusable(G, n))
 			continue;
 		int gi = (int)groups->n;
-		CgGroup grp = {.nodes = arena_alloc(G->c->a, (g->nodes.n + 1) * sizeof(NodeId)),
-		               .vec = 1, .into = NONE, .after = NONE};
+		CgGroup grp = {.nodes = pool, .vec = 1, .into = NONE, .after = NONE};
 		const Type *shape = &g->vals.v[n->res[0]].type;
 		grp.nodes[grp.n++] = i;
 		G->group[i] = gi;
-		for (NodeId j = i + 1; j < g->nodes.n; j++) {
+		for (NodeId j = i + 1; j < g->nodes.n && grp.n < CG_GROUP_MAX; j++) {
 			Node *m = &g->nodes.v[j];
 			if (inert(m))
 				continue;
@@ -349,17 +384,20 @@ cg_fuse(CgGraph *G, CgGroups *groups)
 			grp.nodes[grp.n++] = j;
 			G->group[j] = gi;
 		}
+		pool += grp.n;
 		vec_push(groups, grp);
 	}
+	Uses u;
+	uses_find(G, &u);
 	/* Per group: which values stay in registers, whether it is computed
 	 * inside its consumer, its vector width. */
 	for (uint32_t k = 0; k < groups->n; k++) {
 		CgGroup *grp = &groups->v[k];
 		for (uint32_t j = 0; j < grp->n; j++) {
 			ValId v = g->nodes.v[grp->nodes[j]].res[0];
-			G->ingroup_only[v] = (uint8_t)inside_only(G, v, (int)k);
+			G->ingroup_only[v] = (uint8_t)inside_only(G, &u, v, (int)k);
 		}
-		grp->into = consumer(G, grp);
+		grp->into = consumer(G, &u, grp);
 		if (grp->into != NONE) {
 			G->ingroup_only[g->nodes.v[grp->nodes[grp->n - 1]].res[0]] = 1;
 			G->prologue[grp->into] = (int)k;
@@ -370,14 +408,15 @@ cg_fuse(CgGraph *G, CgGroups *groups)
 	/* Consumers fused after a reduction or row op (their values known). */
 	for (uint32_t k = 0; k < groups->n; k++) {
 		CgGroup *grp = &groups->v[k];
-		grp->after = producer(G, grp, (int)k);
+		grp->after = producer(G, &u, grp, (int)k);
 		if (grp->after == NONE)
 			continue;
 		if (G->epilogue[grp->after] < 0)
 			G->epilogue[grp->after] = (int)k;
 		ValId r = g->nodes.v[grp->after].res[0];
-		G->ingroup_only[r] = (uint8_t)inside_only(G, r, (int)k);
+		G->ingroup_only[r] = (uint8_t)inside_only(G, &u, r, (int)k);
 	}
+	uses_free(&u);
 }
 
 int

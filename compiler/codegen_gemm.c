@@ -105,6 +105,14 @@ struct CgFold {
 	NodeId *pair;     /* per node: the attention backward that reuses
 	                     this forward's o and log-sum-exp, and back; NONE */
 	const char **lse; /* per such forward: its log-sum-exp's variable */
+	/* Indexes built once, so that no decision scans the graph: */
+	uint32_t *uat;    /* per value: its uses (live nodes, del included), */
+	NodeId *unode;    /* in program order, are unode[uat[v] .. uat[v+1]) */
+	uint16_t *uk;     /*   with the operand index uk[] */
+	uint32_t *wat;    /* per class root: the nodes writing it in place or */
+	NodeId *wnode;    /*   releasing it, wnode[wat[r] .. wat[r+1]) */
+	NodeId *lastfwd;  /* per value: the last attention forward reading it
+	                     as q (while walking the graph), or NONE */
 };
 
 /* One product as sgrt_gemm takes it (row-major, see runtime/sgrt.h). */
@@ -324,6 +332,60 @@ same_bytes(const Node *n)
 	return n->op == OP_RESHAPE || n->op == OP_SQUEEZE || n->op == OP_UNSQUEEZE;
 }
 
+/* Counts (pass 0) or places (pass 1) entry x under key into a CSR whose
+ * starts are at[]: pass 0 counts into at[key + 1]. */
+static void
+csr_add(uint32_t *at, int pass, uint32_t key)
+{
+	at[key + (pass == 0)]++;
+}
+
+/* Builds F's use and write indexes over the live nodes of the graph. */
+static void
+index_uses(CgGraph *G, CgFold *F)
+{
+	Graph *g = G->g;
+	Arena *a = G->c->a;
+	size_t nv = (size_t)g->vals.n + 1;
+	F->uat = arena_alloc(a, (nv + 1) * sizeof *F->uat);
+	F->wat = arena_alloc(a, (nv + 1) * sizeof *F->wat);
+	for (int pass = 0; pass < 2; pass++) {
+		for (NodeId i = 0; i < g->nodes.n; i++) {
+			const Node *n = &g->nodes.v[i];
+			if (n->flags & NF_DEAD)
+				continue;
+			for (uint32_t k = 0; k < n->nopnd; k++) {
+				if (n->opnd[k].kind != OK_VAL)
+					continue;
+				ValId v = n->opnd[k].v, r = G->root[v];
+				if (pass == 1) {
+					F->unode[F->uat[v]] = i;
+					F->uk[F->uat[v]] = (uint16_t)k;
+				}
+				csr_add(F->uat, pass, v);
+				if (n->op == OP_SYNC_DEALLOC || races_access(n, k) == RACC_WRITE) {
+					if (pass == 1)
+						F->wnode[F->wat[r]] = i;
+					csr_add(F->wat, pass, r);
+				}
+			}
+		}
+		if (pass == 0) { /* counts to starts */
+			for (size_t v = 0; v < nv; v++) {
+				F->uat[v + 1] += F->uat[v];
+				F->wat[v + 1] += F->wat[v];
+			}
+			F->unode = arena_alloc(a, ((size_t)F->uat[nv] + 1) * sizeof *F->unode);
+			F->uk = arena_alloc(a, ((size_t)F->uat[nv] + 1) * sizeof *F->uk);
+			F->wnode = arena_alloc(a, ((size_t)F->wat[nv] + 1) * sizeof *F->wnode);
+		} else { /* each start moved to the next key's: shift back */
+			memmove(F->uat + 1, F->uat, nv * sizeof *F->uat);
+			memmove(F->wat + 1, F->wat, nv * sizeof *F->wat);
+			F->uat[0] = F->wat[0] = 0;
+		}
+	}
+}
+
 /* 1 when value v is a temporary of its own: an alias class of one value,
  * neither returned nor written in place nor on the host. */
 static int
@@ -404,26 +466,24 @@ uses_fold(CgGraph *G, NodeId X, ValId x, int trans, NodeId *last)
 	CgFold *F = G->fold;
 	int uses = 0;
 	*last = NONE;
-	for (NodeId i = X + 1; i < g->nodes.n; i++) {
+	for (uint32_t u = F->uat[x]; u < F->uat[x + 1]; u++) {
+		NodeId i = F->unode[u];
+		uint32_t k = F->uk[u];
 		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD || n->op == OP_DEL)
+		if (n->op == OP_DEL || i <= X)
 			continue;
-		for (uint32_t k = 0; k < n->nopnd; k++) {
-			if (n->opnd[k].kind != OK_VAL || n->opnd[k].v != x)
-				continue;
-			NodeId l = i;
-			if (n->stream != g->nodes.v[X].stream)
-				return 0;
-			if (F->view[i] && !trans)
-				l = F->last[n->res[0]];
-			else if (trans == 2 ? !attn_operand(n, k)
-			                    : n->op >= OP__N || !is_product(n->op) ||
-			                      !takes_view(G, n, k, trans))
-				return 0;
-			uses++;
-			if (*last == NONE || l > *last)
-				*last = l;
-		}
+		NodeId l = i;
+		if (n->stream != g->nodes.v[X].stream)
+			return 0;
+		if (F->view[i] && !trans)
+			l = F->last[n->res[0]];
+		else if (trans == 2 ? !attn_operand(n, k)
+		                    : n->op >= OP__N || !is_product(n->op) ||
+		                      !takes_view(G, n, k, trans))
+			return 0;
+		uses++;
+		if (*last == NONE || l > *last)
+			*last = l;
 	}
 	return uses > 0;
 }
@@ -433,16 +493,11 @@ uses_fold(CgGraph *G, NodeId X, ValId x, int trans, NodeId *last)
 static int
 source_stays(CgGraph *G, ValId s, NodeId from, NodeId to)
 {
-	Graph *g = G->g;
-	for (NodeId i = from + 1; i <= to; i++) {
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD)
-			continue;
-		for (uint32_t k = 0; k < n->nopnd; k++)
-			if (n->opnd[k].kind == OK_VAL && G->root[n->opnd[k].v] == G->root[s] &&
-			    (n->op == OP_SYNC_DEALLOC || races_access(n, k) == RACC_WRITE))
-				return 0;
-	}
+	CgFold *F = G->fold;
+	ValId r = G->root[s];
+	for (uint32_t w = F->wat[r]; w < F->wat[r + 1]; w++)
+		if (F->wnode[w] > from && F->wnode[w] <= to)
+			return 0;
 	return 1;
 }
 
@@ -463,15 +518,12 @@ extend_use(CgGraph *G, ValId s, NodeId last, uint32_t stream)
 static int
 attn_fits(CgGraph *G, NodeId X, ValId x)
 {
-	Graph *g = G->g;
-	for (NodeId i = X + 1; i < g->nodes.n; i++) {
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD || (n->op != OP_SDPA && n->op != OP_SDPA_BACKWARD))
-			continue;
-		for (uint32_t k = 0; k < n->nopnd; k++)
-			if (n->opnd[k].kind == OK_VAL && n->opnd[k].v == x &&
-			    !cg_flash_fits(G, n, n->op == OP_SDPA_BACKWARD))
-				return 0;
+	CgFold *F = G->fold;
+	for (uint32_t u = F->uat[x]; u < F->uat[x + 1]; u++) {
+		const Node *n = &G->g->nodes.v[F->unode[u]];
+		if (F->unode[u] > X && (n->op == OP_SDPA || n->op == OP_SDPA_BACKWARD) &&
+		    !cg_flash_fits(G, n, n->op == OP_SDPA_BACKWARD))
+			return 0;
 	}
 	return 1;
 }
@@ -522,23 +574,21 @@ static NodeId
 sole_view_use(CgGraph *G, ValId c, uint32_t stream)
 {
 	Graph *g = G->g;
+	CgFold *F = G->fold;
 	NodeId use = NONE;
-	for (NodeId i = g->vals.v[c].def + 1; i < g->nodes.n; i++) {
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD || n->op == OP_DEL)
+	for (uint32_t u = F->uat[c]; u < F->uat[c + 1]; u++) {
+		NodeId i = F->unode[u];
+		if (g->nodes.v[i].op == OP_DEL || i <= g->vals.v[c].def)
 			continue;
-		for (uint32_t k = 0; k < n->nopnd; k++)
-			if (n->opnd[k].kind == OK_VAL && n->opnd[k].v == c) {
-				if (use != NONE || k != 0)
-					return NONE;
-				use = i;
-			}
+		if (use != NONE || F->uk[u] != 0)
+			return NONE;
+		use = i;
 	}
 	if (use == NONE)
 		return NONE;
 	const Node *n = &g->nodes.v[use];
 	if (n->stream != stream || n->op >= OP__N || n->nres != 1 || G->group[use] >= 0 ||
-	    G->prologue[use] >= 0 || G->fold->view[use] ||
+	    G->prologue[use] >= 0 || F->view[use] ||
 	    cg_vtype(G, n->res[0])->dt != cg_vtype(G, c)->dt)
 		return NONE;
 	return same_bytes(n) || keeps_last(G, n) ? use : NONE;
@@ -651,19 +701,22 @@ static void
 pair_attention(CgGraph *G, NodeId B)
 {
 	Graph *g = G->g;
+	CgFold *F = G->fold;
 	const Node *b = &g->nodes.v[B];
-	if (b->flags & NF_DEAD || b->op != OP_SDPA_BACKWARD)
+	if (b->flags & NF_DEAD)
 		return;
-	for (NodeId A = B; A-- > 0;) {
-		const Node *a = &g->nodes.v[A];
-		if (a->flags & NF_DEAD || a->op != OP_SDPA || a->stream != b->stream ||
-		    !same_attrs(a, b) || a->opnd[0].v != b->opnd[1].v ||
-		    a->opnd[1].v != b->opnd[2].v || a->opnd[2].v != b->opnd[3].v)
-			continue;
-		if (G->fold->pair[A] == NONE)
-			try_pair(G, A, B);
+	if (b->op == OP_SDPA && b->opnd[0].kind == OK_VAL)
+		F->lastfwd[b->opnd[0].v] = B;
+	if (b->op != OP_SDPA_BACKWARD || b->opnd[1].kind != OK_VAL)
 		return;
-	}
+	NodeId A = F->lastfwd[b->opnd[1].v];
+	if (A == NONE)
+		return;
+	const Node *a = &g->nodes.v[A];
+	if (a->stream != b->stream || !same_attrs(a, b) || a->opnd[1].v != b->opnd[2].v ||
+	    a->opnd[2].v != b->opnd[3].v || F->pair[A] != NONE)
+		return;
+	try_pair(G, A, B);
 }
 
 /* The activation (relu, gelu tanh) of epilogue code for node a, or 0. */
@@ -682,18 +735,19 @@ static NodeId
 next_sole_use(CgGraph *G, NodeId p, ValId v)
 {
 	Graph *g = G->g;
+	CgFold *F = G->fold;
 	NodeId use = NONE;
-	for (NodeId i = p + 1; i < g->nodes.n; i++) {
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD || n->op == OP_DEL)
+	for (uint32_t u = F->uat[v]; u < F->uat[v + 1]; u++) {
+		NodeId i = F->unode[u];
+		if (g->nodes.v[i].op == OP_DEL || i <= p)
 			continue;
-		for (uint32_t k = 0; k < n->nopnd; k++)
-			if (n->opnd[k].kind == OK_VAL && G->root[n->opnd[k].v] == v) {
-				if (use != NONE)
-					return NONE;
-				use = i;
-			}
-		if (use == NONE && n->op != OP_OFFLOAD)
+		if (use != NONE)
+			return NONE;
+		use = i;
+	}
+	for (NodeId i = p + 1; use != NONE && i < use; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (!(n->flags & NF_DEAD) && n->op != OP_DEL && n->op != OP_OFFLOAD)
 			return NONE; /* something else runs between */
 	}
 	return use;
@@ -703,20 +757,34 @@ next_sole_use(CgGraph *G, NodeId p, ValId v)
 static void
 drop_group(CgGraph *G, CgGroups *groups, int gi)
 {
-	for (NodeId i = 0; i < G->g->nodes.n; i++) {
-		if (G->group[i] == gi)
-			G->group[i] = -1;
-		else if (G->group[i] > gi)
-			G->group[i]--;
-		if (G->prologue[i] > gi)
-			G->prologue[i]--;
-		if (G->epilogue[i] == gi)
-			G->epilogue[i] = -1;
-		else if (G->epilogue[i] > gi)
-			G->epilogue[i]--;
+	for (uint32_t k = 0; k < groups->v[gi].n; k++)
+		G->group[groups->v[gi].nodes[k]] = -1;
+	groups->v[gi].n = 0; /* compacted away by drop_empty_groups */
+}
+
+/* Removes the groups drop_group emptied, renumbering the others. */
+static void
+drop_empty_groups(CgGraph *G, CgGroups *groups)
+{
+	int *to = xmalloc(((size_t)groups->n + 1) * sizeof *to);
+	uint32_t n = 0;
+	for (uint32_t k = 0; k < groups->n; k++) {
+		to[k] = groups->v[k].n ? (int)n : -1;
+		if (groups->v[k].n)
+			groups->v[n++] = groups->v[k];
 	}
-	memmove(&groups->v[gi], &groups->v[gi + 1], (groups->n - gi - 1) * sizeof *groups->v);
-	groups->n--;
+	if (n != groups->n) {
+		for (NodeId i = 0; i < G->g->nodes.n; i++) {
+			if (G->group[i] >= 0)
+				G->group[i] = to[G->group[i]];
+			if (G->prologue[i] >= 0)
+				G->prologue[i] = to[G->prologue[i]];
+			if (G->epilogue[i] >= 0)
+				G->epilogue[i] = to[G->epilogue[i]];
+		}
+		groups->n = n;
+	}
+	free(to);
 }
 
 /* Makes the activation right after product P its epilogue when it
@@ -773,11 +841,13 @@ cg_gemm_fold(CgGraph *G, CgGroups *groups)
 	F->outview = arena_alloc(a, g->nodes.n + 1);
 	F->pair = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->pair);
 	F->lse = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->lse);
+	F->lastfwd = arena_alloc(a, (g->vals.n + 1) * sizeof *F->lastfwd);
 	uint32_t *nclass = arena_alloc(a, (g->vals.n + 1) * sizeof *nclass);
 	for (ValId v = 0; v < g->vals.n; v++) {
-		F->src[v] = F->last[v] = F->out[v] = NONE;
+		F->src[v] = F->last[v] = F->out[v] = F->lastfwd[v] = NONE;
 		nclass[G->root[v]]++;
 	}
+	index_uses(G, F);
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		F->act[i] = F->prod[i] = F->pair[i] = NONE;
 	for (NodeId i = g->nodes.n; i-- > 0;) /* uses before their views */
@@ -788,6 +858,7 @@ cg_gemm_fold(CgGraph *G, CgGroups *groups)
 		pair_attention(G, i);
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		fold_epilogue(G, groups, nclass, i);
+	drop_empty_groups(G, groups);
 }
 
 /* Product node P of the plan's graph f reads the sources of its folded

@@ -322,6 +322,7 @@ cg_graph_analyse(CgGraph *G, Cg *c, Graph *g)
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		G->prologue[i] = G->epilogue[i] = -1;
 	G->scratch = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->scratch);
+	G->pw_reg = arena_alloc(c->a, (g->vals.n + 1) * sizeof *G->pw_reg);
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		G->group[i] = -1;
 	name_values(G);
@@ -423,6 +424,51 @@ bind_results(CgGraph *G, NodeId i)
 	}
 }
 
+/* Per node, the alias classes (their roots, in value order) that
+ * release_after may act on after it: temporaries outside the arena whose
+ * release or last use on some stream is that node.  CSR arrays, built
+ * once, so that no node scans every value. */
+static void
+find_releases(CgGraph *G)
+{
+	Graph *g = G->g;
+	size_t nn = (size_t)g->nodes.n + 1;
+	uint32_t *at = arena_alloc(G->c->a, (nn + 1) * sizeof *at);
+	ValId *mark = xmalloc(nn * sizeof *mark);
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t i = 0; i < nn; i++)
+			mark[i] = NONE;
+		for (ValId v = 0; v < g->vals.n; v++) {
+			CgClass *cl = G->cls[v];
+			if (G->root[v] != v || cl->kind != ST_TEMP || cl->planned ||
+			    G->ingroup_only[v])
+				continue;
+			for (uint32_t s = 0; s <= g->streams.n; s++) {
+				NodeId i = s < g->streams.n ? cl->last_on[s] : cl->release;
+				if (i == NONE || mark[i] == v)
+					continue; /* one entry per node and class */
+				mark[i] = v;
+				if (pass == 0)
+					at[i + 1]++;
+				else
+					G->rel[at[i]++] = v;
+			}
+		}
+		/* pass 0: counts to starts; pass 1: the fill moved each start
+		 * to the next node's, so shift back. */
+		if (pass == 0) {
+			for (size_t i = 0; i < nn; i++)
+				at[i + 1] += at[i];
+			G->rel = arena_alloc(G->c->a, ((size_t)at[nn] + 1) * sizeof *G->rel);
+		} else {
+			memmove(at + 1, at, nn * sizeof *at);
+			at[0] = 0;
+		}
+	}
+	free(mark);
+	G->rel_at = at;
+}
+
 /* After node i: events for later cross-stream frees, and the frees of the
  * classes it releases. */
 static void
@@ -431,10 +477,9 @@ release_after(CgGraph *G, NodeId i)
 	Graph *g = G->g;
 	Cg *c = G->c;
 	Node *n = &g->nodes.v[i];
-	for (ValId v = 0; v < g->vals.n; v++) {
+	for (uint32_t r = G->rel_at[i]; r < G->rel_at[i + 1]; r++) {
+		ValId v = G->rel[r];
 		CgClass *cl = G->cls[v];
-		if (G->root[v] != v || cl->kind != ST_TEMP || cl->planned || G->ingroup_only[v])
-			continue;
 		for (uint32_t s = 0; s < g->streams.n; s++)
 			if (cl->last_on[s] == i && cl->free_event[s] >= 0)
 				CG_EMIT(G->body, "host.cu:free_record",
@@ -595,37 +640,43 @@ return_copies(CgGraph *G)
 	}
 }
 
-/* 1 when the C identifier name occurs in text as a whole word. */
 static int
-mentions(const char *text, const char *name)
+ident_char(char ch)
 {
-	size_t n = strlen(name);
-	for (const char *p = text; (p = strstr(p, name)) != NULL; p += n) {
-		char before = p > text ? p[-1] : ' ', after = p[n];
-		int word = !(before == '_' || (before >= 'a' && before <= 'z') ||
-		             (before >= 'A' && before <= 'Z') || (before >= '0' && before <= '9'));
-		int end = !(after == '_' || (after >= 'a' && after <= 'z') ||
-		            (after >= 'A' && after <= 'Z') || (after >= '0' && after <= '9'));
-		if (word && end)
-			return 1;
-	}
-	return 0;
+	return ch == '_' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+	       (ch >= '0' && ch <= '9');
 }
 
 /* The pointer declarations, then the statements (text); a value no
  * statement names (an op with no elements to compute names nothing) is
- * not declared, so that the generated code compiles without warnings. */
+ * not declared, so that the generated code compiles without warnings.
+ * The identifiers of text are collected once into a set. */
 static char *
 with_declarations(CgGraph *G, const char *text, size_t len, size_t *outlen)
 {
 	char *out = NULL;
 	size_t olen = 0;
+	Map idents;
+	map_init(&idents);
+	for (size_t p = 0; p < len;) {
+		if (!ident_char(text[p])) {
+			p++;
+			continue;
+		}
+		size_t q = p;
+		while (q < len && ident_char(text[q]))
+			q++;
+		if (q - p > 2 && text[p] == 'v' && text[p + 1] == '_') /* value names */
+			map_put(&idents, text + p, q - p, 1);
+		p = q;
+	}
+	for (ValId v = 0; v < G->g->vals.n; v++)
+		if (G->named[v] && !map_get(&idents, G->vname[v], strlen(G->vname[v])))
+			G->named[v] = 0;
+	map_free(&idents);
 	FILE *body = G->body = open_memstream(&out, &olen);
 	if (!body)
 		ICE("open_memstream failed");
-	for (ValId v = 0; v < G->g->vals.n; v++)
-		if (G->named[v] && !mentions(text, G->vname[v]))
-			G->named[v] = 0;
 	declare_values(G);
 	fwrite(text, 1, len, body);
 	fclose(body);
@@ -741,6 +792,7 @@ cg_graph_body(CgGraph *G)
 	cg_gemm_fold(G, &groups); /* views and epilogues of products */
 	cg_plan(G, &groups);
 	find_buffers(G);
+	find_releases(G);
 	find_named(G);
 	if (g->streams.n > 1)
 		CG_EMIT(G->body, "host.cu:fork", {"line", cg_num(G->c, g->loc.line)});

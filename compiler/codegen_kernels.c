@@ -177,7 +177,10 @@ cg_is_pointwise(const Graph *g, const Node *n)
 
 /* ------------------------------------------------------------------ pointwise groups */
 
-/* The state of one pointwise kernel being built. */
+/* The state of one pointwise kernel being built.  Its text names
+ * values by position (params x0, x1, ..., registers r0, r1, ...), so
+ * that two groups computing the same thing on other tensors give the same
+ * kernel text, and one kernel serves both (cg_pointwise). */
 typedef struct {
 	CgGraph *G;
 	Cg *c;
@@ -192,9 +195,13 @@ typedef struct {
 	size_t blen;
 	VEC(ValId) params;  /* external operands and stored results */
 	uint8_t *param_out; /* per param: written */
-	uint8_t *have;      /* per value: its register exists */
+	VEC(ValId) touched; /* values with a register (G->pw_reg) */
+	uint32_t nreg;
 	ValId given1;       /* 1 + a value whose register is a parameter (the
 	                       result an epilogue consumes), 0: none */
+	int by_name;        /* params named as the host names the values: the
+	                       element functions fused into another kernel,
+	                       whose params join that kernel's */
 } Pw;
 
 /* Index of value v among the kernel's params, added when new. */
@@ -212,11 +219,43 @@ pw_param(Pw *p, ValId v, int out)
 	return p->params.n - 1;
 }
 
-/* The register name of value v ("r_x"). */
+/* The kernel's name of param value v ("x2"), added when new. */
+static char *
+pname(Pw *p, ValId v, int out)
+{
+	uint32_t k = pw_param(p, v, out);
+	return p->by_name ? (char *)p->G->vname[v] : cg_fmt(p->c, "x%u", k);
+}
+
+/* 1 when value v has its register in the kernel. */
+static int
+have(Pw *p, ValId v)
+{
+	return p->G->pw_reg[v] != 0;
+}
+
+/* The register name of value v ("r3"), numbered when new. */
 static char *
 reg(Pw *p, ValId v)
 {
-	return cg_fmt(p->c, "r_%s", p->G->vname[v] + 2);
+	uint32_t *r = &p->G->pw_reg[v];
+	if (*r == 0) {
+		*r = ++p->nreg;
+		vec_push(&p->touched, v);
+	}
+	return cg_fmt(p->c, "r%u", *r - 1);
+}
+
+/* Forgets the registers (before a kernel body is built again, and at the
+ * end): only the values touched are cleared, so a kernel costs its own
+ * size, not the graph's. */
+static void
+pw_forget(Pw *p)
+{
+	for (uint32_t k = 0; k < p->touched.n; k++)
+		p->G->pw_reg[p->touched.v[k]] = 0;
+	p->touched.n = 0;
+	p->nreg = 0;
 }
 
 /* The element of external value v that output index i reads. */
@@ -241,16 +280,15 @@ elem_index(Pw *p, ValId v)
 static void
 load(Pw *p, ValId v)
 {
-	if (p->have[v])
+	if (have(p, v))
 		return;
-	p->have[v] = 1;
-	pw_param(p, v, 0);
+	const char *x = pname(p, v, 0);
 	const Type *t = cg_vtype(p->G, v);
 	const char *ix = elem_index(p, v), *src;
 	if (p->vec > 1 && strcmp(ix, "w") == 0)
-		src = cg_fmt(p->c, "%s_v.v[j]", p->G->vname[v]);
+		src = cg_fmt(p->c, "%s_v.v[j]", x);
 	else
-		src = cg_fmt(p->c, "%s[%s]", p->G->vname[v], ix);
+		src = cg_fmt(p->c, "%s[%s]", x, ix);
 	fprintf(p->body, "%s%sconst %s %s = sg_ld(%s);\n", p->ind, p->vec > 1 ? "\t" : "",
 	        cg_regtype((DType)t->dt), reg(p, v), src);
 }
@@ -436,26 +474,17 @@ pw_node(Pw *p, const Node *n)
 	const char *ind = p->vec > 1 ? "\t\t\t" : p->ind;
 	const char *at = "i";
 	if (op_table[n->op].flags & OPF_INPLACE) {
-		ValId x = n->opnd[0].v;
-		uint32_t k = pw_param(p, x, 1);
-		(void)k;
-		fprintf(p->body, "%s%s[%s] = sg_st_%s(sg_to_%s(%s));\n", ind, p->G->vname[x],
-		        at, cg_dtname(rdt), cg_dtname(rdt), e);
+		fprintf(p->body, "%s%s[%s] = sg_st_%s(sg_to_%s(%s));\n", ind,
+		        pname(p, n->opnd[0].v, 1), at, cg_dtname(rdt), cg_dtname(rdt), e);
 		return;
 	}
 	ValId r = n->res[0];
-	p->have[r] = 1;
 	fprintf(p->body, "%sconst %s %s = sg_to_%s(%s);\n", ind, cg_regtype(rdt), reg(p, r),
 	        cg_dtname(rdt), e);
 	if (!stored(p, r))
 		return;
-	pw_param(p, r, 1);
-	if (p->vec > 1)
-		fprintf(p->body, "%s%s_v.v[j] = sg_st_%s(%s);\n", ind, p->G->vname[r],
-		        cg_dtname(rdt), reg(p, r));
-	else
-		fprintf(p->body, "%s%s[i] = sg_st_%s(%s);\n", ind, p->G->vname[r],
-		        cg_dtname(rdt), reg(p, r));
+	fprintf(p->body, p->vec > 1 ? "%s%s_v.v[j] = sg_st_%s(%s);\n" : "%s%s[i] = sg_st_%s(%s);\n",
+	        ind, pname(p, r, 1), cg_dtname(rdt), reg(p, r));
 }
 
 /* The kernel's parameter list and the launch's argument list. */
@@ -463,28 +492,27 @@ static void
 pw_signature(Pw *p, char **params, char **args)
 {
 	Cg *c = p->c;
-	*params = "";
-	*args = "";
+	CgStr ps = {0}, as = {0};
 	for (uint32_t k = 0; k < p->params.n; k++) {
 		ValId v = p->params.v[k];
 		const char *ct = cg_ctype((DType)cg_vtype(p->G, v)->dt);
 		const char *restrict_ = p->inplace ? "" : "__restrict__ ";
-		*params = cg_fmt(c, "%s%s%s%s *%s%s", *params, k ? ", " : "",
-		                 p->param_out[k] ? "" : "const ", ct, restrict_,
-		                 p->G->vname[v]);
-		*args = cg_fmt(c, "%s%s%s", *args, k ? ", " : "", p->G->vname[v]);
+		cg_str_itemf(&ps, ", ", "%s%s *%s%s", p->param_out[k] ? "" : "const ", ct,
+		             restrict_, pname(p, v, 0));
+		cg_str_itemf(&as, ", ", "%s", p->G->vname[v]);
 	}
+	*params = cg_str_done(c, &ps);
+	*args = cg_str_done(c, &as);
 }
 
 /* The comment lines of the group's nodes. */
 static char *
 group_comment(CgGraph *G, const CgGroup *grp)
 {
-	char *s = "";
+	CgStr s = {0};
 	for (uint32_t k = 0; k < grp->n; k++)
-		s = cg_fmt(G->c, "%s%s%s", s, k ? "\n" : "",
-		           cg_comment(G, &G->g->nodes.v[grp->nodes[k]]));
-	return s;
+		cg_str_itemf(&s, "\n", "%s", cg_comment(G, &G->g->nodes.v[grp->nodes[k]]));
+	return cg_str_done(G->c, &s);
 }
 
 /* The group's output shape: its first node's result (or in-place
@@ -505,9 +533,9 @@ pw_build(Pw *p, int vec)
 	Graph *g = p->G->g;
 	p->vec = vec;
 	p->params.n = 0;
-	memset(p->have, 0, g->vals.n + 1);
+	pw_forget(p);
 	if (p->given1)
-		p->have[p->given1 - 1] = 1;
+		reg(p, p->given1 - 1); /* r0: the value the epilogue is given */
 	p->body = open_memstream(&p->btext, &p->blen);
 	for (uint32_t k = 0; k < p->grp->n; k++)
 		pw_node(p, &g->nodes.v[p->grp->nodes[k]]);
@@ -519,94 +547,118 @@ static void
 vec_moves(Pw *p, char **loads, char **stores)
 {
 	Cg *c = p->c;
-	*loads = "";
-	*stores = "";
+	CgStr ls = {0}, ss = {0};
 	for (uint32_t k = 0; k < p->params.n; k++) {
 		ValId v = p->params.v[k];
-		const char *ct = cg_ctype((DType)cg_vtype(p->G, v)->dt), *nm = p->G->vname[v];
+		const char *ct = cg_ctype((DType)cg_vtype(p->G, v)->dt);
 		if (!type_same_shape(cg_vtype(p->G, v), &p->shape))
 			continue; /* broadcast: read element by element */
 		char *vt = cg_fmt(c, "sg_vec<%s, %d>", ct, p->vec);
 		if (p->param_out[k]) {
-			*loads = cg_fmt(c, "%s\t\t%s %s_v;\n", *loads, vt, nm);
-			*stores = cg_fmt(c, "%s\t\t*(%s *)(%s + w * %d) = %s_v;\n", *stores, vt, nm,
-			                 p->vec, nm);
+			cg_str_itemf(&ls, "\n", "\t\t%s x%u_v;", vt, k);
+			cg_str_itemf(&ss, "\n", "\t\t*(%s *)(x%u + w * %d) = x%u_v;", vt, k, p->vec, k);
 		} else {
-			*loads = cg_fmt(c, "%s\t\tconst %s %s_v = *(const %s *)(%s + w * %d);\n",
-			                *loads, vt, nm, vt, nm, p->vec);
+			cg_str_itemf(&ls, "\n", "\t\tconst %s x%u_v = *(const %s *)(x%u + w * %d);", vt,
+			             k, vt, k, p->vec);
 		}
 	}
-	size_t n = strlen(*loads);
-	if (n)
-		(*loads)[n - 1] = 0;
-	n = strlen(*stores);
-	if (n)
-		(*stores)[n - 1] = 0;
+	*loads = cg_str_done(c, &ls);
+	*stores = cg_str_done(c, &ss);
 }
 
 /* The alignment test of the vectorised launch. */
 static char *
 vec_cond(Pw *p)
 {
-	char *s = "";
+	CgStr s = {0};
 	for (uint32_t k = 0; k < p->params.n; k++) {
 		ValId v = p->params.v[k];
 		if (!type_same_shape(cg_vtype(p->G, v), &p->shape))
 			continue;
-		s = cg_fmt(p->c, "%s%s((uintptr_t)%s %% %d) == 0", s, *s ? " && " : "",
-		           p->G->vname[v], dtype_size((DType)cg_vtype(p->G, v)->dt) * p->vec);
+		cg_str_itemf(&s, " && ", "((uintptr_t)%s %% %d) == 0", p->G->vname[v],
+		             dtype_size((DType)cg_vtype(p->G, v)->dt) * p->vec);
 	}
-	return *s ? s : "1";
+	return s.n ? cg_str_done(p->c, &s) : "1";
+}
+
+/* Drops the newline ending a body's text. */
+static void
+pw_trim(Pw *p)
+{
+	if (p->blen && p->btext[p->blen - 1] == '\n')
+		p->btext[--p->blen] = 0;
+}
+
+/* Frees what building p's kernels held. */
+static void
+pw_free(Pw *p)
+{
+	pw_forget(p);
+	vec_free(&p->touched);
+	vec_free(&p->params);
+	free(p->param_out);
 }
 
 void
 cg_pointwise(CgGraph *G, const CgGroup *grp)
 {
 	Cg *c = G->c;
-	Graph *g = G->g;
-	const Node *n0 = &g->nodes.v[grp->nodes[0]];
+	const Node *n0 = &G->g->nodes.v[grp->nodes[0]];
 	Pw p = {.G = G, .c = c, .grp = grp, .ind = "\t\t"};
 	p.shape = group_shape(G, grp);
 	p.n = type_numel(&p.shape);
 	p.inplace = (op_table[n0->op].flags & OPF_INPLACE) != 0;
-	p.have = xmalloc(g->vals.n + 1);
-	if (p.n == 0) {
-		free(p.have);
+	if (p.n == 0)
 		return;
-	}
-	const char *kname = cg_kernel_name(G, n0, op_name(n0->op));
-	char *params, *args, *cmt = group_comment(G, grp);
+	char *params, *args, *body, *loads = "", *stores = "", *vbody = "";
 	pw_build(&p, 1);
 	pw_signature(&p, &params, &args);
-	if (p.blen && p.btext[p.blen - 1] == '\n')
-		p.btext[p.blen - 1] = 0;
-	CG_EMIT(c->kern, "kernels.cu:pointwise", {"comment", cmt}, {"name", kname},
-	        {"params", params}, {"idx", cg_index_type(p.n)}, {"n", cg_num(c, p.n)},
-	        {"body", p.btext});
+	pw_trim(&p);
+	body = arena_strndup(c->a, p.btext, p.blen);
 	free(p.btext);
-	if (grp->vec <= 1) {
-		cg_launch(G, n0, kname, cg_grid(p.n, 256), 256, 0, args);
-	} else {
-		const char *vname = cg_fmt(c, "%s_vec", kname);
-		char *loads, *stores;
+	if (grp->vec > 1) {
 		pw_build(&p, grp->vec);
 		vec_moves(&p, &loads, &stores);
-		if (p.blen && p.btext[p.blen - 1] == '\n')
-			p.btext[p.blen - 1] = 0;
-		CG_EMIT(c->kern, "kernels.cu:pointwise_vec", {"comment", cmt}, {"name", vname},
-		        {"scalar", kname}, {"params", params}, {"idx", cg_index_type(p.n)},
-		        {"nvec", cg_num(c, p.n / grp->vec)}, {"vec", cg_num(c, grp->vec)},
-		        {"loads", loads}, {"stores", stores}, {"body", p.btext});
+		pw_trim(&p);
+		vbody = arena_strndup(c->a, p.btext, p.blen);
 		free(p.btext);
+	}
+	/* One kernel per distinct text: the same computation on other
+	 * tensors launches the kernel made first. */
+	char *key = cg_fmt(c, "%s\n%s\n%" PRId64 "\n%d\n%s\n%s\n%s", params, body, p.n,
+	                   grp->vec, loads, stores, vbody);
+	uint32_t *seen = map_get(&c->kernels, key, strlen(key));
+	const char *kname;
+	if (seen) {
+		kname = c->kernel_names.v[*seen];
+	} else {
+		char *cmt = group_comment(G, grp);
+		CgStr ps = {0}; /* which value each param is, here */
+		for (uint32_t k = 0; k < p.params.n; k++)
+			cg_str_itemf(&ps, ", ", "x%u = %%%s", k, G->g->vals.v[p.params.v[k]].name);
+		cmt = cg_fmt(c, "%s\n// (%s)", cmt, cg_str_done(c, &ps));
+		kname = cg_kernel_name(G, n0, op_name(n0->op));
+		map_put(&c->kernels, key, strlen(key), c->kernel_names.n);
+		vec_push(&c->kernel_names, kname);
+		CG_EMIT(c->kern, "kernels.cu:pointwise", {"comment", cmt}, {"name", kname},
+		        {"params", params}, {"idx", cg_index_type(p.n)}, {"n", cg_num(c, p.n)},
+		        {"body", body});
+		if (grp->vec > 1)
+			CG_EMIT(c->kern, "kernels.cu:pointwise_vec", {"comment", cmt},
+			        {"name", cg_fmt(c, "%s_vec", kname)}, {"scalar", kname},
+			        {"params", params}, {"idx", cg_index_type(p.n)},
+			        {"nvec", cg_num(c, p.n / grp->vec)}, {"vec", cg_num(c, grp->vec)},
+			        {"loads", loads}, {"stores", stores}, {"body", vbody});
+	}
+	if (grp->vec <= 1)
+		cg_launch(G, n0, kname, cg_grid(p.n, 256), 256, 0, args);
+	else
 		CG_EMIT(G->body, "host.cu:launch_if_aligned", {"cond", vec_cond(&p)},
-		        {"s", cg_num(c, cg_stream(n0))}, {"kname", vname},
+		        {"s", cg_num(c, cg_stream(n0))}, {"kname", cg_fmt(c, "%s_vec", kname)},
 		        {"line", cg_num(c, n0->loc.line)},
 		        {"grid", cg_num(c, cg_grid(p.n / grp->vec, 256))}, {"block", "256"},
 		        {"args", args}, {"kname2", kname}, {"grid2", cg_num(c, cg_grid(p.n, 256))});
-	}
-	vec_free(&p.params);
-	free(p.param_out);
-	free(p.have);
+	pw_free(&p);
 }
 
 /* The element function of group grp (fused into a consumer): emitted,
@@ -618,16 +670,14 @@ elem_fn(CgGraph *G, const CgGroup *grp, CgInput *in)
 	Graph *g = G->g;
 	const Node *last = &g->nodes.v[grp->nodes[grp->n - 1]];
 	ValId v = last->res[0];
-	Pw p = {.G = G, .c = c, .grp = grp, .ind = "\t"};
+	Pw p = {.G = G, .c = c, .grp = grp, .ind = "\t", .by_name = 1};
 	p.shape = group_shape(G, grp);
 	p.n = type_numel(&p.shape);
-	p.have = xmalloc(g->vals.n + 1);
 	const char *name = cg_kernel_name(G, &g->nodes.v[grp->nodes[0]], "elem");
 	char *params, *args;
 	pw_build(&p, 1);
 	pw_signature(&p, &params, &args);
-	if (p.blen && p.btext[p.blen - 1] == '\n')
-		p.btext[p.blen - 1] = 0;
+	pw_trim(&p);
 	CG_EMIT(c->kern, "kernels.cu:elem_fn", {"comment", group_comment(G, grp)},
 	        {"what", g->vals.v[v].name}, {"rtype", cg_regtype((DType)cg_vtype(G, v)->dt)},
 	        {"name", name}, {"params", params}, {"body", p.btext}, {"ret", reg(&p, v)});
@@ -635,9 +685,7 @@ elem_fn(CgGraph *G, const CgGroup *grp, CgInput *in)
 	in->params = params;
 	in->args = args;
 	in->fmt = cg_fmt(c, "%s(%s, %%s)", name, args);
-	vec_free(&p.params);
-	free(p.param_out);
-	free(p.have);
+	pw_free(&p);
 }
 
 void
@@ -645,23 +693,19 @@ cg_ep_fn(CgGraph *G, const CgGroup *grp, ValId r, CgInput *ep)
 {
 	Cg *c = G->c;
 	Graph *g = G->g;
-	Pw p = {.G = G, .c = c, .grp = grp, .ind = "\t", .given1 = r + 1};
+	Pw p = {.G = G, .c = c, .grp = grp, .ind = "\t", .given1 = r + 1, .by_name = 1};
 	p.shape = group_shape(G, grp);
 	p.n = type_numel(&p.shape);
-	p.have = xmalloc(g->vals.n + 1);
 	const char *name = cg_kernel_name(G, &g->nodes.v[grp->nodes[0]], "ep");
 	pw_build(&p, 1);
 	pw_signature(&p, &ep->params, &ep->args);
-	if (p.blen && p.btext[p.blen - 1] == '\n')
-		p.btext[p.blen - 1] = 0;
+	pw_trim(&p);
 	CG_EMIT(c->kern, "kernels.cu:ep_fn", {"comment", group_comment(G, grp)},
 	        {"what", g->vals.v[r].name}, {"rtype", cg_regtype((DType)cg_vtype(G, r)->dt)},
 	        {"name", name}, {"params", ep->params}, {"body", p.btext}, {"reg", reg(&p, r)});
 	free(p.btext);
 	ep->fmt = cg_fmt(c, "%s(%s, %%s, %%s)", name, ep->args);
-	vec_free(&p.params);
-	free(p.param_out);
-	free(p.have);
+	pw_free(&p);
 }
 
 CgInput

@@ -1577,42 +1577,44 @@ static cudaError_t sg_launch_flash_bwd(const SgFlashParams *in, cudaStream_t str
 #pragma nv_diag_default 177
 // cg_attn.sg:31: %yf = cast(%p, dtype=f32)
 // cg_attn.sg:32: %sq = square(%yf)
+// (x0 = %p, x1 = %yf, x2 = %sq)
 static __global__ void __launch_bounds__(256)
-k_attn_bf16_31_cast_yf(const sg_bf16 *__restrict__ v_p, float *__restrict__ v_yf, float *__restrict__ v_sq)
+k_attn_bf16_31_cast_yf(const sg_bf16 *__restrict__ x0, float *__restrict__ x1, float *__restrict__ x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_p = sg_ld(v_p[i]);
-		const float r_yf = sg_to_f32(r_p);
-		v_yf[i] = sg_st_f32(r_yf);
-		const float r_sq = sg_to_f32(r_yf * r_yf);
-		v_sq[i] = sg_st_f32(r_sq);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(r0);
+		x1[i] = sg_st_f32(r1);
+		const float r2 = sg_to_f32(r1 * r1);
+		x2[i] = sg_st_f32(r2);
 	}
 }
 // cg_attn.sg:31: %yf = cast(%p, dtype=f32)
 // cg_attn.sg:32: %sq = square(%yf)
+// (x0 = %p, x1 = %yf, x2 = %sq)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_bf16_31_cast_yf is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_attn_bf16_31_cast_yf_vec(const sg_bf16 *__restrict__ v_p, float *__restrict__ v_yf, float *__restrict__ v_sq)
+k_attn_bf16_31_cast_yf_vec(const sg_bf16 *__restrict__ x0, float *__restrict__ x1, float *__restrict__ x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {
-		const sg_vec<sg_bf16, 4> v_p_v = *(const sg_vec<sg_bf16, 4> *)(v_p + w * 4);
-		sg_vec<float, 4> v_yf_v;
-		sg_vec<float, 4> v_sq_v;
+		const sg_vec<sg_bf16, 4> x0_v = *(const sg_vec<sg_bf16, 4> *)(x0 + w * 4);
+		sg_vec<float, 4> x1_v;
+		sg_vec<float, 4> x2_v;
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
 			const int i = w * 4 + j;
 			(void)i;
-			const float r_p = sg_ld(v_p_v.v[j]);
-			const float r_yf = sg_to_f32(r_p);
-			v_yf_v.v[j] = sg_st_f32(r_yf);
-			const float r_sq = sg_to_f32(r_yf * r_yf);
-			v_sq_v.v[j] = sg_st_f32(r_sq);
+			const float r0 = sg_ld(x0_v.v[j]);
+			const float r1 = sg_to_f32(r0);
+			x1_v.v[j] = sg_st_f32(r1);
+			const float r2 = sg_to_f32(r1 * r1);
+			x2_v.v[j] = sg_st_f32(r2);
 		}
-		*(sg_vec<float, 4> *)(v_yf + w * 4) = v_yf_v;
-		*(sg_vec<float, 4> *)(v_sq + w * 4) = v_sq_v;
+		*(sg_vec<float, 4> *)(x1 + w * 4) = x1_v;
+		*(sg_vec<float, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
 // cg_attn.sg:33: %loss = mean(%sq, keepdim=false)
@@ -1651,47 +1653,49 @@ k_attn_bf16_33_expand_grad_sq_2(const float *__restrict__ x, float *__restrict__
 // cg_attn.sg:32: %grad.yf.1 = mul(%yf, 2.0)
 // cg_attn.sg:32: %grad.yf = mul(%grad.sq, %grad.yf.1)
 // cg_attn.sg:31: %grad.p = cast(%grad.yf, dtype=bf16)
+// (x0 = %grad.sq.2, x1 = %yf, x2 = %grad.p)
 static __global__ void __launch_bounds__(256)
-k_attn_bf16_33_div_grad_sq(const float *__restrict__ v_grad_sq_2, const float *__restrict__ v_yf, sg_bf16 *__restrict__ v_grad_p)
+k_attn_bf16_33_div_grad_sq(const float *__restrict__ x0, const float *__restrict__ x1, sg_bf16 *__restrict__ x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_grad_sq_2 = sg_ld(v_grad_sq_2[i]);
-		const float r_grad_sq = sg_to_f32(r_grad_sq_2 / (float)16384LL);
-		const float r_yf = sg_ld(v_yf[i]);
-		const float r_grad_yf_1 = sg_to_f32(r_yf * (float)2.0);
-		const float r_grad_yf = sg_to_f32(r_grad_sq * r_grad_yf_1);
-		const float r_grad_p = sg_to_bf16(r_grad_yf);
-		v_grad_p[i] = sg_st_bf16(r_grad_p);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(r0 / (float)16384LL);
+		const float r2 = sg_ld(x1[i]);
+		const float r3 = sg_to_f32(r2 * (float)2.0);
+		const float r4 = sg_to_f32(r1 * r3);
+		const float r5 = sg_to_bf16(r4);
+		x2[i] = sg_st_bf16(r5);
 	}
 }
 // cg_attn.sg:33: %grad.sq = div(%grad.sq.2, 16384)
 // cg_attn.sg:32: %grad.yf.1 = mul(%yf, 2.0)
 // cg_attn.sg:32: %grad.yf = mul(%grad.sq, %grad.yf.1)
 // cg_attn.sg:31: %grad.p = cast(%grad.yf, dtype=bf16)
+// (x0 = %grad.sq.2, x1 = %yf, x2 = %grad.p)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_bf16_33_div_grad_sq is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_attn_bf16_33_div_grad_sq_vec(const float *__restrict__ v_grad_sq_2, const float *__restrict__ v_yf, sg_bf16 *__restrict__ v_grad_p)
+k_attn_bf16_33_div_grad_sq_vec(const float *__restrict__ x0, const float *__restrict__ x1, sg_bf16 *__restrict__ x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {
-		const sg_vec<float, 4> v_grad_sq_2_v = *(const sg_vec<float, 4> *)(v_grad_sq_2 + w * 4);
-		const sg_vec<float, 4> v_yf_v = *(const sg_vec<float, 4> *)(v_yf + w * 4);
-		sg_vec<sg_bf16, 4> v_grad_p_v;
+		const sg_vec<float, 4> x0_v = *(const sg_vec<float, 4> *)(x0 + w * 4);
+		const sg_vec<float, 4> x1_v = *(const sg_vec<float, 4> *)(x1 + w * 4);
+		sg_vec<sg_bf16, 4> x2_v;
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
 			const int i = w * 4 + j;
 			(void)i;
-			const float r_grad_sq_2 = sg_ld(v_grad_sq_2_v.v[j]);
-			const float r_grad_sq = sg_to_f32(r_grad_sq_2 / (float)16384LL);
-			const float r_yf = sg_ld(v_yf_v.v[j]);
-			const float r_grad_yf_1 = sg_to_f32(r_yf * (float)2.0);
-			const float r_grad_yf = sg_to_f32(r_grad_sq * r_grad_yf_1);
-			const float r_grad_p = sg_to_bf16(r_grad_yf);
-			v_grad_p_v.v[j] = sg_st_bf16(r_grad_p);
+			const float r0 = sg_ld(x0_v.v[j]);
+			const float r1 = sg_to_f32(r0 / (float)16384LL);
+			const float r2 = sg_ld(x1_v.v[j]);
+			const float r3 = sg_to_f32(r2 * (float)2.0);
+			const float r4 = sg_to_f32(r1 * r3);
+			const float r5 = sg_to_bf16(r4);
+			x2_v.v[j] = sg_st_bf16(r5);
 		}
-		*(sg_vec<sg_bf16, 4> *)(v_grad_p + w * 4) = v_grad_p_v;
+		*(sg_vec<sg_bf16, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
 // cg_attn.sg:30: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)
@@ -3142,42 +3146,44 @@ k_attn_f16_53_transpose_att4(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ 
 }
 // cg_attn.sg:56: %yf = cast(%p, dtype=f32)
 // cg_attn.sg:57: %sq = square(%yf)
+// (x0 = %p, x1 = %yf, x2 = %sq)
 static __global__ void __launch_bounds__(256)
-k_attn_f16_56_cast_yf(const sg_f16 *__restrict__ v_p, float *__restrict__ v_yf, float *__restrict__ v_sq)
+k_attn_f16_56_cast_yf(const sg_f16 *__restrict__ x0, float *__restrict__ x1, float *__restrict__ x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_p = sg_ld(v_p[i]);
-		const float r_yf = sg_to_f32(r_p);
-		v_yf[i] = sg_st_f32(r_yf);
-		const float r_sq = sg_to_f32(r_yf * r_yf);
-		v_sq[i] = sg_st_f32(r_sq);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(r0);
+		x1[i] = sg_st_f32(r1);
+		const float r2 = sg_to_f32(r1 * r1);
+		x2[i] = sg_st_f32(r2);
 	}
 }
 // cg_attn.sg:56: %yf = cast(%p, dtype=f32)
 // cg_attn.sg:57: %sq = square(%yf)
+// (x0 = %p, x1 = %yf, x2 = %sq)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_f16_56_cast_yf is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_attn_f16_56_cast_yf_vec(const sg_f16 *__restrict__ v_p, float *__restrict__ v_yf, float *__restrict__ v_sq)
+k_attn_f16_56_cast_yf_vec(const sg_f16 *__restrict__ x0, float *__restrict__ x1, float *__restrict__ x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {
-		const sg_vec<sg_f16, 4> v_p_v = *(const sg_vec<sg_f16, 4> *)(v_p + w * 4);
-		sg_vec<float, 4> v_yf_v;
-		sg_vec<float, 4> v_sq_v;
+		const sg_vec<sg_f16, 4> x0_v = *(const sg_vec<sg_f16, 4> *)(x0 + w * 4);
+		sg_vec<float, 4> x1_v;
+		sg_vec<float, 4> x2_v;
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
 			const int i = w * 4 + j;
 			(void)i;
-			const float r_p = sg_ld(v_p_v.v[j]);
-			const float r_yf = sg_to_f32(r_p);
-			v_yf_v.v[j] = sg_st_f32(r_yf);
-			const float r_sq = sg_to_f32(r_yf * r_yf);
-			v_sq_v.v[j] = sg_st_f32(r_sq);
+			const float r0 = sg_ld(x0_v.v[j]);
+			const float r1 = sg_to_f32(r0);
+			x1_v.v[j] = sg_st_f32(r1);
+			const float r2 = sg_to_f32(r1 * r1);
+			x2_v.v[j] = sg_st_f32(r2);
 		}
-		*(sg_vec<float, 4> *)(v_yf + w * 4) = v_yf_v;
-		*(sg_vec<float, 4> *)(v_sq + w * 4) = v_sq_v;
+		*(sg_vec<float, 4> *)(x1 + w * 4) = x1_v;
+		*(sg_vec<float, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
 // cg_attn.sg:58: %loss = mean(%sq, keepdim=false)
@@ -3216,47 +3222,49 @@ k_attn_f16_58_expand_grad_sq_2(const float *__restrict__ x, float *__restrict__ 
 // cg_attn.sg:57: %grad.yf.1 = mul(%yf, 2.0)
 // cg_attn.sg:57: %grad.yf = mul(%grad.sq, %grad.yf.1)
 // cg_attn.sg:56: %grad.p = cast(%grad.yf, dtype=f16)
+// (x0 = %grad.sq.2, x1 = %yf, x2 = %grad.p)
 static __global__ void __launch_bounds__(256)
-k_attn_f16_58_div_grad_sq(const float *__restrict__ v_grad_sq_2, const float *__restrict__ v_yf, sg_f16 *__restrict__ v_grad_p)
+k_attn_f16_58_div_grad_sq(const float *__restrict__ x0, const float *__restrict__ x1, sg_f16 *__restrict__ x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_grad_sq_2 = sg_ld(v_grad_sq_2[i]);
-		const float r_grad_sq = sg_to_f32(r_grad_sq_2 / (float)16384LL);
-		const float r_yf = sg_ld(v_yf[i]);
-		const float r_grad_yf_1 = sg_to_f32(r_yf * (float)2.0);
-		const float r_grad_yf = sg_to_f32(r_grad_sq * r_grad_yf_1);
-		const float r_grad_p = sg_to_f16(r_grad_yf);
-		v_grad_p[i] = sg_st_f16(r_grad_p);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(r0 / (float)16384LL);
+		const float r2 = sg_ld(x1[i]);
+		const float r3 = sg_to_f32(r2 * (float)2.0);
+		const float r4 = sg_to_f32(r1 * r3);
+		const float r5 = sg_to_f16(r4);
+		x2[i] = sg_st_f16(r5);
 	}
 }
 // cg_attn.sg:58: %grad.sq = div(%grad.sq.2, 16384)
 // cg_attn.sg:57: %grad.yf.1 = mul(%yf, 2.0)
 // cg_attn.sg:57: %grad.yf = mul(%grad.sq, %grad.yf.1)
 // cg_attn.sg:56: %grad.p = cast(%grad.yf, dtype=f16)
+// (x0 = %grad.sq.2, x1 = %yf, x2 = %grad.p)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_f16_58_div_grad_sq is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_attn_f16_58_div_grad_sq_vec(const float *__restrict__ v_grad_sq_2, const float *__restrict__ v_yf, sg_f16 *__restrict__ v_grad_p)
+k_attn_f16_58_div_grad_sq_vec(const float *__restrict__ x0, const float *__restrict__ x1, sg_f16 *__restrict__ x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {
-		const sg_vec<float, 4> v_grad_sq_2_v = *(const sg_vec<float, 4> *)(v_grad_sq_2 + w * 4);
-		const sg_vec<float, 4> v_yf_v = *(const sg_vec<float, 4> *)(v_yf + w * 4);
-		sg_vec<sg_f16, 4> v_grad_p_v;
+		const sg_vec<float, 4> x0_v = *(const sg_vec<float, 4> *)(x0 + w * 4);
+		const sg_vec<float, 4> x1_v = *(const sg_vec<float, 4> *)(x1 + w * 4);
+		sg_vec<sg_f16, 4> x2_v;
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
 			const int i = w * 4 + j;
 			(void)i;
-			const float r_grad_sq_2 = sg_ld(v_grad_sq_2_v.v[j]);
-			const float r_grad_sq = sg_to_f32(r_grad_sq_2 / (float)16384LL);
-			const float r_yf = sg_ld(v_yf_v.v[j]);
-			const float r_grad_yf_1 = sg_to_f32(r_yf * (float)2.0);
-			const float r_grad_yf = sg_to_f32(r_grad_sq * r_grad_yf_1);
-			const float r_grad_p = sg_to_f16(r_grad_yf);
-			v_grad_p_v.v[j] = sg_st_f16(r_grad_p);
+			const float r0 = sg_ld(x0_v.v[j]);
+			const float r1 = sg_to_f32(r0 / (float)16384LL);
+			const float r2 = sg_ld(x1_v.v[j]);
+			const float r3 = sg_to_f32(r2 * (float)2.0);
+			const float r4 = sg_to_f32(r1 * r3);
+			const float r5 = sg_to_f16(r4);
+			x2_v.v[j] = sg_st_f16(r5);
 		}
-		*(sg_vec<sg_f16, 4> *)(v_grad_p + w * 4) = v_grad_p_v;
+		*(sg_vec<sg_f16, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
 // cg_attn.sg:55: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)
@@ -4682,35 +4690,37 @@ static cudaError_t sg_launch_flash_bwd(const SgFlashParams *in, cudaStream_t str
 #endif /* SGK_ATTENTION_CUH */
 #pragma nv_diag_default 177
 // cg_attn.sg:78: %y = mul(%att3, 2.0)
+// (x0 = %att3, x1 = %y)
 static __global__ void __launch_bounds__(256)
-k_attn_f32_78_mul_y(const float *__restrict__ v_att3, float *__restrict__ v_y)
+k_attn_f32_78_mul_y(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_att3 = sg_ld(v_att3[i]);
-		const float r_y = sg_to_f32(r_att3 * (float)2.0);
-		v_y[i] = sg_st_f32(r_y);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(r0 * (float)2.0);
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_attn.sg:78: %y = mul(%att3, 2.0)
+// (x0 = %att3, x1 = %y)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_f32_78_mul_y is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_attn_f32_78_mul_y_vec(const float *__restrict__ v_att3, float *__restrict__ v_y)
+k_attn_f32_78_mul_y_vec(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {
-		const sg_vec<float, 4> v_att3_v = *(const sg_vec<float, 4> *)(v_att3 + w * 4);
-		sg_vec<float, 4> v_y_v;
+		const sg_vec<float, 4> x0_v = *(const sg_vec<float, 4> *)(x0 + w * 4);
+		sg_vec<float, 4> x1_v;
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
 			const int i = w * 4 + j;
 			(void)i;
-			const float r_att3 = sg_ld(v_att3_v.v[j]);
-			const float r_y = sg_to_f32(r_att3 * (float)2.0);
-			v_y_v.v[j] = sg_st_f32(r_y);
+			const float r0 = sg_ld(x0_v.v[j]);
+			const float r1 = sg_to_f32(r0 * (float)2.0);
+			x1_v.v[j] = sg_st_f32(r1);
 		}
-		*(sg_vec<float, 4> *)(v_y + w * 4) = v_y_v;
+		*(sg_vec<float, 4> *)(x1 + w * 4) = x1_v;
 	}
 }
 // cg_attn.sg:79: %qs = sum(%q, keepdim=false)

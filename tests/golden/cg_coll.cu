@@ -230,14 +230,15 @@ k_coll_21_all_gather_blocks_g1(const sg_bf16 *__restrict__ x, sg_bf16 *__restric
 		out[i] = x[i];
 }
 // cg_coll.sg:26: %m = mul(%x, 2.0)
+// (x0 = %x, x1 = %m)
 static __global__ void __launch_bounds__(256)
-k_coll_26_mul_m(const float *__restrict__ v_x, float *__restrict__ v_m)
+k_coll_26_mul_m(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 512;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_x = sg_ld(v_x[i]);
-		const float r_m = sg_to_f32(r_x * (float)2.0);
-		v_m[i] = sg_st_f32(r_m);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(r0 * (float)2.0);
+		x1[i] = sg_st_f32(r1);
 	}
 }
 

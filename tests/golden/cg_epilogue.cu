@@ -226,12 +226,12 @@ static __device__ __forceinline__ T sg_reduce(T v, Op op)
 /* The pointwise ops after %m, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_20_ep_m2(const float *__restrict__ v_s, float *__restrict__ v_z, sg_i64 i, const float r_m)
+k_epilogue_20_ep_m2(const float *__restrict__ v_s, float *__restrict__ v_z, sg_i64 i, const float r0)
 {
-	const float r_m2 = sg_to_f32(r_m * (float)2.0);
-	const float r_s = sg_ld(v_s[i]);
-	const float r_z = sg_to_f32(r_m2 + r_s);
-	v_z[i] = sg_st_f32(r_z);
+	const float r1 = sg_to_f32(r0 * (float)2.0);
+	const float r2 = sg_ld(v_s[i]);
+	const float r3 = sg_to_f32(r1 + r2);
+	v_z[i] = sg_st_f32(r3);
 }
 // cg_epilogue.sg:19: %m = mean(%x, dims=[1], keepdim=false)
 static __global__ void __launch_bounds__(256)
@@ -253,10 +253,10 @@ k_epilogue_19_mean_m(const float *__restrict__ x, const float *__restrict__ v_s,
 /* The pointwise ops after %cs, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_23_ep_ch(sg_bf16 *__restrict__ v_ch, sg_i64 i, const float r_cs)
+k_epilogue_23_ep_ch(sg_bf16 *__restrict__ v_ch, sg_i64 i, const float r0)
 {
-	const float r_ch = sg_to_bf16(r_cs * (float)0.5);
-	v_ch[i] = sg_st_bf16(r_ch);
+	const float r1 = sg_to_bf16(r0 * (float)0.5);
+	v_ch[i] = sg_st_bf16(r1);
 }
 // cg_epilogue.sg:22: %cs = sum(%h, dims=[0], keepdim=false)
 /* A reduction whose outputs are the innermost elements: the 32 threads of
@@ -287,20 +287,20 @@ k_epilogue_22_sum_cs(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out, s
 static __device__ __forceinline__ __attribute__((unused)) float
 k_epilogue_24_elem_d(const float *__restrict__ v_big, const float *__restrict__ v_big2, sg_i64 i)
 {
-	const float r_big = sg_ld(v_big[i]);
-	const float r_big2 = sg_ld(v_big2[i]);
-	const float r_d = sg_to_f32(r_big - r_big2);
-	const float r_sq = sg_to_f32(r_d * r_d);
-	return r_sq;
+	const float r0 = sg_ld(v_big[i]);
+	const float r1 = sg_ld(v_big2[i]);
+	const float r2 = sg_to_f32(r0 - r1);
+	const float r3 = sg_to_f32(r2 * r2);
+	return r3;
 }
 // cg_epilogue.sg:27: %rmse = sqrt(%ms)
 /* The pointwise ops after %ms, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_27_ep_rmse(float *__restrict__ v_rmse, sg_i64 i, const float r_ms)
+k_epilogue_27_ep_rmse(float *__restrict__ v_rmse, sg_i64 i, const float r0)
 {
-	const float r_rmse = sg_to_f32(sg_sqrt(r_ms));
-	v_rmse[i] = sg_st_f32(r_rmse);
+	const float r1 = sg_to_f32(sg_sqrt(r0));
+	v_rmse[i] = sg_st_f32(r1);
 }
 // cg_epilogue.sg:26: %ms = mean(%sq, keepdim=false)
 /* Stage 1 of mean: each block reduces a strided part into part[block]. */
@@ -330,10 +330,10 @@ k_epilogue_26_mean_final_ms(const float *__restrict__ part, float *__restrict__ 
 /* The pointwise ops after %v, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_29_ep_sd(float *__restrict__ v_sd, sg_i64 i, const float r_v)
+k_epilogue_29_ep_sd(float *__restrict__ v_sd, sg_i64 i, const float r0)
 {
-	const float r_sd = sg_to_f32(sg_sqrt(r_v));
-	v_sd[i] = sg_st_f32(r_sd);
+	const float r1 = sg_to_f32(sg_sqrt(r0));
+	v_sd[i] = sg_st_f32(r1);
 }
 // cg_epilogue.sg:28: %v = var(%x, dims=[1], keepdim=false)
 static __global__ void __launch_bounds__(256)
@@ -363,10 +363,10 @@ k_epilogue_28_var_v(const float *__restrict__ x, float *__restrict__ v_sd)
 /* The pointwise ops after %sm, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_31_ep_sm3(float *__restrict__ v_sm3, sg_i64 i, const float r_sm)
+k_epilogue_31_ep_sm3(float *__restrict__ v_sm3, sg_i64 i, const float r0)
 {
-	const float r_sm3 = sg_to_f32(r_sm * (float)3.0);
-	v_sm3[i] = sg_st_f32(r_sm3);
+	const float r1 = sg_to_f32(r0 * (float)3.0);
+	v_sm3[i] = sg_st_f32(r1);
 }
 // cg_epilogue.sg:30: %sm = softmax(%x, dim=-1)
 static __global__ void __launch_bounds__(256)
@@ -396,10 +396,10 @@ k_epilogue_30_softmax_sm(const float *__restrict__ x, float *__restrict__ v_sm3)
 /* The pointwise ops after %ls, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_33_ep_nl(sg_bf16 *__restrict__ v_nl, sg_i64 i, const float r_ls)
+k_epilogue_33_ep_nl(sg_bf16 *__restrict__ v_nl, sg_i64 i, const float r0)
 {
-	const float r_nl = sg_to_bf16(-r_ls);
-	v_nl[i] = sg_st_bf16(r_nl);
+	const float r1 = sg_to_bf16(-r0);
+	v_nl[i] = sg_st_bf16(r1);
 }
 // cg_epilogue.sg:32: %ls = log_softmax(%h, dim=-1)
 static __global__ void __launch_bounds__(256)
@@ -429,10 +429,10 @@ k_epilogue_32_log_softmax_ls(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict_
 /* The pointwise ops after %ln, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_35_ep_g(sg_bf16 *__restrict__ v_g, sg_i64 i, const float r_ln)
+k_epilogue_35_ep_g(sg_bf16 *__restrict__ v_g, sg_i64 i, const float r0)
 {
-	const float r_g = sg_to_bf16(sg_gelu(r_ln));
-	v_g[i] = sg_st_bf16(r_g);
+	const float r1 = sg_to_bf16(sg_gelu(r0));
+	v_g[i] = sg_st_bf16(r1);
 }
 // cg_epilogue.sg:34: %ln = layer_norm(%h, %w, eps=1e-05)
 static __global__ void __launch_bounds__(256)
@@ -464,11 +464,11 @@ k_epilogue_34_layer_norm_ln(const sg_bf16 *__restrict__ x, const sg_bf16 *__rest
 /* The pointwise ops after %rn, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_37_ep_ry(const float *__restrict__ v_y, float *__restrict__ v_ry, sg_i64 i, const float r_rn)
+k_epilogue_37_ep_ry(const float *__restrict__ v_y, float *__restrict__ v_ry, sg_i64 i, const float r0)
 {
-	const float r_y = sg_ld(v_y[i]);
-	const float r_ry = sg_to_f32(r_rn * r_y);
-	v_ry[i] = sg_st_f32(r_ry);
+	const float r1 = sg_ld(v_y[i]);
+	const float r2 = sg_to_f32(r0 * r1);
+	v_ry[i] = sg_st_f32(r2);
 }
 // cg_epilogue.sg:36: %rn = rms_norm(%x, eps=1e-06)
 static __global__ void __launch_bounds__(256)
@@ -1536,10 +1536,10 @@ static cudaError_t sg_launch_cross_entropy_bwd(const T *x, const long long *targ
 /* The pointwise ops after %ce, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_39_ep_ce2(float *__restrict__ v_ce2, sg_i64 i, const float r_ce)
+k_epilogue_39_ep_ce2(float *__restrict__ v_ce2, sg_i64 i, const float r0)
 {
-	const float r_ce2 = sg_to_f32(r_ce * (float)0.5);
-	v_ce2[i] = sg_st_f32(r_ce2);
+	const float r1 = sg_to_f32(r0 * (float)0.5);
+	v_ce2[i] = sg_st_f32(r1);
 }
 // cg_epilogue.sg:38: %ce = cross_entropy(%x, %t)
 /* cross_entropy, after the row logsumexps of the kernel library
@@ -1572,10 +1572,10 @@ k_epilogue_38_cross_entropy_loss_ce(const float *__restrict__ x, const sg_i64 *_
 /* The pointwise ops after %cb, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_41_ep_cb1(sg_bf16 *__restrict__ v_cb1, sg_i64 i, const float r_cb)
+k_epilogue_41_ep_cb1(sg_bf16 *__restrict__ v_cb1, sg_i64 i, const float r0)
 {
-	const float r_cb1 = sg_to_bf16(r_cb + (float)1.0);
-	v_cb1[i] = sg_st_bf16(r_cb1);
+	const float r1 = sg_to_bf16(r0 + (float)1.0);
+	v_cb1[i] = sg_st_bf16(r1);
 }
 // cg_epilogue.sg:40: %cb = cross_entropy(%h, %t)
 /* cross_entropy, after the row logsumexps of the kernel library
@@ -1608,10 +1608,10 @@ k_epilogue_40_cross_entropy_loss_cb(const sg_bf16 *__restrict__ x, const sg_i64 
 /* The pointwise ops after %mse, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_43_ep_mse2(float *__restrict__ v_mse2, sg_i64 i, const float r_mse)
+k_epilogue_43_ep_mse2(float *__restrict__ v_mse2, sg_i64 i, const float r0)
 {
-	const float r_mse2 = sg_to_f32(r_mse * (float)2.0);
-	v_mse2[i] = sg_st_f32(r_mse2);
+	const float r1 = sg_to_f32(r0 * (float)2.0);
+	v_mse2[i] = sg_st_f32(r1);
 }
 // cg_epilogue.sg:42: %mse = mse_loss(%x, %y)
 /* Stage 1 of mse_loss: each block reduces a strided part into part[block]. */

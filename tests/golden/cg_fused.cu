@@ -226,21 +226,22 @@ static __device__ __forceinline__ T sg_reduce(T v, Op op)
 // cg_fused.sg:15: %z = mul(%a, 2.0)
 // cg_fused.sg:16: %yb = cast(%y, dtype=f32)
 // cg_fused.sg:17: %o = add(%z, %yb)
+// (x0 = %x, x1 = %b, x2 = %y, x3 = %yb, x4 = %o)
 static __global__ void __launch_bounds__(256)
-k_fused_13_add_h(const float *__restrict__ v_x, const float *__restrict__ v_b, const sg_bf16 *__restrict__ v_y, float *__restrict__ v_yb, float *__restrict__ v_o)
+k_fused_13_add_h(const float *__restrict__ x0, const float *__restrict__ x1, const sg_bf16 *__restrict__ x2, float *__restrict__ x3, float *__restrict__ x4)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_x = sg_ld(v_x[i]);
-		const float r_b = sg_ld(v_b[i % 256]);
-		const float r_h = sg_to_f32(r_x + r_b);
-		const float r_a = sg_to_f32(sg_gelu(r_h));
-		const float r_z = sg_to_f32(r_a * (float)2.0);
-		const float r_y = sg_ld(v_y[i]);
-		const float r_yb = sg_to_f32(r_y);
-		v_yb[i] = sg_st_f32(r_yb);
-		const float r_o = sg_to_f32(r_z + r_yb);
-		v_o[i] = sg_st_f32(r_o);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_ld(x1[i % 256]);
+		const float r2 = sg_to_f32(r0 + r1);
+		const float r3 = sg_to_f32(sg_gelu(r2));
+		const float r4 = sg_to_f32(r3 * (float)2.0);
+		const float r5 = sg_ld(x2[i]);
+		const float r6 = sg_to_f32(r5);
+		x3[i] = sg_st_f32(r6);
+		const float r7 = sg_to_f32(r4 + r6);
+		x4[i] = sg_st_f32(r7);
 	}
 }
 // cg_fused.sg:13: %h = add(%x, %b)
@@ -248,44 +249,45 @@ k_fused_13_add_h(const float *__restrict__ v_x, const float *__restrict__ v_b, c
 // cg_fused.sg:15: %z = mul(%a, 2.0)
 // cg_fused.sg:16: %yb = cast(%y, dtype=f32)
 // cg_fused.sg:17: %o = add(%z, %yb)
+// (x0 = %x, x1 = %b, x2 = %y, x3 = %yb, x4 = %o)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_fused_13_add_h is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_fused_13_add_h_vec(const float *__restrict__ v_x, const float *__restrict__ v_b, const sg_bf16 *__restrict__ v_y, float *__restrict__ v_yb, float *__restrict__ v_o)
+k_fused_13_add_h_vec(const float *__restrict__ x0, const float *__restrict__ x1, const sg_bf16 *__restrict__ x2, float *__restrict__ x3, float *__restrict__ x4)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {
-		const sg_vec<float, 4> v_x_v = *(const sg_vec<float, 4> *)(v_x + w * 4);
-		const sg_vec<sg_bf16, 4> v_y_v = *(const sg_vec<sg_bf16, 4> *)(v_y + w * 4);
-		sg_vec<float, 4> v_yb_v;
-		sg_vec<float, 4> v_o_v;
+		const sg_vec<float, 4> x0_v = *(const sg_vec<float, 4> *)(x0 + w * 4);
+		const sg_vec<sg_bf16, 4> x2_v = *(const sg_vec<sg_bf16, 4> *)(x2 + w * 4);
+		sg_vec<float, 4> x3_v;
+		sg_vec<float, 4> x4_v;
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
 			const int i = w * 4 + j;
 			(void)i;
-			const float r_x = sg_ld(v_x_v.v[j]);
-			const float r_b = sg_ld(v_b[i % 256]);
-			const float r_h = sg_to_f32(r_x + r_b);
-			const float r_a = sg_to_f32(sg_gelu(r_h));
-			const float r_z = sg_to_f32(r_a * (float)2.0);
-			const float r_y = sg_ld(v_y_v.v[j]);
-			const float r_yb = sg_to_f32(r_y);
-			v_yb_v.v[j] = sg_st_f32(r_yb);
-			const float r_o = sg_to_f32(r_z + r_yb);
-			v_o_v.v[j] = sg_st_f32(r_o);
+			const float r0 = sg_ld(x0_v.v[j]);
+			const float r1 = sg_ld(x1[i % 256]);
+			const float r2 = sg_to_f32(r0 + r1);
+			const float r3 = sg_to_f32(sg_gelu(r2));
+			const float r4 = sg_to_f32(r3 * (float)2.0);
+			const float r5 = sg_ld(x2_v.v[j]);
+			const float r6 = sg_to_f32(r5);
+			x3_v.v[j] = sg_st_f32(r6);
+			const float r7 = sg_to_f32(r4 + r6);
+			x4_v.v[j] = sg_st_f32(r7);
 		}
-		*(sg_vec<float, 4> *)(v_yb + w * 4) = v_yb_v;
-		*(sg_vec<float, 4> *)(v_o + w * 4) = v_o_v;
+		*(sg_vec<float, 4> *)(x3 + w * 4) = x3_v;
+		*(sg_vec<float, 4> *)(x4 + w * 4) = x4_v;
 	}
 }
 // cg_fused.sg:19: %n = neg(%s)
 /* The pointwise ops after %s, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_fused_19_ep_n(float *__restrict__ v_n, sg_i64 i, const float r_s)
+k_fused_19_ep_n(float *__restrict__ v_n, sg_i64 i, const float r0)
 {
-	const float r_n = sg_to_f32(-r_s);
-	v_n[i] = sg_st_f32(r_n);
+	const float r1 = sg_to_f32(-r0);
+	v_n[i] = sg_st_f32(r1);
 }
 // cg_fused.sg:18: %s = sum(%o, dims=[1], keepdim=false)
 static __global__ void __launch_bounds__(256)
@@ -309,9 +311,9 @@ k_fused_18_sum_s(const float *__restrict__ x, float *__restrict__ v_n)
 static __device__ __forceinline__ __attribute__((unused)) float
 k_fused_20_elem_c(const float *__restrict__ v_x, sg_i64 i)
 {
-	const float r_x = sg_ld(v_x[i]);
-	const float r_c = sg_to_f32(r_x * (float)0.125);
-	return r_c;
+	const float r0 = sg_ld(v_x[i]);
+	const float r1 = sg_to_f32(r0 * (float)0.125);
+	return r1;
 }
 // cg_fused.sg:21: %sm = softmax(%c, dim=-1)
 static __global__ void __launch_bounds__(256)
@@ -366,11 +368,11 @@ k_fused_22_sum_cs(const float *__restrict__ x, float *__restrict__ out)
 static __device__ __forceinline__ __attribute__((unused)) float
 k_fused_23_elem_d(const float *__restrict__ v_x, const float *__restrict__ v_yb, sg_i64 i)
 {
-	const float r_x = sg_ld(v_x[i]);
-	const float r_yb = sg_ld(v_yb[i]);
-	const float r_d = sg_to_f32(r_x - r_yb);
-	const float r_sq = sg_to_f32(r_d * r_d);
-	return r_sq;
+	const float r0 = sg_ld(v_x[i]);
+	const float r1 = sg_ld(v_yb[i]);
+	const float r2 = sg_to_f32(r0 - r1);
+	const float r3 = sg_to_f32(r2 * r2);
+	return r3;
 }
 // cg_fused.sg:25: %ms = mean(%sq, keepdim=false)
 static __global__ void __launch_bounds__(1024)

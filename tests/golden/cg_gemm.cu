@@ -230,14 +230,15 @@ k_gemm_43_transpose_kt(const float *__restrict__ x, float *__restrict__ out)
 		out[i] = x[i / 20 + (i % 20) * 24];
 }
 // cg_gemm.sg:45: %e7 = exp(%kt)
+// (x0 = %kt, x1 = %e7)
 static __global__ void __launch_bounds__(256)
-k_gemm_45_exp_e7(const float *__restrict__ v_kt, float *__restrict__ v_e7)
+k_gemm_45_exp_e7(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 480;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_kt = sg_ld(v_kt[i]);
-		const float r_e7 = sg_to_f32(sg_exp(r_kt));
-		v_e7[i] = sg_st_f32(r_e7);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_exp(r0));
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_gemm.sg:46: %st = transpose(%w, dim0=0, dim1=1)
@@ -249,59 +250,64 @@ k_gemm_46_transpose_st(const float *__restrict__ x, float *__restrict__ out)
 		out[i] = x[i / 16 + (i % 16) * 24];
 }
 // cg_gemm.sg:54: %u.1 = mul(%u, 2.0)
+// (x0 = %u, x1 = %u.1)
 static __global__ void __launch_bounds__(256)
-k_gemm_54_mul_u_1(const float *__restrict__ v_u, float *__restrict__ v_u_1)
+k_gemm_54_mul_u_1(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 480;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_u = sg_ld(v_u[i]);
-		const float r_u_1 = sg_to_f32(r_u * (float)2.0);
-		v_u_1[i] = sg_st_f32(r_u_1);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(r0 * (float)2.0);
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_gemm.sg:64: %a4 = gelu(%l4, approximate="none")
+// (x0 = %l4, x1 = %a4)
 static __global__ void __launch_bounds__(256)
-k_gemm_64_gelu_a4(const float *__restrict__ v_l4, float *__restrict__ v_a4)
+k_gemm_64_gelu_a4(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 320;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_l4 = sg_ld(v_l4[i]);
-		const float r_a4 = sg_to_f32(sg_gelu(r_l4));
-		v_a4[i] = sg_st_f32(r_a4);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_gelu(r0));
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_gemm.sg:66: %a5 = relu(%l5)
+// (x0 = %l5, x1 = %a5)
 static __global__ void __launch_bounds__(256)
-k_gemm_66_relu_a5(const float *__restrict__ v_l5, float *__restrict__ v_a5)
+k_gemm_66_relu_a5(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 320;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_l5 = sg_ld(v_l5[i]);
-		const float r_a5 = sg_to_f32(sg_relu(r_l5));
-		v_a5[i] = sg_st_f32(r_a5);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_relu(r0));
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_gemm.sg:68: %a6 = relu(%l6)
 // cg_gemm.sg:69: %m6 = mul(%a6, 2.0)
+// (x0 = %l6, x1 = %m6)
 static __global__ void __launch_bounds__(256)
-k_gemm_68_relu_a6(const float *__restrict__ v_l6, float *__restrict__ v_m6)
+k_gemm_68_relu_a6(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 320;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_l6 = sg_ld(v_l6[i]);
-		const float r_a6 = sg_to_f32(sg_relu(r_l6));
-		const float r_m6 = sg_to_f32(r_a6 * (float)2.0);
-		v_m6[i] = sg_st_f32(r_m6);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_relu(r0));
+		const float r2 = sg_to_f32(r1 * (float)2.0);
+		x1[i] = sg_st_f32(r2);
 	}
 }
 // cg_gemm.sg:70: copy_(%u, %u.1)
+// (x0 = %u.1, x1 = %u)
 static __global__ void __launch_bounds__(256)
-k_gemm_70_copy_(const float *v_u_1, float *v_u)
+k_gemm_70_copy_(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 480;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_u_1 = sg_ld(v_u_1[i]);
-		v_u[i] = sg_st_f32(sg_to_f32(r_u_1));
+		const float r0 = sg_ld(x0[i]);
+		x1[i] = sg_st_f32(sg_to_f32(r0));
 	}
 }
 

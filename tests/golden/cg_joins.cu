@@ -222,36 +222,39 @@ static __device__ __forceinline__ T sg_reduce(T v, Op op)
 	return v;
 }
 // cg_joins.sg:17: %y = exp(%x)
+// (x0 = %x, x1 = %y)
 static __global__ void __launch_bounds__(256)
-k_joins_17_exp_y(const float *__restrict__ v_x, float *__restrict__ v_y)
+k_joins_17_exp_y(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_x = sg_ld(v_x[i]);
-		const float r_y = sg_to_f32(sg_exp(r_x));
-		v_y[i] = sg_st_f32(r_y);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_exp(r0));
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_joins.sg:20: %z = neg(%y.1)
+// (x0 = %y.1, x1 = %z)
 static __global__ void __launch_bounds__(256)
-k_joins_20_neg_z(const float *__restrict__ v_y_1, float *__restrict__ v_z)
+k_joins_20_neg_z(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_y_1 = sg_ld(v_y_1[i]);
-		const float r_z = sg_to_f32(-r_y_1);
-		v_z[i] = sg_st_f32(r_z);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(-r0);
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_joins.sg:24: %u = abs(%z.1)
+// (x0 = %z.1, x1 = %u)
 static __global__ void __launch_bounds__(256)
-k_joins_24_abs_u(const float *__restrict__ v_z_1, float *__restrict__ v_u)
+k_joins_24_abs_u(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_z_1 = sg_ld(v_z_1[i]);
-		const float r_u = sg_to_f32(sg_fabs(r_z_1));
-		v_u[i] = sg_st_f32(r_u);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_fabs(r0));
+		x1[i] = sg_st_f32(r1);
 	}
 }
 

@@ -241,11 +241,11 @@ k_adamw_bf16_19_sum_s(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 /* The pointwise ops after %m, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_adamw_bf16_21_ep_loss(const sg_bf16 *__restrict__ v_s, sg_bf16 *__restrict__ v_loss, sg_i64 i, const float r_m)
+k_adamw_bf16_21_ep_loss(const sg_bf16 *__restrict__ v_s, sg_bf16 *__restrict__ v_loss, sg_i64 i, const float r0)
 {
-	const float r_s = sg_ld(v_s[0]);
-	const float r_loss = sg_to_bf16(r_m + r_s);
-	v_loss[i] = sg_st_bf16(r_loss);
+	const float r1 = sg_ld(v_s[0]);
+	const float r2 = sg_to_bf16(r0 + r1);
+	v_loss[i] = sg_st_bf16(r2);
 }
 // cg_optim.sg:20: %m = mse_loss(%h, %y)
 /* Stage 1 of mse_loss: each block reduces a strided part into part[block]. */
@@ -282,18 +282,19 @@ k_adamw_bf16_22_ones_grad_loss(sg_bf16 *__restrict__ out)
 // cg_optim.sg:20: %grad.h.1 = sub(%h, %y)
 // cg_optim.sg:20: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)
 // cg_optim.sg:20: %grad.h = mul(%grad.h.2, %grad.loss)
+// (x0 = %h, x1 = %y, x2 = %grad.loss, x3 = %grad.h)
 static __global__ void __launch_bounds__(256)
-k_adamw_bf16_20_sub_grad_h_1(const sg_bf16 *__restrict__ v_h, const sg_bf16 *__restrict__ v_y, const sg_bf16 *__restrict__ v_grad_loss, sg_bf16 *__restrict__ v_grad_h)
+k_adamw_bf16_20_sub_grad_h_1(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, const sg_bf16 *__restrict__ x2, sg_bf16 *__restrict__ x3)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 288;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_h = sg_ld(v_h[i]);
-		const float r_y = sg_ld(v_y[i]);
-		const float r_grad_h_1 = sg_to_bf16(r_h - r_y);
-		const float r_grad_h_2 = sg_to_bf16(r_grad_h_1 * (float)0.0069444445);
-		const float r_grad_loss = sg_ld(v_grad_loss[0]);
-		const float r_grad_h = sg_to_bf16(r_grad_h_2 * r_grad_loss);
-		v_grad_h[i] = sg_st_bf16(r_grad_h);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_ld(x1[i]);
+		const float r2 = sg_to_bf16(r0 - r1);
+		const float r3 = sg_to_bf16(r2 * (float)0.0069444445);
+		const float r4 = sg_ld(x2[0]);
+		const float r5 = sg_to_bf16(r3 * r4);
+		x3[i] = sg_st_bf16(r5);
 	}
 }
 // cg_optim.sg:19: %grad.c = expand(%grad.c.1, shape=[37])
@@ -511,18 +512,19 @@ k_adamw_f16_unfused_35_ones_grad_loss(sg_f16 *__restrict__ out)
 // cg_optim.sg:34: %grad.h.1 = sub(%h, %y)
 // cg_optim.sg:34: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)
 // cg_optim.sg:34: %grad.h = mul(%grad.h.2, %grad.loss)
+// (x0 = %h, x1 = %y, x2 = %grad.loss, x3 = %grad.h)
 static __global__ void __launch_bounds__(256)
-k_adamw_f16_unfused_34_sub_grad_h_1(const sg_f16 *__restrict__ v_h, const sg_f16 *__restrict__ v_y, const sg_f16 *__restrict__ v_grad_loss, sg_f16 *__restrict__ v_grad_h)
+k_adamw_f16_unfused_34_sub_grad_h_1(const sg_f16 *__restrict__ x0, const sg_f16 *__restrict__ x1, const sg_f16 *__restrict__ x2, sg_f16 *__restrict__ x3)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 288;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_h = sg_ld(v_h[i]);
-		const float r_y = sg_ld(v_y[i]);
-		const float r_grad_h_1 = sg_to_f16(r_h - r_y);
-		const float r_grad_h_2 = sg_to_f16(r_grad_h_1 * (float)0.0069444445);
-		const float r_grad_loss = sg_ld(v_grad_loss[0]);
-		const float r_grad_h = sg_to_f16(r_grad_h_2 * r_grad_loss);
-		v_grad_h[i] = sg_st_f16(r_grad_h);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_ld(x1[i]);
+		const float r2 = sg_to_f16(r0 - r1);
+		const float r3 = sg_to_f16(r2 * (float)0.0069444445);
+		const float r4 = sg_ld(x2[0]);
+		const float r5 = sg_to_f16(r3 * r4);
+		x3[i] = sg_st_f16(r5);
 	}
 }
 // cg_optim.sg:33: %grad.b = sum(%grad.h, dims=[0], keepdim=false)
@@ -682,18 +684,19 @@ k_adamw_f32_48_ones_grad_loss(float *__restrict__ out)
 // cg_optim.sg:47: %grad.h.1 = sub(%h, %y)
 // cg_optim.sg:47: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)
 // cg_optim.sg:47: %grad.h = mul(%grad.h.2, %grad.loss)
+// (x0 = %h, x1 = %y, x2 = %grad.loss, x3 = %grad.h)
 static __global__ void __launch_bounds__(256)
-k_adamw_f32_47_sub_grad_h_1(const float *__restrict__ v_h, const float *__restrict__ v_y, const float *__restrict__ v_grad_loss, float *__restrict__ v_grad_h)
+k_adamw_f32_47_sub_grad_h_1(const float *__restrict__ x0, const float *__restrict__ x1, const float *__restrict__ x2, float *__restrict__ x3)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 288;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_h = sg_ld(v_h[i]);
-		const float r_y = sg_ld(v_y[i]);
-		const float r_grad_h_1 = sg_to_f32(r_h - r_y);
-		const float r_grad_h_2 = sg_to_f32(r_grad_h_1 * (float)0.0069444445);
-		const float r_grad_loss = sg_ld(v_grad_loss[0]);
-		const float r_grad_h = sg_to_f32(r_grad_h_2 * r_grad_loss);
-		v_grad_h[i] = sg_st_f32(r_grad_h);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_ld(x1[i]);
+		const float r2 = sg_to_f32(r0 - r1);
+		const float r3 = sg_to_f32(r2 * (float)0.0069444445);
+		const float r4 = sg_ld(x2[0]);
+		const float r5 = sg_to_f32(r3 * r4);
+		x3[i] = sg_st_f32(r5);
 	}
 }
 // cg_optim.sg:46: %grad.b = sum(%grad.h, dims=[0], keepdim=false)
@@ -850,23 +853,6 @@ k_sgd_bf16_61_ones_grad_loss(sg_bf16 *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_bf16(sg_to_bf16((sg_i64)1));
 }
-// cg_optim.sg:60: %grad.h.1 = sub(%h, %y)
-// cg_optim.sg:60: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)
-// cg_optim.sg:60: %grad.h = mul(%grad.h.2, %grad.loss)
-static __global__ void __launch_bounds__(256)
-k_sgd_bf16_60_sub_grad_h_1(const sg_bf16 *__restrict__ v_h, const sg_bf16 *__restrict__ v_y, const sg_bf16 *__restrict__ v_grad_loss, sg_bf16 *__restrict__ v_grad_h)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 288;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r_h = sg_ld(v_h[i]);
-		const float r_y = sg_ld(v_y[i]);
-		const float r_grad_h_1 = sg_to_bf16(r_h - r_y);
-		const float r_grad_h_2 = sg_to_bf16(r_grad_h_1 * (float)0.0069444445);
-		const float r_grad_loss = sg_ld(v_grad_loss[0]);
-		const float r_grad_h = sg_to_bf16(r_grad_h_2 * r_grad_loss);
-		v_grad_h[i] = sg_st_bf16(r_grad_h);
-	}
-}
 // cg_optim.sg:59: %grad.b = sum(%grad.h, dims=[0], keepdim=false)
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
@@ -991,23 +977,6 @@ k_sgd_f16_unfused_74_ones_grad_loss(sg_f16 *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_f16(sg_to_f16((sg_i64)1));
 }
-// cg_optim.sg:73: %grad.h.1 = sub(%h, %y)
-// cg_optim.sg:73: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)
-// cg_optim.sg:73: %grad.h = mul(%grad.h.2, %grad.loss)
-static __global__ void __launch_bounds__(256)
-k_sgd_f16_unfused_73_sub_grad_h_1(const sg_f16 *__restrict__ v_h, const sg_f16 *__restrict__ v_y, const sg_f16 *__restrict__ v_grad_loss, sg_f16 *__restrict__ v_grad_h)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 288;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r_h = sg_ld(v_h[i]);
-		const float r_y = sg_ld(v_y[i]);
-		const float r_grad_h_1 = sg_to_f16(r_h - r_y);
-		const float r_grad_h_2 = sg_to_f16(r_grad_h_1 * (float)0.0069444445);
-		const float r_grad_loss = sg_ld(v_grad_loss[0]);
-		const float r_grad_h = sg_to_f16(r_grad_h_2 * r_grad_loss);
-		v_grad_h[i] = sg_st_f16(r_grad_h);
-	}
-}
 // cg_optim.sg:72: %grad.b = sum(%grad.h, dims=[0], keepdim=false)
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
@@ -1129,23 +1098,6 @@ k_sgd_f32_wd_87_ones_grad_loss(float *__restrict__ out)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_f32(sg_to_f32((sg_i64)1));
-}
-// cg_optim.sg:86: %grad.h.1 = sub(%h, %y)
-// cg_optim.sg:86: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)
-// cg_optim.sg:86: %grad.h = mul(%grad.h.2, %grad.loss)
-static __global__ void __launch_bounds__(256)
-k_sgd_f32_wd_86_sub_grad_h_1(const float *__restrict__ v_h, const float *__restrict__ v_y, const float *__restrict__ v_grad_loss, float *__restrict__ v_grad_h)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 288;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r_h = sg_ld(v_h[i]);
-		const float r_y = sg_ld(v_y[i]);
-		const float r_grad_h_1 = sg_to_f32(r_h - r_y);
-		const float r_grad_h_2 = sg_to_f32(r_grad_h_1 * (float)0.0069444445);
-		const float r_grad_loss = sg_ld(v_grad_loss[0]);
-		const float r_grad_h = sg_to_f32(r_grad_h_2 * r_grad_loss);
-		v_grad_h[i] = sg_st_f32(r_grad_h);
-	}
 }
 // cg_optim.sg:85: %grad.b = sum(%grad.h, dims=[0], keepdim=false)
 /* A reduction whose outputs are the innermost elements: the 32 threads of
@@ -2206,8 +2158,8 @@ sgd_bf16_run(sgd_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_optim.sg:60: %grad.h = mul(%grad.h.2, %grad.loss) */
 	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 1024); /* 576 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_sgd_bf16_60_sub_grad_h_1", 60,
-	            k_sgd_bf16_60_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
+	SGRT_KERNEL(rt, 0, "k_adamw_bf16_20_sub_grad_h_1", 60,
+	            k_adamw_bf16_20_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
 	/* cg_optim.sg:59: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1) */
 	/* (not copied: the products read v_grad_h through their operand layout) */
@@ -2447,8 +2399,8 @@ sgd_f16_unfused_run(sgd_f16_unfused_model *M, void *const *io, const cudaEvent_t
 
 	/* cg_optim.sg:73: %grad.h = mul(%grad.h.2, %grad.loss) */
 	v_grad_h = (sg_f16 *)SGRT_AT(rt, 1024); /* 576 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_sgd_f16_unfused_73_sub_grad_h_1", 73,
-	            k_sgd_f16_unfused_73_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
+	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_34_sub_grad_h_1", 73,
+	            k_adamw_f16_unfused_34_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
 	/* cg_optim.sg:72: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1) */
 	/* (not copied: the products read v_grad_h through their operand layout) */
@@ -2680,8 +2632,8 @@ sgd_f32_wd_run(sgd_f32_wd_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_optim.sg:86: %grad.h = mul(%grad.h.2, %grad.loss) */
 	v_grad_h = (float *)SGRT_AT(rt, 1536); /* 1152 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_sgd_f32_wd_86_sub_grad_h_1", 86,
-	            k_sgd_f32_wd_86_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
+	SGRT_KERNEL(rt, 0, "k_adamw_f32_47_sub_grad_h_1", 86,
+	            k_adamw_f32_47_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
 	/* cg_optim.sg:85: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1) */
 	/* (not copied: the products read v_grad_h through their operand layout) */

@@ -222,172 +222,187 @@ static __device__ __forceinline__ T sg_reduce(T v, Op op)
 	return v;
 }
 // cg_pointwise.sg:13: %a = mul(%x, %r)
+// (x0 = %x, x1 = %r, x2 = %a)
 static __global__ void __launch_bounds__(256)
-k_pointwise_13_mul_a(const float *__restrict__ v_x, const float *__restrict__ v_r, float *__restrict__ v_a)
+k_pointwise_13_mul_a(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_x = sg_ld(v_x[i]);
-		const float r_r = sg_ld(v_r[i % 40]);
-		const float r_a = sg_to_f32(r_x * r_r);
-		v_a[i] = sg_st_f32(r_a);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_ld(x1[i % 40]);
+		const float r2 = sg_to_f32(r0 * r1);
+		x2[i] = sg_st_f32(r2);
 	}
 }
 // cg_pointwise.sg:14: %b = add(%a, 0.5)
+// (x0 = %a, x1 = %b)
 static __global__ void __launch_bounds__(256)
-k_pointwise_14_add_b(const float *__restrict__ v_a, float *__restrict__ v_b)
+k_pointwise_14_add_b(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_a = sg_ld(v_a[i]);
-		const float r_b = sg_to_f32(r_a + (float)0.5);
-		v_b[i] = sg_st_f32(r_b);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(r0 + (float)0.5);
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_pointwise.sg:15: %e = exp(%b)
+// (x0 = %b, x1 = %e)
 static __global__ void __launch_bounds__(256)
-k_pointwise_15_exp_e(const float *__restrict__ v_b, float *__restrict__ v_e)
+k_pointwise_15_exp_e(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_b = sg_ld(v_b[i]);
-		const float r_e = sg_to_f32(sg_exp(r_b));
-		v_e[i] = sg_st_f32(r_e);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_exp(r0));
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_pointwise.sg:16: %g = gelu(%e, approximate="tanh")
+// (x0 = %e, x1 = %g)
 static __global__ void __launch_bounds__(256)
-k_pointwise_16_gelu_g(const float *__restrict__ v_e, float *__restrict__ v_g)
+k_pointwise_16_gelu_g(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_e = sg_ld(v_e[i]);
-		const float r_g = sg_to_f32(sg_gelu_tanh(r_e));
-		v_g[i] = sg_st_f32(r_g);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_gelu_tanh(r0));
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_pointwise.sg:17: %s = sub(1.0, %h)
+// (x0 = %h, x1 = %s)
 static __global__ void __launch_bounds__(256)
-k_pointwise_17_sub_s(const sg_bf16 *__restrict__ v_h, sg_bf16 *__restrict__ v_s)
+k_pointwise_17_sub_s(const sg_bf16 *__restrict__ x0, sg_bf16 *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_h = sg_ld(v_h[i]);
-		const float r_s = sg_to_bf16((float)1.0 - r_h);
-		v_s[i] = sg_st_bf16(r_s);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_bf16((float)1.0 - r0);
+		x1[i] = sg_st_bf16(r1);
 	}
 }
 // cg_pointwise.sg:18: %hb = mul(%s, %h)
+// (x0 = %s, x1 = %h, x2 = %hb)
 static __global__ void __launch_bounds__(256)
-k_pointwise_18_mul_hb(const sg_bf16 *__restrict__ v_s, const sg_bf16 *__restrict__ v_h, sg_bf16 *__restrict__ v_hb)
+k_pointwise_18_mul_hb(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, sg_bf16 *__restrict__ x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_s = sg_ld(v_s[i]);
-		const float r_h = sg_ld(v_h[i]);
-		const float r_hb = sg_to_bf16(r_s * r_h);
-		v_hb[i] = sg_st_bf16(r_hb);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_ld(x1[i]);
+		const float r2 = sg_to_bf16(r0 * r1);
+		x2[i] = sg_st_bf16(r2);
 	}
 }
 // cg_pointwise.sg:19: %q = div(%i, 3)
+// (x0 = %i, x1 = %q)
 static __global__ void __launch_bounds__(256)
-k_pointwise_19_div_q(const sg_i64 *__restrict__ v_i, float *__restrict__ v_q)
+k_pointwise_19_div_q(const sg_i64 *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const sg_i64 r_i = sg_ld(v_i[i]);
-		const float r_q = sg_to_f32(sg_opf(r_i) / (float)3LL);
-		v_q[i] = sg_st_f32(r_q);
+		const sg_i64 r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_opf(r0) / (float)3LL);
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_pointwise.sg:20: %p = pow(%i, 2)
+// (x0 = %i, x1 = %p)
 static __global__ void __launch_bounds__(256)
-k_pointwise_20_pow_p(const sg_i64 *__restrict__ v_i, sg_i64 *__restrict__ v_p)
+k_pointwise_20_pow_p(const sg_i64 *__restrict__ x0, sg_i64 *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const sg_i64 r_i = sg_ld(v_i[i]);
-		const sg_i64 r_p = sg_to_i64(sg_ipow(r_i, 2LL));
-		v_p[i] = sg_st_i64(r_p);
+		const sg_i64 r0 = sg_ld(x0[i]);
+		const sg_i64 r1 = sg_to_i64(sg_ipow(r0, 2LL));
+		x1[i] = sg_st_i64(r1);
 	}
 }
 // cg_pointwise.sg:21: %w = where(%m, %x, -1.0)
+// (x0 = %m, x1 = %x, x2 = %w)
 static __global__ void __launch_bounds__(256)
-k_pointwise_21_where_w(const sg_bool *__restrict__ v_m, const float *__restrict__ v_x, float *__restrict__ v_w)
+k_pointwise_21_where_w(const sg_bool *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const sg_i64 r_m = sg_ld(v_m[i]);
-		const float r_x = sg_ld(v_x[i]);
-		const float r_w = sg_to_f32((sg_to_i64(r_m) != 0 ? r_x : (float)-1.0));
-		v_w[i] = sg_st_f32(r_w);
+		const sg_i64 r0 = sg_ld(x0[i]);
+		const float r1 = sg_ld(x1[i]);
+		const float r2 = sg_to_f32((sg_to_i64(r0) != 0 ? r1 : (float)-1.0));
+		x2[i] = sg_st_f32(r2);
 	}
 }
 // cg_pointwise.sg:22: %lt = lt(%h, 0.1)
+// (x0 = %h, x1 = %lt)
 static __global__ void __launch_bounds__(256)
-k_pointwise_22_lt_lt(const sg_bf16 *__restrict__ v_h, sg_bool *__restrict__ v_lt)
+k_pointwise_22_lt_lt(const sg_bf16 *__restrict__ x0, sg_bool *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_h = sg_ld(v_h[i]);
-		const sg_i64 r_lt = sg_to_bool((sg_i64)(sg_to_bf16(r_h) < sg_to_bf16((float)0.1)));
-		v_lt[i] = sg_st_bool(r_lt);
+		const float r0 = sg_ld(x0[i]);
+		const sg_i64 r1 = sg_to_bool((sg_i64)(sg_to_bf16(r0) < sg_to_bf16((float)0.1)));
+		x1[i] = sg_st_bool(r1);
 	}
 }
 // cg_pointwise.sg:23: %c = clamp(%x, min=-0.5, max=0.5)
+// (x0 = %x, x1 = %c)
 static __global__ void __launch_bounds__(256)
-k_pointwise_23_clamp_c(const float *__restrict__ v_x, float *__restrict__ v_c)
+k_pointwise_23_clamp_c(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_x = sg_ld(v_x[i]);
-		const float r_c = sg_to_f32(sg_clamp_hi(sg_clamp_lo(r_x, (float)-0.5), (float)0.5));
-		v_c[i] = sg_st_f32(r_c);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_clamp_hi(sg_clamp_lo(r0, (float)-0.5), (float)0.5));
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_pointwise.sg:24: %ci = clamp(%i, min=1)
+// (x0 = %i, x1 = %ci)
 static __global__ void __launch_bounds__(256)
-k_pointwise_24_clamp_ci(const sg_i64 *__restrict__ v_i, sg_i64 *__restrict__ v_ci)
+k_pointwise_24_clamp_ci(const sg_i64 *__restrict__ x0, sg_i64 *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const sg_i64 r_i = sg_ld(v_i[i]);
-		const sg_i64 r_ci = sg_to_i64(sg_imax(r_i, 1LL));
-		v_ci[i] = sg_st_i64(r_ci);
+		const sg_i64 r0 = sg_ld(x0[i]);
+		const sg_i64 r1 = sg_to_i64(sg_imax(r0, 1LL));
+		x1[i] = sg_st_i64(r1);
 	}
 }
 // cg_pointwise.sg:25: %t = cast(%x, dtype=i32)
+// (x0 = %x, x1 = %t)
 static __global__ void __launch_bounds__(256)
-k_pointwise_25_cast_t(const float *__restrict__ v_x, sg_i32 *__restrict__ v_t)
+k_pointwise_25_cast_t(const float *__restrict__ x0, sg_i32 *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_x = sg_ld(v_x[i]);
-		const sg_i64 r_t = sg_to_i32(r_x);
-		v_t[i] = sg_st_i32(r_t);
+		const float r0 = sg_ld(x0[i]);
+		const sg_i64 r1 = sg_to_i32(r0);
+		x1[i] = sg_st_i32(r1);
 	}
 }
 // cg_pointwise.sg:26: %f = cast(%i, dtype=f16)
+// (x0 = %i, x1 = %f)
 static __global__ void __launch_bounds__(256)
-k_pointwise_26_cast_f(const sg_i64 *__restrict__ v_i, sg_f16 *__restrict__ v_f)
+k_pointwise_26_cast_f(const sg_i64 *__restrict__ x0, sg_f16 *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const sg_i64 r_i = sg_ld(v_i[i]);
-		const float r_f = sg_to_f16(r_i);
-		v_f[i] = sg_st_f16(r_f);
+		const sg_i64 r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f16(r0);
+		x1[i] = sg_st_f16(r1);
 	}
 }
 // cg_pointwise.sg:27: %mx = maximum(%x, %w)
+// (x0 = %x, x1 = %w, x2 = %mx)
 static __global__ void __launch_bounds__(256)
-k_pointwise_27_maximum_mx(const float *__restrict__ v_x, const float *__restrict__ v_w, float *__restrict__ v_mx)
+k_pointwise_27_maximum_mx(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_x = sg_ld(v_x[i]);
-		const float r_w = sg_ld(v_w[i]);
-		const float r_mx = sg_to_f32(sg_maximum(r_x, r_w));
-		v_mx[i] = sg_st_f32(r_mx);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_ld(x1[i]);
+		const float r2 = sg_to_f32(sg_maximum(r0, r1));
+		x2[i] = sg_st_f32(r2);
 	}
 }
 

@@ -1265,10 +1265,10 @@ static cudaError_t sg_launch_cross_entropy_bwd(const T *x, const long long *targ
 /* The pointwise ops after %ce, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_rows_f32_25_ep_loss(float *__restrict__ v_loss, sg_i64 i, const float r_ce)
+k_rows_f32_25_ep_loss(float *__restrict__ v_loss, sg_i64 i, const float r0)
 {
-	const float r_loss = sg_to_f32(r_ce * (float)0.5);
-	v_loss[i] = sg_st_f32(r_loss);
+	const float r1 = sg_to_f32(r0 * (float)0.5);
+	v_loss[i] = sg_st_f32(r1);
 }
 // cg_rows_bwd.sg:24: %ce = cross_entropy(%o, %t)
 /* cross_entropy, after the row logsumexps of the kernel library
@@ -1306,14 +1306,15 @@ k_rows_f32_26_ones_grad_loss(float *__restrict__ out)
 		out[i] = sg_st_f32(sg_to_f32((sg_i64)1));
 }
 // cg_rows_bwd.sg:25: %grad.ce = mul(%grad.loss, 0.5)
+// (x0 = %grad.loss, x1 = %grad.ce)
 static __global__ void __launch_bounds__(256)
-k_rows_f32_25_mul_grad_ce(const float *__restrict__ v_grad_loss, float *__restrict__ v_grad_ce)
+k_rows_f32_25_mul_grad_ce(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_grad_loss = sg_ld(v_grad_loss[0]);
-		const float r_grad_ce = sg_to_f32(r_grad_loss * (float)0.5);
-		v_grad_ce[i] = sg_st_f32(r_grad_ce);
+		const float r0 = sg_ld(x0[0]);
+		const float r1 = sg_to_f32(r0 * (float)0.5);
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_rows_bwd.sg:24: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)
@@ -1375,10 +1376,10 @@ k_rows_f32_23_sgd_update(float *__restrict__ p, const float *__restrict__ g)
 static __device__ __forceinline__ __attribute__((unused)) float
 k_rows_f32_22_elem_grad_q_2(const float *__restrict__ v_grad_r, const float *__restrict__ v_grad_q_1, sg_i64 i)
 {
-	const float r_grad_r = sg_ld(v_grad_r[i]);
-	const float r_grad_q_1 = sg_ld(v_grad_q_1[i]);
-	const float r_grad_q_2 = sg_to_f32(r_grad_r * r_grad_q_1);
-	return r_grad_q_2;
+	const float r0 = sg_ld(v_grad_r[i]);
+	const float r1 = sg_ld(v_grad_q_1[i]);
+	const float r2 = sg_to_f32(r0 * r1);
+	return r2;
 }
 // cg_rows_bwd.sg:22: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)
 /* A reduction whose outputs are the innermost elements: the 32 threads of
@@ -1438,10 +1439,10 @@ k_rows_f32_22_sgd_update(float *__restrict__ p, const float *__restrict__ g)
 static __device__ __forceinline__ __attribute__((unused)) float
 k_rows_f32_21_elem_grad_g_2(const float *__restrict__ v_grad_n, const float *__restrict__ v_grad_g_1, sg_i64 i)
 {
-	const float r_grad_n = sg_ld(v_grad_n[i]);
-	const float r_grad_g_1 = sg_ld(v_grad_g_1[i]);
-	const float r_grad_g_2 = sg_to_f32(r_grad_n * r_grad_g_1);
-	return r_grad_g_2;
+	const float r0 = sg_ld(v_grad_n[i]);
+	const float r1 = sg_ld(v_grad_g_1[i]);
+	const float r2 = sg_to_f32(r0 * r1);
+	return r2;
 }
 // cg_rows_bwd.sg:21: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)
 /* A reduction whose outputs are the innermost elements: the 32 threads of
@@ -2621,10 +2622,10 @@ static cudaError_t sg_launch_cross_entropy_bwd(const T *x, const long long *targ
 /* The pointwise ops after %ce, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_rows_bf16_44_ep_loss(sg_bf16 *__restrict__ v_loss, sg_i64 i, const float r_ce)
+k_rows_bf16_44_ep_loss(sg_bf16 *__restrict__ v_loss, sg_i64 i, const float r0)
 {
-	const float r_loss = sg_to_bf16(r_ce * (float)2.0);
-	v_loss[i] = sg_st_bf16(r_loss);
+	const float r1 = sg_to_bf16(r0 * (float)2.0);
+	v_loss[i] = sg_st_bf16(r1);
 }
 // cg_rows_bwd.sg:43: %ce = cross_entropy(%o, %t)
 /* cross_entropy, after the row logsumexps of the kernel library
@@ -2662,14 +2663,15 @@ k_rows_bf16_45_ones_grad_loss(sg_bf16 *__restrict__ out)
 		out[i] = sg_st_bf16(sg_to_bf16((sg_i64)1));
 }
 // cg_rows_bwd.sg:44: %grad.ce = mul(%grad.loss, 2.0)
+// (x0 = %grad.loss, x1 = %grad.ce)
 static __global__ void __launch_bounds__(256)
-k_rows_bf16_44_mul_grad_ce(const sg_bf16 *__restrict__ v_grad_loss, sg_bf16 *__restrict__ v_grad_ce)
+k_rows_bf16_44_mul_grad_ce(const sg_bf16 *__restrict__ x0, sg_bf16 *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_grad_loss = sg_ld(v_grad_loss[0]);
-		const float r_grad_ce = sg_to_bf16(r_grad_loss * (float)2.0);
-		v_grad_ce[i] = sg_st_bf16(r_grad_ce);
+		const float r0 = sg_ld(x0[0]);
+		const float r1 = sg_to_bf16(r0 * (float)2.0);
+		x1[i] = sg_st_bf16(r1);
 	}
 }
 // cg_rows_bwd.sg:43: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)
@@ -2731,10 +2733,10 @@ k_rows_bf16_42_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 static __device__ __forceinline__ __attribute__((unused)) float
 k_rows_bf16_41_elem_grad_q_2(const sg_bf16 *__restrict__ v_grad_r, const sg_bf16 *__restrict__ v_grad_q_1, sg_i64 i)
 {
-	const float r_grad_r = sg_ld(v_grad_r[i]);
-	const float r_grad_q_1 = sg_ld(v_grad_q_1[i]);
-	const float r_grad_q_2 = sg_to_bf16(r_grad_r * r_grad_q_1);
-	return r_grad_q_2;
+	const float r0 = sg_ld(v_grad_r[i]);
+	const float r1 = sg_ld(v_grad_q_1[i]);
+	const float r2 = sg_to_bf16(r0 * r1);
+	return r2;
 }
 // cg_rows_bwd.sg:41: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)
 /* A reduction whose outputs are the innermost elements: the 32 threads of
@@ -2794,10 +2796,10 @@ k_rows_bf16_41_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 static __device__ __forceinline__ __attribute__((unused)) float
 k_rows_bf16_40_elem_grad_g_2(const sg_bf16 *__restrict__ v_grad_n, const sg_bf16 *__restrict__ v_grad_g_1, sg_i64 i)
 {
-	const float r_grad_n = sg_ld(v_grad_n[i]);
-	const float r_grad_g_1 = sg_ld(v_grad_g_1[i]);
-	const float r_grad_g_2 = sg_to_bf16(r_grad_n * r_grad_g_1);
-	return r_grad_g_2;
+	const float r0 = sg_ld(v_grad_n[i]);
+	const float r1 = sg_ld(v_grad_g_1[i]);
+	const float r2 = sg_to_bf16(r0 * r1);
+	return r2;
 }
 // cg_rows_bwd.sg:40: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)
 /* A reduction whose outputs are the innermost elements: the 32 threads of
@@ -3927,10 +3929,10 @@ static cudaError_t sg_launch_cross_entropy_bwd(const T *x, const long long *targ
 static __device__ __forceinline__ __attribute__((unused)) float
 k_soft_f32_63_elem_lt(const float *__restrict__ v_l, const float *__restrict__ v_t, sg_i64 i)
 {
-	const float r_l = sg_ld(v_l[i]);
-	const float r_t = sg_ld(v_t[i]);
-	const float r_lt = sg_to_f32(r_l * r_t);
-	return r_lt;
+	const float r0 = sg_ld(v_l[i]);
+	const float r1 = sg_ld(v_t[i]);
+	const float r2 = sg_to_f32(r0 * r1);
+	return r2;
 }
 // cg_rows_bwd.sg:64: %loss = mean(%lt, keepdim=false)
 static __global__ void __launch_bounds__(256)
@@ -3966,41 +3968,43 @@ k_soft_f32_64_expand_grad_lt_2(const float *__restrict__ x, float *__restrict__ 
 }
 // cg_rows_bwd.sg:64: %grad.lt = div(%grad.lt.2, 1024)
 // cg_rows_bwd.sg:63: %grad.l = mul(%grad.lt, %t)
+// (x0 = %grad.lt.2, x1 = %t, x2 = %grad.l)
 static __global__ void __launch_bounds__(256)
-k_soft_f32_64_div_grad_lt(const float *__restrict__ v_grad_lt_2, const float *__restrict__ v_t, float *__restrict__ v_grad_l)
+k_soft_f32_64_div_grad_lt(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_grad_lt_2 = sg_ld(v_grad_lt_2[i]);
-		const float r_grad_lt = sg_to_f32(r_grad_lt_2 / (float)1024LL);
-		const float r_t = sg_ld(v_t[i]);
-		const float r_grad_l = sg_to_f32(r_grad_lt * r_t);
-		v_grad_l[i] = sg_st_f32(r_grad_l);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(r0 / (float)1024LL);
+		const float r2 = sg_ld(x1[i]);
+		const float r3 = sg_to_f32(r1 * r2);
+		x2[i] = sg_st_f32(r3);
 	}
 }
 // cg_rows_bwd.sg:64: %grad.lt = div(%grad.lt.2, 1024)
 // cg_rows_bwd.sg:63: %grad.l = mul(%grad.lt, %t)
+// (x0 = %grad.lt.2, x1 = %t, x2 = %grad.l)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_soft_f32_64_div_grad_lt is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_soft_f32_64_div_grad_lt_vec(const float *__restrict__ v_grad_lt_2, const float *__restrict__ v_t, float *__restrict__ v_grad_l)
+k_soft_f32_64_div_grad_lt_vec(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 256;
 	     w += (int)gridDim.x * blockDim.x) {
-		const sg_vec<float, 4> v_grad_lt_2_v = *(const sg_vec<float, 4> *)(v_grad_lt_2 + w * 4);
-		const sg_vec<float, 4> v_t_v = *(const sg_vec<float, 4> *)(v_t + w * 4);
-		sg_vec<float, 4> v_grad_l_v;
+		const sg_vec<float, 4> x0_v = *(const sg_vec<float, 4> *)(x0 + w * 4);
+		const sg_vec<float, 4> x1_v = *(const sg_vec<float, 4> *)(x1 + w * 4);
+		sg_vec<float, 4> x2_v;
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
 			const int i = w * 4 + j;
 			(void)i;
-			const float r_grad_lt_2 = sg_ld(v_grad_lt_2_v.v[j]);
-			const float r_grad_lt = sg_to_f32(r_grad_lt_2 / (float)1024LL);
-			const float r_t = sg_ld(v_t_v.v[j]);
-			const float r_grad_l = sg_to_f32(r_grad_lt * r_t);
-			v_grad_l_v.v[j] = sg_st_f32(r_grad_l);
+			const float r0 = sg_ld(x0_v.v[j]);
+			const float r1 = sg_to_f32(r0 / (float)1024LL);
+			const float r2 = sg_ld(x1_v.v[j]);
+			const float r3 = sg_to_f32(r1 * r2);
+			x2_v.v[j] = sg_st_f32(r3);
 		}
-		*(sg_vec<float, 4> *)(v_grad_l + w * 4) = v_grad_l_v;
+		*(sg_vec<float, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
 // cg_rows_bwd.sg:61: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)
@@ -5109,10 +5113,10 @@ static cudaError_t sg_launch_cross_entropy_bwd(const T *x, const long long *targ
 static __device__ __forceinline__ __attribute__((unused)) float
 k_soft_bf16_80_elem_lt(const sg_bf16 *__restrict__ v_l, const sg_bf16 *__restrict__ v_t, sg_i64 i)
 {
-	const float r_l = sg_ld(v_l[i]);
-	const float r_t = sg_ld(v_t[i]);
-	const float r_lt = sg_to_bf16(r_l * r_t);
-	return r_lt;
+	const float r0 = sg_ld(v_l[i]);
+	const float r1 = sg_ld(v_t[i]);
+	const float r2 = sg_to_bf16(r0 * r1);
+	return r2;
 }
 // cg_rows_bwd.sg:81: %loss = mean(%lt, keepdim=false)
 static __global__ void __launch_bounds__(256)
@@ -5148,41 +5152,43 @@ k_soft_bf16_81_expand_grad_lt_2(const sg_bf16 *__restrict__ x, sg_bf16 *__restri
 }
 // cg_rows_bwd.sg:81: %grad.lt = div(%grad.lt.2, 1024)
 // cg_rows_bwd.sg:80: %grad.l = mul(%grad.lt, %t)
+// (x0 = %grad.lt.2, x1 = %t, x2 = %grad.l)
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_81_div_grad_lt(const sg_bf16 *__restrict__ v_grad_lt_2, const sg_bf16 *__restrict__ v_t, sg_bf16 *__restrict__ v_grad_l)
+k_soft_bf16_81_div_grad_lt(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, sg_bf16 *__restrict__ x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_grad_lt_2 = sg_ld(v_grad_lt_2[i]);
-		const float r_grad_lt = sg_to_bf16(r_grad_lt_2 / (float)1024LL);
-		const float r_t = sg_ld(v_t[i]);
-		const float r_grad_l = sg_to_bf16(r_grad_lt * r_t);
-		v_grad_l[i] = sg_st_bf16(r_grad_l);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_bf16(r0 / (float)1024LL);
+		const float r2 = sg_ld(x1[i]);
+		const float r3 = sg_to_bf16(r1 * r2);
+		x2[i] = sg_st_bf16(r3);
 	}
 }
 // cg_rows_bwd.sg:81: %grad.lt = div(%grad.lt.2, 1024)
 // cg_rows_bwd.sg:80: %grad.l = mul(%grad.lt, %t)
+// (x0 = %grad.lt.2, x1 = %t, x2 = %grad.l)
 /* 8 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_soft_bf16_81_div_grad_lt is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_81_div_grad_lt_vec(const sg_bf16 *__restrict__ v_grad_lt_2, const sg_bf16 *__restrict__ v_t, sg_bf16 *__restrict__ v_grad_l)
+k_soft_bf16_81_div_grad_lt_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, sg_bf16 *__restrict__ x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 128;
 	     w += (int)gridDim.x * blockDim.x) {
-		const sg_vec<sg_bf16, 8> v_grad_lt_2_v = *(const sg_vec<sg_bf16, 8> *)(v_grad_lt_2 + w * 8);
-		const sg_vec<sg_bf16, 8> v_t_v = *(const sg_vec<sg_bf16, 8> *)(v_t + w * 8);
-		sg_vec<sg_bf16, 8> v_grad_l_v;
+		const sg_vec<sg_bf16, 8> x0_v = *(const sg_vec<sg_bf16, 8> *)(x0 + w * 8);
+		const sg_vec<sg_bf16, 8> x1_v = *(const sg_vec<sg_bf16, 8> *)(x1 + w * 8);
+		sg_vec<sg_bf16, 8> x2_v;
 #pragma unroll
 		for (int j = 0; j < 8; j++) {
 			const int i = w * 8 + j;
 			(void)i;
-			const float r_grad_lt_2 = sg_ld(v_grad_lt_2_v.v[j]);
-			const float r_grad_lt = sg_to_bf16(r_grad_lt_2 / (float)1024LL);
-			const float r_t = sg_ld(v_t_v.v[j]);
-			const float r_grad_l = sg_to_bf16(r_grad_lt * r_t);
-			v_grad_l_v.v[j] = sg_st_bf16(r_grad_l);
+			const float r0 = sg_ld(x0_v.v[j]);
+			const float r1 = sg_to_bf16(r0 / (float)1024LL);
+			const float r2 = sg_ld(x1_v.v[j]);
+			const float r3 = sg_to_bf16(r1 * r2);
+			x2_v.v[j] = sg_st_bf16(r3);
 		}
-		*(sg_vec<sg_bf16, 8> *)(v_grad_l + w * 8) = v_grad_l_v;
+		*(sg_vec<sg_bf16, 8> *)(x2 + w * 8) = x2_v;
 	}
 }
 // cg_rows_bwd.sg:79: %grad.z.1 = sum(%grad.l, dims=[1], keepdim=true)
@@ -5204,46 +5210,48 @@ k_soft_bf16_79_sum_grad_z_1(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__
 // cg_rows_bwd.sg:79: %grad.z.2 = exp(%l)
 // cg_rows_bwd.sg:79: %grad.z.3 = mul(%grad.z.2, %grad.z.1)
 // cg_rows_bwd.sg:79: %grad.z = sub(%grad.l, %grad.z.3)
+// (x0 = %l, x1 = %grad.z.1, x2 = %grad.l, x3 = %grad.z)
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_79_exp_grad_z_2(const sg_bf16 *__restrict__ v_l, const sg_bf16 *__restrict__ v_grad_z_1, const sg_bf16 *__restrict__ v_grad_l, sg_bf16 *__restrict__ v_grad_z)
+k_soft_bf16_79_exp_grad_z_2(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, const sg_bf16 *__restrict__ x2, sg_bf16 *__restrict__ x3)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_l = sg_ld(v_l[i]);
-		const float r_grad_z_2 = sg_to_bf16(sg_exp(r_l));
-		const float r_grad_z_1 = sg_ld(v_grad_z_1[i / 64]);
-		const float r_grad_z_3 = sg_to_bf16(r_grad_z_2 * r_grad_z_1);
-		const float r_grad_l = sg_ld(v_grad_l[i]);
-		const float r_grad_z = sg_to_bf16(r_grad_l - r_grad_z_3);
-		v_grad_z[i] = sg_st_bf16(r_grad_z);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_bf16(sg_exp(r0));
+		const float r2 = sg_ld(x1[i / 64]);
+		const float r3 = sg_to_bf16(r1 * r2);
+		const float r4 = sg_ld(x2[i]);
+		const float r5 = sg_to_bf16(r4 - r3);
+		x3[i] = sg_st_bf16(r5);
 	}
 }
 // cg_rows_bwd.sg:79: %grad.z.2 = exp(%l)
 // cg_rows_bwd.sg:79: %grad.z.3 = mul(%grad.z.2, %grad.z.1)
 // cg_rows_bwd.sg:79: %grad.z = sub(%grad.l, %grad.z.3)
+// (x0 = %l, x1 = %grad.z.1, x2 = %grad.l, x3 = %grad.z)
 /* 8 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_soft_bf16_79_exp_grad_z_2 is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_79_exp_grad_z_2_vec(const sg_bf16 *__restrict__ v_l, const sg_bf16 *__restrict__ v_grad_z_1, const sg_bf16 *__restrict__ v_grad_l, sg_bf16 *__restrict__ v_grad_z)
+k_soft_bf16_79_exp_grad_z_2_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, const sg_bf16 *__restrict__ x2, sg_bf16 *__restrict__ x3)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 128;
 	     w += (int)gridDim.x * blockDim.x) {
-		const sg_vec<sg_bf16, 8> v_l_v = *(const sg_vec<sg_bf16, 8> *)(v_l + w * 8);
-		const sg_vec<sg_bf16, 8> v_grad_l_v = *(const sg_vec<sg_bf16, 8> *)(v_grad_l + w * 8);
-		sg_vec<sg_bf16, 8> v_grad_z_v;
+		const sg_vec<sg_bf16, 8> x0_v = *(const sg_vec<sg_bf16, 8> *)(x0 + w * 8);
+		const sg_vec<sg_bf16, 8> x2_v = *(const sg_vec<sg_bf16, 8> *)(x2 + w * 8);
+		sg_vec<sg_bf16, 8> x3_v;
 #pragma unroll
 		for (int j = 0; j < 8; j++) {
 			const int i = w * 8 + j;
 			(void)i;
-			const float r_l = sg_ld(v_l_v.v[j]);
-			const float r_grad_z_2 = sg_to_bf16(sg_exp(r_l));
-			const float r_grad_z_1 = sg_ld(v_grad_z_1[i / 64]);
-			const float r_grad_z_3 = sg_to_bf16(r_grad_z_2 * r_grad_z_1);
-			const float r_grad_l = sg_ld(v_grad_l_v.v[j]);
-			const float r_grad_z = sg_to_bf16(r_grad_l - r_grad_z_3);
-			v_grad_z_v.v[j] = sg_st_bf16(r_grad_z);
+			const float r0 = sg_ld(x0_v.v[j]);
+			const float r1 = sg_to_bf16(sg_exp(r0));
+			const float r2 = sg_ld(x1[i / 64]);
+			const float r3 = sg_to_bf16(r1 * r2);
+			const float r4 = sg_ld(x2_v.v[j]);
+			const float r5 = sg_to_bf16(r4 - r3);
+			x3_v.v[j] = sg_st_bf16(r5);
 		}
-		*(sg_vec<sg_bf16, 8> *)(v_grad_z + w * 8) = v_grad_z_v;
+		*(sg_vec<sg_bf16, 8> *)(x3 + w * 8) = x3_v;
 	}
 }
 // cg_rows_bwd.sg:78: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)
@@ -5282,10 +5290,10 @@ k_soft_bf16_78_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 static __device__ __forceinline__ __attribute__((unused)) float
 k_soft_bf16_77_elem_grad_h_1(const sg_bf16 *__restrict__ v_grad_p, const sg_bf16 *__restrict__ v_p, sg_i64 i)
 {
-	const float r_grad_p = sg_ld(v_grad_p[i]);
-	const float r_p = sg_ld(v_p[i]);
-	const float r_grad_h_1 = sg_to_bf16(r_grad_p * r_p);
-	return r_grad_h_1;
+	const float r0 = sg_ld(v_grad_p[i]);
+	const float r1 = sg_ld(v_p[i]);
+	const float r2 = sg_to_bf16(r0 * r1);
+	return r2;
 }
 // cg_rows_bwd.sg:77: %grad.h.2 = sum(%grad.h.1, dims=[1], keepdim=true)
 static __global__ void __launch_bounds__(256)
@@ -5305,43 +5313,45 @@ k_soft_bf16_77_sum_grad_h_2(const sg_bf16 *__restrict__ v_grad_p, const sg_bf16 
 }
 // cg_rows_bwd.sg:77: %grad.h.3 = sub(%grad.p, %grad.h.2)
 // cg_rows_bwd.sg:77: %grad.h = mul(%p, %grad.h.3)
+// (x0 = %grad.p, x1 = %grad.h.2, x2 = %p, x3 = %grad.h)
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_77_sub_grad_h_3(const sg_bf16 *__restrict__ v_grad_p, const sg_bf16 *__restrict__ v_grad_h_2, const sg_bf16 *__restrict__ v_p, sg_bf16 *__restrict__ v_grad_h)
+k_soft_bf16_77_sub_grad_h_3(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, const sg_bf16 *__restrict__ x2, sg_bf16 *__restrict__ x3)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_grad_p = sg_ld(v_grad_p[i]);
-		const float r_grad_h_2 = sg_ld(v_grad_h_2[i / 64]);
-		const float r_grad_h_3 = sg_to_bf16(r_grad_p - r_grad_h_2);
-		const float r_p = sg_ld(v_p[i]);
-		const float r_grad_h = sg_to_bf16(r_p * r_grad_h_3);
-		v_grad_h[i] = sg_st_bf16(r_grad_h);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_ld(x1[i / 64]);
+		const float r2 = sg_to_bf16(r0 - r1);
+		const float r3 = sg_ld(x2[i]);
+		const float r4 = sg_to_bf16(r3 * r2);
+		x3[i] = sg_st_bf16(r4);
 	}
 }
 // cg_rows_bwd.sg:77: %grad.h.3 = sub(%grad.p, %grad.h.2)
 // cg_rows_bwd.sg:77: %grad.h = mul(%p, %grad.h.3)
+// (x0 = %grad.p, x1 = %grad.h.2, x2 = %p, x3 = %grad.h)
 /* 8 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_soft_bf16_77_sub_grad_h_3 is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_77_sub_grad_h_3_vec(const sg_bf16 *__restrict__ v_grad_p, const sg_bf16 *__restrict__ v_grad_h_2, const sg_bf16 *__restrict__ v_p, sg_bf16 *__restrict__ v_grad_h)
+k_soft_bf16_77_sub_grad_h_3_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, const sg_bf16 *__restrict__ x2, sg_bf16 *__restrict__ x3)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 128;
 	     w += (int)gridDim.x * blockDim.x) {
-		const sg_vec<sg_bf16, 8> v_grad_p_v = *(const sg_vec<sg_bf16, 8> *)(v_grad_p + w * 8);
-		const sg_vec<sg_bf16, 8> v_p_v = *(const sg_vec<sg_bf16, 8> *)(v_p + w * 8);
-		sg_vec<sg_bf16, 8> v_grad_h_v;
+		const sg_vec<sg_bf16, 8> x0_v = *(const sg_vec<sg_bf16, 8> *)(x0 + w * 8);
+		const sg_vec<sg_bf16, 8> x2_v = *(const sg_vec<sg_bf16, 8> *)(x2 + w * 8);
+		sg_vec<sg_bf16, 8> x3_v;
 #pragma unroll
 		for (int j = 0; j < 8; j++) {
 			const int i = w * 8 + j;
 			(void)i;
-			const float r_grad_p = sg_ld(v_grad_p_v.v[j]);
-			const float r_grad_h_2 = sg_ld(v_grad_h_2[i / 64]);
-			const float r_grad_h_3 = sg_to_bf16(r_grad_p - r_grad_h_2);
-			const float r_p = sg_ld(v_p_v.v[j]);
-			const float r_grad_h = sg_to_bf16(r_p * r_grad_h_3);
-			v_grad_h_v.v[j] = sg_st_bf16(r_grad_h);
+			const float r0 = sg_ld(x0_v.v[j]);
+			const float r1 = sg_ld(x1[i / 64]);
+			const float r2 = sg_to_bf16(r0 - r1);
+			const float r3 = sg_ld(x2_v.v[j]);
+			const float r4 = sg_to_bf16(r3 * r2);
+			x3_v.v[j] = sg_st_bf16(r4);
 		}
-		*(sg_vec<sg_bf16, 8> *)(v_grad_h + w * 8) = v_grad_h_v;
+		*(sg_vec<sg_bf16, 8> *)(x3 + w * 8) = x3_v;
 	}
 }
 // cg_rows_bwd.sg:76: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0)

@@ -326,14 +326,15 @@ k_shape_23_arange_ar(sg_i64 *__restrict__ out)
 		out[i] = sg_st_i64(sg_to_i64((sg_i64)i));
 }
 // cg_shape.sg:25: %tf = cast(%tab, dtype=f32)
+// (x0 = %tab, x1 = %tf)
 static __global__ void __launch_bounds__(256)
-k_shape_25_cast_tf(const sg_i64 *__restrict__ v_tab, float *__restrict__ v_tf)
+k_shape_25_cast_tf(const sg_i64 *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 12;
 	     i += (int)gridDim.x * blockDim.x) {
-		const sg_i64 r_tab = sg_ld(v_tab[i]);
-		const float r_tf = sg_to_f32(r_tab);
-		v_tf[i] = sg_st_f32(r_tf);
+		const sg_i64 r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(r0);
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_shape.sg:26: %emb = embedding(%idx, %tf)
@@ -360,26 +361,28 @@ k_shape_27_gather_g(const float *__restrict__ x, const sg_i64 *__restrict__ idx,
 	}
 }
 // cg_shape.sg:30: %acc.1 = add(%acc, %x)
+// (x0 = %acc, x1 = %x, x2 = %acc.1)
 static __global__ void __launch_bounds__(256)
-k_shape_30_add_acc_1(const float *__restrict__ v_acc, const float *__restrict__ v_x, float *__restrict__ v_acc_1)
+k_shape_30_add_acc_1(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 24;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_acc = sg_ld(v_acc[i]);
-		const float r_x = sg_ld(v_x[i]);
-		const float r_acc_1 = sg_to_f32(r_acc + r_x);
-		v_acc_1[i] = sg_st_f32(r_acc_1);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_ld(x1[i]);
+		const float r2 = sg_to_f32(r0 + r1);
+		x2[i] = sg_st_f32(r2);
 	}
 }
 // cg_shape.sg:31: %acc.2 = mul(%acc.1, 0.5)
+// (x0 = %acc.1, x1 = %acc.2)
 static __global__ void __launch_bounds__(256)
-k_shape_31_mul_acc_2(const float *__restrict__ v_acc_1, float *__restrict__ v_acc_2)
+k_shape_31_mul_acc_2(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 24;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_acc_1 = sg_ld(v_acc_1[i]);
-		const float r_acc_2 = sg_to_f32(r_acc_1 * (float)0.5);
-		v_acc_2[i] = sg_st_f32(r_acc_2);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(r0 * (float)0.5);
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_shape.sg:33: %ag = all_gather(%x, dim=1, algo="auto")
@@ -391,13 +394,14 @@ k_shape_33_all_gather_blocks_ag(const float *__restrict__ x, float *__restrict__
 		out[i] = x[i];
 }
 // cg_shape.sg:34: copy_(%acc, %acc.2)
+// (x0 = %acc.2, x1 = %acc)
 static __global__ void __launch_bounds__(256)
-k_shape_34_copy_(const float *v_acc_2, float *v_acc)
+k_shape_34_copy_(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 24;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_acc_2 = sg_ld(v_acc_2[i]);
-		v_acc[i] = sg_st_f32(sg_to_f32(r_acc_2));
+		const float r0 = sg_ld(x0[i]);
+		x1[i] = sg_st_f32(sg_to_f32(r0));
 	}
 }
 

@@ -222,48 +222,52 @@ static __device__ __forceinline__ T sg_reduce(T v, Op op)
 	return v;
 }
 // cg_streams.sg:11: %y = exp(%x)
+// (x0 = %x, x1 = %y)
 static __global__ void __launch_bounds__(256)
-k_streams_11_exp_y(const float *__restrict__ v_x, float *__restrict__ v_y)
+k_streams_11_exp_y(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_x = sg_ld(v_x[i]);
-		const float r_y = sg_to_f32(sg_exp(r_x));
-		v_y[i] = sg_st_f32(r_y);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_exp(r0));
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_streams.sg:15: %z = neg(%y.2)
+// (x0 = %y.2, x1 = %z)
 static __global__ void __launch_bounds__(256)
-k_streams_15_neg_z(const float *__restrict__ v_y_2, float *__restrict__ v_z)
+k_streams_15_neg_z(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_y_2 = sg_ld(v_y_2[i]);
-		const float r_z = sg_to_f32(-r_y_2);
-		v_z[i] = sg_st_f32(r_z);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(-r0);
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_streams.sg:16: %u = abs(%z)
+// (x0 = %z, x1 = %u)
 static __global__ void __launch_bounds__(256)
-k_streams_16_abs_u(const float *__restrict__ v_z, float *__restrict__ v_u)
+k_streams_16_abs_u(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_z = sg_ld(v_z[i]);
-		const float r_u = sg_to_f32(sg_fabs(r_z));
-		v_u[i] = sg_st_f32(r_u);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_fabs(r0));
+		x1[i] = sg_st_f32(r1);
 	}
 }
 // cg_streams.sg:19: %w = add(%u.1, %y)
+// (x0 = %u.1, x1 = %y, x2 = %w)
 static __global__ void __launch_bounds__(256)
-k_streams_19_add_w(const float *__restrict__ v_u_1, const float *__restrict__ v_y, float *__restrict__ v_w)
+k_streams_19_add_w(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_u_1 = sg_ld(v_u_1[i]);
-		const float r_y = sg_ld(v_y[i]);
-		const float r_w = sg_to_f32(r_u_1 + r_y);
-		v_w[i] = sg_st_f32(r_w);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_ld(x1[i]);
+		const float r2 = sg_to_f32(r0 + r1);
+		x2[i] = sg_st_f32(r2);
 	}
 }
 

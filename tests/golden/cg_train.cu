@@ -222,14 +222,15 @@ static __device__ __forceinline__ T sg_reduce(T v, Op op)
 	return v;
 }
 // cg_train.sg:16: %a = silu(%h)
+// (x0 = %h, x1 = %a)
 static __global__ void __launch_bounds__(256)
-k_train_16_silu_a(const float *__restrict__ v_h, float *__restrict__ v_a)
+k_train_16_silu_a(const float *__restrict__ x0, float *__restrict__ x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 256;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_h = sg_ld(v_h[i]);
-		const float r_a = sg_to_f32(sg_silu(r_h));
-		v_a[i] = sg_st_f32(r_a);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_silu(r0));
+		x1[i] = sg_st_f32(r1);
 	}
 }
 #pragma nv_diag_suppress 177 /* the kernel library's helpers a program leaves unused */
@@ -1307,18 +1308,19 @@ k_train_20_ones_grad_loss(float *__restrict__ out)
 // cg_train.sg:19: %grad.n.1 = sub(%n, %y)
 // cg_train.sg:19: %grad.n.2 = mul(%grad.n.1, 0.015625)
 // cg_train.sg:19: %grad.n = mul(%grad.n.2, %grad.loss)
+// (x0 = %n, x1 = %y, x2 = %grad.loss, x3 = %grad.n)
 static __global__ void __launch_bounds__(256)
-k_train_19_sub_grad_n_1(const float *__restrict__ v_n, const float *__restrict__ v_y, const float *__restrict__ v_grad_loss, float *__restrict__ v_grad_n)
+k_train_19_sub_grad_n_1(const float *__restrict__ x0, const float *__restrict__ x1, const float *__restrict__ x2, float *__restrict__ x3)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 128;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_n = sg_ld(v_n[i]);
-		const float r_y = sg_ld(v_y[i]);
-		const float r_grad_n_1 = sg_to_f32(r_n - r_y);
-		const float r_grad_n_2 = sg_to_f32(r_grad_n_1 * (float)0.015625);
-		const float r_grad_loss = sg_ld(v_grad_loss[0]);
-		const float r_grad_n = sg_to_f32(r_grad_n_2 * r_grad_loss);
-		v_grad_n[i] = sg_st_f32(r_grad_n);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_ld(x1[i]);
+		const float r2 = sg_to_f32(r0 - r1);
+		const float r3 = sg_to_f32(r2 * (float)0.015625);
+		const float r4 = sg_ld(x2[0]);
+		const float r5 = sg_to_f32(r3 * r4);
+		x3[i] = sg_st_f32(r5);
 	}
 }
 // cg_train.sg:18: %grad.g.2 = mul(%grad.n, %grad.g.1)
@@ -1327,10 +1329,10 @@ k_train_19_sub_grad_n_1(const float *__restrict__ v_n, const float *__restrict__
 static __device__ __forceinline__ __attribute__((unused)) float
 k_train_18_elem_grad_g_2(const float *__restrict__ v_grad_n, const float *__restrict__ v_grad_g_1, sg_i64 i)
 {
-	const float r_grad_n = sg_ld(v_grad_n[i]);
-	const float r_grad_g_1 = sg_ld(v_grad_g_1[i]);
-	const float r_grad_g_2 = sg_to_f32(r_grad_n * r_grad_g_1);
-	return r_grad_g_2;
+	const float r0 = sg_ld(v_grad_n[i]);
+	const float r1 = sg_ld(v_grad_g_1[i]);
+	const float r2 = sg_to_f32(r0 * r1);
+	return r2;
 }
 // cg_train.sg:18: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)
 /* A reduction whose outputs are the innermost elements: the 32 threads of
@@ -1460,20 +1462,21 @@ k_train_17_adamw_update(float *__restrict__ p, const float *__restrict__ g, floa
 // cg_train.sg:16: %grad.h.4 = add(1.0, %grad.h.3)
 // cg_train.sg:16: %grad.h.5 = mul(%grad.h.1, %grad.h.4)
 // cg_train.sg:16: %grad.h = mul(%grad.a, %grad.h.5)
+// (x0 = %h, x1 = %grad.a, x2 = %grad.h)
 static __global__ void __launch_bounds__(256)
-k_train_16_sigmoid_grad_h_1(const float *__restrict__ v_h, const float *__restrict__ v_grad_a, float *__restrict__ v_grad_h)
+k_train_16_sigmoid_grad_h_1(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 256;
 	     i += (int)gridDim.x * blockDim.x) {
-		const float r_h = sg_ld(v_h[i]);
-		const float r_grad_h_1 = sg_to_f32(sg_sigmoid(r_h));
-		const float r_grad_h_2 = sg_to_f32((float)1.0 - r_grad_h_1);
-		const float r_grad_h_3 = sg_to_f32(r_h * r_grad_h_2);
-		const float r_grad_h_4 = sg_to_f32((float)1.0 + r_grad_h_3);
-		const float r_grad_h_5 = sg_to_f32(r_grad_h_1 * r_grad_h_4);
-		const float r_grad_a = sg_ld(v_grad_a[i]);
-		const float r_grad_h = sg_to_f32(r_grad_a * r_grad_h_5);
-		v_grad_h[i] = sg_st_f32(r_grad_h);
+		const float r0 = sg_ld(x0[i]);
+		const float r1 = sg_to_f32(sg_sigmoid(r0));
+		const float r2 = sg_to_f32((float)1.0 - r1);
+		const float r3 = sg_to_f32(r0 * r2);
+		const float r4 = sg_to_f32((float)1.0 + r3);
+		const float r5 = sg_to_f32(r1 * r4);
+		const float r6 = sg_ld(x1[i]);
+		const float r7 = sg_to_f32(r6 * r5);
+		x2[i] = sg_st_f32(r7);
 	}
 }
 // cg_train.sg:15: %grad.b1 = sum(%grad.h, dims=[0], keepdim=false)
