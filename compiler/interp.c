@@ -450,6 +450,7 @@ interp_run(Module *m, Graph *g, const RunOptions *ro)
 	free_call(&R);
 	vec_free(&R.I.owned);
 	interp_optim_free(&R.I);
+	interp_blas_free(&R.I);
 	run_free(&R);
 	return status;
 }

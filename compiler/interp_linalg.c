@@ -5,7 +5,13 @@
  * f64 goes through dgemm; f32, f16 and bf16 through sgemm (f16 and bf16
  * are widened to float first, the product accumulates in f32 and is
  * rounded once, as on the GPU); integers through a plain int64 loop.
+ *
+ * OpenBLAS is loaded (dlopen) by the first product an interpreter runs,
+ * not linked into sgc: loading it starts its worker threads and brings in
+ * libquadmath, whose printf hooks send every printf of the process down
+ * glibc's slow path, and the commands that only compile need neither.
  */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,11 +59,57 @@ mm_operand(const Tensor *x, int kind, void **tmp)
 	return p;
 }
 
+/* OpenBLAS's products, loaded for one interpreter (Interp.blas). */
+struct InterpBlas {
+	void *lib;
+	__typeof__(cblas_sgemm) *sgemm;
+	__typeof__(cblas_dgemm) *dgemm;
+};
+
+/* The library file: Debian's libopenblas0 (any of its variants). */
+#define OPENBLAS_SONAME "libopenblas.so.0"
+
+/* Loads OpenBLAS for I once; 0 after reporting (at node n) why not. */
+static int
+blas_load(Interp *I, const Node *n)
+{
+	if (I->blas)
+		return 1;
+	void *lib = dlopen(OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		interp_fail(I, n, "matrix products need OpenBLAS (%s): %s", OPENBLAS_SONAME,
+		            dlerror());
+		return 0;
+	}
+	struct InterpBlas *b = xmalloc(sizeof *b);
+	b->lib = lib;
+	*(void **)&b->sgemm = dlsym(lib, "cblas_sgemm");
+	*(void **)&b->dgemm = dlsym(lib, "cblas_dgemm");
+	if (!b->sgemm || !b->dgemm) {
+		interp_fail(I, n, "%s has no cblas_sgemm/cblas_dgemm", OPENBLAS_SONAME);
+		dlclose(lib);
+		free(b);
+		return 0;
+	}
+	I->blas = b;
+	return 1;
+}
+
+void
+interp_blas_free(Interp *I)
+{
+	if (!I->blas)
+		return;
+	dlclose(I->blas->lib);
+	free(I->blas);
+	I->blas = NULL;
+}
+
 /* C[m,n] = A[m,k] * op(B) where op(B) is B[k,n], or B[n,k] transposed when
- * bt; all row-major. */
+ * bt; all row-major.  OpenBLAS is loaded (blas_load) for float kinds. */
 static void
-gemm(int kind, int64_t m, int64_t n, int64_t k, const void *a, const void *b,
-     int bt, void *c)
+gemm(const Interp *I, int kind, int64_t m, int64_t n, int64_t k, const void *a,
+     const void *b, int bt, void *c)
 {
 	if (m == 0 || n == 0)
 		return;
@@ -68,10 +120,10 @@ gemm(int kind, int64_t m, int64_t n, int64_t k, const void *a, const void *b,
 	enum CBLAS_TRANSPOSE tb = bt ? CblasTrans : CblasNoTrans;
 	int ldb = (int)(bt ? k : n);
 	if (kind == MM_F32) {
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, (int)m, (int)n, (int)k,
+		I->blas->sgemm(CblasRowMajor, CblasNoTrans, tb, (int)m, (int)n, (int)k,
 		            1.0f, a, (int)k, b, ldb, 0.0f, c, (int)n);
 	} else if (kind == MM_F64) {
-		cblas_dgemm(CblasRowMajor, CblasNoTrans, tb, (int)m, (int)n, (int)k,
+		I->blas->dgemm(CblasRowMajor, CblasNoTrans, tb, (int)m, (int)n, (int)k,
 		            1.0, a, (int)k, b, ldb, 0.0, c, (int)n);
 	} else {
 		const int64_t *A = a, *B = b;
@@ -138,6 +190,8 @@ interp_matmul(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
 	Tensor *a = in[0], *b = in[1], *r = out[0];
 	int kind = mm_kind((DType)r->dt);
+	if (kind != MM_INT && !blas_load(I, n))
+		return 1;
 	int64_t m = a->rank >= 2 ? a->shape[a->rank - 2] : 1;
 	int64_t k = a->rank ? a->shape[a->rank - 1] : 1;
 	int64_t nn = b->rank >= 2 ? b->shape[b->rank - 1] : 1;
@@ -160,7 +214,7 @@ interp_matmul(Interp *I, Node *n, Tensor **in, Tensor **out)
 	char *C = xmalloc((size_t)r->numel * es);
 	for (int64_t i = 0; i < nb; i++) {
 		batch_offsets(brank, bshape, st, 2, i, off);
-		gemm(kind, m, nn, k, A + (size_t)off[0] * es, B + (size_t)off[1] * es,
+		gemm(I, kind, m, nn, k, A + (size_t)off[0] * es, B + (size_t)off[1] * es,
 		     0, C + (size_t)(i * m * nn) * es);
 	}
 	mm_store(r, kind, C);
@@ -178,6 +232,8 @@ interp_linear(Interp *I, Node *n, Tensor **in, Tensor **out)
 	Tensor *x = in[0], *w = in[1], *bias = n->nopnd > 2 ? in[2] : NULL;
 	Tensor *r = out[0];
 	int kind = mm_kind((DType)r->dt);
+	if (kind != MM_INT && !blas_load(I, n))
+		return 1;
 	int64_t k = x->rank ? x->shape[x->rank - 1] : 1;
 	int64_t nout = w->rank == 2 ? w->shape[0] : 1;
 	int64_t rows = k ? x->numel / k : 0;
@@ -187,7 +243,7 @@ interp_linear(Interp *I, Node *n, Tensor **in, Tensor **out)
 	void *X = mm_operand(x, kind, &tx), *W = mm_operand(w, kind, &tw);
 	size_t es = mm_size(kind);
 	char *C = xmalloc((size_t)r->numel * es);
-	gemm(kind, rows, nout, k, X, W, 1, C);
+	gemm(I, kind, rows, nout, k, X, W, 1, C);
 	if (bias) {
 		for (int64_t i = 0; i < r->numel; i++) {
 			int64_t j = bias->numel == 1 ? 0 : i % nout;
@@ -242,6 +298,8 @@ interp_sdpa(Interp *I, Node *n, Tensor **in, Tensor **out)
 	if (q->rank < 2 || k->rank < 2 || v->rank < 2)
 		return interp_fail(I, n, "internal: attention operands need 2 dims");
 	int kind = mm_kind((DType)r->dt) == MM_F64 ? MM_F64 : MM_F32;
+	if (kind != MM_INT && !blas_load(I, n))
+		return 1;
 	int64_t tq = q->shape[q->rank - 2], d = q->shape[q->rank - 1];
 	int64_t tk = k->shape[k->rank - 2], dv = v->shape[v->rank - 1];
 	const Attr *sa = ir_attr(n, "scale");
@@ -263,10 +321,10 @@ interp_sdpa(Interp *I, Node *n, Tensor **in, Tensor **out)
 	char *O = xmalloc((size_t)r->numel * es);
 	for (int64_t b = 0; b < nb; b++) {
 		batch_offsets(brank, bshape, st, 3, b, off);
-		gemm(kind, tq, tk, d, Q + (size_t)off[0] * es, K + (size_t)off[1] * es,
+		gemm(I, kind, tq, tk, d, Q + (size_t)off[0] * es, K + (size_t)off[1] * es,
 		     1, S);
 		attn_softmax(kind, S, tq, tk, scale, causal);
-		gemm(kind, tq, dv, tk, S, V + (size_t)off[2] * es, 0,
+		gemm(I, kind, tq, dv, tk, S, V + (size_t)off[2] * es, 0,
 		     O + (size_t)(b * tq * dv) * es);
 	}
 	mm_store(r, kind, O);

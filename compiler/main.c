@@ -549,25 +549,10 @@ compile(Options *o, Module *m)
 	return status;
 }
 
-/* OpenBLAS (linked for the interpreter's matrix products) starts its
- * worker threads when it is loaded, and they spin for about 0.1 s of CPU
- * before they sleep.  Commands that do not interpret stop them at once
- * (a later BLAS call would start them again).  Weak: another BLAS has no
- * such function, and then nothing is done. */
-extern int blas_thread_shutdown_(void) __attribute__((weak));
-
-static void
-main_quiet_blas(int argc, char **argv)
-{
-	if (blas_thread_shutdown_ && !(argc > 1 && strcmp(argv[1], "run") == 0))
-		blas_thread_shutdown_();
-}
-
 int
 main(int argc, char **argv)
 {
 	Options o = {0};
-	main_quiet_blas(argc, argv);
 	if (argc == 2 && (strcmp(argv[1], "--version") == 0 ||
 	                  strcmp(argv[1], "-v") == 0)) {
 		printf("sgc %s\n", SGC_VERSION_STR);

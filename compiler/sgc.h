@@ -653,7 +653,10 @@ typedef struct Interp {
 	int interleave;   /* poison freed buffers instead of freeing them */
 	VEC(Tensor *) owned; /* tensors allocated in the current call */
 	struct OptimState *optim; /* interp_optim.c: optimizer state */
+	struct InterpBlas *blas;  /* interp_linalg.c: OpenBLAS, once loaded */
 } Interp;
+/* Unloads what the first matrix product loaded (interp_linalg.c). */
+void interp_blas_free(Interp *I);
 
 /* Kernels (ops.def column 7) return 0, or 1 after reporting an error
  * (bad index...) through interp_fail.  out[j] is preallocated from the
