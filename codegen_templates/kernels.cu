@@ -667,10 +667,10 @@ ${?mom}	b = sg_st_${dt}(d);
 /* ${vec} elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-${name}(${t} *__restrict__ p, const ${t} *__restrict__ g${bufparam})
+${name}(${t} *__restrict__ p, const ${t} *__restrict__ g${bufparam}, const ${idx} n)
 {
 	typedef sg_vec<${t}, ${vec}> V;
-	const ${idx} nv = ((sg_u64)p | (sg_u64)g${bufor}) % 16 == 0 ? ${n} / ${vec} : 0;
+	const ${idx} nv = ((sg_u64)p | (sg_u64)g${bufor}) % 16 == 0 ? n / ${vec} : 0;
 	const ${idx} stride = (${idx})gridDim.x * blockDim.x;
 	for (${idx} w = (${idx})blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * ${vec});
@@ -683,7 +683,7 @@ ${!mom}			${name}_one(pv.v[j], gv.v[j]);
 		*(V *)(p + w * ${vec}) = pv;
 ${?mom}		*(V *)(buf + w * ${vec}) = bv;
 	}
-	for (${idx} i = nv * ${vec} + (${idx})blockIdx.x * blockDim.x + threadIdx.x; i < ${n};
+	for (${idx} i = nv * ${vec} + (${idx})blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		${name}_one(p[i], g[i]${bufarg});
 }
@@ -718,11 +718,11 @@ ${name}_one(${t} &p, const ${t} g, ${t} &m, ${t} &v, const ${c} size, const ${c}
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 ${name}(${t} *__restrict__ p, const ${t} *__restrict__ g, ${t} *__restrict__ m,
-        ${t} *__restrict__ v, const ${c} *__restrict__ sc)
+        ${t} *__restrict__ v, const ${c} *__restrict__ sc, const ${idx} n)
 {
 	typedef sg_vec<${t}, ${vec}> V;
 	const ${c} size = sc[0], bc2 = sc[1];
-	const ${idx} nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? ${n} / ${vec} : 0;
+	const ${idx} nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? n / ${vec} : 0;
 	const ${idx} stride = (${idx})gridDim.x * blockDim.x;
 	for (${idx} w = (${idx})blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * ${vec}), mv = *(const V *)(m + w * ${vec});
@@ -735,7 +735,7 @@ ${name}(${t} *__restrict__ p, const ${t} *__restrict__ g, ${t} *__restrict__ m,
 		*(V *)(m + w * ${vec}) = mv;
 		*(V *)(v + w * ${vec}) = vv;
 	}
-	for (${idx} i = nv * ${vec} + (${idx})blockIdx.x * blockDim.x + threadIdx.x; i < ${n};
+	for (${idx} i = nv * ${vec} + (${idx})blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		${name}_one(p[i], g[i], m[i], v[i], size, bc2);
 }

@@ -164,6 +164,44 @@ cg_emit(FILE *f, const char *section, const CgBind *b)
 	emit_text(f, t, len, section, b);
 }
 
+const char *
+cg_kernel(CgGraph *G, const char *section, const CgBind *b)
+{
+	Cg *c = G->c;
+	size_t nb = 0, len = 0;
+	const char *name = NULL;
+	while (b[nb].key)
+		nb++;
+	CgBind *k = xmalloc((nb + 1) * sizeof *k);
+	for (size_t i = 0; i <= nb; i++) { /* the text without name and comment */
+		k[i] = b[i];
+		if (b[i].key && strcmp(b[i].key, "name") == 0)
+			name = b[i].val, k[i].val = "@";
+		else if (b[i].key && strcmp(b[i].key, "comment") == 0)
+			k[i].val = "";
+	}
+	if (!name)
+		ICE("kernel section %s without a name", section);
+	char *text = NULL;
+	FILE *f = open_memstream(&text, &len);
+	if (!f)
+		ICE("open_memstream failed");
+	fprintf(f, "%s\n", section);
+	cg_emit(f, section, k);
+	fclose(f);
+	free(k);
+	uint32_t *seen = map_get(&c->kernels, text, len);
+	if (seen) {
+		free(text);
+		return c->kernel_names.v[*seen];
+	}
+	map_put(&c->kernels, arena_strndup(c->a, text, len), len, c->kernel_names.n);
+	free(text);
+	vec_push(&c->kernel_names, name);
+	cg_emit(c->kern, section, b);
+	return name;
+}
+
 char *
 cg_subst(Cg *c, const char *text, const CgBind *b)
 {

@@ -55,7 +55,7 @@ typedef struct {
 	FILE *host;         /* host code of every graph, in order */
 	FILE *hdr;          /* --header text, or NULL */
 	int failed;         /* a diagnostic was reported */
-	Map kernels;        /* a pointwise kernel's text -> kernel_names index */
+	Map kernels;        /* a kernel's text (cg_kernel) -> kernel_names index */
 	VEC(const char *) kernel_names;
 } Cg;
 
@@ -64,6 +64,15 @@ typedef struct {
 void cg_emit(FILE *f, const char *section, const CgBind *b);
 #define CG_EMIT(f, section, ...) \
 	cg_emit((f), (section), (const CgBind[]){__VA_ARGS__, {NULL, NULL}})
+/* Emits the kernel of template section `section` with the bindings b
+ * (NULL-terminated; "name" is the kernel's name, "comment" its comment)
+ * and returns its name; when a kernel of the same text but for its name
+ * and comment was emitted before (the same computation for other tensors
+ * or nodes), emits nothing and returns that kernel's name.  One kernel
+ * per distinct computation. */
+const char *cg_kernel(CgGraph *G, const char *section, const CgBind *b);
+#define CG_KERNEL(G, section, ...) \
+	cg_kernel((G), (section), (const CgBind[]){__VA_ARGS__, {NULL, NULL}})
 /* text (a template fragment, one line or more) with b's values. */
 char *cg_subst(Cg *c, const char *text, const CgBind *b);
 #define CG_SUBST(c, text, ...) \

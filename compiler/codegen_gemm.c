@@ -247,7 +247,7 @@ add_bias(CgGraph *G, const Node *n, DType dt, const char *bias, const char *out,
 		return;
 	const char *kname = cg_kernel_name(G, n, "bias");
 	char *v = cg_store(c, dt, cg_fmt(c, "sg_ld(out[i]) + sg_ld(x[i %% %lld])", (long long)nout));
-	CG_EMIT(c->kern, "kernels.cu:copy", {"comment", cg_comment(G, n)}, {"name", kname},
+	kname = CG_KERNEL(G, "kernels.cu:copy", {"comment", cg_comment(G, n)}, {"name", kname},
 	        {"tin", cg_ctype(dt)}, {"tout", cg_ctype(dt)}, {"idx", cg_index_type(count)},
 	        {"n", cg_num(c, count)}, {"dst", "i"}, {"value", v});
 	cg_launch(G, n, kname, cg_grid(count, 256), 256, 0, cg_fmt(c, "%s, %s", bias, out));

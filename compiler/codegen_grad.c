@@ -44,7 +44,7 @@ norm_backward(CgGraph *G, const Node *n)
 	int layer = n->op == OP_LAYER_NORM_BACKWARD;
 	double eps = ir_attr_float(n, "eps", layer ? 1e-5 : 1e-6);
 	const char *kname = cg_kernel_name(G, n, op_name(n->op));
-	CG_EMIT(c->kern, "kernels.cu:norm_backward", {"comment", cg_comment(G, n)},
+	kname = CG_KERNEL(G, "kernels.cu:norm_backward", {"comment", cg_comment(G, n)},
 	        {"what", layer ? "layer_norm" : "rms_norm"}, {"name", kname},
 	        {"params", params}, {"block", cg_num(c, rg.block)}, {"rows", cg_num(c, rg.rows)},
 	        {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)}, {"len", cg_num(c, len)},
@@ -128,7 +128,7 @@ scatter(CgGraph *G, const Node *n, const char *what, const char *iidx,
 	        {"name", cg_fmt(c, "zero_%s", what)}, {"line", cg_num(c, n->loc.line)});
 	if (count) {
 		const char *kname = cg_kernel_name(G, n, what);
-		CG_EMIT(c->kern, "kernels.cu:scatter_add", {"comment", cg_comment(G, n)},
+		kname = CG_KERNEL(G, "kernels.cu:scatter_add", {"comment", cg_comment(G, n)},
 		        {"name", kname}, {"t", cg_ctype((DType)gt->dt)},
 		        {"ti", cg_ctype((DType)cg_otype(G, n, 1)->dt)}, {"acc", acc},
 		        {"n", cg_num(c, count)}, {"iidx", iidx}, {"dst", dst},
@@ -139,7 +139,7 @@ scatter(CgGraph *G, const Node *n, const char *what, const char *iidx,
 	}
 	if (!direct) {
 		const char *kname = cg_kernel_name(G, n, cg_fmt(c, "%s_cast", what));
-		CG_EMIT(c->kern, "kernels.cu:copy", {"comment", cg_comment(G, n)},
+		kname = CG_KERNEL(G, "kernels.cu:copy", {"comment", cg_comment(G, n)},
 		        {"name", kname}, {"tin", "float"}, {"tout", cg_ctype(dt)},
 		        {"idx", cg_index_type(total)}, {"n", cg_num(c, total)}, {"dst", "i"},
 		        {"value", cg_store(c, dt, "x[i]")});
@@ -195,11 +195,11 @@ ce_backward(CgGraph *G, const Node *n)
 	const char *k2 = cg_kernel_name(G, n, "cross_entropy_backward_rows");
 	char *roff = inner == 1 ? "r" : cg_fmt(c, "r * %lld", (long long)inner);
 	CgRows rg = cg_rows(nout, len);
-	CG_EMIT(c->kern, "kernels.cu:ce_bwd_count", {"comment", cg_comment(G, n)},
+	k1 = CG_KERNEL(G, "kernels.cu:ce_bwd_count", {"comment", cg_comment(G, n)},
 	        {"name", k1}, {"t", cg_ctype((DType)cg_otype(G, n, 0)->dt)},
 	        {"tt", cg_ctype((DType)t->dt)}, {"acc", acc}, {"nout", cg_num(c, nout)},
 	        {"opc", opc});
-	CG_EMIT(c->kern, "kernels.cu:ce_bwd_rows", {"name", k2}, {"t", cg_ctype(dt)},
+	k2 = CG_KERNEL(G, "kernels.cu:ce_bwd_rows", {"name", k2}, {"t", cg_ctype(dt)},
 	        {"tt", cg_ctype((DType)t->dt)}, {"acc", acc}, {"block", cg_num(c, rg.block)},
 	        {"rows", cg_num(c, rg.rows)}, {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)},
 	        {"len", cg_num(c, len)}, {"base", cg_row_base(c, outer, len, inner)},
@@ -243,9 +243,9 @@ sgd(CgGraph *G, const Node *n, NodeId i)
 	const char *kname = cg_kernel_name(G, n, "sgd_update");
 	const char *ct = cg_ctype(dt);
 	int vec = update_vec(dt);
-	CG_EMIT(c->kern, "kernels.cu:sgd", {"comment", cg_comment(G, n)}, {"name", kname},
+	kname = CG_KERNEL(G, "kernels.cu:sgd", {"comment", cg_comment(G, n)}, {"name", kname},
 	        {"t", ct}, {"c", cg_regtype(dt)}, {"dt", cg_dtname(dt)},
-	        {"idx", cg_index_type(count)}, {"n", cg_num(c, count)}, {"vec", cg_num(c, vec)},
+	        {"idx", cg_index_type(count)}, {"vec", cg_num(c, vec)},
 	        {"bufparam", mom != 0 ? cg_fmt(c, ", %s *__restrict__ buf", ct) : ""},
 	        {"bufref", mom != 0 ? cg_fmt(c, ", %s &b", ct) : ""},
 	        {"bufor", mom != 0 ? " | (sg_u64)buf" : ""},
@@ -256,7 +256,8 @@ sgd(CgGraph *G, const Node *n, NodeId i)
 	char *args = cg_fmt(c, "%s, %s", var(G, n, 0), var(G, n, 1));
 	if (mom != 0)
 		args = cg_fmt(c, "%s, (%s *)io[%d]", args, ct, G->optslot[i]);
-	cg_launch(G, n, kname, cg_grid((count + vec - 1) / vec, 256), 256, 0, args);
+	cg_launch(G, n, kname, cg_grid((count + vec - 1) / vec, 256), 256, 0,
+	          cg_fmt(c, "%s, %s", args, cg_lit_int(c, count)));
 }
 
 /* adamw_update_(p, g, lr=, beta1=, beta2=, eps=, weight_decay=). */
@@ -275,21 +276,21 @@ adamw(CgGraph *G, const Node *n, NodeId i)
 	const char *k2 = cg_kernel_name(G, n, "adamw_update");
 	int slot = G->optslot[i], vec = update_vec(dt);
 	char *sc = cg_fmt(c, "(%s *)M->scratch[%d]", rt, G->scratch[i]);
-	CG_EMIT(c->kern, "kernels.cu:adamw_step", {"name", k1}, {"c", rt},
+	k1 = CG_KERNEL(G, "kernels.cu:adamw_step", {"name", k1}, {"c", rt},
 	        {"lr", cg_lit_float(c, lr, 0)}, {"b1", cg_lit_float(c, b1, 0)},
 	        {"b2", cg_lit_float(c, b2, 0)});
 	cg_launch(G, n, k1, 1, 1, 0, cg_fmt(c, "(float *)io[%d], %s", slot + 2, sc));
 	if (count == 0)
 		return;
-	CG_EMIT(c->kern, "kernels.cu:adamw", {"comment", cg_comment(G, n)}, {"name", k2},
+	k2 = CG_KERNEL(G, "kernels.cu:adamw", {"comment", cg_comment(G, n)}, {"name", k2},
 	        {"t", ct}, {"c", rt}, {"dt", cg_dtname(dt)}, {"idx", cg_index_type(count)},
-	        {"n", cg_num(c, count)}, {"vec", cg_num(c, vec)},
+	        {"vec", cg_num(c, vec)},
 	        {"decay", opmath(c, dt, 1 - lr * wd)},
 	        {"w1", opmath(c, dt, 1 - b1)}, {"c2", opmath(c, dt, 1 - b2)},
 	        {"bb2", opmath(c, dt, b2)}, {"eps", opmath(c, dt, eps)});
 	cg_launch(G, n, k2, cg_grid((count + vec - 1) / vec, 256), 256, 0,
-	          cg_fmt(c, "%s, %s, (%s *)io[%d], (%s *)io[%d], %s", var(G, n, 0),
-	                 var(G, n, 1), ct, slot, ct, slot + 1, sc));
+	          cg_fmt(c, "%s, %s, (%s *)io[%d], (%s *)io[%d], %s, %s", var(G, n, 0),
+	                 var(G, n, 1), ct, slot, ct, slot + 1, sc, cg_lit_int(c, count)));
 }
 
 int

@@ -623,38 +623,26 @@ cg_pointwise(CgGraph *G, const CgGroup *grp)
 		vbody = arena_strndup(c->a, p.btext, p.blen);
 		free(p.btext);
 	}
-	/* One kernel per distinct text: the same computation on other
-	 * tensors launches the kernel made first. */
-	char *key = cg_fmt(c, "%s\n%s\n%" PRId64 "\n%d\n%s\n%s\n%s", params, body, p.n,
-	                   grp->vec, loads, stores, vbody);
-	uint32_t *seen = map_get(&c->kernels, key, strlen(key));
-	const char *kname;
-	if (seen) {
-		kname = c->kernel_names.v[*seen];
-	} else {
-		char *cmt = group_comment(G, grp);
-		CgStr ps = {0}; /* which value each param is, here */
-		for (uint32_t k = 0; k < p.params.n; k++)
-			cg_str_itemf(&ps, ", ", "x%u = %%%s", k, G->g->vals.v[p.params.v[k]].name);
-		cmt = cg_fmt(c, "%s\n// (%s)", cmt, cg_str_done(c, &ps));
-		kname = cg_kernel_name(G, n0, op_name(n0->op));
-		map_put(&c->kernels, key, strlen(key), c->kernel_names.n);
-		vec_push(&c->kernel_names, kname);
-		CG_EMIT(c->kern, "kernels.cu:pointwise", {"comment", cmt}, {"name", kname},
-		        {"params", params}, {"idx", cg_index_type(p.n)}, {"n", cg_num(c, p.n)},
-		        {"body", body});
-		if (grp->vec > 1)
-			CG_EMIT(c->kern, "kernels.cu:pointwise_vec", {"comment", cmt},
-			        {"name", cg_fmt(c, "%s_vec", kname)}, {"scalar", kname},
-			        {"params", params}, {"idx", cg_index_type(p.n)},
-			        {"nvec", cg_num(c, p.n / grp->vec)}, {"vec", cg_num(c, grp->vec)},
-			        {"loads", loads}, {"stores", stores}, {"body", vbody});
-	}
+	char *cmt = group_comment(G, grp);
+	CgStr ps = {0}; /* which value each param is, here */
+	for (uint32_t k = 0; k < p.params.n; k++)
+		cg_str_itemf(&ps, ", ", "x%u = %%%s", k, G->g->vals.v[p.params.v[k]].name);
+	cmt = cg_fmt(c, "%s\n// (%s)", cmt, cg_str_done(c, &ps));
+	const char *kname = CG_KERNEL(G, "kernels.cu:pointwise", {"comment", cmt},
+	        {"name", cg_kernel_name(G, n0, op_name(n0->op))}, {"params", params},
+	        {"idx", cg_index_type(p.n)}, {"n", cg_num(c, p.n)}, {"body", body});
+	const char *vname = NULL;
+	if (grp->vec > 1)
+		vname = CG_KERNEL(G, "kernels.cu:pointwise_vec", {"comment", cmt},
+		          {"name", cg_fmt(c, "%s_vec", kname)}, {"scalar", kname},
+		          {"params", params}, {"idx", cg_index_type(p.n)},
+		          {"nvec", cg_num(c, p.n / grp->vec)}, {"vec", cg_num(c, grp->vec)},
+		          {"loads", loads}, {"stores", stores}, {"body", vbody});
 	if (grp->vec <= 1)
 		cg_launch(G, n0, kname, cg_grid(p.n, 256), 256, 0, args);
 	else
 		CG_EMIT(G->body, "host.cu:launch_if_aligned", {"cond", vec_cond(&p)},
-		        {"s", cg_num(c, cg_stream(n0))}, {"kname", cg_fmt(c, "%s_vec", kname)},
+		        {"s", cg_num(c, cg_stream(n0))}, {"kname", vname},
 		        {"line", cg_num(c, n0->loc.line)},
 		        {"grid", cg_num(c, cg_grid(p.n / grp->vec, 256))}, {"block", "256"},
 		        {"args", args}, {"kname2", kname}, {"grid2", cg_num(c, cg_grid(p.n, 256))});
@@ -1008,7 +996,7 @@ cg_copy_kernel(CgGraph *G, const Node *n, const char *what, const char *src, DTy
 	const char *kname = cg_kernel_name(G, n, what);
 	char *x = cg_fmt(c, "x[%s]", srcidx);
 	char *value = sdt == ddt ? x : cg_store(c, ddt, cg_fmt(c, "sg_ld(%s)", x));
-	CG_EMIT(c->kern, "kernels.cu:copy", {"comment", cg_comment(G, n)}, {"name", kname},
+	kname = CG_KERNEL(G, "kernels.cu:copy", {"comment", cg_comment(G, n)}, {"name", kname},
 	        {"tin", cg_ctype(sdt)}, {"tout", cg_ctype(ddt)}, {"idx", cg_index_type(count)},
 	        {"n", cg_num(c, count)}, {"dst", dstidx}, {"value", value});
 	cg_launch(G, n, kname, cg_grid(count, 256), 256, 0, cg_fmt(c, "%s, %s", src, dst));
@@ -1134,7 +1122,7 @@ fill(CgGraph *G, const Node *n, const char *what, const char *out, DType dt,
 	if (count == 0)
 		return;
 	const char *kname = cg_kernel_name(G, n, what);
-	CG_EMIT(c->kern, "kernels.cu:fill", {"comment", cg_comment(G, n)}, {"name", kname},
+	kname = CG_KERNEL(G, "kernels.cu:fill", {"comment", cg_comment(G, n)}, {"name", kname},
 	        {"t", cg_ctype(dt)}, {"idx", cg_index_type(count)}, {"n", cg_num(c, count)},
 	        {"value", value});
 	cg_launch(G, n, kname, cg_grid(count, 256), 256, 0, out);
@@ -1176,7 +1164,7 @@ embedding(CgGraph *G, const Node *n)
 	if (count == 0)
 		return 1;
 	const char *kname = cg_kernel_name(G, n, "embedding");
-	CG_EMIT(c->kern, "kernels.cu:embedding", {"comment", cg_comment(G, n)}, {"name", kname},
+	kname = CG_KERNEL(G, "kernels.cu:embedding", {"comment", cg_comment(G, n)}, {"name", kname},
 	        {"ti", cg_ctype((DType)idx->dt)}, {"t", cg_ctype((DType)tab->dt)},
 	        {"n", cg_num(c, count)}, {"width", cg_num(c, width)}, {"rows", cg_num(c, rows)},
 	        {"file", cg_source_name(c)}, {"line", cg_num(c, n->loc.line)});
@@ -1200,7 +1188,7 @@ gather(CgGraph *G, const Node *n)
 	for (int k = 0; k < idx->rank; k++)
 		st[k] = k == d ? 0 : xs[k];
 	const char *kname = cg_kernel_name(G, n, "gather");
-	CG_EMIT(c->kern, "kernels.cu:gather", {"comment", cg_comment(G, n)}, {"name", kname},
+	kname = CG_KERNEL(G, "kernels.cu:gather", {"comment", cg_comment(G, n)}, {"name", kname},
 	        {"t", cg_ctype((DType)x->dt)}, {"ti", cg_ctype((DType)idx->dt)},
 	        {"n", cg_num(c, count)}, {"size", cg_num(c, x->rank ? x->d[d] : 1)},
 	        {"file", cg_source_name(c)}, {"line", cg_num(c, n->loc.line)},

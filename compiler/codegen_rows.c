@@ -167,12 +167,12 @@ reduce_two_stage(CgGraph *G, const Node *n, const char *what, const char *params
 	                      "part");
 	const char *k1 = cg_kernel_name(G, n, cg_fmt(c, "%s_part", what));
 	const char *k2 = cg_kernel_name(G, n, cg_fmt(c, "%s_final", what));
-	CG_EMIT(c->kern, "kernels.cu:reduce_partial", {"comment", cg_comment(G, n)},
+	k1 = CG_KERNEL(G, "kernels.cu:reduce_partial", {"comment", cg_comment(G, n)},
 	        {"what", what}, {"name", k1},
 	        {"params", cg_fmt(c, "%s, %s *__restrict__ part", params, acc)},
 	        {"acc", acc}, {"init", init}, {"nred", cg_num(c, nred)}, {"op", op},
 	        {"load", loadexpr});
-	CG_EMIT(c->kern, "kernels.cu:reduce_final", {"what", what}, {"name", k2},
+	k2 = CG_KERNEL(G, "kernels.cu:reduce_final", {"what", what}, {"name", k2},
 	        {"acc", acc}, {"oparams", ro->params}, {"init", init},
 	        {"nparts", cg_num(c, nparts)}, {"op", op},
 	        {"put", row_put(c, ro, "0", finish)});
@@ -245,7 +245,7 @@ cg_reduce(CgGraph *G, const Node *n)
 		                      in.params, ro.params,
 		                      mean ? ", " : "", mean ? cg_ctype(rdt) : "",
 		                      mean ? " *__restrict__ mean_out" : "");
-		CG_EMIT(c->kern, "kernels.cu:reduce_var", {"comment", cg_comment(G, n)},
+		kname = CG_KERNEL(G, "kernels.cu:reduce_var", {"comment", cg_comment(G, n)},
 		        {"name", kname}, {"params", params}, {"block", cg_num(c, rg.block)},
 		        {"rows", cg_num(c, rg.rows)}, {"tpr", cg_num(c, rg.tpr)},
 		        {"nout", cg_num(c, nout)}, {"base", cg_index(c, "o", nk, ks, kst, 0)},
@@ -278,7 +278,7 @@ cg_reduce(CgGraph *G, const Node *n)
 	if (strcmp(base, "o") == 0 && nout > 1) {
 		/* The outputs are the innermost elements: read them coalesced. */
 		char *ld = cg_fmt(c, in.fmt, cg_fmt(c, "o + %s", roff));
-		CG_EMIT(c->kern, "kernels.cu:reduce_cols", {"comment", cg_comment(G, n)},
+		kname = CG_KERNEL(G, "kernels.cu:reduce_cols", {"comment", cg_comment(G, n)},
 		        {"name", kname}, {"xparams", in.params},
 		        {"oparams", ro.params}, {"acc", acc}, {"init", init},
 		        {"nout", cg_num(c, nout)}, {"nred", cg_num(c, nred)}, {"op", op},
@@ -287,7 +287,7 @@ cg_reduce(CgGraph *G, const Node *n)
 		cg_launch(G, n, kname, (nout + 31) / 32, 256, 0, cg_fmt(c, "%s, %s", xv, ro.args));
 		return 1;
 	}
-	CG_EMIT(c->kern, "kernels.cu:reduce", {"comment", cg_comment(G, n)}, {"name", kname},
+	kname = CG_KERNEL(G, "kernels.cu:reduce", {"comment", cg_comment(G, n)}, {"name", kname},
 	        {"xparams", in.params}, {"oparams", ro.params},
 	        {"block", cg_num(c, rg.block)}, {"rows", cg_num(c, rg.rows)},
 	        {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)},
@@ -412,7 +412,7 @@ cg_softmax(CgGraph *G, const Node *n)
 	RowOut ro = row_out(G, n, in.params);
 	char *ld = cg_fmt(c, "%s(%s)", cg_acc_conv(dt),
 	                  cg_fmt(c, in.fmt, cg_fmt(c, "base + %s", roff)));
-	CG_EMIT(c->kern, "kernels.cu:softmax", {"comment", cg_comment(G, n)}, {"name", kname},
+	kname = CG_KERNEL(G, "kernels.cu:softmax", {"comment", cg_comment(G, n)}, {"name", kname},
 	        {"xparams", in.params}, {"oparams", ro.params}, {"block", cg_num(c, rg.block)},
 	        {"rows", cg_num(c, rg.rows)},
 	        {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)},
@@ -455,7 +455,7 @@ cg_norm(CgGraph *G, const Node *n)
 	CgRows rg = cg_rows(nout, len);
 	const char *kname = cg_kernel_name(G, n, op_name(n->op));
 	double eps = ir_attr_float(n, "eps", n->op == OP_RMS_NORM ? 1e-6 : 1e-5);
-	CG_EMIT(c->kern, "kernels.cu:norm", {"comment", cg_comment(G, n)}, {"name", kname},
+	kname = CG_KERNEL(G, "kernels.cu:norm", {"comment", cg_comment(G, n)}, {"name", kname},
 	        {"params", params}, {"block", cg_num(c, rg.block)}, {"rows", cg_num(c, rg.rows)},
 	        {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)}, {"len", cg_num(c, len)},
 	        {"acc", acc}, {"layer", n->op == OP_LAYER_NORM ? "1" : ""},
@@ -503,7 +503,7 @@ ce_library(CgGraph *G, const Node *n, int bwd)
 		ro.args = cg_fmt(c, ", %s", ro.args);
 	}
 	const char *k2 = cg_kernel_name(G, n, bwd ? "cross_entropy_count" : "cross_entropy_loss");
-	CG_EMIT(c->kern, "kernels.cu:ce_lse_loss", {"comment", cg_comment(G, n)}, {"name", k2},
+	k2 = CG_KERNEL(G, "kernels.cu:ce_lse_loss", {"comment", cg_comment(G, n)}, {"name", k2},
 	        {"t", ct}, {"oparams", ro.params}, {"nout", cg_num(c, outer)},
 	        {"len", cg_num(c, len)}, {"file", cg_source_name(c)},
 	        {"line", cg_num(c, n->loc.line)}, {"what", op_name(n->op)},
@@ -575,7 +575,7 @@ cg_cross_entropy(CgGraph *G, const Node *n)
 	const char *ov = G->vname[n->res[0]];
 	if (nout == 0) {
 		const char *kname = cg_kernel_name(G, n, "cross_entropy_empty");
-		CG_EMIT(c->kern, "kernels.cu:fill", {"comment", cg_comment(G, n)}, {"name", kname},
+		kname = CG_KERNEL(G, "kernels.cu:fill", {"comment", cg_comment(G, n)}, {"name", kname},
 		        {"t", cg_ctype(rdt)}, {"idx", "int"}, {"n", "1"},
 		        {"value", cg_store(c, rdt, dt == DT_F64 ? "sg_nan()" : "sg_nanf()")});
 		cg_launch(G, n, kname, 1, 32, 0, ov);
@@ -586,7 +586,7 @@ cg_cross_entropy(CgGraph *G, const Node *n)
 	char *tmp = cg_alloc_tmp(G, n, acc, 2 * nout * (dt == DT_F64 ? 8 : 4), "ce");
 	const char *k1 = cg_kernel_name(G, n, "cross_entropy_rows");
 	const char *k2 = cg_kernel_name(G, n, "cross_entropy_mean");
-	CG_EMIT(c->kern, "kernels.cu:ce_rows", {"comment", cg_comment(G, n)}, {"name", k1},
+	k1 = CG_KERNEL(G, "kernels.cu:ce_rows", {"comment", cg_comment(G, n)}, {"name", k1},
 	        {"t", cg_ctype(dt)}, {"tt", cg_ctype((DType)t->dt)}, {"acc", acc},
 	        {"block", cg_num(c, rg.block)}, {"rows", cg_num(c, rg.rows)},
 	        {"tpr", cg_num(c, rg.tpr)}, {"nout", cg_num(c, nout)}, {"len", cg_num(c, len)},
@@ -595,7 +595,7 @@ cg_cross_entropy(CgGraph *G, const Node *n)
 	        {"inf", dt == DT_F64 ? "sg_inf()" : "sg_inff()"},
 	        {"load", cg_fmt(c, "%s(sg_ld(x[base + %s]))", cg_acc_conv(dt), roff)});
 	RowOut ro = row_out(G, n, "");
-	CG_EMIT(c->kern, "kernels.cu:ce_mean", {"name", k2}, {"acc", acc},
+	k2 = CG_KERNEL(G, "kernels.cu:ce_mean", {"name", k2}, {"acc", acc},
 	        {"oparams", ro.params}, {"nout", cg_num(c, nout)},
 	        {"put", row_put(c, &ro, "0", "s / c")});
 	cg_launch(G, n, k1, rg.grid, rg.block, 0,

@@ -1711,10 +1711,10 @@ k_attn_bf16_30_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-k_attn_bf16_30_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
+k_attn_bf16_30_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, const int n)
 {
 	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 16384 / 8 : 0;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 8 : 0;
 	const int stride = (int)gridDim.x * blockDim.x;
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * 8);
@@ -1724,7 +1724,7 @@ k_attn_bf16_30_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 			k_attn_bf16_30_sgd_update_one(pv.v[j], gv.v[j]);
 		*(V *)(p + w * 8) = pv;
 	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_attn_bf16_30_sgd_update_one(p[i], g[i]);
 }
@@ -1751,36 +1751,6 @@ k_attn_bf16_20_cat2_grad_qkv(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict_
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x)
 		out[(i / 128) * 384 + i % 128 + 256] = x[i];
-}
-// cg_attn.sg:19: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to bf16 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_attn_bf16_19_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.01 * d));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_attn_bf16_19_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
-{
-	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 49152 / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_attn_bf16_19_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 8) = pv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 49152;
-	     i += stride)
-		k_attn_bf16_19_sgd_update_one(p[i], g[i]);
 }
 // cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)
 static __global__ void __launch_bounds__(256)
@@ -3186,38 +3156,6 @@ k_attn_f16_56_cast_yf_vec(const sg_f16 *__restrict__ x0, float *__restrict__ x1,
 		*(sg_vec<float, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
-// cg_attn.sg:58: %loss = mean(%sq, keepdim=false)
-static __global__ void __launch_bounds__(1024)
-k_attn_f16_58_mean_loss(const float *__restrict__ x, float *__restrict__ out)
-{
-	const sg_i64 o = (sg_i64)blockIdx.x * 1 + threadIdx.x / 1024;
-	const int t = threadIdx.x % 1024;
-	if (o >= 1)
-		return;
-	const sg_i64 base = 0;
-	float acc = 0;
-	for (sg_i64 r = t; r < 16384; r += 1024)
-		acc = sg_sum_op()(acc, sg_opf(sg_ld(x[base + r])));
-	acc = sg_reduce<1024>(acc, sg_sum_op());
-	if (t == 0)
-		out[o] = sg_st_f32(sg_to_f32(acc / (float)16384));
-}
-// cg_attn.sg:59: %grad.loss = ones(shape=[], dtype=f32)
-static __global__ void __launch_bounds__(256)
-k_attn_f16_59_ones_grad_loss(float *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = sg_st_f32(sg_to_f32((sg_i64)1));
-}
-// cg_attn.sg:58: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128])
-static __global__ void __launch_bounds__(256)
-k_attn_f16_58_expand_grad_sq_2(const float *__restrict__ x, float *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = x[0];
-}
 // cg_attn.sg:58: %grad.sq = div(%grad.sq.2, 16384)
 // cg_attn.sg:57: %grad.yf.1 = mul(%yf, 2.0)
 // cg_attn.sg:57: %grad.yf = mul(%grad.sq, %grad.yf.1)
@@ -3280,10 +3218,10 @@ k_attn_f16_55_sgd_update_one(sg_f16 &p, const sg_f16 g)
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-k_attn_f16_55_sgd_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g)
+k_attn_f16_55_sgd_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g, const int n)
 {
 	typedef sg_vec<sg_f16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 16384 / 8 : 0;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 8 : 0;
 	const int stride = (int)gridDim.x * blockDim.x;
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * 8);
@@ -3293,7 +3231,7 @@ k_attn_f16_55_sgd_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g)
 			k_attn_f16_55_sgd_update_one(pv.v[j], gv.v[j]);
 		*(V *)(p + w * 8) = pv;
 	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_attn_f16_55_sgd_update_one(p[i], g[i]);
 }
@@ -3320,36 +3258,6 @@ k_attn_f16_45_cat2_grad_qkv(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ o
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x)
 		out[(i / 128) * 384 + i % 128 + 256] = x[i];
-}
-// cg_attn.sg:44: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to f16 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_attn_f16_44_sgd_update_one(sg_f16 &p, const sg_f16 g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_f16(sg_to_f16(pi + (float)-0.01 * d));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_attn_f16_44_sgd_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g)
-{
-	typedef sg_vec<sg_f16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 49152 / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_attn_f16_44_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 8) = pv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 49152;
-	     i += stride)
-		k_attn_f16_44_sgd_update_one(p[i], g[i]);
 }
 // cg_attn.sg:72: %q = transpose(%q4, dim0=1, dim1=2)
 static __global__ void __launch_bounds__(256)
@@ -4747,22 +4655,6 @@ k_attn_f64_90_transpose_q(const double *__restrict__ x, double *__restrict__ out
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[(i / 8192) * 8192 + ((i / 4096) % 2) * 64 + ((i / 64) % 64) * 128 + i % 64];
 }
-// cg_attn.sg:91: %k = transpose(%k4, dim0=1, dim1=2)
-static __global__ void __launch_bounds__(256)
-k_attn_f64_91_transpose_k(const double *__restrict__ x, double *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = x[(i / 8192) * 8192 + ((i / 4096) % 2) * 64 + ((i / 64) % 64) * 128 + i % 64];
-}
-// cg_attn.sg:92: %v = transpose(%v4, dim0=1, dim1=2)
-static __global__ void __launch_bounds__(256)
-k_attn_f64_92_transpose_v(const double *__restrict__ x, double *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = x[(i / 8192) * 8192 + ((i / 4096) % 2) * 64 + ((i / 64) % 64) * 128 + i % 64];
-}
 // cg_attn.sg:93: %att = scaled_dot_product_attention(%q, %k, %v, causal=false)
 /* One block per query row: scores for a tile of 64 keys (a warp per
  * key), an online softmax across tiles, and the output row; no L x S
@@ -5168,7 +5060,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_attn.sg:30: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_30_sgd_update", 30,
-	            k_attn_bf16_30_sgd_update<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_wo, v_grad_wo));
+	            k_attn_bf16_30_sgd_update<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_wo, v_grad_wo, 16384LL));
 
 	/* cg_attn.sg:30: del %grad.wo */
 
@@ -5274,8 +5166,8 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_attn.sg:19: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0) */
-	SGRT_KERNEL(rt, 0, "k_attn_bf16_19_sgd_update", 19,
-	            k_attn_bf16_19_sgd_update<<<24, 256, 0, sgrt_stream(rt, 0)>>>(v_wqkv, v_grad_wqkv));
+	SGRT_KERNEL(rt, 0, "k_attn_bf16_30_sgd_update", 19,
+	            k_attn_bf16_30_sgd_update<<<24, 256, 0, sgrt_stream(rt, 0)>>>(v_wqkv, v_grad_wqkv, 49152LL));
 
 	/* cg_attn.sg:19: del %grad.wqkv */
 
@@ -5557,15 +5449,15 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_attn_f16_56_cast_yf<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_p, v_yf, v_sq));
 
 	/* cg_attn.sg:58: %loss = mean(%sq, keepdim=false) */
-	SGRT_KERNEL(rt, 0, "k_attn_f16_58_mean_loss", 58,
-	            k_attn_f16_58_mean_loss<<<1, 1024, 0, sgrt_stream(rt, 0)>>>(v_sq, v_loss));
+	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_mean_loss", 58,
+	            k_attn_bf16_33_mean_loss<<<1, 1024, 0, sgrt_stream(rt, 0)>>>(v_sq, v_loss));
 
 	/* cg_attn.sg:59: backward(%loss) */
 
 	/* cg_attn.sg:59: %grad.loss = ones(shape=[], dtype=f32) */
 	v_grad_loss = (float *)SGRT_AT(rt, 32768); /* 4 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_attn_f16_59_ones_grad_loss", 59,
-	            k_attn_f16_59_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
+	SGRT_KERNEL(rt, 0, "k_attn_bf16_34_ones_grad_loss", 59,
+	            k_attn_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_attn.sg:58: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1]) */
 	v_grad_sq_1 = (float *)SGRT_AT(rt, 33024); /* 4 bytes of the arena */
@@ -5573,8 +5465,8 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_attn.sg:58: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128]) */
 	v_grad_sq_2 = (float *)SGRT_AT(rt, 262144); /* 65536 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_attn_f16_58_expand_grad_sq_2", 58,
-	            k_attn_f16_58_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_1, v_grad_sq_2));
+	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_expand_grad_sq_2", 58,
+	            k_attn_bf16_33_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_1, v_grad_sq_2));
 
 	/* cg_attn.sg:58: %grad.sq = div(%grad.sq.2, 16384) */
 
@@ -5629,7 +5521,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_attn.sg:55: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_attn_f16_55_sgd_update", 55,
-	            k_attn_f16_55_sgd_update<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_wo, v_grad_wo));
+	            k_attn_f16_55_sgd_update<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_wo, v_grad_wo, 16384LL));
 
 	/* cg_attn.sg:55: del %grad.wo */
 
@@ -5733,8 +5625,8 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_attn.sg:44: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0) */
-	SGRT_KERNEL(rt, 0, "k_attn_f16_44_sgd_update", 44,
-	            k_attn_f16_44_sgd_update<<<24, 256, 0, sgrt_stream(rt, 0)>>>(v_wqkv, v_grad_wqkv));
+	SGRT_KERNEL(rt, 0, "k_attn_f16_55_sgd_update", 44,
+	            k_attn_f16_55_sgd_update<<<24, 256, 0, sgrt_stream(rt, 0)>>>(v_wqkv, v_grad_wqkv, 49152LL));
 
 	/* cg_attn.sg:44: del %grad.wqkv */
 
@@ -6121,13 +6013,13 @@ attn_f64_run(attn_f64_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_attn.sg:91: %k = transpose(%k4, dim0=1, dim1=2) */
 	v_k = (double *)SGRT_AT(rt, 131072); /* 131072 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_attn_f64_91_transpose_k", 91,
-	            k_attn_f64_91_transpose_k<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_k4, v_k));
+	SGRT_KERNEL(rt, 0, "k_attn_f64_90_transpose_q", 91,
+	            k_attn_f64_90_transpose_q<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_k4, v_k));
 
 	/* cg_attn.sg:92: %v = transpose(%v4, dim0=1, dim1=2) */
 	v_v = (double *)SGRT_AT(rt, 262144); /* 131072 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_attn_f64_92_transpose_v", 92,
-	            k_attn_f64_92_transpose_v<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_v4, v_v));
+	SGRT_KERNEL(rt, 0, "k_attn_f64_90_transpose_q", 92,
+	            k_attn_f64_90_transpose_q<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_v4, v_v));
 
 	/* cg_attn.sg:93: %att = scaled_dot_product_attention(%q, %k, %v, causal=false) */
 	v_att = (double *)SGRT_AT(rt, 393216); /* 131072 bytes of the arena */

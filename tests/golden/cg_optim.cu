@@ -334,11 +334,11 @@ k_adamw_bf16_19_adamw_update_one(sg_bf16 &p, const sg_bf16 g, sg_bf16 &m, sg_bf1
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_adamw_bf16_19_adamw_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, sg_bf16 *__restrict__ m,
-        sg_bf16 *__restrict__ v, const float *__restrict__ sc)
+        sg_bf16 *__restrict__ v, const float *__restrict__ sc, const int n)
 {
 	typedef sg_vec<sg_bf16, 8> V;
 	const float size = sc[0], bc2 = sc[1];
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? 37 / 8 : 0;
+	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? n / 8 : 0;
 	const int stride = (int)gridDim.x * blockDim.x;
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * 8), mv = *(const V *)(m + w * 8);
@@ -351,7 +351,7 @@ k_adamw_bf16_19_adamw_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict_
 		*(V *)(m + w * 8) = mv;
 		*(V *)(v + w * 8) = vv;
 	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 37;
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_adamw_bf16_19_adamw_update_one(p[i], g[i], m[i], v[i], size, bc2);
 }
@@ -376,106 +376,6 @@ k_adamw_bf16_18_sum_grad_b(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ 
 	for (int k = 1; k < 8; k++)
 		acc = sg_sum_op()(acc, part[k][lane]);
 	out[o] = sg_st_bf16(sg_to_bf16(acc));
-}
-/* AdamW's step count (f32, as PyTorch keeps it) and the step's bias
- * corrections: sc[0] = -lr / (1 - beta1^step), sc[1] = sqrt(1 - beta2^step). */
-static __global__ void
-k_adamw_bf16_18_adamw_step(float *__restrict__ step, float *__restrict__ sc)
-{
-	const float st = (float)((double)step[0] + 1);
-	step[0] = st;
-	sc[0] = (float)(-(0.001 / (1 - pow(0.9, (double)st))));
-	sc[1] = (float)sqrt(1 - pow(0.999, (double)st));
-}
-// cg_optim.sg:18: adamw_update_(%w, %grad.w, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.1)
-/* torch.optim.AdamW's update of one element, op by op in float. */
-static __device__ __forceinline__ void
-k_adamw_bf16_18_adamw_update_one(sg_bf16 &p, const sg_bf16 g, sg_bf16 &m, sg_bf16 &v, const float size, const float bc2)
-{
-	const float pi = sg_to_bf16(sg_ld(p) * (float)0.9999);
-	const float gi = sg_ld(g);
-	const float mi = sg_to_bf16(sg_lerp(sg_ld(m), gi, (float)0.1));
-	const float gg = sg_to_bf16(sg_to_bf16((float)0.001 * gi) * gi);
-	const float vi = sg_to_bf16(sg_to_bf16(sg_ld(v) * (float)0.999) + gg);
-	const float den = sg_to_bf16(sg_to_bf16(sg_to_bf16(sg_sqrt(vi)) / bc2) + (float)1e-08);
-	m = sg_st_bf16(mi);
-	v = sg_st_bf16(vi);
-	p = sg_st_bf16(sg_to_bf16(pi + sg_to_bf16(sg_to_bf16(size * mi) / den)));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_adamw_bf16_18_adamw_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, sg_bf16 *__restrict__ m,
-        sg_bf16 *__restrict__ v, const float *__restrict__ sc)
-{
-	typedef sg_vec<sg_bf16, 8> V;
-	const float size = sc[0], bc2 = sc[1];
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? 2664 / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8), mv = *(const V *)(m + w * 8);
-		V vv = *(const V *)(v + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_adamw_bf16_18_adamw_update_one(pv.v[j], gv.v[j], mv.v[j], vv.v[j], size, bc2);
-		*(V *)(p + w * 8) = pv;
-		*(V *)(m + w * 8) = mv;
-		*(V *)(v + w * 8) = vv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 2664;
-	     i += stride)
-		k_adamw_bf16_18_adamw_update_one(p[i], g[i], m[i], v[i], size, bc2);
-}
-/* AdamW's step count (f32, as PyTorch keeps it) and the step's bias
- * corrections: sc[0] = -lr / (1 - beta1^step), sc[1] = sqrt(1 - beta2^step). */
-static __global__ void
-k_adamw_bf16_18_adamw_step_2(float *__restrict__ step, float *__restrict__ sc)
-{
-	const float st = (float)((double)step[0] + 1);
-	step[0] = st;
-	sc[0] = (float)(-(0.001 / (1 - pow(0.9, (double)st))));
-	sc[1] = (float)sqrt(1 - pow(0.999, (double)st));
-}
-// cg_optim.sg:18: adamw_update_(%b, %grad.b, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.1)
-/* torch.optim.AdamW's update of one element, op by op in float. */
-static __device__ __forceinline__ void
-k_adamw_bf16_18_adamw_update_2_one(sg_bf16 &p, const sg_bf16 g, sg_bf16 &m, sg_bf16 &v, const float size, const float bc2)
-{
-	const float pi = sg_to_bf16(sg_ld(p) * (float)0.9999);
-	const float gi = sg_ld(g);
-	const float mi = sg_to_bf16(sg_lerp(sg_ld(m), gi, (float)0.1));
-	const float gg = sg_to_bf16(sg_to_bf16((float)0.001 * gi) * gi);
-	const float vi = sg_to_bf16(sg_to_bf16(sg_ld(v) * (float)0.999) + gg);
-	const float den = sg_to_bf16(sg_to_bf16(sg_to_bf16(sg_sqrt(vi)) / bc2) + (float)1e-08);
-	m = sg_st_bf16(mi);
-	v = sg_st_bf16(vi);
-	p = sg_st_bf16(sg_to_bf16(pi + sg_to_bf16(sg_to_bf16(size * mi) / den)));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_adamw_bf16_18_adamw_update_2(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, sg_bf16 *__restrict__ m,
-        sg_bf16 *__restrict__ v, const float *__restrict__ sc)
-{
-	typedef sg_vec<sg_bf16, 8> V;
-	const float size = sc[0], bc2 = sc[1];
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? 72 / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8), mv = *(const V *)(m + w * 8);
-		V vv = *(const V *)(v + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_adamw_bf16_18_adamw_update_2_one(pv.v[j], gv.v[j], mv.v[j], vv.v[j], size, bc2);
-		*(V *)(p + w * 8) = pv;
-		*(V *)(m + w * 8) = mv;
-		*(V *)(v + w * 8) = vv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 72;
-	     i += stride)
-		k_adamw_bf16_18_adamw_update_2_one(p[i], g[i], m[i], v[i], size, bc2);
 }
 // cg_optim.sg:34: %loss = mse_loss(%h, %y)
 /* Stage 1 of mse_loss: each block reduces a strided part into part[block]. */
@@ -578,11 +478,11 @@ k_adamw_f16_unfused_35_adamw_update_one(sg_f16 &p, const sg_f16 g, sg_f16 &m, sg
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_adamw_f16_unfused_35_adamw_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g, sg_f16 *__restrict__ m,
-        sg_f16 *__restrict__ v, const float *__restrict__ sc)
+        sg_f16 *__restrict__ v, const float *__restrict__ sc, const int n)
 {
 	typedef sg_vec<sg_f16, 8> V;
 	const float size = sc[0], bc2 = sc[1];
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? 2664 / 8 : 0;
+	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? n / 8 : 0;
 	const int stride = (int)gridDim.x * blockDim.x;
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * 8), mv = *(const V *)(m + w * 8);
@@ -595,59 +495,9 @@ k_adamw_f16_unfused_35_adamw_update(sg_f16 *__restrict__ p, const sg_f16 *__rest
 		*(V *)(m + w * 8) = mv;
 		*(V *)(v + w * 8) = vv;
 	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 2664;
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_adamw_f16_unfused_35_adamw_update_one(p[i], g[i], m[i], v[i], size, bc2);
-}
-/* AdamW's step count (f32, as PyTorch keeps it) and the step's bias
- * corrections: sc[0] = -lr / (1 - beta1^step), sc[1] = sqrt(1 - beta2^step). */
-static __global__ void
-k_adamw_f16_unfused_35_adamw_step_2(float *__restrict__ step, float *__restrict__ sc)
-{
-	const float st = (float)((double)step[0] + 1);
-	step[0] = st;
-	sc[0] = (float)(-(0.01 / (1 - pow(0.9, (double)st))));
-	sc[1] = (float)sqrt(1 - pow(0.99, (double)st));
-}
-// cg_optim.sg:35: adamw_update_(%b, %grad.b, lr=0.01, beta1=0.9, beta2=0.99, eps=0.001, weight_decay=0.05)
-/* torch.optim.AdamW's update of one element, op by op in float. */
-static __device__ __forceinline__ void
-k_adamw_f16_unfused_35_adamw_update_2_one(sg_f16 &p, const sg_f16 g, sg_f16 &m, sg_f16 &v, const float size, const float bc2)
-{
-	const float pi = sg_to_f16(sg_ld(p) * (float)0.9995);
-	const float gi = sg_ld(g);
-	const float mi = sg_to_f16(sg_lerp(sg_ld(m), gi, (float)0.1));
-	const float gg = sg_to_f16(sg_to_f16((float)0.01 * gi) * gi);
-	const float vi = sg_to_f16(sg_to_f16(sg_ld(v) * (float)0.99) + gg);
-	const float den = sg_to_f16(sg_to_f16(sg_to_f16(sg_sqrt(vi)) / bc2) + (float)0.001);
-	m = sg_st_f16(mi);
-	v = sg_st_f16(vi);
-	p = sg_st_f16(sg_to_f16(pi + sg_to_f16(sg_to_f16(size * mi) / den)));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_adamw_f16_unfused_35_adamw_update_2(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g, sg_f16 *__restrict__ m,
-        sg_f16 *__restrict__ v, const float *__restrict__ sc)
-{
-	typedef sg_vec<sg_f16, 8> V;
-	const float size = sc[0], bc2 = sc[1];
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? 72 / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8), mv = *(const V *)(m + w * 8);
-		V vv = *(const V *)(v + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_adamw_f16_unfused_35_adamw_update_2_one(pv.v[j], gv.v[j], mv.v[j], vv.v[j], size, bc2);
-		*(V *)(p + w * 8) = pv;
-		*(V *)(m + w * 8) = mv;
-		*(V *)(v + w * 8) = vv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 72;
-	     i += stride)
-		k_adamw_f16_unfused_35_adamw_update_2_one(p[i], g[i], m[i], v[i], size, bc2);
 }
 // cg_optim.sg:47: %loss = mse_loss(%h, %y)
 /* Stage 1 of mse_loss: each block reduces a strided part into part[block]. */
@@ -750,11 +600,11 @@ k_adamw_f32_46_adamw_update_one(float &p, const float g, float &m, float &v, con
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_adamw_f32_46_adamw_update(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
-        float *__restrict__ v, const float *__restrict__ sc)
+        float *__restrict__ v, const float *__restrict__ sc, const int n)
 {
 	typedef sg_vec<float, 4> V;
 	const float size = sc[0], bc2 = sc[1];
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? 2664 / 4 : 0;
+	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? n / 4 : 0;
 	const int stride = (int)gridDim.x * blockDim.x;
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * 4), mv = *(const V *)(m + w * 4);
@@ -767,72 +617,9 @@ k_adamw_f32_46_adamw_update(float *__restrict__ p, const float *__restrict__ g, 
 		*(V *)(m + w * 4) = mv;
 		*(V *)(v + w * 4) = vv;
 	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 2664;
+	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_adamw_f32_46_adamw_update_one(p[i], g[i], m[i], v[i], size, bc2);
-}
-/* AdamW's step count (f32, as PyTorch keeps it) and the step's bias
- * corrections: sc[0] = -lr / (1 - beta1^step), sc[1] = sqrt(1 - beta2^step). */
-static __global__ void
-k_adamw_f32_46_adamw_step_2(float *__restrict__ step, float *__restrict__ sc)
-{
-	const float st = (float)((double)step[0] + 1);
-	step[0] = st;
-	sc[0] = (float)(-(0.01 / (1 - pow(0.9, (double)st))));
-	sc[1] = (float)sqrt(1 - pow(0.999, (double)st));
-}
-// cg_optim.sg:46: adamw_update_(%b, %grad.b, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-06, weight_decay=0.01)
-/* torch.optim.AdamW's update of one element, op by op in float. */
-static __device__ __forceinline__ void
-k_adamw_f32_46_adamw_update_2_one(float &p, const float g, float &m, float &v, const float size, const float bc2)
-{
-	const float pi = sg_to_f32(sg_ld(p) * (float)0.9999);
-	const float gi = sg_ld(g);
-	const float mi = sg_to_f32(sg_lerp(sg_ld(m), gi, (float)0.1));
-	const float gg = sg_to_f32(sg_to_f32((float)0.001 * gi) * gi);
-	const float vi = sg_to_f32(sg_to_f32(sg_ld(v) * (float)0.999) + gg);
-	const float den = sg_to_f32(sg_to_f32(sg_to_f32(sg_sqrt(vi)) / bc2) + (float)1e-06);
-	m = sg_st_f32(mi);
-	v = sg_st_f32(vi);
-	p = sg_st_f32(sg_to_f32(pi + sg_to_f32(sg_to_f32(size * mi) / den)));
-}
-/* 4 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_adamw_f32_46_adamw_update_2(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
-        float *__restrict__ v, const float *__restrict__ sc)
-{
-	typedef sg_vec<float, 4> V;
-	const float size = sc[0], bc2 = sc[1];
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? 72 / 4 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 4), mv = *(const V *)(m + w * 4);
-		V vv = *(const V *)(v + w * 4);
-		const V gv = *(const V *)(g + w * 4);
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			k_adamw_f32_46_adamw_update_2_one(pv.v[j], gv.v[j], mv.v[j], vv.v[j], size, bc2);
-		*(V *)(p + w * 4) = pv;
-		*(V *)(m + w * 4) = mv;
-		*(V *)(v + w * 4) = vv;
-	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 72;
-	     i += stride)
-		k_adamw_f32_46_adamw_update_2_one(p[i], g[i], m[i], v[i], size, bc2);
-}
-// cg_optim.sg:60: %loss = mse_loss(%h, %y)
-/* Stage 1 of mse_loss: each block reduces a strided part into part[block]. */
-static __global__ void __launch_bounds__(256)
-k_sgd_bf16_60_mse_loss_part_loss(const sg_bf16 *__restrict__ a, const sg_bf16 *__restrict__ b, float *__restrict__ part)
-{
-	float acc = 0;
-	for (sg_i64 r = (sg_i64)blockIdx.x * 256 + threadIdx.x; r < 288;
-	     r += (sg_i64)gridDim.x * 256)
-		acc = sg_sum_op()(acc, sg_sq(sg_opf(sg_ld(a[r])) - sg_opf(sg_ld(b[r]))));
-	acc = sg_reduce<256>(acc, sg_sum_op());
-	if (threadIdx.x == 0)
-		part[blockIdx.x] = acc;
 }
 /* Stage 2 of mse_loss: one block reduces the 2 parts. */
 static __global__ void __launch_bounds__(256)
@@ -844,36 +631,6 @@ k_sgd_bf16_60_mse_loss_final_loss(const float *__restrict__ part, sg_bf16 *__res
 	acc = sg_reduce<256>(acc, sg_sum_op());
 	if (threadIdx.x == 0)
 		out[0] = sg_st_bf16(sg_to_bf16(acc / (float)288));
-}
-// cg_optim.sg:61: %grad.loss = ones(shape=[], dtype=bf16)
-static __global__ void __launch_bounds__(256)
-k_sgd_bf16_61_ones_grad_loss(sg_bf16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = sg_st_bf16(sg_to_bf16((sg_i64)1));
-}
-// cg_optim.sg:59: %grad.b = sum(%grad.h, dims=[0], keepdim=false)
-/* A reduction whose outputs are the innermost elements: the 32 threads of
- * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
- * warps split the reduced elements, then combine through shared memory. */
-static __global__ void __launch_bounds__(256)
-k_sgd_bf16_59_sum_grad_b(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
-{
-	__shared__ float part[8][33];
-	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-	const sg_i64 o = (sg_i64)blockIdx.x * 32 + lane;
-	float acc = 0;
-	if (o < 72)
-		for (sg_i64 r = w; r < 4; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(sg_ld(x[o + r * 72])));
-	part[w][lane] = acc;
-	__syncthreads();
-	if (w != 0 || o >= 72)
-		return;
-	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
-	out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
 // cg_optim.sg:59: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.9, weight_decay=0.01)
 /* torch.optim.SGD's update of one element, op by op in float (each op
@@ -891,10 +648,10 @@ k_sgd_bf16_59_sgd_update_one(sg_bf16 &p, const sg_bf16 g, sg_bf16 &b)
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-k_sgd_bf16_59_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, sg_bf16 *__restrict__ buf)
+k_sgd_bf16_59_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, sg_bf16 *__restrict__ buf, const int n)
 {
 	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)buf) % 16 == 0 ? 2664 / 8 : 0;
+	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)buf) % 16 == 0 ? n / 8 : 0;
 	const int stride = (int)gridDim.x * blockDim.x;
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * 8);
@@ -906,98 +663,9 @@ k_sgd_bf16_59_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g,
 		*(V *)(p + w * 8) = pv;
 		*(V *)(buf + w * 8) = bv;
 	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 2664;
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_sgd_bf16_59_sgd_update_one(p[i], g[i], buf[i]);
-}
-// cg_optim.sg:59: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.9, weight_decay=0.01)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to bf16 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_sgd_bf16_59_sgd_update_2_one(sg_bf16 &p, const sg_bf16 g, sg_bf16 &b)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	d = sg_to_bf16(d + (float)0.01 * pi);
-	d = sg_to_bf16(sg_to_bf16(sg_ld(b) * (float)0.9) + d);
-	b = sg_st_bf16(d);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_sgd_bf16_59_sgd_update_2(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, sg_bf16 *__restrict__ buf)
-{
-	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)buf) % 16 == 0 ? 72 / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-		V bv = *(const V *)(buf + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_sgd_bf16_59_sgd_update_2_one(pv.v[j], gv.v[j], bv.v[j]);
-		*(V *)(p + w * 8) = pv;
-		*(V *)(buf + w * 8) = bv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 72;
-	     i += stride)
-		k_sgd_bf16_59_sgd_update_2_one(p[i], g[i], buf[i]);
-}
-// cg_optim.sg:73: %loss = mse_loss(%h, %y)
-/* Stage 1 of mse_loss: each block reduces a strided part into part[block]. */
-static __global__ void __launch_bounds__(256)
-k_sgd_f16_unfused_73_mse_loss_part_loss(const sg_f16 *__restrict__ a, const sg_f16 *__restrict__ b, float *__restrict__ part)
-{
-	float acc = 0;
-	for (sg_i64 r = (sg_i64)blockIdx.x * 256 + threadIdx.x; r < 288;
-	     r += (sg_i64)gridDim.x * 256)
-		acc = sg_sum_op()(acc, sg_sq(sg_opf(sg_ld(a[r])) - sg_opf(sg_ld(b[r]))));
-	acc = sg_reduce<256>(acc, sg_sum_op());
-	if (threadIdx.x == 0)
-		part[blockIdx.x] = acc;
-}
-/* Stage 2 of mse_loss: one block reduces the 2 parts. */
-static __global__ void __launch_bounds__(256)
-k_sgd_f16_unfused_73_mse_loss_final_loss(const float *__restrict__ part, sg_f16 *__restrict__ out)
-{
-	float acc = 0;
-	for (int r = threadIdx.x; r < 2; r += 256)
-		acc = sg_sum_op()(acc, part[r]);
-	acc = sg_reduce<256>(acc, sg_sum_op());
-	if (threadIdx.x == 0)
-		out[0] = sg_st_f16(sg_to_f16(acc / (float)288));
-}
-// cg_optim.sg:74: %grad.loss = ones(shape=[], dtype=f16)
-static __global__ void __launch_bounds__(256)
-k_sgd_f16_unfused_74_ones_grad_loss(sg_f16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = sg_st_f16(sg_to_f16((sg_i64)1));
-}
-// cg_optim.sg:72: %grad.b = sum(%grad.h, dims=[0], keepdim=false)
-/* A reduction whose outputs are the innermost elements: the 32 threads of
- * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
- * warps split the reduced elements, then combine through shared memory. */
-static __global__ void __launch_bounds__(256)
-k_sgd_f16_unfused_72_sum_grad_b(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ out)
-{
-	__shared__ float part[8][33];
-	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-	const sg_i64 o = (sg_i64)blockIdx.x * 32 + lane;
-	float acc = 0;
-	if (o < 72)
-		for (sg_i64 r = w; r < 4; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(sg_ld(x[o + r * 72])));
-	part[w][lane] = acc;
-	__syncthreads();
-	if (w != 0 || o >= 72)
-		return;
-	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
-	out[o] = sg_st_f16(sg_to_f16(acc));
 }
 // cg_optim.sg:74: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.5, weight_decay=0.0)
 /* torch.optim.SGD's update of one element, op by op in float (each op
@@ -1014,10 +682,10 @@ k_sgd_f16_unfused_74_sgd_update_one(sg_f16 &p, const sg_f16 g, sg_f16 &b)
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-k_sgd_f16_unfused_74_sgd_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g, sg_f16 *__restrict__ buf)
+k_sgd_f16_unfused_74_sgd_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g, sg_f16 *__restrict__ buf, const int n)
 {
 	typedef sg_vec<sg_f16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)buf) % 16 == 0 ? 2664 / 8 : 0;
+	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)buf) % 16 == 0 ? n / 8 : 0;
 	const int stride = (int)gridDim.x * blockDim.x;
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * 8);
@@ -1029,97 +697,9 @@ k_sgd_f16_unfused_74_sgd_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict
 		*(V *)(p + w * 8) = pv;
 		*(V *)(buf + w * 8) = bv;
 	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 2664;
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_sgd_f16_unfused_74_sgd_update_one(p[i], g[i], buf[i]);
-}
-// cg_optim.sg:74: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.5, weight_decay=0.0)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to f16 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_sgd_f16_unfused_74_sgd_update_2_one(sg_f16 &p, const sg_f16 g, sg_f16 &b)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	d = sg_to_f16(sg_to_f16(sg_ld(b) * (float)0.5) + d);
-	b = sg_st_f16(d);
-	p = sg_st_f16(sg_to_f16(pi + (float)-0.1 * d));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_sgd_f16_unfused_74_sgd_update_2(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g, sg_f16 *__restrict__ buf)
-{
-	typedef sg_vec<sg_f16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)buf) % 16 == 0 ? 72 / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-		V bv = *(const V *)(buf + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_sgd_f16_unfused_74_sgd_update_2_one(pv.v[j], gv.v[j], bv.v[j]);
-		*(V *)(p + w * 8) = pv;
-		*(V *)(buf + w * 8) = bv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 72;
-	     i += stride)
-		k_sgd_f16_unfused_74_sgd_update_2_one(p[i], g[i], buf[i]);
-}
-// cg_optim.sg:86: %loss = mse_loss(%h, %y)
-/* Stage 1 of mse_loss: each block reduces a strided part into part[block]. */
-static __global__ void __launch_bounds__(256)
-k_sgd_f32_wd_86_mse_loss_part_loss(const float *__restrict__ a, const float *__restrict__ b, float *__restrict__ part)
-{
-	float acc = 0;
-	for (sg_i64 r = (sg_i64)blockIdx.x * 256 + threadIdx.x; r < 288;
-	     r += (sg_i64)gridDim.x * 256)
-		acc = sg_sum_op()(acc, sg_sq(sg_opf(sg_ld(a[r])) - sg_opf(sg_ld(b[r]))));
-	acc = sg_reduce<256>(acc, sg_sum_op());
-	if (threadIdx.x == 0)
-		part[blockIdx.x] = acc;
-}
-/* Stage 2 of mse_loss: one block reduces the 2 parts. */
-static __global__ void __launch_bounds__(256)
-k_sgd_f32_wd_86_mse_loss_final_loss(const float *__restrict__ part, float *__restrict__ out)
-{
-	float acc = 0;
-	for (int r = threadIdx.x; r < 2; r += 256)
-		acc = sg_sum_op()(acc, part[r]);
-	acc = sg_reduce<256>(acc, sg_sum_op());
-	if (threadIdx.x == 0)
-		out[0] = sg_st_f32(sg_to_f32(acc / (float)288));
-}
-// cg_optim.sg:87: %grad.loss = ones(shape=[], dtype=f32)
-static __global__ void __launch_bounds__(256)
-k_sgd_f32_wd_87_ones_grad_loss(float *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = sg_st_f32(sg_to_f32((sg_i64)1));
-}
-// cg_optim.sg:85: %grad.b = sum(%grad.h, dims=[0], keepdim=false)
-/* A reduction whose outputs are the innermost elements: the 32 threads of
- * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
- * warps split the reduced elements, then combine through shared memory. */
-static __global__ void __launch_bounds__(256)
-k_sgd_f32_wd_85_sum_grad_b(const float *__restrict__ x, float *__restrict__ out)
-{
-	__shared__ float part[8][33];
-	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-	const sg_i64 o = (sg_i64)blockIdx.x * 32 + lane;
-	float acc = 0;
-	if (o < 72)
-		for (sg_i64 r = w; r < 4; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(sg_ld(x[o + r * 72])));
-	part[w][lane] = acc;
-	__syncthreads();
-	if (w != 0 || o >= 72)
-		return;
-	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
-	out[o] = sg_st_f32(sg_to_f32(acc));
 }
 // cg_optim.sg:85: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.001)
 /* torch.optim.SGD's update of one element, op by op in float (each op
@@ -1135,10 +715,10 @@ k_sgd_f32_wd_85_sgd_update_one(float &p, const float g)
 /* 4 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-k_sgd_f32_wd_85_sgd_update(float *__restrict__ p, const float *__restrict__ g)
+k_sgd_f32_wd_85_sgd_update(float *__restrict__ p, const float *__restrict__ g, const int n)
 {
 	typedef sg_vec<float, 4> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 2664 / 4 : 0;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 4 : 0;
 	const int stride = (int)gridDim.x * blockDim.x;
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * 4);
@@ -1148,40 +728,9 @@ k_sgd_f32_wd_85_sgd_update(float *__restrict__ p, const float *__restrict__ g)
 			k_sgd_f32_wd_85_sgd_update_one(pv.v[j], gv.v[j]);
 		*(V *)(p + w * 4) = pv;
 	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 2664;
+	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_sgd_f32_wd_85_sgd_update_one(p[i], g[i]);
-}
-// cg_optim.sg:85: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.0, weight_decay=0.001)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to f32 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_sgd_f32_wd_85_sgd_update_2_one(float &p, const float g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	d = sg_to_f32(d + (float)0.001 * pi);
-	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
-}
-/* 4 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_sgd_f32_wd_85_sgd_update_2(float *__restrict__ p, const float *__restrict__ g)
-{
-	typedef sg_vec<float, 4> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 72 / 4 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 4);
-		const V gv = *(const V *)(g + w * 4);
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			k_sgd_f32_wd_85_sgd_update_2_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 4) = pv;
-	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 72;
-	     i += stride)
-		k_sgd_f32_wd_85_sgd_update_2_one(p[i], g[i]);
 }
 
 #ifndef __CUDACC_RTC__
@@ -1406,7 +955,7 @@ adamw_bf16_run(adamw_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_adamw_step", 19,
 	            k_adamw_bf16_19_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[8], (float *)M->scratch[0]));
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_adamw_update", 19,
-	            k_adamw_bf16_19_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_c, v_grad_c, (sg_bf16 *)io[6], (sg_bf16 *)io[7], (float *)M->scratch[0]));
+	            k_adamw_bf16_19_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_c, v_grad_c, (sg_bf16 *)io[6], (sg_bf16 *)io[7], (float *)M->scratch[0], 37LL));
 
 	/* cg_optim.sg:19: del %grad.c */
 
@@ -1433,18 +982,18 @@ adamw_bf16_run(adamw_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_adamw_bf16_18_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
 	/* cg_optim.sg:18: adamw_update_(%w, %grad.w, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.1) */
-	SGRT_KERNEL(rt, 0, "k_adamw_bf16_18_adamw_step", 18,
-	            k_adamw_bf16_18_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[11], (float *)M->scratch[1]));
-	SGRT_KERNEL(rt, 0, "k_adamw_bf16_18_adamw_update", 18,
-	            k_adamw_bf16_18_adamw_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (sg_bf16 *)io[9], (sg_bf16 *)io[10], (float *)M->scratch[1]));
+	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_adamw_step", 18,
+	            k_adamw_bf16_19_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[11], (float *)M->scratch[1]));
+	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_adamw_update", 18,
+	            k_adamw_bf16_19_adamw_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (sg_bf16 *)io[9], (sg_bf16 *)io[10], (float *)M->scratch[1], 2664LL));
 
 	/* cg_optim.sg:18: del %grad.w */
 
 	/* cg_optim.sg:18: adamw_update_(%b, %grad.b, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.1) */
-	SGRT_KERNEL(rt, 0, "k_adamw_bf16_18_adamw_step_2", 18,
-	            k_adamw_bf16_18_adamw_step_2<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[14], (float *)M->scratch[2]));
-	SGRT_KERNEL(rt, 0, "k_adamw_bf16_18_adamw_update_2", 18,
-	            k_adamw_bf16_18_adamw_update_2<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (sg_bf16 *)io[12], (sg_bf16 *)io[13], (float *)M->scratch[2]));
+	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_adamw_step", 18,
+	            k_adamw_bf16_19_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[14], (float *)M->scratch[2]));
+	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_adamw_update", 18,
+	            k_adamw_bf16_19_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (sg_bf16 *)io[12], (sg_bf16 *)io[13], (float *)M->scratch[2], 72LL));
 
 	/* cg_optim.sg:18: del %grad.b */
 
@@ -1691,13 +1240,13 @@ adamw_f16_unfused_run(adamw_f16_unfused_model *M, void *const *io, const cudaEve
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_35_adamw_step", 35,
 	            k_adamw_f16_unfused_35_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[7], (float *)M->scratch[0]));
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_35_adamw_update", 35,
-	            k_adamw_f16_unfused_35_adamw_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (sg_f16 *)io[5], (sg_f16 *)io[6], (float *)M->scratch[0]));
+	            k_adamw_f16_unfused_35_adamw_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (sg_f16 *)io[5], (sg_f16 *)io[6], (float *)M->scratch[0], 2664LL));
 
 	/* cg_optim.sg:35: adamw_update_(%b, %grad.b, lr=0.01, beta1=0.9, beta2=0.99, eps=0.001, weight_decay=0.05) */
-	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_35_adamw_step_2", 35,
-	            k_adamw_f16_unfused_35_adamw_step_2<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[10], (float *)M->scratch[1]));
-	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_35_adamw_update_2", 35,
-	            k_adamw_f16_unfused_35_adamw_update_2<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (sg_f16 *)io[8], (sg_f16 *)io[9], (float *)M->scratch[1]));
+	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_35_adamw_step", 35,
+	            k_adamw_f16_unfused_35_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[10], (float *)M->scratch[1]));
+	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_35_adamw_update", 35,
+	            k_adamw_f16_unfused_35_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (sg_f16 *)io[8], (sg_f16 *)io[9], (float *)M->scratch[1], 72LL));
 
 	/* cg_optim.sg:35: backward_end() */
 	return SGRT_OK;
@@ -1942,15 +1491,15 @@ adamw_f32_run(adamw_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_adamw_step", 46,
 	            k_adamw_f32_46_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[7], (float *)M->scratch[0]));
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_adamw_update", 46,
-	            k_adamw_f32_46_adamw_update<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (float *)io[5], (float *)io[6], (float *)M->scratch[0]));
+	            k_adamw_f32_46_adamw_update<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (float *)io[5], (float *)io[6], (float *)M->scratch[0], 2664LL));
 
 	/* cg_optim.sg:46: del %grad.w */
 
 	/* cg_optim.sg:46: adamw_update_(%b, %grad.b, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-06, weight_decay=0.01) */
-	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_adamw_step_2", 46,
-	            k_adamw_f32_46_adamw_step_2<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[10], (float *)M->scratch[1]));
-	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_adamw_update_2", 46,
-	            k_adamw_f32_46_adamw_update_2<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (float *)io[8], (float *)io[9], (float *)M->scratch[1]));
+	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_adamw_step", 46,
+	            k_adamw_f32_46_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[10], (float *)M->scratch[1]));
+	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_adamw_update", 46,
+	            k_adamw_f32_46_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (float *)io[8], (float *)io[9], (float *)M->scratch[1], 72LL));
 
 	/* cg_optim.sg:46: del %grad.b */
 
@@ -2139,8 +1688,8 @@ sgd_bf16_run(sgd_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_optim.sg:60: %loss = mse_loss(%h, %y) */
 	float *tmp_part_60 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_part_60, 8, 0, 60));
-	SGRT_KERNEL(rt, 0, "k_sgd_bf16_60_mse_loss_part_loss", 60,
-	            k_sgd_bf16_60_mse_loss_part_loss<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, tmp_part_60));
+	SGRT_KERNEL(rt, 0, "k_adamw_bf16_20_mse_loss_part_m", 60,
+	            k_adamw_bf16_20_mse_loss_part_m<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, tmp_part_60));
 	SGRT_KERNEL(rt, 0, "k_sgd_bf16_60_mse_loss_final_loss", 60,
 	            k_sgd_bf16_60_mse_loss_final_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(tmp_part_60, v_loss));
 	SGRT_TRY(sgrt_free_async(rt, tmp_part_60, 0, 60));
@@ -2149,8 +1698,8 @@ sgd_bf16_run(sgd_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_optim.sg:61: %grad.loss = ones(shape=[], dtype=bf16) */
 	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 768); /* 2 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_sgd_bf16_61_ones_grad_loss", 61,
-	            k_sgd_bf16_61_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
+	SGRT_KERNEL(rt, 0, "k_adamw_bf16_22_ones_grad_loss", 61,
+	            k_adamw_bf16_22_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_optim.sg:60: %grad.h.1 = sub(%h, %y) */
 
@@ -2180,18 +1729,18 @@ sgd_bf16_run(sgd_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_optim.sg:59: %grad.b = sum(%grad.h, dims=[0], keepdim=false) */
 	v_grad_b = (sg_bf16 *)SGRT_AT(rt, 0); /* 144 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_sgd_bf16_59_sum_grad_b", 59,
-	            k_sgd_bf16_59_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
+	SGRT_KERNEL(rt, 0, "k_adamw_bf16_18_sum_grad_b", 59,
+	            k_adamw_bf16_18_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
 	/* cg_optim.sg:59: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.9, weight_decay=0.01) */
 	SGRT_KERNEL(rt, 0, "k_sgd_bf16_59_sgd_update", 59,
-	            k_sgd_bf16_59_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (sg_bf16 *)io[5]));
+	            k_sgd_bf16_59_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (sg_bf16 *)io[5], 2664LL));
 
 	/* cg_optim.sg:59: del %grad.w */
 
 	/* cg_optim.sg:59: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.9, weight_decay=0.01) */
-	SGRT_KERNEL(rt, 0, "k_sgd_bf16_59_sgd_update_2", 59,
-	            k_sgd_bf16_59_sgd_update_2<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (sg_bf16 *)io[6]));
+	SGRT_KERNEL(rt, 0, "k_sgd_bf16_59_sgd_update", 59,
+	            k_sgd_bf16_59_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (sg_bf16 *)io[6], 72LL));
 
 	/* cg_optim.sg:59: del %grad.b */
 
@@ -2380,18 +1929,18 @@ sgd_f16_unfused_run(sgd_f16_unfused_model *M, void *const *io, const cudaEvent_t
 	/* cg_optim.sg:73: %loss = mse_loss(%h, %y) */
 	float *tmp_part_73 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_part_73, 8, 0, 73));
-	SGRT_KERNEL(rt, 0, "k_sgd_f16_unfused_73_mse_loss_part_loss", 73,
-	            k_sgd_f16_unfused_73_mse_loss_part_loss<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, tmp_part_73));
-	SGRT_KERNEL(rt, 0, "k_sgd_f16_unfused_73_mse_loss_final_loss", 73,
-	            k_sgd_f16_unfused_73_mse_loss_final_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(tmp_part_73, v_loss));
+	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_34_mse_loss_part_loss", 73,
+	            k_adamw_f16_unfused_34_mse_loss_part_loss<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, tmp_part_73));
+	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_34_mse_loss_final_loss", 73,
+	            k_adamw_f16_unfused_34_mse_loss_final_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(tmp_part_73, v_loss));
 	SGRT_TRY(sgrt_free_async(rt, tmp_part_73, 0, 73));
 
 	/* cg_optim.sg:74: backward(%loss) */
 
 	/* cg_optim.sg:74: %grad.loss = ones(shape=[], dtype=f16) */
 	v_grad_loss = (sg_f16 *)SGRT_AT(rt, 768); /* 2 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_sgd_f16_unfused_74_ones_grad_loss", 74,
-	            k_sgd_f16_unfused_74_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
+	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_35_ones_grad_loss", 74,
+	            k_adamw_f16_unfused_35_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_optim.sg:73: %grad.h.1 = sub(%h, %y) */
 
@@ -2421,16 +1970,16 @@ sgd_f16_unfused_run(sgd_f16_unfused_model *M, void *const *io, const cudaEvent_t
 
 	/* cg_optim.sg:72: %grad.b = sum(%grad.h, dims=[0], keepdim=false) */
 	v_grad_b = (sg_f16 *)SGRT_AT(rt, 0); /* 144 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_sgd_f16_unfused_72_sum_grad_b", 72,
-	            k_sgd_f16_unfused_72_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
+	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_33_sum_grad_b", 72,
+	            k_adamw_f16_unfused_33_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
 	/* cg_optim.sg:74: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.5, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_sgd_f16_unfused_74_sgd_update", 74,
-	            k_sgd_f16_unfused_74_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (sg_f16 *)io[5]));
+	            k_sgd_f16_unfused_74_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (sg_f16 *)io[5], 2664LL));
 
 	/* cg_optim.sg:74: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.5, weight_decay=0.0) */
-	SGRT_KERNEL(rt, 0, "k_sgd_f16_unfused_74_sgd_update_2", 74,
-	            k_sgd_f16_unfused_74_sgd_update_2<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (sg_f16 *)io[6]));
+	SGRT_KERNEL(rt, 0, "k_sgd_f16_unfused_74_sgd_update", 74,
+	            k_sgd_f16_unfused_74_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (sg_f16 *)io[6], 72LL));
 
 	/* cg_optim.sg:74: backward_end() */
 	return SGRT_OK;
@@ -2613,18 +2162,18 @@ sgd_f32_wd_run(sgd_f32_wd_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_optim.sg:86: %loss = mse_loss(%h, %y) */
 	float *tmp_part_86 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_part_86, 8, 0, 86));
-	SGRT_KERNEL(rt, 0, "k_sgd_f32_wd_86_mse_loss_part_loss", 86,
-	            k_sgd_f32_wd_86_mse_loss_part_loss<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, tmp_part_86));
-	SGRT_KERNEL(rt, 0, "k_sgd_f32_wd_86_mse_loss_final_loss", 86,
-	            k_sgd_f32_wd_86_mse_loss_final_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(tmp_part_86, v_loss));
+	SGRT_KERNEL(rt, 0, "k_adamw_f32_47_mse_loss_part_loss", 86,
+	            k_adamw_f32_47_mse_loss_part_loss<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, tmp_part_86));
+	SGRT_KERNEL(rt, 0, "k_adamw_f32_47_mse_loss_final_loss", 86,
+	            k_adamw_f32_47_mse_loss_final_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(tmp_part_86, v_loss));
 	SGRT_TRY(sgrt_free_async(rt, tmp_part_86, 0, 86));
 
 	/* cg_optim.sg:87: backward(%loss) */
 
 	/* cg_optim.sg:87: %grad.loss = ones(shape=[], dtype=f32) */
 	v_grad_loss = (float *)SGRT_AT(rt, 1280); /* 4 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_sgd_f32_wd_87_ones_grad_loss", 87,
-	            k_sgd_f32_wd_87_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
+	SGRT_KERNEL(rt, 0, "k_adamw_f32_48_ones_grad_loss", 87,
+	            k_adamw_f32_48_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_optim.sg:86: %grad.h.1 = sub(%h, %y) */
 
@@ -2654,18 +2203,18 @@ sgd_f32_wd_run(sgd_f32_wd_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_optim.sg:85: %grad.b = sum(%grad.h, dims=[0], keepdim=false) */
 	v_grad_b = (float *)SGRT_AT(rt, 0); /* 288 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_sgd_f32_wd_85_sum_grad_b", 85,
-	            k_sgd_f32_wd_85_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
+	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_sum_grad_b", 85,
+	            k_adamw_f32_46_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
 	/* cg_optim.sg:85: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.001) */
 	SGRT_KERNEL(rt, 0, "k_sgd_f32_wd_85_sgd_update", 85,
-	            k_sgd_f32_wd_85_sgd_update<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w));
+	            k_sgd_f32_wd_85_sgd_update<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 2664LL));
 
 	/* cg_optim.sg:85: del %grad.w */
 
 	/* cg_optim.sg:85: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.0, weight_decay=0.001) */
-	SGRT_KERNEL(rt, 0, "k_sgd_f32_wd_85_sgd_update_2", 85,
-	            k_sgd_f32_wd_85_sgd_update_2<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b));
+	SGRT_KERNEL(rt, 0, "k_sgd_f32_wd_85_sgd_update", 85,
+	            k_sgd_f32_wd_85_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, 72LL));
 
 	/* cg_optim.sg:85: del %grad.b */
 

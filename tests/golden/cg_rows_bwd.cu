@@ -1353,10 +1353,10 @@ k_rows_f32_23_sgd_update_one(float &p, const float g)
 /* 4 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-k_rows_f32_23_sgd_update(float *__restrict__ p, const float *__restrict__ g)
+k_rows_f32_23_sgd_update(float *__restrict__ p, const float *__restrict__ g, const int n)
 {
 	typedef sg_vec<float, 4> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 1536 / 4 : 0;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 4 : 0;
 	const int stride = (int)gridDim.x * blockDim.x;
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * 4);
@@ -1366,7 +1366,7 @@ k_rows_f32_23_sgd_update(float *__restrict__ p, const float *__restrict__ g)
 			k_rows_f32_23_sgd_update_one(pv.v[j], gv.v[j]);
 		*(V *)(p + w * 4) = pv;
 	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1536;
+	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_rows_f32_23_sgd_update_one(p[i], g[i]);
 }
@@ -1402,36 +1402,6 @@ k_rows_f32_22_sum_grad_q(const float *__restrict__ v_grad_r, const float *__rest
 	for (int k = 1; k < 8; k++)
 		acc = sg_sum_op()(acc, part[k][lane]);
 	out[o] = sg_st_f32(sg_to_f32(acc));
-}
-// cg_rows_bwd.sg:22: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to f32 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_rows_f32_22_sgd_update_one(float &p, const float g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
-}
-/* 4 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_rows_f32_22_sgd_update(float *__restrict__ p, const float *__restrict__ g)
-{
-	typedef sg_vec<float, 4> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 64 / 4 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 4);
-		const V gv = *(const V *)(g + w * 4);
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			k_rows_f32_22_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 4) = pv;
-	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
-	     i += stride)
-		k_rows_f32_22_sgd_update_one(p[i], g[i]);
 }
 // cg_rows_bwd.sg:21: %grad.g.2 = mul(%grad.n, %grad.g.1)
 /* The element i of %grad.g.2, computed where the kernel after it reads it
@@ -1487,96 +1457,6 @@ k_rows_f32_21_sum_grad_b(const float *__restrict__ x, float *__restrict__ out)
 	for (int k = 1; k < 8; k++)
 		acc = sg_sum_op()(acc, part[k][lane]);
 	out[o] = sg_st_f32(sg_to_f32(acc));
-}
-// cg_rows_bwd.sg:21: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to f32 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_rows_f32_21_sgd_update_one(float &p, const float g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
-}
-/* 4 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_rows_f32_21_sgd_update(float *__restrict__ p, const float *__restrict__ g)
-{
-	typedef sg_vec<float, 4> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 64 / 4 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 4);
-		const V gv = *(const V *)(g + w * 4);
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			k_rows_f32_21_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 4) = pv;
-	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
-	     i += stride)
-		k_rows_f32_21_sgd_update_one(p[i], g[i]);
-}
-// cg_rows_bwd.sg:21: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to f32 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_rows_f32_21_sgd_update_2_one(float &p, const float g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
-}
-/* 4 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_rows_f32_21_sgd_update_2(float *__restrict__ p, const float *__restrict__ g)
-{
-	typedef sg_vec<float, 4> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 64 / 4 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 4);
-		const V gv = *(const V *)(g + w * 4);
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			k_rows_f32_21_sgd_update_2_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 4) = pv;
-	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
-	     i += stride)
-		k_rows_f32_21_sgd_update_2_one(p[i], g[i]);
-}
-// cg_rows_bwd.sg:20: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to f32 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_rows_f32_20_sgd_update_one(float &p, const float g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
-}
-/* 4 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_rows_f32_20_sgd_update(float *__restrict__ p, const float *__restrict__ g)
-{
-	typedef sg_vec<float, 4> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 4096 / 4 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 4);
-		const V gv = *(const V *)(g + w * 4);
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			k_rows_f32_20_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 4) = pv;
-	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
-	     i += stride)
-		k_rows_f32_20_sgd_update_one(p[i], g[i]);
 }
 #pragma nv_diag_suppress 177 /* the kernel library's helpers a program leaves unused */
 #ifndef SGK_COMMON_CUH
@@ -2710,10 +2590,10 @@ k_rows_bf16_42_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-k_rows_bf16_42_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
+k_rows_bf16_42_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, const int n)
 {
 	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 1536 / 8 : 0;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 8 : 0;
 	const int stride = (int)gridDim.x * blockDim.x;
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * 8);
@@ -2723,7 +2603,7 @@ k_rows_bf16_42_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 			k_rows_bf16_42_sgd_update_one(pv.v[j], gv.v[j]);
 		*(V *)(p + w * 8) = pv;
 	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1536;
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_rows_bf16_42_sgd_update_one(p[i], g[i]);
 }
@@ -2760,36 +2640,6 @@ k_rows_bf16_41_sum_grad_q(const sg_bf16 *__restrict__ v_grad_r, const sg_bf16 *_
 		acc = sg_sum_op()(acc, part[k][lane]);
 	out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
-// cg_rows_bwd.sg:41: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to bf16 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_rows_bf16_41_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_rows_bf16_41_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
-{
-	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 64 / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_rows_bf16_41_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 8) = pv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
-	     i += stride)
-		k_rows_bf16_41_sgd_update_one(p[i], g[i]);
-}
 // cg_rows_bwd.sg:40: %grad.g.2 = mul(%grad.n, %grad.g.1)
 /* The element i of %grad.g.2, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
@@ -2822,66 +2672,6 @@ k_rows_bf16_40_sum_grad_g(const sg_bf16 *__restrict__ v_grad_n, const sg_bf16 *_
 	for (int k = 1; k < 8; k++)
 		acc = sg_sum_op()(acc, part[k][lane]);
 	out[o] = sg_st_bf16(sg_to_bf16(acc));
-}
-// cg_rows_bwd.sg:40: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to bf16 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_rows_bf16_40_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_rows_bf16_40_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
-{
-	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 64 / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_rows_bf16_40_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 8) = pv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 64;
-	     i += stride)
-		k_rows_bf16_40_sgd_update_one(p[i], g[i]);
-}
-// cg_rows_bwd.sg:39: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to bf16 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_rows_bf16_39_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_rows_bf16_39_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
-{
-	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 4096 / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_rows_bf16_39_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 8) = pv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
-	     i += stride)
-		k_rows_bf16_39_sgd_update_one(p[i], g[i]);
 }
 #pragma nv_diag_suppress 177 /* the kernel library's helpers a program leaves unused */
 #ifndef SGK_COMMON_CUH
@@ -3950,14 +3740,6 @@ k_soft_f32_64_mean_loss(const float *__restrict__ v_l, const float *__restrict__
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc / (float)1024));
 }
-// cg_rows_bwd.sg:65: %grad.loss = ones(shape=[], dtype=f32)
-static __global__ void __launch_bounds__(256)
-k_soft_f32_65_ones_grad_loss(float *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = sg_st_f32(sg_to_f32((sg_i64)1));
-}
 // cg_rows_bwd.sg:64: %grad.lt.2 = expand(%grad.lt.1, shape=[16, 64])
 static __global__ void __launch_bounds__(256)
 k_soft_f32_64_expand_grad_lt_2(const float *__restrict__ x, float *__restrict__ out)
@@ -4020,10 +3802,10 @@ k_soft_f32_61_sgd_update_one(float &p, const float g)
 /* 4 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-k_soft_f32_61_sgd_update(float *__restrict__ p, const float *__restrict__ g)
+k_soft_f32_61_sgd_update(float *__restrict__ p, const float *__restrict__ g, const int n)
 {
 	typedef sg_vec<float, 4> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 4096 / 4 : 0;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 4 : 0;
 	const int stride = (int)gridDim.x * blockDim.x;
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * 4);
@@ -4033,39 +3815,9 @@ k_soft_f32_61_sgd_update(float *__restrict__ p, const float *__restrict__ g)
 			k_soft_f32_61_sgd_update_one(pv.v[j], gv.v[j]);
 		*(V *)(p + w * 4) = pv;
 	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
+	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_soft_f32_61_sgd_update_one(p[i], g[i]);
-}
-// cg_rows_bwd.sg:59: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to f32 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_soft_f32_59_sgd_update_one(float &p, const float g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_f32(sg_to_f32(pi + (float)-0.5 * d));
-}
-/* 4 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_soft_f32_59_sgd_update(float *__restrict__ p, const float *__restrict__ g)
-{
-	typedef sg_vec<float, 4> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 4096 / 4 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 4);
-		const V gv = *(const V *)(g + w * 4);
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			k_soft_f32_59_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 4) = pv;
-	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
-	     i += stride)
-		k_soft_f32_59_sgd_update_one(p[i], g[i]);
 }
 #pragma nv_diag_suppress 177 /* the kernel library's helpers a program leaves unused */
 #ifndef SGK_COMMON_CUH
@@ -5134,14 +4886,6 @@ k_soft_bf16_81_mean_loss(const sg_bf16 *__restrict__ v_l, const sg_bf16 *__restr
 	if (t == 0)
 		out[o] = sg_st_bf16(sg_to_bf16(acc / (float)1024));
 }
-// cg_rows_bwd.sg:82: %grad.loss = ones(shape=[], dtype=bf16)
-static __global__ void __launch_bounds__(256)
-k_soft_bf16_82_ones_grad_loss(sg_bf16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = sg_st_bf16(sg_to_bf16((sg_i64)1));
-}
 // cg_rows_bwd.sg:81: %grad.lt.2 = expand(%grad.lt.1, shape=[16, 64])
 static __global__ void __launch_bounds__(256)
 k_soft_bf16_81_expand_grad_lt_2(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
@@ -5267,10 +5011,10 @@ k_soft_bf16_78_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_78_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
+k_soft_bf16_78_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, const int n)
 {
 	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 4096 / 8 : 0;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 8 : 0;
 	const int stride = (int)gridDim.x * blockDim.x;
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * 8);
@@ -5280,7 +5024,7 @@ k_soft_bf16_78_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 			k_soft_bf16_78_sgd_update_one(pv.v[j], gv.v[j]);
 		*(V *)(p + w * 8) = pv;
 	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_soft_bf16_78_sgd_update_one(p[i], g[i]);
 }
@@ -5353,36 +5097,6 @@ k_soft_bf16_77_sub_grad_h_3_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *_
 		}
 		*(sg_vec<sg_bf16, 8> *)(x3 + w * 8) = x3_v;
 	}
-}
-// cg_rows_bwd.sg:76: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0)
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to bf16 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_soft_bf16_76_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.5 * d));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_soft_bf16_76_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g)
-{
-	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? 4096 / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_soft_bf16_76_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 8) = pv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
-	     i += stride)
-		k_soft_bf16_76_sgd_update_one(p[i], g[i]);
 }
 
 #ifndef __CUDACC_RTC__
@@ -5645,7 +5359,7 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:23: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 23,
-	            k_rows_f32_23_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w));
+	            k_rows_f32_23_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 1536LL));
 
 	/* cg_rows_bwd.sg:23: del %grad.w */
 
@@ -5668,8 +5382,8 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_rows_f32_22_sum_grad_q<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_r, v_grad_q_1, v_grad_q));
 
 	/* cg_rows_bwd.sg:22: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0) */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_22_sgd_update", 22,
-	            k_rows_f32_22_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_q, v_grad_q));
+	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 22,
+	            k_rows_f32_23_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_q, v_grad_q, 64LL));
 
 	/* cg_rows_bwd.sg:22: del %grad.q */
 
@@ -5697,14 +5411,14 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_rows_f32_21_sum_grad_b<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_n, v_grad_b));
 
 	/* cg_rows_bwd.sg:21: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0) */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_21_sgd_update", 21,
-	            k_rows_f32_21_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g));
+	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 21,
+	            k_rows_f32_23_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, 64LL));
 
 	/* cg_rows_bwd.sg:21: del %grad.g */
 
 	/* cg_rows_bwd.sg:21: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.0, weight_decay=0.0) */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_21_sgd_update_2", 21,
-	            k_rows_f32_21_sgd_update_2<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b));
+	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 21,
+	            k_rows_f32_23_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, 64LL));
 
 	/* cg_rows_bwd.sg:21: del %grad.b */
 
@@ -5726,8 +5440,8 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:20: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0) */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_20_sgd_update", 20,
-	            k_rows_f32_20_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w0, v_grad_w0));
+	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 20,
+	            k_rows_f32_23_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w0, v_grad_w0, 4096LL));
 
 	/* cg_rows_bwd.sg:20: del %grad.w0 */
 
@@ -6017,7 +5731,7 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:42: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 42,
-	            k_rows_bf16_42_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w));
+	            k_rows_bf16_42_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 1536LL));
 
 	/* cg_rows_bwd.sg:42: del %grad.w */
 
@@ -6040,8 +5754,8 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_rows_bf16_41_sum_grad_q<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_r, v_grad_q_1, v_grad_q));
 
 	/* cg_rows_bwd.sg:41: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0) */
-	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_sgd_update", 41,
-	            k_rows_bf16_41_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_q, v_grad_q));
+	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 41,
+	            k_rows_bf16_42_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_q, v_grad_q, 64LL));
 
 	/* cg_rows_bwd.sg:41: del %grad.q */
 
@@ -6064,8 +5778,8 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_rows_bf16_40_sum_grad_g<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_n, v_grad_g_1, v_grad_g));
 
 	/* cg_rows_bwd.sg:40: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0) */
-	SGRT_KERNEL(rt, 0, "k_rows_bf16_40_sgd_update", 40,
-	            k_rows_bf16_40_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g));
+	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 40,
+	            k_rows_bf16_42_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, 64LL));
 
 	/* cg_rows_bwd.sg:40: del %grad.g */
 
@@ -6087,8 +5801,8 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:39: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0) */
-	SGRT_KERNEL(rt, 0, "k_rows_bf16_39_sgd_update", 39,
-	            k_rows_bf16_39_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w0, v_grad_w0));
+	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 39,
+	            k_rows_bf16_42_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w0, v_grad_w0, 4096LL));
 
 	/* cg_rows_bwd.sg:39: del %grad.w0 */
 
@@ -6312,8 +6026,8 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:65: %grad.loss = ones(shape=[], dtype=f32) */
 	v_grad_loss = (float *)SGRT_AT(rt, 0); /* 4 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_soft_f32_65_ones_grad_loss", 65,
-	            k_soft_f32_65_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
+	SGRT_KERNEL(rt, 0, "k_rows_f32_26_ones_grad_loss", 65,
+	            k_rows_f32_26_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_rows_bwd.sg:64: %grad.lt.1 = reshape(%grad.loss, shape=[1, 1]) */
 	v_grad_lt_1 = (float *)SGRT_AT(rt, 256); /* 4 bytes of the arena */
@@ -6379,7 +6093,7 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:61: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_61_sgd_update", 61,
-	            k_soft_f32_61_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2));
+	            k_soft_f32_61_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2, 4096LL));
 
 	/* cg_rows_bwd.sg:61: del %grad.w2 */
 
@@ -6414,8 +6128,8 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:59: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0) */
-	SGRT_KERNEL(rt, 0, "k_soft_f32_59_sgd_update", 59,
-	            k_soft_f32_59_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w));
+	SGRT_KERNEL(rt, 0, "k_soft_f32_61_sgd_update", 59,
+	            k_soft_f32_61_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 4096LL));
 
 	/* cg_rows_bwd.sg:59: del %grad.w */
 
@@ -6641,8 +6355,8 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:82: %grad.loss = ones(shape=[], dtype=bf16) */
 	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 0); /* 2 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_soft_bf16_82_ones_grad_loss", 82,
-	            k_soft_bf16_82_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
+	SGRT_KERNEL(rt, 0, "k_rows_bf16_45_ones_grad_loss", 82,
+	            k_rows_bf16_45_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_rows_bwd.sg:81: %grad.lt.1 = reshape(%grad.loss, shape=[1, 1]) */
 	v_grad_lt_1 = (sg_bf16 *)SGRT_AT(rt, 256); /* 2 bytes of the arena */
@@ -6714,7 +6428,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:78: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_78_sgd_update", 78,
-	            k_soft_bf16_78_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2));
+	            k_soft_bf16_78_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2, 4096LL));
 
 	/* cg_rows_bwd.sg:78: del %grad.w2 */
 
@@ -6755,8 +6469,8 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:76: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0) */
-	SGRT_KERNEL(rt, 0, "k_soft_bf16_76_sgd_update", 76,
-	            k_soft_bf16_76_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w));
+	SGRT_KERNEL(rt, 0, "k_soft_bf16_78_sgd_update", 76,
+	            k_soft_bf16_78_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 4096LL));
 
 	/* cg_rows_bwd.sg:76: del %grad.w */
 

@@ -1385,11 +1385,11 @@ k_train_18_adamw_update_one(float &p, const float g, float &m, float &v, const f
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
 k_train_18_adamw_update(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
-        float *__restrict__ v, const float *__restrict__ sc)
+        float *__restrict__ v, const float *__restrict__ sc, const int n)
 {
 	typedef sg_vec<float, 4> V;
 	const float size = sc[0], bc2 = sc[1];
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? 16 / 4 : 0;
+	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? n / 4 : 0;
 	const int stride = (int)gridDim.x * blockDim.x;
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
 		V pv = *(const V *)(p + w * 4), mv = *(const V *)(m + w * 4);
@@ -1402,59 +1402,9 @@ k_train_18_adamw_update(float *__restrict__ p, const float *__restrict__ g, floa
 		*(V *)(m + w * 4) = mv;
 		*(V *)(v + w * 4) = vv;
 	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16;
+	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_train_18_adamw_update_one(p[i], g[i], m[i], v[i], size, bc2);
-}
-/* AdamW's step count (f32, as PyTorch keeps it) and the step's bias
- * corrections: sc[0] = -lr / (1 - beta1^step), sc[1] = sqrt(1 - beta2^step). */
-static __global__ void
-k_train_17_adamw_step(float *__restrict__ step, float *__restrict__ sc)
-{
-	const float st = (float)((double)step[0] + 1);
-	step[0] = st;
-	sc[0] = (float)(-(0.01 / (1 - pow(0.9, (double)st))));
-	sc[1] = (float)sqrt(1 - pow(0.999, (double)st));
-}
-// cg_train.sg:17: adamw_update_(%w2, %grad.w2, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01)
-/* torch.optim.AdamW's update of one element, op by op in float. */
-static __device__ __forceinline__ void
-k_train_17_adamw_update_one(float &p, const float g, float &m, float &v, const float size, const float bc2)
-{
-	const float pi = sg_to_f32(sg_ld(p) * (float)0.9999);
-	const float gi = sg_ld(g);
-	const float mi = sg_to_f32(sg_lerp(sg_ld(m), gi, (float)0.1));
-	const float gg = sg_to_f32(sg_to_f32((float)0.001 * gi) * gi);
-	const float vi = sg_to_f32(sg_to_f32(sg_ld(v) * (float)0.999) + gg);
-	const float den = sg_to_f32(sg_to_f32(sg_to_f32(sg_sqrt(vi)) / bc2) + (float)1e-08);
-	m = sg_st_f32(mi);
-	v = sg_st_f32(vi);
-	p = sg_st_f32(sg_to_f32(pi + sg_to_f32(sg_to_f32(size * mi) / den)));
-}
-/* 4 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_train_17_adamw_update(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
-        float *__restrict__ v, const float *__restrict__ sc)
-{
-	typedef sg_vec<float, 4> V;
-	const float size = sc[0], bc2 = sc[1];
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? 512 / 4 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 4), mv = *(const V *)(m + w * 4);
-		V vv = *(const V *)(v + w * 4);
-		const V gv = *(const V *)(g + w * 4);
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			k_train_17_adamw_update_one(pv.v[j], gv.v[j], mv.v[j], vv.v[j], size, bc2);
-		*(V *)(p + w * 4) = pv;
-		*(V *)(m + w * 4) = mv;
-		*(V *)(v + w * 4) = vv;
-	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 512;
-	     i += stride)
-		k_train_17_adamw_update_one(p[i], g[i], m[i], v[i], size, bc2);
 }
 // cg_train.sg:16: %grad.h.1 = sigmoid(%h)
 // cg_train.sg:16: %grad.h.2 = sub(1.0, %grad.h.1)
@@ -1500,106 +1450,6 @@ k_train_15_sum_grad_b1(const float *__restrict__ x, float *__restrict__ out)
 	for (int k = 1; k < 8; k++)
 		acc = sg_sum_op()(acc, part[k][lane]);
 	out[o] = sg_st_f32(sg_to_f32(acc));
-}
-/* AdamW's step count (f32, as PyTorch keeps it) and the step's bias
- * corrections: sc[0] = -lr / (1 - beta1^step), sc[1] = sqrt(1 - beta2^step). */
-static __global__ void
-k_train_15_adamw_step(float *__restrict__ step, float *__restrict__ sc)
-{
-	const float st = (float)((double)step[0] + 1);
-	step[0] = st;
-	sc[0] = (float)(-(0.01 / (1 - pow(0.9, (double)st))));
-	sc[1] = (float)sqrt(1 - pow(0.999, (double)st));
-}
-// cg_train.sg:15: adamw_update_(%w1, %grad.w1, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01)
-/* torch.optim.AdamW's update of one element, op by op in float. */
-static __device__ __forceinline__ void
-k_train_15_adamw_update_one(float &p, const float g, float &m, float &v, const float size, const float bc2)
-{
-	const float pi = sg_to_f32(sg_ld(p) * (float)0.9999);
-	const float gi = sg_ld(g);
-	const float mi = sg_to_f32(sg_lerp(sg_ld(m), gi, (float)0.1));
-	const float gg = sg_to_f32(sg_to_f32((float)0.001 * gi) * gi);
-	const float vi = sg_to_f32(sg_to_f32(sg_ld(v) * (float)0.999) + gg);
-	const float den = sg_to_f32(sg_to_f32(sg_to_f32(sg_sqrt(vi)) / bc2) + (float)1e-08);
-	m = sg_st_f32(mi);
-	v = sg_st_f32(vi);
-	p = sg_st_f32(sg_to_f32(pi + sg_to_f32(sg_to_f32(size * mi) / den)));
-}
-/* 4 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_train_15_adamw_update(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
-        float *__restrict__ v, const float *__restrict__ sc)
-{
-	typedef sg_vec<float, 4> V;
-	const float size = sc[0], bc2 = sc[1];
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? 512 / 4 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 4), mv = *(const V *)(m + w * 4);
-		V vv = *(const V *)(v + w * 4);
-		const V gv = *(const V *)(g + w * 4);
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			k_train_15_adamw_update_one(pv.v[j], gv.v[j], mv.v[j], vv.v[j], size, bc2);
-		*(V *)(p + w * 4) = pv;
-		*(V *)(m + w * 4) = mv;
-		*(V *)(v + w * 4) = vv;
-	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 512;
-	     i += stride)
-		k_train_15_adamw_update_one(p[i], g[i], m[i], v[i], size, bc2);
-}
-/* AdamW's step count (f32, as PyTorch keeps it) and the step's bias
- * corrections: sc[0] = -lr / (1 - beta1^step), sc[1] = sqrt(1 - beta2^step). */
-static __global__ void
-k_train_15_adamw_step_2(float *__restrict__ step, float *__restrict__ sc)
-{
-	const float st = (float)((double)step[0] + 1);
-	step[0] = st;
-	sc[0] = (float)(-(0.01 / (1 - pow(0.9, (double)st))));
-	sc[1] = (float)sqrt(1 - pow(0.999, (double)st));
-}
-// cg_train.sg:15: adamw_update_(%b1, %grad.b1, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01)
-/* torch.optim.AdamW's update of one element, op by op in float. */
-static __device__ __forceinline__ void
-k_train_15_adamw_update_2_one(float &p, const float g, float &m, float &v, const float size, const float bc2)
-{
-	const float pi = sg_to_f32(sg_ld(p) * (float)0.9999);
-	const float gi = sg_ld(g);
-	const float mi = sg_to_f32(sg_lerp(sg_ld(m), gi, (float)0.1));
-	const float gg = sg_to_f32(sg_to_f32((float)0.001 * gi) * gi);
-	const float vi = sg_to_f32(sg_to_f32(sg_ld(v) * (float)0.999) + gg);
-	const float den = sg_to_f32(sg_to_f32(sg_to_f32(sg_sqrt(vi)) / bc2) + (float)1e-08);
-	m = sg_st_f32(mi);
-	v = sg_st_f32(vi);
-	p = sg_st_f32(sg_to_f32(pi + sg_to_f32(sg_to_f32(size * mi) / den)));
-}
-/* 4 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_train_15_adamw_update_2(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
-        float *__restrict__ v, const float *__restrict__ sc)
-{
-	typedef sg_vec<float, 4> V;
-	const float size = sc[0], bc2 = sc[1];
-	const int nv = ((sg_u64)p | (sg_u64)g | (sg_u64)m | (sg_u64)v) % 16 == 0 ? 32 / 4 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 4), mv = *(const V *)(m + w * 4);
-		V vv = *(const V *)(v + w * 4);
-		const V gv = *(const V *)(g + w * 4);
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			k_train_15_adamw_update_2_one(pv.v[j], gv.v[j], mv.v[j], vv.v[j], size, bc2);
-		*(V *)(p + w * 4) = pv;
-		*(V *)(m + w * 4) = mv;
-		*(V *)(v + w * 4) = vv;
-	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < 32;
-	     i += stride)
-		k_train_15_adamw_update_2_one(p[i], g[i], m[i], v[i], size, bc2);
 }
 
 #ifndef __CUDACC_RTC__
@@ -1864,7 +1714,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_train_18_adamw_step", 18,
 	            k_train_18_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[9], (float *)M->scratch[0]));
 	SGRT_KERNEL(rt, 0, "k_train_18_adamw_update", 18,
-	            k_train_18_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, (float *)io[7], (float *)io[8], (float *)M->scratch[0]));
+	            k_train_18_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, (float *)io[7], (float *)io[8], (float *)M->scratch[0], 16LL));
 
 	/* cg_train.sg:18: del %grad.g */
 
@@ -1899,10 +1749,10 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_train.sg:17: adamw_update_(%w2, %grad.w2, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01) */
-	SGRT_KERNEL(rt, 0, "k_train_17_adamw_step", 17,
-	            k_train_17_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[12], (float *)M->scratch[1]));
-	SGRT_KERNEL(rt, 0, "k_train_17_adamw_update", 17,
-	            k_train_17_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2, (float *)io[10], (float *)io[11], (float *)M->scratch[1]));
+	SGRT_KERNEL(rt, 0, "k_train_18_adamw_step", 17,
+	            k_train_18_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[12], (float *)M->scratch[1]));
+	SGRT_KERNEL(rt, 0, "k_train_18_adamw_update", 17,
+	            k_train_18_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2, (float *)io[10], (float *)io[11], (float *)M->scratch[1], 512LL));
 
 	/* cg_train.sg:17: del %grad.w2 */
 
@@ -1944,18 +1794,18 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_train_15_sum_grad_b1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b1));
 
 	/* cg_train.sg:15: adamw_update_(%w1, %grad.w1, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01) */
-	SGRT_KERNEL(rt, 0, "k_train_15_adamw_step", 15,
-	            k_train_15_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[15], (float *)M->scratch[2]));
-	SGRT_KERNEL(rt, 0, "k_train_15_adamw_update", 15,
-	            k_train_15_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w1, v_grad_w1, (float *)io[13], (float *)io[14], (float *)M->scratch[2]));
+	SGRT_KERNEL(rt, 0, "k_train_18_adamw_step", 15,
+	            k_train_18_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[15], (float *)M->scratch[2]));
+	SGRT_KERNEL(rt, 0, "k_train_18_adamw_update", 15,
+	            k_train_18_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w1, v_grad_w1, (float *)io[13], (float *)io[14], (float *)M->scratch[2], 512LL));
 
 	/* cg_train.sg:15: del %grad.w1 */
 
 	/* cg_train.sg:15: adamw_update_(%b1, %grad.b1, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01) */
-	SGRT_KERNEL(rt, 0, "k_train_15_adamw_step_2", 15,
-	            k_train_15_adamw_step_2<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[18], (float *)M->scratch[3]));
-	SGRT_KERNEL(rt, 0, "k_train_15_adamw_update_2", 15,
-	            k_train_15_adamw_update_2<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b1, v_grad_b1, (float *)io[16], (float *)io[17], (float *)M->scratch[3]));
+	SGRT_KERNEL(rt, 0, "k_train_18_adamw_step", 15,
+	            k_train_18_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[18], (float *)M->scratch[3]));
+	SGRT_KERNEL(rt, 0, "k_train_18_adamw_update", 15,
+	            k_train_18_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b1, v_grad_b1, (float *)io[16], (float *)io[17], (float *)M->scratch[3], 32LL));
 
 	/* cg_train.sg:15: del %grad.b1 */
 
