@@ -33,6 +33,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -189,15 +190,28 @@ typedef struct {
 	int nop;
 	int64_t next;          /* the next virtual tensor's id */
 	int ok;
+	int fail_status;       /* the first failure: cuDNN's status, */
+	long fail_what;        /* and the descriptor type or attribute */
 } Build;
+
+static void
+failed(Build *b, cudnnStatus_t st, long what)
+{
+	if (b->ok) {
+		b->ok = 0;
+		b->fail_status = (int)st;
+		b->fail_what = what;
+	}
+}
 
 static cudnnBackendDescriptor_t
 desc(Build *b, cudnnBackendDescriptorType_t t)
 {
 	cudnnBackendDescriptor_t d = NULL;
+	cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
 	if (!b->ok || b->nd == (int)(sizeof b->d / sizeof b->d[0]) ||
-	    b->c->f.BackendCreateDescriptor(t, &d) != CUDNN_STATUS_SUCCESS) {
-		b->ok = 0;
+	    (st = b->c->f.BackendCreateDescriptor(t, &d)) != CUDNN_STATUS_SUCCESS) {
+		failed(b, st, -(long)t);
 		return NULL;
 	}
 	return b->d[b->nd++] = d;
@@ -207,15 +221,17 @@ static void
 set(Build *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
     cudnnBackendAttributeType_t t, int64_t n, const void *v)
 {
-	if (b->ok && b->c->f.BackendSetAttribute(d, a, t, n, v) != CUDNN_STATUS_SUCCESS)
-		b->ok = 0;
+	cudnnStatus_t st;
+	if (b->ok && (st = b->c->f.BackendSetAttribute(d, a, t, n, v)) != CUDNN_STATUS_SUCCESS)
+		failed(b, st, (long)a);
 }
 
 static void
 fin(Build *b, cudnnBackendDescriptor_t d)
 {
-	if (b->ok && b->c->f.BackendFinalize(d) != CUDNN_STATUS_SUCCESS)
-		b->ok = 0;
+	cudnnStatus_t st;
+	if (b->ok && (st = b->c->f.BackendFinalize(d)) != CUDNN_STATUS_SUCCESS)
+		failed(b, st, 0);
 }
 
 static void
@@ -480,10 +496,11 @@ make_plan(Cudnn *c, const Key *k, Plan *out)
 	fin(&b, heur);
 	for (int i = 0; i < 16 && b.ok; i++)
 		cfg[i] = desc(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-	if (b.ok && c->f.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-	                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 16, &ncfg,
-	                                     cfg) != CUDNN_STATUS_SUCCESS)
-		b.ok = 0;
+	cudnnStatus_t hs = CUDNN_STATUS_SUCCESS;
+	if (b.ok && (hs = c->f.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+	                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, 16, &ncfg,
+	                                           cfg)) != CUDNN_STATUS_SUCCESS)
+		failed(&b, hs, CUDNN_ATTR_ENGINEHEUR_RESULTS);
 	for (int64_t i = 0; b.ok && i < ncfg && !got; i++) {
 		cudnnBackendDescriptor_t plan = NULL;
 		int64_t ws = 0;
@@ -506,6 +523,18 @@ make_plan(Cudnn *c, const Key *k, Plan *out)
 			(void)c->f.BackendDestroyDescriptor(plan);
 		}
 	}
+	/* SGRT_CUDNN_DEBUG=1: why a graph was declined, on stderr. */
+	const char *dbg = getenv("SGRT_CUDNN_DEBUG");
+	if (!got && dbg && *dbg && *dbg != '0')
+		fprintf(stderr, "sgrt_sdpa: %s %s b=%lld h=%lld l=%lld s=%lld d=%lld declined: %s "
+		        "(status %d: %s, at %s %ld; %lld engine configs, %d ops)\n",
+		        k->bwd ? "backward" : "forward", k->dtype == SGRT_BF16 ? "bf16" : "f16",
+		        (long long)k->b, (long long)k->h, (long long)k->l, (long long)k->s,
+		        (long long)k->d, b.ok ? "no engine config made a plan" : "graph rejected",
+		        b.fail_status, c->f.GetErrorString((cudnnStatus_t)b.fail_status),
+		        b.fail_what < 0 ? "creating descriptor type" : b.fail_what ? "attribute"
+		                                                                    : "finalize",
+		        b.fail_what < 0 ? -b.fail_what : b.fail_what, (long long)ncfg, b.nop);
 	for (int i = b.nd - 1; i >= 0; i--)
 		(void)c->f.BackendDestroyDescriptor(b.d[i]);
 	return got;
