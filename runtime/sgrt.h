@@ -291,7 +291,7 @@ typedef struct {
 
 /* Not errors: nothing ran, and the caller runs its own kernels.
  * UNAVAILABLE: no libcudnn.so.9 (SGRT_CUDNN_LIB, else the loader's
- * search) or one older than 9.0; DECLINED: cuDNN has no engine for this
+ * search) or one older than 9.6; DECLINED: cuDNN has no engine for this
  * attention (or the arguments are outside what is tried: dtype, h_kv,
  * 16-byte alignment, a plan not yet made while capturing a CUDA graph). */
 enum { SGRT_SDPA_UNAVAILABLE = 20, SGRT_SDPA_DECLINED = 21 };

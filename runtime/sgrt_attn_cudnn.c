@@ -150,8 +150,8 @@ load(SgrtModel *m)
 	}
 	c->ws = calloc((size_t)m->nstreams, sizeof *c->ws);
 	c->ws_bytes = calloc((size_t)m->nstreams, sizeof *c->ws_bytes);
-	/* The fused attention graphs need 9.0 or later. */
-	if (!c->ws || !c->ws_bytes || c->f.GetVersion() < 90000 ||
+	/* The graphs as built here (dQ accumulator not zeroed) need 9.6. */
+	if (!c->ws || !c->ws_bytes || c->f.GetVersion() < 90600 ||
 	    c->f.Create(&c->h) != CUDNN_STATUS_SUCCESS) {
 		c->h = NULL;
 		unload(c);
@@ -317,36 +317,61 @@ pw_new(Build *b, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
 	return y;
 }
 
+/* An operation of type t: descriptor d at attribute da, tensors x[i] at
+ * attributes at[i], i < n. */
+static void
+op_of(Build *b, cudnnBackendDescriptorType_t t, cudnnBackendAttributeName_t da,
+      cudnnBackendDescriptor_t d, int n, const cudnnBackendAttributeName_t *at,
+      const cudnnBackendDescriptor_t *x)
+{
+	cudnnBackendDescriptor_t op = desc(b, t);
+	setd(b, op, da, d);
+	for (int i = 0; i < n; i++)
+		setd(b, op, at[i], x[i]);
+	add_op(b, op);
+}
+
+/* A finalized descriptor of type t computing in f32 (attribute ca), with
+ * attribute xa of type xt set to *xv too when xv is not NULL. */
+static cudnnBackendDescriptor_t
+f32_desc(Build *b, cudnnBackendDescriptorType_t t, cudnnBackendAttributeName_t ca,
+         cudnnBackendAttributeName_t xa, cudnnBackendAttributeType_t xt, const void *xv)
+{
+	cudnnBackendDescriptor_t d = desc(b, t);
+	cudnnDataType_t f = CUDNN_DATA_FLOAT;
+	set(b, d, ca, CUDNN_TYPE_DATA_TYPE, 1, &f);
+	if (xv)
+		set(b, d, xa, xt, 1, xv);
+	fin(b, d);
+	return d;
+}
+
 static void
 matmul(Build *b, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bb,
        cudnnBackendDescriptor_t c)
 {
-	cudnnBackendDescriptor_t mm = desc(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-	cudnnDataType_t f = CUDNN_DATA_FLOAT;
-	set(b, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f);
-	fin(b, mm);
-	cudnnBackendDescriptor_t op = desc(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-	setd(b, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
-	setd(b, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, bb);
-	setd(b, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
-	setd(b, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
-	add_op(b, op);
+	cudnnBackendDescriptor_t mm = f32_desc(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR,
+	                                       CUDNN_ATTR_MATMUL_COMP_TYPE, 0, 0, NULL);
+	op_of(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm, 3,
+	      (const cudnnBackendAttributeName_t[3]){CUDNN_ATTR_OPERATION_MATMUL_ADESC,
+	                                             CUDNN_ATTR_OPERATION_MATMUL_BDESC,
+	                                             CUDNN_ATTR_OPERATION_MATMUL_CDESC},
+	      (const cudnnBackendDescriptor_t[3]){a, bb, c});
 }
 
 static void
 reduction(Build *b, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
           cudnnBackendDescriptor_t y)
 {
-	cudnnBackendDescriptor_t r = desc(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-	cudnnDataType_t f = CUDNN_DATA_FLOAT;
-	set(b, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f);
-	set(b, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
-	fin(b, r);
-	cudnnBackendDescriptor_t op = desc(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-	setd(b, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, r);
-	setd(b, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
-	setd(b, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
-	add_op(b, op);
+	cudnnBackendDescriptor_t r = f32_desc(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR,
+	                                      CUDNN_ATTR_REDUCTION_COMP_TYPE,
+	                                      CUDNN_ATTR_REDUCTION_OPERATOR,
+	                                      CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &mode);
+	op_of(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_ATTR_OPERATION_REDUCTION_DESC,
+	      r, 2,
+	      (const cudnnBackendAttributeName_t[2]){CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
+	                                             CUDNN_ATTR_OPERATION_REDUCTION_YDESC},
+	      (const cudnnBackendDescriptor_t[2]){x, y});
 }
 
 static void
