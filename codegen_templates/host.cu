@@ -44,15 +44,24 @@ extern events.
 		fp.o = ${o};
 		fp.lse = ${lse};
 ${strides}
-${?fwd}		SGRT_KERNEL(rt, ${s}, "${kname}", ${line},
-${?fwd}		            SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<${t}>(&fp, sgrt_stream(rt, ${s})), ${line}));
 ${?bwd}		fp.dout = ${g};
 ${?bwd}		fp.dq = ${dq};
 ${?bwd}		fp.dk = ${dk};
 ${?bwd}		fp.dv = ${dv};
 ${?bwd}		fp.delta = ${delta};
-${?bwd}		SGRT_KERNEL(rt, ${s}, "${kname_bwd}", ${line},
-${?bwd}		            SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<${t}>(&fp, sgrt_stream(rt, ${s})), ${line}));
+${?cudnn}		/* cuDNN's fused attention first; the kernels when it declines. */
+${?cudnn}		SgrtSdpa sd;
+${?cudnn}		SGRT_SDPA_FROM_FLASH(&sd, &fp, ${sdt});
+${?fwd_cd}		SGRT_SDPA_OR(rt, ${s}, &sd, 0, "${kname}[cudnn]", ${line},
+${?fwd_cd}		             SGRT_KERNEL(rt, ${s}, "${kname}[sgk]", ${line},
+${?fwd_cd}		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<${t}>(&fp, sgrt_stream(rt, ${s})), ${line})));
+${?fwd_sgk}		SGRT_KERNEL(rt, ${s}, "${kname}", ${line},
+${?fwd_sgk}		            SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<${t}>(&fp, sgrt_stream(rt, ${s})), ${line}));
+${?bwd_cd}		SGRT_SDPA_OR(rt, ${s}, &sd, 1, "${kname_bwd}[cudnn]", ${line},
+${?bwd_cd}		             SGRT_KERNEL(rt, ${s}, "${kname_bwd}[sgk]", ${line},
+${?bwd_cd}		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<${t}>(&fp, sgrt_stream(rt, ${s})), ${line})));
+${?bwd_sgk}		SGRT_KERNEL(rt, ${s}, "${kname_bwd}", ${line},
+${?bwd_sgk}		            SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<${t}>(&fp, sgrt_stream(rt, ${s})), ${line}));
 	}
 //@ lib_call
 	SGRT_KERNEL(rt, ${s}, "${kname}", ${line},

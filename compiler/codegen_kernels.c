@@ -895,6 +895,8 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 		delta = cg_alloc_tmp(G, n, "float", rows * 4, "delta");
 	if (!lse)
 		ICE("attention backward before its paired forward");
+	/* f16 and bf16 try cuDNN first (sgrt_sdpa), these kernels the fallback. */
+	int cd = dt == DT_F16 || dt == DT_BF16, fw = !bwd || pair == NONE;
 	CG_EMIT(G->body, "host.cu:flash", {"nb0", cg_num(c, f.nb[0])}, {"nb1", cg_num(c, f.nb[1])},
 	        {"l", cg_num(c, f.L)}, {"slen", cg_num(c, f.S)}, {"e", cg_num(c, f.E)},
 	        {"ev", cg_num(c, f.Ev)}, {"scale", cg_lit_float(c, (double)(float)scale, 1)},
@@ -902,9 +904,11 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 	        {"q", f.t[0].var}, {"k", f.t[1].var}, {"v", f.t[2].var},
 	        {"o", out}, {"lse", lse}, {"strides", flash_strides(c, &f)}, {"t", cg_ctype(dt)},
 	        {"s", cg_num(c, cg_stream(n))}, {"line", cg_num(c, n->loc.line)},
-	        {"fwd", !bwd || pair == NONE ? "1" : ""},
-	        {"kname", !bwd || pair == NONE ? cg_kernel_name(G, n, "flash_fwd") : ""},
-	        {"bwd", bwd ? "1" : ""},
+	        {"cudnn", cd ? "1" : ""}, {"sdt", dt == DT_BF16 ? "SGRT_BF16" : "SGRT_F16"},
+	        {"fwd_cd", fw && cd ? "1" : ""}, {"fwd_sgk", fw && !cd ? "1" : ""},
+	        {"kname", fw ? cg_kernel_name(G, n, "flash_fwd") : ""},
+	        {"bwd", bwd ? "1" : ""}, {"bwd_cd", bwd && cd ? "1" : ""},
+	        {"bwd_sgk", bwd && !cd ? "1" : ""},
 	        {"g", bwd ? f.t[4].var : ""}, {"dq", bwd ? f.t[5].var : ""},
 	        {"dk", bwd ? f.t[6].var : ""}, {"dv", bwd ? f.t[7].var : ""},
 	        {"delta", bwd ? delta : ""},

@@ -51,6 +51,7 @@ enum {
 	SGRT_ENCCL = 7,    /* an NCCL call, or NCCL set-up, failed */
 	SGRT_ENOMEM = 8,   /* host memory exhausted */
 	SGRT_EUNSUPPORTED = 9, /* not built in (no NCCL), or no such dtype/op */
+	SGRT_ECUDNN = 10,  /* a cuDNN call failed (after cuDNN took the op) */
 };
 
 /* ------------------------------------------------------------------ model */
@@ -265,6 +266,48 @@ enum { SGRT_EPI_NONE, SGRT_EPI_RELU, SGRT_EPI_GELU };
  * unless SGRT_ALLOW_TF32=1), traced as a kernel named name. */
 int sgrt_gemm(SgrtModel *m, int s, const SgrtGemm *g, const void *a,
               const void *b, void *c, const char *name, int sgline);
+
+/* ------------------------------------------------------------------ cuDNN attention */
+
+/* Scaled dot-product attention, o = softmax(q k^T scale [causal]) v, on
+ * tensors of [b, h, rows, dim] with any element strides (the last 1):
+ * q [b, h, l, e], k [b, h_kv, s, e], v [b, h_kv, s, ev], o [b, h, l, ev].
+ * lse is f32 [b, h, l] (packed): the natural-log log-sum-exp of each row of
+ * scaled scores, what sgk_attention.cuh's kernels write and read too.
+ * Causal is PyTorch's (query i sees keys j <= i). */
+typedef struct {
+	int dtype;                     /* SGRT_BF16 or SGRT_F16 */
+	int causal;
+	float scale;
+	int64_t b, h, h_kv, l, s, e, ev; /* only h_kv == h runs */
+	const void *q, *k, *v;
+	void *o;
+	float *lse;
+	const void *dout;              /* backward: reads q k v o dout lse, */
+	void *dq, *dk, *dv;            /* writes dq dk dv */
+	int64_t q_st[4], k_st[4], v_st[4], o_st[4];
+	int64_t do_st[4], dq_st[4], dk_st[4], dv_st[4];
+} SgrtSdpa;
+
+/* Not errors: nothing ran, and the caller runs its own kernels.
+ * UNAVAILABLE: no libcudnn.so.9 (SGRT_CUDNN_LIB, else the loader's
+ * search) or one older than 9.6; DECLINED: cuDNN has no engine for this
+ * attention (or the arguments are outside what is tried: dtype, h_kv,
+ * 16-byte alignment, a plan not yet made while capturing a CUDA graph). */
+enum { SGRT_SDPA_UNAVAILABLE = 20, SGRT_SDPA_DECLINED = 21 };
+
+/* The workspace bytes the forward (bwd 0) or backward of a needs; makes
+ * and keeps its plan (the model caches one per direction, dtype, causal,
+ * sizes and strides).  SGRT_OK, or SGRT_SDPA_*. */
+int sgrt_sdpa_workspace_size(SgrtModel *m, const SgrtSdpa *a, int bwd, size_t *bytes);
+/* Runs the forward (writes o, lse) or backward (writes dq, dk, dv) on
+ * stream s with the caller's workspace, traced as a kernel named name.
+ * SGRT_OK, SGRT_SDPA_* (nothing ran), or an error code (recorded). */
+int sgrt_sdpa_exec(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, void *ws,
+                   size_t ws_bytes, const char *name, int sgline);
+/* The same with the model's workspace for stream s (grown when a new plan
+ * needs more, synchronising that stream). */
+int sgrt_sdpa(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, const char *name, int sgline);
 
 /* ------------------------------------------------------------------ NCCL */
 

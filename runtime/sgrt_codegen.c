@@ -32,9 +32,8 @@ sgrt_cg_barrier(SgrtModel *m, int sgline)
 	return SGRT_OK;
 }
 
-/* 1 when stream s is being captured into a CUDA graph. */
-static int
-capturing(SgrtModel *m, int s, int *yes, int sgline)
+int
+sgrt_capturing(SgrtModel *m, int s, int *yes, int sgline)
 {
 	enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
 
@@ -50,7 +49,7 @@ sgrt_cg_record_ext(SgrtModel *m, cudaEvent_t e, int s, int sgline)
 {
 	int cap = 0;
 
-	SGRT_TRY(capturing(m, s, &cap, sgline));
+	SGRT_TRY(sgrt_capturing(m, s, &cap, sgline));
 	if (cap)
 		SGRT_CHECK_CUDA(m, cudaEventRecordWithFlags(e, m->stream[s],
 		                cudaEventRecordExternal), sgline);
@@ -64,7 +63,7 @@ sgrt_cg_wait_ext(SgrtModel *m, cudaEvent_t e, int s, int sgline)
 {
 	int cap = 0;
 
-	SGRT_TRY(capturing(m, s, &cap, sgline));
+	SGRT_TRY(sgrt_capturing(m, s, &cap, sgline));
 	SGRT_CHECK_CUDA(m, cudaStreamWaitEvent(m->stream[s], e,
 	                cap ? cudaEventWaitExternal : 0), sgline);
 	return SGRT_OK;

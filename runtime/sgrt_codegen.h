@@ -32,6 +32,43 @@ int sgrt_cg_capturable(const SgrtModel *m);
 int sgrt_cg_kernels(const SgrtModel *m);
 void sgrt_cg_add_kernels(SgrtModel *m, int n);
 
+/* The SgrtSdpa of sgk_attention.cuh's SgFlashParams *fp (the same tensors,
+ * sizes and strides; nb0, nb1 as b, h), dtype dt. */
+#define SGRT_SDPA_ST_(d, fp, t) \
+	((d)[0] = (fp)->t##_s0, (d)[1] = (fp)->t##_s1, (d)[2] = (fp)->t##_sr, (d)[3] = 1)
+#define SGRT_SDPA_FROM_FLASH(sd, fp, dt)                                      \
+	do {                                                                  \
+		memset((sd), 0, sizeof *(sd));                                \
+		(sd)->dtype = (dt);                                           \
+		(sd)->causal = (fp)->causal;                                  \
+		(sd)->scale = (fp)->scale;                                    \
+		(sd)->b = (fp)->nb0;                                          \
+		(sd)->h = (sd)->h_kv = (fp)->nb1;                             \
+		(sd)->l = (fp)->L, (sd)->s = (fp)->S;                         \
+		(sd)->e = (fp)->D, (sd)->ev = (fp)->Dv;                       \
+		(sd)->q = (fp)->q, (sd)->k = (fp)->k, (sd)->v = (fp)->v;      \
+		(sd)->o = (fp)->o, (sd)->lse = (fp)->lse;                     \
+		(sd)->dout = (fp)->dout, (sd)->dq = (fp)->dq;                 \
+		(sd)->dk = (fp)->dk, (sd)->dv = (fp)->dv;                     \
+		SGRT_SDPA_ST_((sd)->q_st, fp, q), SGRT_SDPA_ST_((sd)->k_st, fp, k); \
+		SGRT_SDPA_ST_((sd)->v_st, fp, v), SGRT_SDPA_ST_((sd)->o_st, fp, o); \
+		SGRT_SDPA_ST_((sd)->do_st, fp, do), SGRT_SDPA_ST_((sd)->dq_st, fp, dq); \
+		SGRT_SDPA_ST_((sd)->dk_st, fp, dk), SGRT_SDPA_ST_((sd)->dv_st, fp, dv); \
+	} while (0)
+
+/* Attention *a through cuDNN (sgrt_sdpa) or, when cuDNN is unavailable or
+ * declines it, the statement `...` (the kernels); an error returns it from
+ * the calling function. */
+#define SGRT_SDPA_OR(m, s, a, bwd, name, sgline, ...)                         \
+	do {                                                                  \
+		int sgrt_st_ = sgrt_sdpa((m), (s), (a), (bwd), (name), (sgline)); \
+		if (sgrt_st_ == SGRT_SDPA_UNAVAILABLE || sgrt_st_ == SGRT_SDPA_DECLINED) { \
+			__VA_ARGS__;                                          \
+		} else if (sgrt_st_ != SGRT_OK) {                             \
+			return sgrt_st_;                                      \
+		}                                                             \
+	} while (0)
+
 #ifdef __cplusplus
 }
 #endif

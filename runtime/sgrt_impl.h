@@ -67,6 +67,16 @@ void sgrt_trace_release(SgrtModel *m);
 
 void sgrt_blas_release(SgrtModel *m);
 
+/* ------------------------------------------------------------------ sgrt_attn_cudnn.c */
+
+/* Unloads cuDNN and frees the plans and workspaces (at sgrt_destroy). */
+void sgrt_cudnn_release(SgrtModel *m);
+
+/* ------------------------------------------------------------------ sgrt_codegen.c */
+
+/* *yes: 1 when stream s is being captured into a CUDA graph. */
+int sgrt_capturing(SgrtModel *m, int s, int *yes, int sgline);
+
 /* ------------------------------------------------------------------ sgrt_nccl.c */
 
 /* The file that carries rank 0's NCCL unique id to the others. */
@@ -166,6 +176,10 @@ struct SgrtModel {
 	void *plans;               /* GemmPlan[] */
 	int nplans, capplans;
 	int allow_tf32;
+
+	/* cuDNN (sgrt_attn_cudnn.c): loaded on first use. */
+	void *cudnn;               /* its Cudnn, or NULL */
+	int cudnn_state;           /* 0 not tried, 1 loaded, -1 unavailable */
 
 	/* NCCL. */
 	void *comm;                /* ncclComm_t */

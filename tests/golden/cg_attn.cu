@@ -4952,8 +4952,12 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		fp.v_sr = 128;
 		fp.o_s1 = 64;
 		fp.o_sr = 128;
-		SGRT_KERNEL(rt, 0, "k_attn_bf16_27_flash_fwd_att", 27,
-		            SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 27));
+		/* cuDNN's fused attention first; the kernels when it declines. */
+		SgrtSdpa sd;
+		SGRT_SDPA_FROM_FLASH(&sd, &fp, SGRT_BF16);
+		SGRT_SDPA_OR(rt, 0, &sd, 0, "k_attn_bf16_27_flash_fwd_att[cudnn]", 27,
+		             SGRT_KERNEL(rt, 0, "k_attn_bf16_27_flash_fwd_att[sgk]", 27,
+		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 27)));
 	}
 
 	/* cg_attn.sg:28: %att4 = transpose(%att, dim0=1, dim1=2) */
@@ -5109,8 +5113,12 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		fp.dk = v_grad_k3;
 		fp.dv = v_grad_v3;
 		fp.delta = tmp_delta_27;
-		SGRT_KERNEL(rt, 0, "k_attn_bf16_27_flash_bwd_grad_q", 27,
-		            SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 27));
+		/* cuDNN's fused attention first; the kernels when it declines. */
+		SgrtSdpa sd;
+		SGRT_SDPA_FROM_FLASH(&sd, &fp, SGRT_BF16);
+		SGRT_SDPA_OR(rt, 0, &sd, 1, "k_attn_bf16_27_flash_bwd_grad_q[cudnn]", 27,
+		             SGRT_KERNEL(rt, 0, "k_attn_bf16_27_flash_bwd_grad_q[sgk]", 27,
+		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 27)));
 	}
 	SGRT_TRY(sgrt_free_async(rt, tmp_delta_27, 0, 27));
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_27, 0, 27));
@@ -5412,8 +5420,12 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		fp.v_s0 = 8192;
 		fp.v_s1 = 64;
 		fp.v_sr = 128;
-		SGRT_KERNEL(rt, 0, "k_attn_f16_52_flash_fwd_att", 52,
-		            SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_f16>(&fp, sgrt_stream(rt, 0)), 52));
+		/* cuDNN's fused attention first; the kernels when it declines. */
+		SgrtSdpa sd;
+		SGRT_SDPA_FROM_FLASH(&sd, &fp, SGRT_F16);
+		SGRT_SDPA_OR(rt, 0, &sd, 0, "k_attn_f16_52_flash_fwd_att[cudnn]", 52,
+		             SGRT_KERNEL(rt, 0, "k_attn_f16_52_flash_fwd_att[sgk]", 52,
+		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_f16>(&fp, sgrt_stream(rt, 0)), 52)));
 	}
 
 	/* cg_attn.sg:53: %att4 = transpose(%att, dim0=1, dim1=2) */
@@ -5568,8 +5580,12 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		fp.dk = v_grad_k3;
 		fp.dv = v_grad_v3;
 		fp.delta = tmp_delta_52;
-		SGRT_KERNEL(rt, 0, "k_attn_f16_52_flash_bwd_grad_q", 52,
-		            SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<sg_f16>(&fp, sgrt_stream(rt, 0)), 52));
+		/* cuDNN's fused attention first; the kernels when it declines. */
+		SgrtSdpa sd;
+		SGRT_SDPA_FROM_FLASH(&sd, &fp, SGRT_F16);
+		SGRT_SDPA_OR(rt, 0, &sd, 1, "k_attn_f16_52_flash_bwd_grad_q[cudnn]", 52,
+		             SGRT_KERNEL(rt, 0, "k_attn_f16_52_flash_bwd_grad_q[sgk]", 52,
+		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<sg_f16>(&fp, sgrt_stream(rt, 0)), 52)));
 	}
 	SGRT_TRY(sgrt_free_async(rt, tmp_delta_52, 0, 52));
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_52, 0, 52));

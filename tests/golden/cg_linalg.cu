@@ -1796,8 +1796,12 @@ linalg_run(linalg_model *M, void *const *io, const cudaEvent_t *ext)
 		fp.k_s1 = 0;
 		fp.v_s0 = 160;
 		fp.v_s1 = 0;
-		SGRT_KERNEL(rt, 0, "k_linalg_25_flash_fwd_att", 25,
-		            SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 25));
+		/* cuDNN's fused attention first; the kernels when it declines. */
+		SgrtSdpa sd;
+		SGRT_SDPA_FROM_FLASH(&sd, &fp, SGRT_BF16);
+		SGRT_SDPA_OR(rt, 0, &sd, 0, "k_linalg_25_flash_fwd_att[cudnn]", 25,
+		             SGRT_KERNEL(rt, 0, "k_linalg_25_flash_fwd_att[sgk]", 25,
+		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 25)));
 	}
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_25, 0, 25));
 
@@ -1819,8 +1823,12 @@ linalg_run(linalg_model *M, void *const *io, const cudaEvent_t *ext)
 		fp.k_s1 = 160;
 		fp.v_s0 = 0;
 		fp.v_s1 = 160;
-		SGRT_KERNEL(rt, 0, "k_linalg_26_flash_fwd_att2", 26,
-		            SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 26));
+		/* cuDNN's fused attention first; the kernels when it declines. */
+		SgrtSdpa sd;
+		SGRT_SDPA_FROM_FLASH(&sd, &fp, SGRT_BF16);
+		SGRT_SDPA_OR(rt, 0, &sd, 0, "k_linalg_26_flash_fwd_att2[cudnn]", 26,
+		             SGRT_KERNEL(rt, 0, "k_linalg_26_flash_fwd_att2[sgk]", 26,
+		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 26)));
 	}
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_26, 0, 26));
 	return SGRT_OK;

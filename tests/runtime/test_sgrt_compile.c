@@ -63,6 +63,8 @@ static void (*const api[])(void) = {
 	(void (*)(void))sgrt_save_tensors, (void (*)(void))sgrt_main,
 	(void (*)(void))sgrt_bench_line, (void (*)(void))sgrt_st_read,
 	(void (*)(void))sgrt_st_write, (void (*)(void))sgrt_init_tensor,
+	(void (*)(void))sgrt_sdpa_workspace_size, (void (*)(void))sgrt_sdpa_exec,
+	(void (*)(void))sgrt_sdpa,
 };
 
 static void
@@ -582,6 +584,45 @@ test_main_usage(void **state)
 	assert_int_equal(created, 0);
 }
 
+/* cuDNN attention without a loadable libcudnn (a missing file, a library
+ * without cuDNN's symbols): SGRT_SDPA_UNAVAILABLE from every entry, no
+ * error recorded, nothing touched on the device, and it stays so. */
+static void
+test_sdpa_unavailable(void **state)
+{
+	static const char *libs[] = {"/nonexistent/libcudnn.so.9", "libm.so.6"};
+	char buf[16];
+	SgrtSdpa a;
+
+	(void)state;
+	memset(&a, 0, sizeof a);
+	a.dtype = SGRT_BF16;
+	a.b = 2, a.h = a.h_kv = 4, a.l = a.s = 128, a.e = a.ev = 64;
+	a.q = a.k = a.v = a.dout = buf;
+	a.o = a.dq = a.dk = a.dv = buf;
+	for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) {
+		SgrtModel m;
+		size_t bytes = 1;
+		memset(&m, 0, sizeof m);
+		m.nstreams = 1;
+		setenv("SGRT_CUDNN_LIB", libs[i], 1);
+		for (int bwd = 0; bwd < 2; bwd++) {
+			assert_int_equal(sgrt_sdpa_workspace_size(&m, &a, bwd, &bytes),
+			                 SGRT_SDPA_UNAVAILABLE);
+			assert_int_equal(bytes, 0);
+			assert_int_equal(sgrt_sdpa_exec(&m, 0, &a, bwd, NULL, 0, "x", 1),
+			                 SGRT_SDPA_UNAVAILABLE);
+			assert_int_equal(sgrt_sdpa(&m, 0, &a, bwd, "x", 1), SGRT_SDPA_UNAVAILABLE);
+		}
+		assert_int_equal(m.status, SGRT_OK);
+		assert_string_equal(m.err, "");
+		assert_null(m.cudnn);
+		assert_int_equal(m.nkernels, 0);
+		sgrt_cudnn_release(&m);
+	}
+	unsetenv("SGRT_CUDNN_LIB");
+}
+
 int
 main(void)
 {
@@ -602,6 +643,7 @@ main(void)
 		cmocka_unit_test(test_idfile),
 		cmocka_unit_test(test_tensor_bytes),
 		cmocka_unit_test(test_main_usage),
+		cmocka_unit_test(test_sdpa_unavailable),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

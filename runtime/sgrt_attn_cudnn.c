@@ -1,0 +1,772 @@
+/*
+ * sgrt_attn_cudnn.c - scaled dot-product attention through cuDNN's fused
+ * flash attention (the backend descriptor API, from C).
+ *
+ * libcudnn.so.9 is not linked: it is dlopen'ed on a model's first
+ * attention (SGRT_CUDNN_LIB names the file; else the loader's search:
+ * LD_LIBRARY_PATH, the cache).  When it is missing, or cuDNN declines a
+ * shape, the functions say so (SGRT_SDPA_UNAVAILABLE, SGRT_SDPA_DECLINED)
+ * and the caller runs its own kernels; nothing is recorded as an error.
+ *
+ * The operation graphs are the ones cudnn-frontend's composite sdpa and
+ * sdpa_backward nodes build, which cuDNN's runtime-fusion engines match:
+ *   forward:  S = Q K^T (f32), S *= scale, causal: S = row >= col ? S :
+ *             -inf, softmax with stats (max, sub, exp, sum, log, add:
+ *             stats = max + log sum exp, natural log, f32 [b, h, l, 1]),
+ *             O = P V;
+ *   backward: sum = rowsum(dO * O); S again from Q, K, stats; P =
+ *             exp(S - stats); dV = P^T dO; dS = P (dO V^T - sum) scale;
+ *             dK = dS^T Q; dQ = dS K (accumulated in f32, then copied).
+ * The stats are the log-sum-exp that sgk_attention.cuh's kernels write
+ * and read ([b * h, l], natural log), so a forward by one and a backward
+ * by the other agree.  K^T and V^T are K and V with their last two dims
+ * and strides swapped; the backward's f32 row sums and dQ accumulator
+ * sit at the start of its workspace, cuDNN's own workspace after them.
+ *
+ * Each distinct (direction, dtype, causal, sizes, strides) gets a plan,
+ * made on first use and kept by the model; the workspace is the model's,
+ * one buffer per stream, grown when a plan needs more (at the plan's
+ * making, never per call).  A plan is not made while the stream is being
+ * captured into a CUDA graph (SGRT_SDPA_DECLINED then).
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sgrt_impl.h"
+
+#if SGRT_HAVE_CUDNN_H
+#include <cudnn_graph.h>
+
+/* The cuDNN functions used, looked up in the dlopen'ed library. */
+typedef struct {
+	size_t (*GetVersion)(void);
+	cudnnStatus_t (*Create)(cudnnHandle_t *);
+	cudnnStatus_t (*Destroy)(cudnnHandle_t);
+	cudnnStatus_t (*SetStream)(cudnnHandle_t, cudaStream_t);
+	cudnnStatus_t (*BackendCreateDescriptor)(cudnnBackendDescriptorType_t,
+	                                         cudnnBackendDescriptor_t *);
+	cudnnStatus_t (*BackendDestroyDescriptor)(cudnnBackendDescriptor_t);
+	cudnnStatus_t (*BackendFinalize)(cudnnBackendDescriptor_t);
+	cudnnStatus_t (*BackendSetAttribute)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t,
+	                                     cudnnBackendAttributeType_t, int64_t, const void *);
+	cudnnStatus_t (*BackendGetAttribute)(cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t,
+	                                     cudnnBackendAttributeType_t, int64_t, int64_t *,
+	                                     void *);
+	cudnnStatus_t (*BackendExecute)(cudnnHandle_t, cudnnBackendDescriptor_t,
+	                                cudnnBackendDescriptor_t);
+	const char *(*GetErrorString)(cudnnStatus_t);
+} Fns;
+
+/* What makes two attentions the same plan (memcmp; zeroed first). */
+typedef struct {
+	int bwd, dtype, causal;
+	int64_t b, h, l, s, d, dv;
+	int64_t st[8][4];      /* q k v o do dq dk dv: [b, h, rows, dim] */
+} Key;
+
+typedef struct {
+	Key key;
+	cudnnBackendDescriptor_t plan;
+	size_t pre;            /* backward: row sums and dQ accumulator bytes */
+	size_t ws;             /* cuDNN's workspace */
+} Plan;
+
+typedef struct {
+	void *lib;
+	Fns f;
+	cudnnHandle_t h;
+	Plan *plan;
+	int nplan, capplan;
+	void **ws;             /* [nstreams] */
+	size_t *ws_bytes;
+} Cudnn;
+
+/* Tensor ids: the variant pack's.  Virtual tensors count up from V0. */
+enum {
+	U_Q = 1, U_K, U_V, U_O, U_STATS, U_DO, U_DQ, U_DK, U_DV,
+	U_SCALE, U_NEGINF, U_ONE, U_SUM, U_DQACC, V0 = 100,
+};
+
+/* ------------------------------------------------------------------ loading */
+
+static void
+unload(Cudnn *c)
+{
+	if (c->h)
+		(void)c->f.Destroy(c->h);
+	for (int i = 0; i < c->nplan; i++)
+		(void)c->f.BackendDestroyDescriptor(c->plan[i].plan);
+	if (c->lib)
+		dlclose(c->lib);
+	free(c->plan);
+	free(c->ws);
+	free(c->ws_bytes);
+	free(c);
+}
+
+/* The model's cuDNN state, loaded on first use; NULL when unavailable
+ * (m->cudnn_state says which: 1 loaded, -1 unavailable). */
+static Cudnn *
+load(SgrtModel *m)
+{
+	static const struct { const char *name; size_t off; } sym[] = {
+		{"cudnnGetVersion", offsetof(Fns, GetVersion)},
+		{"cudnnCreate", offsetof(Fns, Create)},
+		{"cudnnDestroy", offsetof(Fns, Destroy)},
+		{"cudnnSetStream", offsetof(Fns, SetStream)},
+		{"cudnnBackendCreateDescriptor", offsetof(Fns, BackendCreateDescriptor)},
+		{"cudnnBackendDestroyDescriptor", offsetof(Fns, BackendDestroyDescriptor)},
+		{"cudnnBackendFinalize", offsetof(Fns, BackendFinalize)},
+		{"cudnnBackendSetAttribute", offsetof(Fns, BackendSetAttribute)},
+		{"cudnnBackendGetAttribute", offsetof(Fns, BackendGetAttribute)},
+		{"cudnnBackendExecute", offsetof(Fns, BackendExecute)},
+		{"cudnnGetErrorString", offsetof(Fns, GetErrorString)},
+	};
+	if (m->cudnn_state)
+		return m->cudnn_state > 0 ? (Cudnn *)m->cudnn : NULL;
+	m->cudnn_state = -1;
+	const char *path = getenv("SGRT_CUDNN_LIB");
+	void *lib = dlopen(path && *path ? path : "libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+	if (!lib)
+		return NULL;
+	Cudnn *c = calloc(1, sizeof *c);
+	if (!c) {
+		dlclose(lib);
+		return NULL;
+	}
+	c->lib = lib;
+	for (size_t i = 0; i < sizeof sym / sizeof sym[0]; i++) {
+		void *p = dlsym(lib, sym[i].name);
+		if (!p) {
+			unload(c);
+			return NULL;
+		}
+		memcpy((char *)&c->f + sym[i].off, &p, sizeof p);
+	}
+	c->ws = calloc((size_t)m->nstreams, sizeof *c->ws);
+	c->ws_bytes = calloc((size_t)m->nstreams, sizeof *c->ws_bytes);
+	/* The graphs as built here (dQ accumulator not zeroed) need 9.6. */
+	if (!c->ws || !c->ws_bytes || c->f.GetVersion() < 90600 ||
+	    c->f.Create(&c->h) != CUDNN_STATUS_SUCCESS) {
+		c->h = NULL;
+		unload(c);
+		return NULL;
+	}
+	m->cudnn = c;
+	m->cudnn_state = 1;
+	return c;
+}
+
+void
+sgrt_cudnn_release(SgrtModel *m)
+{
+	Cudnn *c = m->cudnn;
+
+	if (!c)
+		return;
+	for (int i = 0; i < m->nstreams; i++)
+		if (c->ws[i]) {
+			(void)cudaFree(c->ws[i]);
+			sgrt_mem_account(m, -(long long)c->ws_bytes[i]);
+		}
+	unload(c);
+	m->cudnn = NULL;
+	m->cudnn_state = 0;
+}
+
+/* ------------------------------------------------------------------ graph building */
+
+/* The descriptors of one graph being built; all destroyed at the end. */
+typedef struct {
+	Cudnn *c;
+	cudnnBackendDescriptor_t d[160];
+	int nd;
+	cudnnBackendDescriptor_t op[40];
+	int nop;
+	int64_t next;          /* the next virtual tensor's id */
+	int ok;
+	int fail_status;       /* the first failure: cuDNN's status, */
+	long fail_what;        /* and the descriptor type or attribute */
+} Build;
+
+static void
+failed(Build *b, cudnnStatus_t st, long what)
+{
+	if (b->ok) {
+		b->ok = 0;
+		b->fail_status = (int)st;
+		b->fail_what = what;
+	}
+}
+
+static cudnnBackendDescriptor_t
+desc(Build *b, cudnnBackendDescriptorType_t t)
+{
+	cudnnBackendDescriptor_t d = NULL;
+	cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+	if (!b->ok || b->nd == (int)(sizeof b->d / sizeof b->d[0]) ||
+	    (st = b->c->f.BackendCreateDescriptor(t, &d)) != CUDNN_STATUS_SUCCESS) {
+		failed(b, st, -(long)t);
+		return NULL;
+	}
+	return b->d[b->nd++] = d;
+}
+
+static void
+set(Build *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+    cudnnBackendAttributeType_t t, int64_t n, const void *v)
+{
+	cudnnStatus_t st;
+	if (b->ok && (st = b->c->f.BackendSetAttribute(d, a, t, n, v)) != CUDNN_STATUS_SUCCESS)
+		failed(b, st, (long)a);
+}
+
+static void
+fin(Build *b, cudnnBackendDescriptor_t d)
+{
+	cudnnStatus_t st;
+	if (b->ok && (st = b->c->f.BackendFinalize(d)) != CUDNN_STATUS_SUCCESS)
+		failed(b, st, 0);
+}
+
+static void
+setd(Build *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+     cudnnBackendDescriptor_t v)
+{
+	set(b, d, a, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v);
+}
+
+/* A tensor: id uid (0: the next virtual one), dims and strides [4]
+ * (NULL strides: packed). */
+static cudnnBackendDescriptor_t
+tensor(Build *b, int64_t uid, cudnnDataType_t dt, const int64_t *dim, const int64_t *st,
+       int byvalue)
+{
+	cudnnBackendDescriptor_t t = desc(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+	int64_t packed[4] = {dim[1] * dim[2] * dim[3], dim[2] * dim[3], dim[3], 1}, align = 16;
+	bool virt = uid == 0, val = byvalue != 0;
+	if (!uid)
+		uid = b->next++;
+	set(b, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
+	set(b, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim);
+	set(b, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, st ? st : packed);
+	set(b, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+	set(b, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+	set(b, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
+	if (val)
+		set(b, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &val);
+	fin(b, t);
+	return t;
+}
+
+/* A virtual tensor of dims dim (packed) and type dt. */
+static cudnnBackendDescriptor_t
+virt(Build *b, cudnnDataType_t dt, const int64_t *dim)
+{
+	return tensor(b, 0, dt, dim, NULL, 0);
+}
+
+static void
+add_op(Build *b, cudnnBackendDescriptor_t op)
+{
+	fin(b, op);
+	if (b->ok && b->nop < (int)(sizeof b->op / sizeof b->op[0]))
+		b->op[b->nop++] = op;
+	else
+		b->ok = 0;
+}
+
+/* y = mode(x[, b2[, t]]), computed in cdt. */
+static void
+pointwise(Build *b, cudnnPointwiseMode_t mode, cudnnDataType_t cdt, int64_t axis,
+          cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b2,
+          cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y)
+{
+	cudnnBackendDescriptor_t pw = desc(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+	set(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+	set(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &cdt);
+	if (mode == CUDNN_POINTWISE_GEN_INDEX)
+		set(b, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+	fin(b, pw);
+	cudnnBackendDescriptor_t op = desc(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+	float one = 1.0f;
+	setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
+	setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+	setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+	if (b2)
+		setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b2);
+	if (t)
+		setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
+	set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one);
+	set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one);
+	add_op(b, op);
+}
+
+/* A new virtual f32 tensor: mode(x[, b2]). */
+static cudnnBackendDescriptor_t
+pw_new(Build *b, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+       cudnnBackendDescriptor_t b2, const int64_t *dim)
+{
+	cudnnBackendDescriptor_t y = virt(b, CUDNN_DATA_FLOAT, dim);
+	pointwise(b, mode, CUDNN_DATA_FLOAT, 0, x, b2, NULL, y);
+	return y;
+}
+
+/* An operation of type t: descriptor d at attribute da, tensors x[i] at
+ * attributes at[i], i < n. */
+static void
+op_of(Build *b, cudnnBackendDescriptorType_t t, cudnnBackendAttributeName_t da,
+      cudnnBackendDescriptor_t d, int n, const cudnnBackendAttributeName_t *at,
+      const cudnnBackendDescriptor_t *x)
+{
+	cudnnBackendDescriptor_t op = desc(b, t);
+	setd(b, op, da, d);
+	for (int i = 0; i < n; i++)
+		setd(b, op, at[i], x[i]);
+	add_op(b, op);
+}
+
+/* A finalized descriptor of type t computing in f32 (attribute ca), with
+ * attribute xa of type xt set to *xv too when xv is not NULL. */
+static cudnnBackendDescriptor_t
+f32_desc(Build *b, cudnnBackendDescriptorType_t t, cudnnBackendAttributeName_t ca,
+         cudnnBackendAttributeName_t xa, cudnnBackendAttributeType_t xt, const void *xv)
+{
+	cudnnBackendDescriptor_t d = desc(b, t);
+	cudnnDataType_t f = CUDNN_DATA_FLOAT;
+	set(b, d, ca, CUDNN_TYPE_DATA_TYPE, 1, &f);
+	if (xv)
+		set(b, d, xa, xt, 1, xv);
+	fin(b, d);
+	return d;
+}
+
+static void
+matmul(Build *b, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bb,
+       cudnnBackendDescriptor_t c)
+{
+	cudnnBackendDescriptor_t mm = f32_desc(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR,
+	                                       CUDNN_ATTR_MATMUL_COMP_TYPE, 0, 0, NULL);
+	op_of(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm, 3,
+	      (const cudnnBackendAttributeName_t[3]){CUDNN_ATTR_OPERATION_MATMUL_ADESC,
+	                                             CUDNN_ATTR_OPERATION_MATMUL_BDESC,
+	                                             CUDNN_ATTR_OPERATION_MATMUL_CDESC},
+	      (const cudnnBackendDescriptor_t[3]){a, bb, c});
+}
+
+static void
+reduction(Build *b, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
+          cudnnBackendDescriptor_t y)
+{
+	cudnnBackendDescriptor_t r = f32_desc(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR,
+	                                      CUDNN_ATTR_REDUCTION_COMP_TYPE,
+	                                      CUDNN_ATTR_REDUCTION_OPERATOR,
+	                                      CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &mode);
+	op_of(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_ATTR_OPERATION_REDUCTION_DESC,
+	      r, 2,
+	      (const cudnnBackendAttributeName_t[2]){CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
+	                                             CUDNN_ATTR_OPERATION_REDUCTION_YDESC},
+	      (const cudnnBackendDescriptor_t[2]){x, y});
+}
+
+static void
+reshape(Build *b, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
+{
+	cudnnBackendDescriptor_t op = desc(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+	setd(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
+	setd(b, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
+	add_op(b, op);
+}
+
+/* dim and strides of tensor i of k as [b, h, rows, cols]; t: the last
+ * two swapped (K^T, V^T). */
+static void
+shape(const Key *k, int i, int t, int64_t *dim, int64_t *st)
+{
+	int kv = i == 1 || i == 2 || i == 6 || i == 7;
+	int ev = i == 2 || i == 3 || i == 4 || i == 7;
+	int64_t r = kv ? k->s : k->l, c = ev ? k->dv : k->d;
+	int64_t d4[4] = {k->b, k->h, t ? c : r, t ? r : c};
+	memcpy(dim, d4, sizeof d4);
+	memcpy(st, k->st[i], 4 * sizeof *st);
+	if (t) {
+		st[2] = k->st[i][3];
+		st[3] = k->st[i][2];
+	}
+}
+
+/* The masked, scaled scores: S = Q K^T * scale (- stats), causal mask. */
+static cudnnBackendDescriptor_t
+scores(Build *b, const Key *k, cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t kt,
+       cudnnBackendDescriptor_t scale, cudnnBackendDescriptor_t stats,
+       cudnnBackendDescriptor_t neginf)
+{
+	int64_t ls[4] = {k->b, k->h, k->l, k->s};
+	cudnnBackendDescriptor_t s = virt(b, CUDNN_DATA_FLOAT, ls);
+	matmul(b, q, kt, s);
+	s = pw_new(b, CUDNN_POINTWISE_MUL, s, scale, ls);
+	if (stats)
+		s = pw_new(b, CUDNN_POINTWISE_SUB, s, stats, ls);
+	if (!k->causal)
+		return s;
+	cudnnBackendDescriptor_t row = virt(b, CUDNN_DATA_INT32, ls);
+	cudnnBackendDescriptor_t col = virt(b, CUDNN_DATA_INT32, ls);
+	cudnnBackendDescriptor_t keep = virt(b, CUDNN_DATA_BOOLEAN, ls);
+	cudnnBackendDescriptor_t y = virt(b, CUDNN_DATA_FLOAT, ls);
+	pointwise(b, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, 2, s, NULL, NULL, row);
+	pointwise(b, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, 3, s, NULL, NULL, col);
+	pointwise(b, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, 0, row, col, NULL, keep);
+	pointwise(b, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, 0, s, neginf, keep, y);
+	return y;
+}
+
+/* The operations of k's graph into b; *pre: the backward's bytes before
+ * cuDNN's workspace. */
+static void
+build_graph(Build *b, const Key *k, size_t *pre)
+{
+	cudnnDataType_t io = k->dtype == SGRT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+	cudnnDataType_t f = CUDNN_DATA_FLOAT;
+	int64_t dim[4], st[4], one4[4] = {1, 1, 1, 1};
+	int64_t stat[4] = {k->b, k->h, k->l, 1};
+	cudnnBackendDescriptor_t x[8];
+	static const int uid[8] = {U_Q, U_K, U_V, U_O, U_DO, U_DQ, U_DK, U_DV};
+	int n = k->bwd ? 8 : 4;
+
+	for (int i = 0; i < n; i++) {
+		shape(k, i, i == 1 || (i == 2 && k->bwd), dim, st);
+		x[i] = tensor(b, uid[i], io, dim, st, 0);
+	}
+	cudnnBackendDescriptor_t scale = tensor(b, U_SCALE, f, one4, one4, 1);
+	cudnnBackendDescriptor_t neginf = tensor(b, U_NEGINF, f, one4, one4, 1);
+	cudnnBackendDescriptor_t stats = tensor(b, U_STATS, f, stat, NULL, 0);
+	int64_t ls[4] = {k->b, k->h, k->l, k->s}, sl[4] = {k->b, k->h, k->s, k->l};
+	int64_t slt[4] = {k->h * k->l * k->s, k->l * k->s, 1, k->s};
+	*pre = 0;
+	if (!k->bwd) {
+		cudnnBackendDescriptor_t s = scores(b, k, x[0], x[1], scale, NULL, neginf);
+		cudnnBackendDescriptor_t mx = virt(b, f, stat), sum = virt(b, f, stat);
+		reduction(b, CUDNN_REDUCE_TENSOR_MAX, s, mx);
+		cudnnBackendDescriptor_t e = pw_new(b, CUDNN_POINTWISE_SUB, s, mx, ls);
+		e = pw_new(b, CUDNN_POINTWISE_EXP, e, NULL, ls);
+		reduction(b, CUDNN_REDUCE_TENSOR_ADD, e, sum);
+		cudnnBackendDescriptor_t lg = pw_new(b, CUDNN_POINTWISE_LOG, sum, NULL, stat);
+		pointwise(b, CUDNN_POINTWISE_ADD, f, 0, mx, lg, NULL, stats);
+		cudnnBackendDescriptor_t p = virt(b, io, ls);
+		pointwise(b, CUDNN_POINTWISE_DIV, f, 0, e, sum, NULL, p);
+		matmul(b, p, x[2], x[3]);
+		return;
+	}
+	/* sum = rowsum(dO * O), kept (f32, at the workspace's start). */
+	int64_t lo[4] = {k->b, k->h, k->l, k->dv};
+	cudnnBackendDescriptor_t t = pw_new(b, CUDNN_POINTWISE_MUL, x[4], x[3], lo);
+	cudnnBackendDescriptor_t r = virt(b, f, stat);
+	reduction(b, CUDNN_REDUCE_TENSOR_ADD, t, r);
+	cudnnBackendDescriptor_t onet = tensor(b, U_ONE, f, one4, one4, 1);
+	cudnnBackendDescriptor_t sum = tensor(b, U_SUM, f, stat, NULL, 0);
+	pointwise(b, CUDNN_POINTWISE_MUL, f, 0, r, onet, NULL, sum);
+	/* P = exp(S - stats); dV = P^T dO. */
+	cudnnBackendDescriptor_t s = scores(b, k, x[0], x[1], scale, stats, neginf);
+	cudnnBackendDescriptor_t p = pw_new(b, CUDNN_POINTWISE_EXP, s, NULL, ls);
+	cudnnBackendDescriptor_t pt = tensor(b, 0, io, sl, slt, 0);
+	reshape(b, p, pt);
+	matmul(b, pt, x[4], x[7]);
+	/* dS = P (dO V^T - sum) scale; dK = dS^T Q. */
+	cudnnBackendDescriptor_t dp = virt(b, f, ls);
+	matmul(b, x[4], x[2], dp);
+	dp = pw_new(b, CUDNN_POINTWISE_SUB, dp, sum, ls);
+	dp = pw_new(b, CUDNN_POINTWISE_MUL, dp, p, ls);
+	cudnnBackendDescriptor_t ds = pw_new(b, CUDNN_POINTWISE_MUL, dp, scale, ls);
+	cudnnBackendDescriptor_t dst = tensor(b, 0, io, sl, slt, 0);
+	reshape(b, ds, dst);
+	matmul(b, dst, x[0], x[6]);
+	/* dQ = dS K, accumulated in f32 (after the row sums), then copied. */
+	shape(k, 1, 0, dim, st);
+	cudnnBackendDescriptor_t kk = tensor(b, 0, io, dim, st, 0);
+	reshape(b, x[1], kk);
+	int64_t ld[4] = {k->b, k->h, k->l, k->d};
+	cudnnBackendDescriptor_t acc = tensor(b, U_DQACC, f, ld, NULL, 0);
+	matmul(b, ds, kk, acc);
+	pointwise(b, CUDNN_POINTWISE_IDENTITY, f, 0, acc, NULL, NULL, x[5]);
+	*pre = (size_t)(k->b * k->h * k->l * 4 + 255) / 256 * 256 +
+	       (size_t)(k->b * k->h * k->l * k->d * 4 + 255) / 256 * 256;
+}
+
+/* The operation graph of k, then the first of heuristic A's engine
+ * configurations that makes a plan.  0 when cuDNN declines. */
+static int
+make_plan(Cudnn *c, const Key *k, Plan *out)
+{
+	Build b = {.c = c, .next = V0, .ok = 1};
+	cudnnBackendDescriptor_t cfg[16] = {0};
+	int64_t ncfg = 0;
+	int got = 0;
+
+	memset(out, 0, sizeof *out);
+	out->key = *k;
+	build_graph(&b, k, &out->pre);
+	cudnnBackendDescriptor_t g = desc(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+	set(&b, g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, b.nop, b.op);
+	set(&b, g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->h);
+	fin(&b, g);
+	cudnnBackendDescriptor_t heur = desc(&b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+	cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+	setd(&b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, g);
+	set(&b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+	fin(&b, heur);
+	for (int i = 0; i < 16 && b.ok; i++)
+		cfg[i] = desc(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+	cudnnStatus_t hs = CUDNN_STATUS_SUCCESS;
+	if (b.ok && (hs = c->f.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+	                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, 16, &ncfg,
+	                                           cfg)) != CUDNN_STATUS_SUCCESS)
+		failed(&b, hs, CUDNN_ATTR_ENGINEHEUR_RESULTS);
+	for (int64_t i = 0; b.ok && i < ncfg && !got; i++) {
+		cudnnBackendDescriptor_t plan = NULL;
+		int64_t ws = 0;
+		if (c->f.BackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
+		    CUDNN_STATUS_SUCCESS)
+			break;
+		if (c->f.BackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE,
+		                             1, &c->h) == CUDNN_STATUS_SUCCESS &&
+		    c->f.BackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+		                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+		                             &cfg[i]) == CUDNN_STATUS_SUCCESS &&
+		    c->f.BackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
+		    c->f.BackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+		                             CUDNN_TYPE_INT64, 1, NULL, &ws) == CUDNN_STATUS_SUCCESS &&
+		    ws >= 0) {
+			out->plan = plan;
+			out->ws = (size_t)ws;
+			got = 1;
+		} else {
+			(void)c->f.BackendDestroyDescriptor(plan);
+		}
+	}
+	/* SGRT_CUDNN_DEBUG=1: why a graph was declined, on stderr. */
+	const char *dbg = getenv("SGRT_CUDNN_DEBUG");
+	if (!got && dbg && *dbg && *dbg != '0')
+		fprintf(stderr, "sgrt_sdpa: %s %s b=%lld h=%lld l=%lld s=%lld d=%lld declined: %s "
+		        "(status %d: %s, at %s %ld; %lld engine configs, %d ops)\n",
+		        k->bwd ? "backward" : "forward", k->dtype == SGRT_BF16 ? "bf16" : "f16",
+		        (long long)k->b, (long long)k->h, (long long)k->l, (long long)k->s,
+		        (long long)k->d, b.ok ? "no engine config made a plan" : "graph rejected",
+		        b.fail_status, c->f.GetErrorString((cudnnStatus_t)b.fail_status),
+		        b.fail_what < 0 ? "creating descriptor type" : b.fail_what ? "attribute"
+		                                                                    : "finalize",
+		        b.fail_what < 0 ? -b.fail_what : b.fail_what, (long long)ncfg, b.nop);
+	for (int i = b.nd - 1; i >= 0; i--)
+		(void)c->f.BackendDestroyDescriptor(b.d[i]);
+	return got;
+}
+
+/* ------------------------------------------------------------------ the calls */
+
+/* The plan key of a; 0 when the arguments are not an attention cuDNN
+ * runs here (dtype, head counts). */
+static int
+make_key(const SgrtSdpa *a, int bwd, Key *k)
+{
+	const int64_t *st[8] = {a->q_st, a->k_st, a->v_st, a->o_st,
+	                        a->do_st, a->dq_st, a->dk_st, a->dv_st};
+	memset(k, 0, sizeof *k);
+	if ((a->dtype != SGRT_BF16 && a->dtype != SGRT_F16) || a->h_kv != a->h ||
+	    a->b < 1 || a->h < 1 || a->l < 1 || a->s < 1 || a->e < 1 || a->ev < 1)
+		return 0;
+	k->bwd = bwd;
+	k->dtype = a->dtype;
+	k->causal = a->causal != 0;
+	k->b = a->b, k->h = a->h, k->l = a->l, k->s = a->s, k->d = a->e, k->dv = a->ev;
+	for (int i = 0; i < (bwd ? 8 : 4); i++) {
+		int64_t rows = i == 1 || i == 2 || i == 6 || i == 7 ? a->s : a->l;
+		memcpy(k->st[i], st[i], sizeof k->st[i]);
+		if (k->st[i][3] != 1)
+			return 0;
+		/* A size-1 dim's stride does not matter: make it packed. */
+		if (a->h == 1)
+			k->st[i][1] = rows * k->st[i][2];
+		if (a->b == 1)
+			k->st[i][0] = a->h * k->st[i][1];
+		for (int d = 0; d < 3; d++)
+			if (k->st[i][d] <= 0)
+				return 0;
+	}
+	return 1;
+}
+
+/* The plan for key k, made now when new; NULL when declined. */
+static Plan *
+find_plan(SgrtModel *m, Cudnn *c, const Key *k, int s, int *status, int sgline)
+{
+	for (int i = 0; i < c->nplan; i++)
+		if (!memcmp(&c->plan[i].key, k, sizeof *k))
+			return c->plan[i].plan ? &c->plan[i] : NULL;
+	int cap = 0;
+	if (sgrt_capturing(m, s, &cap, sgline) != SGRT_OK || cap)
+		return NULL; /* nothing is made during a capture */
+	if (c->nplan == c->capplan) {
+		int nc = c->capplan ? 2 * c->capplan : 8;
+		Plan *np = realloc(c->plan, (size_t)nc * sizeof *np);
+		if (!np) {
+			*status = sgrt_fail(m, SGRT_ENOMEM, sgline, "out of host memory");
+			return NULL;
+		}
+		c->plan = np;
+		c->capplan = nc;
+	}
+	Plan *p = &c->plan[c->nplan++];
+	if (!make_plan(c, k, p))
+		p->plan = NULL; /* remembered as declined */
+	return p->plan ? p : NULL;
+}
+
+int
+sgrt_sdpa_workspace_size(SgrtModel *m, const SgrtSdpa *a, int bwd, size_t *bytes)
+{
+	Cudnn *c = load(m);
+	Key k;
+	int st = SGRT_OK;
+
+	*bytes = 0;
+	if (!c)
+		return SGRT_SDPA_UNAVAILABLE;
+	if (!make_key(a, bwd, &k))
+		return SGRT_SDPA_DECLINED;
+	Plan *p = find_plan(m, c, &k, 0, &st, 0);
+	if (st != SGRT_OK)
+		return st;
+	if (!p)
+		return SGRT_SDPA_DECLINED;
+	*bytes = p->pre + p->ws;
+	return SGRT_OK;
+}
+
+int
+sgrt_sdpa_exec(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, void *ws, size_t ws_bytes,
+               const char *name, int sgline)
+{
+	Cudnn *c = load(m);
+	Key k;
+	int st = SGRT_OK;
+
+	if (!c)
+		return SGRT_SDPA_UNAVAILABLE;
+	if (s < 0 || s >= m->nstreams || !make_key(a, bwd, &k))
+		return SGRT_SDPA_DECLINED;
+	const void *ptr[14] = {a->q, a->k, a->v, a->o, a->lse, a->dout, a->dq, a->dk, a->dv};
+	for (int i = 0; i < (bwd ? 9 : 5); i++)
+		if (!ptr[i] || ((uintptr_t)ptr[i] & 15))
+			return SGRT_SDPA_DECLINED;
+	Plan *p = find_plan(m, c, &k, s, &st, sgline);
+	if (st != SGRT_OK)
+		return st;
+	if (!p || ws_bytes < p->pre + p->ws || (p->pre + p->ws && !ws))
+		return SGRT_SDPA_DECLINED;
+
+	float scale = a->scale, neginf = -INFINITY, one = 1.0f;
+	int64_t uid[14] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
+	void *dp[14] = {(void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse, &scale, &neginf};
+	int n = 7;
+	if (bwd) {
+		char *w = ws;
+		size_t sums = (size_t)(k.b * k.h * k.l * 4 + 255) / 256 * 256;
+		int64_t u2[7] = {U_DO, U_DQ, U_DK, U_DV, U_ONE, U_SUM, U_DQACC};
+		void *p2[7] = {(void *)a->dout, a->dq, a->dk, a->dv, &one, w, w + sums};
+		memcpy(uid + n, u2, sizeof u2);
+		memcpy(dp + n, p2, sizeof p2);
+		n += 7;
+	}
+	void *cws = p->ws ? (char *)ws + p->pre : NULL;
+	cudnnBackendDescriptor_t vp = NULL;
+	cudnnStatus_t e = c->f.BackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+	int h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, name ? name : "sdpa[cudnn]", sgline);
+	if (e == CUDNN_STATUS_SUCCESS)
+		e = c->f.BackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+		                             n, uid);
+	if (e == CUDNN_STATUS_SUCCESS)
+		e = c->f.BackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+		                             CUDNN_TYPE_VOID_PTR, n, dp);
+	if (e == CUDNN_STATUS_SUCCESS)
+		e = c->f.BackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+		                             CUDNN_TYPE_VOID_PTR, 1, &cws);
+	if (e == CUDNN_STATUS_SUCCESS)
+		e = c->f.BackendFinalize(vp);
+	if (e == CUDNN_STATUS_SUCCESS)
+		e = c->f.SetStream(c->h, m->stream[s]);
+	if (e == CUDNN_STATUS_SUCCESS)
+		e = c->f.BackendExecute(c->h, p->plan, vp);
+	if (vp)
+		(void)c->f.BackendDestroyDescriptor(vp);
+	if (e != CUDNN_STATUS_SUCCESS)
+		return sgrt_fail(m, SGRT_ECUDNN, sgline, "cudnnBackendExecute (%s) failed: %s",
+		                 bwd ? "sdpa_backward" : "sdpa", c->f.GetErrorString(e));
+	return sgrt_op_end(m, h);
+}
+
+int
+sgrt_sdpa(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, const char *name, int sgline)
+{
+	size_t need = 0;
+	int st = sgrt_sdpa_workspace_size(m, a, bwd, &need);
+	Cudnn *c = m->cudnn;
+
+	if (st != SGRT_OK)
+		return st;
+	if (s < 0 || s >= m->nstreams)
+		return SGRT_SDPA_DECLINED;
+	if (need > c->ws_bytes[s]) {
+		int cap = 0;
+		SGRT_TRY(sgrt_capturing(m, s, &cap, sgline));
+		if (cap)
+			return SGRT_SDPA_DECLINED; /* no allocation during a capture */
+		if (c->ws[s]) {
+			SGRT_CHECK_CUDA(m, cudaStreamSynchronize(m->stream[s]), sgline);
+			SGRT_CHECK_CUDA(m, cudaFree(c->ws[s]), sgline);
+			sgrt_mem_account(m, -(long long)c->ws_bytes[s]);
+			c->ws[s] = NULL;
+			c->ws_bytes[s] = 0;
+		}
+		SGRT_CHECK_CUDA(m, cudaMalloc(&c->ws[s], need), sgline);
+		c->ws_bytes[s] = need;
+		sgrt_mem_account(m, (long long)need);
+	}
+	return sgrt_sdpa_exec(m, s, a, bwd, c->ws[s], c->ws_bytes[s], name, sgline);
+}
+
+#else /* no cudnn_graph.h at build time: always the fallback */
+
+void
+sgrt_cudnn_release(SgrtModel *m)
+{
+	(void)m;
+}
+
+int
+sgrt_sdpa_workspace_size(SgrtModel *m, const SgrtSdpa *a, int bwd, size_t *bytes)
+{
+	(void)m, (void)a, (void)bwd;
+	*bytes = 0;
+	return SGRT_SDPA_UNAVAILABLE;
+}
+
+int
+sgrt_sdpa_exec(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, void *ws, size_t ws_bytes,
+               const char *name, int sgline)
+{
+	(void)m, (void)s, (void)a, (void)bwd, (void)ws, (void)ws_bytes, (void)name, (void)sgline;
+	return SGRT_SDPA_UNAVAILABLE;
+}
+
+int
+sgrt_sdpa(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, const char *name, int sgline)
+{
+	(void)m, (void)s, (void)a, (void)bwd, (void)name, (void)sgline;
+	return SGRT_SDPA_UNAVAILABLE;
+}
+
+#endif
