@@ -101,6 +101,14 @@ load_inputs(Interp *I, const RunOptions *ro, const SgrtSafetensors *inf,
 		if (persist[v])
 			continue;
 		const Value *val = &g->vals.v[v];
+		if (ro->seed_inputs) {
+			const Type *ty = &val->type;
+			Tensor *t = interp_tensor_new(NULL, (DType)ty->dt, ty->rank, ty->d);
+			sgrt_init_tensor(val->name, ro->seed, ty->dt, ty->rank, ty->d, t->data);
+			t->keep = 1;
+			persist[v] = t;
+			continue;
+		}
 		if (ro->inputs)
 			report(I, val->loc, "input '%%%s' is missing from '%s'",
 			       val->name, ro->inputs);
@@ -194,8 +202,9 @@ interp_save(Interp *I, const RunOptions *ro, Tensor **persist, Tensor **rets,
 	if (ro->out)
 		return write_out(I, ro->out, persist, rets, mutated);
 	Graph *g = I->g;
+	FILE *f = ro->print ? ro->print : stdout;
 	for (uint32_t i = 0; i < g->rets.n; i++)
-		interp_print(stdout, g->vals.v[g->rets.v[i]].name, rets[i]);
+		interp_print(f, g->vals.v[g->rets.v[i]].name, rets[i]);
 	return 0;
 }
 

@@ -584,7 +584,14 @@ walk_node(Walk *W, NodeId i, unsigned what, RaceFn fn, void *ctx)
 	if (n->op == OP_SYNC_DEALLOC) {
 		hb_step(&W->h, i);
 		if (what & WALK_FREES) {
-			check_release(W, hb_clock(&W->h, n->stream), n->opnd[0].v);
+			ValId r = W->root[n->opnd[0].v];
+			if (W->freed[r] != NONE) { /* released twice */
+				Race x = {RACE_AFTER_FREE, 0, 0, n->opnd[0].v, W->freed[r],
+				          g->nodes.v[W->freed[r]].stream};
+				vec_push(&W->found, x);
+			} else {
+				check_release(W, hb_clock(&W->h, n->stream), n->opnd[0].v);
+			}
 			if (W->found.n)
 				fn(ctx, &W->h, i, W->found.v, W->found.n);
 			W->freed[W->root[n->opnd[0].v]] = i;

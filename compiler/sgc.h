@@ -628,6 +628,9 @@ typedef struct {
 	uint64_t seed;                      /* default 0 */
 	int interleave;                     /* --interleave=SEED given */
 	uint64_t interleave_seed;
+	int seed_inputs;    /* fuzzing: inputs missing from --inputs are
+	                       initialised from --seed as params are */
+	FILE *print;        /* returned values without --out: NULL, stdout */
 } RunOptions;
 /* Runs graph g (checked, after all passes) on the CPU; returns the exit
  * status (0 ok, 1 mismatch between files and the graph, 3 I/O error),
@@ -666,6 +669,8 @@ void interp_poison(Tensor *t);
 /* Element i as a double (exact for every dtype but large i64) or int64
  * (floats truncated toward zero, NaN and out of range give INT64_MIN). */
 double interp_getf(const Tensor *t, int64_t i);
+/* A collective over the operands of every simulated rank (interp_shape.c). */
+int interp_collective_world(Interp *I, Node *n, int world, Tensor **in, Tensor **out);
 int64_t interp_geti(const Tensor *t, int64_t i);
 /* Store v as element i, converted as Tensor.to(dtype) does: floats round to
  * nearest even (f16/bf16 through float), to integers truncate toward zero

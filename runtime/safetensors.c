@@ -29,7 +29,7 @@
  * first in the library's dtype order (I64 F64 F32 I32 BF16 F16 BOOL), then
  * by name; data contiguous, so each tensor is aligned to its element size;
  * keys dtype, shape, data_offsets with no spaces; header padded with spaces
- * to a multiple of 8.  Files go to PATH.tmp.PID and are renamed into place.
+ * to a multiple of 8.  Files are written through runtime/sgrt_out.h.
  *
  * Big-endian hosts are out of scope: tensor bytes are used as they lie.
  * No global state of ours; cJSON records its last parse error in a global
@@ -48,6 +48,7 @@
 #include <cjson/cJSON.h>
 
 #include "safetensors.h"
+#include "sgrt_out.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #error "libsgrt's safetensors I/O assumes a little-endian host"
@@ -1077,70 +1078,37 @@ sgrt_st_serialize(const char *path, const SgrtTensor *t, uint32_t n,
 	return SGRT_OK;
 }
 
-/*
- * Writes n bytes to fd; 0 or an errno.
- */
-static int
-write_all(int fd, const void *p, size_t n)
-{
-	const char *s = p;
-	ssize_t k;
-
-	while (n > 0) {
-		k = write(fd, s, n > (1u << 30) ? (1u << 30) : n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return errno;
-		if (k == 0)
-			return EIO;
-		s += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
 
 /*
- * Creates the temporary file tmp, write-only.  A stale one left by a
- * crashed process with our pid is replaced.
+ * Writes the header and the data to path (sgrt_out.h: a device in place,
+ * a symlink through, else a mkstemp file renamed over it).  Returns 0 or
+ * an errno; on failure no partial file is left.
  */
 static int
-open_tmp(const char *tmp)
+write_file(const char *path, const Buf *head, const SgrtTensor **order,
+           uint32_t n)
 {
-	int fd;
-
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-	if (fd < 0 && errno == EEXIST && unlink(tmp) == 0)
-		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-	return fd;
-}
-
-/*
- * Writes the header and the data to tmp, and renames it to path.  Returns
- * 0 or an errno; on failure tmp is gone.
- */
-static int
-write_file(const char *tmp, const char *path, const Buf *head,
-           const SgrtTensor **order, uint32_t n)
-{
+	SgrtOut o;
 	uint32_t i;
-	int fd, e;
+	int e;
 
-	fd = open_tmp(tmp);
-	if (fd < 0)
-		return errno;
-	e = write_all(fd, head->p, head->n);
+	if ((e = sgrt_out_open(&o, path)))
+		return e;
+	if (fwrite(head->p, 1, head->n, o.f) != head->n)
+		e = errno ? errno : EIO;
 	for (i = 0; i < n && !e; i++)
-		e = write_all(fd, order[i]->data, order[i]->nbytes);
-	if (!e && fsync(fd) < 0)
+		if (order[i]->nbytes &&
+		    fwrite(order[i]->data, 1, order[i]->nbytes, o.f) != order[i]->nbytes)
+			e = errno ? errno : EIO;
+	if (!e && fflush(o.f) != 0)
+		e = errno ? errno : EIO;
+	if (!e && o.tmp && fsync(fileno(o.f)) < 0)
 		e = errno;
-	if (close(fd) < 0 && !e)
-		e = errno;
-	if (!e && rename(tmp, path) < 0)
-		e = errno;
-	if (e)
-		unlink(tmp);
-	return e;
+	if (e) {
+		sgrt_out_abort(&o);
+		return e;
+	}
+	return sgrt_out_commit(&o);
 }
 
 int
@@ -1150,26 +1118,15 @@ sgrt_st_write(const char *path, const SgrtTensor *t, uint32_t n, char *err,
 	const SgrtTensor **order;
 	Buf b = {0};
 	uint64_t total;
-	char *tmp;
-	size_t tlen;
 	int rc, e;
 
 	if ((rc = prepare(t, n, &b, &order, &total, path, err, errlen))) {
 		free(b.p);
 		return rc;
 	}
-	tlen = strlen(path) + 32;
-	tmp = malloc(tlen);
-	if (!tmp) {
-		rc = fail(err, errlen, path, "out of memory");
-	} else {
-		snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-		e = write_file(tmp, path, &b, order, n);
-		if (e)
-			rc = fail(err, errlen, path, "cannot write: %s",
-			          strerror(e));
-	}
-	free(tmp);
+	e = write_file(path, &b, order, n);
+	if (e)
+		rc = fail(err, errlen, path, "cannot write: %s", strerror(e));
 	free(order);
 	free(b.p);
 	return rc;
