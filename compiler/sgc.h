@@ -32,6 +32,14 @@ Arena *arena_new(void);
 void *arena_alloc(Arena *a, size_t n);          /* zeroed, 16-aligned */
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_strdup(Arena *a, const char *s);
+/* User text (a path, a name, a string attribute) made safe for generated
+ * C/CUDA: every byte outside printable ASCII, and '"', '\\', '?' and
+ * '*', becomes a 3-digit octal escape (\ooo).  The result decodes to s
+ * exactly inside a C string literal or a #line file name, and is inert
+ * text inside a comment of either kind (no end of comment, no line
+ * splice, no trigraph).  text_c_string adds the quotes. */
+char *text_escape(Arena *a, const char *s);
+char *text_c_string(Arena *a, const char *s);
 char *arena_printf(Arena *a, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 char *arena_cat(Arena *a, const char *x, const char *y);

@@ -96,6 +96,35 @@ arena_strdup(Arena *a, const char *s)
 	return arena_strndup(a, s, strlen(s));
 }
 
+char *
+text_escape(Arena *a, const char *s)
+{
+	size_t n = 0;
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		n += *p < 0x20 || *p > 0x7e || *p == '"' || *p == '\\' || *p == '?' ||
+		     *p == '*' ? 4 : 1;
+	char *r = arena_alloc(a, n + 1), *q = r;
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p < 0x20 || *p > 0x7e || *p == '"' || *p == '\\' || *p == '?' ||
+		    *p == '*') {
+			*q++ = '\\';
+			*q++ = (char)('0' + (*p >> 6));
+			*q++ = (char)('0' + ((*p >> 3) & 7));
+			*q++ = (char)('0' + (*p & 7));
+		} else {
+			*q++ = (char)*p;
+		}
+	}
+	*q = 0;
+	return r;
+}
+
+char *
+text_c_string(Arena *a, const char *s)
+{
+	return arena_printf(a, "\"%s\"", text_escape(a, s));
+}
+
 /* x then y, in the arena. */
 char *
 arena_cat(Arena *a, const char *x, const char *y)
