@@ -317,7 +317,7 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	F.visible = calloc(nv + 1, 1);
 	F.lastref = xmalloc((nv + 1) * sizeof *F.lastref);
 	if (!F.mstream || !F.visible)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (ValId v = 0; v < nv; v++) {
 		F.cur[v] = F.pend[v] = v;
 		F.lastref[v] = NONE;

@@ -96,7 +96,7 @@ find_releases(Run *R)
 	uint8_t *how = calloc(g->vals.n + 1, 1); /* per root: 2 sync_dealloc, 1 del */
 	NodeId *last = xmalloc((g->vals.n + 1) * sizeof *last);
 	if (!how)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (ValId v = 0; v < g->vals.n; v++) {
 		R->release[v] = g->vals.v[v].kind == VK_NODE ? g->vals.v[v].def : NONE;
 		R->freeat[v] = last[v] = NONE;
@@ -233,7 +233,7 @@ analyse(Run *R)
 	R->queue = calloc(ns + 1, sizeof *R->queue);
 	if (!R->nclass || !R->keep || !R->late || !R->mutated || !R->persist || !R->I.val ||
 	    !R->drops || !R->deps || !R->done || !R->queue)
-		ICE("out of memory");
+		out_of_memory(0);
 	find_aliases(R);
 	find_releases(R);
 	find_deps(R);

@@ -16,12 +16,8 @@
 enum { EXIT_MISMATCH = 1, EXIT_IO = 3 };
 
 /* A diagnostic at a declaration when a Diag is there, else a plain line. */
-static void
-report(Interp *I, Loc at, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-report(Interp *I, Loc at, const char *fmt, ...)
+void
+interp_report(Interp *I, Loc at, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -50,7 +46,7 @@ load_from(Interp *I, const char *path, const SgrtSafetensors *f, ValId v,
 	if (!st)
 		return 0;
 	if (sgrt_st_check(path, st, ty->dt, ty->rank, ty->d, err, sizeof err)) {
-		report(I, val->loc, "%s", err);
+		interp_report(I, val->loc, "%s", err);
 		return EXIT_MISMATCH;
 	}
 	Tensor *t = interp_tensor_new(NULL, (DType)ty->dt, ty->rank, ty->d);
@@ -110,10 +106,10 @@ load_inputs(Interp *I, const RunOptions *ro, const SgrtSafetensors *inf,
 			continue;
 		}
 		if (ro->inputs)
-			report(I, val->loc, "input '%%%s' is missing from '%s'",
+			interp_report(I, val->loc, "input '%%%s' is missing from '%s'",
 			       val->name, ro->inputs);
 		else
-			report(I, val->loc, "input '%%%s' is not given: pass a "
+			interp_report(I, val->loc, "input '%%%s' is not given: pass a "
 			       "safetensors file holding '%s' with --inputs",
 			       val->name, val->name);
 		return EXIT_MISMATCH;

@@ -25,6 +25,8 @@
 #endif
 
 enum { EXIT_INPUT = 1, EXIT_USAGE = 2, EXIT_IO = 3 };
+/* The largest source file read (docs/sgc.1, LIMITS). */
+enum { SGC_MAX_SOURCE = 64 << 20 };
 enum { MODE_COMPILE, MODE_RUN, MODE_CHECK };
 enum { EMIT_CU, EMIT_IR, EMIT_DOT };
 
@@ -383,8 +385,9 @@ parse_options(int argc, char **argv, Options *o)
 
 /* Reads a whole file (it may hold NUL bytes); NUL-terminates the copy. */
 static char *
-read_file(const char *path, size_t *len)
+read_file(const char *path, size_t *len, int *status)
 {
+	*status = EXIT_IO;
 	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
 	if (!f) {
 		fprintf(stderr, "sgc: error: cannot open '%s': %s\n", path, strerror(errno));
@@ -402,6 +405,15 @@ read_file(const char *path, size_t *len)
 	for (;;) {
 		size_t got = fread(buf + n, 1, cap - n, f);
 		n += got;
+		if (n > SGC_MAX_SOURCE) {
+			*status = EXIT_INPUT;
+			fprintf(stderr, "sgc: error: '%s' is larger than %d MiB, the limit "
+			        "for a source file\n", path, SGC_MAX_SOURCE >> 20);
+			free(buf);
+			if (f != stdin)
+				fclose(f);
+			return NULL;
+		}
 		if (n < cap) {
 			if (ferror(f)) {
 				fprintf(stderr, "sgc: error: cannot read '%s': %s\n", path,
@@ -634,14 +646,22 @@ main(int argc, char **argv)
 
 	ops_init();
 	size_t len;
-	char *src = read_file(o.input, &len);
+	char *src = read_file(o.input, &len, &status);
 	if (!src)
-		return EXIT_IO;
+		return status;
+	status = 0;
+	/* A UTF-8 byte-order mark (some editors write one) is not part of
+	 * the program. */
+	const char *text = src;
+	if (len >= 3 && memcmp(src, "\xEF\xBB\xBF", 3) == 0) {
+		text += 3;
+		len -= 3;
+	}
 	Diag diag;
-	diag_init(&diag, o.input, src, len);
+	diag_init(&diag, o.input, text, len);
 	Module m = {.arena = arena_new(), .diag = &diag, .only_graph = o.graph};
 	AstFile ast = {0};
-	parse_file(src, len, &diag, m.arena, &ast);
+	parse_file(text, len, &diag, m.arena, &ast);
 	if (!diag.nerrors)
 		sema_module(&m, &ast, o.dims.v, (int)o.dims.n);
 	if (!diag.nerrors && o.graph && m.graphs.n == 0) {

@@ -665,7 +665,7 @@ races_walk(Graph *g, unsigned what, RaceFn fn, void *ctx)
 	W.freed = xmalloc((nv + 1) * sizeof *W.freed);
 	W.rd = xmalloc(((size_t)nv * ns + 1) * sizeof *W.rd);
 	if (!W.wstream || !W.astream || !W.defined || !W.wdef)
-		ICE("out of memory");
+		out_of_memory(0);
 	races_roots(g, W.root);
 	for (ValId v = 0; v < nv; v++) {
 		W.lastw[v] = NONE;

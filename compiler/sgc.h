@@ -77,6 +77,8 @@ uint32_t *map_get(Map *m, const char *key, size_t len);
 /* Inserts (or overwrites) and returns the slot. */
 uint32_t *map_put(Map *m, const char *key, size_t len, uint32_t val);
 
+/* Reports that n more bytes could not be had, and exits with status 1. */
+_Noreturn void out_of_memory(size_t n);
 void *xmalloc(size_t n);
 void *xrealloc(void *p, size_t n);
 /* Internal compiler fault: message, then exit status 4 ("internal error"). */
@@ -709,6 +711,9 @@ void interp_strides(int rank, const int64_t *shape, int64_t *stride);
  * files (or the deterministic initialisation); writes --out (or prints the
  * returned values, rets[i] for g->rets.v[i]).  Return exit statuses. */
 int interp_load(Interp *I, const RunOptions *ro, Tensor **persist);
+/* An error of `sgc run` at a place of the source (a diagnostic). */
+void interp_report(Interp *I, Loc at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 int interp_save(Interp *I, const RunOptions *ro, Tensor **persist,
                 Tensor **rets, const uint8_t *mutated);
 void interp_print(FILE *f, const char *name, const Tensor *t);

@@ -19,14 +19,28 @@ struct Arena {
 	Block *head;
 };
 
+/* The input needs more memory than there is: exit status 1 (the input is
+ * too large for this machine), docs/sgc.1.  Large tensors of `sgc run`
+ * are named first (interp_tensor_new). */
+_Noreturn void
+out_of_memory(size_t n)
+{
+	fflush(stdout);
+	if (n)
+		fprintf(stderr, "sgc: error: out of memory (%zu bytes more needed); "
+		        "the input is too large for this machine\n", n);
+	else
+		fputs("sgc: error: out of memory; the input is too large for this "
+		      "machine\n", stderr);
+	exit(1);
+}
+
 void *
 xmalloc(size_t n)
 {
 	void *p = malloc(n ? n : 1);
-	if (!p) {
-		fputs("sgc: out of memory\n", stderr);
-		exit(4);
-	}
+	if (!p)
+		out_of_memory(n);
 	return p;
 }
 
@@ -34,10 +48,8 @@ void *
 xrealloc(void *p, size_t n)
 {
 	p = realloc(p, n ? n : 1);
-	if (!p) {
-		fputs("sgc: out of memory\n", stderr);
-		exit(4);
-	}
+	if (!p)
+		out_of_memory(n);
 	return p;
 }
 
@@ -259,7 +271,7 @@ map_grow(Map *m)
 	m->rewrites = old.rewrites;
 	m->slot = calloc(m->cap, sizeof *m->slot);
 	if (!m->slot)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (uint32_t i = 0; i < old.cap; i++)
 		if (old.slot[i].key)
 			*map_find(m, old.slot[i].key, old.slot[i].keylen,

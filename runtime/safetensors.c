@@ -699,9 +699,15 @@ read_all(int fd, unsigned char **bufp, size_t *lenp)
 		return errno;
 	if (S_ISDIR(st.st_mode))
 		return EISDIR;
+	if (S_ISREG(st.st_mode) && (unsigned long long)st.st_size > SGRT_ST_MAX_FILE)
+		return EFBIG;
 	cap = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size + 1
 	                                              : 65536;
 	for (;;) {
+		if (len > SGRT_ST_MAX_FILE) {
+			free(buf);
+			return EFBIG;
+		}
 		if (!buf || len == cap) {
 			if (buf)
 				cap = cap < SIZE_MAX / 2 ? cap * 2 : SIZE_MAX;
@@ -742,6 +748,9 @@ sgrt_st_read(const char *path, SgrtSafetensors *out, char *err, size_t errlen)
 		return fail(err, errlen, path, "cannot open: %s", strerror(errno));
 	e = read_all(fd, &buf, &len);
 	close(fd);
+	if (e == EFBIG)
+		return fail(err, errlen, path, "larger than %llu GiB, the limit for "
+		            "a tensor file", SGRT_ST_MAX_FILE >> 30);
 	if (e)
 		return fail(err, errlen, path, "cannot read: %s", strerror(e));
 	rc = parse_owned(path, buf, len, out, err, errlen);
