@@ -189,16 +189,39 @@ parse_u64(const char *name, const char *s, uint64_t *out, int *err)
 	return 1;
 }
 
-/* 1 when paths a and b name one file: the same text, or (when both
- * exist) the same device and inode. */
+/* Stats the directory part of path ("." when none) into st; *base is
+ * the rest. */
+static int
+stat_dir(const char *path, struct stat *st, const char **base)
+{
+	const char *slash = strrchr(path, '/');
+	*base = slash ? slash + 1 : path;
+	if (!slash)
+		return stat(".", st);
+	size_t n = (size_t)(slash - path);
+	char *dir = xmalloc(n + 2);
+	memcpy(dir, path, n);
+	dir[n ? n : 1] = 0;
+	if (!n)
+		dir[0] = '/';
+	int rc = stat(dir, st);
+	free(dir);
+	return rc;
+}
+
+/* 1 when paths a and b name one file: the same text; when both exist,
+ * the same device and inode; else the same name in the same directory. */
 static int
 same_file(const char *a, const char *b)
 {
 	struct stat sa, sb;
+	const char *ba, *bb;
 	if (strcmp(a, b) == 0)
 		return 1;
-	return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
-	       sa.st_ino == sb.st_ino;
+	if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+		return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	return stat_dir(a, &sa, &ba) == 0 && stat_dir(b, &sb, &bb) == 0 &&
+	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino && strcmp(ba, bb) == 0;
 }
 
 /* Two of the input, -o, --header and -MF naming one file is a usage error (one would

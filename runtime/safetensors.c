@@ -687,12 +687,51 @@ sgrt_st_parse(const char *path, const void *bytes, size_t len,
 /*
  * Reads the whole of fd into a malloc'd buffer.  Returns 0, or an errno.
  */
+/*
+ * How many bytes a file whose first len bytes are buf can have, as its
+ * header says (8 + header + the end of the last tensor's data), or 0 when
+ * that is not known yet.  A header length that cannot be right ends the
+ * read at once (the parser then says why): so a stream (a FIFO,
+ * /dev/zero) is read no further than its header lets it go.
+ */
+static size_t
+stream_limit(const unsigned char *buf, size_t len)
+{
+	uint64_t hlen = 0, end = 0;
+	cJSON *h, *t, *off;
+	int i;
+
+	if (len < 8)
+		return 0;
+	for (i = 7; i >= 0; i--)
+		hlen = hlen << 8 | buf[i];
+	if (hlen < 2 || hlen > MAX_HEADER)
+		return len;
+	if (len < 8 + hlen)
+		return 0;
+	h = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hlen);
+	if (!h)
+		return len;
+	cJSON_ArrayForEach(t, h) {
+		off = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+		if (cJSON_IsArray(off) && cJSON_GetArraySize(off) == 2 &&
+		    cJSON_IsNumber(cJSON_GetArrayItem(off, 1)) &&
+		    cJSON_GetArrayItem(off, 1)->valuedouble > (double)end)
+			end = cJSON_GetArrayItem(off, 1)->valuedouble < 1e18
+			      ? (uint64_t)cJSON_GetArrayItem(off, 1)->valuedouble
+			      : (uint64_t)1e18;
+	}
+	cJSON_Delete(h);
+	return end > SGRT_ST_MAX_FILE ? (size_t)SGRT_ST_MAX_FILE + 1
+	                              : (size_t)(8 + hlen + end);
+}
+
 static int
 read_all(int fd, unsigned char **bufp, size_t *lenp)
 {
 	struct stat st;
 	unsigned char *buf = NULL, *nbuf;
-	size_t len = 0, cap;
+	size_t len = 0, cap, limit = 0;
 	ssize_t k;
 
 	if (fstat(fd, &st) < 0)
@@ -708,6 +747,9 @@ read_all(int fd, unsigned char **bufp, size_t *lenp)
 			free(buf);
 			return EFBIG;
 		}
+		if (!S_ISREG(st.st_mode) && (limit || (limit = stream_limit(buf, len))) &&
+		    len >= limit)
+			break; /* a stream: as far as its header goes */
 		if (!buf || len == cap) {
 			if (buf)
 				cap = cap < SIZE_MAX / 2 ? cap * 2 : SIZE_MAX;
