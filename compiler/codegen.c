@@ -178,13 +178,8 @@ char *
 cg_fmt(Cg *c, const char *fmt, ...)
 {
 	va_list ap;
-	char one[1]; /* (not NULL: GCC's -Wformat-truncation under UBSan) */
 	va_start(ap, fmt);
-	int n = vsnprintf(one, sizeof one, fmt, ap);
-	va_end(ap);
-	char *s = arena_alloc(c->a, (size_t)n + 1);
-	va_start(ap, fmt);
-	vsnprintf(s, (size_t)n + 1, fmt, ap);
+	char *s = arena_vprintf(c->a, fmt, ap);
 	va_end(ap);
 	return s;
 }

@@ -40,6 +40,7 @@ char *arena_strdup(Arena *a, const char *s);
  * splice, no trigraph).  text_c_string adds the quotes. */
 char *text_escape(Arena *a, const char *s);
 char *text_c_string(Arena *a, const char *s);
+char *arena_vprintf(Arena *a, const char *fmt, va_list ap);
 char *arena_printf(Arena *a, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 char *arena_cat(Arena *a, const char *x, const char *y);

@@ -169,24 +169,28 @@ arena_numbered(Arena *a, const char *base, size_t bl, char sep, uint32_t n)
 	return p;
 }
 
-/* GCC's sanitizer builds warn, wrongly, of a null format string in the
- * measuring vsnprintf call below. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 char *
-arena_printf(Arena *a, const char *fmt, ...)
+arena_vprintf(Arena *a, const char *fmt, va_list ap)
 {
-	va_list ap, ap2;
-	va_start(ap, fmt);
+	va_list ap2;
+	char one[1]; /* (not NULL: GCC's -Wformat-truncation under UBSan) */
 	va_copy(ap2, ap);
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
+	int n = vsnprintf(one, sizeof one, fmt, ap);
 	char *p = arena_alloc(a, (size_t)n + 1);
 	vsnprintf(p, (size_t)n + 1, fmt, ap2);
 	va_end(ap2);
 	return p;
 }
-#pragma GCC diagnostic pop
+
+char *
+arena_printf(Arena *a, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *p = arena_vprintf(a, fmt, ap);
+	va_end(ap);
+	return p;
+}
 
 void
 arena_free(Arena *a)

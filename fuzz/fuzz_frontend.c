@@ -10,17 +10,6 @@
  */
 #include "whole.h"
 
-static Whole whole;
-
-int
-LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-	(void)argc;
-	(void)argv;
-	whole_init(&whole);
-	return 0;
-}
-
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

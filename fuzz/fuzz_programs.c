@@ -46,8 +46,6 @@ static const char *const binary[] = {"add", "sub", "mul", "div", "maximum", "min
 static const char *const reduce[] = {"sum", "mean", "amax", "amin", "var"};
 static const int sizes[] = {1, 2, 3, 4, 8, 5, 0, 2};
 
-static Whole whole;
-
 /* The next choice in [0, n): the next input byte, 0 once they run out. */
 static unsigned
 take(Gen *G, unsigned n)
@@ -361,15 +359,6 @@ generate(Gen *G, char **text, size_t *len)
 	fclose(out);
 	free(G->decl);
 	free(G->body);
-}
-
-int
-LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-	(void)argc;
-	(void)argv;
-	whole_init(&whole);
-	return 0;
 }
 
 int

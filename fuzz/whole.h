@@ -182,11 +182,17 @@ whole_check(Whole *W, const char *src, size_t len, int opt)
 	free(ir2);
 }
 
-static void
-whole_init(Whole *W)
+/* The state of a fuzz target (libFuzzer calls plain functions). */
+static Whole whole;
+
+int
+LLVMFuzzerInitialize(int *argc, char ***argv)
 {
+	(void)argc;
+	(void)argv;
 	ops_init();
-	W->devnull = fopen("/dev/null", "w");
-	if (!W->devnull)
+	whole.devnull = fopen("/dev/null", "w");
+	if (!whole.devnull)
 		abort();
+	return 0;
 }

@@ -32,6 +32,19 @@ out_clear(SgrtOut *o)
 	o->target = NULL;
 }
 
+/* Opens path itself for writing (no temporary file) into o->f. */
+static int
+open_in_place(SgrtOut *o, const char *path, int flags)
+{
+	int e, fd = open(path, flags | O_CLOEXEC | O_NOCTTY, 0666);
+	if (fd >= 0 && (o->f = fdopen(fd, "wb")) != NULL)
+		return 0;
+	e = errno;
+	if (fd >= 0)
+		close(fd);
+	return e;
+}
+
 int
 sgrt_out_open(SgrtOut *o, const char *path)
 {
@@ -55,24 +68,14 @@ sgrt_out_open(SgrtOut *o, const char *path)
 			e = EISDIR;
 			goto fail;
 		}
-		fd = open(o->target, O_WRONLY | O_CLOEXEC | O_NOCTTY);
-		if (fd < 0 || !(o->f = fdopen(fd, "wb"))) {
-			e = errno;
-			if (fd >= 0)
-				close(fd);
+		if ((e = open_in_place(o, o->target, O_WRONLY)))
 			goto fail;
-		}
 		return 0;
 	}
 	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && stat(path, &st) != 0) {
 		/* Dangling: the link's target is created through it. */
-		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666);
-		if (fd < 0 || !(o->f = fdopen(fd, "wb"))) {
-			e = errno;
-			if (fd >= 0)
-				close(fd);
+		if ((e = open_in_place(o, path, O_WRONLY | O_CREAT | O_TRUNC)))
 			goto fail;
-		}
 		return 0;
 	}
 	/* A regular file, or none: a new file beside it, renamed over it. */

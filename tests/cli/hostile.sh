@@ -6,19 +6,7 @@
 # escaped: the header compiles as C11 with trigraphs, no line of the .cu
 # is live code from the name, and the file name in the model's config
 # decodes to the name exactly.  Each check prints "ok"/"FAIL".
-set -u
-: "${SGC:?SGC must name the sgc binary}"
-root=${SGC_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-here=$(cd "$(dirname "$0")" && pwd)
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
-cd "$t" || exit 2
-fails=0
-check() {
-	local name=$1
-	shift
-	if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
+source "$(dirname "$0")/common.bash"
 
 # ---- a hostile file name
 mkdir 'd*'

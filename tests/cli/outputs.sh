@@ -6,18 +6,7 @@
 # old mode kept); two outputs naming one file, or the input, is a usage
 # error; a failed write to standard output is an error.  Each check prints
 # "ok"/"FAIL"; the exit status is 1 when any failed.
-set -u
-: "${SGC:?SGC must name the sgc binary}"
-root=${SGC_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
-cd "$t" || exit 2
-fails=0
-check() { # name, then a command that must succeed
-	local name=$1
-	shift
-	if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
+source "$(dirname "$0")/common.bash"
 cp "$root/samples/mlp.sg" m.sg
 
 # A symlink is written through: the link stays, its target gets the code.

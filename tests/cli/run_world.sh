@@ -5,18 +5,7 @@
 # rank's file, and a data-parallel step with grad_sync=all_reduce gives
 # every rank the mean of the gradients that WORLD=1 runs of each rank's
 # input give.
-set -u
-: "${SGC:?SGC must name the sgc binary}"
-here=$(cd "$(dirname "$0")" && pwd)
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
-cd "$t" || exit 2
-fails=0
-check() {
-	local name=$1
-	shift
-	if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
+source "$(dirname "$0")/common.bash"
 st() { python3 "$here/st.py" "$@"; }
 
 cat >coll.sg <<'SG'
