@@ -523,8 +523,10 @@ interp_run(Module *m, Graph *g, const RunOptions *ro)
 		ros[r] = *ro;
 		if (rank_path((char **)&ros[r].params, ro->params, r) ||
 		    rank_path((char **)&ros[r].inputs, ro->inputs, r) ||
-		    rank_path((char **)&ros[r].out, ro->out, r))
+		    rank_path((char **)&ros[r].out, ro->out, r)) {
+			fprintf(stderr, "sgc run: error: a file name for rank %d is too long\n", r);
 			status = 2;
+		}
 		R->I.m = m;
 		R->I.g = g;
 		R->I.interleave = ro->interleave;

@@ -6,7 +6,8 @@
  *   print_module, and the printed IR compiled again and printed unchanged
  *   dot_module, memplan_report_module             (--emit=dot, check --memory)
  *   codegen_module with a header and --main        (`sgc -o`)
- *   interp_run of every graph, when its tensors are small: twice, in
+ *   interp_run of every graph, when its tensors are small (and WORLD at
+ *   most 8): twice, in
  *   program order and under --interleave, two steps each (`sgc run`)
  *
  * Diagnostics go to a memory buffer.  Anything but a clean return is a bug:
@@ -67,9 +68,11 @@ whole_elems(const Graph *g)
 static void
 whole_run(Whole *W, Module *m, const char *src)
 {
-	for (uint32_t i = 0; i < m->graphs.n; i++) {
+	uint32_t *w = map_get(&m->dimmap, "WORLD", 5);
+	int64_t world = w && *w < m->dims.n ? m->dims.v[*w].n : 1;
+	for (uint32_t i = 0; i < m->graphs.n && world <= 8; i++) {
 		Graph *g = m->graphs.v[i];
-		if (whole_elems(g) > WHOLE_MAX_ELEMS)
+		if (whole_elems(g) * (uint64_t)world > WHOLE_MAX_ELEMS)
 			continue;
 		for (int il = 0; il < 2; il++) {
 			char *msg = NULL;

@@ -170,5 +170,5 @@ sgrt_path_for_rank(char *buf, size_t len, const char *path, int rank)
 	else
 		n = snprintf(buf, len, "%.*s%d%s", (int)(p - path), path, rank,
 		             p + 6);
-	return n < 0 || (size_t)n >= len ? ENAMETOOLONG : 0;
+	return n < 0 || (size_t)n >= len ? 2 /* SGRT_EUSAGE */ : 0;
 }

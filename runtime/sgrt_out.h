@@ -13,7 +13,7 @@
  *     written, so that a failure leaves the old file, or none, and no
  *     partial one.
  *
- * Functions return 0 or an errno value.
+ * The sgrt_out_ functions return 0 or an errno value.
  */
 #ifndef SGRT_OUT_H
 #define SGRT_OUT_H
@@ -39,7 +39,8 @@ int sgrt_out_file(const char *path, const void *data, size_t len);
 
 /* The file of one rank: path with its first "{rank}" replaced by the
  * rank (the driver and `sgc run` name each rank's files so); a path
- * without it is the same for every rank.  0, or ENAMETOOLONG. */
+ * without it is the same for every rank.  0, or 2 (SGRT_EUSAGE) when
+ * buf is too small. */
 int sgrt_path_for_rank(char *buf, size_t len, const char *path, int rank);
 
 #endif
