@@ -833,7 +833,7 @@ compact(Grad *G, const uint8_t *used, const uint8_t *live)
 	ValId *map = xmalloc(((size_t)nnew + 1) * sizeof *map);
 	uint8_t *made = calloc((size_t)nnew + 1, 1);
 	if (!made)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (uint32_t j = 0; j < G->out.n; j++)
 		if (live[j])
 			for (uint32_t r = 0; r < G->out.v[j].nres; r++)
@@ -1105,7 +1105,7 @@ run(Grad *G)
 	uint32_t nv = g->vals.n;
 	uint8_t *used = calloc((size_t)nv + 1, 1), *live = calloc((size_t)G->out.n + 1, 1);
 	if (!used || !live)
-		ICE("out of memory");
+		out_of_memory(0);
 	remove_dead(G, used, live);
 	compact(G, used, live);
 	name_values(G);
@@ -1146,7 +1146,7 @@ autograd_run(Graph *g, const PassOptions *po, Diag *d)
 	G.final = calloc((size_t)g->params.n + 1, 1);
 	G.pindex = xmalloc(((size_t)g->vals.n + 1) * sizeof *G.pindex);
 	if (!G.in || !G.res || !G.onpath || !G.final)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (ValId v = 0; v < g->vals.n; v++)
 		G.pindex[v] = NONE;
 	for (uint32_t p = 0; p < g->params.n; p++) {

@@ -280,7 +280,7 @@ count_reads(const Graph *g)
 {
 	uint32_t *n = calloc((size_t)g->vals.n + 1, sizeof *n);
 	if (!n)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		const Node *x = &g->nodes.v[i];
 		if (x->flags & NF_DEAD)

@@ -224,11 +224,7 @@ cg_fmt(Cg *c, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	char *s = arena_alloc(c->a, (size_t)n + 1);
-	va_start(ap, fmt);
-	vsnprintf(s, (size_t)n + 1, fmt, ap);
+	char *s = arena_vprintf(c->a, fmt, ap);
 	va_end(ap);
 	return s;
 }
@@ -331,7 +327,7 @@ const char *
 cg_source_name(Cg *c)
 {
 	const char *p = c->co->input, *s = strrchr(p, '/');
-	return s ? s + 1 : p;
+	return text_escape(c->a, s ? s + 1 : p); /* (in strings and comments) */
 }
 
 char *
@@ -366,7 +362,7 @@ attr_text(Cg *c, Graph *g, const Attr *a)
 		if (a->num_kind == OK_BOOL)
 			return a->i ? "true" : "false";
 		return cg_fmt(c, "%" PRId64, a->i ? a->i : (int64_t)a->f);
-	case AT_STR: return cg_fmt(c, "\"%s\"", a->s ? a->s : "");
+	case AT_STR: return text_c_string(c->a, a->s ? a->s : "");
 	case AT_IDENT: return cg_fmt(c, "%s", a->s ? a->s : "");
 	case AT_DTYPE: return (char *)dtype_name((DType)a->i);
 	case AT_STREAM:
@@ -427,11 +423,8 @@ cg_node_text(Cg *c, Graph *g, const Node *n)
 	for (uint32_t i = 0; i < n->nextra; i++)
 		s = cg_fmt(c, "%s%s%s=%s", s, k++ ? ", " : "", n->extra[i].key,
 		           attr_text(c, g, &n->extra[i].a));
-	s = cg_fmt(c, "%s)", s);
-	/* A comment must not end early. */
-	for (char *p = s; (p = strstr(p, "*/")) != NULL;)
-		p[1] = '.';
-	return s;
+	/* (user text in it, string attributes, is escaped: text_escape) */
+	return cg_fmt(c, "%s)", s);
 }
 
 /* ------------------------------------------------------------------ dtypes */
@@ -491,12 +484,55 @@ append(FILE *f, char *text, size_t len)
 		fwrite(text, 1, len, f);
 }
 
+/* The C names each graph G gets (G, then G_SUFFIX), as codegen_templates/
+ * api.cu spells them. */
+static const char *const api_suffixes[] = {
+	"", "call", "call_io", "capture", "create", "destroy", "event_names",
+	"graph_run", "last_error", "load", "model", "peak_bytes", "prog_call",
+	"prog_create", "prog_destroy", "prog_runtime", "prog_tensor", "program",
+	"run", "runtime", "save", "stream_names", "stream_priorities", "tensor",
+	"tensors",
+};
+
+/* Graphs whose C names clash (`g` and `g_prog` both give g_prog_create):
+ * an error at the later graph.  Returns 0 after reporting. */
+static int
+check_api_names(Cg *c)
+{
+	Module *m = c->m;
+	Map seen; /* C name -> graph index */
+	int ok = 1;
+	map_init(&seen);
+	for (uint32_t i = 0; i < m->graphs.n && ok; i++) {
+		Graph *g = m->graphs.v[i];
+		for (size_t k = 0; k < sizeof api_suffixes / sizeof *api_suffixes; k++) {
+			const char *name = *api_suffixes[k]
+			                   ? cg_fmt(c, "%s_%s", g->name, api_suffixes[k]) : g->name;
+			uint32_t *other = map_get(&seen, name, strlen(name));
+			if (other && *other != i) {
+				Graph *o = m->graphs.v[*other];
+				diag_error(m->diag, g->loc, "graph '%s' and graph '%s' would both "
+				           "define '%s' in the generated C API; rename one",
+				           g->name, o->name, name);
+				diag_note(m->diag, o->loc, "graph '%s' is here", o->name);
+				ok = 0;
+				break;
+			}
+			map_put(&seen, name, strlen(name), i);
+		}
+	}
+	map_free(&seen);
+	return ok;
+}
+
 int
 codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 {
 	Cg c = {.m = m, .co = co, .a = m->arena, .hdr = h};
 	char *ktext = NULL, *htext = NULL;
 	size_t klen = 0, hlen = 0;
+	if (!check_api_names(&c))
+		return 0;
 	map_init(&c.kernels);
 	c.kern = open_memstream(&ktext, &klen);
 	c.host = open_memstream(&htext, &hlen);
@@ -509,7 +545,8 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 	CgGraph *gs = arena_alloc(c.a, (m->graphs.n + 1) * sizeof *gs);
 	if (h)
 		CG_EMIT(h, "api.cu:header_top", {"version", SGC_VERSION},
-		        {"source", co->input}, {"guard", cg_ident(&c, "SGC_", cg_source_name(&c))});
+		        {"source", text_escape(c.a, co->input)},
+		        {"guard", cg_ident(&c, "SGC_", cg_source_name(&c))});
 	for (uint32_t i = 0; i < m->graphs.n && !c.failed; i++) {
 		if (!cg_graph_analyse(&gs[i], &c, m->graphs.v[i]) || !cg_graph_body(&gs[i]))
 			break;
@@ -527,7 +564,7 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 	vec_free(&c.kernel_names);
 	if (!c.failed) {
 		CG_EMIT(cu, "prelude.cu:banner", {"version", SGC_VERSION},
-		        {"source", co->input}, {"options", options_text(&c)},
+		        {"source", text_escape(c.a, co->input)}, {"options", options_text(&c)},
 		        {"graphs", graphs}, {"arch", co->arch});
 		CG_EMIT(cu, "prelude.cu:includes", {"x", ""});
 		CG_EMIT(cu, "prelude.cu:device", {"x", ""});

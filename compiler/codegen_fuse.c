@@ -500,8 +500,10 @@ cg_plan(CgGraph *G, const CgGroups *groups)
 	Arena *a = G->c->a;
 	f.vals.v = arena_alloc(a, (g->vals.n + 1) * sizeof *f.vals.v);
 	f.nodes.v = arena_alloc(a, (g->nodes.n + 1) * sizeof *f.nodes.v);
-	memcpy(f.vals.v, g->vals.v, g->vals.n * sizeof *f.vals.v);
-	memcpy(f.nodes.v, g->nodes.v, g->nodes.n * sizeof *f.nodes.v);
+	if (g->vals.n) /* (a graph with no statements has no arrays) */
+		memcpy(f.vals.v, g->vals.v, g->vals.n * sizeof *f.vals.v);
+	if (g->nodes.n)
+		memcpy(f.nodes.v, g->nodes.v, g->nodes.n * sizeof *f.nodes.v);
 	for (uint32_t k = 0; groups && k < groups->n; k++) {
 		const CgGroup *grp = &groups->v[k];
 		if (grp->after != NONE) {

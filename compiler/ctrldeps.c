@@ -310,7 +310,7 @@ index_uses(Ctx *C)
 	C->uoff = calloc(nv + 2, sizeof *C->uoff);
 	C->son = xmalloc((nn + 1) * sizeof *C->son);
 	if (!C->soff || !C->uoff)
-		ICE("out of memory");
+		out_of_memory(0);
 	uint32_t nu = 0;
 	for (NodeId i = 0; i < nn; i++) {
 		const Node *n = &g->nodes.v[i];
@@ -349,7 +349,7 @@ index_events(Ctx *C)
 	C->evn = xmalloc((nn + 1) * sizeof *C->evn);
 	uint32_t *pair = xmalloc(((size_t)nn + 1) * 2 * sizeof *pair);
 	if (!C->evoff)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (NodeId i = 0; i < nn; i++) {
 		const Node *n = &g->nodes.v[i];
 		if (n->op == OP_SYNC_DEALLOC)

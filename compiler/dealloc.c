@@ -156,7 +156,7 @@ dealloc_pass(Graph *g, const PassOptions *po, Diag *d)
 	D.del = xmalloc((nv + 1) * sizeof *D.del);
 	D.point = xmalloc((nv + 1) * sizeof *D.point);
 	if (!D.skip)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (size_t i = 0; i < (size_t)nv * D.ns; i++)
 		D.last[i] = NONE;
 	for (ValId v = 0; v < nv; v++)

@@ -45,6 +45,8 @@ typedef struct {
 	uint32_t *mstream;/* per caller-visible value: its last mutating stream */
 	uint8_t *visible; /* input, param, const or returned */
 	NodeId *lastref;  /* per value: the last node naming it */
+	uint8_t *wbok;    /* per node: a copy_ whose target is named next only by
+	                     a full overwrite (copy_, zero_, fill_), or never */
 	NodeId backward;  /* the backward statement, NONE when none */
 	uint32_t nv;      /* values before the pass (the tables' size) */
 	NodeInsVec ins;
@@ -181,7 +183,7 @@ static int
 is_write_back(Fn *F, const Node *n, NodeId i)
 {
 	ValId x = n->opnd[0].v;
-	return n->op == OP_COPY_ && F->visible[x] && F->lastref[x] == i;
+	return n->op == OP_COPY_ && F->visible[x] && (F->lastref[x] == i || F->wbok[i]);
 }
 
 /* An `extern` event recorded by node n (bare or through control_deps). */
@@ -317,7 +319,7 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	F.visible = calloc(nv + 1, 1);
 	F.lastref = xmalloc((nv + 1) * sizeof *F.lastref);
 	if (!F.mstream || !F.visible)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (ValId v = 0; v < nv; v++) {
 		F.cur[v] = F.pend[v] = v;
 		F.lastref[v] = NONE;
@@ -335,6 +337,25 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 			if (n->opnd[k].kind == OK_VAL)
 				F.lastref[n->opnd[k].v] = i;
 	}
+	/* A copy_ into a visible value that nothing reads before the next full
+	 * overwrite already is a write-back (as printed IR has it). */
+	uint8_t *next = calloc(nv + 1, 1); /* per value: 1 overwrite, 2 other */
+	F.wbok = calloc(g->nodes.n + 1, 1);
+	if (!next || !F.wbok)
+		out_of_memory(0);
+	for (NodeId i = g->nodes.n; i-- > 0;) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		int full = n->op == OP_COPY_ || n->op == OP_ZERO_ || n->op == OP_FILL_;
+		if (n->op == OP_COPY_ && n->nopnd && n->opnd[0].kind == OK_VAL &&
+		    n->opnd[0].v < nv)
+			F.wbok[i] = next[n->opnd[0].v] != 2;
+		for (uint32_t k = n->nopnd; k-- > 0;)
+			if (n->opnd[k].kind == OK_VAL && n->opnd[k].v < nv)
+				next[n->opnd[k].v] = full && k == 0 ? 1 : 2;
+	}
+	free(next);
 	rewrite(&F);
 	for (ValId x = 0; x < nv; x++)
 		if (F.visible[x] && F.pend[x] != x)
@@ -346,6 +367,7 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	free(F.pend);
 	free(F.mstream);
 	free(F.visible);
+	free(F.wbok);
 	free(F.lastref);
 	return F.errors == 0;
 }

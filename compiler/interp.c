@@ -22,10 +22,12 @@
  * its producer reads poison, and a released buffer is poisoned rather
  * than freed, so a racy program gives NaN for some seeds.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sgc.h"
+#include "sgrt_out.h"
 
 /* What the analysis of a graph gives, and the state of a run. */
 typedef struct {
@@ -94,7 +96,7 @@ find_releases(Run *R)
 	uint8_t *how = calloc(g->vals.n + 1, 1); /* per root: 2 sync_dealloc, 1 del */
 	NodeId *last = xmalloc((g->vals.n + 1) * sizeof *last);
 	if (!how)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (ValId v = 0; v < g->vals.n; v++) {
 		R->release[v] = g->vals.v[v].kind == VK_NODE ? g->vals.v[v].def : NONE;
 		R->freeat[v] = last[v] = NONE;
@@ -231,7 +233,7 @@ analyse(Run *R)
 	R->queue = calloc(ns + 1, sizeof *R->queue);
 	if (!R->nclass || !R->keep || !R->late || !R->mutated || !R->persist || !R->I.val ||
 	    !R->drops || !R->deps || !R->done || !R->queue)
-		ICE("out of memory");
+		out_of_memory(0);
 	find_aliases(R);
 	find_releases(R);
 	find_deps(R);
@@ -313,6 +315,37 @@ drop(Run *R, ValId v)
 	}
 }
 
+/* Drops the values node i was the last to name. */
+static void
+drop_after(Run *R, NodeId i)
+{
+	for (uint32_t k = 0; k < R->drops[i].n; k++)
+		drop(R, R->drops[i].v[k]);
+}
+
+/* A collective at node i, over every rank at once. */
+static int
+exec_collective(Run *Rs, int world, NodeId i)
+{
+	Node *n = &Rs[0].I.g->nodes.v[i];
+	Tensor **in = xmalloc(2 * (size_t)world * sizeof *in), **out = in + world;
+	int rc = 0;
+	for (int r = 0; r < world; r++) {
+		if (!Rs[r].I.interleave)
+			bind_results(&Rs[r], n);
+		in[r] = Rs[r].I.val[n->opnd[0].v];
+		out[r] = n->nres ? Rs[r].I.val[n->res[0]] : NULL;
+		if (!in[r] || !in[r]->data)
+			ICE("'%%%s' read by %s at line %u has no tensor",
+			    Rs[r].I.g->vals.v[n->opnd[0].v].name, op_name(n->op), n->loc.line);
+	}
+	rc = interp_collective_world(&Rs[0].I, n, world, in, out);
+	free(in);
+	for (int r = 0; !rc && r < world; r++)
+		drop_after(&Rs[r], i);
+	return rc;
+}
+
 /* Runs node i: its kernel over its operands' and results' tensors, then
  * drops the values it was the last to name. */
 static int
@@ -329,6 +362,8 @@ exec_node(Run *R, NodeId i)
 			if (n->opnd[k].kind != OK_VAL)
 				continue;
 			in[k] = R->I.val[n->opnd[k].v];
+			if (n->op == OP_SYNC_DEALLOC || n->op == OP_DEL)
+				continue; /* names the memory, reads nothing */
 			if (!in[k] || !in[k]->data)
 				ICE("'%%%s' read by %s at line %u has no tensor",
 				    g->vals.v[n->opnd[k].v].name, op_name(n->op), n->loc.line);
@@ -338,18 +373,31 @@ exec_node(Run *R, NodeId i)
 		if (op_table[n->op].interp(&R->I, n, in, out))
 			return 1;
 	}
-	for (uint32_t k = 0; k < R->drops[i].n; k++)
-		drop(R, R->drops[i].v[k]);
+	drop_after(R, i);
+	return 0;
+}
+
+/* Node i on every rank (the ranks run in lockstep). */
+static int
+exec_all(Run *Rs, int world, NodeId i)
+{
+	const Node *n = &Rs[0].I.g->nodes.v[i];
+	if (n->op < OP__N && (op_table[n->op].flags & OPF_COLLECTIVE) && n->nopnd &&
+	    n->opnd[0].kind == OK_VAL)
+		return exec_collective(Rs, world, i);
+	for (int r = 0; r < world; r++)
+		if (exec_node(&Rs[r], i))
+			return 1;
 	return 0;
 }
 
 /* Program order. */
 static int
-run_sequential(Run *R)
+run_sequential(Run *Rs, int world)
 {
-	Graph *g = R->I.g;
+	Graph *g = Rs[0].I.g;
 	for (NodeId i = 0; i < g->nodes.n; i++)
-		if (live(&g->nodes.v[i]) && exec_node(R, i))
+		if (live(&g->nodes.v[i]) && exec_all(Rs, world, i))
 			return 1;
 	return 0;
 }
@@ -366,15 +414,17 @@ ready(const Run *R, NodeId i)
 /* A random order respecting streams and syncs (deps point backwards in
  * program order, so some stream's next node is always ready). */
 static int
-run_interleaved(Run *R)
+run_interleaved(Run *Rs, int world)
 {
+	Run *R = &Rs[0]; /* the schedule; every rank follows it */
 	Graph *g = R->I.g;
 	uint32_t ns = g->streams.n, *pos = calloc(ns + 1, sizeof *pos);
 	uint32_t *cand = xmalloc((ns + 1) * sizeof *cand);
 	memset(R->done, 0, g->nodes.n);
-	for (NodeId i = 0; i < g->nodes.n; i++)
-		if (live(&g->nodes.v[i]))
-			bind_results(R, &g->nodes.v[i]);
+	for (int r = 0; r < world; r++)
+		for (NodeId i = 0; i < g->nodes.n; i++)
+			if (live(&g->nodes.v[i]))
+				bind_results(&Rs[r], &g->nodes.v[i]);
 	for (;;) {
 		uint32_t nc = 0, left = 0;
 		for (uint32_t s = 0; s < ns; s++) {
@@ -390,7 +440,7 @@ run_interleaved(Run *R)
 			ICE("interleaving found no ready stream");
 		uint32_t s = cand[next_random(&R->rng) % nc];
 		NodeId i = R->queue[s].v[pos[s]++];
-		if (exec_node(R, i)) {
+		if (exec_all(Rs, world, i)) {
 			free(pos);
 			free(cand);
 			return 1;
@@ -411,46 +461,106 @@ free_call(Run *R)
 	R->I.owned.n = 0;
 }
 
-/* One call of the graph. */
+/* One call of the graph on every rank. */
 static int
-run_call(Run *R)
+run_call(Run *Rs, int world)
 {
-	Graph *g = R->I.g;
-	free_call(R);
-	for (ValId v = 0; v < g->vals.n; v++)
-		R->I.val[v] = R->persist[v];
-	return R->I.interleave ? run_interleaved(R) : run_sequential(R);
+	Graph *g = Rs[0].I.g;
+	for (int r = 0; r < world; r++) {
+		free_call(&Rs[r]);
+		for (ValId v = 0; v < g->vals.n; v++)
+			Rs[r].I.val[v] = Rs[r].persist[v];
+	}
+	return Rs[0].I.interleave ? run_interleaved(Rs, world) : run_sequential(Rs, world);
 }
 
 /* ------------------------------------------------------------------ entry */
 
+/* WORLD: the number of ranks `sgc run` simulates. */
+static int
+world_of(Module *m)
+{
+	uint32_t *i = map_get(&m->dimmap, "WORLD", 5);
+	int64_t w = i && *i < m->dims.n ? m->dims.v[*i].n : 1;
+	return w < 1 ? 1 : w > INT_MAX ? INT_MAX : (int)w;
+}
+
+/* Rank r's file of path ("{rank}" replaced by r), into buf; rank 0's
+ * options unchanged when WORLD is 1. */
+static int
+rank_path(char **buf, const char *path, int r)
+{
+	size_t n;
+	if (!path) {
+		*buf = NULL;
+		return 0;
+	}
+	n = strlen(path) + 24;
+	*buf = xmalloc(n);
+	return sgrt_path_for_rank(*buf, n, path, r);
+}
+
+/* With WORLD ranks, `sgc run` runs every rank in this process, in
+ * lockstep: each node on rank 0, 1, ... in turn, a collective over all of
+ * them at once (interp_collective_world).  Files as the driver names
+ * them: "{rank}" in a path is the rank; a path without it is read by
+ * every rank and written (or, without --out, the returned values printed)
+ * by rank 0 only. */
 int
 interp_run(Module *m, Graph *g, const RunOptions *ro)
 {
-	Run R;
-	memset(&R, 0, sizeof R);
-	R.I.m = m;
-	R.I.g = g;
-	R.I.interleave = ro->interleave;
-	R.ro = ro;
-	R.rng = ro->interleave_seed;
-	analyse(&R);
-	int status = interp_load(&R.I, ro, R.persist);
-	if (!status)
-		status = interp_optim_load(&R.I, ro);
+	int world = world_of(m), status = 0;
+	Run *Rs = calloc((size_t)world, sizeof *Rs);
+	RunOptions *ros = calloc((size_t)world, sizeof *ros);
+	if (!Rs || !ros) {
+		fprintf(stderr, "sgc run: error: out of memory for %d ranks\n", world);
+		free(Rs);
+		free(ros);
+		return 1;
+	}
+	for (int r = 0; r < world; r++) {
+		Run *R = &Rs[r];
+		ros[r] = *ro;
+		if (rank_path((char **)&ros[r].params, ro->params, r) ||
+		    rank_path((char **)&ros[r].inputs, ro->inputs, r) ||
+		    rank_path((char **)&ros[r].out, ro->out, r)) {
+			fprintf(stderr, "sgc run: error: a file name for rank %d is too long\n", r);
+			status = 2;
+		}
+		R->I.m = m;
+		R->I.g = g;
+		R->I.interleave = ro->interleave;
+		R->ro = &ros[r];
+		R->rng = ro->interleave_seed;
+		analyse(R);
+	}
+	for (int r = 0; !status && r < world; r++) {
+		status = interp_load(&Rs[r].I, &ros[r], Rs[r].persist);
+		if (!status)
+			status = interp_optim_load(&Rs[r].I, &ros[r]);
+	}
 	for (int step = 0; !status && step < (ro->steps > 0 ? ro->steps : 1); step++)
-		status = run_call(&R);
-	if (!status) {
+		status = run_call(Rs, world);
+	for (int r = 0; !status && r < world; r++) {
+		if (r > 0 && (ro->out ? !strstr(ro->out, "{rank}") : 1))
+			break; /* rank 0 writes (prints) alone */
 		Tensor **rets = xmalloc((g->rets.n + 1) * sizeof *rets);
 		for (uint32_t i = 0; i < g->rets.n; i++)
-			rets[i] = R.I.val[g->rets.v[i]];
-		status = interp_save(&R.I, ro, R.persist, rets, R.mutated);
+			rets[i] = Rs[r].I.val[g->rets.v[i]];
+		status = interp_save(&Rs[r].I, &ros[r], Rs[r].persist, rets, Rs[r].mutated);
 		free(rets);
 	}
-	free_call(&R);
-	vec_free(&R.I.owned);
-	interp_optim_free(&R.I);
-	interp_blas_free(&R.I);
-	run_free(&R);
+	for (int r = 0; r < world; r++) {
+		free_call(&Rs[r]);
+		vec_free(&Rs[r].I.owned);
+		interp_optim_free(&Rs[r].I);
+		interp_blas_free(&Rs[r].I);
+		run_free(&Rs[r]);
+		free((char *)ros[r].params);
+		free((char *)ros[r].inputs);
+		free((char *)ros[r].out);
+	}
+	free(Rs);
+	free(ros);
 	return status;
 }

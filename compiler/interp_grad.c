@@ -221,7 +221,7 @@ interp_embedding_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 	int64_t rows = r->shape[0], width = r->shape[1];
 	double *acc = calloc((size_t)r->numel + 1, sizeof *acc);
 	if (!acc)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (int64_t i = 0; i < idx->numel; i++) {
 		int64_t k = interp_geti(idx, i);
 		if (k < 0 || k >= rows) {
@@ -249,7 +249,7 @@ interp_gather_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 	interp_strides(g->rank, g->shape, gs);
 	double *acc = calloc((size_t)r->numel + 1, sizeof *acc);
 	if (!acc)
-		ICE("out of memory");
+		out_of_memory(0);
 	int64_t size = r->rank ? r->shape[d] : 1;
 	for (int64_t i = 0; i < g->numel; i++) {
 		int64_t k = interp_geti(idx, i), off = 0;

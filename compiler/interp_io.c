@@ -16,12 +16,8 @@
 enum { EXIT_MISMATCH = 1, EXIT_IO = 3 };
 
 /* A diagnostic at a declaration when a Diag is there, else a plain line. */
-static void
-report(Interp *I, Loc at, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-report(Interp *I, Loc at, const char *fmt, ...)
+void
+interp_report(Interp *I, Loc at, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -50,7 +46,7 @@ load_from(Interp *I, const char *path, const SgrtSafetensors *f, ValId v,
 	if (!st)
 		return 0;
 	if (sgrt_st_check(path, st, ty->dt, ty->rank, ty->d, err, sizeof err)) {
-		report(I, val->loc, "%s", err);
+		interp_report(I, val->loc, "%s", err);
 		return EXIT_MISMATCH;
 	}
 	Tensor *t = interp_tensor_new(NULL, (DType)ty->dt, ty->rank, ty->d);
@@ -101,11 +97,19 @@ load_inputs(Interp *I, const RunOptions *ro, const SgrtSafetensors *inf,
 		if (persist[v])
 			continue;
 		const Value *val = &g->vals.v[v];
+		if (ro->seed_inputs) {
+			const Type *ty = &val->type;
+			Tensor *t = interp_tensor_new(NULL, (DType)ty->dt, ty->rank, ty->d);
+			sgrt_init_tensor(val->name, ro->seed, ty->dt, ty->rank, ty->d, t->data);
+			t->keep = 1;
+			persist[v] = t;
+			continue;
+		}
 		if (ro->inputs)
-			report(I, val->loc, "input '%%%s' is missing from '%s'",
+			interp_report(I, val->loc, "input '%%%s' is missing from '%s'",
 			       val->name, ro->inputs);
 		else
-			report(I, val->loc, "input '%%%s' is not given: pass a "
+			interp_report(I, val->loc, "input '%%%s' is not given: pass a "
 			       "safetensors file holding '%s' with --inputs",
 			       val->name, val->name);
 		return EXIT_MISMATCH;
@@ -194,8 +198,9 @@ interp_save(Interp *I, const RunOptions *ro, Tensor **persist, Tensor **rets,
 	if (ro->out)
 		return write_out(I, ro->out, persist, rets, mutated);
 	Graph *g = I->g;
+	FILE *f = ro->print ? ro->print : stdout;
 	for (uint32_t i = 0; i < g->rets.n; i++)
-		interp_print(stdout, g->vals.v[g->rets.v[i]].name, rets[i]);
+		interp_print(f, g->vals.v[g->rets.v[i]].name, rets[i]);
 	return 0;
 }
 

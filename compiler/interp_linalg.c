@@ -236,7 +236,9 @@ interp_linear(Interp *I, Node *n, Tensor **in, Tensor **out)
 		return 1;
 	int64_t k = x->rank ? x->shape[x->rank - 1] : 1;
 	int64_t nout = w->rank == 2 ? w->shape[0] : 1;
-	int64_t rows = k ? x->numel / k : 0;
+	int64_t rows = 1; /* the leading dims (k may be 0) */
+	for (int d = 0; d + 1 < x->rank; d++)
+		rows *= x->shape[d];
 	if ((w->rank == 2 ? w->shape[1] : w->numel) != k || rows * nout != r->numel)
 		return interp_fail(I, n, "internal: linear shapes do not agree");
 	void *tx, *tw;

@@ -99,7 +99,7 @@ interp_optim_load(Interp *I, const RunOptions *ro)
 {
 	I->optim = calloc(1, sizeof *I->optim);
 	if (!I->optim)
-		ICE("out of memory");
+		out_of_memory(0);
 	declare_all(I);
 	if (!ro->params || I->optim->e.n == 0)
 		return 0;
@@ -117,7 +117,7 @@ interp_optim_load(Interp *I, const RunOptions *ro)
 			continue;
 		if (sgrt_st_check(ro->params, st, e->t->dt, e->t->rank, e->t->shape,
 		                  err, sizeof err)) {
-			fprintf(stderr, "sgc run: error: %s\n", err);
+			interp_report(I, I->g->opt.loc, "%s", err);
 			rc = 1;
 			break;
 		}

@@ -196,6 +196,101 @@ interp_collective(Interp *I, Node *n, Tensor **in, Tensor **out)
 	return flat_copy(I, n, in[0], out[0]);
 }
 
+/* One rank-combining op over every rank's operand at once (`sgc run`
+ * simulates the WORLD ranks in one process; interp.c runs the ranks in
+ * lockstep and calls this at a collective).  in[r] is rank r's operand,
+ * out[r] its result, or NULL when the op works in place (the results are
+ * all computed before any operand is overwritten).  Values combine in
+ * double in rank order and are rounded to the dtype once: exact for sums
+ * of a few ranks, the same bits on every rank. */
+int
+interp_collective_world(Interp *I, Node *n, int world, Tensor **in, Tensor **out)
+{
+	const Tensor *x = in[0];
+	const Attr *a = ir_attr(n, "dim");
+	int d = a ? (int)a->i : 0;
+	if (d < 0)
+		d += x->rank;
+	if (x->rank == 0)
+		d = 0;
+	else if (d < 0 || d >= x->rank)
+		return interp_fail(I, n, "internal: collective dim out of range");
+	int64_t outer = 1, len = x->rank ? x->shape[d] : 1, inner = 1;
+	for (int i = 0; i < d; i++)
+		outer *= x->shape[i];
+	for (int i = d + 1; i < x->rank; i++)
+		inner *= x->shape[i];
+	a = ir_attr(n, "op");
+	const char *op = a && a->s ? a->s : "sum";
+	a = ir_attr(n, "root");
+	int64_t root = a ? a->i : 0, W = world, N, lc = len / W;
+	switch (n->op) {
+	case OP_ALL_GATHER: N = x->numel * W; break;
+	case OP_REDUCE_SCATTER: N = x->numel / W; break;
+	default: N = x->numel; break;
+	}
+	for (int r = 0; r < world; r++) {
+		const Tensor *t = out[r] ? out[r] : in[r];
+		if (t->numel != N || in[r]->numel != x->numel)
+			return interp_fail(I, n, "internal: %s sizes disagree across ranks",
+			                   op_name(n->op));
+	}
+	if (root < 0 || root >= W)
+		return interp_fail(I, n, "internal: broadcast root out of range");
+	double *res = xmalloc(((size_t)N * (size_t)W + 1) * sizeof *res);
+	for (int64_t r = 0; r < W; r++) {
+		double *y = res + r * N;
+		for (int64_t o = 0; o < outer; o++)
+			for (int64_t i = 0; i < (n->op == OP_ALL_GATHER ? len * W : len); i++)
+				for (int64_t j = 0; j < inner; j++) {
+					int64_t e = (o * len + i) * inner + j, src = e, q;
+					double v;
+					switch (n->op) {
+					case OP_ALL_GATHER: /* block q of dim d is rank q's x */
+						q = i / len;
+						y[(o * len * W + i) * inner + j] =
+						    interp_getf(in[q], (o * len + i % len) * inner + j);
+						continue;
+					case OP_BROADCAST:
+						y[e] = interp_getf(in[root], e);
+						continue;
+					case OP_ALL_TO_ALL: /* block q of rank r's result: rank q's block r */
+						if (!lc)
+							continue;
+						q = i / lc;
+						y[e] = interp_getf(in[q], (o * len + r * lc + i % lc) * inner + j);
+						continue;
+					case OP_REDUCE_SCATTER: /* rank r keeps block r of the reduction */
+						if (i >= lc)
+							continue;
+						src = (o * len + r * lc + i) * inner + j;
+						e = (o * lc + i) * inner + j;
+						break;
+					default:
+						break;
+					}
+					v = interp_getf(in[0], src);
+					for (q = 1; q < W; q++) {
+						double u = interp_getf(in[q], src);
+						if (strcmp(op, "max") == 0)
+							v = u > v || u != u ? u : v;
+						else if (strcmp(op, "min") == 0)
+							v = u < v || u != u ? u : v;
+						else
+							v += u;
+					}
+					y[e] = strcmp(op, "avg") == 0 ? v / (double)W : v;
+				}
+	}
+	for (int r = 0; r < world; r++) {
+		Tensor *t = out[r] ? out[r] : in[r];
+		for (int64_t e = 0; e < N; e++)
+			interp_setf(t, e, res[(int64_t)r * N + e]);
+	}
+	free(res);
+	return 0;
+}
+
 /* Stream and event ops order work, which the scheduler in interp.c does;
  * there is nothing to compute. */
 int

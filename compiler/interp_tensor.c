@@ -42,8 +42,15 @@ interp_tensor_new(Interp *I, DType dt, int rank, const int64_t *shape)
 		t->numel *= shape[i];
 	}
 	size_t bytes = (size_t)t->numel * (size_t)dtype_size(dt);
-	t->data = xmalloc(bytes);
-	memset(t->data, 0, bytes);
+	t->data = calloc(bytes ? bytes : 1, 1);
+	if (!t->data) {
+		fprintf(stderr, "sgc run: error: out of memory for a tensor of %s[",
+		        dtype_name(dt));
+		for (int i = 0; i < rank; i++)
+			fprintf(stderr, "%s%lld", i ? ", " : "", (long long)shape[i]);
+		fprintf(stderr, "] (%zu bytes)\n", bytes);
+		out_of_memory(bytes);
+	}
 	if (I)
 		vec_push(&I->owned, t);
 	return t;

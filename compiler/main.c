@@ -18,12 +18,15 @@
 #include <unistd.h>
 
 #include "sgc.h"
+#include "sgrt_out.h"
 
 #ifndef SGC_VERSION_STR
 #define SGC_VERSION_STR SGC_VERSION
 #endif
 
 enum { EXIT_INPUT = 1, EXIT_USAGE = 2, EXIT_IO = 3 };
+/* The largest source file read (docs/sgc.1, LIMITS). */
+enum { SGC_MAX_SOURCE = 64 << 20 };
 enum { MODE_COMPILE, MODE_RUN, MODE_CHECK };
 enum { EMIT_CU, EMIT_IR, EMIT_DOT };
 
@@ -142,6 +145,8 @@ add_define(Options *o, const char *arg)
 		return usage_error("-D expects NAME=INT, not '%s'", arg);
 	if (n < 0)
 		return usage_error("-D %.*s: a size cannot be negative", (int)(eq - arg), arg);
+	if (n == 0 && eq - arg == 5 && strncmp(arg, "WORLD", 5) == 0)
+		return usage_error("-D WORLD=0: WORLD must be at least 1");
 	DimOverride d = {.name = strndup(arg, (size_t)(eq - arg)), .n = n};
 	vec_push(&o->dims, d);
 	return 0;
@@ -182,6 +187,58 @@ parse_u64(const char *name, const char *s, uint64_t *out, int *err)
 	}
 	*out = v;
 	return 1;
+}
+
+/* Stats the directory part of path ("." when none) into st; *base is
+ * the rest. */
+static int
+stat_dir(const char *path, struct stat *st, const char **base)
+{
+	const char *slash = strrchr(path, '/');
+	*base = slash ? slash + 1 : path;
+	if (!slash)
+		return stat(".", st);
+	size_t n = (size_t)(slash - path);
+	char *dir = xmalloc(n + 2);
+	memcpy(dir, path, n);
+	dir[n ? n : 1] = 0;
+	if (!n)
+		dir[0] = '/';
+	int rc = stat(dir, st);
+	free(dir);
+	return rc;
+}
+
+/* 1 when paths a and b name one file: the same text; when both exist,
+ * the same device and inode; else the same name in the same directory. */
+static int
+same_file(const char *a, const char *b)
+{
+	struct stat sa, sb;
+	const char *ba, *bb;
+	if (strcmp(a, b) == 0)
+		return 1;
+	if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+		return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	return stat_dir(a, &sa, &ba) == 0 && stat_dir(b, &sb, &bb) == 0 &&
+	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino && strcmp(ba, bb) == 0;
+}
+
+/* Two of the input, -o, --header and -MF naming one file is a usage error (one would
+ * silently replace the other).  The defaults (-o from the input's name,
+ * -MF from -o's) are not known here; compile() checks them. */
+static int
+same_outputs(const Options *o)
+{
+	const char *names[4] = {"the input", "-o", "--header", "-MF"};
+	const char *paths[4] = {o->input, o->output, o->header, o->mf};
+	for (int i = 0; i < 4; i++)
+		for (int j = i + 1; j < 4; j++)
+			if (paths[i] && paths[j] && strcmp(paths[i], "-") != 0 &&
+			    same_file(paths[i], paths[j]))
+				return usage_error("%s and %s name the same file '%s'",
+				                   names[i], names[j], paths[j]);
+	return 0;
 }
 
 static int
@@ -299,7 +356,8 @@ parse_options(int argc, char **argv, Options *o)
 			uint64_t n;
 			if (!err && parse_u64("--steps", v, &n, &err)) {
 				if (n < 1 || n > INT_MAX)
-					return usage_error("--steps expects a count of at least 1");
+					return usage_error("--steps expects a count from 1 to %d, "
+					                   "not '%s'", INT_MAX, v);
 				o->ro.steps = (int)n;
 			}
 		} else if (o->mode == MODE_RUN &&
@@ -343,15 +401,16 @@ parse_options(int argc, char **argv, Options *o)
 		return usage_error("--main needs --emit=cu");
 	if (o->mf && !o->md)
 		o->md = 1;
-	return 0;
+	return same_outputs(o);
 }
 
 /* ------------------------------------------------------------------ files */
 
 /* Reads a whole file (it may hold NUL bytes); NUL-terminates the copy. */
 static char *
-read_file(const char *path, size_t *len)
+read_file(const char *path, size_t *len, int *status)
 {
+	*status = EXIT_IO;
 	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
 	if (!f) {
 		fprintf(stderr, "sgc: error: cannot open '%s': %s\n", path, strerror(errno));
@@ -369,6 +428,15 @@ read_file(const char *path, size_t *len)
 	for (;;) {
 		size_t got = fread(buf + n, 1, cap - n, f);
 		n += got;
+		if (n > SGC_MAX_SOURCE) {
+			*status = EXIT_INPUT;
+			fprintf(stderr, "sgc: error: '%s' is larger than %d MiB, the limit "
+			        "for a source file\n", path, SGC_MAX_SOURCE >> 20);
+			free(buf);
+			if (f != stdin)
+				fclose(f);
+			return NULL;
+		}
 		if (n < cap) {
 			if (ferror(f)) {
 				fprintf(stderr, "sgc: error: cannot read '%s': %s\n", path,
@@ -390,37 +458,37 @@ read_file(const char *path, size_t *len)
 	return buf;
 }
 
-/* Writes data to path through a temporary file and a rename, so that a
- * failure leaves no partial file.  "-" writes to standard output. */
+/* Writes data to path as compilers do (runtime/sgrt_out.h: a device or
+ * FIFO in place, a symlink through, else a mkstemp file renamed over the
+ * target), so that a failure leaves no partial file.  "-" writes to
+ * standard output. */
 static int
 write_output(const char *path, const char *data, size_t len)
 {
 	if (strcmp(path, "-") == 0) {
 		if (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0) {
-			fprintf(stderr, "sgc: error: cannot write standard output\n");
+			fprintf(stderr, "sgc: error: cannot write standard output: %s\n",
+			        strerror(errno));
 			return EXIT_IO;
 		}
 		return 0;
 	}
-	size_t pl = strlen(path);
-	char *tmp = xmalloc(pl + 32);
-	snprintf(tmp, pl + 32, "%s.tmp.%ld", path, (long)getpid());
-	FILE *f = fopen(tmp, "wb");
-	if (!f) {
-		fprintf(stderr, "sgc: error: cannot write '%s': %s\n", path, strerror(errno));
-		free(tmp);
+	int e = sgrt_out_file(path, data, len);
+	if (e) {
+		fprintf(stderr, "sgc: error: cannot write '%s': %s\n", path, strerror(e));
 		return EXIT_IO;
 	}
-	int ok = fwrite(data, 1, len, f) == len;
-	ok = (fclose(f) == 0) && ok;
-	if (!ok || rename(tmp, path) != 0) {
-		fprintf(stderr, "sgc: error: cannot write '%s': %s\n", path, strerror(errno));
-		remove(tmp);
-		free(tmp);
-		return EXIT_IO;
-	}
-	free(tmp);
 	return 0;
+}
+
+/* Removes an output written before a later one failed; only a regular
+ * file (never a device, FIFO or what a symlink names). */
+static void
+drop_output(const char *path)
+{
+	struct stat st;
+	if (strcmp(path, "-") != 0 && lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+		remove(path);
 }
 
 /* A path in a Make rule "OUT: INPUT", escaped as GCC does (and Make and
@@ -510,11 +578,25 @@ compile(Options *o, Module *m)
 		else
 			out = "-";
 	}
+	if (o->header && strcmp(out, "-") != 0 && same_file(out, o->header))
+		status = usage_error("the output and --header name the same file '%s'", out);
+	else if (o->md && !o->mf && o->header && strcmp(out, "-") != 0 &&
+	         strlen(o->header) == strlen(out) + 2 &&
+	         strncmp(o->header, out, strlen(out)) == 0 &&
+	         strcmp(o->header + strlen(out), ".d") == 0)
+		status = usage_error("the dependency file and --header name the same "
+		                     "file '%s'", o->header);
+	if (status) {
+		free(out_default);
+		free(text);
+		free(htext);
+		return status;
+	}
 	status = write_output(out, text, len);
 	if (!status && o->header) {
 		status = write_output(o->header, htext, hlen);
 		if (status && strcmp(out, "-") != 0)
-			remove(out); /* no output without its header */
+			drop_output(out); /* no output without its header */
 	}
 	if (!status && o->md) {
 		char *dep = NULL, *mf_default = NULL;
@@ -537,9 +619,9 @@ compile(Options *o, Module *m)
 		}
 		status = write_output(mf, dep, dlen);
 		if (status && strcmp(out, "-") != 0)
-			remove(out); /* no output without its depfile */
+			drop_output(out); /* no output without its depfile */
 		if (status && o->header)
-			remove(o->header);
+			drop_output(o->header);
 		free(dep);
 		free(mf_default);
 	}
@@ -572,14 +654,22 @@ main(int argc, char **argv)
 
 	ops_init();
 	size_t len;
-	char *src = read_file(o.input, &len);
+	char *src = read_file(o.input, &len, &status);
 	if (!src)
-		return EXIT_IO;
+		return status;
+	status = 0;
+	/* A UTF-8 byte-order mark (some editors write one) is not part of
+	 * the program. */
+	const char *text = src;
+	if (len >= 3 && memcmp(src, "\xEF\xBB\xBF", 3) == 0) {
+		text += 3;
+		len -= 3;
+	}
 	Diag diag;
-	diag_init(&diag, o.input, src, len);
+	diag_init(&diag, o.input, text, len);
 	Module m = {.arena = arena_new(), .diag = &diag, .only_graph = o.graph};
 	AstFile ast = {0};
-	parse_file(src, len, &diag, m.arena, &ast);
+	parse_file(text, len, &diag, m.arena, &ast);
 	if (!diag.nerrors)
 		sema_module(&m, &ast, o.dims.v, (int)o.dims.n);
 	if (!diag.nerrors && o.graph && m.graphs.n == 0) {
@@ -605,6 +695,13 @@ main(int argc, char **argv)
 		} else {
 			status = interp_run(&m, m.graphs.v[0], &o.ro);
 		}
+	}
+	/* sgc run's printed values, check --memory's report: a failed write
+	 * to standard output is an error. */
+	if (!status && (fflush(stdout) != 0 || ferror(stdout))) {
+		fprintf(stderr, "sgc: error: cannot write standard output: %s\n",
+		        strerror(errno));
+		status = EXIT_IO;
 	}
 	ast_free(&ast);
 	module_free(&m);

@@ -52,7 +52,7 @@ make_buffers(Build *B)
 	MemPlan *mp = B->mp;
 	uint8_t *kept = calloc(g->vals.n + 1, 1);
 	if (!kept)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (uint32_t i = 0; i < g->rets.n; i++)
 		kept[B->root[g->rets.v[i]]] = 1;
 	for (ValId v = 0; v < g->vals.n; v++) {
@@ -452,13 +452,13 @@ place_arena(Build *B, int where, uint64_t *peak)
 	uint64_t *order = xmalloc((mp->nbuf + 1) * sizeof *order);
 	Cand *cand = calloc(ns + 1, sizeof *cand);
 	if (!cand)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (uint32_t s = 0; s < ns; s++) {
 		cand[s].wait = calloc(ns, sizeof *cand[s].wait);
 		cand[s].tree.seed = 2463534242u;
 		cand[s].tree.n = 1; /* t[0]: the empty tree */
 		if (!cand[s].wait)
-			ICE("out of memory");
+			out_of_memory(0);
 	}
 	for (uint32_t b = 0; b < mp->nbuf; b++)
 		order[b] = (uint64_t)mp->buf[b].alloc << 32 | b;
@@ -602,7 +602,7 @@ buffer_accesses(Graph *g, const MemPlan *mp, NodeId **acc, uint32_t **nacc)
 	uint32_t *cnt = calloc(mp->nbuf + 1, sizeof *cnt);
 	uint32_t *start = xmalloc((mp->nbuf + 2) * sizeof *start);
 	if (!cnt)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (int pass = 0; pass < 2; pass++) {
 		for (uint32_t b = 0; b < mp->nbuf; b++)
 			cnt[b] = 0;
@@ -677,7 +677,7 @@ memplan_verify(Graph *g, const MemPlan *mp, char *why)
 	Reach R = {.nn = g->nodes.n, .words = (g->nodes.n + 63) / 64};
 	R.anc = calloc((size_t)R.nn * R.words + 1, sizeof *R.anc);
 	if (!R.anc)
-		ICE("out of memory");
+		out_of_memory(0);
 	build_reach(g, &R);
 	NodeId *acc = NULL;
 	uint32_t *from = NULL;

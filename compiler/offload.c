@@ -684,7 +684,7 @@ simulate(Off *O)
 	double now = 0, copy_free = 0;
 	double *ready = calloc(O->cands.n + 1, sizeof *ready);
 	if (!ready)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (NodeId i = 0; i <= g->nodes.n; i++) {
 		for (uint32_t j = 0; j < O->cands.n; j++) {
 			Cand *c = &O->cands.v[j];
@@ -816,7 +816,7 @@ offload_pass(Graph *g, const PassOptions *po, Diag *d)
 	O.cur = xmalloc(((size_t)nn + 1) * sizeof *O.cur);
 	Cand **tmp = NULL;
 	if (!aliased || !ret)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (uint32_t i = 0; i < g->rets.n; i++)
 		ret[g->rets.v[i]] = 1;
 	find_block(&O);

@@ -100,7 +100,7 @@ attrspec_parse(const char *text, AttrSpec **out, const char *what)
 	if (n) {
 		*out = malloc(n * sizeof **out);
 		if (!*out)
-			ICE("out of memory");
+			out_of_memory(0);
 		memcpy(*out, tmp, n * sizeof **out);
 	}
 	return n;

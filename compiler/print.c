@@ -259,7 +259,7 @@ print_saved(Printer *P, uint32_t bw)
 	uint8_t *mark = calloc((size_t)g->vals.n + 1, 1);
 	int any = 0;
 	if (!mark)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (uint32_t i = bw + 1; i < g->nodes.n && g->nodes.v[i].op != OP_BACKWARD_END; i++) {
 		const Node *n = &g->nodes.v[i];
 		for (uint32_t k = 0; k < n->nopnd && !(n->flags & NF_DEAD); k++) {

@@ -584,7 +584,14 @@ walk_node(Walk *W, NodeId i, unsigned what, RaceFn fn, void *ctx)
 	if (n->op == OP_SYNC_DEALLOC) {
 		hb_step(&W->h, i);
 		if (what & WALK_FREES) {
-			check_release(W, hb_clock(&W->h, n->stream), n->opnd[0].v);
+			ValId r = W->root[n->opnd[0].v];
+			if (W->freed[r] != NONE) { /* released twice */
+				Race x = {RACE_AFTER_FREE, 0, 0, n->opnd[0].v, W->freed[r],
+				          g->nodes.v[W->freed[r]].stream};
+				vec_push(&W->found, x);
+			} else {
+				check_release(W, hb_clock(&W->h, n->stream), n->opnd[0].v);
+			}
 			if (W->found.n)
 				fn(ctx, &W->h, i, W->found.v, W->found.n);
 			W->freed[W->root[n->opnd[0].v]] = i;
@@ -658,7 +665,7 @@ races_walk(Graph *g, unsigned what, RaceFn fn, void *ctx)
 	W.freed = xmalloc((nv + 1) * sizeof *W.freed);
 	W.rd = xmalloc(((size_t)nv * ns + 1) * sizeof *W.rd);
 	if (!W.wstream || !W.astream || !W.defined || !W.wdef)
-		ICE("out of memory");
+		out_of_memory(0);
 	races_roots(g, W.root);
 	for (ValId v = 0; v < nv; v++) {
 		W.lastw[v] = NONE;

@@ -622,6 +622,9 @@ check_operands(Sema *S, int op, AstStmt *st, Node *n, int *err_operand)
 			           oi->name, min, min == 1 ? "" : "s", npos,
 			           npos > max && oi->nattr ? " (attributes are written "
 			           "name=value)" : "");
+		else if (max == MAX_OPND && npos > max)
+			diag_error(S->d, st->oploc, "'%s' takes at most %u operands, %u "
+			           "given", oi->name, max, npos);
 		else if (max == MAX_OPND)
 			diag_error(S->d, st->oploc, "'%s' takes at least %u operand%s, "
 			           "%u given", oi->name, min, min == 1 ? "" : "s", npos);
@@ -1095,8 +1098,24 @@ stmt_optimizer(Sema *S, AstStmt *st)
 			o->weight_decay = a[4].f;
 			o->fused = (int)a[5].i;
 		}
+		/* The checks torch.optim.SGD and AdamW make, with their words. */
 		if (o->lr < 0 || isnan(o->lr))
-			diag_error(S->d, a[0].loc, "invalid learning rate");
+			diag_error(S->d, a[0].loc, "invalid learning rate: %g", o->lr);
+		if (k == 0 && !(o->momentum >= 0))
+			diag_error(S->d, a[1].loc, "invalid momentum value: %g (at least 0)",
+			           o->momentum);
+		if (k != 0 && !(o->beta1 >= 0 && o->beta1 < 1))
+			diag_error(S->d, a[1].loc, "invalid beta1: %g (from 0 up to, not "
+			           "including, 1)", o->beta1);
+		if (k != 0 && !(o->beta2 >= 0 && o->beta2 < 1))
+			diag_error(S->d, a[2].loc, "invalid beta2: %g (from 0 up to, not "
+			           "including, 1)", o->beta2);
+		if (k != 0 && !(o->eps >= 0))
+			diag_error(S->d, a[3].loc, "invalid epsilon value: %g (at least 0)",
+			           o->eps);
+		if (!(o->weight_decay >= 0))
+			diag_error(S->d, a[k == 0 ? 2 : 4].loc, "invalid weight_decay value: "
+			           "%g (at least 0)", o->weight_decay);
 	}
 	for (uint32_t i = 0; i < nspec; i++) { /* attrspec_parse's strings */
 		free((char *)spec[i].name);

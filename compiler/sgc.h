@@ -32,6 +32,15 @@ Arena *arena_new(void);
 void *arena_alloc(Arena *a, size_t n);          /* zeroed, 16-aligned */
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_strdup(Arena *a, const char *s);
+/* User text (a path, a name, a string attribute) made safe for generated
+ * C/CUDA: every byte outside printable ASCII, and '"', '\\', '?' and
+ * '*', becomes a 3-digit octal escape (\ooo).  The result decodes to s
+ * exactly inside a C string literal or a #line file name, and is inert
+ * text inside a comment of either kind (no end of comment, no line
+ * splice, no trigraph).  text_c_string adds the quotes. */
+char *text_escape(Arena *a, const char *s);
+char *text_c_string(Arena *a, const char *s);
+char *arena_vprintf(Arena *a, const char *fmt, va_list ap);
 char *arena_printf(Arena *a, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 char *arena_cat(Arena *a, const char *x, const char *y);
@@ -69,6 +78,8 @@ uint32_t *map_get(Map *m, const char *key, size_t len);
 /* Inserts (or overwrites) and returns the slot. */
 uint32_t *map_put(Map *m, const char *key, size_t len, uint32_t val);
 
+/* Reports that n more bytes could not be had, and exits with status 1. */
+_Noreturn void out_of_memory(size_t n);
 void *xmalloc(size_t n);
 void *xrealloc(void *p, size_t n);
 /* Internal compiler fault: message, then exit status 4 ("internal error"). */
@@ -628,6 +639,9 @@ typedef struct {
 	uint64_t seed;                      /* default 0 */
 	int interleave;                     /* --interleave=SEED given */
 	uint64_t interleave_seed;
+	int seed_inputs;    /* fuzzing: inputs missing from --inputs are
+	                       initialised from --seed as params are */
+	FILE *print;        /* returned values without --out: NULL, stdout */
 } RunOptions;
 /* Runs graph g (checked, after all passes) on the CPU; returns the exit
  * status (0 ok, 1 mismatch between files and the graph, 3 I/O error),
@@ -669,6 +683,8 @@ void interp_poison(Tensor *t);
 /* Element i as a double (exact for every dtype but large i64) or int64
  * (floats truncated toward zero, NaN and out of range give INT64_MIN). */
 double interp_getf(const Tensor *t, int64_t i);
+/* A collective over the operands of every simulated rank (interp_shape.c). */
+int interp_collective_world(Interp *I, Node *n, int world, Tensor **in, Tensor **out);
 int64_t interp_geti(const Tensor *t, int64_t i);
 /* Store v as element i, converted as Tensor.to(dtype) does: floats round to
  * nearest even (f16/bf16 through float), to integers truncate toward zero
@@ -699,6 +715,9 @@ void interp_strides(int rank, const int64_t *shape, int64_t *stride);
  * files (or the deterministic initialisation); writes --out (or prints the
  * returned values, rets[i] for g->rets.v[i]).  Return exit statuses. */
 int interp_load(Interp *I, const RunOptions *ro, Tensor **persist);
+/* An error of `sgc run` at a place of the source (a diagnostic). */
+void interp_report(Interp *I, Loc at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 int interp_save(Interp *I, const RunOptions *ro, Tensor **persist,
                 Tensor **rets, const uint8_t *mutated);
 void interp_print(FILE *f, const char *name, const Tensor *t);

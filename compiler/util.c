@@ -19,14 +19,28 @@ struct Arena {
 	Block *head;
 };
 
+/* The input needs more memory than there is: exit status 1 (the input is
+ * too large for this machine), docs/sgc.1.  Large tensors of `sgc run`
+ * are named first (interp_tensor_new). */
+_Noreturn void
+out_of_memory(size_t n)
+{
+	fflush(stdout);
+	if (n)
+		fprintf(stderr, "sgc: error: out of memory (%zu bytes more needed); "
+		        "the input is too large for this machine\n", n);
+	else
+		fputs("sgc: error: out of memory; the input is too large for this "
+		      "machine\n", stderr);
+	exit(1);
+}
+
 void *
 xmalloc(size_t n)
 {
 	void *p = malloc(n ? n : 1);
-	if (!p) {
-		fputs("sgc: out of memory\n", stderr);
-		exit(4);
-	}
+	if (!p)
+		out_of_memory(n);
 	return p;
 }
 
@@ -34,10 +48,8 @@ void *
 xrealloc(void *p, size_t n)
 {
 	p = realloc(p, n ? n : 1);
-	if (!p) {
-		fputs("sgc: out of memory\n", stderr);
-		exit(4);
-	}
+	if (!p)
+		out_of_memory(n);
 	return p;
 }
 
@@ -96,6 +108,35 @@ arena_strdup(Arena *a, const char *s)
 	return arena_strndup(a, s, strlen(s));
 }
 
+char *
+text_escape(Arena *a, const char *s)
+{
+	size_t n = 0;
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		n += *p < 0x20 || *p > 0x7e || *p == '"' || *p == '\\' || *p == '?' ||
+		     *p == '*' ? 4 : 1;
+	char *r = arena_alloc(a, n + 1), *q = r;
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p < 0x20 || *p > 0x7e || *p == '"' || *p == '\\' || *p == '?' ||
+		    *p == '*') {
+			*q++ = '\\';
+			*q++ = (char)('0' + (*p >> 6));
+			*q++ = (char)('0' + ((*p >> 3) & 7));
+			*q++ = (char)('0' + (*p & 7));
+		} else {
+			*q++ = (char)*p;
+		}
+	}
+	*q = 0;
+	return r;
+}
+
+char *
+text_c_string(Arena *a, const char *s)
+{
+	return arena_printf(a, "\"%s\"", text_escape(a, s));
+}
+
 /* x then y, in the arena. */
 char *
 arena_cat(Arena *a, const char *x, const char *y)
@@ -129,23 +170,35 @@ arena_numbered(Arena *a, const char *base, size_t bl, char sep, uint32_t n)
 }
 
 /* GCC's sanitizer builds warn, wrongly, of a null format string in the
- * measuring vsnprintf call below. */
+ * measuring vsnprintf call below (clang has no such warning group). */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
 char *
-arena_printf(Arena *a, const char *fmt, ...)
+arena_vprintf(Arena *a, const char *fmt, va_list ap)
 {
-	va_list ap, ap2;
-	va_start(ap, fmt);
+	va_list ap2;
 	va_copy(ap2, ap);
 	int n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
 	char *p = arena_alloc(a, (size_t)n + 1);
 	vsnprintf(p, (size_t)n + 1, fmt, ap2);
 	va_end(ap2);
 	return p;
 }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
+
+char *
+arena_printf(Arena *a, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *p = arena_vprintf(a, fmt, ap);
+	va_end(ap);
+	return p;
+}
 
 void
 arena_free(Arena *a)
@@ -230,7 +283,7 @@ map_grow(Map *m)
 	m->rewrites = old.rewrites;
 	m->slot = calloc(m->cap, sizeof *m->slot);
 	if (!m->slot)
-		ICE("out of memory");
+		out_of_memory(0);
 	for (uint32_t i = 0; i < old.cap; i++)
 		if (old.slot[i].key)
 			*map_find(m, old.slot[i].key, old.slot[i].keylen,

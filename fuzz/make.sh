@@ -19,11 +19,13 @@ cflags=(-g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
 
 if [ ! -f "$out/build.ninja" ]; then
 	CC=$cc meson setup "$out" \
-		-Dbuildtype=debugoptimized -Dwerror=false -Dtests=disabled \
+		-Dbuildtype=debugoptimized -Dwerror=true -Dtests=disabled \
 		-Db_sanitize=$san -Db_lundef=false \
 		-Dc_args="-fsanitize=fuzzer-no-link ${cflags[*]}" >"$out.setup.log" 2>&1 ||
 		{ cat "$out.setup.log"; exit 1; }
 	rm -f "$out.setup.log"
+else
+	meson configure "$out" -Dwerror=true >/dev/null # (older set-ups had false)
 fi
 libs=(compiler/libsgc.a grammar/libsgparse.a runtime/libsgrt_host.a)
 if ! ninja -C "$out" "${libs[@]}" >"$out/ninja.log" 2>&1; then

@@ -29,7 +29,7 @@
  * first in the library's dtype order (I64 F64 F32 I32 BF16 F16 BOOL), then
  * by name; data contiguous, so each tensor is aligned to its element size;
  * keys dtype, shape, data_offsets with no spaces; header padded with spaces
- * to a multiple of 8.  Files go to PATH.tmp.PID and are renamed into place.
+ * to a multiple of 8.  Files are written through runtime/sgrt_out.h.
  *
  * Big-endian hosts are out of scope: tensor bytes are used as they lie.
  * No global state of ours; cJSON records its last parse error in a global
@@ -48,6 +48,7 @@
 #include <cjson/cJSON.h>
 
 #include "safetensors.h"
+#include "sgrt_out.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #error "libsgrt's safetensors I/O assumes a little-endian host"
@@ -686,21 +687,69 @@ sgrt_st_parse(const char *path, const void *bytes, size_t len,
 /*
  * Reads the whole of fd into a malloc'd buffer.  Returns 0, or an errno.
  */
+/*
+ * How many bytes a file whose first len bytes are buf can have, as its
+ * header says (8 + header + the end of the last tensor's data), or 0 when
+ * that is not known yet.  A header length that cannot be right ends the
+ * read at once (the parser then says why): so a stream (a FIFO,
+ * /dev/zero) is read no further than its header lets it go.
+ */
+static size_t
+stream_limit(const unsigned char *buf, size_t len)
+{
+	uint64_t hlen = 0, end = 0;
+	cJSON *h, *t, *off;
+	int i;
+
+	if (len < 8)
+		return 0;
+	for (i = 7; i >= 0; i--)
+		hlen = hlen << 8 | buf[i];
+	if (hlen < 2 || hlen > MAX_HEADER)
+		return len;
+	if (len < 8 + hlen)
+		return 0;
+	h = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hlen);
+	if (!h)
+		return len;
+	cJSON_ArrayForEach(t, h) {
+		off = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+		if (cJSON_IsArray(off) && cJSON_GetArraySize(off) == 2 &&
+		    cJSON_IsNumber(cJSON_GetArrayItem(off, 1)) &&
+		    cJSON_GetArrayItem(off, 1)->valuedouble > (double)end)
+			end = cJSON_GetArrayItem(off, 1)->valuedouble < 1e18
+			      ? (uint64_t)cJSON_GetArrayItem(off, 1)->valuedouble
+			      : (uint64_t)1e18;
+	}
+	cJSON_Delete(h);
+	return end > SGRT_ST_MAX_FILE ? (size_t)SGRT_ST_MAX_FILE + 1
+	                              : (size_t)(8 + hlen + end);
+}
+
 static int
 read_all(int fd, unsigned char **bufp, size_t *lenp)
 {
 	struct stat st;
 	unsigned char *buf = NULL, *nbuf;
-	size_t len = 0, cap;
+	size_t len = 0, cap, limit = 0;
 	ssize_t k;
 
 	if (fstat(fd, &st) < 0)
 		return errno;
 	if (S_ISDIR(st.st_mode))
 		return EISDIR;
+	if (S_ISREG(st.st_mode) && (unsigned long long)st.st_size > SGRT_ST_MAX_FILE)
+		return EFBIG;
 	cap = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size + 1
 	                                              : 65536;
 	for (;;) {
+		if (len > SGRT_ST_MAX_FILE) {
+			free(buf);
+			return EFBIG;
+		}
+		if (!S_ISREG(st.st_mode) && (limit || (limit = stream_limit(buf, len))) &&
+		    len >= limit)
+			break; /* a stream: as far as its header goes */
 		if (!buf || len == cap) {
 			if (buf)
 				cap = cap < SIZE_MAX / 2 ? cap * 2 : SIZE_MAX;
@@ -741,6 +790,9 @@ sgrt_st_read(const char *path, SgrtSafetensors *out, char *err, size_t errlen)
 		return fail(err, errlen, path, "cannot open: %s", strerror(errno));
 	e = read_all(fd, &buf, &len);
 	close(fd);
+	if (e == EFBIG)
+		return fail(err, errlen, path, "larger than %llu GiB, the limit for "
+		            "a tensor file", SGRT_ST_MAX_FILE >> 30);
 	if (e)
 		return fail(err, errlen, path, "cannot read: %s", strerror(e));
 	rc = parse_owned(path, buf, len, out, err, errlen);
@@ -1077,70 +1129,37 @@ sgrt_st_serialize(const char *path, const SgrtTensor *t, uint32_t n,
 	return SGRT_OK;
 }
 
-/*
- * Writes n bytes to fd; 0 or an errno.
- */
-static int
-write_all(int fd, const void *p, size_t n)
-{
-	const char *s = p;
-	ssize_t k;
-
-	while (n > 0) {
-		k = write(fd, s, n > (1u << 30) ? (1u << 30) : n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return errno;
-		if (k == 0)
-			return EIO;
-		s += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
 
 /*
- * Creates the temporary file tmp, write-only.  A stale one left by a
- * crashed process with our pid is replaced.
+ * Writes the header and the data to path (sgrt_out.h: a device in place,
+ * a symlink through, else a mkstemp file renamed over it).  Returns 0 or
+ * an errno; on failure no partial file is left.
  */
 static int
-open_tmp(const char *tmp)
+write_file(const char *path, const Buf *head, const SgrtTensor **order,
+           uint32_t n)
 {
-	int fd;
-
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-	if (fd < 0 && errno == EEXIST && unlink(tmp) == 0)
-		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-	return fd;
-}
-
-/*
- * Writes the header and the data to tmp, and renames it to path.  Returns
- * 0 or an errno; on failure tmp is gone.
- */
-static int
-write_file(const char *tmp, const char *path, const Buf *head,
-           const SgrtTensor **order, uint32_t n)
-{
+	SgrtOut o;
 	uint32_t i;
-	int fd, e;
+	int e;
 
-	fd = open_tmp(tmp);
-	if (fd < 0)
-		return errno;
-	e = write_all(fd, head->p, head->n);
+	if ((e = sgrt_out_open(&o, path)))
+		return e;
+	if (fwrite(head->p, 1, head->n, o.f) != head->n)
+		e = errno ? errno : EIO;
 	for (i = 0; i < n && !e; i++)
-		e = write_all(fd, order[i]->data, order[i]->nbytes);
-	if (!e && fsync(fd) < 0)
+		if (order[i]->nbytes &&
+		    fwrite(order[i]->data, 1, order[i]->nbytes, o.f) != order[i]->nbytes)
+			e = errno ? errno : EIO;
+	if (!e && fflush(o.f) != 0)
+		e = errno ? errno : EIO;
+	if (!e && o.tmp && fsync(fileno(o.f)) < 0)
 		e = errno;
-	if (close(fd) < 0 && !e)
-		e = errno;
-	if (!e && rename(tmp, path) < 0)
-		e = errno;
-	if (e)
-		unlink(tmp);
-	return e;
+	if (e) {
+		sgrt_out_abort(&o);
+		return e;
+	}
+	return sgrt_out_commit(&o);
 }
 
 int
@@ -1150,26 +1169,15 @@ sgrt_st_write(const char *path, const SgrtTensor *t, uint32_t n, char *err,
 	const SgrtTensor **order;
 	Buf b = {0};
 	uint64_t total;
-	char *tmp;
-	size_t tlen;
 	int rc, e;
 
 	if ((rc = prepare(t, n, &b, &order, &total, path, err, errlen))) {
 		free(b.p);
 		return rc;
 	}
-	tlen = strlen(path) + 32;
-	tmp = malloc(tlen);
-	if (!tmp) {
-		rc = fail(err, errlen, path, "out of memory");
-	} else {
-		snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-		e = write_file(tmp, path, &b, order, n);
-		if (e)
-			rc = fail(err, errlen, path, "cannot write: %s",
-			          strerror(e));
-	}
-	free(tmp);
+	e = write_file(path, &b, order, n);
+	if (e)
+		rc = fail(err, errlen, path, "cannot write: %s", strerror(e));
 	free(order);
 	free(b.p);
 	return rc;

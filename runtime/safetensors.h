@@ -14,6 +14,9 @@
 #include <stdint.h>
 
 #define SGRT_MAXRANK 8
+/* The largest tensor file read (64 GiB; docs/runtime.md): a bigger one,
+ * or an endless stream such as /dev/zero, is refused with a message. */
+#define SGRT_ST_MAX_FILE ((unsigned long long)64 << 30)
 
 /* Same order as the compiler's DType. */
 typedef enum {

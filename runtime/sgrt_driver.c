@@ -142,20 +142,6 @@ sgrt_args_parse(SgrtArgs *a, int argc, char **argv, char *err, size_t errlen)
 	return SGRT_OK;
 }
 
-int
-sgrt_path_for_rank(char *buf, size_t len, const char *path, int rank)
-{
-	const char *p = strstr(path, "{rank}");
-	int n;
-
-	if (!p)
-		n = snprintf(buf, len, "%s", path);
-	else
-		n = snprintf(buf, len, "%.*s%d%s", (int)(p - path), path, rank,
-		             p + 6);
-	return n < 0 || (size_t)n >= len ? SGRT_EUSAGE : SGRT_OK;
-}
-
 /* ------------------------------------------------------------------ tensors */
 
 size_t

@@ -7,6 +7,7 @@
 #define SGRT_IMPL_H
 
 #include "sgrt.h"
+#include "sgrt_out.h"
 
 /* ------------------------------------------------------------------ sgrt.c */
 
@@ -123,8 +124,7 @@ int sgrt_symm_dev_oneshot(const void *devcomm, void *win, const void *send,
 
 /* ------------------------------------------------------------------ sgrt_driver.c */
 
-/* path with "{rank}" replaced by rank; SGRT_EUSAGE when it does not fit. */
-int sgrt_path_for_rank(char *buf, size_t len, const char *path, int rank);
+/* sgrt_path_for_rank: runtime/sgrt_out.h. */
 /* Median and minimum of n > 0 values (sorts ms). */
 void sgrt_median_min(float *ms, int n, double *median, double *min);
 

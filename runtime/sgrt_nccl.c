@@ -8,7 +8,7 @@
  *   - the path is $SGRT_NCCL_ID_FILE, else /tmp/sgrt-nccl-id-JOBID where
  *     JOBID is $SGRT_JOB_ID, $TORCHELASTIC_RUN_ID, $SLURM_JOB_ID or
  *     "u" and the user id, the first that is set;
- *   - rank 0 writes "SGRTNCCL", the world size and the id to PATH.tmp.PID
+ *   - rank 0 writes "SGRTNCCL", the world size and the id to a mkstemp file
  *     and renames it to PATH (so a reader never sees half a file), and
  *     removes PATH once every rank has joined;
  *   - the others poll PATH every 10 ms for up to $SGRT_NCCL_TIMEOUT
@@ -164,8 +164,11 @@ sgrt_idfile_write(const char *path, const void *id, size_t idlen, int world,
 	if (idlen > sizeof buf - 12)
 		return SGRT_EUSAGE;
 	n = idfile_bytes(buf, id, idlen, world);
-	snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	/* mkstemp: O_EXCL, mode 0600, so that nothing planted in /tmp under
+	 * the name is followed (issue #15). */
+	if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= sizeof tmp)
+		return SGRT_EUSAGE;
+	fd = mkstemp(tmp);
 	if (fd < 0) {
 		snprintf(err, errlen, "%s: cannot write the NCCL id: %s", tmp,
 		         strerror(errno));

@@ -260,30 +260,28 @@ resolve(SgrtModel *m, SgrtTraceEvent *ev)
 	return SGRT_OK;
 }
 
-/* Writes the events to path through path.tmp.PID, so that a failed write
+/* Writes the events to path (sgrt_out.h: a device in place, a symlink
+ * through, else a mkstemp file renamed over it), so that a failed write
  * leaves no partial trace behind. */
 static int
 write_file(SgrtModel *m, const char *path, const SgrtTraceEvent *ev)
 {
-	char tmp[4096];
-	FILE *f;
+	SgrtOut o;
 	int rc;
 
-	snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-	f = fopen(tmp, "w");
-	if (!f)
+	if (sgrt_out_open(&o, path))
 		return sgrt_fail(m, SGRT_EIO, -1, "%s: cannot write the trace",
 		                 path);
-	rc = sgrt_trace_json(f, m->graph, m->sgfile, m->rank, ev, m->nslices);
-	if (fclose(f) != 0)
-		rc = SGRT_EIO;
-	if (rc == SGRT_OK && rename(tmp, path) != 0)
-		rc = SGRT_EIO;
+	rc = sgrt_trace_json(o.f, m->graph, m->sgfile, m->rank, ev, m->nslices);
 	if (rc != SGRT_OK) {
-		remove(tmp);
+		sgrt_out_abort(&o);
+		rc = SGRT_EIO;
+	} else if (sgrt_out_commit(&o)) {
+		rc = SGRT_EIO;
+	}
+	if (rc != SGRT_OK)
 		return sgrt_fail(m, SGRT_EIO, -1, "%s: cannot write the trace",
 		                 path);
-	}
 	return SGRT_OK;
 }
 

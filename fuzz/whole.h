@@ -1,0 +1,201 @@
+/*
+ * whole.h - the part of the fuzz targets that drives one .sg text through
+ * the whole compiler (included by fuzz_frontend.c and fuzz_programs.c):
+ *
+ *   parse_file, sema_module, passes_run           (`sgc check`)
+ *   print_module, and the printed IR compiled again and printed unchanged
+ *   dot_module, memplan_report_module             (--emit=dot, check --memory)
+ *   codegen_module with a header and --main        (`sgc -o`)
+ *   interp_run of every graph, when its tensors are small (and WORLD at
+ *   most 8): twice, in
+ *   program order and under --interleave, two steps each (`sgc run`)
+ *
+ * Diagnostics go to a memory buffer.  Anything but a clean return is a bug:
+ * a sanitizer report, an internal compiler error (it exits), a hang, a
+ * leak, a round trip that changes the IR, or an interpreter error that
+ * calls itself internal.  A program the checks accept must run.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sgc.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Largest graph the interpreter runs: elements over all its values. */
+enum { WHOLE_MAX_ELEMS = 1 << 16 };
+
+typedef struct {
+	FILE *devnull;
+} Whole;
+
+static _Noreturn void
+whole_bug(const char *why, const char *a, const char *b)
+{
+	fprintf(stderr, "fuzz: %s\n", why);
+	if (a)
+		fprintf(stderr, "--- first\n%s\n", a);
+	if (b)
+		fprintf(stderr, "--- second\n%s\n", b);
+	abort();
+}
+
+/* Elements over all values of g (saturating), to keep runs small. */
+static uint64_t
+whole_elems(const Graph *g)
+{
+	uint64_t total = 0;
+	for (ValId v = 0; v < g->vals.n; v++) {
+		const Type *t = &g->vals.v[v].type;
+		uint64_t n = 1;
+		for (int d = 0; d < t->rank; d++) {
+			uint64_t e = t->d[d] > 0 ? (uint64_t)t->d[d] : 1;
+			if (n > WHOLE_MAX_ELEMS || e > WHOLE_MAX_ELEMS)
+				return WHOLE_MAX_ELEMS + 1;
+			n *= e;
+		}
+		total += n;
+		if (total > WHOLE_MAX_ELEMS)
+			return total;
+	}
+	return total;
+}
+
+/* Runs each small graph in program order and interleaved; an interpreter
+ * error that calls itself internal is a bug. */
+static void
+whole_run(Whole *W, Module *m, const char *src)
+{
+	uint32_t *w = map_get(&m->dimmap, "WORLD", 5);
+	int64_t world = w && *w < m->dims.n ? m->dims.v[*w].n : 1;
+	for (uint32_t i = 0; i < m->graphs.n && world <= 8; i++) {
+		Graph *g = m->graphs.v[i];
+		if (whole_elems(g) * (uint64_t)world > WHOLE_MAX_ELEMS)
+			continue;
+		for (int il = 0; il < 2; il++) {
+			char *msg = NULL;
+			size_t len = 0;
+			FILE *mf = open_memstream(&msg, &len);
+			FILE *old = m->diag->out;
+			if (!mf)
+				abort();
+			m->diag->out = mf;
+			RunOptions ro = {.steps = 2, .seed = 1, .interleave = il,
+			                 .interleave_seed = 7, .seed_inputs = 1,
+			                 .print = W->devnull};
+			interp_run(m, g, &ro);
+			fclose(mf);
+			m->diag->out = old;
+			if (msg && strstr(msg, "internal"))
+				whole_bug("the interpreter reports an internal error", msg, src);
+			free(msg);
+		}
+	}
+}
+
+/* The back end: CUDA C with a header and a main(), into memory. */
+static void
+whole_codegen(Module *m)
+{
+	char *cu = NULL, *h = NULL;
+	size_t culen = 0, hlen = 0;
+	FILE *fc = open_memstream(&cu, &culen), *fh = open_memstream(&h, &hlen);
+	if (!fc || !fh)
+		abort();
+	CodegenOptions co = {.opt_level = 2, .arch = "sm_90", .emit_main = 1,
+	                     .input = "fuzz \"dir\"\n/fuzz.sg", .header = "fuzz.h"};
+	codegen_module(m, &co, fc, fh);
+	fclose(fc);
+	fclose(fh);
+	free(cu);
+	free(h);
+}
+
+/*
+ * Compiles src[0..len) as `sgc check` does, with diagnostics to diagout.
+ * With full, a clean compilation also goes through everything after the
+ * checks (see the top), and *ir receives the printed IR (malloc'd).
+ * Returns 1 on success, 0 when a diagnostic error stopped it.
+ */
+static int
+whole_compile(Whole *W, const char *src, size_t len, FILE *diagout, int opt,
+              int full, char **ir, size_t *irlen)
+{
+	Arena *a = arena_new();
+	Diag d;
+	AstFile f;
+	Module m;
+	PassOptions po = {.allow_races = 0, .opt_level = opt, .dump_after = NULL};
+	int ok = 0;
+
+	memset(&f, 0, sizeof f);
+	memset(&m, 0, sizeof m);
+	diag_init(&d, "fuzz.sg", src, len);
+	d.out = diagout;
+	m.arena = a;
+	m.diag = &d;
+	map_init(&m.dimmap);
+
+	parse_file(src, len, &d, a, &f);
+	if (d.nerrors == 0)
+		sema_module(&m, &f, NULL, 0);
+	if (d.nerrors == 0)
+		passes_run(&m, &po);
+	if (d.nerrors == 0) {
+		ok = 1;
+		if (ir) {
+			FILE *mf = open_memstream(ir, irlen);
+			if (!mf)
+				abort();
+			print_module(mf, &m, NULL);
+			fclose(mf);
+		}
+		if (full) {
+			dot_module(W->devnull, &m, NULL);
+			memplan_report_module(W->devnull, &m, NULL, opt);
+			whole_codegen(&m);
+			whole_run(W, &m, src);
+		}
+	}
+	ast_free(&f);
+	module_free(&m);
+	diag_fini(&d);
+	arena_free(a);
+	return ok;
+}
+
+/* The whole check of one text: compiled through everything, and its
+ * printed IR compiled again to the same print. */
+static void
+whole_check(Whole *W, const char *src, size_t len, int opt)
+{
+	char *ir1 = NULL, *ir2 = NULL;
+	size_t len1 = 0, len2 = 0;
+	if (whole_compile(W, src, len, W->devnull, opt, 1, &ir1, &len1)) {
+		if (!whole_compile(W, ir1, len1, W->devnull, opt, 0, &ir2, &len2)) {
+			whole_compile(W, ir1, len1, stderr, opt, 0, NULL, NULL);
+			whole_bug("the printed IR does not compile", ir1, NULL);
+		}
+		if (len1 != len2 || memcmp(ir1, ir2, len1) != 0)
+			whole_bug("printing the printed IR changes it", ir1, ir2);
+	}
+	free(ir1);
+	free(ir2);
+}
+
+/* The state of a fuzz target (libFuzzer calls plain functions). */
+static Whole whole;
+
+int
+LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	ops_init();
+	whole.devnull = fopen("/dev/null", "w");
+	if (!whole.devnull)
+		abort();
+	return 0;
+}

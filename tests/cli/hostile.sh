@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+#
+# hostile.sh - hostile names and valid programs that used to reach an
+# internal error (issue #15).  A path with quotes, a comment end, a
+# newline, trigraphs and a backslash reaches the generated C only
+# escaped: the header compiles as C11 with trigraphs, no line of the .cu
+# is live code from the name, and the file name in the model's config
+# decodes to the name exactly.  Each check prints "ok"/"FAIL".
+source "$(dirname "$0")/common.bash"
+
+# ---- a hostile file name
+mkdir 'd*'
+name=$'q";int evil=1;\\\nint x; ??= *?? \\.sg'
+cp "$root/samples/mlp.sg" "d*/$name"
+"$SGC" "d*/$name" -o out.cu --header out.h --main
+check "hostile name compiles" test $? -eq 0
+check "no live line from the name" bash -c '! grep -q "^int x;" out.cu out.h'
+check "no raw quote from the name" bash -c '! grep -qF "q\";int evil" out.cu out.h'
+if command -v cc >/dev/null; then
+	check "header: C11 with trigraphs" cc -std=c11 -trigraphs -Wall -Wextra -Werror \
+		-fsyntax-only -x c -I"$root/runtime" out.h
+	lit=$(sed -n 's/^[[:space:]]*cfg\.sgfile = \(".*"\);$/\1/p' out.cu)
+	printf '#include <stdio.h>\nint main(void) { fputs(%s, stdout); return 0; }\n' \
+		"$lit" >lit.c
+	cc -std=c11 -trigraphs -w lit.c -o lit && ./lit >lit.out
+	printf '%s' "$name" >want.out
+	check "sgfile decodes to the name" cmp -s lit.out want.out
+fi
+
+# ---- generated names that would clash
+cat >gp.sg <<'SG'
+graph g {
+  input %x : f32[2]
+  %y = relu(%x)
+  return %y
+}
+graph g_prog {
+  input %x : f32[2]
+  %y = relu(%x)
+  return %y
+}
+SG
+"$SGC" gp.sg -o gp.cu 2>err
+check "graph name clash: exit 1" test $? -eq 1
+check "graph name clash: at the graph" grep -q "^gp.sg:6:7: error: graph 'g_prog' and graph 'g'" err
+check "graph name clash: no output" test ! -e gp.cu
+
+# ---- valid programs that reached internal errors
+cat >mm0.sg <<'SG'
+graph g {
+  const %x : f32[2, 0]
+  param %w : f32[3, 0]
+  param %w2 : f32[4, 3]
+  %h = linear(%x, %w)
+  %o = linear(%h, %w2)
+  %m = matmul(%x, %w2)
+  return %o
+}
+SG
+sed -i '/matmul/d' mm0.sg
+"$SGC" run mm0.sg --out mm0.st 2>err
+check "zero inner dim: runs" test $? -eq 0
+python3 "$here/st.py" read mm0.st >mm0.txt
+check "zero inner dim: zeros" grep -qx "o 0.0 0.0 0.0 0.0 0.0 0.0 0.0 0.0" mm0.txt
+printf 'graph g {\n  input %%x : f32[2]\n  %%y = relu(%%x)\n  %%l = sum(%%y)\n  backward(%%l, grad_sync=all_reduce)\n  return %%l\n}\n' >gs.sg
+"$SGC" check -D WORLD=0 gs.sg 2>err
+check "-D WORLD=0: exit 2" test $? -eq 2
+check "-D WORLD=0: says why" grep -q 'WORLD must be at least 1' err
+
+# ---- a graph with no statements through the back end (UBSan: memcpy
+# from NULL in codegen_fuse.c when the sanitizer build runs this)
+printf 'graph g {\n  input %%x : f32[2]\n  return %%x\n}\n' >empty.sg
+"$SGC" empty.sg -o empty.cu --main
+check "graph with no statements compiles" test $? -eq 0
+
+# ---- optimizer state that does not fit: at the optimizer's line
+cat >opt.sg <<'SG'
+graph g {
+  input %x : f32[2]
+  param %w : f32[2]
+  %y = mul(%x, %w)
+  %l = sum(%y)
+  backward(%l)
+  optimizer adamw(lr=0.1)
+  return %l
+}
+SG
+python3 "$here/st.py" write p.st opt.w.exp_avg=3:1,2,3
+python3 "$here/st.py" write i.st x=2:1,2
+"$SGC" run opt.sg --params p.st --inputs i.st 2>err
+check "optimizer state mismatch: exit 1" test $? -eq 1
+check "optimizer state mismatch: FILE:LINE:COL" grep -q '^opt.sg:7:3: error: ' err
+
+# ---- out of memory: a diagnostic naming the tensor, exit status 1 (2^60
+# bytes: more than any address space; ASan is told to return NULL too,
+# and LeakSanitizer not to count what the exit leaves)
+printf 'graph g {\n  const %%c : f32[1152921504606846976]\n  %%y = relu(%%c)\n  return %%y\n}\n' >big.sg
+ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1:detect_leaks=0 "$SGC" run big.sg 2>err
+check "out of memory: exit 1" test $? -eq 1
+check "out of memory: the tensor named" grep -q 'out of memory for a tensor of f32\[1152921504606846976\]' err
+
+# ---- limits and arguments
+timeout 60 "$SGC" check /dev/zero 2>err
+check "endless source: exit 1" test $? -eq 1
+check "endless source: the limit named" grep -q 'larger than 64 MiB' err
+"$SGC" run opt.sg --steps 2147483648 2>err
+check "--steps too large: exit 2" test $? -eq 2
+check "--steps too large: range given" grep -q 'from 1 to 2147483647' err
+timeout 60 "$SGC" run opt.sg --inputs /dev/zero 2>err
+check "endless tensor file: exit 3" test $? -eq 3
+
+echo "$fails failed"
+[ "$fails" -eq 0 ]

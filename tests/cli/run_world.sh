@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+#
+# run_world.sh - `sgc run` with WORLD above 1 simulates every rank in one
+# process (issue #15): collectives are exact, "{rank}" in a path names each
+# rank's file, and a data-parallel step with grad_sync=all_reduce gives
+# every rank the mean of the gradients that WORLD=1 runs of each rank's
+# input give.
+source "$(dirname "$0")/common.bash"
+st() { python3 "$here/st.py" "$@"; }
+
+cat >coll.sg <<'SG'
+dim WORLD = 2
+graph g {
+  input %x : f32[4, 2]
+  %s = all_reduce(%x, op="sum")
+  %a = all_reduce(%x, op="avg")
+  %mx = all_reduce(%x, op="max")
+  %ga = all_gather(%x, dim=1)
+  %rs = reduce_scatter(%x, op="sum", dim=0)
+  %aa = all_to_all(%x, dim=0)
+  %b = broadcast(%x, root=1)
+  return %s, %a, %mx, %ga, %rs, %aa, %b
+}
+SG
+st write in0.st x=4x2:1,2,3,4,5,6,7,8
+st write in1.st x=4x2:10,20,30,40,50,60,70,80
+"$SGC" run coll.sg --inputs 'in{rank}.st' --out 'out{rank}.st'
+check "collectives run: exit 0" test $? -eq 0
+st read out0.st >r0
+st read out1.st >r1
+expect() { # rank file, name, values
+	check "rank $1 $2" grep -qx "$2 $3" "r$1"
+}
+expect 0 s "11.0 22.0 33.0 44.0 55.0 66.0 77.0 88.0"
+expect 1 s "11.0 22.0 33.0 44.0 55.0 66.0 77.0 88.0"
+expect 0 a "5.5 11.0 16.5 22.0 27.5 33.0 38.5 44.0"
+expect 1 mx "10.0 20.0 30.0 40.0 50.0 60.0 70.0 80.0"
+expect 0 ga "1.0 2.0 10.0 20.0 3.0 4.0 30.0 40.0 5.0 6.0 50.0 60.0 7.0 8.0 70.0 80.0"
+expect 0 rs "11.0 22.0 33.0 44.0"
+expect 1 rs "55.0 66.0 77.0 88.0"
+expect 0 aa "1.0 2.0 3.0 4.0 10.0 20.0 30.0 40.0"
+expect 1 aa "5.0 6.0 7.0 8.0 50.0 60.0 70.0 80.0"
+expect 0 b "10.0 20.0 30.0 40.0 50.0 60.0 70.0 80.0"
+# Without {rank}, --out is rank 0's alone.
+"$SGC" run coll.sg --inputs 'in{rank}.st' --out one.st
+st read one.st >r
+check "--out without {rank}: rank 0's" cmp -s r r0
+
+# Data parallel: the synchronised gradient is the mean over the ranks.
+cat >dp.sg <<'SG'
+dim WORLD = 2
+graph dp {
+  input %x : f32[3, 2]
+  param %w : f32[2, 2]
+  %h = linear(%x, %w)
+  %t = tanh(%h)
+  %loss = mean(%t)
+  backward(%loss, grad_sync=all_reduce)
+  return %loss
+}
+SG
+st write x0.st x=3x2:0.5,-1,2,0.25,-0.75,1.5
+st write x1.st x=3x2:-2,1,0.125,3,1,-0.5
+"$SGC" run dp.sg --inputs 'x{rank}.st' --out 'dp{rank}.st'
+check "data parallel run: exit 0" test $? -eq 0
+sed 's/dim WORLD = 2/dim WORLD = 1/; s/, grad_sync=all_reduce//' dp.sg >one.sg
+"$SGC" run one.sg --inputs x0.st --out g0.st && "$SGC" run one.sg --inputs x1.st --out g1.st
+check "single-rank runs: exit 0" test $? -eq 0
+python3 - "$here/st.py" <<'PY'
+import subprocess, sys
+def grads(f):
+    out = subprocess.run([sys.executable, sys.argv[1], "read", f], capture_output=True, text=True).stdout
+    return {l.split()[0]: [float(v) for v in l.split()[1:]] for l in out.splitlines()}
+g0, g1, d0, d1 = (grads(f)["grad.w"] for f in ("g0.st", "g1.st", "dp0.st", "dp1.st"))
+mean = [(a + b) / 2 for a, b in zip(g0, g1)]
+ok = d0 == d1 and all(abs(m - d) <= 1e-6 * max(1, abs(m)) for m, d in zip(mean, d0))
+print("ok   grad_sync mean of ranks" if ok else "FAIL grad_sync: %s %s %s" % (mean, d0, d1))
+sys.exit(0 if ok else 1)
+PY
+[ $? -eq 0 ] || fails=$((fails + 1))
+
+# The same under --interleave.
+"$SGC" run dp.sg --inputs 'x{rank}.st' --out 'il{rank}.st' --interleave=3
+st read il0.st >a
+st read dp0.st >b
+check "interleaved: same as program order" cmp -s a b
+
+echo "$fails failed"
+[ "$fails" -eq 0 ]
