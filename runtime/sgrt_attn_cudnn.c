@@ -671,7 +671,8 @@ sgrt_sdpa_exec(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, void *ws, size_t
 	float scale = a->scale, neginf = -INFINITY, one = 1.0f;
 	int64_t uid[14] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
 	void *dp[14] = {(void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse, &scale, &neginf};
-	int n = 7;
+	int n = k.causal ? 7 : 6; /* -inf is the causal mask's only: a plan
+	                            without it rejects a pack that has it */
 	if (bwd) {
 		char *w = ws;
 		size_t sums = (size_t)(k.b * k.h * k.l * 4 + 255) / 256 * 256;
