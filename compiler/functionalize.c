@@ -262,6 +262,7 @@ mutate(Fn *F, NodeId i)
 		return;
 	}
 	const char *name = xv->name;
+	int decl = xv->kind != VK_NODE; /* xv moves when values are made */
 	n->opnd[0].v = F->cur[x];
 	for (uint32_t k = 1; k < n->nopnd; k++)
 		if (n->opnd[k].kind == OK_VAL)
@@ -271,7 +272,7 @@ mutate(Fn *F, NodeId i)
 	if (F->visible[x]) {
 		F->mval[i] = r;
 		F->mprev[i] = F->mlast[x];
-		if (F->mlast[x] == NONE && xv->kind != VK_NODE)
+		if (F->mlast[x] == NONE && decl)
 			vec_push(&F->pendx, x);
 		F->mlast[x] = i;
 	}
