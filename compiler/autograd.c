@@ -20,7 +20,9 @@
  *      gradients for the operands are reduced to each operand's shape and
  *      dtype (broadcasting, promotion) and accumulated into the operand's
  *      slot with `add` (in the order backward produces them, on the stream
- *      of the slot's first user in program order).  Every derived node runs
+ *      rule 4 chooses: that of the version's maker, whose derivative reads
+ *      the sum, unless default; else that of the first contribution made
+ *      on another stream; else default).  Every derived node runs
  *      on the stream of the forward node it derives from.  When the last
  *      contribution to a param has arrived its gradient is final: with
  *      grad_sync it is averaged with all_reduce on a dedicated stream, and
@@ -55,9 +57,11 @@ typedef struct {
 	                      is the version backward sees */
 	uint8_t req;       /* depends on a param through differentiable ops */
 	uint8_t needed;    /* the loss depends on it (and req) */
-	uint8_t has_user;  /* acc_stream is set */
+	uint8_t acc_fixed; /* acc_stream is chosen (rule 4) */
 	uint32_t uses;     /* contributions still to come */
-	uint32_t acc_stream; /* stream of its first user on the path */
+	uint32_t acc_stream; /* stream its contributions are summed on */
+	uint32_t npend;    /* sums made on default before acc_stream was
+	                      chosen: the last npend links of grad's chain */
 	ValId grad;        /* the gradient so far; NONE */
 	ValId snap;        /* a copy of this version for backward; NONE */
 } Slot;
@@ -70,6 +74,7 @@ typedef struct {
 	uint32_t stream; /* stream of its defining node */
 	uint8_t kind;    /* NV_* */
 	NodeId before;   /* NV_SNAP: the forward node it is copied before */
+	uint32_t at;     /* others: index in Grad.out of the node making it */
 } NewVal;
 
 struct Grad {
@@ -252,8 +257,10 @@ grad_end(Grad *G, Node *n, uint32_t nres)
 {
 	n->nres = (uint16_t)nres;
 	n->res = arena_alloc(G->a, ((size_t)nres + 1) * sizeof *n->res);
-	for (uint32_t i = 0; i < nres; i++)
+	for (uint32_t i = 0; i < nres; i++) {
 		n->res[i] = new_value(G, NV_TEMP, n->stream);
+		newval(G, n->res[i])->at = G->out.n;
+	}
 	check_shape(G, n);
 	vec_push(&G->out, *n);
 	return nres ? n->res[0] : NONE;
@@ -541,8 +548,10 @@ nresults(const Grad *G, const Node *n)
 }
 
 /* Needed slots, backwards from the loss; the nodes on the path; each
- * slot's contribution count and accumulation stream.  A node on the path
- * without a derivative is an error at its statement. */
+ * slot's contribution count, and its accumulation stream when rule 4's
+ * first branch chooses it: the stream of the node that makes the version
+ * (its derivative reads the sum) when that is not default.  A node on the
+ * path without a derivative is an error at its statement. */
 static int
 find_path(Grad *G, uint32_t loss)
 {
@@ -577,12 +586,16 @@ find_path(Grad *G, uint32_t loss)
 			uint32_t s = G->in[i][k];
 			if (s == NONE || !G->slots.v[s].needed)
 				continue;
-			Slot *sl = &G->slots.v[s];
-			sl->uses++;
-			if (!sl->has_user) {
-				sl->has_user = 1;
-				sl->acc_stream = n->stream;
-			}
+			G->slots.v[s].uses++;
+		}
+		/* rule 4: the accumulations of the versions i makes are read
+		 * by i's derivative, their first (and only) user */
+		if (n->stream == 0)
+			continue;
+		for (uint32_t j = 0; j < nresults(G, n); j++) {
+			Slot *sl = &G->slots.v[G->res[i][j]];
+			sl->acc_stream = n->stream;
+			sl->acc_fixed = 1;
 		}
 	}
 	return ok;
@@ -590,8 +603,36 @@ find_path(Grad *G, uint32_t loss)
 
 /* ------------------------------------------------------------------ derivation */
 
-/* Adds contribution v to slot s: the first is taken as it is, later ones
- * are summed on the slot's accumulation stream. */
+/* The stream a derived value was made on (the backward's for others). */
+static uint32_t
+stream_of(Grad *G, ValId v)
+{
+	NewVal *nv = newval(G, v);
+	return nv ? nv->stream : G->bwstream;
+}
+
+/* Rule 4's second branch: the first contribution made on a stream other
+ * than default chooses the accumulation stream; the sums made before it
+ * (on default, the last npend links of the chain ending in the slot's
+ * gradient, each reading the one before as operand 0) move to it. */
+static void
+choose_acc_stream(Grad *G, Slot *sl, uint32_t stream)
+{
+	sl->acc_stream = stream;
+	sl->acc_fixed = 1;
+	ValId v = sl->grad;
+	for (; sl->npend > 0; sl->npend--) {
+		NewVal *nv = newval(G, v);
+		Node *n = &G->out.v[nv->at];
+		nv->stream = stream;
+		n->stream = stream;
+		v = n->opnd[0].v;
+	}
+}
+
+/* Adds contribution v to slot s, in the order backward makes them: the
+ * first is taken as it is, later ones are summed on the slot's
+ * accumulation stream (rule 4; default while none is chosen). */
 static void
 contribute(Grad *G, uint32_t s, ValId v)
 {
@@ -605,6 +646,8 @@ contribute(Grad *G, uint32_t s, ValId v)
 		nv->kind = NV_GRAD;
 		nv->base = sl->val;
 	}
+	if (!sl->acc_fixed && stream_of(G, v) != 0)
+		choose_acc_stream(G, sl, stream_of(G, v));
 	if (sl->grad == NONE) {
 		sl->grad = v;
 		return;
@@ -615,15 +658,9 @@ contribute(Grad *G, uint32_t s, ValId v)
 	ValId sum = grad_op2(G, OP_ADD, grad_v(sl->grad), grad_v(v));
 	G->stream = save;
 	newval(G, sum)->kind = NV_GRAD;
-	G->slots.v[s].grad = sum;
-}
-
-/* The stream a derived value was made on (the backward's for others). */
-static uint32_t
-stream_of(Grad *G, ValId v)
-{
-	NewVal *nv = newval(G, v);
-	return nv ? nv->stream : G->bwstream;
+	sl = &G->slots.v[s];
+	sl->grad = sum;
+	sl->npend += !sl->acc_fixed;
 }
 
 /* Whether v is still to be read by backward after param number p's

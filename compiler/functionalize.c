@@ -18,10 +18,15 @@
  * are the graph's output names).  A mutated input, param or const, and a
  * mutated value the graph returns, is then written back with
  * `copy_(%x, %x.N)` at the end of the graph, on the stream of its last
- * mutation; for an input, param or const the write-back comes earlier,
- * right before any `extern` event recorded on the mutating stream after
- * the mutation, so that a caller waiting on that event sees the new value.
- * (PyTorch rejects such programs; we compile them.)
+ * mutation.  For an input, param or const the write-back comes earlier
+ * when an `extern` event is recorded after the mutation, on any stream
+ * with an event path from the mutation to the record (the happens-before
+ * clocks of races.c): then it goes right after the mutation, on its
+ * stream, where the in-place op wrote, so that it is ordered before that
+ * record and every later one the mutation is, and a caller waiting on
+ * such an event sees the new value.  Of several mutations not written
+ * back, the latest one ordered before the record is.  (PyTorch rejects
+ * such programs; we compile them.)
  *
  * A copy_ into an input, param, const or returned value that nothing reads
  * afterwards already is a write-back and stays; so do the in-place ops of
@@ -41,14 +46,20 @@ typedef struct {
 	Graph *g;
 	Diag *d;
 	ValId *cur;       /* per value as written: the version later uses read */
-	ValId *pend;      /* per caller-visible value: version not written back */
-	uint32_t *mstream;/* per caller-visible value: its last mutating stream */
+	NodeId *mlast;    /* per caller-visible value: its last mutation not
+	                     written back, NONE */
+	NodeId *mprev;    /* per mutation node: the one before it of the same
+	                     value not written back, NONE */
+	ValId *mval;      /* per mutation node of a visible value: the version
+	                     it makes */
+	VEC(ValId) pendx; /* inputs, params, consts that may have an mlast */
+	Hb hb;            /* clocks, stepped when an extern event exists */
+	int any_extern;
 	uint8_t *visible; /* input, param, const or returned */
 	NodeId *lastref;  /* per value: the last node naming it */
 	uint8_t *wbok;    /* per node: a copy_ whose target is named next only by
 	                     a full overwrite (copy_, zero_, fill_), or never */
 	NodeId backward;  /* the backward statement, NONE when none */
-	uint32_t nv;      /* values before the pass (the tables' size) */
 	NodeInsVec ins;
 	int errors;
 } Fn;
@@ -195,18 +206,46 @@ records_extern(Graph *g, const Node *n)
 	       e < g->events.n && g->events.v[e].is_extern;
 }
 
-/* copy_(%x, %pend) on stream s at slot, x's write-back. */
+/* copy_(%x, version mutation node m made) on m's stream at slot. */
 static void
-write_back(Fn *F, ValId x, uint32_t s, uint32_t slot, Loc loc)
+write_back(Fn *F, ValId x, NodeId m, uint32_t slot, Loc loc)
 {
-	Node n = races_node(F->g, OP_COPY_, 2, 0, s, 0, loc);
+	Node n = races_node(F->g, OP_COPY_, 2, 0, F->g->nodes.v[m].stream, 0, loc);
 	n.opnd[0].kind = n.opnd[1].kind = OK_VAL;
 	n.opnd[0].v = x;
-	n.opnd[1].v = F->pend[x];
+	n.opnd[1].v = F->mval[m];
 	n.opnd[0].loc = n.opnd[1].loc = loc;
 	NodeIns wb = {slot, 1, n};
 	vec_push(&F->ins, wb);
-	F->pend[x] = x;
+}
+
+/* Extern event recorded by node i on stream t, clock t's before i: each
+ * pending input, param or const whose latest mutation ordered before i is
+ * written back right after that mutation; the mutations after it stay
+ * pending. */
+static void
+write_back_before(Fn *F, const int32_t *clock)
+{
+	Graph *g = F->g;
+	uint32_t kept = 0;
+	for (uint32_t j = 0; j < F->pendx.n; j++) {
+		ValId x = F->pendx.v[j];
+		NodeId m = F->mlast[x], after = NONE;
+		while (m != NONE && !HB_DONE(clock, g->nodes.v[m].stream, m + 1)) {
+			after = m;
+			m = F->mprev[m];
+		}
+		if (m != NONE) {
+			write_back(F, x, m, m + 1, g->nodes.v[m].loc);
+			if (after == NONE)
+				F->mlast[x] = NONE;
+			else
+				F->mprev[after] = NONE;
+		}
+		if (F->mlast[x] != NONE)
+			F->pendx.v[kept++] = x;
+	}
+	F->pendx.n = kept;
 }
 
 /* In-place node i on %x (as written): checks, rewrites, renames. */
@@ -224,8 +263,8 @@ mutate(Fn *F, NodeId i)
 		F->errors++;
 		return;
 	}
-	uint32_t s = n->stream;
 	const char *name = xv->name;
+	int decl = xv->kind != VK_NODE; /* xv moves when values are made */
 	n->opnd[0].v = F->cur[x];
 	for (uint32_t k = 1; k < n->nopnd; k++)
 		if (n->opnd[k].kind == OK_VAL)
@@ -233,8 +272,11 @@ mutate(Fn *F, NodeId i)
 	ValId r = out_of_place(F, i, name);
 	F->cur[x] = r;
 	if (F->visible[x]) {
-		F->pend[x] = r;
-		F->mstream[x] = s;
+		F->mval[i] = r;
+		F->mprev[i] = F->mlast[x];
+		if (F->mlast[x] == NONE && decl)
+			vec_push(&F->pendx, x);
+		F->mlast[x] = i;
 	}
 }
 
@@ -257,7 +299,9 @@ rename_uses(Fn *F, NodeId i)
 }
 
 /* Walks the nodes: write-backs before extern records, in-place ops out
- * of place, later uses renamed. */
+ * of place, later uses renamed.  The clocks step each node as written,
+ * before it is rewritten (a copy_ that becomes nothing still marks its
+ * place on its stream). */
 static void
 rewrite(Fn *F)
 {
@@ -265,14 +309,13 @@ rewrite(Fn *F)
 	uint32_t nn = g->nodes.n;
 	for (NodeId i = 0; i < nn; i++) {
 		Node *n = &g->nodes.v[i];
+		if (F->any_extern) {
+			if (records_extern(g, n))
+				write_back_before(F, hb_clock(&F->hb, n->stream));
+			hb_step(&F->hb, i);
+		}
 		if (n->flags & NF_DEAD)
 			continue;
-		if (records_extern(g, n)) {
-			for (ValId x = 0; x < F->nv; x++)
-				if (F->visible[x] && g->vals.v[x].kind != VK_NODE &&
-				    F->pend[x] != x && F->mstream[x] == n->stream)
-					write_back(F, x, n->stream, i, n->loc);
-		}
 		if (!inplace(n) || (n->flags & NF_BACKWARD)) {
 			rename_uses(F, i);
 			continue;
@@ -281,7 +324,7 @@ rewrite(Fn *F)
 			ValId x = n->opnd[0].v;
 			rename_uses(F, i);
 			n->opnd[0].v = x;
-			F->pend[x] = x;
+			F->mlast[x] = NONE;
 			continue;
 		}
 		mutate(F, i);
@@ -312,16 +355,19 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	if (!races_check_writes(g, po, d))
 		return 0;
 	uint32_t nv = g->vals.n;
-	Fn F = {.g = g, .d = d, .backward = NONE, .nv = nv};
+	Fn F = {.g = g, .d = d, .backward = NONE};
+	uint32_t nn = g->nodes.n;
 	F.cur = xmalloc((nv + 1) * sizeof *F.cur);
-	F.pend = xmalloc((nv + 1) * sizeof *F.pend);
-	F.mstream = calloc(nv + 1, sizeof *F.mstream);
+	F.mlast = xmalloc((nv + 1) * sizeof *F.mlast);
+	F.mprev = xmalloc((nn + 1) * sizeof *F.mprev);
+	F.mval = xmalloc((nn + 1) * sizeof *F.mval);
 	F.visible = calloc(nv + 1, 1);
 	F.lastref = xmalloc((nv + 1) * sizeof *F.lastref);
-	if (!F.mstream || !F.visible)
+	if (!F.visible)
 		out_of_memory(0);
 	for (ValId v = 0; v < nv; v++) {
-		F.cur[v] = F.pend[v] = v;
+		F.cur[v] = v;
+		F.mlast[v] = NONE;
 		F.lastref[v] = NONE;
 		F.visible[v] = g->vals.v[v].kind != VK_NODE;
 	}
@@ -356,16 +402,24 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 				next[n->opnd[k].v] = full && k == 0 ? 1 : 2;
 	}
 	free(next);
+	for (uint32_t e = 0; e < g->events.n; e++)
+		F.any_extern |= g->events.v[e].is_extern;
+	if (F.any_extern)
+		hb_init(&F.hb, g);
 	rewrite(&F);
+	if (F.any_extern)
+		hb_free(&F.hb);
 	for (ValId x = 0; x < nv; x++)
-		if (F.visible[x] && F.pend[x] != x)
-			write_back(&F, x, F.mstream[x], g->nodes.n, g->retloc);
+		if (F.visible[x] && F.mlast[x] != NONE)
+			write_back(&F, x, F.mlast[x], g->nodes.n, g->retloc);
 	if (!F.errors)
 		races_insert(g, &F.ins);
 	vec_free(&F.ins);
+	vec_free(&F.pendx);
 	free(F.cur);
-	free(F.pend);
-	free(F.mstream);
+	free(F.mlast);
+	free(F.mprev);
+	free(F.mval);
 	free(F.visible);
 	free(F.wbok);
 	free(F.lastref);
