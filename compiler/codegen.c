@@ -18,7 +18,9 @@
 
 /* ------------------------------------------------------------------ templates */
 
-/* The text of section "FILE:NAME", or NULL; *len gets its length. */
+/* The text of section "FILE:NAME", or NULL; *len gets its length.  A
+ * section starts after its line "//@ NAME" and ends at the next "//@ "
+ * line (found with strstr: this runs for every statement emitted). */
 static const char *
 find_section(const char *section, size_t *len)
 {
@@ -28,26 +30,32 @@ find_section(const char *section, size_t *len)
 	size_t flen = (size_t)(colon - section);
 	const char *name = colon + 1;
 	size_t nlen = strlen(name);
+	char needle[128];
+	if (nlen + 7 > sizeof needle)
+		return NULL;
+	needle[0] = '\n';
+	memcpy(needle + 1, "//@ ", 4);
+	memcpy(needle + 5, name, nlen);
+	needle[nlen + 5] = '\n';
+	needle[nlen + 6] = 0;
 	for (unsigned i = 0; i < cg_ntemplate_files; i++) {
 		const CgTemplateFile *tf = &cg_template_files[i];
 		if (strlen(tf->name) != flen || strncmp(tf->name, section, flen) != 0)
 			continue;
-		for (const char *p = tf->text; p && *p;) {
-			const char *eol = strchr(p, '\n');
-			const char *next = eol ? eol + 1 : p + strlen(p);
-			if (strncmp(p, "//@ ", 4) == 0 &&
-			    (size_t)((eol ? eol : next) - (p + 4)) == nlen &&
-			    strncmp(p + 4, name, nlen) == 0) {
-				const char *end = next;
-				while (*end && strncmp(end, "//@ ", 4) != 0) {
-					const char *e = strchr(end, '\n');
-					end = e ? e + 1 : end + strlen(end);
-				}
-				*len = (size_t)(end - next);
-				return next;
-			}
-			p = next;
-		}
+		const char *p = tf->text;
+		if (!p)
+			return NULL;
+		const char *start;
+		if (strncmp(p, needle + 1, nlen + 5) == 0) /* the file's first section */
+			start = p + nlen + 5;
+		else if ((start = strstr(p, needle)) != NULL)
+			start += nlen + 6;
+		else
+			return NULL;
+		const char *end = strstr(start - 1, "\n//@ ");
+		end = end ? end + 1 : start + strlen(start);
+		*len = (size_t)(end - start);
+		return start;
 	}
 	return NULL;
 }
@@ -229,20 +237,26 @@ cg_fmt(Cg *c, const char *fmt, ...)
 	return s;
 }
 
+/* Formats into the room left (one vsnprintf when it fits, as it mostly
+ * does), else grows and formats again. */
 static void
 str_vaddf(CgStr *s, const char *fmt, va_list ap)
 {
+	if (s->cap < 64) {
+		s->cap = 64;
+		s->p = xrealloc(s->p, s->cap);
+	}
 	va_list aq;
 	va_copy(aq, ap);
-	int n = vsnprintf(NULL, 0, fmt, aq);
+	int n = vsnprintf(s->p + s->n, s->cap - s->n, fmt, aq);
 	va_end(aq);
 	if (n < 0)
 		ICE("vsnprintf failed");
 	if (s->n + (size_t)n + 1 > s->cap) {
 		s->cap = (s->n + (size_t)n + 1) * 2;
 		s->p = xrealloc(s->p, s->cap);
+		vsnprintf(s->p + s->n, (size_t)n + 1, fmt, ap);
 	}
-	vsnprintf(s->p + s->n, (size_t)n + 1, fmt, ap);
 	s->n += (size_t)n;
 }
 
@@ -372,10 +386,12 @@ attr_text(Cg *c, Graph *g, const Attr *a)
 		return (char *)(a->i >= 0 && (uint64_t)a->i < g->events.n
 		                ? g->events.v[a->i].name : "?");
 	case AT_INTS: {
-		char *s = "[";
+		CgStr s = {0};
+		cg_str_addf(&s, "[");
 		for (uint32_t k = 0; k < a->nints; k++)
-			s = cg_fmt(c, "%s%s%" PRId64, s, k ? ", " : "", a->ints[k]);
-		return cg_fmt(c, "%s]", s);
+			cg_str_addf(&s, "%s%" PRId64, k ? ", " : "", a->ints[k]);
+		cg_str_addf(&s, "]");
+		return cg_str_done(c, &s);
 	}
 	}
 	return "?";
@@ -400,31 +416,34 @@ opnd_text(Cg *c, Graph *g, const Opnd *o)
 char *
 cg_node_text(Cg *c, Graph *g, const Node *n)
 {
-	char *s = "";
+	CgStr s = {0};
 	for (uint32_t j = 0; j < n->nres; j++)
-		s = cg_fmt(c, "%s%s%%%s", s, j ? ", " : "", g->vals.v[n->res[j]].name);
+		cg_str_itemf(&s, ", ", "%%%s", g->vals.v[n->res[j]].name);
 	if (n->nres)
-		s = cg_fmt(c, "%s = ", s);
-	if (n->op == OP_DEL || n->op == OP_OFFLOAD)
-		return cg_fmt(c, "%s %s", op_name(n->op), opnd_text(c, g, &n->opnd[0]));
-	s = cg_fmt(c, "%s%s(", s, op_name(n->op));
+		cg_str_addf(&s, " = ");
+	if (n->op == OP_DEL || n->op == OP_OFFLOAD) {
+		cg_str_addf(&s, "%s %s", op_name(n->op), opnd_text(c, g, &n->opnd[0]));
+		return cg_str_done(c, &s);
+	}
+	cg_str_addf(&s, "%s(", op_name(n->op));
 	int k = 0;
 	for (uint32_t i = 0; i < n->nopnd; i++, k++)
-		s = cg_fmt(c, "%s%s%s", s, k ? ", " : "", opnd_text(c, g, &n->opnd[i]));
+		cg_str_addf(&s, "%s%s", k ? ", " : "", opnd_text(c, g, &n->opnd[i]));
 	if (n->op < OP__N) {
 		const OpInfo *oi = &op_table[n->op];
 		for (uint32_t i = 0; i < n->nattr && i < oi->nattr; i++) {
 			if (!n->attr[i].set)
 				continue;
-			s = cg_fmt(c, "%s%s%s=%s", s, k++ ? ", " : "", oi->attr[i].name,
-			           attr_text(c, g, &n->attr[i]));
+			cg_str_addf(&s, "%s%s=%s", k++ ? ", " : "", oi->attr[i].name,
+			            attr_text(c, g, &n->attr[i]));
 		}
 	}
 	for (uint32_t i = 0; i < n->nextra; i++)
-		s = cg_fmt(c, "%s%s%s=%s", s, k++ ? ", " : "", n->extra[i].key,
-		           attr_text(c, g, &n->extra[i].a));
+		cg_str_addf(&s, "%s%s=%s", k++ ? ", " : "", n->extra[i].key,
+		            attr_text(c, g, &n->extra[i].a));
 	/* (user text in it, string attributes, is escaped: text_escape) */
-	return cg_fmt(c, "%s)", s);
+	cg_str_addf(&s, ")");
+	return cg_str_done(c, &s);
 }
 
 /* ------------------------------------------------------------------ dtypes */

@@ -169,8 +169,8 @@ arena_numbered(Arena *a, const char *base, size_t bl, char sep, uint32_t n)
 	return p;
 }
 
-/* GCC's sanitizer builds warn, wrongly, of a null format string in the
- * measuring vsnprintf call below (clang has no such warning group). */
+/* GCC's sanitizer builds warn, wrongly, of format truncation in the
+ * vsnprintf calls below (clang has no such warning group). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-truncation"
@@ -178,11 +178,19 @@ arena_numbered(Arena *a, const char *base, size_t bl, char sep, uint32_t n)
 char *
 arena_vprintf(Arena *a, const char *fmt, va_list ap)
 {
+	char buf[256]; /* most texts fit: one vsnprintf */
 	va_list ap2;
 	va_copy(ap2, ap);
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	char *p = arena_alloc(a, (size_t)n + 1);
-	vsnprintf(p, (size_t)n + 1, fmt, ap2);
+	int n = vsnprintf(buf, sizeof buf, fmt, ap);
+	if (n < 0)
+		ICE("vsnprintf failed");
+	char *p;
+	if ((size_t)n < sizeof buf) {
+		p = arena_strndup(a, buf, (size_t)n);
+	} else {
+		p = arena_alloc(a, (size_t)n + 1);
+		vsnprintf(p, (size_t)n + 1, fmt, ap2);
+	}
 	va_end(ap2);
 	return p;
 }
