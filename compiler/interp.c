@@ -435,9 +435,9 @@ interp_run(Module *m, Graph *g, const RunOptions *ro)
 	R.ro = ro;
 	R.rng = ro->interleave_seed;
 	analyse(&R);
-	int status = interp_load(&R.I, ro, R.persist);
+	int status = interp_optim_load(&R.I, ro);
 	if (!status)
-		status = interp_optim_load(&R.I, ro);
+		status = interp_load(&R.I, ro, R.persist);
 	for (int step = 0; !status && step < (ro->steps > 0 ? ro->steps : 1); step++)
 		status = run_call(&R);
 	if (!status) {

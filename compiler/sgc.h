@@ -628,6 +628,8 @@ typedef struct {
 	uint64_t seed;                      /* default 0 */
 	int interleave;                     /* --interleave=SEED given */
 	uint64_t interleave_seed;
+	int allow_extra;                    /* --allow-extra: ignore tensors
+	                                       of the files that match no name */
 } RunOptions;
 /* Runs graph g (checked, after all passes) on the CPU; returns the exit
  * status (0 ok, 1 mismatch between files and the graph, 3 I/O error),
@@ -695,6 +697,8 @@ void interp_strides(int rank, const int64_t *shape, int64_t *stride);
 /* interp_io.c: fills persist[v] for every input, param and const from the
  * files (or the deterministic initialisation); writes --out (or prints the
  * returned values, rets[i] for g->rets.v[i]).  Return exit statuses. */
+/* interp_optim_load first: the optimizer state's names are known names
+ * of --params. */
 int interp_load(Interp *I, const RunOptions *ro, Tensor **persist);
 int interp_save(Interp *I, const RunOptions *ro, Tensor **persist,
                 Tensor **rets, const uint8_t *mutated);
@@ -1026,6 +1030,9 @@ GRAD_RULE(grad_control_deps);
 int interp_optim_load(Interp *I, const RunOptions *ro);
 uint32_t interp_optim_count(const Interp *I);
 const char *interp_optim_name(const Interp *I, uint32_t i);
+/* The name of the i-th state tensor the graph's updates use, present or
+ * not; NULL past the last. */
+const char *interp_optim_declared(const Interp *I, uint32_t i);
 const Tensor *interp_optim_tensor(const Interp *I, uint32_t i);
 void interp_optim_free(Interp *I);
 
