@@ -413,6 +413,13 @@ def check_errors(S, fx2sg):
     expect("error: unsupported op", _cumsum, "Error", "cumsum")
     expect("error: names the user's line", _cumsum, "Error", "test_fx2sg.py:")
     expect("error: data-dependent control flow", _data_dependent, "Error", "cannot trace")
+    expect("error: dropout with training=True", lambda m, x, y: F.dropout(x, 0.5, True),
+           "Error", "training=True")
+    expect("error: an argument fx2sg drops is named",
+           lambda m, x, y: F.mse_loss(x, y, size_average=False), "Error", "size_average=False")
+    expect("error: an out= argument is named",
+           lambda m, x, y: torch.add(x, y, out=torch.empty(3)), "Error", "out=")
+    check_embedding_args(S, fx2sg)
     spec = os.path.join(HERE, "test_fx2sg.py") + ":mlp"
     cases = [
         ("cli: bad type", [spec, "-o", S.path("e.sg"), "--input", "x=f33[4]"], 2, "not a type"),
@@ -439,6 +446,43 @@ def check_errors(S, fx2sg):
             S.report(label, "an output was written despite the error")
         else:
             S.report(label, None)
+
+
+class Emb(nn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        self.emb = nn.Embedding(6, 4, **kw)
+
+    def forward(self, x):
+        return self.emb(x)
+
+
+def check_embedding_args(S, fx2sg):
+    """nn.Embedding's padding_idx and scale_grad_by_freq change only the
+    gradient: a forward export is exact, --loss an Error naming them;
+    max_norm is always an Error."""
+    idx = {"x": torch.tensor([[0, 1, 2], [2, 0, 5]])}
+    for kw, loss, needle in (({"padding_idx": 0}, "mse", "padding_idx=0"),
+                             ({"scale_grad_by_freq": True}, "mse", "scale_grad_by_freq"),
+                             ({"max_norm": 1.0}, None, "max_norm")):
+        label = "error: embedding %s%s" % (list(kw)[0], " under --loss" if loss else "")
+        try:
+            fx2sg.export(Emb(**kw), idx, loss=loss)
+            S.report(label, "exported without an error")
+        except fx2sg.Error as e:
+            S.report(label, None if needle in str(e) else "message lacks %r: %s" % (needle, e))
+    m = Emb(padding_idx=0).eval()
+    with torch.no_grad():
+        m.emb.weight[0] = 3.0      # a loaded table need not have a zero row
+    ex = fx2sg.export(m, idx)
+    sg, par, inp = S.path("emb.sg"), S.path("emb.p"), S.path("emb.i")
+    with open(sg, "w") as f:
+        f.write(ex.sg)
+    stio.save(par, ex.params)
+    stio.save(inp, ex.inputs)
+    out, why = sgc_run(S, sg, par, inp, S.path("emb.o"))
+    S.report("embedding padding_idx: forward export exact",
+             why or compare(out["out"], m(idx["x"]).detach()))
 
 
 def cumsum_model():
