@@ -353,6 +353,8 @@ def check_api(S, fx2sg):
         except Exception as e:  # noqa: BLE001 - reported as a failure
             S.report("api " + label, "export raised %s: %s" % (type(e).__name__, e))
             continue
+        for w in ex.warnings:      # e.g. torch.export fell back to torch.fx
+            print("note: api %s: %s" % (label, w))
         sg = S.path("api%d.sg" % i)
         with open(sg, "w") as f:
             f.write(ex.sg)
@@ -462,15 +464,18 @@ def check_embedding_args(S, fx2sg):
     gradient: a forward export is exact, --loss an Error naming them;
     max_norm is always an Error."""
     idx = {"x": torch.tensor([[0, 1, 2], [2, 0, 5]])}
-    for kw, loss, needle in (({"padding_idx": 0}, "mse", "padding_idx=0"),
-                             ({"scale_grad_by_freq": True}, "mse", "scale_grad_by_freq"),
-                             ({"max_norm": 1.0}, None, "max_norm")):
-        label = "error: embedding %s%s" % (list(kw)[0], " under --loss" if loss else "")
-        try:
-            fx2sg.export(Emb(**kw), idx, loss=loss)
-            S.report(label, "exported without an error")
-        except fx2sg.Error as e:
-            S.report(label, None if needle in str(e) else "message lacks %r: %s" % (needle, e))
+    for trace in ["fx"] + (["export"] if HAVE_EXPORT else []):
+        for kw, loss, needle in (({"padding_idx": 0}, "mse", "padding_idx=0"),
+                                 ({"scale_grad_by_freq": True}, "mse", "scale_grad_by_freq"),
+                                 ({"max_norm": 1.0}, None, "max_norm")):
+            label = "error: embedding %s%s [%s]" % (list(kw)[0], " under --loss" if loss else "",
+                                                    trace)
+            try:
+                fx2sg.export(Emb(**kw), idx, loss=loss, trace=trace)
+                S.report(label, "exported without an error")
+            except fx2sg.Error as e:
+                S.report(label, None if needle in str(e) else
+                         "message lacks %r: %s" % (needle, e))
     m = Emb(padding_idx=0).eval()
     with torch.no_grad():
         m.emb.weight[0] = 3.0      # a loaded table need not have a zero row
