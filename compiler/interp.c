@@ -535,9 +535,9 @@ interp_run(Module *m, Graph *g, const RunOptions *ro)
 		analyse(R);
 	}
 	for (int r = 0; !status && r < world; r++) {
-		status = interp_load(&Rs[r].I, &ros[r], Rs[r].persist);
+		status = interp_optim_load(&Rs[r].I, &ros[r]);
 		if (!status)
-			status = interp_optim_load(&Rs[r].I, &ros[r]);
+			status = interp_load(&Rs[r].I, &ros[r], Rs[r].persist);
 	}
 	for (int step = 0; !status && step < (ro->steps > 0 ? ro->steps : 1); step++)
 		status = run_call(Rs, world);

@@ -56,22 +56,80 @@ load_from(Interp *I, const char *path, const SgrtSafetensors *f, ValId v,
 	return 0;
 }
 
-/* Params and consts: from --params, or initialised from --seed. */
+typedef VEC(const char *) NameList;
+
+/* Appends the names of values vs[0..n). */
+static void
+add_names(NameList *l, const Graph *g, const ValId *vs, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		vec_push(l, g->vals.v[vs[i]].name);
+}
+
+/* An error when file f (of path; inputs: the --inputs file) holds a tensor
+ * whose name is none of the graph's files' names: inputs, params, consts,
+ * returned values, optimizer state (what the driver's table holds), so
+ * that --out files chain into --params and --inputs. */
+static int
+check_extra(Interp *I, const RunOptions *ro, const char *path,
+            const SgrtSafetensors *f, int inputs)
+{
+	const Graph *g = I->g;
+	NameList known = {0}, want = {0};
+	const char *s;
+	char err[2048];
+	if (!path || ro->allow_extra)
+		return 0;
+	if (inputs) {
+		add_names(&want, g, g->inputs.v, g->inputs.n);
+	} else {
+		add_names(&want, g, g->params.v, g->params.n);
+		add_names(&want, g, g->consts.v, g->consts.n);
+		for (uint32_t i = 0; (s = interp_optim_declared(I, i)); i++)
+			vec_push(&want, s);
+	}
+	for (uint32_t i = 0; i < want.n; i++)
+		vec_push(&known, want.v[i]);
+	if (inputs) {
+		add_names(&known, g, g->params.v, g->params.n);
+		add_names(&known, g, g->consts.v, g->consts.n);
+		for (uint32_t i = 0; (s = interp_optim_declared(I, i)); i++)
+			vec_push(&known, s);
+	} else {
+		add_names(&known, g, g->inputs.v, g->inputs.n);
+	}
+	add_names(&known, g, g->rets.v, g->rets.n);
+	int rc = sgrt_st_check_extra(path, f, known.v, known.n, want.v, want.n,
+	                             "--allow-extra ignores them", err, sizeof err);
+	if (rc)
+		fprintf(stderr, "sgc run: error: %s\n", err);
+	vec_free(&known);
+	vec_free(&want);
+	return rc;
+}
+
+/* Params and consts: from --params, or initialised from --seed (with a
+ * warning naming those a given --params file lacks). */
 static int
 load_model(Interp *I, const RunOptions *ro, const SgrtSafetensors *pf,
            Tensor **persist)
 {
 	Graph *g = I->g;
+	NameList lack = {0};
 	for (int pass = 0; pass < 2; pass++) {
 		const ValId *vs = pass ? g->consts.v : g->params.v;
 		uint32_t n = pass ? g->consts.n : g->params.n;
 		for (uint32_t i = 0; i < n; i++) {
 			ValId v = vs[i];
 			int rc = load_from(I, ro->params, pf, v, &persist[v]);
-			if (rc)
+			if (rc) {
+				vec_free(&lack);
 				return rc;
+			}
 			if (persist[v])
 				continue;
+			if (pf)
+				vec_push(&lack, g->vals.v[v].name);
 			const Type *ty = &g->vals.v[v].type;
 			Tensor *t = interp_tensor_new(NULL, (DType)ty->dt, ty->rank, ty->d);
 			sgrt_init_tensor(g->vals.v[v].name, ro->seed, ty->dt, ty->rank,
@@ -80,6 +138,8 @@ load_model(Interp *I, const RunOptions *ro, const SgrtSafetensors *pf,
 			persist[v] = t;
 		}
 	}
+	sgrt_warn_missing("sgc run", ro->params, lack.v, lack.n, ro->seed);
+	vec_free(&lack);
 	return 0;
 }
 
@@ -134,7 +194,11 @@ interp_load(Interp *I, const RunOptions *ro, Tensor **persist)
 		sgrt_st_free(&pf);
 		return EXIT_IO;
 	}
-	rc = load_model(I, ro, ro->params ? &pf : NULL, persist);
+	rc = check_extra(I, ro, ro->params, &pf, 0);
+	if (!rc)
+		rc = check_extra(I, ro, ro->inputs, &inf, 1);
+	if (!rc)
+		rc = load_model(I, ro, ro->params ? &pf : NULL, persist);
 	if (!rc)
 		rc = load_inputs(I, ro, ro->inputs ? &inf : NULL, persist);
 	sgrt_st_free(&pf);

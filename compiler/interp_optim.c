@@ -148,6 +148,12 @@ present(const Interp *I, uint32_t i)
 	ICE("optimizer state %u out of range", i);
 }
 
+const char *
+interp_optim_declared(const Interp *I, uint32_t i)
+{
+	return I->optim && i < I->optim->e.n ? I->optim->e.v[i].name : NULL;
+}
+
 /* Name and tensor of the i-th existing state tensor. */
 const char *
 interp_optim_name(const Interp *I, uint32_t i)

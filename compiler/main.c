@@ -87,6 +87,7 @@ static const char help_text[] =
 "  --out O              write outputs, params and state (safetensors)\n"
 "  --steps N            run N calls (default 1)\n"
 "  --seed S             seed for params missing from --params (default 0)\n"
+"  --allow-extra        ignore tensors of --params/--inputs that match no name\n"
 "  --interleave=SEED    interleave streams in a random legal order, poisoning\n"
 "                       freed buffers\n"
 "\n"
@@ -364,6 +365,8 @@ parse_options(int argc, char **argv, Options *o)
 		           opt_value(argc, argv, &i, "--seed", &v, &err)) {
 			if (!err)
 				parse_u64("--seed", v, &o->ro.seed, &err);
+		} else if (o->mode == MODE_RUN && strcmp(a, "--allow-extra") == 0) {
+			o->ro.allow_extra = 1;
 		} else if (o->mode == MODE_RUN &&
 		           opt_value(argc, argv, &i, "--interleave", &v, &err)) {
 			if (!err && parse_u64("--interleave", v, &o->ro.interleave_seed, &err))
@@ -373,7 +376,8 @@ parse_options(int argc, char **argv, Options *o)
 			                   o->mode != MODE_RUN && (strncmp(a, "--params", 8) == 0 ||
 			                   strncmp(a, "--inputs", 8) == 0 || strncmp(a, "--out", 5) == 0 ||
 			                   strncmp(a, "--steps", 7) == 0 || strncmp(a, "--seed", 6) == 0 ||
-			                   strncmp(a, "--interleave", 12) == 0)
+			                   strncmp(a, "--interleave", 12) == 0 ||
+			                   strcmp(a, "--allow-extra") == 0)
 			                   ? " (it belongs to 'sgc run')" : "");
 		} else {
 			if (o->input)

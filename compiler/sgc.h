@@ -642,6 +642,8 @@ typedef struct {
 	int seed_inputs;    /* fuzzing: inputs missing from --inputs are
 	                       initialised from --seed as params are */
 	FILE *print;        /* returned values without --out: NULL, stdout */
+	int allow_extra;    /* --allow-extra: ignore tensors of the files that
+	                       match no name */
 } RunOptions;
 /* Runs graph g (checked, after all passes) on the CPU; returns the exit
  * status (0 ok, 1 mismatch between files and the graph, 3 I/O error),
@@ -714,6 +716,8 @@ void interp_strides(int rank, const int64_t *shape, int64_t *stride);
 /* interp_io.c: fills persist[v] for every input, param and const from the
  * files (or the deterministic initialisation); writes --out (or prints the
  * returned values, rets[i] for g->rets.v[i]).  Return exit statuses. */
+/* interp_optim_load first: the optimizer state's names are known names
+ * of --params. */
 int interp_load(Interp *I, const RunOptions *ro, Tensor **persist);
 /* An error of `sgc run` at a place of the source (a diagnostic). */
 void interp_report(Interp *I, Loc at, const char *fmt, ...)
@@ -1048,6 +1052,9 @@ GRAD_RULE(grad_control_deps);
 int interp_optim_load(Interp *I, const RunOptions *ro);
 uint32_t interp_optim_count(const Interp *I);
 const char *interp_optim_name(const Interp *I, uint32_t i);
+/* The name of the i-th state tensor the graph's updates use, present or
+ * not; NULL past the last. */
+const char *interp_optim_declared(const Interp *I, uint32_t i);
 const Tensor *interp_optim_tensor(const Interp *I, uint32_t i);
 void interp_optim_free(Interp *I);
 

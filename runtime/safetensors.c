@@ -857,6 +857,87 @@ sgrt_st_check(const char *path, const SgrtTensor *t, int dtype, int rank,
 	return SGRT_EMISMATCH;
 }
 
+char *
+sgrt_names_text(char *buf, size_t len, const char *const *names, size_t n)
+{
+	char nb[SHOWN_NAME + 8], tail[48];
+	size_t i, k = 0, need;
+
+	if (!len)
+		return buf;
+	buf[0] = 0;
+	for (i = 0; i < n; i++) {
+		show(nb, names[i]);
+		snprintf(tail, sizeof tail, ", ... (%zu in all)", n);
+		need = strlen(nb) + 4 + (i + 1 < n ? strlen(tail) : 0);
+		if (k + need >= len) {
+			if (k + strlen(tail) < len)
+				snprintf(buf + k, len - k, "%s", i ? tail : tail + 2);
+			return buf;
+		}
+		k += (size_t)snprintf(buf + k, len - k, "%s'%s'", i ? ", " : "", nb);
+	}
+	return buf;
+}
+
+int
+sgrt_st_check_extra(const char *path, const SgrtSafetensors *f,
+                    const char *const *known, size_t nknown,
+                    const char *const *expect, size_t nexpect,
+                    const char *hint, char *err, size_t errlen)
+{
+	const char **extra;
+	uint8_t *hit;
+	size_t i, n = 0;
+	char have[1024], want[1024];
+
+	if (!f || !f->n)
+		return SGRT_OK;
+	hit = calloc(f->n, 1);
+	extra = calloc(f->n, sizeof *extra);
+	if (!hit || !extra) {
+		free(hit);
+		free(extra);
+		if (err && errlen)
+			snprintf(err, errlen, "%s: out of memory", path);
+		return SGRT_EIO;
+	}
+	for (i = 0; i < nknown; i++) {
+		const SgrtTensor *t = sgrt_st_find(f, known[i]);
+		if (t)
+			hit[t - f->t] = 1;
+	}
+	for (i = 0; i < f->n; i++)
+		if (!hit[i])
+			extra[n++] = f->t[i].name;
+	if (n && err && errlen)
+		snprintf(err, errlen, "%s: %s %s match%s no name of the graph "
+		         "(it reads %s from this file)%s%s", path,
+		         n == 1 ? "tensor" : "tensors",
+		         sgrt_names_text(have, sizeof have, extra, n),
+		         n == 1 ? "es" : "",
+		         nexpect ? sgrt_names_text(want, sizeof want, expect, nexpect)
+		                 : "nothing",
+		         hint ? "; " : "", hint ? hint : "");
+	free(hit);
+	free(extra);
+	return n ? SGRT_EMISMATCH : SGRT_OK;
+}
+
+void
+sgrt_warn_missing(const char *prog, const char *path,
+                  const char *const *names, size_t n, uint64_t seed)
+{
+	char buf[1024];
+
+	if (!n)
+		return;
+	fprintf(stderr, "%s: warning: %s lacks %s, which start%s from "
+	        "--seed %" PRIu64 "\n", prog, path,
+	        sgrt_names_text(buf, sizeof buf, names, n), n == 1 ? "s" : "",
+	        seed);
+}
+
 /* ---------------------------------------------------------------- writer */
 
 static void

@@ -81,4 +81,24 @@ int sgrt_st_serialize(const char *path, const SgrtTensor *t, uint32_t n,
 int sgrt_st_check(const char *path, const SgrtTensor *t, int dtype, int rank,
                   const int64_t *shape, char *err, size_t errlen);
 
+/* Names for a message into buf (len bytes): 'a', 'b', 'c', cut with
+ * ", ... (N in all)" when they do not fit.  Returns buf. */
+char *sgrt_names_text(char *buf, size_t len, const char *const *names,
+                      size_t n);
+
+/* Checks that every tensor of f has one of the names known[0..nknown) (the
+ * names of the graph).  Otherwise returns SGRT_EMISMATCH with a message
+ * naming the file, the tensors that match nothing and expect[0..nexpect)
+ * (the names the file is read for), then hint (may be NULL), e.g. "use
+ * --allow-extra to ignore them". */
+int sgrt_st_check_extra(const char *path, const SgrtSafetensors *f,
+                        const char *const *known, size_t nknown,
+                        const char *const *expect, size_t nexpect,
+                        const char *hint, char *err, size_t errlen);
+
+/* Prints to stderr "PROG: warning: PATH lacks 'a', 'b', which start from
+ * --seed S" (nothing when n is 0): params and consts a file lacks. */
+void sgrt_warn_missing(const char *prog, const char *path,
+                       const char *const *names, size_t n, uint64_t seed);
+
 #endif

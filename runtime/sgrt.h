@@ -387,6 +387,7 @@ typedef struct {
 	long bench;      /* 0 when not given */
 	uint64_t seed;   /* 0 when not given */
 	int device;      /* -1 when not given */
+	int allow_extra; /* --allow-extra */
 	int help;        /* --help or -h */
 } SgrtArgs;
 
@@ -423,13 +424,17 @@ size_t sgrt_tensor_bytes(const SgrtTensorDesc *t);
 #define SGRT_ROLES_OWNED                                                      \
 	((1 << SGRT_ROLE_PARAM) | (1 << SGRT_ROLE_CONST) | (1 << SGRT_ROLE_STATE))
 #define SGRT_ROLES_INPUTS (1 << SGRT_ROLE_INPUT)
+/* Or'd into roles: tensors of the file that match no name are ignored. */
+#define SGRT_LOAD_ALLOW_EXTRA (1 << 16)
 
 /* Fills the tensors of the given roles whose ptr[i] is not NULL (device or
  * pinned host addresses) from the safetensors file at path (NULL: no
  * file).  A tensor found must match its declaration (SGRT_EMISMATCH); a
  * missing input is an error (SGRT_EMISMATCH), a missing param or const is
- * initialised from seed as init.h says, missing state is zeros.  Tensors
- * of the file the graph does not declare are ignored.  Synchronises the
+ * initialised from seed as init.h says (with a warning on stderr naming
+ * them when a file was given), missing state is zeros.  A tensor of the
+ * file whose name is none of t[] (any role) is an error (SGRT_EMISMATCH)
+ * naming it, unless roles has SGRT_LOAD_ALLOW_EXTRA.  Synchronises the
  * device before returning. */
 int sgrt_load_tensors(SgrtModel *m, const char *path, const SgrtTensorDesc *t,
                       int n, void *const *ptr, int roles, uint64_t seed);

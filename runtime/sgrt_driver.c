@@ -35,7 +35,7 @@ sgrt_usage(FILE *f, const char *prog)
 	    "usage: %s [--params P.safetensors] [--inputs I.safetensors] "
 	    "[--out O.safetensors]\n"
 	    "       [--steps N] [--bench N] [--seed S] [--trace T.json] "
-	    "[--device K]\n", prog);
+	    "[--device K] [--allow-extra]\n", prog);
 }
 
 /* Parses a decimal integer in [lo, hi]. */
@@ -113,6 +113,10 @@ sgrt_args_parse(SgrtArgs *a, int argc, char **argv, char *err, size_t errlen)
 
 		if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
 			a->help = 1;
+			continue;
+		}
+		if (!strcmp(arg, "--allow-extra")) {
+			a->allow_extra = 1;
 			continue;
 		}
 		if (strncmp(arg, "--", 2) != 0 || !arg[2]) {
@@ -202,16 +206,35 @@ sgrt_load_tensors(SgrtModel *m, const char *path, const SgrtTensorDesc *t,
 {
 	SgrtSafetensors f;
 	char err[SGRT_ERRLEN];
+	const char **known = calloc(n ? n : 1, sizeof *known);
+	const char **want = calloc(n ? n : 1, sizeof *want);
+	const char **lack = calloc(n ? n : 1, sizeof *lack);
+	size_t nwant = 0, nlack = 0;
 	int i, rc = SGRT_OK;
 
 	memset(&f, 0, sizeof f);
-	if (path && (rc = sgrt_st_read(path, &f, err, sizeof err)) != SGRT_OK)
-		return sgrt_fail(m, rc, -1, "%s", err);
+	if (!known || !want || !lack)
+		rc = sgrt_fail(m, SGRT_ENOMEM, 0, "out of memory");
+	else if (path && (rc = sgrt_st_read(path, &f, err, sizeof err)))
+		rc = sgrt_fail(m, rc, -1, "%s", err);
+	for (i = 0; i < n && rc == SGRT_OK; i++) {
+		known[i] = t[i].name;
+		if (ptr[i] && roles & (1 << t[i].role))
+			want[nwant++] = t[i].name;
+	}
+	if (rc == SGRT_OK && path && !(roles & SGRT_LOAD_ALLOW_EXTRA) &&
+	    (rc = sgrt_st_check_extra(path, &f, known, (size_t)n, want, nwant,
+	                              "--allow-extra ignores them", err,
+	                              sizeof err)))
+		rc = sgrt_fail(m, rc, -1, "%s", err);
 	for (i = 0; i < n && rc == SGRT_OK; i++) {
 		const SgrtTensor *ft;
 		if (!ptr[i] || !(roles & (1 << t[i].role)))
 			continue;
 		ft = path ? sgrt_st_find(&f, t[i].name) : NULL;
+		if (!ft && path && (t[i].role == SGRT_ROLE_PARAM ||
+		                    t[i].role == SGRT_ROLE_CONST))
+			lack[nlack++] = t[i].name;
 		if (!ft)
 			rc = load_missing(m, path, &t[i], ptr[i], seed);
 		else if ((rc = sgrt_st_check(path, ft, t[i].dtype, t[i].rank,
@@ -220,7 +243,12 @@ sgrt_load_tensors(SgrtModel *m, const char *path, const SgrtTensorDesc *t,
 		else
 			rc = upload(m, ptr[i], ft->data, ft->nbytes);
 	}
+	if (rc == SGRT_OK)
+		sgrt_warn_missing("sgrt", path, lack, nlack, seed);
 	sgrt_st_free(&f);
+	free(known);
+	free(want);
+	free(lack);
 	/* A pageable upload may still be in flight when cudaMemcpy returns,
 	 * and the model's streams do not wait for the legacy stream. */
 	if (rc == SGRT_OK)
@@ -443,14 +471,18 @@ load(Run *r)
 	    sgrt_path_for_rank(path, sizeof path, r->a.params, r->rank))
 		return sgrt_fail(r->m, SGRT_EUSAGE, -1, "--params path too long");
 	rc = sgrt_load_tensors(r->m, r->a.params ? path : NULL, p->tensors,
-	                       p->ntensors, r->owned, SGRT_ROLES_OWNED, r->a.seed);
+	                       p->ntensors, r->owned, SGRT_ROLES_OWNED |
+	                       (r->a.allow_extra ? SGRT_LOAD_ALLOW_EXTRA : 0),
+	                       r->a.seed);
 	if (rc)
 		return rc;
 	if (r->a.inputs &&
 	    sgrt_path_for_rank(path, sizeof path, r->a.inputs, r->rank))
 		return sgrt_fail(r->m, SGRT_EUSAGE, -1, "--inputs path too long");
 	return sgrt_load_tensors(r->m, r->a.inputs ? path : NULL, p->tensors,
-	                         p->ntensors, r->io, SGRT_ROLES_INPUTS, 0);
+	                         p->ntensors, r->io, SGRT_ROLES_INPUTS |
+	                         (r->a.allow_extra ? SGRT_LOAD_ALLOW_EXTRA : 0),
+	                         0);
 }
 
 /* Issues one call (traced or not). */

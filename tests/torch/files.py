@@ -108,6 +108,29 @@ def error_cases():
     src_p = program({}, "%r = neg(%w)", ["r"], params={"w": x})
     S.expect_error("param dtype mismatch", src_p, 1, "'w'", params={"w": x.to(BF16)})
     S.expect_error("param shape mismatch", src_p, 1, "'w'", params={"w": rand([6], F32)})
+    # a tensor that matches no name is an error naming it and the names
+    # read; --allow-extra ignores it; names of returned values are names of
+    # the graph (--out files chain into --params and --inputs)
+    S.expect_error("extra param names it", src_p, 1, "'model.w'",
+                   params={"model.w": x})
+    S.expect_error("extra param lists the expected names", src_p, 1, "reads 'w'",
+                   params={"model.w": x})
+    S.expect_error("extra input names it", src, 1, "'z'", inputs={"x": x, "y": x, "z": x})
+    rc, out, err, _ = S.run(src_p, params={"model.w": x, "w": x, "r": x},
+                            args=("--allow-extra",))
+    S.report("--allow-extra ignores extra tensors",
+             compare(out["r"], -x) if rc == 0 else "exit %d: %s" % (rc, err))
+    rc, out, err, _ = S.run(src_p, params={"w": x, "r": x})
+    S.report("a returned value's name in --params is no error",
+             None if rc == 0 and not err else "exit %d: %s" % (rc, err))
+    src_2 = program({}, "%r = add(%w, %v)", ["r"], params={"w": x, "v": x})
+    rc, out, err, _ = S.run(src_2, params={"w": x})
+    S.report("a param --params lacks: a warning names it",
+             None if rc == 0 and "warning" in err and "'v'" in err and "'w'" not in err
+             else "exit %d: %r" % (rc, err))
+    rc, out, err, _ = S.run(src_2, params={"w": x, "v": x})
+    S.report("no warning when --params has every param",
+             None if rc == 0 and not err else "exit %d: %r" % (rc, err))
     S.expect_error("malformed inputs file: exit 3", src, 3, "in", raw_inputs=b"\x10\0\0\0\0\0\0\0{not json}     ")
     S.expect_error("truncated inputs file: exit 3", src, 3, "",
                    raw_inputs=stio.dumps({"x": x, "y": x})[:-4])

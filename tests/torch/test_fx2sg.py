@@ -353,6 +353,8 @@ def check_api(S, fx2sg):
         except Exception as e:  # noqa: BLE001 - reported as a failure
             S.report("api " + label, "export raised %s: %s" % (type(e).__name__, e))
             continue
+        for w in ex.warnings:      # e.g. torch.export fell back to torch.fx
+            print("note: api %s: %s" % (label, w))
         sg = S.path("api%d.sg" % i)
         with open(sg, "w") as f:
             f.write(ex.sg)
@@ -413,6 +415,13 @@ def check_errors(S, fx2sg):
     expect("error: unsupported op", _cumsum, "Error", "cumsum")
     expect("error: names the user's line", _cumsum, "Error", "test_fx2sg.py:")
     expect("error: data-dependent control flow", _data_dependent, "Error", "cannot trace")
+    expect("error: dropout with training=True", lambda m, x, y: F.dropout(x, 0.5, True),
+           "Error", "training=True")
+    expect("error: an argument fx2sg drops is named",
+           lambda m, x, y: F.mse_loss(x, y, size_average=False), "Error", "size_average=False")
+    expect("error: an out= argument is named",
+           lambda m, x, y: torch.add(x, y, out=torch.empty(3)), "Error", "out=")
+    check_embedding_args(S, fx2sg)
     spec = os.path.join(HERE, "test_fx2sg.py") + ":mlp"
     cases = [
         ("cli: bad type", [spec, "-o", S.path("e.sg"), "--input", "x=f33[4]"], 2, "not a type"),
@@ -439,6 +448,114 @@ def check_errors(S, fx2sg):
             S.report(label, "an output was written despite the error")
         else:
             S.report(label, None)
+
+
+class Emb(nn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        self.emb = nn.Embedding(6, 4, **kw)
+
+    def forward(self, x):
+        return self.emb(x)
+
+
+def check_embedding_args(S, fx2sg):
+    """nn.Embedding's padding_idx and scale_grad_by_freq change only the
+    gradient: a forward export is exact, --loss an Error naming them;
+    max_norm is always an Error."""
+    idx = {"x": torch.tensor([[0, 1, 2], [2, 0, 5]])}
+    for trace in ["fx"] + (["export"] if HAVE_EXPORT else []):
+        for kw, loss, needle in (({"padding_idx": 0}, "mse", "padding_idx=0"),
+                                 ({"scale_grad_by_freq": True}, "mse", "scale_grad_by_freq"),
+                                 ({"max_norm": 1.0}, None, "max_norm")):
+            label = "error: embedding %s%s [%s]" % (list(kw)[0], " under --loss" if loss else "",
+                                                    trace)
+            try:
+                fx2sg.export(Emb(**kw), idx, loss=loss, trace=trace)
+                S.report(label, "exported without an error")
+            except fx2sg.Error as e:
+                S.report(label, None if needle in str(e) else
+                         "message lacks %r: %s" % (needle, e))
+    m = Emb(padding_idx=0).eval()
+    with torch.no_grad():
+        m.emb.weight[0] = 3.0      # a loaded table need not have a zero row
+    ex = fx2sg.export(m, idx)
+    sg, par, inp = S.path("emb.sg"), S.path("emb.p"), S.path("emb.i")
+    with open(sg, "w") as f:
+        f.write(ex.sg)
+    stio.save(par, ex.params)
+    stio.save(inp, ex.inputs)
+    out, why = sgc_run(S, sg, par, inp, S.path("emb.o"))
+    S.report("embedding padding_idx: forward export exact",
+             why or compare(out["out"], m(idx["x"]).detach()))
+
+
+def _shift(m, x, y):
+    return x[:, :-1] * 2        # the slice's end is T - 1
+
+
+def _arange(m, x, y):
+    return x + torch.arange(x.shape[1])    # a const of T elements
+
+
+def check_dims(S):
+    """--dim NAME=INPUT:AXIS: the program declares the dim, uses it where
+    the size flows (and not where a literal merely equals it: the MLP's
+    output size 8 and the block's head size 8 equal the batch) and
+    `sgc run -D` at other sizes matches PyTorch at those sizes."""
+    here = os.path.join(HERE, "test_fx2sg.py")
+    gen = torch.Generator().manual_seed(11)
+    cases = [("mlp", mlp, ["x=f32[8,16]"], ["B=x:0"], {"B": 3},
+              ["dim B = 8", "input %x : f32[B, 16]", "%fc2.weight : f32[8, 32]"]),
+             ("attention", attention, ["x=f32[8,6,16]"], ["B=x:0", "T=x:1"], {"B": 3, "T": 5},
+              ["dim B = 8", "dim T = 6", "input %x : f32[B, T, 16]", "[B, T, 2, 8]"])]
+    for name, factory, flags, dims, at, needles in cases:
+        label = "--dim %s: %s" % (" ".join(dims), name)
+        sg, par = S.path(name + ".dim.sg"), S.path(name + ".dim.p")
+        args = [here + ":" + name, "-o", sg, "--params", par]
+        args += [x for f in flags for x in ("--input", f)]
+        args += [x for d in dims for x in ("--dim", d)]
+        pr = main_fx2sg(*args)
+        if pr.returncode != 0:
+            S.report(label, "fx2sg exited %d: %s" % (pr.returncode, pr.stderr))
+            continue
+        text = open(sg).read()
+        miss = [n for n in needles if n not in text]
+        if miss:
+            S.report(label, "lacks %s:\n%s" % (miss, text))
+            continue
+        shape = list(FX.parse_type(flags[0].split("=", 1)[1])[1])
+        for d in dims:
+            dn, _, ax = FX.parse_dim(d)
+            shape[ax] = at[dn]
+        x = torch.randn(shape, generator=gen)
+        inp, o = S.path(name + ".dim.i"), S.path(name + ".dim.o")
+        stio.save(inp, {"x": x})
+        cmd = [S.sgc, "run", sg, "--params", par, "--inputs", inp, "--out", o]
+        cmd += [x for d, v in at.items() for x in ("-D", "%s=%d" % (d, v))]
+        pr = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if pr.returncode != 0:
+            S.report(label, "sgc run -D exited %d: %s\n%s" % (pr.returncode, pr.stderr, text))
+            continue
+        with torch.no_grad():
+            exp = factory().eval()(x)
+        S.report(label, compare(stio.load(o)["out"], exp, atol=1e-5, rtol=1e-4))
+    for label, fn, needle in (("error: --dim, a slice end of T - 1", _shift, "end="),
+                              ("error: --dim, a const of T elements", _arange, "const")):
+        try:
+            FX.export(Fn(fn), {"x": g(4, 6), "y": g(1)}, dims={"T": [("x", 1)]})
+            S.report(label, "exported without an error")
+        except FX.Error as e:
+            S.report(label, None if needle in str(e) and "T" in str(e) else
+                     "message lacks %r: %s" % (needle, e))
+    for label, d, needle in (("cli: --dim of no input", "B=z:0", "no input 'z'"),
+                             ("cli: --dim axis out of range", "B=x:2", "2 axes"),
+                             ("cli: --dim syntax", "B", "NAME=INPUT:AXIS"),
+                             ("cli: --dim reserved name", "f32=x:0", "cannot name a dim")):
+        pr = main_fx2sg(here + ":mlp", "-o", S.path("e.sg"), "--input", "x=f32[8,16]",
+                        "--dim", d)
+        S.report(label, None if pr.returncode == 2 and needle in pr.stderr else
+                 "exit %d: %s" % (pr.returncode, pr.stderr))
 
 
 def cumsum_model():
@@ -493,6 +610,7 @@ def main():
     check_api(S, fx2sg)
     check_errors(S, fx2sg)
     check_cli_outputs(S)
+    check_dims(S)
     S.finish()
 
 

@@ -827,6 +827,44 @@ test_message_names(void **state)
 	free(b);
 }
 
+/* Tensors that match no name: named, with the names the file is read
+ * for; none when every name is known; long lists are cut. */
+static void
+test_check_extra(void **state)
+{
+	static const char *const all[] = {"a", "b", "c", "d", "e", "empty",
+	                                  "f", "g"};
+	static const char *const known[] = {"b", "c", "d", "empty", "f", "g",
+	                                    "w"};
+	static const char *const want[] = {"w", "b"};
+	SgrtSafetensors f;
+	char err[512] = "", small[30];
+
+	(void)state;
+	assert_int_equal(sgrt_st_parse("m.safetensors", LIT(multi_file), &f,
+	                               err, sizeof err), SGRT_OK);
+	assert_int_equal(sgrt_st_check_extra("m.safetensors", &f, all, 8, want,
+	                                     2, "hint", err, sizeof err),
+	                 SGRT_OK);
+	assert_int_equal(sgrt_st_check_extra("m.safetensors", &f, known, 7,
+	                                     want, 2, "--allow-extra ignores "
+	                                     "them", err, sizeof err),
+	                 SGRT_EMISMATCH);
+	assert_string_equal(err, "m.safetensors: tensors 'a', 'e' match no "
+	                    "name of the graph (it reads 'w', 'b' from this "
+	                    "file); --allow-extra ignores them");
+	assert_int_equal(sgrt_st_check_extra("m.safetensors", &f, all + 1, 7,
+	                                     NULL, 0, NULL, err, sizeof err),
+	                 SGRT_EMISMATCH);
+	assert_string_equal(err, "m.safetensors: tensor 'a' matches no name of "
+	                    "the graph (it reads nothing from this file)");
+	sgrt_st_free(&f);
+	assert_string_equal(sgrt_names_text(small, sizeof small, all, 8),
+	                    "'a', 'b', 'c', ... (8 in all)");
+	assert_string_equal(sgrt_names_text(small, sizeof small, all, 2),
+	                    "'a', 'b'");
+}
+
 static void
 test_check(void **state)
 {
@@ -915,6 +953,7 @@ main(void)
 		cmocka_unit_test(test_bad_metadata),
 		cmocka_unit_test(test_message_names),
 		cmocka_unit_test(test_check),
+		cmocka_unit_test(test_check_extra),
 		cmocka_unit_test(test_reserialize),
 	};
 
