@@ -380,6 +380,106 @@ cg_sgrt_dtype(DType t)
 	return t < DT__N ? n[t] : "-1";
 }
 
+/* ------------------------------------------------------------------ #line */
+
+/* The marker cg_line_mark writes; never in generated code otherwise. */
+static const char line_marker[] = "//@sgc-line ";
+
+char *
+cg_line_directive(Cg *c, const char *file, uint32_t line)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		ICE("open_memstream failed");
+	fprintf(f, "#line %u \"", line);
+	for (const unsigned char *p = (const unsigned char *)file; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(f, "\\%c", *p);
+		else if (*p < 0x20 || *p >= 0x7f)
+			fprintf(f, "\\%03o", *p);
+		else
+			fputc(*p, f);
+	}
+	fputc('"', f);
+	fclose(f);
+	char *s = arena_strdup(c->a, buf);
+	free(buf);
+	return s;
+}
+
+char *
+cg_line_mark(Cg *c, uint32_t line)
+{
+	if (c->co->no_line || line == 0)
+		return "";
+	return cg_fmt(c, "%s%u", line_marker, line);
+}
+
+/* Writes text to f, turning the marks of cg_line_mark into #line
+ * directives: each code line of a marked region (not blank, not a
+ * comment) gets `#line N "FILE.sg"`, so that every line of a kernel or
+ * host statement is its .sg line in nvcc's errors, compute-sanitizer's
+ * reports and cuda-gdb; after the region the first code line gets a
+ * `#line` back to the .cu file's own numbering. */
+static void
+write_with_lines(Cg *c, FILE *f, const char *text, size_t len)
+{
+	const CodegenOptions *co = c->co;
+	const char *sg = strcmp(co->input, "-") == 0 ? "<stdin>" : co->input;
+	const char *cu = co->output;
+	if (!cu || strcmp(cu, "-") == 0) { /* sgc's default: FILE.sg -> FILE.cu */
+		size_t n = strlen(co->input);
+		n -= n > 3 && strcmp(co->input + n - 3, ".sg") == 0 ? 3 : 0;
+		cu = strcmp(co->input, "-") == 0 ? "<stdout>" :
+		     cg_fmt(c, "%.*s.cu", (int)n, co->input);
+	}
+	const size_t ml = sizeof line_marker - 1;
+	uint32_t out = 1, cur = 0, back = 0; /* back: return to .cu numbering */
+	int in_comment = 0;                  /* inside a block comment */
+	for (const char *p = text, *end = text + len; p < end;) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *e = nl ? nl + 1 : end;
+		size_t n = (size_t)(e - p);
+		if (n > ml && memcmp(p, line_marker, ml) == 0) {
+			cur = (uint32_t)strtoul(p + ml, NULL, 10);
+			back = 0;
+			p = e;
+			continue;
+		}
+		const char *q = p;
+		while (q < e && (*q == ' ' || *q == '\t'))
+			q++;
+		/* Code: not blank, not a comment (nor inside one), no directive. */
+		int code = !in_comment && q < e && *q != '\n' && *q != '#' &&
+		           !(q + 1 < e && q[0] == '/' && (q[1] == '/' || q[1] == '*'));
+		for (const char *r = q; r + 1 < e; r++) {
+			if (!in_comment && r[0] == '/' && r[1] == '/')
+				break;
+			if (r[0] == (in_comment ? '*' : '/') && r[1] == (in_comment ? '/' : '*')) {
+				in_comment = !in_comment;
+				r++;
+			}
+		}
+		if (code && cur) {
+			fprintf(f, "%s\n", cg_line_directive(c, sg, cur));
+			out++;
+		} else if (code && back) {
+			fprintf(f, "%s\n", cg_line_directive(c, cu, out + 1));
+			out++;
+			back = 0;
+		}
+		fwrite(p, 1, n, f);
+		out++;
+		if (cur && p[0] == '}') { /* the end of the function */
+			cur = 0;
+			back = 1;
+		}
+		p = e;
+	}
+}
+
 /* ------------------------------------------------------------------ entry */
 
 /* The options that shaped the output, for the banner. */
@@ -430,6 +530,11 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 		cg_graph_free(&gs[i]);
 	fclose(c.kern);
 	fclose(c.host);
+	char *all = NULL;
+	size_t alen = 0;
+	FILE *cu_final = cu;
+	if (!(cu = open_memstream(&all, &alen)))
+		ICE("open_memstream failed");
 	if (!c.failed) {
 		CG_EMIT(cu, "prelude.cu:banner", {"version", SGC_VERSION},
 		        {"source", co->input}, {"options", options_text(&c)},
@@ -441,6 +546,9 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 		append(cu, htext, hlen);
 		fputs("\n#endif /* __CUDACC_RTC__ */\n", cu);
 	}
+	fclose(cu);
+	write_with_lines(&c, cu_final, all, alen);
+	free(all);
 	free(ktext);
 	free(htext);
 	return !c.failed;

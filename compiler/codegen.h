@@ -54,6 +54,14 @@ typedef struct {
 	int failed;         /* a diagnostic was reported */
 } Cg;
 
+/* `#line LINE "FILE"`, FILE escaped as a C string literal (quotes,
+ * backslashes and bytes that are not printable ASCII as octal escapes). */
+char *cg_line_directive(Cg *c, const char *file, uint32_t line);
+/* The mark that maps the code after it, to the end of its function (a `}`
+ * at column 0), to .sg line `line`: one `#line` before each code line,
+ * written by codegen_module (""; with --no-line). */
+char *cg_line_mark(Cg *c, uint32_t line);
+
 /* Writes section "FILE:NAME" of the templates with the bindings b
  * (NULL-terminated).  An unknown section or placeholder is an ICE. */
 void cg_emit(FILE *f, const char *section, const CgBind *b);

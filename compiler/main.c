@@ -43,6 +43,7 @@ typedef struct {
 	VEC(DimOverride) dims;  /* -D */
 	RunOptions ro;
 	int memory;             /* check --memory */
+	int no_line;            /* --no-line */
 } Options;
 
 static const char usage_text[] =
@@ -66,6 +67,9 @@ static const char help_text[] =
 "  --arch=sm_90         target architecture (default sm_90)\n"
 "  --graph NAME         compile only that graph of the file\n"
 "  --allow-races        report happens-before gaps as warnings\n"
+"  --no-line            no #line directives (by default every kernel and host\n"
+"                       statement is mapped to its .sg line for nvcc,\n"
+"                       compute-sanitizer and cuda-gdb)\n"
 "  --offload=MODE       marked: honour `offload` statements (default); none:\n"
 "                       ignore them; auto: also offload saved activations,\n"
 "                       largest first, until the estimated peak fits the budget\n"
@@ -251,6 +255,8 @@ parse_options(int argc, char **argv, Options *o)
 			o->arch = v;
 		} else if (opt_value(argc, argv, &i, "--graph", &v, &err)) {
 			o->graph = v;
+		} else if (strcmp(a, "--no-line") == 0) {
+			o->no_line = 1;
 		} else if (strcmp(a, "--allow-races") == 0) {
 			o->po.allow_races = 1;
 		} else if (opt_value(argc, argv, &i, "--offload-budget", &v, &err)) {
@@ -466,7 +472,8 @@ emit_cu(Options *o, Module *m, FILE *mem, char **htext, size_t *hlen)
 {
 	CodegenOptions co = {.opt_level = o->po.opt_level, .arch = o->arch,
 	                     .cuda_graph = o->cuda_graph, .emit_main = o->emit_main,
-	                     .input = o->input, .header = o->header};
+	                     .input = o->input, .header = o->header,
+	                     .output = o->output, .no_line = o->no_line};
 	FILE *h = NULL;
 	if (o->header && !(h = open_memstream(htext, hlen)))
 		ICE("open_memstream failed");
@@ -505,7 +512,8 @@ compile(Options *o, Module *m)
 	char *out_default = NULL;
 	const char *out = o->output;
 	if (!out) {
-		if (o->emit == EMIT_CU)
+		/* FILE.sg -> FILE.cu; standard input -> standard output. */
+		if (o->emit == EMIT_CU && strcmp(o->input, "-") != 0)
 			out = out_default = stem_with(o->input, ".cu");
 		else
 			out = "-";

@@ -601,6 +601,8 @@ typedef struct {
 	int emit_main;          /* --main */
 	const char *input;      /* the .sg path as given */
 	const char *header;     /* --header path (its base name is #included) */
+	const char *output;     /* the .cu path, "-" or NULL: standard output */
+	int no_line;            /* --no-line: no #line directives */
 } CodegenOptions;
 
 /* Writes the CUDA C of every graph of m to cu and, when h is not NULL, the
