@@ -44,6 +44,7 @@ typedef struct {
 	RunOptions ro;
 	int memory;             /* check --memory */
 	int no_line;            /* --no-line */
+	const char *color;      /* -fdiagnostics-color= */
 } Options;
 
 static const char usage_text[] =
@@ -67,6 +68,9 @@ static const char help_text[] =
 "  --arch=sm_90         target architecture (default sm_90)\n"
 "  --graph NAME         compile only that graph of the file\n"
 "  --allow-races        report happens-before gaps as warnings\n"
+"  -fdiagnostics-color=auto|always|never\n"
+"                       colour in diagnostics (auto: on a terminal, and not\n"
+"                       with NO_COLOR set)\n"
 "  --no-line            no #line directives (by default every kernel and host\n"
 "                       statement is mapped to its .sg line for nvcc,\n"
 "                       compute-sanitizer and cuda-gdb)\n"
@@ -255,6 +259,12 @@ parse_options(int argc, char **argv, Options *o)
 			o->arch = v;
 		} else if (opt_value(argc, argv, &i, "--graph", &v, &err)) {
 			o->graph = v;
+		} else if (strncmp(a, "-fdiagnostics-color=", 20) == 0) {
+			int on;
+			if (!diag_color_mode(a + 20, &on))
+				return usage_error("-fdiagnostics-color expects auto, always or "
+				                   "never, not '%s'", a + 20);
+			o->color = a + 20;
 		} else if (strcmp(a, "--no-line") == 0) {
 			o->no_line = 1;
 		} else if (strcmp(a, "--allow-races") == 0) {
@@ -600,6 +610,7 @@ main(int argc, char **argv)
 		return EXIT_IO;
 	Diag diag;
 	diag_init(&diag, o.input, src, len);
+	diag_color_mode(o.color ? o.color : "auto", &diag.color);
 	Module m = {.arena = arena_new(), .diag = &diag, .only_graph = o.graph};
 	AstFile ast = {0};
 	parse_file(src, len, &diag, m.arena, &ast);

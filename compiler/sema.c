@@ -67,12 +67,25 @@ struct Sema {
 
 /* ------------------------------------------------------------------ dims */
 
+/* "undeclared dim 'X'", with the nearest declared dim. */
+static void
+undeclared_dim(Sema *S, const char *name, Loc loc)
+{
+	DiagSuggest ds;
+	char buf[96];
+	diag_suggest_init(&ds, name);
+	for (uint32_t i = 0; i < S->m->dims.n; i++)
+		diag_suggest_add(&ds, S->m->dims.v[i].name);
+	diag_error(S->d, loc, "undeclared dim '%s'%s", name,
+	           diag_suggest_text(&ds, "", buf, sizeof buf));
+}
+
 static int
 lookup_dim(Sema *S, const char *name, Loc loc, int64_t *out)
 {
 	uint32_t *slot = map_get(&S->m->dimmap, name, strlen(name));
 	if (!slot) {
-		diag_error(S->d, loc, "undeclared dim '%s'", name);
+		undeclared_dim(S, name, loc);
 		return 0;
 	}
 	*out = S->m->dims.v[*slot].n;
@@ -221,7 +234,13 @@ use_value(Sema *S, const char *name, Loc loc)
 			diag_note(S->d, S->ag->stmts.v[*later].loc,
 			          "'%%%s' is defined here", name);
 		} else {
-			diag_error(S->d, loc, "use of undefined value '%%%s'", name);
+			DiagSuggest ds;
+			char buf[96];
+			diag_suggest_init(&ds, name);
+			for (uint32_t i = 0; i < S->g->vals.n; i++)
+				diag_suggest_add(&ds, S->g->vals.v[i].name);
+			diag_error(S->d, loc, "use of undefined value '%%%s'%s", name,
+			           diag_suggest_text(&ds, "%", buf, sizeof buf));
 		}
 		return NONE;
 	}
@@ -288,10 +307,23 @@ arg_int(Sema *S, const AstArg *a, int64_t *out, int *bad)
 	if (a->kind == AA_IDENT && map_get(&S->m->dimmap, a->s, strlen(a->s)))
 		return lookup_dim(S, a->s, a->loc, out);
 	if (a->kind == AA_IDENT) {
-		diag_error(S->d, a->loc, "undeclared dim '%s'", a->s);
+		undeclared_dim(S, a->s, a->loc);
 		*bad = 1;
 	}
 	return 0;
+}
+
+/* "undeclared stream 'X'", with the nearest declared stream. */
+static void
+undeclared_stream(Sema *S, const char *name, Loc loc)
+{
+	DiagSuggest ds;
+	char buf[96];
+	diag_suggest_init(&ds, name);
+	for (uint32_t i = 0; i < S->g->streams.n; i++)
+		diag_suggest_add(&ds, S->g->streams.v[i].name);
+	diag_error(S->d, loc, "undeclared stream '%s'%s", name,
+	           diag_suggest_text(&ds, "", buf, sizeof buf));
 }
 
 static int
@@ -299,7 +331,7 @@ lookup_stream(Sema *S, const char *name, Loc loc, uint32_t *out)
 {
 	uint32_t *slot = map_get(&S->g->streammap, name, strlen(name));
 	if (!slot) {
-		diag_error(S->d, loc, "undeclared stream '%s'", name);
+		undeclared_stream(S, name, loc);
 		return 0;
 	}
 	*out = *slot;
@@ -311,7 +343,13 @@ lookup_event(Sema *S, const char *name, Loc loc, uint32_t *out)
 {
 	uint32_t *slot = map_get(&S->g->eventmap, name, strlen(name));
 	if (!slot) {
-		diag_error(S->d, loc, "undeclared event '%s'", name);
+		DiagSuggest ds;
+		char buf[96];
+		diag_suggest_init(&ds, name);
+		for (uint32_t i = 0; i < S->g->events.n; i++)
+			diag_suggest_add(&ds, S->g->events.v[i].name);
+		diag_error(S->d, loc, "undeclared event '%s'%s", name,
+		           diag_suggest_text(&ds, "", buf, sizeof buf));
 		return 0;
 	}
 	*out = *slot;
@@ -478,9 +516,15 @@ check_attrs(Sema *S, const AttrSpec *spec, uint32_t nspec, AstArg *args,
 			}
 			if (nspec == 0)
 				diag_error(S->d, a->keyloc, "'%s' takes no attributes", opname);
-			else
-				diag_error(S->d, a->keyloc, "unknown attribute '%s' for '%s'",
-				           a->key, opname);
+			else {
+				DiagSuggest ds;
+				char buf[96];
+				diag_suggest_init(&ds, a->key);
+				for (uint32_t j = 0; j < nspec; j++)
+					diag_suggest_add(&ds, spec[j].name);
+				diag_error(S->d, a->keyloc, "unknown attribute '%s' for '%s'%s",
+				           a->key, opname, diag_suggest_text(&ds, "", buf, sizeof buf));
+			}
 			ok = 0;
 			continue;
 		}
@@ -670,7 +714,7 @@ stmt_stream(Sema *S, AstStmt *st)
 	if (!map_get(&S->bad_streams, key, strlen(key))) {
 		char *k = arena_strdup(S->m->arena, key);
 		map_put(&S->bad_streams, k, strlen(k), 1);
-		diag_error(S->d, st->streamloc, "undeclared stream '%s'", st->stream);
+		undeclared_stream(S, st->stream, st->streamloc);
 	}
 	return s;
 }
@@ -769,7 +813,13 @@ stmt_op(Sema *S, AstStmt *st)
 	Graph *g = S->g;
 	int op = op_lookup(st->op, strlen(st->op));
 	if (op < 0) {
-		diag_error(S->d, st->oploc, "unknown op '%s'", st->op);
+		DiagSuggest ds;
+		char buf[96];
+		diag_suggest_init(&ds, st->op);
+		for (int k = 0; k < OP__N; k++)
+			diag_suggest_add(&ds, op_table[k].name);
+		diag_error(S->d, st->oploc, "unknown op '%s'%s", st->op,
+		           diag_suggest_text(&ds, "", buf, sizeof buf));
 		define_failed(S, st);
 		return;
 	}

@@ -140,6 +140,24 @@ void diag_vreport(Diag *d, const char *kind, Loc at, const char *fmt,
 /* True once max_errors was reached: callers stop producing work. */
 int diag_full(const Diag *d);
 
+/* "Did you mean": among the candidates offered, the one nearest to a
+ * misspelt name by edit distance (insertions, deletions, substitutions),
+ * within (length + 2) / 3 edits as Clang allows, and fewer edits than the
+ * name's length; ties go to the first. */
+typedef struct {
+	const char *name;   /* the name the user wrote */
+	const char *best;   /* NULL: none near enough yet */
+	size_t dist;
+} DiagSuggest;
+void diag_suggest_init(DiagSuggest *s, const char *name);
+void diag_suggest_add(DiagSuggest *s, const char *candidate);
+/* "; did you mean 'PREFIXBEST'?" in buf, or "" when nothing is near. */
+const char *diag_suggest_text(const DiagSuggest *s, const char *prefix,
+                              char *buf, size_t cap);
+/* Colour (-fdiagnostics-color): "auto" (standard error a terminal and
+ * NO_COLOR unset), "always" or "never"; returns 0 for another word. */
+int diag_color_mode(const char *mode, int *color);
+
 /* ------------------------------------------------------------------ ast (parser.y, ast.c)
  * The parser produces a flat AST: one AstStmt per statement, in order.
  * Nesting (`with stream`, `backward {}`) is not a tree: each statement
