@@ -480,6 +480,43 @@ write_with_lines(Cg *c, FILE *f, const char *text, size_t len)
 	}
 }
 
+/* ------------------------------------------------------------------ kernels */
+
+uint32_t
+codegen_kernels_of(Module *m, Graph *g, int opt_level, uint32_t *kernel)
+{
+	CodegenOptions co = {.opt_level = opt_level, .arch = "sm_90", .input = "-"};
+	Cg c = {.m = m, .co = &co, .a = m->arena};
+	CgGraph G;
+	CgGroups groups = {0};
+	FusionInfo fi;
+	fusion_analyse(g, &fi);
+	cg_graph_analyse(&G, &c, g);
+	G.groups = &groups;
+	if (opt_level >= 2)
+		cg_fuse(&G, &groups);
+	/* The node whose kernel computes node i. */
+	NodeId *home = arena_alloc(c.a, (g->nodes.n + 1) * sizeof *home);
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		int gi = G.group[i];
+		const CgGroup *grp = gi >= 0 ? &groups.v[gi] : NULL;
+		home[i] = !grp ? i : grp->into != NONE ? grp->into :
+		          grp->after != NONE ? grp->after : grp->nodes[0];
+		kernel[i] = NONE;
+	}
+	uint32_t nk = 0;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		if ((g->nodes.v[i].flags & NF_DEAD) || fi.region[i] == NONE)
+			continue;
+		NodeId h = home[i]; /* numbered at the first node it computes */
+		kernel[i] = kernel[h] != NONE ? kernel[h] : (kernel[h] = nk++);
+	}
+	vec_free(&groups);
+	cg_graph_free(&G);
+	fusion_free(&fi);
+	return nk;
+}
+
 /* ------------------------------------------------------------------ entry */
 
 /* The options that shaped the output, for the banner. */

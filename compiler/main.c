@@ -507,7 +507,7 @@ compile(Options *o, Module *m)
 		print_module(mem, m, o->graph);
 		break;
 	case EMIT_DOT:
-		dot_module(mem, m, o->graph);
+		dot_module(mem, m, o->graph, o->po.opt_level);
 		break;
 	case EMIT_CU:
 		if (!emit_cu(o, m, mem, &htext, &hlen)) {

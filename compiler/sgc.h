@@ -628,6 +628,13 @@ typedef struct {
  * (an op the backend cannot compile). */
 int codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h);
 
+/* The kernels the backend makes of graph g at opt_level: kernel[i] is the
+ * kernel that computes node i (nodes fused into one share it), numbered
+ * from 0 in program order, or NONE for a node that launches none of its
+ * own.  Returns the number of kernels.  (Today the pointwise fusion
+ * groups, with the groups fused into a reduction's or row op's kernel.) */
+uint32_t codegen_kernels_of(Module *m, Graph *g, int opt_level, uint32_t *kernel);
+
 /* The files of codegen_templates/, embedded by tools/embed.c. */
 typedef struct {
 	const char *name, *text;
@@ -952,7 +959,7 @@ int functionalize_pass(Graph *g, const PassOptions *po, Diag *d);
 /* ------------------------------------------------------------------ dot.c */
 
 /* --emit=dot: Graphviz, one colour per stream, sync edges dashed. */
-void dot_module(FILE *f, Module *m, const char *only_graph);
+void dot_module(FILE *f, Module *m, const char *only_graph, int opt_level);
 
 /* ------------------------------------------------------------------ autograd.c, optim.c, grad_*.c
  * Reverse-mode differentiation (the `autograd` pass, docs/autograd.md).
