@@ -14,6 +14,7 @@
  * cascade of follow-on errors is reported for them.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,17 +68,30 @@ struct Sema {
 
 /* ------------------------------------------------------------------ dims */
 
-/* "undeclared dim 'X'", with the nearest declared dim. */
+/* The error "WHAT 'PREFIX NAME'TAIL" with a "did you mean" among the n
+ * names known: the `const char *` member at offset off of each item,
+ * stride bytes apart from base. */
 static void
-undeclared_dim(Sema *S, const char *name, Loc loc)
+unknown_name(Sema *S, Loc loc, const char *what, const char *prefix,
+             const char *name, const char *tail, const void *base, size_t n,
+             size_t stride, size_t off)
 {
 	DiagSuggest ds;
 	char buf[96];
 	diag_suggest_init(&ds, name);
-	for (uint32_t i = 0; i < S->m->dims.n; i++)
-		diag_suggest_add(&ds, S->m->dims.v[i].name);
-	diag_error(S->d, loc, "undeclared dim '%s'%s", name,
-	           diag_suggest_text(&ds, "", buf, sizeof buf));
+	for (size_t i = 0; i < n; i++)
+		diag_suggest_add(&ds, *(const char *const *)((const char *)base +
+		                                             i * stride + off));
+	diag_error(S->d, loc, "%s '%s%s'%s%s", what, prefix, name, tail,
+	           diag_suggest_text(&ds, prefix, buf, sizeof buf));
+}
+
+/* "undeclared dim 'X'", with the nearest declared dim. */
+static void
+undeclared_dim(Sema *S, const char *name, Loc loc)
+{
+	unknown_name(S, loc, "undeclared dim", "", name, "", S->m->dims.v,
+	             S->m->dims.n, sizeof *S->m->dims.v, offsetof(DimDecl, name));
 }
 
 static int
@@ -234,13 +248,9 @@ use_value(Sema *S, const char *name, Loc loc)
 			diag_note(S->d, S->ag->stmts.v[*later].loc,
 			          "'%%%s' is defined here", name);
 		} else {
-			DiagSuggest ds;
-			char buf[96];
-			diag_suggest_init(&ds, name);
-			for (uint32_t i = 0; i < S->g->vals.n; i++)
-				diag_suggest_add(&ds, S->g->vals.v[i].name);
-			diag_error(S->d, loc, "use of undefined value '%%%s'%s", name,
-			           diag_suggest_text(&ds, "%", buf, sizeof buf));
+			unknown_name(S, loc, "use of undefined value", "%", name, "",
+			             S->g->vals.v, S->g->vals.n, sizeof *S->g->vals.v,
+			             offsetof(Value, name));
 		}
 		return NONE;
 	}
@@ -317,13 +327,8 @@ arg_int(Sema *S, const AstArg *a, int64_t *out, int *bad)
 static void
 undeclared_stream(Sema *S, const char *name, Loc loc)
 {
-	DiagSuggest ds;
-	char buf[96];
-	diag_suggest_init(&ds, name);
-	for (uint32_t i = 0; i < S->g->streams.n; i++)
-		diag_suggest_add(&ds, S->g->streams.v[i].name);
-	diag_error(S->d, loc, "undeclared stream '%s'%s", name,
-	           diag_suggest_text(&ds, "", buf, sizeof buf));
+	unknown_name(S, loc, "undeclared stream", "", name, "", S->g->streams.v,
+	             S->g->streams.n, sizeof *S->g->streams.v, offsetof(Stream, name));
 }
 
 static int
@@ -343,13 +348,8 @@ lookup_event(Sema *S, const char *name, Loc loc, uint32_t *out)
 {
 	uint32_t *slot = map_get(&S->g->eventmap, name, strlen(name));
 	if (!slot) {
-		DiagSuggest ds;
-		char buf[96];
-		diag_suggest_init(&ds, name);
-		for (uint32_t i = 0; i < S->g->events.n; i++)
-			diag_suggest_add(&ds, S->g->events.v[i].name);
-		diag_error(S->d, loc, "undeclared event '%s'%s", name,
-		           diag_suggest_text(&ds, "", buf, sizeof buf));
+		unknown_name(S, loc, "undeclared event", "", name, "", S->g->events.v,
+		             S->g->events.n, sizeof *S->g->events.v, offsetof(Event, name));
 		return 0;
 	}
 	*out = *slot;
@@ -517,13 +517,10 @@ check_attrs(Sema *S, const AttrSpec *spec, uint32_t nspec, AstArg *args,
 			if (nspec == 0)
 				diag_error(S->d, a->keyloc, "'%s' takes no attributes", opname);
 			else {
-				DiagSuggest ds;
-				char buf[96];
-				diag_suggest_init(&ds, a->key);
-				for (uint32_t j = 0; j < nspec; j++)
-					diag_suggest_add(&ds, spec[j].name);
-				diag_error(S->d, a->keyloc, "unknown attribute '%s' for '%s'%s",
-				           a->key, opname, diag_suggest_text(&ds, "", buf, sizeof buf));
+				char tail[96];
+				snprintf(tail, sizeof tail, " for '%s'", opname);
+				unknown_name(S, a->keyloc, "unknown attribute", "", a->key, tail,
+				             spec, nspec, sizeof *spec, offsetof(AttrSpec, name));
 			}
 			ok = 0;
 			continue;
@@ -813,13 +810,8 @@ stmt_op(Sema *S, AstStmt *st)
 	Graph *g = S->g;
 	int op = op_lookup(st->op, strlen(st->op));
 	if (op < 0) {
-		DiagSuggest ds;
-		char buf[96];
-		diag_suggest_init(&ds, st->op);
-		for (int k = 0; k < OP__N; k++)
-			diag_suggest_add(&ds, op_table[k].name);
-		diag_error(S->d, st->oploc, "unknown op '%s'%s", st->op,
-		           diag_suggest_text(&ds, "", buf, sizeof buf));
+		unknown_name(S, st->oploc, "unknown op", "", st->op, "", op_table, OP__N,
+		             sizeof *op_table, offsetof(OpInfo, name));
 		define_failed(S, st);
 		return;
 	}
