@@ -46,6 +46,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trace_timeline import trace_slices  # noqa: E402
+
 import torch
 import torch.nn.functional as F
 
@@ -1152,7 +1155,7 @@ def cmd_trace_summary(args):
             continue
         try:
             with open(os.path.join(args.trace_summary, fn)) as f:
-                ev = [e for e in json.load(f) if e.get("ph") == "X"]
+                ev = trace_slices(json.load(f))
         except Exception as ex:
             print("%s: unreadable trace (%r)" % (fn, ex))
             continue

@@ -32,6 +32,15 @@ def colour(e):
     return "#000", "?"
 
 
+def trace_slices(events):
+    """The "X" slices of a Chrome trace, each with "tid" replaced by its
+    stream's name (the "thread_name" metadata event of the integer tid)."""
+    names = {e["tid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    return [dict(e, tid=names.get(e["tid"], str(e["tid"])))
+            for e in events if e.get("ph") == "X"]
+
+
 def esc(t):
     return (str(t).replace("&", "&amp;").replace("<", "&lt;")
             .replace(">", "&gt;").replace('"', "&quot;"))
@@ -112,7 +121,7 @@ def main():
     ap.add_argument("--width", type=int, default=1100)
     a = ap.parse_args()
     with open(a.trace) as f:
-        ev = [e for e in json.load(f) if e.get("ph") == "X"]
+        ev = trace_slices(json.load(f))
     if not ev:
         print("trace_timeline.py: no slices in %s" % a.trace, file=sys.stderr)
         return 1

@@ -7,6 +7,7 @@ extern events.
 //@ comment
 
 	/* ${where}: ${text} */
+${?mark}${mark}
 //@ decl
 	${type} *${var} = ${init};
 //@ alloc

@@ -483,6 +483,121 @@ cg_sgrt_dtype(DType t)
 	return t < DT__N ? n[t] : "-1";
 }
 
+/* ------------------------------------------------------------------ #line */
+
+/* The marker cg_line_mark writes; never in generated code otherwise. */
+static const char line_marker[] = "//@sgc-line ";
+
+char *
+cg_line_mark(Cg *c, uint32_t line)
+{
+	if (c->co->no_line || line == 0)
+		return "";
+	return cg_fmt(c, "%s%u", line_marker, line);
+}
+
+/* Writes text to f, turning the marks of cg_line_mark into #line
+ * directives: each code line of a marked region (not blank, not a
+ * comment) gets `#line N "FILE.sg"`, so that every line of a kernel or
+ * host statement is its .sg line in nvcc's errors, compute-sanitizer's
+ * reports and cuda-gdb; after the region the first code line gets a
+ * `#line` back to the .cu file's own numbering. */
+static void
+write_with_lines(Cg *c, FILE *f, const char *text, size_t len)
+{
+	const CodegenOptions *co = c->co;
+	const char *sg = strcmp(co->input, "-") == 0 ? "<stdin>" : co->input;
+	const char *cu = co->output;
+	if (!cu || strcmp(cu, "-") == 0) { /* sgc's default: FILE.sg -> FILE.cu */
+		size_t n = strlen(co->input);
+		n -= n > 3 && strcmp(co->input + n - 3, ".sg") == 0 ? 3 : 0;
+		cu = strcmp(co->input, "-") == 0 ? "<stdout>" :
+		     cg_fmt(c, "%.*s.cu", (int)n, co->input);
+	}
+	/* The file names as C string literals (text_c_string), made once. */
+	const char *sgq = text_c_string(c->a, sg), *cuq = text_c_string(c->a, cu);
+	const size_t ml = sizeof line_marker - 1;
+	uint32_t out = 1, cur = 0, back = 0; /* back: return to .cu numbering */
+	int in_comment = 0;                  /* inside a block comment */
+	for (const char *p = text, *end = text + len; p < end;) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *e = nl ? nl + 1 : end;
+		size_t n = (size_t)(e - p);
+		if (n > ml && memcmp(p, line_marker, ml) == 0) {
+			cur = (uint32_t)strtoul(p + ml, NULL, 10);
+			back = 0;
+			p = e;
+			continue;
+		}
+		const char *q = p;
+		while (q < e && (*q == ' ' || *q == '\t'))
+			q++;
+		/* Code: not blank, not a comment (nor inside one), no directive. */
+		int code = !in_comment && q < e && *q != '\n' && *q != '#' &&
+		           !(q + 1 < e && q[0] == '/' && (q[1] == '/' || q[1] == '*'));
+		for (const char *r = q; r + 1 < e; r++) {
+			if (!in_comment && r[0] == '/' && r[1] == '/')
+				break;
+			if (r[0] == (in_comment ? '*' : '/') && r[1] == (in_comment ? '/' : '*')) {
+				in_comment = !in_comment;
+				r++;
+			}
+		}
+		if (code && cur) {
+			fprintf(f, "#line %u %s\n", cur, sgq);
+			out++;
+		} else if (code && back) {
+			fprintf(f, "#line %u %s\n", out + 1, cuq);
+			out++;
+			back = 0;
+		}
+		fwrite(p, 1, n, f);
+		out++;
+		if (cur && p[0] == '}') { /* the end of the function */
+			cur = 0;
+			back = 1;
+		}
+		p = e;
+	}
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+uint32_t
+codegen_kernels_of(Module *m, Graph *g, int opt_level, uint32_t *kernel)
+{
+	CodegenOptions co = {.opt_level = opt_level, .arch = "sm_90", .input = "-"};
+	Cg c = {.m = m, .co = &co, .a = m->arena};
+	CgGraph G;
+	CgGroups groups = {0};
+	FusionInfo fi;
+	fusion_analyse(g, &fi);
+	cg_graph_analyse(&G, &c, g);
+	G.groups = &groups;
+	if (opt_level >= 2)
+		cg_fuse(&G, &groups);
+	/* The node whose kernel computes node i. */
+	NodeId *home = arena_alloc(c.a, (g->nodes.n + 1) * sizeof *home);
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		int gi = G.group[i];
+		const CgGroup *grp = gi >= 0 ? &groups.v[gi] : NULL;
+		home[i] = !grp ? i : grp->into != NONE ? grp->into :
+		          grp->after != NONE ? grp->after : grp->nodes[0];
+		kernel[i] = NONE;
+	}
+	uint32_t nk = 0;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		if ((g->nodes.v[i].flags & NF_DEAD) || fi.region[i] == NONE)
+			continue;
+		NodeId h = home[i]; /* numbered at the first node it computes */
+		kernel[i] = kernel[h] != NONE ? kernel[h] : (kernel[h] = nk++);
+	}
+	vec_free(&groups);
+	cg_graph_free(&G);
+	fusion_free(&fi);
+	return nk;
+}
+
 /* ------------------------------------------------------------------ entry */
 
 /* The options that shaped the output, for the banner. */
@@ -581,6 +696,11 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 	fclose(c.host);
 	map_free(&c.kernels);
 	vec_free(&c.kernel_names);
+	char *all = NULL;
+	size_t alen = 0;
+	FILE *cu_final = cu;
+	if (!(cu = open_memstream(&all, &alen)))
+		ICE("open_memstream failed");
 	if (!c.failed) {
 		CG_EMIT(cu, "prelude.cu:banner", {"version", SGC_VERSION},
 		        {"source", text_escape(c.a, co->input)}, {"options", options_text(&c)},
@@ -592,6 +712,9 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 		append(cu, htext, hlen);
 		fputs("\n#endif /* __CUDACC_RTC__ */\n", cu);
 	}
+	fclose(cu);
+	write_with_lines(&c, cu_final, all, alen);
+	free(all);
 	free(ktext);
 	free(htext);
 	return !c.failed;

@@ -59,6 +59,11 @@ typedef struct {
 	VEC(const char *) kernel_names;
 } Cg;
 
+/* The mark that maps the code after it, to the end of its function (a `}`
+ * at column 0), to .sg line `line`: one `#line` before each code line,
+ * written by codegen_module (""; with --no-line). */
+char *cg_line_mark(Cg *c, uint32_t line);
+
 /* Writes section "FILE:NAME" of the templates with the bindings b
  * (NULL-terminated).  An unknown section or placeholder is an ICE. */
 void cg_emit(FILE *f, const char *section, const CgBind *b);

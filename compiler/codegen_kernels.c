@@ -90,12 +90,13 @@ cg_index_type(int64_t n)
 	return n < ((int64_t)1 << 31) - 4096 * 256 ? "int" : "sg_i64";
 }
 
-/* "// FILE.sg:LINE: statement" for one node. */
+/* "// FILE.sg:LINE: statement" for one node, and its cg_line_mark. */
 char *
 cg_comment(CgGraph *G, const Node *n)
 {
-	return cg_fmt(G->c, "// %s: %s", cg_where(G->c, n),
-	              cg_node_text(G->c, G->g, n));
+	const char *mark = cg_line_mark(G->c, n->loc.line);
+	return cg_fmt(G->c, "// %s: %s%s%s", cg_where(G->c, n),
+	              cg_node_text(G->c, G->g, n), *mark ? "\n" : "", mark);
 }
 
 /* One launch statement. */

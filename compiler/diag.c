@@ -9,9 +9,14 @@
  * printable ASCII (NUL, control bytes, invalid UTF-8) are shown as '?', so
  * a diagnostic never writes raw garbage to the terminal.  Lines longer than
  * 200 bytes are cut around the caret.
+ *
+ * With colour (-fdiagnostics-color), as Clang: the location and message in
+ * bold, the kind in red (error), magenta (warning) or cyan (note), the
+ * caret in green.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sgc.h"
 
@@ -53,6 +58,14 @@ build_lines(Diag *d)
 	d->nlines = n;
 }
 
+/* An SGR sequence when colour is on. */
+static void
+sgr(const Diag *d, const char *code)
+{
+	if (d->color)
+		fprintf(d->out, "\033[%sm", code);
+}
+
 static void
 show_source(Diag *d, Loc at)
 {
@@ -86,21 +99,28 @@ show_source(Diag *d, Loc at)
 	fprintf(d->out, "\n%*s | ", w, "");
 	for (size_t i = from; i < col; i++)
 		fputc(d->src[start + i] == '\t' ? '\t' : ' ', d->out);
+	sgr(d, "1;32");
 	fputc('^', d->out);
 	size_t len = at.len;
 	for (size_t i = 1; i < len && col + i < to; i++)
 		fputc('~', d->out);
+	sgr(d, "0");
 	fputc('\n', d->out);
 }
 
 void
 diag_vreport(Diag *d, const char *kind, Loc at, const char *fmt, va_list ap)
 {
+	sgr(d, "1");
 	if (at.line)
-		fprintf(d->out, "%s:%u:%u: %s: ", d->path, at.line, at.col, kind);
+		fprintf(d->out, "%s:%u:%u: ", d->path, at.line, at.col);
 	else
-		fprintf(d->out, "%s: %s: ", d->path, kind);
+		fprintf(d->out, "%s: ", d->path);
+	sgr(d, kind[0] == 'e' ? "1;31" : kind[0] == 'w' ? "1;35" : "1;36");
+	fprintf(d->out, "%s: ", kind);
+	sgr(d, "0;1");
 	vfprintf(d->out, fmt, ap);
+	sgr(d, "0");
 	fputc('\n', d->out);
 	show_source(d, at);
 }
@@ -150,4 +170,83 @@ diag_note(Diag *d, Loc at, const char *fmt, ...)
 	va_start(ap, fmt);
 	diag_vreport(d, "note", at, fmt, ap);
 	va_end(ap);
+}
+
+int
+diag_color_mode(const char *mode, int *color)
+{
+	if (strcmp(mode, "always") == 0)
+		*color = 1;
+	else if (strcmp(mode, "never") == 0)
+		*color = 0;
+	else if (strcmp(mode, "auto") == 0)
+		*color = isatty(STDERR_FILENO) && !getenv("NO_COLOR");
+	else
+		return 0;
+	return 1;
+}
+
+/* ------------------------------------------------------------------ did you mean */
+
+enum { SUGGEST_MAX = 64 }; /* longer names are not compared */
+
+/* The edit distance of a and b (Levenshtein, one row). */
+static size_t
+edit_distance(const char *a, size_t na, const char *b, size_t nb)
+{
+	size_t row[SUGGEST_MAX + 1];
+	for (size_t j = 0; j <= nb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= na; i++) {
+		size_t diag = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= nb; j++) {
+			size_t up = row[j];
+			size_t best = diag + (a[i - 1] != b[j - 1]);
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[nb];
+}
+
+void
+diag_suggest_init(DiagSuggest *s, const char *name)
+{
+	s->name = name;
+	s->best = NULL;
+	/* The first distance too far; never all of the name (no 'B' for 'D'). */
+	size_t n = strlen(name), most = (n + 2) / 3;
+	s->dist = (most < n ? most : n - (n > 0)) + 1;
+}
+
+void
+diag_suggest_add(DiagSuggest *s, const char *cand)
+{
+	if (!cand)
+		return;
+	size_t na = strlen(s->name), nb = strlen(cand);
+	if (!cand[0] || na > SUGGEST_MAX || nb > SUGGEST_MAX || strcmp(cand, s->name) == 0)
+		return;
+	size_t gap = na > nb ? na - nb : nb - na;
+	if (gap >= s->dist)
+		return;
+	size_t d = edit_distance(s->name, na, cand, nb);
+	if (d < s->dist) {
+		s->dist = d;
+		s->best = cand;
+	}
+}
+
+const char *
+diag_suggest_text(const DiagSuggest *s, const char *prefix, char *buf, size_t cap)
+{
+	if (!s->best)
+		return "";
+	snprintf(buf, cap, "; did you mean '%s%s'?", prefix, s->best);
+	return buf;
 }

@@ -7,8 +7,10 @@
  * result), dotted grey edges are each stream's program order, dashed edges
  * are syncs: record_event to the wait_event (or sync_dealloc) that waits
  * for it, a stream's last node to a wait_stream on another stream, every
- * stream's last node to a synchronize.  Each kernel's label ends with its
- * `.sg` line and fusion region (rule 6).  The output is deterministic.
+ * stream's last node to a synchronize.  Each node's label ends with its
+ * `.sg` line and the kernel that computes it (codegen_kernels_of); the
+ * nodes one kernel fuses are drawn inside a box labelled with it.  The
+ * output is deterministic.
  *
  *     sgc model.sg --emit=dot -o model.dot && dot -Tsvg model.dot > model.svg
  */
@@ -44,9 +46,9 @@ put_escaped(FILE *f, const char *s)
 	}
 }
 
-/* A node's label: results, op, sync operands, line, region. */
+/* A node's label: results, op, sync operands, line, kernel. */
 static void
-put_label(FILE *f, Graph *g, const Node *n, uint32_t region)
+put_label(FILE *f, Graph *g, const Node *n, uint32_t kernel)
 {
 	for (uint32_t j = 0; j < n->nres; j++) {
 		fputs(j ? ", %" : "%", f);
@@ -91,8 +93,8 @@ put_label(FILE *f, Graph *g, const Node *n, uint32_t region)
 		fputc(')', f);
 	}
 	fprintf(f, "\\nline %u", n->loc.line);
-	if (region != NONE)
-		fprintf(f, ", region %u", region);
+	if (kernel != NONE)
+		fprintf(f, ", kernel %u", kernel);
 	if (!(n->flags & NF_USER) || (n->flags & NF_BACKWARD))
 		fputs(", compiler-made", f);
 }
@@ -107,7 +109,7 @@ is_sync_node(const Node *n)
 
 /* Declarations, nodes and the return. */
 static void
-dot_nodes(FILE *f, Graph *g, const FusionInfo *fi)
+dot_nodes(FILE *f, Graph *g, const uint32_t *kernel)
 {
 	for (ValId v = 0; v < g->vals.n; v++) {
 		const Value *val = &g->vals.v[v];
@@ -126,7 +128,7 @@ dot_nodes(FILE *f, Graph *g, const FusionInfo *fi)
 		fprintf(f, "  n%u [fillcolor=\"%s\"%s, label=\"", i, stream_color(n->stream),
 		        is_sync_node(n) ? ", shape=hexagon" : n->op >= OP__N
 		        ? ", shape=note" : "");
-		put_label(f, g, n, fi->region[i]);
+		put_label(f, g, n, kernel[i]);
 		fputs("\"];\n", f);
 	}
 	if (g->rets.n) {
@@ -248,12 +250,35 @@ dot_legend(FILE *f, Graph *g)
 	fputs("  }\n", f);
 }
 
+/* A labelled box around the nodes of each kernel that fuses several. */
+static void
+dot_kernels(FILE *f, Graph *g, const uint32_t *kernel, uint32_t nk)
+{
+	uint32_t *count = xmalloc((nk + 1) * sizeof *count);
+	memset(count, 0, (nk + 1) * sizeof *count);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		if (kernel[i] != NONE)
+			count[kernel[i]]++;
+	for (uint32_t k = 0; k < nk; k++) {
+		if (count[k] < 2)
+			continue;
+		fprintf(f, "  subgraph cluster_kernel%u {\n    label=\"kernel %u: %u ops "
+		        "fused\";\n    style=dashed;\n    color=\"#555555\";\n   ", k, k,
+		        count[k]);
+		for (NodeId i = 0; i < g->nodes.n; i++)
+			if (kernel[i] == k)
+				fprintf(f, " n%u;", i);
+		fputs("\n  }\n", f);
+	}
+	free(count);
+}
+
 /* One digraph. */
 static void
-dot_graph(FILE *f, Graph *g)
+dot_graph(FILE *f, Module *m, Graph *g, int opt_level)
 {
-	FusionInfo fi;
-	fusion_analyse(g, &fi);
+	uint32_t *kernel = xmalloc((g->nodes.n + 1) * sizeof *kernel);
+	uint32_t nk = codegen_kernels_of(m, g, opt_level, kernel);
 	fputs("digraph \"", f);
 	put_escaped(f, g->name);
 	fputs("\" {\n  graph [fontname=\"Helvetica\", labelloc=t, label=\"graph ", f);
@@ -261,21 +286,22 @@ dot_graph(FILE *f, Graph *g)
 	fputs("\"];\n  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", "
 	      "fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=9];\n", f);
 	dot_legend(f, g);
-	dot_nodes(f, g, &fi);
+	dot_nodes(f, g, kernel);
+	dot_kernels(f, g, kernel, nk);
 	dot_data_edges(f, g);
 	dot_order_and_sync_edges(f, g);
 	fputs("}\n", f);
-	fusion_free(&fi);
+	free(kernel);
 }
 
 /* Every graph of the module (or only_graph). */
 void
-dot_module(FILE *f, Module *m, const char *only_graph)
+dot_module(FILE *f, Module *m, const char *only_graph, int opt_level)
 {
 	for (uint32_t i = 0; i < m->graphs.n; i++) {
 		Graph *g = m->graphs.v[i];
 		if (only_graph && strcmp(only_graph, g->name) != 0)
 			continue;
-		dot_graph(f, g);
+		dot_graph(f, m, g, opt_level);
 	}
 }

@@ -46,6 +46,8 @@ typedef struct {
 	VEC(DimOverride) dims;  /* -D */
 	RunOptions ro;
 	int memory;             /* check --memory */
+	int no_line;            /* --no-line */
+	const char *color;      /* -fdiagnostics-color= */
 } Options;
 
 static const char usage_text[] =
@@ -69,6 +71,12 @@ static const char help_text[] =
 "  --arch=sm_90         target architecture (default sm_90)\n"
 "  --graph NAME         compile only that graph of the file\n"
 "  --allow-races        report happens-before gaps as warnings\n"
+"  -fdiagnostics-color=auto|always|never\n"
+"                       colour in diagnostics (auto: on a terminal, and not\n"
+"                       with NO_COLOR set)\n"
+"  --no-line            no #line directives (by default every kernel and host\n"
+"                       statement is mapped to its .sg line for nvcc,\n"
+"                       compute-sanitizer and cuda-gdb)\n"
 "  --offload=MODE       marked: honour `offload` statements (default); none:\n"
 "                       ignore them; auto: also offload saved activations,\n"
 "                       largest first, until the estimated peak fits the budget\n"
@@ -309,6 +317,14 @@ parse_options(int argc, char **argv, Options *o)
 			o->arch = v;
 		} else if (opt_value(argc, argv, &i, "--graph", &v, &err)) {
 			o->graph = v;
+		} else if (strncmp(a, "-fdiagnostics-color=", 20) == 0) {
+			int on;
+			if (!diag_color_mode(a + 20, &on))
+				return usage_error("-fdiagnostics-color expects auto, always or "
+				                   "never, not '%s'", a + 20);
+			o->color = a + 20;
+		} else if (strcmp(a, "--no-line") == 0) {
+			o->no_line = 1;
 		} else if (strcmp(a, "--allow-races") == 0) {
 			o->po.allow_races = 1;
 		} else if (opt_value(argc, argv, &i, "--offload-budget", &v, &err)) {
@@ -538,7 +554,8 @@ emit_cu(Options *o, Module *m, FILE *mem, char **htext, size_t *hlen)
 {
 	CodegenOptions co = {.opt_level = o->po.opt_level, .arch = o->arch,
 	                     .cuda_graph = o->cuda_graph, .emit_main = o->emit_main,
-	                     .input = o->input, .header = o->header};
+	                     .input = o->input, .header = o->header,
+	                     .output = o->output, .no_line = o->no_line};
 	FILE *h = NULL;
 	if (o->header && !(h = open_memstream(htext, hlen)))
 		ICE("open_memstream failed");
@@ -562,7 +579,7 @@ compile(Options *o, Module *m)
 		print_module(mem, m, o->graph);
 		break;
 	case EMIT_DOT:
-		dot_module(mem, m, o->graph);
+		dot_module(mem, m, o->graph, o->po.opt_level);
 		break;
 	case EMIT_CU:
 		if (!emit_cu(o, m, mem, &htext, &hlen)) {
@@ -577,7 +594,8 @@ compile(Options *o, Module *m)
 	char *out_default = NULL;
 	const char *out = o->output;
 	if (!out) {
-		if (o->emit == EMIT_CU)
+		/* FILE.sg -> FILE.cu; standard input -> standard output. */
+		if (o->emit == EMIT_CU && strcmp(o->input, "-") != 0)
 			out = out_default = stem_with(o->input, ".cu");
 		else
 			out = "-";
@@ -671,6 +689,7 @@ main(int argc, char **argv)
 	}
 	Diag diag;
 	diag_init(&diag, o.input, text, len);
+	diag_color_mode(o.color ? o.color : "auto", &diag.color);
 	Module m = {.arena = arena_new(), .diag = &diag, .only_graph = o.graph};
 	AstFile ast = {0};
 	parse_file(text, len, &diag, m.arena, &ast);

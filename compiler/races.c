@@ -773,6 +773,51 @@ note_prev(Report *R, const Race *x, const char *nm)
 		diag_note(R->d, access_loc(R, x->prev, x->v), "'%s' is used here", nm);
 }
 
+/* A note naming the fix of a race between statements on two streams:
+ * which event to record after the earlier access and wait on before node
+ * i; or, when a record_event of an event that i's stream waits on stands
+ * before the earlier access on its stream (meant to follow it), to move
+ * that record_event after it. */
+static void
+note_fix(Report *R, NodeId i, const Race *x, const char *nm)
+{
+	Graph *g = R->g;
+	if (i >= g->nodes.n || x->prev == NONE ||
+	    (x->kind != RACE_RAW && x->kind != RACE_WAR))
+		return;
+	const Node *p = &g->nodes.v[x->prev], *n = &g->nodes.v[i];
+	const char *ps = stream_name(R, x->pstream), *cs = stream_name(R, n->stream);
+	uint32_t e, e2;
+	for (NodeId r = x->prev; r-- > 0;) {
+		const Node *rec = &g->nodes.v[r];
+		if (rec->stream != x->pstream || races_sync(rec, &e) != OP_RECORD_EVENT)
+			continue;
+		for (NodeId w = r + 1; w < i; w++) {
+			const Node *wn = &g->nodes.v[w];
+			if (wn->stream == n->stream && races_sync(wn, &e2) == OP_WAIT_EVENT &&
+			    e2 == e) {
+				const char *en = g->events.v[e].name;
+				diag_note(R->d, rec->loc, "'record_event(%s)' on '%s' comes before "
+				          "'%s' is %s on line %u; move it after that line, so that "
+				          "'wait_event(%s)' on line %u orders them", en, ps, nm,
+				          x->pdef ? "produced" : "read", p->loc.line, en,
+				          wn->loc.line);
+				return;
+			}
+		}
+	}
+	/* A new event, named after the value. */
+	char ev[64];
+	size_t k = 0;
+	for (const char *c = nm[0] == '%' ? nm + 1 : nm; *c && k < 40; c++)
+		ev[k++] = (char)((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		                 (*c >= '0' && *c <= '9') || *c == '_' ? *c : '_');
+	snprintf(ev + k, sizeof ev - k, "_ready");
+	diag_note(R->d, p->loc, "to order them, declare 'event %s', add "
+	          "'record_event(%s)' on '%s' after line %u and 'wait_event(%s)' on "
+	          "'%s' before line %u", ev, ev, ps, p->loc.line, ev, cs, n->loc.line);
+}
+
 /* The message of a race at node i. */
 static void
 race_text(Report *R, NodeId i, const Race *x, const char *nm, char *buf, size_t cap)
@@ -860,6 +905,7 @@ report_races(void *ctx, Hb *h, NodeId i, Race *rs, uint32_t nr)
 			R->errors++;
 		}
 		note_prev(R, x, nb);
+		note_fix(R, i, x, nb);
 	}
 }
 

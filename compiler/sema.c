@@ -14,6 +14,7 @@
  * cascade of follow-on errors is reported for them.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,12 +68,38 @@ struct Sema {
 
 /* ------------------------------------------------------------------ dims */
 
+/* The error "WHAT 'PREFIX NAME'TAIL" with a "did you mean" among the n
+ * names known: the `const char *` member at offset off of each item,
+ * stride bytes apart from base. */
+static void
+unknown_name(Sema *S, Loc loc, const char *what, const char *prefix,
+             const char *name, const char *tail, const void *base, size_t n,
+             size_t stride, size_t off)
+{
+	DiagSuggest ds;
+	char buf[96];
+	diag_suggest_init(&ds, name);
+	for (size_t i = 0; i < n; i++)
+		diag_suggest_add(&ds, *(const char *const *)((const char *)base +
+		                                             i * stride + off));
+	diag_error(S->d, loc, "%s '%s%s'%s%s", what, prefix, name, tail,
+	           diag_suggest_text(&ds, prefix, buf, sizeof buf));
+}
+
+/* "undeclared dim 'X'", with the nearest declared dim. */
+static void
+undeclared_dim(Sema *S, const char *name, Loc loc)
+{
+	unknown_name(S, loc, "undeclared dim", "", name, "", S->m->dims.v,
+	             S->m->dims.n, sizeof *S->m->dims.v, offsetof(DimDecl, name));
+}
+
 static int
 lookup_dim(Sema *S, const char *name, Loc loc, int64_t *out)
 {
 	uint32_t *slot = map_get(&S->m->dimmap, name, strlen(name));
 	if (!slot) {
-		diag_error(S->d, loc, "undeclared dim '%s'", name);
+		undeclared_dim(S, name, loc);
 		return 0;
 	}
 	*out = S->m->dims.v[*slot].n;
@@ -221,7 +248,9 @@ use_value(Sema *S, const char *name, Loc loc)
 			diag_note(S->d, S->ag->stmts.v[*later].loc,
 			          "'%%%s' is defined here", name);
 		} else {
-			diag_error(S->d, loc, "use of undefined value '%%%s'", name);
+			unknown_name(S, loc, "use of undefined value", "%", name, "",
+			             S->g->vals.v, S->g->vals.n, sizeof *S->g->vals.v,
+			             offsetof(Value, name));
 		}
 		return NONE;
 	}
@@ -288,10 +317,18 @@ arg_int(Sema *S, const AstArg *a, int64_t *out, int *bad)
 	if (a->kind == AA_IDENT && map_get(&S->m->dimmap, a->s, strlen(a->s)))
 		return lookup_dim(S, a->s, a->loc, out);
 	if (a->kind == AA_IDENT) {
-		diag_error(S->d, a->loc, "undeclared dim '%s'", a->s);
+		undeclared_dim(S, a->s, a->loc);
 		*bad = 1;
 	}
 	return 0;
+}
+
+/* "undeclared stream 'X'", with the nearest declared stream. */
+static void
+undeclared_stream(Sema *S, const char *name, Loc loc)
+{
+	unknown_name(S, loc, "undeclared stream", "", name, "", S->g->streams.v,
+	             S->g->streams.n, sizeof *S->g->streams.v, offsetof(Stream, name));
 }
 
 static int
@@ -299,7 +336,7 @@ lookup_stream(Sema *S, const char *name, Loc loc, uint32_t *out)
 {
 	uint32_t *slot = map_get(&S->g->streammap, name, strlen(name));
 	if (!slot) {
-		diag_error(S->d, loc, "undeclared stream '%s'", name);
+		undeclared_stream(S, name, loc);
 		return 0;
 	}
 	*out = *slot;
@@ -311,7 +348,8 @@ lookup_event(Sema *S, const char *name, Loc loc, uint32_t *out)
 {
 	uint32_t *slot = map_get(&S->g->eventmap, name, strlen(name));
 	if (!slot) {
-		diag_error(S->d, loc, "undeclared event '%s'", name);
+		unknown_name(S, loc, "undeclared event", "", name, "", S->g->events.v,
+		             S->g->events.n, sizeof *S->g->events.v, offsetof(Event, name));
 		return 0;
 	}
 	*out = *slot;
@@ -478,9 +516,12 @@ check_attrs(Sema *S, const AttrSpec *spec, uint32_t nspec, AstArg *args,
 			}
 			if (nspec == 0)
 				diag_error(S->d, a->keyloc, "'%s' takes no attributes", opname);
-			else
-				diag_error(S->d, a->keyloc, "unknown attribute '%s' for '%s'",
-				           a->key, opname);
+			else {
+				char tail[96];
+				snprintf(tail, sizeof tail, " for '%s'", opname);
+				unknown_name(S, a->keyloc, "unknown attribute", "", a->key, tail,
+				             spec, nspec, sizeof *spec, offsetof(AttrSpec, name));
+			}
 			ok = 0;
 			continue;
 		}
@@ -673,7 +714,7 @@ stmt_stream(Sema *S, AstStmt *st)
 	if (!map_get(&S->bad_streams, key, strlen(key))) {
 		char *k = arena_strdup(S->m->arena, key);
 		map_put(&S->bad_streams, k, strlen(k), 1);
-		diag_error(S->d, st->streamloc, "undeclared stream '%s'", st->stream);
+		undeclared_stream(S, st->stream, st->streamloc);
 	}
 	return s;
 }
@@ -772,7 +813,8 @@ stmt_op(Sema *S, AstStmt *st)
 	Graph *g = S->g;
 	int op = op_lookup(st->op, strlen(st->op));
 	if (op < 0) {
-		diag_error(S->d, st->oploc, "unknown op '%s'", st->op);
+		unknown_name(S, st->oploc, "unknown op", "", st->op, "", op_table, OP__N,
+		             sizeof *op_table, offsetof(OpInfo, name));
 		define_failed(S, st);
 		return;
 	}

@@ -151,6 +151,24 @@ void diag_vreport(Diag *d, const char *kind, Loc at, const char *fmt,
 /* True once max_errors was reached: callers stop producing work. */
 int diag_full(const Diag *d);
 
+/* "Did you mean": among the candidates offered, the one nearest to a
+ * misspelt name by edit distance (insertions, deletions, substitutions),
+ * within (length + 2) / 3 edits as Clang allows, and fewer edits than the
+ * name's length; ties go to the first. */
+typedef struct {
+	const char *name;   /* the name the user wrote */
+	const char *best;   /* NULL: none near enough yet */
+	size_t dist;
+} DiagSuggest;
+void diag_suggest_init(DiagSuggest *s, const char *name);
+void diag_suggest_add(DiagSuggest *s, const char *candidate);
+/* "; did you mean 'PREFIXBEST'?" in buf, or "" when nothing is near. */
+const char *diag_suggest_text(const DiagSuggest *s, const char *prefix,
+                              char *buf, size_t cap);
+/* Colour (-fdiagnostics-color): "auto" (standard error a terminal and
+ * NO_COLOR unset), "always" or "never"; returns 0 for another word. */
+int diag_color_mode(const char *mode, int *color);
+
 /* ------------------------------------------------------------------ ast (parser.y, ast.c)
  * The parser produces a flat AST: one AstStmt per statement, in order.
  * Nesting (`with stream`, `backward {}`) is not a tree: each statement
@@ -612,12 +630,21 @@ typedef struct {
 	int emit_main;          /* --main */
 	const char *input;      /* the .sg path as given */
 	const char *header;     /* --header path (its base name is #included) */
+	const char *output;     /* the .cu path, "-" or NULL: standard output */
+	int no_line;            /* --no-line: no #line directives */
 } CodegenOptions;
 
 /* Writes the CUDA C of every graph of m to cu and, when h is not NULL, the
  * declarations of its C API.  Returns 0 after reporting through m->diag
  * (an op the backend cannot compile). */
 int codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h);
+
+/* The kernels the backend makes of graph g at opt_level: kernel[i] is the
+ * kernel that computes node i (nodes fused into one share it), numbered
+ * from 0 in program order, or NONE for a node that launches none of its
+ * own.  Returns the number of kernels.  (Today the pointwise fusion
+ * groups, with the groups fused into a reduction's or row op's kernel.) */
+uint32_t codegen_kernels_of(Module *m, Graph *g, int opt_level, uint32_t *kernel);
 
 /* The files of codegen_templates/, embedded by tools/embed.c. */
 typedef struct {
@@ -958,7 +985,7 @@ int functionalize_pass(Graph *g, const PassOptions *po, Diag *d);
 /* ------------------------------------------------------------------ dot.c */
 
 /* --emit=dot: Graphviz, one colour per stream, sync edges dashed. */
-void dot_module(FILE *f, Module *m, const char *only_graph);
+void dot_module(FILE *f, Module *m, const char *only_graph, int opt_level);
 
 /* ------------------------------------------------------------------ autograd.c, optim.c, grad_*.c
  * Reverse-mode differentiation (the `autograd` pass, docs/autograd.md).

@@ -49,13 +49,16 @@ typedef struct {
 typedef struct {
 	const char *name;
 	const char *cat;   /* "kernel", "copy", "collective", "other" */
-	const char *tid;   /* stream name */
+	int tid;           /* stream index: streams[tid] is its name */
 	int sgline;
 	double ts, dur;    /* microseconds */
 } SgrtTraceEvent;
 
-/* Writes events as a Chrome trace (JSON array of "ph": "X" events). */
+/* Writes events as a Chrome trace: a JSON array of one "thread_name"
+ * metadata event ("ph": "M") per stream, naming the integer tid, then the
+ * "ph": "X" slices. */
 int sgrt_trace_json(FILE *f, const char *graph, const char *sgfile, int pid,
+                    char *const *streams, int nstreams,
                     const SgrtTraceEvent *ev, int n);
 /* Writes s as a JSON string literal, quotes included. */
 void sgrt_json_string(FILE *f, const char *s);

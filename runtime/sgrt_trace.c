@@ -7,7 +7,8 @@
  * stream, taken from a pool that lives as long as the model; after the
  * call sgrt_trace_write resolves each pair against the event recorded on
  * `default` at sgrt_call_begin and writes one "ph": "X" slice per op, on
- * the track of its stream ("tid" is the stream's name).  Timing events
+ * the track of its stream: "tid" is the stream's index, named by a
+ * "thread_name" metadata event, as the Chrome trace format has it.  Timing events
  * exist only in trace mode; the graph's own events never time.
  *
  * With SGRT_SYNC=1 sgrt_op_end waits for the op's stream and checks it,
@@ -203,18 +204,25 @@ sgrt_json_string(FILE *f, const char *s)
 
 int
 sgrt_trace_json(FILE *f, const char *graph, const char *sgfile, int pid,
+                char *const *streams, int nstreams,
                 const SgrtTraceEvent *ev, int n)
 {
 	int i;
 
 	fputs("[\n", f);
+	for (i = 0; i < nstreams; i++) {
+		fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, "
+		        "\"tid\": %d, \"args\": {\"name\": ", pid, i);
+		sgrt_json_string(f, streams[i]);
+		fprintf(f, "}}%s\n", i + 1 < nstreams || n > 0 ? "," : "");
+	}
 	for (i = 0; i < n; i++) {
 		fputs("{\"name\": ", f);
 		sgrt_json_string(f, ev[i].name);
 		fputs(", \"cat\": ", f);
 		sgrt_json_string(f, ev[i].cat);
-		fprintf(f, ", \"ph\": \"X\", \"pid\": %d, \"tid\": ", pid);
-		sgrt_json_string(f, ev[i].tid);
+		fprintf(f, ", \"ph\": \"X\", \"pid\": %d, \"tid\": %d", pid,
+		        ev[i].tid);
 		fprintf(f, ", \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"graph\": ",
 		        ev[i].ts, ev[i].dur);
 		sgrt_json_string(f, graph);
@@ -251,7 +259,7 @@ resolve(SgrtModel *m, SgrtTraceEvent *ev)
 		double end;
 		ev[i].name = sl->name;
 		ev[i].cat = sgrt_op_kind_name(sl->kind);
-		ev[i].tid = m->stream_name[sl->stream];
+		ev[i].tid = sl->stream;
 		ev[i].sgline = sl->sgline;
 		SGRT_TRY(elapsed_us(m, m->t0, sl->start, &ev[i].ts));
 		SGRT_TRY(elapsed_us(m, m->t0, sl->end, &end));
@@ -272,7 +280,8 @@ write_file(SgrtModel *m, const char *path, const SgrtTraceEvent *ev)
 	if (sgrt_out_open(&o, path))
 		return sgrt_fail(m, SGRT_EIO, -1, "%s: cannot write the trace",
 		                 path);
-	rc = sgrt_trace_json(o.f, m->graph, m->sgfile, m->rank, ev, m->nslices);
+	rc = sgrt_trace_json(o.f, m->graph, m->sgfile, m->rank, m->stream_name,
+	                     m->nstreams, ev, m->nslices);
 	if (rc != SGRT_OK) {
 		sgrt_out_abort(&o);
 		rc = SGRT_EIO;

@@ -12,7 +12,9 @@
 #   SGC NAME.sg --emit=cu -o - ARGS
 #
 # with ARGS the words of NAME.cgargs when it exists (e.g. `-O2 --main`),
-# else -O0.  It must exit 0 with nothing on stderr and print NAME.cu.
+# else -O0, and --no-line except for cg_line*.sg, the goldens of the #line
+# directives (so that the others show the code without them).  It must
+# exit 0 with nothing on stderr and print NAME.cu.
 #
 # Exit status: 0 all passed, 1 a test failed, 2 usage.
 
@@ -24,7 +26,7 @@ if [ "${1:-}" = --update ]; then
 	shift
 fi
 if [ $# -lt 2 ]; then
-	sed -n '3,14s/^# \{0,1\}//p' "$0" >&2
+	sed -n '3,16s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 fi
 sgc=$1
@@ -42,6 +44,7 @@ for file in "$@"; do
 		# shellcheck disable=SC2207
 		args=($(grep -v '^#' "$stem.cgargs"))
 	fi
+	case $base in cg_line*) ;; *) args+=(--no-line) ;; esac
 	(cd "$dir" && "$sgc" "$base" --emit=cu -o - "${args[@]}") >"$tmp/out" 2>"$tmp/err"
 	status=$?
 	if [ $status -ne 0 ] || [ -s "$tmp/err" ]; then

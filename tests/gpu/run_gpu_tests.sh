@@ -297,7 +297,7 @@ run() {
 	done
 	if [ -x "$dir/t/mlp-mlp/O2" ]; then
 		"$dir/t/mlp-mlp/O2" --inputs "$dir/t/mlp-mlp/inputs.safetensors" --trace "$dir/trace.json" >/dev/null 2>&1
-		python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print('trace: %d slices on %s' % (len(t), sorted(set(e['tid'] for e in t))))" "$dir/trace.json" >>"$report" 2>&1
+		python3 -c "import json,sys; t=json.load(open(sys.argv[1])); n={e['tid']: e['args']['name'] for e in t if e['ph'] == 'M'}; x=[e for e in t if e['ph'] == 'X']; print('trace: %d slices on %s' % (len(x), sorted(set(n[e['tid']] for e in x))))" "$dir/trace.json" >>"$report" 2>&1
 	fi
 	local left=$((deadline - SECONDS))
 	if [ "${SANITIZE:-1}" != 0 ] && command -v compute-sanitizer >/dev/null && [ $left -gt 20 ]; then

@@ -226,20 +226,22 @@ static void
 test_trace_json(void **state)
 {
 	SgrtTraceEvent ev[3] = {
-		{ "matmul %h", "kernel", "default", 14, 0.0, 12.5 },
-		{ "all_reduce \"g\"", "collective", "comm", 20, 3.25, 100 },
-		{ "to_host %a", "copy", "side", 7, 50, 0.001 },
+		{ "matmul %h", "kernel", 0, 14, 0.0, 12.5 },
+		{ "all_reduce \"g\"", "collective", 2, 20, 3.25, 100 },
+		{ "to_host %a", "copy", 1, 7, 50, 0.001 },
 	};
+	char *streams[3] = { "default", "side", "co\"mm" };
+	int named[3] = { 0, 0, 0 };
 	FILE *f = tmpfile();
-	char buf[4096];
+	char buf[8192];
 	size_t n;
 	cJSON *j, *e;
-	int i = 0;
+	int i = 0, nm = 0;
 
 	(void)state;
 	assert_non_null(f);
-	assert_int_equal(sgrt_trace_json(f, "mlp", "model.sg", 2, ev, 3),
-	                 SGRT_OK);
+	assert_int_equal(sgrt_trace_json(f, "mlp", "model.sg", 2, streams, 3,
+	                                 ev, 3), SGRT_OK);
 	rewind(f);
 	n = fread(buf, 1, sizeof buf - 1, f);
 	buf[n] = 0;
@@ -247,16 +249,39 @@ test_trace_json(void **state)
 	j = cJSON_Parse(buf);
 	assert_non_null(j);
 	assert_true(cJSON_IsArray(j));
-	assert_int_equal(cJSON_GetArraySize(j), 3);
+	assert_int_equal(cJSON_GetArraySize(j), 3 + 3);
+	/* The Chrome trace format's rules: every event has a name, a phase,
+	 * an integer pid and tid; "M" thread_name events name each tid once
+	 * (args.name), before the "X" slices, which have numeric ts and dur
+	 * and a tid that a thread_name names. */
 	cJSON_ArrayForEach(e, j) {
-		assert_string_equal(cJSON_GetObjectItem(e, "ph")->valuestring, "X");
+		const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
+		cJSON *tid = cJSON_GetObjectItem(e, "tid");
+		assert_true(cJSON_IsString(cJSON_GetObjectItem(e, "name")));
+		assert_true(cJSON_IsNumber(tid));
+		assert_true(cJSON_IsNumber(cJSON_GetObjectItem(e, "pid")));
+		assert_int_equal(cJSON_GetObjectItem(e, "pid")->valueint, 2);
+		assert_true(tid->valueint >= 0 && tid->valueint < 3);
+		if (strcmp(ph, "M") == 0) {
+			assert_int_equal(i, 0); /* the metadata first */
+			assert_string_equal(cJSON_GetObjectItem(e, "name")->valuestring,
+			                    "thread_name");
+			assert_int_equal(named[tid->valueint], 0);
+			named[tid->valueint] = 1;
+			assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(e,
+			                    "args"), "name")->valuestring,
+			                    streams[tid->valueint]);
+			nm++;
+			continue;
+		}
+		assert_string_equal(ph, "X");
+		assert_true(named[tid->valueint]);
+		assert_int_equal(tid->valueint, ev[i].tid);
 		assert_string_equal(cJSON_GetObjectItem(e, "name")->valuestring,
 		                    ev[i].name);
-		assert_string_equal(cJSON_GetObjectItem(e, "tid")->valuestring,
-		                    ev[i].tid);
 		assert_string_equal(cJSON_GetObjectItem(e, "cat")->valuestring,
 		                    ev[i].cat);
-		assert_int_equal(cJSON_GetObjectItem(e, "pid")->valueint, 2);
+		assert_true(cJSON_IsNumber(cJSON_GetObjectItem(e, "ts")));
 		assert_true(fabs(cJSON_GetObjectItem(e, "ts")->valuedouble -
 		                 ev[i].ts) < 1e-3);
 		assert_true(fabs(cJSON_GetObjectItem(e, "dur")->valuedouble -
@@ -265,16 +290,19 @@ test_trace_json(void **state)
 		                 "line")->valueint, ev[i].sgline);
 		i++;
 	}
+	assert_int_equal(nm, 3);
+	assert_int_equal(i, 3);
 	cJSON_Delete(j);
-	/* An empty trace is an empty array. */
+	/* No slices: the metadata alone, still valid JSON. */
 	f = tmpfile();
-	assert_int_equal(sgrt_trace_json(f, "g", "", 0, NULL, 0), SGRT_OK);
+	assert_int_equal(sgrt_trace_json(f, "g", "", 0, streams, 1, NULL, 0),
+	                 SGRT_OK);
 	rewind(f);
 	n = fread(buf, 1, sizeof buf - 1, f);
 	buf[n] = 0;
 	fclose(f);
 	j = cJSON_Parse(buf);
-	assert_true(cJSON_IsArray(j) && cJSON_GetArraySize(j) == 0);
+	assert_true(cJSON_IsArray(j) && cJSON_GetArraySize(j) == 1);
 	cJSON_Delete(j);
 }
 
