@@ -713,9 +713,9 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 		fputs("\n#endif /* __CUDACC_RTC__ */\n", cu);
 	}
 	fclose(cu);
+	free(ktext); /* copied into all */
+	free(htext);
 	write_with_lines(&c, cu_final, all, alen);
 	free(all);
-	free(ktext);
-	free(htext);
 	return !c.failed;
 }
