@@ -36,9 +36,12 @@ build)
 	# and its Fortran runtime, cJSON): DIR/lib, about 40 MB.
 	rm -rf "$dir/lib"
 	mkdir -p "$dir/lib"
-	ldd "$dir/build/compiler/sgc" "$dir/build/runtime/libsgrt.so" |
-		awk '/(openblas|gfortran|quadmath|cjson)/ { print $3 }' | sort -u |
+	# OpenBLAS is dlopen'ed by `sgc run` (not linked): listed by name.
+	blas=$(ldconfig -p | sed -n 's/.*libopenblas\.so\.0 .*=> //p' | head -n 1)
+	ldd "$dir/build/compiler/sgc" "$dir/build/runtime/libsgrt.so" ${blas:+"$blas"} |
+		awk '/(openblas|gfortran|quadmath|cjson)/ && $3 ~ /^\// { print $3 }' | sort -u |
 		while read -r l; do cp -L "$l" "$dir/lib/"; done
+	[ -z "$blas" ] || cp -L "$blas" "$dir/lib/libopenblas.so.0"
 	du -sh "$dir"
 	echo "built $dir/build and $dir/lib (carry $dir)"
 	;;
