@@ -5,7 +5,7 @@
 # range.  With its device check taken out (so that the read itself is out
 # of range), compute-sanitizer memcheck must report the invalid read at
 # cg_line.sg:15 (the embedding statement), and with --no-line at
-# cg_line.cu, not at the .sg; with the check, the assertion fails at
+# the .cu file (nocheck_noline.cu), not at the .sg; with the check, the assertion fails at
 # cg_line.sg:15.  cuda-gdb (when installed), on a -G build: `break
 # cg_line.sg:15` stops in the embedding kernel at cg_line.sg:15.
 set -u
@@ -52,10 +52,10 @@ else
 	echo "FAIL compute-sanitizer does not name cg_line.sg:15"
 	fail=1
 fi
-if grep -Eq "in (.*/)?cg_line\.cu:[0-9]+$" san_noline.txt && ! grep -q "cg_line\.sg:15$" san_noline.txt; then
-	echo "ok --no-line: compute-sanitizer names cg_line.cu"
+if grep -Eq "in (.*/)?nocheck_noline\.cu:[0-9]+$" san_noline.txt && ! grep -q "cg_line\.sg:15$" san_noline.txt; then
+	echo "ok --no-line: compute-sanitizer names the .cu file (nocheck_noline.cu)"
 else
-	echo "FAIL --no-line: expected cg_line.cu lines"
+	echo "FAIL --no-line: expected nocheck_noline.cu lines"
 	fail=1
 fi
 if grep -q "cg_line.sg:15" san_checked.txt && grep -qi "assert" san_checked.txt; then
