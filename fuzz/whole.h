@@ -153,7 +153,7 @@ whole_compile(Whole *W, const char *src, size_t len, FILE *diagout, int opt,
 			fclose(mf);
 		}
 		if (full) {
-			dot_module(W->devnull, &m, NULL);
+			dot_module(W->devnull, &m, NULL, opt);
 			memplan_report_module(W->devnull, &m, NULL, opt);
 			whole_codegen(&m);
 			whole_run(W, &m, src);

@@ -42,7 +42,7 @@ for path in files:
             if block:
                 kernels.append(frozenset(block))
             block = set()
-        elif not ln.startswith("/*") and not ln.startswith(" *"):
+        elif not ln.startswith(("/*", " *", "// (")):  # "// (x0 = %a, ...)": params
             block = set()
     if not clusters:
         print("FAIL %s: no kernel cluster" % path)
