@@ -719,3 +719,30 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 	free(all);
 	return !c.failed;
 }
+
+void
+codegen_memory_report(FILE *f, Module *m, const char *only_graph, int opt_level)
+{
+	CodegenOptions co = {.opt_level = opt_level, .arch = "sm_90", .input = "-"};
+	Cg c = {.m = m, .co = &co, .a = m->arena};
+	for (uint32_t i = 0; i < m->graphs.n; i++) {
+		Graph *g = m->graphs.v[i];
+		if (only_graph && strcmp(only_graph, g->name) != 0)
+			continue;
+		/* The plan the generated code reserves: over the program as its
+		 * kernels run it (cg_graph_body's first steps; cg_plan verifies
+		 * it, an internal error when two live buffers overlap). */
+		CgGraph G;
+		CgGroups groups = {0};
+		cg_graph_analyse(&G, &c, g);
+		G.groups = &groups;
+		if (opt_level >= 2)
+			cg_fuse(&G, &groups);
+		cg_gemm_fold(&G, &groups);
+		cg_plan(&G, &groups);
+		memplan_report(f, g, &G.plan);
+		fprintf(f, "  check: no two buffers that may be live at once share memory\n");
+		vec_free(&groups);
+		cg_graph_free(&G);
+	}
+}

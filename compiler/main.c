@@ -706,7 +706,7 @@ main(int argc, char **argv)
 	} else if (o.mode == MODE_COMPILE) {
 		status = compile(&o, &m);
 	} else if (o.mode == MODE_CHECK && o.memory) {
-		memplan_report_module(stdout, &m, o.graph, o.po.opt_level);
+		codegen_memory_report(stdout, &m, o.graph, o.po.opt_level);
 	} else if (o.mode == MODE_RUN) {
 		if (m.graphs.n == 0) {
 			fprintf(stderr, "%s: error: the file has no graph to run\n", o.input);

@@ -646,6 +646,12 @@ int codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h);
  * groups, with the groups fused into a reduction's or row op's kernel.) */
 uint32_t codegen_kernels_of(Module *m, Graph *g, int opt_level, uint32_t *kernel);
 
+/* `sgc check --memory`: for each graph (or only_graph), the static memory
+ * plan the generated code reserves (memplan_report's format), the plan
+ * over the program as its kernels run it, so its device arena peak is the
+ * generated code's `arena_bytes`. */
+void codegen_memory_report(FILE *f, Module *m, const char *only_graph, int opt_level);
+
 /* The files of codegen_templates/, embedded by tools/embed.c. */
 typedef struct {
 	const char *name, *text;

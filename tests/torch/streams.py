@@ -14,7 +14,8 @@
    verifier or (for a sync of the derived backward) gets it back.
 3. The memory plan of every sample and program (`sgc check --memory`, at
    -O2 and -O0) passes the independent checker: no two buffers that may be
-   live at once share memory; -O0 shares nothing; -O2 needs no more.
+   live at once share memory; -O0 shares nothing; -O2 needs no more; and
+   each graph's peak is the `arena_bytes` the generated code reserves.
 4. `--emit=dot` of every sample is a Graphviz graph with one colour per
    stream and dashed sync edges (checked by `dot` itself when installed).
 
@@ -220,7 +221,16 @@ def memplan_cases(progs):
                 why = "exit %d: %s" % (pr.returncode, pr.stderr[:400])
             elif n == 0 or ok != n:
                 why = "%d graphs, %d checked:\n%s" % (n, ok, pr.stdout[:800])
-            S.report("%s %s: memory plan checked" % (rel, opt), why)
+            else:  # the peak is the arena the generated code reserves
+                cu = sgc(path, opt, "--no-line", "-o", "-", *args)
+                arenas = [int(a) for a in re.findall(r"cfg\.arena_bytes = (\d+);", cu.stdout)]
+                if cu.returncode != 0:
+                    why = "sgc -o: exit %d: %s" % (cu.returncode, cu.stderr[:400])
+                elif arenas != [p for p, _ in peaks[opt]]:
+                    why = "check --memory peaks %s, the generated arena_bytes %s" % (
+                        [p for p, _ in peaks[opt]], arenas)
+            S.report("%s %s: memory plan checked, equal to the generated arena" % (rel, opt),
+                     why)
         if len(peaks["-O2"]) == len(peaks["-O0"]) and peaks["-O0"]:
             why = None
             for (p2, u2), (p0, u0) in zip(peaks["-O2"], peaks["-O0"]):
