@@ -1464,6 +1464,20 @@ shape_all_gather(Graph *g, Node *n, Diag *d)
 	return set_result(g, n, d, 0, &r);
 }
 
+/* broadcast(x, root=0): x's shape; root names a rank (0 <= root < WORLD,
+ * as torch.distributed.broadcast's src must). */
+int
+shape_broadcast_op(Graph *g, Node *n, Diag *d)
+{
+	int64_t w = world_size(g, n, d), root = ir_attr_int(n, "root", 0);
+	if (!w)
+		return 0;
+	if (root < 0 || root >= w)
+		return fail(g, n, d, n->loc, "root=%" PRId64 " is not a rank: WORLD is %" PRId64
+		            " (ranks 0 to %" PRId64 ")", root, w, w - 1);
+	return shape_identity(g, n, d);
+}
+
 /* reduce_scatter(x, dim=0) divides the dim by WORLD; all_to_all(x, dim=0)
  * keeps the shape (no result: in place).  Both need the dim's size
  * divisible by WORLD. */
