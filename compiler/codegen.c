@@ -741,6 +741,13 @@ codegen_memory_report(FILE *f, Module *m, const char *only_graph, int opt_level)
 		cg_gemm_fold(&G, &groups);
 		cg_plan(&G, &groups);
 		memplan_report(f, g, &G.plan);
+		/* --offload-budget is held to the middle end's plan (before
+		 * fusion, on the graph as the passes leave it): shown too. */
+		MemPlan pre;
+		memplan_build(g, opt_level, &pre);
+		fprintf(f, "  before fusion: device arena peak %" PRIu64
+		        " bytes (what --offload-budget is held to)\n", pre.peak);
+		memplan_free(&pre);
 		fprintf(f, "  check: no two buffers that may be live at once share memory\n");
 		vec_free(&groups);
 		cg_graph_free(&G);

@@ -334,9 +334,12 @@ def torch_cases():
 
 # ------------------------------------------------------------------ 4. memory
 
-def peak(path, *args):
+def peak(path, *args, budget=False):
+    """(device, host) peaks of `sgc check --memory`: the generated arena's,
+    or (budget) the middle end's plan that --offload-budget is held to."""
     pr = sgc("check", "--memory", path, *args)
-    m = re.search(r"device arena peak: (\d+) bytes", pr.stdout)
+    m = re.search(r"before fusion: device arena peak (\d+) bytes" if budget else
+                  r"device arena peak: (\d+) bytes", pr.stdout)
     h = re.search(r"host arena peak: (\d+) bytes", pr.stdout)
     ok = pr.returncode == 0 and "check: no two buffers" in pr.stdout
     return (int(m.group(1)), int(h.group(1))) if ok and m and h else None
@@ -354,10 +357,10 @@ def memory_cases():
               (with_[0], without[0], 100.0 * (without[0] - with_[0]) / without[0]))
     S.report("offload.sg: offloading lowers the planned device peak", why)
     auto = os.path.join(ROOT, "tests", "golden", "off_auto.sg")
-    base = peak(auto, "--offload=none")
+    base = peak(auto, "--offload=none", budget=True)
     last, why = None, None
     for budget in (base[0] * 2, 11000000, 9000000, 0):
-        p = peak(auto, "--offload-budget=%d" % budget)
+        p = peak(auto, "--offload-budget=%d" % budget, budget=True)
         if not p:
             why = "budget %d: sgc check --memory failed" % budget
             break
