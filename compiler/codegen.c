@@ -706,13 +706,15 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 		        {"source", text_escape(c.a, co->input)}, {"options", options_text(&c)},
 		        {"graphs", graphs}, {"arch", co->arch});
 		CG_EMIT(cu, "prelude.cu:includes", {"x", ""});
-		CG_EMIT(cu, "prelude.cu:device", {"x", ""});
+		for (uint32_t i = 0; i < c.libraries.n; i++)
+			CG_EMIT(cu, "prelude.cu:library", {"file", c.libraries.v[i]});
 		append(cu, ktext, klen);
 		fputs("\n#ifndef __CUDACC_RTC__\n", cu);
 		append(cu, htext, hlen);
 		fputs("\n#endif /* __CUDACC_RTC__ */\n", cu);
 	}
 	fclose(cu);
+	vec_free(&c.libraries);
 	free(ktext); /* copied into all */
 	free(htext);
 	write_with_lines(&c, cu_final, all, alen);

@@ -57,6 +57,7 @@ typedef struct {
 	int failed;         /* a diagnostic was reported */
 	Map kernels;        /* a kernel's text (cg_kernel) -> kernel_names index */
 	VEC(const char *) kernel_names;
+	VEC(const char *) libraries; /* kernel-library headers used (cg_use_library) */
 } Cg;
 
 /* The mark that maps the code after it, to the end of its function (a `}`
@@ -327,7 +328,7 @@ int cg_mse_loss(CgGraph *G, const Node *n);
  * dtype or layout needs the kernels of codegen_grad.c. */
 int cg_rows_ce_backward(CgGraph *G, const Node *n);
 int cg_rows_norm_backward(CgGraph *G, const Node *n);
-/* Includes a kernel-library file (codegen_templates/kernels/) once. */
+/* Includes a kernel-library header (runtime/sgk/) in the file, once. */
 void cg_use_library(CgGraph *G, const char *file);
 /* Strides with which an operand of type t is read at each index of the
  * broadcast shape s (0 along broadcast dims). */

@@ -4,7 +4,7 @@
  * mse_loss, and the backward row ops (layer_norm/rms_norm, cross_entropy,
  * and autograd's softmax backward as the fusion finds it).  Rows whose
  * input is in memory in f16, bf16 or f32 go to the kernel library
- * (codegen_templates/kernels/sgk_rows.cuh); the rest to the templates of
+ * (runtime/sgk/sgk_rows.cuh); the rest to the templates of
  * kernels.cu, whose kernels store their result through a put statement
  * that also computes a pointwise consumer fused in at -O2 (an epilogue:
  * RowOut, row_put).
@@ -323,26 +323,17 @@ cg_row_base(Cg *c, int64_t outer, int64_t len, int64_t inner)
 
 /* ------------------------------------------------------------------ kernel library */
 
-/* Pastes section `code` of sgk_common.cuh and of the library file `file`
- * (codegen_templates/kernels/) into the kernels, once a graph (the
- * bodies carry include guards, so another graph's copy is harmless). */
+/* Includes the kernel-library header `file` (runtime/sgk/) in the
+ * generated file: codegen_module writes one #include per file used, after
+ * the device helpers. */
 void
 cg_use_library(CgGraph *G, const char *file)
 {
-	const char *files[2] = {"sgk_common.cuh", file};
-	char *key = cg_fmt(G->c, "#%s", file);
-	if (map_get(&G->kernames, key, strlen(key)))
-		return;
-	map_put(&G->kernames, key, strlen(key), 1);
-	CG_EMIT(G->c->kern, "prelude.cu:library_begin", {"x", ""});
-	for (int i = 0; i < 2; i++) {
-		key = cg_fmt(G->c, "#%s", files[i]);
-		if (i == 0 && map_get(&G->kernames, key, strlen(key)))
-			continue;
-		map_put(&G->kernames, key, strlen(key), 1);
-		CG_EMIT(G->c->kern, cg_fmt(G->c, "%s:code", files[i]), {"x", ""});
-	}
-	CG_EMIT(G->c->kern, "prelude.cu:library_end", {"x", ""});
+	Cg *c = G->c;
+	for (uint32_t i = 0; i < c->libraries.n; i++)
+		if (strcmp(c->libraries.v[i], file) == 0)
+			return;
+	vec_push(&c->libraries, file);
 }
 
 /* softmax, log_softmax, layer_norm, rms_norm over the last dim through the

@@ -20,6 +20,9 @@
 
 #include "sgc.h"
 
+#ifndef SGRT_INCLUDE /* runtime/: the device helpers and kernel library, sgk/ */
+#define SGRT_INCLUDE "runtime"
+#endif
 #ifndef CUDA_INCLUDE
 #define CUDA_INCLUDE "/usr/local/cuda/include"
 #endif
@@ -127,10 +130,10 @@ compile(const char *name, const char *cu)
 {
 	nvrtcProgram p;
 	const char *opts[] = {"--gpu-architecture=sm_90", "-std=c++17",
-	                      "-I" CUDA_INCLUDE};
+	                      "-I" CUDA_INCLUDE, "-I" SGRT_INCLUDE};
 	if (nvrtcCreateProgram(&p, cu, name, 0, NULL, NULL) != NVRTC_SUCCESS)
 		return 0;
-	nvrtcResult r = nvrtcCompileProgram(p, 3, opts);
+	nvrtcResult r = nvrtcCompileProgram(p, 4, opts);
 	size_t n = 0;
 	nvrtcGetProgramLogSize(p, &n);
 	char *log = malloc(n + 1);

@@ -27,7 +27,7 @@ build)
 		meson setup "$dir/build" -Dnccl=disabled >/dev/null || exit 1
 	fi
 	ninja -C "$dir/build" runtime/libsgrt.a >/dev/null || exit 1
-	"$nvcc" -arch=sm_90 -O2 -std=c++17 -Iruntime -Icodegen_templates/kernels \
+	"$nvcc" -arch=sm_90 -O2 -std=c++17 -Iruntime -Iruntime/sgk \
 		tests/gpu/test_cudnn_attn.cu -o "$dir/test_cudnn_attn" \
 		"$dir/build/runtime/libsgrt.a" -lcublasLt -lcjson -ldl || exit 1
 	cj=$(ldconfig -p | sed -n 's/.*libcjson\.so\.1 .*=> //p' | head -1)

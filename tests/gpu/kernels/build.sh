@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../../.." || exit 2
 out=${1:-build-kernels}
 mkdir -p "$out"
 nvcc=${NVCC:-nvcc}
-flags="-arch=sm_90 -std=c++17 -O2 -Icodegen_templates/kernels -Itests/gpu/kernels"
+flags="-arch=sm_90 -std=c++17 -O2 -Iruntime/sgk -Itests/gpu/kernels"
 pids=()
 for t in attention rows elementwise optim; do
 	$nvcc $flags tests/gpu/kernels/test_$t.cu -o "$out/test_$t" >"$out/build_$t.log" 2>&1 &

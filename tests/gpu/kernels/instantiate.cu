@@ -1,9 +1,9 @@
 /*
  * instantiate.cu - instantiates every host launcher of the kernel library
- * (codegen_templates/kernels/) for one element type, so that compiling
+ * (runtime/sgk/) for one element type, so that compiling
  * this file compiles every kernel the launchers reach:
  *
- *   nvcc -arch=sm_90 -std=c++17 -DSGK_T=__nv_bfloat16 -Icodegen_templates/kernels \
+ *   nvcc -arch=sm_90 -std=c++17 -DSGK_T=__nv_bfloat16 -Iruntime/sgk \
  *        -c tests/gpu/kernels/instantiate.cu
  *
  * SGK_T: float, double, __half or __nv_bfloat16 (default __nv_bfloat16).

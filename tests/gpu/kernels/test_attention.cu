@@ -1,6 +1,6 @@
 /*
  * test_attention.cu - flash attention forward and backward
- * (codegen_templates/kernels/sgk_attention.cuh) against a plain reference
+ * (runtime/sgk/sgk_attention.cuh) against a plain reference
  * in double on the GPU: o, lse, dq, dk, dv on random inputs for many
  * shapes, dtypes, masks and layouts, every output poisoned first; then the
  * H200 figures (B=8, H=16, T=2048, D=128, bf16, causal and not) in TFLOP/s

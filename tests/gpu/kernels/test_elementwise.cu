@@ -1,6 +1,6 @@
 /*
  * test_elementwise.cu - the pointwise skeleton
- * (codegen_templates/kernels/sgk_elementwise.cuh) with bodies written as
+ * (runtime/sgk/sgk_elementwise.cuh) with bodies written as
  * the backend would emit them: the anchor chain y = gelu(x * a + b) * c
  * over 2^28 f32 (bandwidth against a device copy, target 95%), broadcast
  * operands (a bias row, a [3,1,5,7] x [1,4,5,1] product, a scalar), a

@@ -1,6 +1,6 @@
 /*
  * test_optim.cu - the multi-tensor optimizer updates
- * (codegen_templates/kernels/sgk_optim.cuh) against torch.optim's update
+ * (runtime/sgk/sgk_optim.cuh) against torch.optim's update
  * rules written out in double on the host (each stored value rounded to
  * its dtype after every step): SGD with and without momentum, with weight
  * decay and Nesterov; AdamW with bias correction from a device f32 step,

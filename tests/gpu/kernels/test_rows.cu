@@ -1,5 +1,5 @@
 /*
- * test_rows.cu - the row reductions (codegen_templates/kernels/sgk_rows.cuh)
+ * test_rows.cu - the row reductions (runtime/sgk/sgk_rows.cuh)
  * against a reference in double on the host: softmax and log_softmax
  * forward and backward, layer_norm and rms_norm forward (y, mean, rstd)
  * and backward (dx, dw, db), cross_entropy forward (row logsumexp, count,

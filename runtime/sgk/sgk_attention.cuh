@@ -40,12 +40,11 @@
  *       With broadcast batch dims in k or v, give dk/dv full-size buffers
  *       and sum over the broadcast dims after.
  */
-//@ code
 #ifndef SGK_ATTENTION_CUH
 #define SGK_ATTENTION_CUH
-#ifndef SGK_COMMON_CUH
 #include "sgk_common.cuh"
-#endif
+/* nvcc remarks on the helpers a program leaves unused: off here */
+#pragma nv_diag_suppress 177
 
 /* Everything a flash kernel needs, passed by value. */
 struct SgFlashParams {
@@ -1213,4 +1212,5 @@ static cudaError_t sg_launch_flash_bwd(const SgFlashParams *in, cudaStream_t str
 }
 #endif
 
+#pragma nv_diag_default 177
 #endif /* SGK_ATTENTION_CUH */

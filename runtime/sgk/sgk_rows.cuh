@@ -50,12 +50,11 @@
  *       dx = (softmax(x) - onehot(target)) * dloss / count, zero rows
  *       for ignored targets; dloss: one T on the device.
  */
-//@ code
 #ifndef SGK_ROWS_CUH
 #define SGK_ROWS_CUH
-#ifndef SGK_COMMON_CUH
 #include "sgk_common.cuh"
-#endif
+/* nvcc remarks on the helpers a program leaves unused: off here */
+#pragma nv_diag_suppress 177
 
 /* Loads VEC elements at p as A (a vector load when VEC > 1). */
 template <int VEC, class T, class A>
@@ -933,4 +932,5 @@ static cudaError_t sg_launch_cross_entropy_bwd(const T *x, const long long *targ
 }
 #endif
 
+#pragma nv_diag_default 177
 #endif /* SGK_ROWS_CUH */

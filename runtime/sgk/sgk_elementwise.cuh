@@ -47,12 +47,11 @@
  * multiple of VEC (or the shape collapsed to one dim: then a scalar
  * tail handles the rest).  Otherwise every element goes through run<1>.
  */
-//@ code
 #ifndef SGK_ELEMENTWISE_CUH
 #define SGK_ELEMENTWISE_CUH
-#ifndef SGK_COMMON_CUH
 #include "sgk_common.cuh"
-#endif
+/* nvcc remarks on the helpers a program leaves unused: off here */
+#pragma nv_diag_suppress 177
 
 #define SGK_EW_MAXR 8
 
@@ -243,4 +242,5 @@ static cudaError_t sg_launch_elementwise(const SgEwShape<NOP> *sh, const Body &b
 }
 #endif
 
+#pragma nv_diag_default 177
 #endif /* SGK_ELEMENTWISE_CUH */

@@ -4,14 +4,12 @@
  * register vectors for 16-byte loads and stores, warp and block
  * reductions, and the launch-error check of the host launchers.
  *
- * Paste it (the section `code`) before any other kernel file; each of
- * them includes it themselves when used standalone, so `#include
- * "sgk_rows.cuh"` works on its own.  Device code compiles under NVRTC
+ * Every other file of the library includes it, so `#include
+ * "sgk/sgk_rows.cuh"` works on its own.  Device code compiles under NVRTC
  * (__CUDACC_RTC__): host launchers are left out there.  Everything is
- * named sgk_* (device) or sg_* (host launchers), so it pastes after
- * prelude.cu without clashes.
+ * named sgk_* (device) or sg_* (host launchers), so nothing clashes with
+ * sgk_device.cuh or a generated file's names.
  */
-//@ code
 #ifndef SGK_COMMON_CUH
 #define SGK_COMMON_CUH
 

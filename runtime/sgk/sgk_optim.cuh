@@ -36,12 +36,11 @@
  *       PyTorch's foreach path (the default on CUDA), each step's result
  *       is rounded to T before the next step reads it.
  */
-//@ code
 #ifndef SGK_OPTIM_CUH
 #define SGK_OPTIM_CUH
-#ifndef SGK_COMMON_CUH
 #include "sgk_common.cuh"
-#endif
+/* nvcc remarks on the helpers a program leaves unused: off here */
+#pragma nv_diag_suppress 177
 
 #define SGK_MT_TENSORS 36
 #define SGK_MT_BLOCKS 320
@@ -312,4 +311,5 @@ static cudaError_t sg_launch_adamw(int n, T *const *param, const T *const *grad,
 }
 #endif
 
+#pragma nv_diag_default 177
 #endif /* SGK_OPTIM_CUH */
