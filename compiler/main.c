@@ -547,7 +547,7 @@ stem_with(const char *input, const char *suffix)
 
 /* ------------------------------------------------------------------ main */
 
-/* CUDA C into mem (compiler/codegen.c) and, with --header, the header's
+/* CUDA C into mem (compiler/backend/codegen.c) and, with --header, the header's
  * text into *htext; 0 after a diagnostic. */
 static int
 emit_cu(Options *o, Module *m, FILE *mem, char **htext, size_t *hlen)

@@ -40,7 +40,7 @@ for src in fuzz/fuzz_*.c; do
 	name=$(basename "$src" .c)
 	"$cc" "${cflags[@]}" -fsanitize=fuzzer,$san \
 		-std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra \
-		-Icompiler -Iruntime -I"$out/grammar" \
+		-Icompiler/ir -Icompiler/ops -Icompiler/passes -Icompiler/interp -Icompiler/backend -Iruntime -I"$out/grammar" \
 		"$src" "${libs[@]/#/$out/}" "${extlibs[@]}" -o "$out/$name"
 	echo "built $out/$name"
 done

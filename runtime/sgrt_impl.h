@@ -1,6 +1,6 @@
 /*
  * sgrt_impl.h - libsgrt's private header: the model object and what the
- * sgrt_*.c files share.  A section per file, as in compiler/sgc.h.  Not
+ * sgrt_*.c files share.  A section per file, as in compiler/ir/sgc.h.  Not
  * installed; the unit test includes it for the host-only helpers.
  */
 #ifndef SGRT_IMPL_H

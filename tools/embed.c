@@ -13,7 +13,7 @@
  *   };
  *   const unsigned cg_ntemplate_files = N;
  *
- * (CgTemplateFile is declared in compiler/sgc.h).  Each file is named by
+ * (CgTemplateFile is declared in compiler/ir/sgc.h).  Each file is named by
  * its base name.  The output is written to OUT.c.tmp and renamed, so an
  * interrupted build leaves no half file.  Exit status 0, or 1 after a
  * message on stderr.

@@ -9,7 +9,7 @@
  * Everything here must also compile under NVRTC (__CUDACC_RTC__): no
  * standard headers there, so integer types are spelled with the builtins.
  *
- * Dtype rules (as the interpreter, compiler/interp_tensor.c, applies them):
+ * Dtype rules (as the interpreter, compiler/interp/interp_tensor.c, applies them):
  *   registers   f64 -> double; f32, f16, bf16 -> float (already rounded to
  *               the dtype); i64, i32, bool -> sg_i64 (i32 wrapped, bool 0/1)
  *   sg_ld(x)    a stored element into its register

@@ -81,7 +81,7 @@ build_libsgrt() {
 		         sgrt_symm safetensors init; do
 			gcc -std=c11 -O2 -g -fPIC -Wall -Wextra -Werror -D_FILE_OFFSET_BITS=64 \
 				-D_POSIX_C_SOURCE=200809L -DSGRT_HAVE_NCCL=1 -DSGRT_HAVE_SYMM_DEV=1 \
-				-I"$rt" -I"$root/compiler" -I"$inc" -isystem /usr/local/cuda/include \
+				-I"$rt" -I"$root/compiler/ir" -I"$inc" -isystem /usr/local/cuda/include \
 				-I"$cj/include/cjson" -c "$rt/$f.c" -o "$out/obj/$f.o" &
 			pids+=($!)
 		done

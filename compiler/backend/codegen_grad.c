@@ -2,7 +2,7 @@
  * codegen_grad.c - kernels of the ops autograd makes (norm, attention,
  * embedding, gather and cross_entropy backward) and of the optimizer
  * updates (sgd_update_, adamw_update_), following the interpreter's
- * formulas (compiler/interp_grad.c, compiler/interp_optim.c).
+ * formulas (compiler/interp/interp_grad.c, compiler/interp/interp_optim.c).
  * gelu_backward is pointwise (codegen_kernels.c, pointwise.tbl).
  *
  * Optimizer state (opt.NAME.momentum_buffer, exp_avg, exp_avg_sq, step)

@@ -9,7 +9,7 @@
  * wrapping int64), converted to its dtype as Tensor.to does, and the
  * values needed outside the group are stored.  The expressions come from
  * codegen_templates/pointwise.tbl; the dtype rules are the interpreter's
- * (compiler/interp_ops.c), so both compute the same numbers.
+ * (compiler/interp/interp_ops.c), so both compute the same numbers.
  *
  * Other ops have one template each in kernels.cu (attention, indexing,
  * copies, creation) or go to cudaMemcpyAsync (flat copies, to_host,

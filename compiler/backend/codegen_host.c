@@ -10,7 +10,7 @@
  * param or const) is computed straight into the caller's output buffer; a
  * to_host result lives in a pinned host buffer the model owns; any other
  * class is a temporary in the device arena at the offset the static memory
- * plan gives (compiler/memplan.c: no reuse at -O0, reuse across event
+ * plan gives (compiler/passes/memplan.c: no reuse at -O0, reuse across event
  * paths at -O2), where a `sync_dealloc(%v, event=E, stream=S)` becomes the
  * wait of S for E that makes the reuse safe.
  *
@@ -28,7 +28,7 @@
  * only, and so is the final join when `default` has already waited for
  * every stream: each would cost an event record and a wait per call.
  *
- * The interpreter (compiler/interp.c) uses the same classes and release
+ * The interpreter (compiler/interp/interp.c) uses the same classes and release
  * points, so both agree on what a program means.
  */
 #include <string.h>

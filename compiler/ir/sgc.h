@@ -620,7 +620,7 @@ int passes_known(const char *name);
 void passes_list(FILE *f); /* the pass names, for --help and errors */
 
 /* ------------------------------------------------------------------ codegen.c, codegen_*.c
- * The CUDA backend (`--emit=cu`); its files share compiler/codegen.h.
+ * The CUDA backend (`--emit=cu`); its files share compiler/backend/codegen.h.
  */
 
 typedef struct {
