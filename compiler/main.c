@@ -82,6 +82,9 @@ static const char help_text[] =
 "                       largest first, until the estimated peak fits the budget\n"
 "  --offload-budget=B   device bytes for --offload=auto (implies it; default 0)\n"
 "  --bucket-bytes=B     size of grad_sync's all_reduce buckets (default 25 MiB)\n"
+"  --no-remat           keep every activation backward reads (by default, at\n"
+"                       -O2, pointwise ones are recomputed in backward where\n"
+"                       that lowers the peak)\n"
 "  --test-drop-sync=N   tests only: drop the N-th compiler-made sync and skip\n"
 "                       the race verifier (to show --interleave catches it)\n"
 "  -MD -MF FILE         write a Make-style dependency file\n"
@@ -327,6 +330,10 @@ parse_options(int argc, char **argv, Options *o)
 			o->no_line = 1;
 		} else if (strcmp(a, "--allow-races") == 0) {
 			o->po.allow_races = 1;
+		} else if (strcmp(a, "--no-remat") == 0) {
+			o->po.no_remat = 1;
+		} else if (strcmp(a, "--remat") == 0) {
+			o->po.no_remat = 0;
 		} else if (opt_value(argc, argv, &i, "--offload-budget", &v, &err)) {
 			if (!err && parse_u64("--offload-budget", v, &o->po.offload_budget, &err))
 				budget = 1;

@@ -606,6 +606,7 @@ typedef struct {
 	int offload;            /* --offload: OFFLOAD_MARKED (0), _NONE, _AUTO */
 	uint64_t offload_budget;/* --offload-budget: device bytes for auto */
 	uint64_t bucket_bytes;  /* --bucket-bytes: grad_sync buckets; 0: 25 MiB */
+	int no_remat;           /* --no-remat: keep every activation (remat.c) */
 } PassOptions;
 
 /* A pass returns 0 when a diagnostic error stops the pipeline, PASS_SAME
@@ -979,6 +980,12 @@ double offload_collective_seconds(const Graph *g, uint64_t bytes);
 /* t[i]: the estimated start of node i in program order, t[nodes.n] the
  * end (malloc'd). */
 double *offload_timeline(const Graph *g);
+
+/* ------------------------------------------------------------------ remat.c */
+
+/* Pass `remat`: pointwise activations recomputed in backward from what
+ * forward keeps anyway, where that lowers the peak (-O2). */
+int remat_pass(Graph *g, const PassOptions *po, Diag *d);
 
 /* ------------------------------------------------------------------ functionalize.c */
 

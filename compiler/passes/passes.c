@@ -27,6 +27,7 @@ static const struct {
 	{"sema", NULL, 0},                      /* parse + semantic analysis: sema.c */
 	{"functionalize", functionalize_pass, 0}, /* functionalize.c: before autograd */
 	{"autograd", autograd_run, 0},
+	{"remat", remat_pass, 0},               /* remat.c: cheap activations recomputed */
 	{"grad_buckets", buckets_pass, 0},      /* bucket.c: grad_sync's all_reduces in buckets */
 	{"offload", offload_pass, 0},           /* offload.c: activations to the host and back */
 	{"backward_syncs", syncs_pass, 0},      /* syncs.c: events for compiler-made nodes */

@@ -1,6 +1,7 @@
 """st.py - f32 safetensors files without torch, for the cli tests.
 
     python3 st.py write FILE NAME=SHAPE:v,v,... ...   (SHAPE: 2x3, or - for a scalar)
+    python3 st.py write FILE NAME=SHAPE:i64:v,v,...   (an i64 tensor)
     python3 st.py read FILE            prints NAME v v ... per tensor (f32 only)
 """
 import json
@@ -14,9 +15,12 @@ def write(path, specs):
         name, rest = spec.split("=", 1)
         shape, vals = rest.split(":", 1)
         dims = [] if shape == "-" else [int(d) for d in shape.split("x")]
-        data = struct.pack("<%df" % len(vals.split(",")), *map(float, vals.split(","))) \
+        dtype, fmt, conv = "F32", "f", float
+        if vals.startswith("i64:"):
+            dtype, fmt, conv, vals = "I64", "q", int, vals[4:]
+        data = struct.pack("<%d%s" % (len(vals.split(",")), fmt), *map(conv, vals.split(","))) \
             if vals else b""
-        header[name] = {"dtype": "F32", "shape": dims,
+        header[name] = {"dtype": dtype, "shape": dims,
                         "data_offsets": [off, off + len(data)]}
         blobs.append(data)
         off += len(data)

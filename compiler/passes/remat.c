@@ -1,0 +1,288 @@
+/*
+ * remat.c - pass `remat`: cheap activations recomputed in backward instead
+ * of kept from forward, as torch.compile's min-cut partitioner does for
+ * pointwise ops.  On at -O2 (`--no-remat` turns it off), off at -O0.
+ *
+ * Backward reads activations from forward; each one it reads is kept in
+ * device memory from its forward definition to its last backward use.
+ * A value v made by a pointwise node P in forward is recomputed when P's
+ * value operands are kept anyway: each is an input or a const (the
+ * caller's, alive the whole call) or a value backward reads itself, in
+ * device memory, and never written in place (a param is: the fused
+ * optimizer updates it inside backward; so is anything an in-place op or
+ * a write-back writes) or passed through control_deps.  Then, for
+ *
+ *   %h = matmul(%x, %w1)
+ *   %a = gelu(%h)                      backward reads %h (gelu's derivative)
+ *   %o = matmul(%a, %w2)               and %a (the derivative of %w2)
+ *
+ * backward gets, right before its first read of %a and on that node's
+ * stream, `%a.re = gelu(%h)`, and its reads of %a read %a.re: %a now
+ * lives until its last forward use only, %a.re from there to its last
+ * backward use.  v itself must not be returned, in host memory, marked
+ * `offload` (the user's choice wins), or made by a node with more than
+ * one result.
+ *
+ * A value recomputed this way is no operand of another (one level: the
+ * copies read only what forward keeps).  The rewrite is made only when it
+ * lowers the estimated device peak: values made by nodes, each live from
+ * its definition to its last access (the memory plan of memplan.c without
+ * its fragmentation), the copies' operands kept until the copies run.  Like offload, it applies only to a backward
+ * derived in this compilation: a written `backward(...) { }` block (as
+ * --emit=ir prints it, with the recomputations) is taken as it is.
+ * --dump-after=remat lists what was recomputed and the two peaks.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "sgc.h"
+
+/* One recomputation: v (made by node def, read last in forward by node
+ * lastf) is read first in backward by node first, last by node lastb; its
+ * copy goes before first. */
+typedef struct {
+	ValId v;
+	NodeId def, lastf, first, lastb;
+} Remat;
+
+/* What the pass looks at: per value its class root, whether the class
+ * is written in place, and its last access. */
+typedef struct {
+	Graph *g;
+	NodeId bw, end;
+	ValId *root;
+	uint8_t *written, *bad, *cand;
+	NodeId *first, *lastf, *last;
+	VEC(Remat) r;
+} Rm;
+/* The derived block's backward node and its end, or 0. */
+static int
+find_block(const Graph *g, NodeId *bw, NodeId *end)
+{
+	*bw = *end = NONE;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		if (n->op == OP_BACKWARD && (n->flags & NF_BACKWARD))
+			*bw = i;
+		else if (n->op == OP_BACKWARD_END && *bw != NONE && *end == NONE)
+			*end = i;
+	}
+	if (*end == NONE)
+		return 0;
+	/* derived here: the block holds compiler-made nodes */
+	for (NodeId i = *bw + 1; i < *end; i++)
+		if (!(g->nodes.v[i].flags & (NF_DEAD | NF_USER)))
+			return 1;
+	return 0;
+}
+
+/* Whether operand value u of a recomputed node stays valid until
+ * backward: kept anyway, in device memory, never written. */
+static int
+operand_kept(const Graph *g, ValId u, const ValId *root, const uint8_t *written)
+{
+	const Value *val = &g->vals.v[u];
+	if (val->type.host || written[root[u]])
+		return 0;
+	return val->kind == VK_INPUT || val->kind == VK_CONST ||
+	       (val->kind == VK_NODE && val->saved);
+}
+
+/* Accesses of every value and the candidates, in program order of
+ * their definitions. */
+static void
+find(Rm *R)
+{
+	Graph *g = R->g;
+	uint32_t nv = g->vals.n;
+	R->root = xmalloc(((size_t)nv + 1) * sizeof *R->root);
+	R->written = calloc((size_t)nv + 1, 1);
+	R->bad = calloc((size_t)nv + 1, 1);
+	R->cand = calloc((size_t)nv + 1, 1);
+	R->first = xmalloc(((size_t)nv + 1) * sizeof *R->first);
+	R->lastf = xmalloc(((size_t)nv + 1) * sizeof *R->lastf);
+	R->last = xmalloc(((size_t)nv + 1) * sizeof *R->last);
+	if (!R->written || !R->bad || !R->cand)
+		out_of_memory(0);
+	races_roots(g, R->root);
+	for (ValId v = 0; v < nv; v++) {
+		R->first[v] = NONE;
+		R->lastf[v] = R->last[v] = g->vals.v[v].kind == VK_NODE ? g->vals.v[v].def : NONE;
+	}
+	for (uint32_t i = 0; i < g->rets.n; i++) {
+		R->bad[g->rets.v[i]] = 1;
+		R->last[g->rets.v[i]] = g->nodes.n; /* to the end of the call */
+	}
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		for (uint32_t k = 0; k < n->nopnd; k++) {
+			if (n->opnd[k].kind != OK_VAL)
+				continue;
+			ValId u = n->opnd[k].v;
+			if (n->op == OP_CONTROL_DEPS)
+				R->written[R->root[u]] = R->bad[u] = 1; /* aliased: left alone */
+			int acc = races_access(n, k);
+			if (acc == RACC_NONE)
+				continue;
+			if (acc == RACC_WRITE)
+				R->written[R->root[u]] = 1;
+			if (R->last[u] != g->nodes.n)
+				R->last[u] = i;
+			if (i < R->bw)
+				R->lastf[u] = i;
+			else if (i > R->bw && i < R->end && R->first[u] == NONE)
+				R->first[u] = i;
+		}
+	}
+	for (NodeId i = 0; i < R->bw; i++) {
+		const Node *n = &g->nodes.v[i];
+		if ((n->flags & NF_DEAD) || n->op >= OP__N || n->nres != 1 ||
+		    !(op_table[n->op].flags & OPF_POINTWISE))
+			continue;
+		ValId v = n->res[0];
+		const Value *val = &g->vals.v[v];
+		if (!val->saved || val->offload || val->type.host || R->bad[v] ||
+		    R->written[R->root[v]] || R->first[v] == NONE)
+			continue;
+		int ok = 1;
+		for (uint32_t k = 0; k < n->nopnd && ok; k++)
+			if (n->opnd[k].kind == OK_VAL)
+				ok = operand_kept(g, n->opnd[k].v, R->root, R->written) &&
+				     !R->cand[n->opnd[k].v];
+		if (ok) {
+			Remat r = {v, i, R->lastf[v], R->first[v], R->last[v]};
+			vec_push(&R->r, r);
+			R->cand[v] = 1;
+		}
+	}
+}
+
+static uint64_t
+bytes(const Graph *g, ValId v)
+{
+	const Type *t = &g->vals.v[v].type;
+	return ((uint64_t)type_numel(t) * dtype_size((DType)t->dt) + 255) / 256 * 256;
+}
+
+/* The device peak of values made by nodes, each live from its definition
+ * to its last access (the memory plan without its fragmentation), with
+ * the recomputations (with = 1) or without. */
+static uint64_t
+estimate(Rm *R, int with)
+{
+	Graph *g = R->g;
+	uint32_t nn = g->nodes.n;
+	int64_t *diff = calloc((size_t)nn + 2, sizeof *diff);
+	NodeId *last = xmalloc(((size_t)g->vals.n + 1) * sizeof *last);
+	if (!diff)
+		out_of_memory(0);
+	memcpy(last, R->last, g->vals.n * sizeof *last);
+	if (with)
+		for (uint32_t j = 0; j < R->r.n; j++) {
+			const Remat *r = &R->r.v[j];
+			const Node *p = &g->nodes.v[r->def];
+			last[r->v] = r->lastf; /* the copy's life is added below */
+			diff[r->first] += (int64_t)bytes(g, r->v);
+			diff[r->lastb + 1] -= (int64_t)bytes(g, r->v);
+			for (uint32_t k = 0; k < p->nopnd; k++) {
+				ValId u = p->opnd[k].v;
+				if (p->opnd[k].kind == OK_VAL && g->vals.v[u].kind == VK_NODE &&
+				    last[u] < r->first)
+					last[u] = r->first;
+			}
+		}
+	for (ValId v = 0; v < g->vals.n; v++) {
+		const Value *val = &g->vals.v[v];
+		if (val->kind != VK_NODE || val->def == NONE || val->type.host)
+			continue;
+		diff[val->def] += (int64_t)bytes(g, v);
+		diff[(last[v] < nn ? last[v] : nn) + 1] -= (int64_t)bytes(g, v);
+	}
+	int64_t cur = 0, peak = 0;
+	for (NodeId i = 0; i <= nn; i++) {
+		cur += diff[i];
+		if (cur > peak)
+			peak = cur;
+	}
+	free(diff);
+	free(last);
+	return (uint64_t)peak;
+}
+
+/* Inserts the copies and points backward's reads at them. */
+static void
+rewrite(Rm *R)
+{
+	Graph *g = R->g;
+	Arena *a = g->mod->arena;
+	NodeInsVec ins = {0};
+	uint32_t nv = g->vals.n;
+	ValId *to = xmalloc(((size_t)nv + 1) * sizeof *to);
+	for (ValId v = 0; v < nv; v++)
+		to[v] = NONE;
+	for (uint32_t j = 0; j < R->r.n; j++) {
+		const Remat *r = &R->r.v[j];
+		const Node *p = &g->nodes.v[r->def];
+		Node n = races_node(g, p->op, p->nopnd, 1, g->nodes.v[r->first].stream, 0, p->loc);
+		memcpy(n.opnd, p->opnd, p->nopnd * sizeof *n.opnd);
+		if (p->nattr)
+			memcpy(n.attr, p->attr, p->nattr * sizeof *n.attr);
+		ValId c = ir_value_fresh(g, arena_printf(a, "%s.re", g->vals.v[r->v].name),
+		                         g->vals.v[r->v].loc);
+		g->vals.v[c].type = g->vals.v[r->v].type;
+		n.res[0] = c;
+		to[r->v] = c;
+		g->vals.v[r->v].saved = 0;
+		NodeIns in = {r->first, 0, n};
+		vec_push(&ins, in);
+	}
+	for (NodeId i = R->bw + 1; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		for (uint32_t k = 0; k < n->nopnd; k++)
+			if (n->opnd[k].kind == OK_VAL && n->opnd[k].v < nv && to[n->opnd[k].v] != NONE)
+				n->opnd[k].v = to[n->opnd[k].v];
+	}
+	free(to);
+	races_insert(g, &ins);
+	vec_free(&ins);
+}
+
+int
+remat_pass(Graph *g, const PassOptions *po, Diag *d)
+{
+	(void)d;
+	Rm R = {.g = g};
+	if (po->opt_level < 2 || po->no_remat || !find_block(g, &R.bw, &R.end))
+		return PASS_SAME;
+	find(&R);
+	uint64_t before = 0, after = 0;
+	int keep = 0;
+	if (R.r.n) {
+		before = estimate(&R, 0);
+		after = estimate(&R, 1);
+		keep = after < before;
+	}
+	if (R.r.n && po->dump_after && (strcmp(po->dump_after, "remat") == 0 ||
+	                                strcmp(po->dump_after, "all") == 0)) {
+		fprintf(stderr, "# remat: %u value%s to recompute in backward, estimated device "
+		        "peak %" PRIu64 " -> %" PRIu64 " bytes: %s\n", R.r.n, R.r.n == 1 ? "" : "s",
+		        before, after, keep ? "done" : "not done");
+		for (uint32_t j = 0; j < R.r.n; j++)
+			fprintf(stderr, "#   %%%s\n", g->vals.v[R.r.v[j].v].name);
+	}
+	if (keep)
+		rewrite(&R);
+	free(R.root);
+	free(R.written);
+	free(R.bad);
+	free(R.cand);
+	free(R.first);
+	free(R.lastf);
+	free(R.last);
+	vec_free(&R.r);
+	return keep ? 1 : PASS_SAME;
+}
