@@ -529,6 +529,13 @@ GRAD_RULE_DEF(grad_matmul)
 	r.d[r.rank++] = tA.d[tA.rank - 2];
 	r.d[r.rank++] = tB.d[tB.rank - 1];
 	ValId g = grad_reshape(G, gout[0], r.d, r.rank);
+	if (need[1]) {
+		grad_target(G, n, 1);
+		ValId at = grad_transpose(G, A, -2, -1);
+		ValId gb = grad_op2(G, OP_MATMUL, V(at), V(g));
+		gb = grad_fit(G, gb, &tB);
+		gin[1] = grad_reshape(G, gb, tb.d, tb.rank);
+	}
 	if (need[0]) {
 		/* G @ B^T is linear(G, B) for a matrix B: no transposed copy of
 		 * (typically) the weight */
@@ -543,27 +550,17 @@ GRAD_RULE_DEF(grad_matmul)
 		ga = grad_fit(G, ga, &tA);
 		gin[0] = grad_reshape(G, ga, ta.d, ta.rank);
 	}
-	if (need[1]) {
-		grad_target(G, n, 1);
-		ValId at = grad_transpose(G, A, -2, -1);
-		ValId gb = grad_op2(G, OP_MATMUL, V(at), V(g));
-		gb = grad_fit(G, gb, &tB);
-		gin[1] = grad_reshape(G, gb, tb.d, tb.rank);
-	}
 	return 1;
 }
 
 /* linear(x, w, b) = x @ w^T + b: dx = grad @ w, dw = grad2^T @ x2 with the
- * leading dims flattened, db = grad summed over the leading dims. */
+ * leading dims flattened, db = grad summed over the leading dims.  dw
+ * first, so that x (an activation) may die before dx is made. */
 GRAD_RULE_DEF(grad_linear)
 {
 	ValId g = gout[0];
 	Type txv = in_type(G, n, 0), twv = in_type(G, n, 1);
 	const Type *tx = &txv, *tw = &twv;
-	if (need[0]) {
-		grad_target(G, n, 0);
-		gin[0] = grad_op2(G, OP_MATMUL, V(g), grad_arg(G, n, 1));
-	}
 	if (need[1]) {
 		grad_target(G, n, 1);
 		int64_t rows = 1;
@@ -574,6 +571,10 @@ GRAD_RULE_DEF(grad_linear)
 		ValId x2 = grad_reshape(G, grad_in(G, 0), xs, 2);
 		ValId gt = grad_transpose(G, g2, 0, 1);
 		gin[1] = grad_op2(G, OP_MATMUL, V(gt), V(x2));
+	}
+	if (need[0]) {
+		grad_target(G, n, 0);
+		gin[0] = grad_op2(G, OP_MATMUL, V(g), grad_arg(G, n, 1));
 	}
 	if (n->nopnd > 2 && need[2])
 		gin[2] = g;

@@ -683,8 +683,8 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_sq_1 = NULL;
 	float *v_grad_sq_2 = NULL;
 	sg_bf16 *v_grad_p = NULL;
-	sg_bf16 *v_grad_att3 = NULL;
 	sg_bf16 *v_grad_wo = NULL;
+	sg_bf16 *v_grad_att3 = NULL;
 	sg_bf16 *v_grad_v3 = NULL;
 	sg_bf16 *v_grad_k3 = NULL;
 	sg_bf16 *v_grad_q3 = NULL;
@@ -831,19 +831,6 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_attn_bf16_33_div_grad_sq", 33,
 		            k_attn_bf16_33_div_grad_sq<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_p));
 
-	/* cg_attn.sg:30: %grad.att3 = matmul(%grad.p, %wo) */
-	v_grad_att3 = (sg_bf16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_BF16;
-		g.trans_b = 0;
-		g.m = 128;
-		g.n = 128;
-		g.k = 128;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_wo, v_grad_att3, "k_attn_bf16_30_matmul_grad_att3", 30));
-	}
-
 	/* cg_attn.sg:30: %grad.wo.1 = reshape(%grad.p, shape=[128, 128]) */
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
@@ -854,7 +841,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
 	/* cg_attn.sg:30: %grad.wo = matmul(%grad.wo.3, %grad.wo.2) */
-	v_grad_wo = (sg_bf16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
+	v_grad_wo = (sg_bf16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -865,6 +852,19 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		g.n = 128;
 		g.k = 128;
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_att4, v_grad_wo, "k_attn_bf16_30_matmul_grad_wo", 30));
+	}
+
+	/* cg_attn.sg:30: %grad.att3 = matmul(%grad.p, %wo) */
+	v_grad_att3 = (sg_bf16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_BF16;
+		g.trans_b = 0;
+		g.m = 128;
+		g.n = 128;
+		g.k = 128;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_wo, v_grad_att3, "k_attn_bf16_30_matmul_grad_att3", 30));
 	}
 
 	/* cg_attn.sg:30: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0) */
@@ -881,7 +881,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_attn.sg:27: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true) */
 	v_grad_q3 = (sg_bf16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
-	v_grad_k3 = (sg_bf16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
+	v_grad_k3 = (sg_bf16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
 	v_grad_v3 = (sg_bf16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
 	float *tmp_delta_27 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_delta_27, 1024, 0, 27));
@@ -947,7 +947,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernel wrote v_grad_q3 through its strides) */
 
 	/* cg_attn.sg:20: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2) */
-	v_grad_qkv = (sg_bf16 *)SGRT_AT(rt, 65536); /* 98304 bytes of the arena */
+	v_grad_qkv = (sg_bf16 *)SGRT_AT(rt, 98304); /* 98304 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_20_cat0_grad_qkv", 20,
 	            k_attn_bf16_20_cat0_grad_qkv<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_q3, v_grad_qkv));
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_20_cat1_grad_qkv", 20,
@@ -965,7 +965,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_qkv through their operand layout) */
 
 	/* cg_attn.sg:19: %grad.wqkv = matmul(%grad.wqkv.3, %grad.wqkv.2) */
-	v_grad_wqkv = (sg_bf16 *)SGRT_AT(rt, 163840); /* 98304 bytes of the arena */
+	v_grad_wqkv = (sg_bf16 *)SGRT_AT(rt, 0); /* 98304 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1153,8 +1153,8 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_sq_1 = NULL;
 	float *v_grad_sq_2 = NULL;
 	sg_f16 *v_grad_p = NULL;
-	sg_f16 *v_grad_att3 = NULL;
 	sg_f16 *v_grad_wo = NULL;
+	sg_f16 *v_grad_att3 = NULL;
 	sg_f16 *v_grad_v3 = NULL;
 	sg_f16 *v_grad_k3 = NULL;
 	sg_f16 *v_grad_q3 = NULL;
@@ -1300,19 +1300,6 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_attn_f16_58_div_grad_sq", 58,
 		            k_attn_f16_58_div_grad_sq<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_p));
 
-	/* cg_attn.sg:55: %grad.att3 = matmul(%grad.p, %wo) */
-	v_grad_att3 = (sg_f16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_F16;
-		g.trans_b = 0;
-		g.m = 128;
-		g.n = 128;
-		g.k = 128;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_wo, v_grad_att3, "k_attn_f16_55_matmul_grad_att3", 55));
-	}
-
 	/* cg_attn.sg:55: %grad.wo.1 = reshape(%grad.p, shape=[128, 128]) */
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
@@ -1323,7 +1310,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
 	/* cg_attn.sg:55: %grad.wo = matmul(%grad.wo.3, %grad.wo.2) */
-	v_grad_wo = (sg_f16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
+	v_grad_wo = (sg_f16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1334,6 +1321,19 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		g.n = 128;
 		g.k = 128;
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_att4, v_grad_wo, "k_attn_f16_55_matmul_grad_wo", 55));
+	}
+
+	/* cg_attn.sg:55: %grad.att3 = matmul(%grad.p, %wo) */
+	v_grad_att3 = (sg_f16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_F16;
+		g.trans_b = 0;
+		g.m = 128;
+		g.n = 128;
+		g.k = 128;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_wo, v_grad_att3, "k_attn_f16_55_matmul_grad_att3", 55));
 	}
 
 	/* cg_attn.sg:55: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0) */
@@ -1350,7 +1350,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_attn.sg:52: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, scale=0.1) */
 	v_grad_q3 = (sg_f16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
-	v_grad_k3 = (sg_f16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
+	v_grad_k3 = (sg_f16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
 	v_grad_v3 = (sg_f16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
 	float *tmp_delta_52 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_delta_52, 1024, 0, 52));
@@ -1414,7 +1414,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernel wrote v_grad_q3 through its strides) */
 
 	/* cg_attn.sg:45: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2) */
-	v_grad_qkv = (sg_f16 *)SGRT_AT(rt, 65536); /* 98304 bytes of the arena */
+	v_grad_qkv = (sg_f16 *)SGRT_AT(rt, 98304); /* 98304 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_f16_45_cat0_grad_qkv", 45,
 	            k_attn_f16_45_cat0_grad_qkv<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_q3, v_grad_qkv));
 	SGRT_KERNEL(rt, 0, "k_attn_f16_45_cat1_grad_qkv", 45,
@@ -1432,7 +1432,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_qkv through their operand layout) */
 
 	/* cg_attn.sg:44: %grad.wqkv = matmul(%grad.wqkv.3, %grad.wqkv.2) */
-	v_grad_wqkv = (sg_f16 *)SGRT_AT(rt, 163840); /* 98304 bytes of the arena */
+	v_grad_wqkv = (sg_f16 *)SGRT_AT(rt, 0); /* 98304 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);

@@ -880,8 +880,8 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_loss = NULL;
 	float *v_grad_ce = NULL;
 	float *v_grad_o = NULL;
-	float *v_grad_r = NULL;
 	float *v_grad_w = NULL;
+	float *v_grad_r = NULL;
 	float *v_grad_n = NULL;
 	float *v_grad_q_1 = NULL;
 	float *v_grad_q = NULL;
@@ -962,24 +962,11 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	            SGRT_CHECK_CUDA(rt, sg_launch_cross_entropy_bwd<float>(v_o, v_t, tmp_lse_24_2, v_grad_ce, v_grad_o, 16, 24, sgrt_stream(rt, 0)), 24));
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_24_2, 0, 24));
 
-	/* cg_rows_bwd.sg:23: %grad.r = matmul(%grad.o, %w) */
-	v_grad_r = (float *)SGRT_AT(rt, 14336); /* 4096 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_F32;
-		g.trans_b = 0;
-		g.m = 16;
-		g.n = 64;
-		g.k = 24;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_w, v_grad_r, "k_rows_f32_23_matmul_grad_r", 23));
-	}
-
 	/* cg_rows_bwd.sg:23: %grad.w.1 = transpose(%grad.o, dim0=0, dim1=1) */
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
 	/* cg_rows_bwd.sg:23: %grad.w = matmul(%grad.w.1, %r) */
-	v_grad_w = (float *)SGRT_AT(rt, 18432); /* 6144 bytes of the arena */
+	v_grad_w = (float *)SGRT_AT(rt, 14336); /* 6144 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -992,6 +979,19 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_r, v_grad_w, "k_rows_f32_23_matmul_grad_w", 23));
 	}
 
+	/* cg_rows_bwd.sg:23: %grad.r = matmul(%grad.o, %w) */
+	v_grad_r = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_F32;
+		g.trans_b = 0;
+		g.m = 16;
+		g.n = 64;
+		g.k = 24;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_w, v_grad_r, "k_rows_f32_23_matmul_grad_r", 23));
+	}
+
 	/* cg_rows_bwd.sg:23: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 23,
 	            k_rows_f32_23_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 1536LL));
@@ -999,12 +999,12 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:23: del %grad.w */
 
 	/* cg_rows_bwd.sg:22: %grad.n = rms_norm_backward(%grad.r, %n, %q, eps=1e-06) */
-	v_grad_n = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
+	v_grad_n = (float *)SGRT_AT(rt, 12288); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_22_rms_norm_backward_grad_n", 22,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<float>(v_grad_r, v_n, v_q, v_grad_n, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 22));
 
 	/* cg_rows_bwd.sg:22: %grad.q.1 = rms_norm(%n, eps=1e-06) */
-	v_grad_q_1 = (float *)SGRT_AT(rt, 18432); /* 4096 bytes of the arena */
+	v_grad_q_1 = (float *)SGRT_AT(rt, 16384); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_22_rms_norm_grad_q_1", 22,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_n, NULL, NULL, v_grad_q_1, NULL, NULL, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 22));
 
@@ -1028,7 +1028,7 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<float>(v_grad_n, v_h, v_g, v_grad_h, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 21));
 
 	/* cg_rows_bwd.sg:21: %grad.g.1 = layer_norm(%h, eps=1e-05) */
-	v_grad_g_1 = (float *)SGRT_AT(rt, 12288); /* 4096 bytes of the arena */
+	v_grad_g_1 = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_21_layer_norm_grad_g_1", 21,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_h, NULL, NULL, v_grad_g_1, NULL, NULL, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 21));
 
@@ -1156,7 +1156,7 @@ rows_bf16_create(rows_bf16_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 12544; /* the static memory plan's peak */
+	cfg.arena_bytes = 12288; /* the static memory plan's peak */
 	rows_bf16_model *M = (rows_bf16_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1253,8 +1253,8 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_loss = NULL;
 	sg_bf16 *v_grad_ce = NULL;
 	sg_bf16 *v_grad_o = NULL;
-	sg_bf16 *v_grad_r = NULL;
 	sg_bf16 *v_grad_w = NULL;
+	sg_bf16 *v_grad_r = NULL;
 	sg_bf16 *v_grad_n = NULL;
 	sg_bf16 *v_grad_q_1 = NULL;
 	sg_bf16 *v_grad_q = NULL;
@@ -1334,24 +1334,11 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	            SGRT_CHECK_CUDA(rt, sg_launch_cross_entropy_bwd<sg_bf16>(v_o, v_t, tmp_lse_43_2, v_grad_ce, v_grad_o, 16, 24, sgrt_stream(rt, 0)), 43));
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_43_2, 0, 43));
 
-	/* cg_rows_bwd.sg:42: %grad.r = matmul(%grad.o, %w) */
-	v_grad_r = (sg_bf16 *)SGRT_AT(rt, 7424); /* 2048 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_BF16;
-		g.trans_b = 0;
-		g.m = 16;
-		g.n = 64;
-		g.k = 24;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_w, v_grad_r, "k_rows_bf16_42_matmul_grad_r", 42));
-	}
-
 	/* cg_rows_bwd.sg:42: %grad.w.1 = transpose(%grad.o, dim0=0, dim1=1) */
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
 	/* cg_rows_bwd.sg:42: %grad.w = matmul(%grad.w.1, %r) */
-	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 9472); /* 3072 bytes of the arena */
+	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 7424); /* 3072 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1364,6 +1351,19 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_r, v_grad_w, "k_rows_bf16_42_matmul_grad_w", 42));
 	}
 
+	/* cg_rows_bwd.sg:42: %grad.r = matmul(%grad.o, %w) */
+	v_grad_r = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_BF16;
+		g.trans_b = 0;
+		g.m = 16;
+		g.n = 64;
+		g.k = 24;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_w, v_grad_r, "k_rows_bf16_42_matmul_grad_r", 42));
+	}
+
 	/* cg_rows_bwd.sg:42: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0) */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 42,
 	            k_rows_bf16_42_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 1536LL));
@@ -1371,12 +1371,12 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:42: del %grad.w */
 
 	/* cg_rows_bwd.sg:41: %grad.n = rms_norm_backward(%grad.r, %n, %q, eps=1e-06) */
-	v_grad_n = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
+	v_grad_n = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_rms_norm_backward_grad_n", 41,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<sg_bf16>(v_grad_r, v_n, v_q, v_grad_n, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 41));
 
 	/* cg_rows_bwd.sg:41: %grad.q.1 = rms_norm(%n, eps=1e-06) */
-	v_grad_q_1 = (sg_bf16 *)SGRT_AT(rt, 9472); /* 2048 bytes of the arena */
+	v_grad_q_1 = (sg_bf16 *)SGRT_AT(rt, 8192); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_rms_norm_grad_q_1", 41,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_n, NULL, NULL, v_grad_q_1, NULL, NULL, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 41));
 
@@ -1400,7 +1400,7 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<sg_bf16>(v_grad_n, v_h, v_g, v_grad_h, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 40));
 
 	/* cg_rows_bwd.sg:40: %grad.g.1 = layer_norm(%h, eps=1e-05) */
-	v_grad_g_1 = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2048 bytes of the arena */
+	v_grad_g_1 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_40_layer_norm_grad_g_1", 40,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_h, NULL, NULL, v_grad_g_1, NULL, NULL, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 40));
 
@@ -1610,8 +1610,8 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_lt_2 = NULL;
 	float *v_grad_l = NULL;
 	float *v_grad_z = NULL;
-	float *v_grad_p = NULL;
 	float *v_grad_w2 = NULL;
+	float *v_grad_p = NULL;
 	float *v_grad_h = NULL;
 	float *v_grad_w = NULL;
 
@@ -1696,19 +1696,6 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:62: %grad.z = sub(%grad.l, %grad.z.3) */
 	/* (computed inside the kernel of line 62) */
 
-	/* cg_rows_bwd.sg:61: %grad.p = matmul(%grad.z, %w2) */
-	v_grad_p = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_F32;
-		g.trans_b = 0;
-		g.m = 16;
-		g.n = 64;
-		g.k = 64;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_w2, v_grad_p, "k_soft_f32_61_matmul_grad_p", 61));
-	}
-
 	/* cg_rows_bwd.sg:61: %grad.w2.1 = transpose(%grad.z, dim0=0, dim1=1) */
 	/* (not copied: the products read v_grad_z through their operand layout) */
 
@@ -1724,6 +1711,19 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		g.n = 64;
 		g.k = 16;
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_p, v_grad_w2, "k_soft_f32_61_matmul_grad_w2", 61));
+	}
+
+	/* cg_rows_bwd.sg:61: %grad.p = matmul(%grad.z, %w2) */
+	v_grad_p = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_F32;
+		g.trans_b = 0;
+		g.m = 16;
+		g.n = 64;
+		g.k = 64;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_w2, v_grad_p, "k_soft_f32_61_matmul_grad_p", 61));
 	}
 
 	/* cg_rows_bwd.sg:61: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0) */
@@ -1938,8 +1938,8 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_l = NULL;
 	sg_bf16 *v_grad_z_1 = NULL;
 	sg_bf16 *v_grad_z = NULL;
-	sg_bf16 *v_grad_p = NULL;
 	sg_bf16 *v_grad_w2 = NULL;
+	sg_bf16 *v_grad_p = NULL;
 	sg_bf16 *v_grad_h_2 = NULL;
 	sg_bf16 *v_grad_h = NULL;
 	sg_bf16 *v_grad_w = NULL;
@@ -2031,19 +2031,6 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_soft_bf16_79_exp_grad_z_2", 79,
 		            k_soft_bf16_79_exp_grad_z_2<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_l, v_grad_z_1, v_grad_l, v_grad_z));
 
-	/* cg_rows_bwd.sg:78: %grad.p = matmul(%grad.z, %w2) */
-	v_grad_p = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_BF16;
-		g.trans_b = 0;
-		g.m = 16;
-		g.n = 64;
-		g.k = 64;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_w2, v_grad_p, "k_soft_bf16_78_matmul_grad_p", 78));
-	}
-
 	/* cg_rows_bwd.sg:78: %grad.w2.1 = transpose(%grad.z, dim0=0, dim1=1) */
 	/* (not copied: the products read v_grad_z through their operand layout) */
 
@@ -2059,6 +2046,19 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		g.n = 64;
 		g.k = 16;
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_p, v_grad_w2, "k_soft_bf16_78_matmul_grad_w2", 78));
+	}
+
+	/* cg_rows_bwd.sg:78: %grad.p = matmul(%grad.z, %w2) */
+	v_grad_p = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_BF16;
+		g.trans_b = 0;
+		g.m = 16;
+		g.n = 64;
+		g.k = 64;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_w2, v_grad_p, "k_soft_bf16_78_matmul_grad_p", 78));
 	}
 
 	/* cg_rows_bwd.sg:78: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0) */

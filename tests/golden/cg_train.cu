@@ -264,7 +264,7 @@ train_create(train_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 6144; /* the static memory plan's peak */
+	cfg.arena_bytes = 5120; /* the static memory plan's peak */
 	train_model *M = (train_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -379,8 +379,8 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_o = NULL;
 	float *v_grad_g_1 = NULL;
 	float *v_grad_g = NULL;
-	float *v_grad_a = NULL;
 	float *v_grad_w2 = NULL;
+	float *v_grad_a = NULL;
 	float *v_grad_h = NULL;
 	float *v_grad_w1 = NULL;
 	float *v_grad_b1 = NULL;
@@ -473,24 +473,11 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_train.sg:18: del %grad.g */
 
-	/* cg_train.sg:17: %grad.a = matmul(%grad.o, %w2) */
-	v_grad_a = (float *)SGRT_AT(rt, 3072); /* 1024 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_F32;
-		g.trans_b = 0;
-		g.m = 8;
-		g.n = 32;
-		g.k = 16;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_w2, v_grad_a, "k_train_17_matmul_grad_a", 17));
-	}
-
 	/* cg_train.sg:17: %grad.w2.1 = transpose(%grad.o, dim0=0, dim1=1) */
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
 	/* cg_train.sg:17: %grad.w2 = matmul(%grad.w2.1, %a) */
-	v_grad_w2 = (float *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
+	v_grad_w2 = (float *)SGRT_AT(rt, 3072); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -501,6 +488,19 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 		g.n = 32;
 		g.k = 8;
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_a, v_grad_w2, "k_train_17_matmul_grad_w2", 17));
+	}
+
+	/* cg_train.sg:17: %grad.a = matmul(%grad.o, %w2) */
+	v_grad_a = (float *)SGRT_AT(rt, 1024); /* 1024 bytes of the arena */
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_F32;
+		g.trans_b = 0;
+		g.m = 8;
+		g.n = 32;
+		g.k = 16;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_w2, v_grad_a, "k_train_17_matmul_grad_a", 17));
 	}
 
 	/* cg_train.sg:17: adamw_update_(%w2, %grad.w2, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01) */
@@ -522,7 +522,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_train.sg:16: %grad.h.5 = mul(%grad.h.1, %grad.h.4) */
 
 	/* cg_train.sg:16: %grad.h = mul(%grad.a, %grad.h.5) */
-	v_grad_h = (float *)SGRT_AT(rt, 1024); /* 1024 bytes of the arena */
+	v_grad_h = (float *)SGRT_AT(rt, 2048); /* 1024 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_16_sigmoid_grad_h_1", 16,
 	            k_train_16_sigmoid_grad_h_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_grad_a, v_grad_h));
 
@@ -530,7 +530,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_train.sg:15: %grad.w1 = matmul(%grad.w1.1, %x) */
-	v_grad_w1 = (float *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
+	v_grad_w1 = (float *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -544,7 +544,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_train.sg:15: %grad.b1 = sum(%grad.h, dims=[0], keepdim=false) */
-	v_grad_b1 = (float *)SGRT_AT(rt, 0); /* 128 bytes of the arena */
+	v_grad_b1 = (float *)SGRT_AT(rt, 3072); /* 128 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_15_sum_grad_b1", 15,
 	            k_train_15_sum_grad_b1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b1));
 
