@@ -26,7 +26,7 @@
 
 #include "sgc.h"
 
-enum { ALIGN = 256, VERIFY_MAX = 20000, VERIFY_IN_PASS = 4000 };
+enum { ALIGN = 256, VERIFY_MAX = 20000 };
 
 typedef struct {
 	Graph *g;
@@ -741,20 +741,25 @@ memplan_report(FILE *f, Graph *g, const MemPlan *mp)
 	}
 }
 
-/* Pass `memplan`: builds the plan and checks it on graphs of moderate
- * size; the graph is left as it was. */
+/* Pass `memplan`: the plan over the program as its kernels run it
+ * (sched_kernel_graph: each fused group one node, values kept in
+ * registers and folded views without memory), stored on g->sched; the
+ * verifier checks it (sched_verify).  The graph is left as it was. */
 int
 memplan_pass(Graph *g, const PassOptions *po, Diag *d)
 {
 	(void)d;
-	MemPlan mp;
-	char why[256];
-	memplan_build(g, po->opt_level, &mp);
-	if (g->nodes.n <= VERIFY_IN_PASS && !po->test_drop_sync &&
-	    !memplan_verify(g, &mp, why))
-		ICE("memory plan of graph '%s': %s", g->name, why);
-	memplan_free(&mp);
-	return PASS_SAME;
+	Sched *s = sched_get(g, po->opt_level);
+	Arena *a = arena_new();
+	Graph f;
+	sched_kernel_graph(g, s, a, &f);
+	if (s->planned)
+		memplan_free(&s->plan);
+	memplan_build(&f, po->opt_level >= 2 ? 2 : 0, &s->plan);
+	s->planned = 1;
+	s->unchecked = po->test_drop_sync != 0;
+	arena_free(a);
+	return 1;
 }
 
 /* Reports and checks the plan of each graph (see sgc.h). */
