@@ -190,8 +190,11 @@ struct CgGraph {
 	size_t bodylen;
 };
 
-/* Builds the analysis of graph g; 0 after reporting an error. */
+/* Builds the analysis of graph g (names, io slots) over what the passes
+ * decided (g->sched); 0 after reporting an error. */
 int cg_graph_analyse(CgGraph *G, Cg *c, Graph *g);
+/* The group fused as a consumer after node i (CgGroup.after), or -1. */
+int cg_epilogue(CgGraph *G, NodeId i);
 /* Emits the host body of one call (into G->body) and the kernels. */
 int cg_graph_body(CgGraph *G);
 void cg_graph_free(CgGraph *G);
@@ -349,9 +352,6 @@ void cg_coll_reserve(CgGraph *G, FILE *f, int line);
 /* The backward ops autograd makes and the optimizer updates: 1 when node
  * i is one (and was emitted), 0 otherwise. */
 int cg_grad_op(CgGraph *G, NodeId i);
-
-/* The group fused as a consumer after node i (CgGroup.after), or -1. */
-int cg_epilogue(CgGraph *G, NodeId i);
 
 /* ------------------------------------------------------------------ codegen_api.c */
 

@@ -101,7 +101,9 @@ sched_get(Graph *g, int opt_level)
 {
 	if (g->sched)
 		return g->sched;
-	Arena *a = arena_new();
+	/* The module's arena (freed with the rest of the IR): an arena per
+	 * graph would cost a block each, in files of many small graphs. */
+	Arena *a = g->mod->arena;
 	Sched *s = arena_alloc(a, sizeof *s);
 	s->a = a;
 	s->opt_level = opt_level;
@@ -127,7 +129,6 @@ sched_free(Graph *g)
 	if (s->planned)
 		memplan_free(&s->plan);
 	g->sched = NULL;
-	arena_free(s->a);
 }
 
 ValId
@@ -476,11 +477,63 @@ print_bytes(FILE *f, uint64_t n)
 	fprintf(f, "%" PRIu64 " %s", n, unit[u]);
 }
 
+typedef struct {
+	Graph *g;
+	ValId *reuses;  /* per buffer: the buffer at its offset before it, or NONE */
+} Notes;
+
+/* A buffer and the node writing it first, ordered by that node. */
+typedef struct {
+	NodeId alloc;
+	uint32_t b;
+} ByAlloc;
+
+static int
+alloc_cmp(const void *pa, const void *pb)
+{
+	const ByAlloc *a = pa, *b = pb;
+	if (a->alloc != b->alloc)
+		return a->alloc < b->alloc ? -1 : 1;
+	return a->b < b->b ? -1 : a->b > b->b;
+}
+
+/* For each arena buffer, the one that last held its offset before it
+ * (in the order they are written): the bytes it reuses. */
+static ValId *
+find_reuses(const MemPlan *mp)
+{
+	ValId *reuses = xmalloc((mp->nbuf + 1) * sizeof *reuses);
+	ByAlloc *order = xmalloc((mp->nbuf + 1) * sizeof *order);
+	uint64_t *key = xmalloc((mp->nbuf + 1) * sizeof *key); /* where and offset */
+	Map at; /* key -> the buffer last there */
+	map_init(&at);
+	for (uint32_t b = 0; b < mp->nbuf; b++)
+		order[b] = (ByAlloc){mp->buf[b].alloc, b};
+	qsort(order, mp->nbuf, sizeof *order, alloc_cmp);
+	for (uint32_t k = 0; k < mp->nbuf; k++) {
+		uint32_t b = order[k].b;
+		const MemBuf *x = &mp->buf[b];
+		key[b] = x->offset * 4 + x->where;
+		reuses[b] = NONE;
+		if (x->where == MEM_OUTPUT || !x->size)
+			continue;
+		uint32_t *prev = map_get(&at, (const char *)&key[b], sizeof *key);
+		if (prev)
+			reuses[b] = mp->buf[*prev].v;
+		map_put(&at, (const char *)&key[b], sizeof *key, b);
+	}
+	map_free(&at);
+	free(key);
+	free(order);
+	return reuses;
+}
+
 /* The trailing comment of node i: its group, fold and buffers. */
 static void
 note(FILE *f, void *ctx, NodeId i)
 {
-	Graph *g = ctx;
+	const Notes *N = ctx;
+	Graph *g = N->g;
 	const Sched *s = g->sched;
 	const Node *n = &g->nodes.v[i];
 	const KernelFold *F = s->fold;
@@ -532,6 +585,9 @@ note(FILE *f, void *ctx, NodeId i)
 			fprintf(f, " +0x%" PRIx64, b->offset);
 		fputs(" (", f);
 		print_bytes(f, b->size);
+		ValId r = N->reuses[s->plan.bufof[v]];
+		if (r != NONE)
+			fprintf(f, ", reuses %%%s", g->vals.v[r].name);
 		fputc(')', f);
 		sep = ", ";
 	}
@@ -544,8 +600,10 @@ sched_print(FILE *f, Graph *g)
 		print_graph(f, g);
 		return;
 	}
-	print_graph_notes(f, g, note, g);
 	const Sched *s = g->sched;
+	Notes N = {.g = g, .reuses = s->planned ? find_reuses(&s->plan) : NULL};
+	print_graph_notes(f, g, note, &N);
+	free(N.reuses);
 	if (s->planned)
 		fprintf(f, "# plan: device arena %" PRIu64 " bytes, host arena %" PRIu64
 		        " bytes, outputs %" PRIu64 " bytes\n", s->plan.peak, s->plan.host_peak,

@@ -504,7 +504,7 @@ struct Graph {
 	uint32_t nnamed, named_rewrites;
 	struct Sched *sched;  /* the backend's decisions (schedule.c), made by
 	                         the passes fusion, kernel_choice and memplan;
-	                         NULL before fusion */
+	                         NULL before fusion; dropped by module_free */
 };
 
 /* Pseudo ops: statements that are not ops of the table. */
@@ -649,14 +649,16 @@ int codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h);
 /* The kernels the backend makes of graph g at opt_level: kernel[i] is the
  * kernel that computes node i (nodes fused into one share it), numbered
  * from 0 in program order, or NONE for a node that launches none of its
- * own.  Returns the number of kernels.  (Today the pointwise fusion
- * groups, with the groups fused into a reduction's or row op's kernel.) */
+ * own.  Returns the number of kernels.  (The fusion pass's groups, read
+ * from g->sched, with the groups fused into a reduction's or row op's
+ * kernel.) */
 uint32_t codegen_kernels_of(Module *m, Graph *g, int opt_level, uint32_t *kernel);
 
 /* `sgc check --memory`: for each graph (or only_graph), the static memory
- * plan the generated code reserves (memplan_report's format), the plan
- * over the program as its kernels run it, so its device arena peak is the
- * generated code's `arena_bytes`. */
+ * plan the generated code reserves (memplan_report's format): the memplan
+ * pass's (g->sched), so its device arena peak is the generated code's
+ * `arena_bytes`; then the peak before fusion (what --offload-budget is
+ * held to, docs/offload.md). */
 void codegen_memory_report(FILE *f, Module *m, const char *only_graph, int opt_level);
 
 /* The files of codegen_templates/, embedded by tools/embed.c. */
@@ -1035,7 +1037,7 @@ typedef struct {
 } KernelFold;
 
 typedef struct Sched {
-	Arena *a;             /* owns every array below */
+	Arena *a;             /* the module's arena: every array below */
 	int opt_level;
 	/* storage */
 	ValId *root;          /* per value: its class's first value */
@@ -1056,7 +1058,8 @@ typedef struct Sched {
 	                         the verifier does not check the plan's reuse */
 } Sched;
 
-/* The graph's schedule, made empty (storage classes found) when absent. */
+/* The graph's schedule, made empty (storage classes found) when absent;
+ * sched_free drops it (its arrays stay in the module's arena). */
 Sched *sched_get(Graph *g, int opt_level);
 void sched_free(Graph *g);
 /* The program as its kernels run it, for the memory plan: a copy of g
