@@ -253,7 +253,8 @@ typedef struct {
 CgRows cg_rows(int64_t nout, int64_t len);
 /* scaled_dot_product_attention (bwd 0) or its backward (bwd 1) through
  * the flash kernels of sgk_attention.cuh; 0, with nothing emitted, when
- * the dtype or shapes need the fallback kernels. */
+ * kernel_choice chose the fallback kernels (Sched.flash: the dtype or
+ * shapes need them). */
 int cg_flash_attention(CgGraph *G, const Node *n, int bwd);
 /* The SIMT attention kernels' (kernels.cu sdpa, sdpa_bwd_*) sizes and the
  * template bindings they share, for q, k, v at operands o..o+2 of n in

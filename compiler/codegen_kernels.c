@@ -729,8 +729,11 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 {
 	Cg *c = G->c;
 	Flash f;
-	if (!kernel_flash(G->g, G->fold, n, bwd, &f))
+	if (!G->s->flash[n - G->g->nodes.v]) /* kernel_choice's choice */
 		return 0;
+	if (!kernel_flash(G->g, G->fold, n, bwd, &f))
+		ICE("attention at line %u does not fit the flash kernels chosen",
+		    n->loc.line);
 	const char *var[8];
 	for (int k = 0; k < f.nt; k++) /* the variables holding their bytes */
 		var[k] = f.t[k].v != NONE ? cg_fold_var(G, f.t[k].v) : NULL;

@@ -215,9 +215,9 @@ softmax_backward(CgGraph *G, const Node *n, const SoftmaxBwd *sb)
 int
 cg_reduce(CgGraph *G, const Node *n)
 {
-	SoftmaxBwd sb;
-	if (fusion_softmax_bwd(G->g, G->s, (NodeId)(n - G->g->nodes.v), &sb))
-		return softmax_backward(G, n, &sb);
+	const SoftmaxBwd *sb = G->s->softmax_bwd[n - G->g->nodes.v]; /* (fusion.c) */
+	if (sb)
+		return softmax_backward(G, n, sb);
 	Cg *c = G->c;
 	const Type *x = cg_otype(G, n, 0), *r = cg_vtype(G, n->res[0]);
 	int red[SG_MAXRANK], nk, nr;

@@ -401,13 +401,6 @@ softmax_bwd_match(const Graph *g, const Sched *sd, NodeId p, const FuseGroup *gr
 	return f32_like(g, sb->dx, x) && !sd->reg[sb->dx];
 }
 
-int
-fusion_softmax_bwd(const Graph *g, const Sched *s, NodeId i, SoftmaxBwd *sb)
-{
-	int e = s->epilogue[i];
-	return e >= 0 && s->reg[g->nodes.v[i].res[0]] &&
-	       softmax_bwd_match(g, s, i, &s->groups.v[e], sb);
-}
 
 /* ------------------------------------------------------------------ epilogues */
 
@@ -506,6 +499,17 @@ fusion_group(Graph *g, Sched *s)
 		s->reg[r] = (uint8_t)inside_only(s, &u, r, (int)k);
 	}
 	uses_free(&u);
+	/* Autograd's softmax backwards (a sum with its groups), one library
+	 * kernel each (codegen_rows.c). */
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		int e = s->epilogue[i];
+		SoftmaxBwd sb;
+		if (e >= 0 && s->reg[g->nodes.v[i].res[0]] &&
+		    softmax_bwd_match(g, s, i, &s->groups.v[e], &sb)) {
+			s->softmax_bwd[i] = arena_alloc(s->a, sizeof sb);
+			*s->softmax_bwd[i] = sb;
+		}
+	}
 }
 
 /* ------------------------------------------------------------------ the pass */

@@ -841,10 +841,18 @@ kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d)
 {
 	(void)d;
 	Sched *s = sched_get(g, po->opt_level);
-	if (po->opt_level < 2)
-		return PASS_SAME;
-	Kc G = {.g = g, .s = s, .root = s->root, .cls = s->cls, .group = s->group,
-	        .prologue = s->prologue, .epilogue = s->epilogue, .ingroup_only = s->reg};
-	fold_all(&G, &s->groups);
+	if (po->opt_level >= 2) {
+		Kc G = {.g = g, .s = s, .root = s->root, .cls = s->cls, .group = s->group,
+		        .prologue = s->prologue, .epilogue = s->epilogue,
+		        .ingroup_only = s->reg};
+		fold_all(&G, &s->groups);
+	}
+	/* The attention nodes the flash kernels take, with the layouts folded. */
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		Flash f;
+		if (!(n->flags & NF_DEAD) && (n->op == OP_SDPA || n->op == OP_SDPA_BACKWARD))
+			s->flash[i] = (uint8_t)kernel_flash(g, s->fold, n, n->op == OP_SDPA_BACKWARD, &f);
+	}
 	return 1;
 }

@@ -113,6 +113,8 @@ sched_get(Graph *g, int opt_level)
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		s->group[i] = s->prologue[i] = s->epilogue[i] = -1;
 	s->reg = arena_alloc(a, g->vals.n + 1);
+	s->softmax_bwd = arena_alloc(a, (g->nodes.n + 1) * sizeof *s->softmax_bwd);
+	s->flash = arena_alloc(a, g->nodes.n + 1);
 	find_classes(g, s);
 	find_uses(g, s);
 	g->sched = s;
@@ -561,6 +563,11 @@ note(FILE *f, void *ctx, NodeId i)
 	if (F && F->prod[i] != NONE)
 		fprintf(f, "%sepilogue of %%%s", sep,
 		        g->vals.v[g->nodes.v[F->prod[i]].res[0]].name), sep = ", ";
+	if (s->flash[i])
+		fprintf(f, "%sflash attention", sep), sep = ", ";
+	if (s->softmax_bwd[i])
+		fprintf(f, "%s%ssoftmax backward kernel", sep, s->softmax_bwd[i]->log ? "log_" : ""),
+		sep = ", ";
 	if (F && F->pair[i] != NONE)
 		fprintf(f, "%spaired with %%%s", sep,
 		        g->vals.v[g->nodes.v[F->pair[i]].res[0]].name), sep = ", ";

@@ -1049,8 +1049,13 @@ typedef struct Sched {
 	int *epilogue;        /* per node: the group fused after its result, or -1 */
 	uint8_t *reg;         /* per value: no memory (a register of its group,
 	                         a folded view, a product's pre-activation) */
-	/* kernel_choice: NULL below -O2 */
-	KernelFold *fold;
+	SoftmaxBwd **softmax_bwd; /* per node: a sum that is autograd's softmax
+	                         backward with its groups, one library kernel;
+	                         NULL otherwise */
+	/* kernel_choice */
+	uint8_t *flash;       /* per node: an attention node the flash kernels
+	                         take (else the fallback kernels) */
+	KernelFold *fold;     /* NULL below -O2 */
 	/* memplan */
 	MemPlan plan;
 	int planned;          /* plan was built */
@@ -1084,8 +1089,7 @@ void sched_verify(Graph *g, const char *after);
 /* --dump-after: g with each node's decisions as a trailing comment. */
 void sched_print(FILE *f, Graph *g);
 
-/* fusion.c: the groups (-O2); kernels.c: the kernel choice. */
-int fusion_softmax_bwd(const Graph *g, const Sched *s, NodeId i, SoftmaxBwd *sb);
+/* kernels.c: the kernel choice. */
 int kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d);
 /* relu (1) or gelu(tanh) (2) as cuBLASLt epilogue code for node a, or 0. */
 int kernel_activation(const Node *a);
