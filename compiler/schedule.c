@@ -455,6 +455,30 @@ check_plan(Graph *g, const Sched *s, const char *after)
 	arena_free(a);
 }
 
+/* Kernel choices: a product and its epilogue activation point at each
+ * other on one stream, attention pairs too; a folded view has a source
+ * and no memory. */
+static void
+check_fold(Graph *g, const Sched *s, const char *after)
+{
+	const KernelFold *F = s->fold;
+	for (NodeId i = 0; F && i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		NodeId a = F->act[i], p = F->pair[i];
+		if ((a != NONE && (a >= g->nodes.n || F->prod[a] != i ||
+		                   g->nodes.v[a].stream != n->stream || a <= i)) ||
+		    (p != NONE && (p >= g->nodes.n || F->pair[p] != i ||
+		                   g->nodes.v[p].stream != n->stream)))
+			FAIL("node %u (line %u): its epilogue or attention pair is inconsistent",
+			     g->name, after, i, n->loc.line);
+		if ((F->view[i] || F->outview[i]) &&
+		    (n->nres != 1 || (F->view[i] && (F->src[n->res[0]] == NONE ||
+		                                     !s->reg[n->res[0]]))))
+			FAIL("node %u (line %u): a folded view without its source", g->name, after,
+			     i, n->loc.line);
+	}
+}
+
 void
 sched_verify(Graph *g, const char *after)
 {
@@ -462,6 +486,7 @@ sched_verify(Graph *g, const char *after)
 	if (!s)
 		return;
 	check_groups(g, s, after);
+	check_fold(g, s, after);
 	if (s->planned)
 		check_plan(g, s, after);
 }
