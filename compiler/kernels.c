@@ -42,6 +42,7 @@
 typedef struct {
 	Graph *g;
 	Sched *s;
+	Arena *tmp;       /* the indexes below, freed after the pass */
 	KernelFold *fold;
 	ValId *root;
 	StoreClass **cls;
@@ -326,7 +327,7 @@ static void
 index_uses(Kc *G)
 {
 	Graph *g = G->g;
-	Arena *a = G->s->a;
+	Arena *a = G->tmp;
 	size_t nv = (size_t)g->vals.n + 1;
 	G->uat = arena_alloc(a, (nv + 1) * sizeof *G->uat);
 	G->wat = arena_alloc(a, (nv + 1) * sizeof *G->wat);
@@ -807,8 +808,8 @@ fold_all(Kc *G, FuseGroups *groups)
 	F->out = arena_alloc(a, (g->vals.n + 1) * sizeof *F->out);
 	F->outview = arena_alloc(a, g->nodes.n + 1);
 	F->pair = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->pair);
-		G->lastfwd = arena_alloc(a, (g->vals.n + 1) * sizeof *G->lastfwd);
-	uint32_t *nclass = arena_alloc(a, (g->vals.n + 1) * sizeof *nclass);
+	G->lastfwd = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *G->lastfwd);
+	uint32_t *nclass = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *nclass);
 	for (ValId v = 0; v < g->vals.n; v++) {
 		F->src[v] = F->last[v] = F->out[v] = G->lastfwd[v] = NONE;
 		nclass[G->root[v]]++;
@@ -842,10 +843,11 @@ kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d)
 	(void)d;
 	Sched *s = sched_get(g, po->opt_level);
 	if (po->opt_level >= 2) {
-		Kc G = {.g = g, .s = s, .root = s->root, .cls = s->cls, .group = s->group,
-		        .prologue = s->prologue, .epilogue = s->epilogue,
+		Kc G = {.g = g, .s = s, .tmp = arena_new(), .root = s->root, .cls = s->cls,
+		        .group = s->group, .prologue = s->prologue, .epilogue = s->epilogue,
 		        .ingroup_only = s->reg};
 		fold_all(&G, &s->groups);
+		arena_free(G.tmp);
 	}
 	/* The attention nodes the flash kernels take, with the layouts folded. */
 	for (NodeId i = 0; i < g->nodes.n; i++) {

@@ -946,10 +946,15 @@ typedef struct {
 	int opt_level;
 } MemPlan;
 void memplan_build(Graph *g, int opt_level, MemPlan *mp);
+/* memplan_build with def[v] as value v's defining node (NONE: no buffer)
+ * instead of its Value's (sched_kernel_graph). */
+void memplan_build_at(Graph *g, const NodeId *def, int opt_level, MemPlan *mp);
 void memplan_free(MemPlan *mp);
 /* The independent checker: explicit happens-before reachability; returns
  * 0 (with a reason in why[256]) if two buffers that may be live at once
- * share memory; -1 when the graph is too large to check. */
+ * share memory; -1 when the graph is too large to check (more than
+ * MEMPLAN_VERIFY_MAX nodes: its cost is quadratic). */
+enum { MEMPLAN_VERIFY_MAX = 20000 };
 int memplan_verify(Graph *g, const MemPlan *mp, char *why);
 void memplan_report(FILE *f, Graph *g, const MemPlan *mp);
 /* `sgc check --memory`: the plan of each graph (or only_graph), checked
@@ -1067,12 +1072,14 @@ typedef struct Sched {
  * sched_free drops it (its arrays stay in the module's arena). */
 Sched *sched_get(Graph *g, int opt_level);
 void sched_free(Graph *g);
-/* The program as its kernels run it, for the memory plan: a copy of g
- * (arrays in arena a) in which each fused group is one node at its place,
- * folded views and products' pre-activations have no buffer, a product
- * with an epilogue runs at its activation and attention kernels write
- * through their folded views. */
-void sched_kernel_graph(const Graph *g, const Sched *s, Arena *a, Graph *f);
+/* The program as its kernels run it, for the memory plan: a copy f of g's
+ * nodes (arrays in arena a) in which each fused group is one node at its
+ * place, folded views and products' pre-activations have no buffer, a
+ * product with an epilogue runs at its activation and attention kernels
+ * write through their folded views.  f shares g's values (and, with
+ * nothing fused or folded, its nodes: not to be written); the returned array gives each value's defining node in f
+ * (NONE: no buffer), for memplan_build_at. */
+NodeId *sched_kernel_graph(const Graph *g, const Sched *s, Arena *a, Graph *f);
 /* The value whose memory a product or attention kernel reads for operand
  * value v (through folded views); the value holding v's bytes when it is
  * written through views. */
