@@ -225,6 +225,8 @@ kernel_flash(const Graph *g, const KernelFold *F, const Node *n, int bwd, Flash 
 	return (float)scale > 0.0f && !isinf((float)scale);
 }
 
+/* ------------------------------------------------------------------ layouts of folded views */
+
 /* 1 when the nonzero-size dims of strides st are t's row-major ones. */
 static int
 row_major(const Type *t, const int64_t *st)

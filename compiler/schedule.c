@@ -182,15 +182,40 @@ group_inputs(const Graph *g, const FuseGroup *grp, Opnd *ops, uint32_t k)
 	return k;
 }
 
+/* The members of group grp become node `at` of the copy f, reading
+ * ops[0..nops) and writing res[0..nres) and the members' stored results:
+ * the values kept in registers get no buffer, the other members are dead. */
+static void
+group_place(const Graph *g, const Sched *s, Graph *f, NodeId *def, const FuseGroup *grp,
+            NodeId at, Opnd *ops, uint32_t nops, ValId *res, uint32_t nres)
+{
+	for (uint32_t j = 0; j < grp->n; j++) {
+		NodeId m = grp->nodes[j];
+		ValId v = g->nodes.v[m].res[0];
+		if (s->reg[v])
+			def[v] = NONE; /* a register: no buffer */
+		else
+			res[nres++] = v, def[v] = at;
+		if (m != at)
+			f->nodes.v[m].flags |= NF_DEAD;
+	}
+	Node *h = &f->nodes.v[at];
+	h->opnd = ops;
+	h->nopnd = (uint16_t)nops;
+	h->res = res;
+	h->nres = (uint16_t)nres;
+}
+
 /* Group grp, fused after node grp->after, in the copy f of the graph:
  * that node reads what it read and the group's inputs (less its own
  * result), and writes its result (unless kept in a register) and the
  * group's stored results. */
 static void
-epilogue_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def, const FuseGroup *grp)
+epilogue_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def,
+              const FuseGroup *grp)
 {
 	NodeId at = grp->after;
-	Node *h = &f->nodes.v[at];
+	const Node *h = &f->nodes.v[at];
 	ValId r = g->nodes.v[at].res[0];
 	uint32_t cap = h->nopnd, nres = 0, nops = 0;
 	for (uint32_t j = 0; j < grp->n; j++)
@@ -209,28 +234,17 @@ epilogue_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def, c
 	for (uint32_t q = before; q < nops; q++)
 		if (ops[q].kind == OK_VAL && ops[q].v == r)
 			ops[q] = ops[--nops], q--;
-	for (uint32_t j = 0; j < grp->n; j++) {
-		NodeId m = grp->nodes[j];
-		ValId v = g->nodes.v[m].res[0];
-		if (s->reg[v])
-			def[v] = NONE;
-		else
-			res[nres++] = v, def[v] = at;
-		f->nodes.v[m].flags |= NF_DEAD;
-	}
-	h->opnd = ops;
-	h->nopnd = (uint16_t)nops;
-	h->res = res;
-	h->nres = (uint16_t)nres;
+	group_place(g, s, f, def, grp, at, ops, nops, res, nres);
 }
 
 /* Group grp in the copy f: one node at its place (its first member, or
  * the consumer it is computed in). */
 static void
-group_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def, const FuseGroup *grp)
+group_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def,
+           const FuseGroup *grp)
 {
 	NodeId at = grp->into != NONE ? grp->into : grp->nodes[0];
-	Node *h = &f->nodes.v[at];
+	const Node *h = &f->nodes.v[at];
 	uint32_t cap = 0, nres = 0;
 	for (uint32_t j = 0; j < grp->n; j++)
 		cap += g->nodes.v[grp->nodes[j]].nopnd;
@@ -244,20 +258,7 @@ group_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def, cons
 			res[nres++] = h->res[j];
 	}
 	nops = group_inputs(g, grp, ops, nops);
-	for (uint32_t j = 0; j < grp->n; j++) {
-		NodeId m = grp->nodes[j];
-		ValId v = g->nodes.v[m].res[0];
-		if (s->reg[v])
-			def[v] = NONE; /* a register: no buffer */
-		else
-			res[nres++] = v, def[v] = at;
-		if (m != at)
-			f->nodes.v[m].flags |= NF_DEAD;
-	}
-	h->opnd = ops;
-	h->nopnd = (uint16_t)nops;
-	h->res = res;
-	h->nres = (uint16_t)nres;
+	group_place(g, s, f, def, grp, at, ops, nops, res, nres);
 }
 
 /* Node p of the copy reads the sources of its folded operands (an arena
@@ -277,7 +278,8 @@ plan_operands(const Sched *s, Arena *a, Node *p)
  * and writes the values its results are written through (a paired
  * backward also reads its forward's o). */
 static void
-plan_attention(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def, NodeId P)
+plan_attention(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def,
+               NodeId P)
 {
 	Node *p = &f->nodes.v[P];
 	ValId *res = arena_alloc(a, (p->nres + 1) * sizeof *res);

@@ -1077,8 +1077,9 @@ void sched_free(Graph *g);
  * place, folded views and products' pre-activations have no buffer, a
  * product with an epilogue runs at its activation and attention kernels
  * write through their folded views.  f shares g's values (and, with
- * nothing fused or folded, its nodes: not to be written); the returned array gives each value's defining node in f
- * (NONE: no buffer), for memplan_build_at. */
+ * nothing fused or folded, its nodes: not to be written); the returned
+ * array gives each value's defining node in f (NONE: no buffer), for
+ * memplan_build_at. */
 NodeId *sched_kernel_graph(const Graph *g, const Sched *s, Arena *a, Graph *f);
 /* The value whose memory a product or attention kernel reads for operand
  * value v (through folded views); the value holding v's bytes when it is
