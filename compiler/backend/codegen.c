@@ -566,21 +566,15 @@ write_with_lines(Cg *c, FILE *f, const char *text, size_t len)
 uint32_t
 codegen_kernels_of(Module *m, Graph *g, int opt_level, uint32_t *kernel)
 {
-	CodegenOptions co = {.opt_level = opt_level, .arch = "sm_90", .input = "-"};
-	Cg c = {.m = m, .co = &co, .a = m->arena};
-	CgGraph G;
-	CgGroups groups = {0};
+	(void)m;
+	const Sched *s = sched_get(g, opt_level); /* the fusion pass's groups */
 	FusionInfo fi;
 	fusion_analyse(g, &fi);
-	cg_graph_analyse(&G, &c, g);
-	G.groups = &groups;
-	if (opt_level >= 2)
-		cg_fuse(&G, &groups);
 	/* The node whose kernel computes node i. */
-	NodeId *home = arena_alloc(c.a, (g->nodes.n + 1) * sizeof *home);
+	NodeId *home = xmalloc((g->nodes.n + 1) * sizeof *home);
 	for (NodeId i = 0; i < g->nodes.n; i++) {
-		int gi = G.group[i];
-		const CgGroup *grp = gi >= 0 ? &groups.v[gi] : NULL;
+		int gi = s->group[i];
+		const FuseGroup *grp = gi >= 0 ? &s->groups.v[gi] : NULL;
 		home[i] = !grp ? i : grp->into != NONE ? grp->into :
 		          grp->after != NONE ? grp->after : grp->nodes[0];
 		kernel[i] = NONE;
@@ -592,8 +586,7 @@ codegen_kernels_of(Module *m, Graph *g, int opt_level, uint32_t *kernel)
 		NodeId h = home[i]; /* numbered at the first node it computes */
 		kernel[i] = kernel[h] != NONE ? kernel[h] : (kernel[h] = nk++);
 	}
-	vec_free(&groups);
-	cg_graph_free(&G);
+	free(home);
 	fusion_free(&fi);
 	return nk;
 }
@@ -725,33 +718,24 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 void
 codegen_memory_report(FILE *f, Module *m, const char *only_graph, int opt_level)
 {
-	CodegenOptions co = {.opt_level = opt_level, .arch = "sm_90", .input = "-"};
-	Cg c = {.m = m, .co = &co, .a = m->arena};
 	for (uint32_t i = 0; i < m->graphs.n; i++) {
 		Graph *g = m->graphs.v[i];
 		if (only_graph && strcmp(only_graph, g->name) != 0)
 			continue;
-		/* The plan the generated code reserves: over the program as its
-		 * kernels run it (cg_graph_body's first steps; cg_plan verifies
-		 * it, an internal error when two live buffers overlap). */
-		CgGraph G;
-		CgGroups groups = {0};
-		cg_graph_analyse(&G, &c, g);
-		G.groups = &groups;
-		if (opt_level >= 2)
-			cg_fuse(&G, &groups);
-		cg_gemm_fold(&G, &groups);
-		cg_plan(&G, &groups);
-		memplan_report(f, g, &G.plan);
-		/* --offload-budget is held to the middle end's plan (before
-		 * fusion, on the graph as the passes leave it): shown too. */
+		/* The plan the generated code reserves: the memplan pass's, over
+		 * the program as its kernels run it (checked by the verifier after
+		 * that pass: an internal error when two live buffers overlap). */
+		const Sched *s = g->sched;
+		if (!s || !s->planned)
+			ICE("graph '%s' has no memory plan", g->name);
+		memplan_report(f, g, &s->plan);
+		/* --offload-budget is held to the plan of the graph as the
+		 * passes leave it, before fusion (docs/offload.md): shown too. */
 		MemPlan pre;
 		memplan_build(g, opt_level, &pre);
 		fprintf(f, "  before fusion: device arena peak %" PRIu64
 		        " bytes (what --offload-budget is held to)\n", pre.peak);
 		memplan_free(&pre);
 		fprintf(f, "  check: no two buffers that may be live at once share memory\n");
-		vec_free(&groups);
-		cg_graph_free(&G);
 	}
 }

@@ -1,20 +1,19 @@
 /*
- * codegen.h - what the files of the CUDA backend share (codegen.c,
- * codegen_host.c, codegen_kernels.c, codegen_rows.c, codegen_gemm.c,
- * codegen_coll.c, codegen_grad.c, codegen_api.c, codegen_fuse.c).
+ * codegen.h - what the files of the CUDA backend share.
  * The backend's entry point is in sgc.h; this header is theirs alone.
  *
- * The backend works per graph in three steps:
- *   1. analysis (codegen_host.c): every value gets a C name and storage
- *      (an input or output slot of the call, a model-owned buffer, or a
- *      stream-ordered temporary with its allocation and release points);
- *   2. grouping (codegen_fuse.c): at -O2, chains of pointwise nodes of one
- *      stream become one kernel;
- *   3. emission: kernels (codegen_kernels.c) into the file's kernel part,
+ * The backend emits what the passes decided and stored on the graph
+ * (g->sched, schedule.c: storage classes, fused groups, kernel choices,
+ * the memory plan); it decides none of it.  Per graph:
+ *   1. analysis (codegen_host.c): every value gets a C name and an io
+ *      slot of the call or model where its class needs one;
+ *   2. emission: kernels (codegen_kernels.c) into the file's kernel part,
  *      host statements into the call's body, the API around them
  *      (codegen_api.c).
  * Text comes from the templates of codegen_templates/ (see its README):
- * cg_emit fills a section's placeholders.
+ * cg_emit fills a section's placeholders.  (The files: codegen.c,
+ * codegen_host.c, codegen_kernels.c, codegen_rows.c, codegen_gemm.c,
+ * codegen_coll.c, codegen_grad.c, codegen_api.c.)
  */
 #ifndef CODEGEN_H
 #define CODEGEN_H
@@ -30,21 +29,9 @@ typedef struct {
 
 typedef struct CgGraph CgGraph;
 
-/* A set of pointwise nodes fused into one kernel (a single node at -O0);
- * at most CG_GROUP_MAX, so that a kernel's size is bounded (a longer
- * chain becomes several kernels). */
-enum { CG_GROUP_MAX = 64 };
-typedef struct {
-	NodeId *nodes;
-	uint32_t n;
-	int vec;              /* elements per thread for vectorised loads, 1: none */
-	NodeId into;          /* the node whose input it computes in place
-	                         (a fused producer), or NONE: a kernel of its own */
-	NodeId after;         /* the reduction or row op whose result it takes,
-	                         computed where that kernel stores it (a fused
-	                         consumer), or NONE */
-} CgGroup;
-typedef VEC(CgGroup) CgGroups;
+/* A set of pointwise nodes computed by one kernel: a group of the fusion
+ * pass (FuseGroup, sgc.h), or a single node at -O0. */
+typedef FuseGroup CgGroup;
 
 /* The state of one `sgc` compilation to CUDA. */
 typedef struct {
@@ -126,16 +113,10 @@ const char *cg_sgrt_dtype(DType t); /* "SGRT_BF16" */
 
 /* ------------------------------------------------------------------ codegen_host.c */
 
-/* Where a value's memory comes from. */
-enum {
-	ST_INPUT,  /* the caller's input buffer: io[slot] */
-	ST_OUTPUT, /* the caller's output buffer: io[slot] */
-	ST_PARAM,  /* model-owned device buffer (param, const): io[slot] too */
-	ST_HOST,   /* model-owned pinned host buffer (to_host results) */
-	ST_TEMP,   /* cudaMallocAsync at the definition, freed after the last use */
-};
-
-/* One alias class of values (control_deps results join their operand's). */
+/* One alias class of values as the backend emits it: the fusion pass's
+ * storage class (StoreClass, sgc.h: kind, mutation, release points; an
+ * ST_TEMP not in the plan's arena, none today, is cudaMallocAsync'd at its
+ * definition and freed after its last use) with the backend's numbering. */
 typedef struct {
 	ValId root;
 	uint8_t kind;         /* ST_* */
@@ -146,7 +127,7 @@ typedef struct {
 	int hostbuf;          /* ST_HOST: index of the model's pinned buffer */
 	NodeId release;       /* last node naming the class */
 	uint32_t streams;     /* bit s: stream s uses the class (s < 32) */
-	NodeId *last_on;      /* [nstreams]: last node on each stream naming it */
+	const NodeId *last_on;/* [nstreams]: last node on each stream naming it */
 	int *free_event;      /* [nstreams]: model free-event index, or -1 */
 } CgClass;
 
@@ -167,16 +148,17 @@ struct CgGraph {
 	Graph *g;
 	const char *name;     /* C identifier of the graph */
 	char **vname;         /* per value: C variable ("v_h") */
-	ValId *root;          /* per value: its class's first value */
+	const Sched *s;       /* the passes' decisions (g->sched) */
+	const ValId *root;    /* per value: its class's first value */
 	CgClass **cls;        /* per value: its class (shared by the class) */
-	int *group;           /* per node: fused group id, -1: alone */
-	uint8_t *ingroup_only;/* per value: used only inside its group */
+	const int *group;     /* per node: fused group id, -1: alone */
+	const uint8_t *ingroup_only; /* per value: no memory (Sched.reg) */
 	uint8_t *named;       /* per value: the host code names it */
-	int *epilogue;        /* per node: the group fused after its result
+	const int *epilogue;  /* per node: the group fused after its result
 	                         (CgGroup.after), or -1 */
-	int *prologue;        /* per node: the group fused into its operand 0,
+	const int *prologue;  /* per node: the group fused into its operand 0,
 	                         or -1 */
-	CgGroups *groups;     /* -O2: the pointwise groups */
+	const FuseGroups *groups; /* the pointwise groups (none at -O0) */
 	VEC(CgTensor) tensors;
 	VEC(ValId) ret_copies;/* per return index: value copied at the end
 	                         (NONE when written in place) */
@@ -199,17 +181,21 @@ struct CgGraph {
 	Map kernames;         /* kernel names in use */
 	uint32_t *pw_reg;     /* per value: 1 + its register number in the
 	                         pointwise kernel being built, 0: none */
-	struct CgFold *fold;  /* -O2: views read by products, epilogues
-	                         (codegen_gemm.c), or NULL */
-	MemPlan plan;         /* -O2: the static memory plan (memplan.c) */
-	int use_plan;
+	const KernelFold *fold; /* -O2: views read by products, epilogues,
+	                         attention layouts (kernels.c), or NULL */
+	const char **lse;     /* per paired attention forward: its log-sum-exp's
+	                         variable (set when emitted) */
+	const MemPlan *plan;  /* the static memory plan (memplan.c), or NULL */
 	FILE *body;           /* the call's statements, while written */
 	char *bodytext;       /* then their text (malloc'd) */
 	size_t bodylen;
 };
 
-/* Builds the analysis of graph g; 0 after reporting an error. */
+/* Builds the analysis of graph g (names, io slots) over what the passes
+ * decided (g->sched); 0 after reporting an error. */
 int cg_graph_analyse(CgGraph *G, Cg *c, Graph *g);
+/* The group fused as a consumer after node i (CgGroup.after), or -1. */
+int cg_epilogue(CgGraph *G, NodeId i);
 /* Emits the host body of one call (into G->body) and the kernels. */
 int cg_graph_body(CgGraph *G);
 void cg_graph_free(CgGraph *G);
@@ -252,8 +238,6 @@ cg_otype(CgGraph *G, const Node *n, int k)
 /* Emits the kernel(s) and launches of any other op; 0 when the backend
  * cannot compile it (after reporting). */
 int cg_op(CgGraph *G, NodeId i);
-/* 1 when node n is done by cg_pointwise. */
-int cg_is_pointwise(const Graph *g, const Node *n);
 /* An index expression: sum over dims of ((var / inner) % size) * stride,
  * where inner is the product of the sizes after the dim; dims of stride 0
  * drop out and adjacent contiguous dims merge. */
@@ -270,7 +254,8 @@ typedef struct {
 CgRows cg_rows(int64_t nout, int64_t len);
 /* scaled_dot_product_attention (bwd 0) or its backward (bwd 1) through
  * the flash kernels of sgk_attention.cuh; 0, with nothing emitted, when
- * the dtype or shapes need the fallback kernels. */
+ * kernel_choice chose the fallback kernels (Sched.flash: the dtype or
+ * shapes need them). */
 int cg_flash_attention(CgGraph *G, const Node *n, int bwd);
 /* The SIMT attention kernels' (kernels.cu sdpa, sdpa_bwd_*) sizes and the
  * template bindings they share, for q, k, v at operands o..o+2 of n in
@@ -282,9 +267,6 @@ typedef struct {
 	CgBind b[CG_SDPA_NBIND];
 } CgSdpa;
 void cg_sdpa_simt(CgGraph *G, const Node *n, int o, DType dt, CgSdpa *s);
-/* 1 when cg_flash_attention would take node n with the layouts folded so
- * far (cg_gemm_fold's check before it folds a view into n). */
-int cg_flash_fits(CgGraph *G, const Node *n, int bwd);
 /* Helpers the kernel emitters share (codegen_kernels.c). */
 char *cg_comment(CgGraph *G, const Node *n);      /* "// f.sg:3: ..." */
 void cg_launch(CgGraph *G, const Node *n, const char *kname, int64_t grid,
@@ -339,16 +321,6 @@ void cg_bcast_strides(const Type *t, const Type *s, int64_t *bst);
 /* matmul and linear through cuBLASLt. */
 int cg_matmul(CgGraph *G, const Node *n);
 int cg_linear(CgGraph *G, const Node *n);
-/* At -O2, after cg_fuse and before cg_plan: the views (transpose or
- * permute of the last two dims, reshape, squeeze, unsqueeze) that every
- * use reads as a product operand on their stream, which the products then
- * read through cuBLASLt's operand layout (the view gets no memory), and
- * the relu / gelu(tanh) computed as a product's epilogue (G->fold). */
-void cg_gemm_fold(CgGraph *G, CgGroups *groups);
-/* Rewrites f, cg_plan's copy of the graph, for G->fold: folded views make
- * no buffer and products read their sources; a product with an epilogue
- * runs at its activation's place, writing the activation's result. */
-void cg_gemm_plan(CgGraph *G, Graph *f);
 /* The statements of node i when folding changed them (nothing for a
  * folded view or a product run later; the product for its activation);
  * -1 when it did not. */
@@ -357,10 +329,6 @@ int cg_gemm_stmt(CgGraph *G, NodeId i);
  * or the value an attention result is written into through folded views
  * (G->fold). */
 const char *cg_fold_var(CgGraph *G, ValId v);
-/* The element strides (st[rank of v]) of v's elements in cg_fold_var's
- * memory: row-major unless v is a folded view or written through one;
- * 0 when they cannot be expressed as strides. */
-int cg_fold_strides(CgGraph *G, ValId v, int64_t *st);
 /* The view node whose result an attention kernel writes in place of
  * result v of another node (bound with that node's results), or NONE. */
 NodeId cg_fold_out(CgGraph *G, ValId v);
@@ -386,25 +354,6 @@ void cg_coll_reserve(CgGraph *G, FILE *f, int line);
 /* The backward ops autograd makes and the optimizer updates: 1 when node
  * i is one (and was emitted), 0 otherwise. */
 int cg_grad_op(CgGraph *G, NodeId i);
-
-/* ------------------------------------------------------------------ codegen_fuse.c */
-
-/* At -O2, assigns G->group[] for chains of fusable pointwise nodes and
- * returns the groups (in program order of their first node). */
-void cg_fuse(CgGraph *G, CgGroups *groups);
-/* Builds G->plan (memplan.c) over the graph as the kernels run it: each
- * group one node at its place, values kept in registers without memory. */
-void cg_plan(CgGraph *G, const CgGroups *groups);
-/* The group fused as a consumer after node i (CgGroup.after), or -1. */
-int cg_epilogue(CgGraph *G, NodeId i);
-/* Autograd's softmax/log_softmax backward (f32), found at -O2 as the sum
- * node i with its fused producer and consumer: dx from g and y (the
- * forward's output).  1 when node i is one. */
-typedef struct {
-	ValId g, y, dx;
-	int log;
-} CgSoftmaxBwd;
-int cg_softmax_bwd(CgGraph *G, NodeId i, CgSoftmaxBwd *sb);
 
 /* ------------------------------------------------------------------ codegen_api.c */
 

@@ -123,7 +123,7 @@ model(CgGraph *G, FILE *f)
 	        {"nevents", cg_num(c, G->nlocal_events)},
 	        {"event_names_ptr", G->nlocal_events ? cg_fmt(c, "%s_event_names", G->name)
 	                                             : "NULL"},
-	        {"arena_bytes", cg_num(c, G->use_plan ? (int64_t)G->plan.peak : 0)});
+	        {"arena_bytes", cg_num(c, G->plan ? (int64_t)G->plan->peak : 0)});
 	int line = (int)g->loc.line;
 	for (uint32_t i = 0; i < G->tensors.n; i++) {
 		const CgTensor *t = &G->tensors.v[i];

@@ -4,15 +4,14 @@
  * of the call in program order (stream and event ops, allocations, frees,
  * and the kernels and library calls of each node).
  *
- * Storage.  Values form alias classes (a control_deps result shares its
- * operand's memory).  A class holding an input, param or const uses that
- * tensor's memory; a class whose value is returned (and holds no input,
- * param or const) is computed straight into the caller's output buffer; a
- * to_host result lives in a pinned host buffer the model owns; any other
- * class is a temporary in the device arena at the offset the static memory
- * plan gives (compiler/passes/memplan.c: no reuse at -O0, reuse across event
- * paths at -O2), where a `sync_dealloc(%v, event=E, stream=S)` becomes the
- * wait of S for E that makes the reuse safe.
+ * Storage.  The alias classes and where each lives are the fusion pass's
+ * (compiler/passes/schedule.c): a class holding an input, param or const uses that
+ * tensor's memory; a returned class is computed straight into the
+ * caller's output buffer; a to_host result lives in a pinned host buffer
+ * the model owns; any other class is a temporary in the device arena at
+ * the offset the memplan pass gave (compiler/passes/memplan.c: no reuse at -O0,
+ * reuse across event paths at -O2), where a `sync_dealloc(%v, event=E,
+ * stream=S)` becomes the wait of S for E that makes the reuse safe.
  *
  * A temporary the plan does not place (none today; kept as the fallback)
  * is allocated with cudaMallocAsync on its producer's stream before its
@@ -46,16 +45,6 @@ static int
 live(const Node *n)
 {
 	return !(n->flags & NF_DEAD);
-}
-
-/* 1 when node n writes its first operand in place. */
-static int
-writes_first(const Node *n)
-{
-	if (n->op >= OP__N)
-		return 0;
-	uint32_t f = op_table[n->op].flags;
-	return (f & OPF_INPLACE) || ((f & OPF_COLLECTIVE) && n->nres == 0);
 }
 
 const char *
@@ -98,71 +87,35 @@ name_values(CgGraph *G)
 	map_free(&used);
 }
 
-/* Alias classes: result j of control_deps joins its j-th value operand. */
+/* The classes of the passes' storage analysis (StoreClass), each with
+ * the backend's io slot, host buffer and free events. */
 static void
 find_classes(CgGraph *G)
 {
 	Graph *g = G->g;
 	Arena *a = G->c->a;
 	uint32_t ns = g->streams.n;
-	G->root = arena_alloc(a, (g->vals.n + 1) * sizeof *G->root);
+	G->root = G->s->root;
 	G->cls = arena_alloc(a, (g->vals.n + 1) * sizeof *G->cls);
-	races_roots(g, G->root);
 	for (ValId v = 0; v < g->vals.n; v++) {
 		ValId r = G->root[v];
 		if (!G->cls[r]) {
+			const StoreClass *sc = G->s->cls[r];
 			CgClass *cl = arena_alloc(a, sizeof *cl);
-			const Value *val = &g->vals.v[r];
-			cl->root = r;
-			cl->slot = -1;
-			cl->hostbuf = -1;
-			cl->release = val->kind == VK_NODE ? val->def : NONE;
-			cl->kind = val->kind == VK_INPUT ? ST_INPUT
-			         : val->kind == VK_NODE ? (val->type.host ? ST_HOST : ST_TEMP)
-			         : ST_PARAM;
-			cl->last_on = arena_alloc(a, (ns + 1) * sizeof *cl->last_on);
+			*cl = (CgClass){.root = r, .kind = sc->kind, .mutated = sc->mutated,
+			                .dealloc = sc->dealloc, .slot = -1, .hostbuf = -1,
+			                .release = sc->release, .streams = sc->streams,
+			                .last_on = sc->last_on};
 			cl->free_event = arena_alloc(a, (ns + 1) * sizeof *cl->free_event);
-			for (uint32_t s = 0; s < ns; s++) {
-				cl->last_on[s] = NONE;
-				cl->free_event[s] = -1;
-			}
+			for (uint32_t t = 0; t < ns; t++)
+				cl->free_event[t] = -1;
 			G->cls[r] = cl;
 		}
 		G->cls[v] = G->cls[r];
 	}
-}
-
-/* Node i names class cl (as operand or result) on its stream. */
-static void
-use_class(CgClass *cl, NodeId i, const Node *n)
-{
-	uint32_t s = n->stream;
-	if (s < 32)
-		cl->streams |= 1u << s;
-	cl->last_on[s] = i;
-	if (cl->release == NONE || cl->release < i)
-		cl->release = i;
-}
-
-/* Uses, release points, mutation, sync_dealloc. */
-static void
-find_uses(CgGraph *G)
-{
-	Graph *g = G->g;
 	for (NodeId i = 0; i < g->nodes.n; i++) {
-		Node *n = &g->nodes.v[i];
-		if (!live(n))
-			continue;
-		for (uint32_t k = 0; k < n->nopnd; k++)
-			if (n->opnd[k].kind == OK_VAL)
-				use_class(G->cls[n->opnd[k].v], i, n);
-		for (uint32_t j = 0; j < n->nres; j++)
-			use_class(G->cls[n->res[j]], i, n);
-		if (writes_first(n) && n->nopnd && n->opnd[0].kind == OK_VAL)
-			G->cls[n->opnd[0].v]->mutated = 1;
-		if (n->op == OP_SYNC_DEALLOC && n->opnd[0].kind == OK_VAL)
-			G->cls[n->opnd[0].v]->dealloc = 1;
-		if (n->op < OP__N && (op_table[n->op].flags & OPF_COLLECTIVE))
+		const Node *n = &g->nodes.v[i];
+		if (live(n) && n->op < OP__N && (op_table[n->op].flags & OPF_COLLECTIVE))
 			G->has_collectives = 1;
 	}
 }
@@ -234,8 +187,7 @@ find_tensors(CgGraph *G)
 		CgClass *cl = G->cls[v];
 		int flags = g->vals.v[v].type.host ? CG_TF_HOST : 0;
 		G->ret_slot[i] = add_tensor(G, v, CG_ROLE_OUTPUT, flags);
-		if (cl->kind == ST_TEMP || cl->kind == ST_HOST) {
-			cl->kind = ST_OUTPUT;
+		if (cl->kind == ST_OUTPUT && cl->slot < 0) { /* computed into it */
 			cl->slot = G->ret_slot[i];
 			vec_push(&G->ret_copies, NONE);
 		} else {
@@ -253,9 +205,9 @@ find_tensors(CgGraph *G)
 static const MemBuf *
 arena_buf(CgGraph *G, ValId v)
 {
-	if (!G->use_plan || G->plan.bufof[v] == NONE)
+	if (!G->plan || G->plan->bufof[v] == NONE)
 		return NULL;
-	const MemBuf *b = &G->plan.buf[G->plan.bufof[v]];
+	const MemBuf *b = &G->plan->buf[G->plan->bufof[v]];
 	return b->where == MEM_DEVICE ? b : NULL;
 }
 
@@ -305,6 +257,12 @@ world_size(Module *m)
 }
 
 int
+cg_epilogue(CgGraph *G, NodeId i)
+{
+	return G->epilogue[i];
+}
+
+int
 cg_graph_analyse(CgGraph *G, Cg *c, Graph *g)
 {
 	memset(G, 0, sizeof *G);
@@ -314,20 +272,23 @@ cg_graph_analyse(CgGraph *G, Cg *c, Graph *g)
 	G->world = world_size(c->m);
 	G->lastline = g->retloc.line ? (int)g->retloc.line : (int)g->loc.line;
 	map_init(&G->kernames);
-	G->group = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->group);
-	G->ingroup_only = arena_alloc(c->a, g->vals.n + 1);
+	/* What the passes decided (fusion, kernel_choice, memplan). */
+	const Sched *s = G->s = g->sched;
+	if (!s || !s->planned)
+		ICE("graph '%s' reached the backend without its schedule", g->name);
+	G->group = s->group;
+	G->ingroup_only = s->reg;
+	G->prologue = s->prologue;
+	G->epilogue = s->epilogue;
+	G->groups = &s->groups;
+	G->fold = s->fold;
+	G->plan = &s->plan;
+	G->lse = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->lse);
 	G->optslot = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->optslot);
-	G->prologue = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->prologue);
-	G->epilogue = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->epilogue);
-	for (NodeId i = 0; i < g->nodes.n; i++)
-		G->prologue[i] = G->epilogue[i] = -1;
 	G->scratch = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->scratch);
 	G->pw_reg = arena_alloc(c->a, (g->vals.n + 1) * sizeof *G->pw_reg);
-	for (NodeId i = 0; i < g->nodes.n; i++)
-		G->group[i] = -1;
 	name_values(G);
 	find_classes(G);
-	find_uses(G);
 	find_tensors(G);
 	number_events(G);
 	return 1;
@@ -340,8 +301,6 @@ cg_graph_free(CgGraph *G)
 	vec_free(&G->ret_copies);
 	vec_free(&G->hostvals);
 	vec_free(&G->scratch_bytes);
-	if (G->use_plan)
-		memplan_free(&G->plan);
 	map_free(&G->kernames);
 }
 
@@ -782,15 +741,10 @@ cg_graph_body(CgGraph *G)
 	Graph *g = G->g;
 	char *text = NULL;
 	size_t len = 0;
-	CgGroups groups = {0};
+	const FuseGroups *groups = G->groups;
 	G->body = open_memstream(&text, &len);
 	if (!G->body)
 		ICE("open_memstream failed");
-	G->groups = &groups;
-	if (G->c->co->opt_level >= 2)
-		cg_fuse(G, &groups);
-	cg_gemm_fold(G, &groups); /* views and epilogues of products */
-	cg_plan(G, &groups);
 	find_buffers(G);
 	find_releases(G);
 	find_named(G);
@@ -804,18 +758,18 @@ cg_graph_body(CgGraph *G)
 		if (!live(n))
 			continue;
 		int gi = G->group[i];
-		if (gi >= 0 && groups.v[gi].nodes[0] == i) {
-			for (uint32_t k = 0; k < groups.v[gi].n; k++) {
-				Node *m = &g->nodes.v[groups.v[gi].nodes[k]];
+		if (gi >= 0 && groups->v[gi].nodes[0] == i) {
+			for (uint32_t k = 0; k < groups->v[gi].n; k++) {
+				Node *m = &g->nodes.v[groups->v[gi].nodes[k]];
 				CG_EMIT(G->body, "host.cu:comment", {"where", cg_where(G->c, m)},
 				        {"text", cg_node_text(G->c, g, m)},
 				        {"mark", cg_line_mark(G->c, m->loc.line)});
-				if (groups.v[gi].after == NONE)
-					bind_results(G, groups.v[gi].nodes[k]);
+				if (groups->v[gi].after == NONE)
+					bind_results(G, groups->v[gi].nodes[k]);
 			}
-			NodeId in = groups.v[gi].into != NONE ? groups.v[gi].into : groups.v[gi].after;
+			NodeId in = groups->v[gi].into != NONE ? groups->v[gi].into : groups->v[gi].after;
 			if (in == NONE)
-				cg_pointwise(G, &groups.v[gi]);
+				cg_pointwise(G, &groups->v[gi]);
 			else
 				fprintf(G->body, "\t/* (computed inside the kernel of line %u) */\n",
 				        g->nodes.v[in].loc.line);
@@ -832,9 +786,7 @@ cg_graph_body(CgGraph *G)
 	free(joins.ord);
 	fclose(G->body);
 	G->body = NULL;
-	G->groups = NULL;
 	G->bodytext = with_declarations(G, text, len, &G->bodylen);
 	free(text);
-	vec_free(&groups);
 	return ok && !G->c->failed;
 }

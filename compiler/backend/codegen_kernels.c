@@ -164,18 +164,6 @@ table_expr(Cg *c, const char *name, int col)
 	return NULL;
 }
 
-int
-cg_is_pointwise(const Graph *g, const Node *n)
-{
-	(void)g;
-	if (n->op >= OP__N)
-		return 0;
-	if (op_table[n->op].flags & OPF_POINTWISE)
-		return 1;
-	return n->op == OP_ADD_ || n->op == OP_SUB_ || n->op == OP_MUL_ ||
-	       n->op == OP_DIV_ || n->op == OP_COPY_ || n->op == OP_FILL_;
-}
-
 /* ------------------------------------------------------------------ pointwise groups */
 
 /* The state of one pointwise kernel being built.  Its text names
@@ -713,131 +701,6 @@ cg_input(CgGraph *G, const Node *n)
 	return in;
 }
 
-/* One tensor of a flash call as the kernels read or write it: its type,
- * the variable holding its bytes, its element strides there (a folded
- * view's layout, see cg_fold_strides) and its name in SgFlashParams. */
-typedef struct {
-	const Type *t;
-	const char *var, *nm;
-	int64_t st[SG_MAXRANK];
-	int64_t s[2], sr;     /* the kernels' batch strides and row stride */
-} FlashT;
-
-/* A flash call: the batch [nb0, nb1], the sizes and its tensors (q, k, v,
- * o, then for the backward dout, dq, dk, dv). */
-typedef struct {
-	int64_t nb[2], L, S, E, Ev;
-	int nt;
-	FlashT t[8];
-	Type ot;              /* the backward's o: a contiguous temporary */
-} Flash;
-
-/* The batch dims of the tensors of f as the flash kernels' two,
- * [nb0, nb1], with each tensor's element strides (0 where it
- * broadcasts): size-1 dims dropped, neighbours merged where every tensor
- * allows.  0 when more than two dims remain or a row is not contiguous. */
-static int
-flash_batch(Flash *f)
-{
-	const Type *ops[3] = {f->t[0].t, f->t[1].t, f->t[2].t};
-	int64_t shape[SG_MAXRANK], bst[3][SG_MAXRANK], sz[SG_MAXRANK], s[8][SG_MAXRANK];
-	int brank = cg_batch_bcast(ops, 3, shape, bst), r = 0;
-	for (int k = 0; k < f->nt; k++)
-		if (f->t[k].st[f->t[k].t->rank - 1] != 1)
-			return 0;
-	for (int d = 0; d < brank; d++) {
-		if (shape[d] == 1)
-			continue;
-		int64_t b[8];
-		for (int k = 0; k < f->nt; k++) {
-			const Type *t = f->t[k].t;
-			int td = d - (brank - (t->rank - 2));
-			b[k] = td >= 0 && t->d[td] != 1 ? f->t[k].st[td] : 0;
-		}
-		int merge = r > 0;
-		for (int k = 0; k < f->nt && merge; k++)
-			merge = s[k][r - 1] == b[k] * shape[d];
-		if (!merge)
-			sz[r++] = 1;
-		sz[r - 1] *= shape[d];
-		for (int k = 0; k < f->nt; k++)
-			s[k][r - 1] = b[k];
-	}
-	if (r > 2)
-		return 0;
-	f->nb[0] = f->nb[1] = 1;
-	for (int k = 0; k < f->nt; k++) {
-		FlashT *t = &f->t[k];
-		t->s[0] = t->s[1] = 0;
-		t->sr = t->st[t->t->rank - 2];
-		for (int d = 0; d < r; d++)
-			t->s[2 - r + d] = s[k][d];
-	}
-	for (int d = 0; d < r; d++)
-		f->nb[2 - r + d] = sz[d];
-	return 1;
-}
-
-/* Tensor k of f: value v (NONE: a contiguous temporary of type t). */
-static int
-flash_tensor(CgGraph *G, Flash *f, ValId v, const Type *t, const char *nm)
-{
-	FlashT *x = &f->t[f->nt++];
-	x->t = v != NONE ? cg_vtype(G, v) : t;
-	x->nm = nm;
-	x->var = v != NONE ? cg_fold_var(G, v) : NULL;
-	if (v != NONE)
-		return cg_fold_strides(G, v, x->st);
-	cg_strides(t, x->st);
-	return 1;
-}
-
-/* The flash call of attention node n (bwd: its backward), checked: 0 when
- * the dtype, shapes or layouts need the fallback kernels. */
-static int
-flash_setup(CgGraph *G, const Node *n, int bwd, Flash *f)
-{
-	int o = bwd ? 1 : 0;
-	const Type *q = cg_otype(G, n, o), *k = cg_otype(G, n, o + 1), *v = cg_otype(G, n, o + 2);
-	DType dt = (DType)q->dt;
-	memset(f, 0, sizeof *f);
-	f->L = q->d[q->rank - 2], f->E = q->d[q->rank - 1];
-	f->S = k->d[k->rank - 2], f->Ev = v->d[v->rank - 1];
-	if (dt != DT_F16 && dt != DT_BF16 && dt != DT_F32)
-		return 0;
-	if (k->dt != dt || v->dt != dt)
-		return 0;
-	static const char *nm[8] = {"q", "k", "v", "o", "do", "dq", "dk", "dv"};
-	int ok = 1;
-	for (int i = 0; i < 3; i++)
-		ok &= flash_tensor(G, f, n->opnd[o + i].v, NULL, nm[i]);
-	NodeId fwd = bwd ? cg_fold_pair(G, (NodeId)(n - G->g->nodes.v)) : NONE;
-	f->ot = *cg_vtype(G, n->res[0]);
-	f->ot.d[f->ot.rank - 1] = f->Ev;
-	ValId ov = !bwd ? n->res[0] : fwd != NONE ? G->g->nodes.v[fwd].res[0] : NONE;
-	ok &= flash_tensor(G, f, ov, &f->ot, nm[3]);
-	for (int i = 0; bwd && i < 4; i++)
-		ok &= flash_tensor(G, f, i ? n->res[i - 1] : n->opnd[0].v, NULL, nm[4 + i]);
-	if (!ok || !flash_batch(f))
-		return 0;
-	if (f->L < 1 || f->S < 1 || f->E < 1 || f->Ev < 1 || f->E > 256 || f->Ev > 256 ||
-	    f->L > INT32_MAX || f->S > INT32_MAX || f->nb[0] * f->nb[1] < 1 ||
-	    f->nb[0] * f->nb[1] > INT32_MAX)
-		return 0;
-	/* The backward writes dq, dk, dv whole: no broadcast batch dims. */
-	const Type *t3[3] = {q, k, v};
-	for (int i = 0; bwd && i < 3; i++) {
-		if (t3[i]->rank != q->rank)
-			return 0;
-		for (int d = 0; d < q->rank - 2; d++)
-			if (t3[i]->d[d] != q->d[d])
-				return 0;
-	}
-	const Attr *sa = ir_attr(n, "scale");
-	double scale = sa ? sa->f : 1.0 / sqrt((double)f->E);
-	return (float)scale > 0.0f && !isinf((float)scale);
-}
-
 /* The statements setting the strides of f's tensors: q, k, v's batch
  * strides always, the others where they differ from
  * sg_flash_params_init's (and matter: a batch dim of size 1 has none). */
@@ -862,19 +725,18 @@ flash_strides(Cg *c, Flash *f)
 }
 
 int
-cg_flash_fits(CgGraph *G, const Node *n, int bwd)
-{
-	Flash f;
-	return flash_setup(G, n, bwd, &f);
-}
-
-int
 cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 {
 	Cg *c = G->c;
 	Flash f;
-	if (!flash_setup(G, n, bwd, &f))
+	if (!G->s->flash[n - G->g->nodes.v]) /* kernel_choice's choice */
 		return 0;
+	if (!kernel_flash(G->g, G->fold, n, bwd, &f))
+		ICE("attention at line %u does not fit the flash kernels chosen",
+		    n->loc.line);
+	const char *var[8];
+	for (int k = 0; k < f.nt; k++) /* the variables holding their bytes */
+		var[k] = f.t[k].v != NONE ? cg_fold_var(G, f.t[k].v) : NULL;
 	const Type *q = f.t[0].t;
 	DType dt = (DType)q->dt;
 	const Attr *sa = ir_attr(n, "scale");
@@ -882,7 +744,7 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 	cg_use_library(G, "sgk_attention.cuh");
 	int64_t rows = f.nb[0] * f.nb[1] * f.L;
 	NodeId i = (NodeId)(n - G->g->nodes.v), pair = cg_fold_pair(G, i);
-	const char *out = f.t[3].var, *lse, *delta = NULL;
+	const char *out = var[3], *lse, *delta = NULL;
 	if (bwd && pair != NONE) {
 		lse = *cg_fold_lse(G, pair); /* the forward's o and lse */
 	} else {
@@ -902,7 +764,7 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 	        {"l", cg_num(c, f.L)}, {"slen", cg_num(c, f.S)}, {"e", cg_num(c, f.E)},
 	        {"ev", cg_num(c, f.Ev)}, {"scale", cg_lit_float(c, (double)(float)scale, 1)},
 	        {"causal", ir_attr_int(n, "causal", 0) ? "1" : "0"},
-	        {"q", f.t[0].var}, {"k", f.t[1].var}, {"v", f.t[2].var},
+	        {"q", var[0]}, {"k", var[1]}, {"v", var[2]},
 	        {"o", out}, {"lse", lse}, {"strides", flash_strides(c, &f)}, {"t", cg_ctype(dt)},
 	        {"s", cg_num(c, cg_stream(n))}, {"line", cg_num(c, n->loc.line)},
 	        {"cudnn", cd ? "1" : ""}, {"sdt", dt == DT_BF16 ? "SGRT_BF16" : "SGRT_F16"},
@@ -910,8 +772,8 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 	        {"kname", fw ? cg_kernel_name(G, n, "flash_fwd") : ""},
 	        {"bwd", bwd ? "1" : ""}, {"bwd_cd", bwd && cd ? "1" : ""},
 	        {"bwd_sgk", bwd && !cd ? "1" : ""},
-	        {"g", bwd ? f.t[4].var : ""}, {"dq", bwd ? f.t[5].var : ""},
-	        {"dk", bwd ? f.t[6].var : ""}, {"dv", bwd ? f.t[7].var : ""},
+	        {"g", bwd ? var[4] : ""}, {"dq", bwd ? var[5] : ""},
+	        {"dk", bwd ? var[6] : ""}, {"dv", bwd ? var[7] : ""},
 	        {"delta", bwd ? delta : ""},
 	        {"kname_bwd", bwd ? cg_kernel_name(G, n, "flash_bwd") : ""});
 	if (bwd)
@@ -1215,7 +1077,7 @@ cg_op(CgGraph *G, NodeId i)
 	Node *n = &g->nodes.v[i];
 	if (n->op >= OP__N)
 		return 1;
-	if (cg_is_pointwise(g, n)) {
+	if (fusion_pointwise(g, n)) {
 		CgGroup grp = {.nodes = &i, .n = 1, .vec = 1};
 		cg_pointwise(G, &grp);
 		return 1;

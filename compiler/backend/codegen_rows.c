@@ -195,7 +195,7 @@ divide(Cg *c, const char *v, const char *acc, int64_t n)
 /* Autograd's softmax or log_softmax backward, found by the fusion (the sum
  * node n, its producer and consumer): one row kernel of the library. */
 static int
-softmax_backward(CgGraph *G, const Node *n, const CgSoftmaxBwd *sb)
+softmax_backward(CgGraph *G, const Node *n, const SoftmaxBwd *sb)
 {
 	Cg *c = G->c;
 	const Type *x = cg_vtype(G, sb->g);
@@ -215,9 +215,9 @@ softmax_backward(CgGraph *G, const Node *n, const CgSoftmaxBwd *sb)
 int
 cg_reduce(CgGraph *G, const Node *n)
 {
-	CgSoftmaxBwd sb;
-	if (cg_softmax_bwd(G, (NodeId)(n - G->g->nodes.v), &sb))
-		return softmax_backward(G, n, &sb);
+	const SoftmaxBwd *sb = G->s->softmax_bwd[n - G->g->nodes.v]; /* (fusion.c) */
+	if (sb)
+		return softmax_backward(G, n, sb);
 	Cg *c = G->c;
 	const Type *x = cg_otype(G, n, 0), *r = cg_vtype(G, n->res[0]);
 	int red[SG_MAXRANK], nk, nr;

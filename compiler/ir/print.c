@@ -24,7 +24,18 @@ typedef struct {
 	uint32_t base;   /* the region's own stream */
 	uint32_t block;  /* stream of the open `with` block; base when none */
 	int indent;      /* of the region */
+	PrintNote note;  /* a trailing comment per statement, or NULL */
+	void *ctx;
 } Printer;
+
+/* The end of node i's line: its note, the newline. */
+static void
+end_line(Printer *P, NodeId i)
+{
+	if (P->note)
+		P->note(P->f, P->ctx, i);
+	fputc('\n', P->f);
+}
 
 static void
 put_indent(Printer *P, int extra)
@@ -166,7 +177,8 @@ print_op(Printer *P, const Node *n)
 		print_attr_value(P, &n->extra[i].a);
 		first = 0;
 	}
-	fputs(")\n", f);
+	fputc(')', f);
+	end_line(P, (NodeId)(n - P->g->nodes.v));
 }
 
 static void
@@ -286,7 +298,13 @@ print_saved(Printer *P, uint32_t bw)
 void
 print_graph(FILE *f, Graph *g)
 {
-	Printer P = {.f = f, .g = g, .indent = 1};
+	print_graph_notes(f, g, NULL, NULL);
+}
+
+void
+print_graph_notes(FILE *f, Graph *g, PrintNote note, void *ctx)
+{
+	Printer P = {.f = f, .g = g, .indent = 1, .note = note, .ctx = ctx};
 	Printer outer = P;
 	fprintf(f, "graph %s {\n", g->name);
 	print_decls(&P);
@@ -307,7 +325,8 @@ print_graph(FILE *f, Graph *g)
 		switch (n->op) {
 		case OP_DEL:
 		case OP_OFFLOAD:
-			fprintf(f, "%s %%%s\n", op_name(n->op), g->vals.v[n->opnd[0].v].name);
+			fprintf(f, "%s %%%s", op_name(n->op), g->vals.v[n->opnd[0].v].name);
+			end_line(&P, i);
 			break;
 		case OP_BACKWARD:
 			fprintf(f, "backward(%%%s", g->vals.v[n->opnd[0].v].name);

@@ -502,6 +502,9 @@ struct Graph {
 	 * name changed). */
 	const char **named;
 	uint32_t nnamed, named_rewrites;
+	struct Sched *sched;  /* the backend's decisions (schedule.c), made by
+	                         the passes fusion, kernel_choice and memplan;
+	                         NULL before fusion; dropped by module_free */
 };
 
 /* Pseudo ops: statements that are not ops of the table. */
@@ -594,6 +597,10 @@ void verify_graph(Graph *g, const char *after_pass);
 /* Prints the module as a .sg program that parses back to the same IR. */
 void print_module(FILE *f, Module *m, const char *only_graph);
 void print_graph(FILE *f, Graph *g);
+/* print_graph with note(f, ctx, i) called at the end of node i's line
+ * (before its newline), for a trailing comment. */
+typedef void (*PrintNote)(FILE *f, void *ctx, NodeId i);
+void print_graph_notes(FILE *f, Graph *g, PrintNote note, void *ctx);
 
 /* ------------------------------------------------------------------ passes.c */
 
@@ -643,14 +650,16 @@ int codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h);
 /* The kernels the backend makes of graph g at opt_level: kernel[i] is the
  * kernel that computes node i (nodes fused into one share it), numbered
  * from 0 in program order, or NONE for a node that launches none of its
- * own.  Returns the number of kernels.  (Today the pointwise fusion
- * groups, with the groups fused into a reduction's or row op's kernel.) */
+ * own.  Returns the number of kernels.  (The fusion pass's groups, read
+ * from g->sched, with the groups fused into a reduction's or row op's
+ * kernel.) */
 uint32_t codegen_kernels_of(Module *m, Graph *g, int opt_level, uint32_t *kernel);
 
 /* `sgc check --memory`: for each graph (or only_graph), the static memory
- * plan the generated code reserves (memplan_report's format), the plan
- * over the program as its kernels run it, so its device arena peak is the
- * generated code's `arena_bytes`. */
+ * plan the generated code reserves (memplan_report's format): the memplan
+ * pass's (g->sched), so its device arena peak is the generated code's
+ * `arena_bytes`; then the peak before fusion (what --offload-budget is
+ * held to, docs/offload.md). */
 void codegen_memory_report(FILE *f, Module *m, const char *only_graph, int opt_level);
 
 /* The files of codegen_templates/, embedded by tools/embed.c. */
@@ -910,6 +919,8 @@ void fusion_analyse(const Graph *g, FusionInfo *fi);
 void fusion_free(FusionInfo *fi);
 int fusion_legal(const Graph *g, NodeId a, NodeId b);
 int fusion_pass(Graph *g, const PassOptions *po, Diag *d);
+/* 1 when node n is computed by a pointwise kernel (a group's member). */
+int fusion_pointwise(const Graph *g, const Node *n);
 
 /* ------------------------------------------------------------------ memplan.c */
 
@@ -936,10 +947,15 @@ typedef struct {
 	int opt_level;
 } MemPlan;
 void memplan_build(Graph *g, int opt_level, MemPlan *mp);
+/* memplan_build with def[v] as value v's defining node (NONE: no buffer)
+ * instead of its Value's (sched_kernel_graph). */
+void memplan_build_at(Graph *g, const NodeId *def, int opt_level, MemPlan *mp);
 void memplan_free(MemPlan *mp);
 /* The independent checker: explicit happens-before reachability; returns
  * 0 (with a reason in why[256]) if two buffers that may be live at once
- * share memory; -1 when the graph is too large to check. */
+ * share memory; -1 when the graph is too large to check (more than
+ * MEMPLAN_VERIFY_MAX nodes: its cost is quadratic). */
+enum { MEMPLAN_VERIFY_MAX = 20000 };
 int memplan_verify(Graph *g, const MemPlan *mp, char *why);
 void memplan_report(FILE *f, Graph *g, const MemPlan *mp);
 /* `sgc check --memory`: the plan of each graph (or only_graph), checked
@@ -947,6 +963,178 @@ void memplan_report(FILE *f, Graph *g, const MemPlan *mp);
 void memplan_report_module(FILE *f, Module *m, const char *only_graph,
                            int opt_level);
 int memplan_pass(Graph *g, const PassOptions *po, Diag *d);
+
+/* ------------------------------------------------------------------ schedule.c
+ * What the passes fusion, kernel_choice and memplan decide for the backend,
+ * stored on the graph (g->sched, freed with it): codegen emits what these
+ * records say and decides nothing of it.
+ *
+ *   storage   (fusion)         alias classes and where each lives
+ *   groups    (fusion)         pointwise nodes fused into one kernel, the
+ *                              values kept in registers
+ *   fold      (kernel_choice)  views read through a product's or attention
+ *                              kernel's layout, activations run as
+ *                              cuBLASLt epilogues, attention pairs
+ *   plan      (memplan)        offsets over the program as its kernels run
+ *                              it (sched_kernel_graph)
+ */
+
+/* Where an alias class's memory comes from. */
+enum {
+	ST_INPUT,  /* the caller's input buffer */
+	ST_OUTPUT, /* the caller's output buffer (a returned value) */
+	ST_PARAM,  /* model-owned device buffer (param, const) */
+	ST_HOST,   /* model-owned pinned host buffer (to_host results) */
+	ST_TEMP,   /* a temporary: the device arena at the plan's offset */
+};
+
+/* One alias class of values (control_deps results join their operand's). */
+typedef struct {
+	ValId root;
+	uint8_t kind;         /* ST_* */
+	uint8_t mutated;      /* written by an in-place op or collective */
+	uint8_t dealloc;      /* released by a sync_dealloc node */
+	NodeId release;       /* last node naming the class (or reading it
+	                         through a folded view) */
+	uint32_t streams;     /* bit s: stream s uses the class (s < 32) */
+	NodeId *last_on;      /* [nstreams]: last node on each stream naming it */
+} StoreClass;
+
+/* A set of pointwise nodes fused into one kernel; at most SCHED_GROUP_MAX,
+ * so that a kernel's size is bounded (a longer chain becomes several). */
+enum { SCHED_GROUP_MAX = 64 };
+typedef struct {
+	NodeId *nodes;
+	uint32_t n;
+	int vec;              /* elements per thread for vectorised loads, 1: none */
+	NodeId into;          /* the node whose input it computes in place
+	                         (a fused producer, a prologue), or NONE */
+	NodeId after;         /* the reduction or row op whose result it takes,
+	                         computed where that kernel stores it (a fused
+	                         consumer, an epilogue), or NONE */
+} FuseGroup;
+typedef VEC(FuseGroup) FuseGroups;
+
+/* Autograd's softmax/log_softmax backward (f32), found at -O2 as a sum node
+ * with its fused producer and consumer: dx from g and y (the forward's
+ * output); one library kernel computes it. */
+typedef struct {
+	ValId g, y, dx;
+	int log;
+} SoftmaxBwd;
+
+/* kernel_choice's decisions (-O2). */
+typedef struct {
+	ValId *src;       /* per value: a folded view's source, or NONE */
+	uint8_t *trans;   /* per value: the view swaps src's last two dims (1),
+	                     or is read by attention through strides (2) */
+	NodeId *last;     /* per value: the last product reading a folded view */
+	uint8_t *view;    /* per node: a folded view (no buffer, no kernel) */
+	NodeId *act;      /* per node: the activation a product runs as its
+	                     epilogue, or NONE */
+	NodeId *prod;     /* per node: the product an activation is the
+	                     epilogue of, or NONE */
+	ValId *out;       /* per value: an attention result (or a view of
+	                     one) written through the view making out[v], or
+	                     NONE */
+	uint8_t *outview; /* per node: such a view (no kernel) */
+	NodeId *pair;     /* per node: the attention backward that reuses
+	                     this forward's o and log-sum-exp, and back; NONE */
+} KernelFold;
+
+typedef struct Sched {
+	Arena *a;             /* the module's arena: every array below */
+	int opt_level;
+	/* storage */
+	ValId *root;          /* per value: its class's first value */
+	StoreClass **cls;     /* per value: its class (shared by the class) */
+	/* fusion */
+	FuseGroups groups;
+	int *group;           /* per node: its group, -1: none */
+	int *prologue;        /* per node: the group fused into its operand 0, or -1 */
+	int *epilogue;        /* per node: the group fused after its result, or -1 */
+	uint8_t *reg;         /* per value: no memory (a register of its group,
+	                         a folded view, a product's pre-activation) */
+	SoftmaxBwd **softmax_bwd; /* per node: a sum that is autograd's softmax
+	                         backward with its groups, one library kernel;
+	                         NULL otherwise */
+	/* kernel_choice */
+	uint8_t *flash;       /* per node: an attention node the flash kernels
+	                         take (else the fallback kernels) */
+	KernelFold *fold;     /* NULL below -O2 */
+	/* memplan */
+	MemPlan plan;
+	int planned;          /* plan was built */
+	int unchecked;        /* --test-drop-sync dropped a sync on purpose:
+	                         the verifier does not check the plan's reuse */
+} Sched;
+
+/* The graph's schedule, made empty (storage classes found) when absent;
+ * sched_free drops it (its arrays stay in the module's arena). */
+Sched *sched_get(Graph *g, int opt_level);
+void sched_free(Graph *g);
+/* The program as its kernels run it, for the memory plan: a copy f of g's
+ * nodes (arrays in arena a) in which each fused group is one node at its
+ * place, folded views and products' pre-activations have no buffer, a
+ * product with an epilogue runs at its activation and attention kernels
+ * write through their folded views.  f shares g's values (and, with
+ * nothing fused or folded, its nodes: not to be written); the returned
+ * array gives each value's defining node in f (NONE: no buffer), for
+ * memplan_build_at. */
+NodeId *sched_kernel_graph(const Graph *g, const Sched *s, Arena *a, Graph *f);
+/* The value whose memory a product or attention kernel reads for operand
+ * value v (through folded views); the value holding v's bytes when it is
+ * written through views. */
+ValId sched_operand_root(const Sched *s, ValId v);
+ValId sched_out_end(const Sched *s, ValId v);
+/* The element strides (st[rank of v]) of v's elements in the memory of
+ * its folded source or written value: row-major unless v is a folded view
+ * or written through one; 0 when they cannot be expressed as strides. */
+int sched_fold_strides(const Graph *g, const KernelFold *F, ValId v, int64_t *st);
+/* The verifier's part (verify.c): groups on one stream and one fusion
+ * region in program order, links consistent, the plan's buffers sharing
+ * bytes never live together (an internal error naming `after`). */
+void sched_verify(Graph *g, const char *after);
+/* --dump-after: g with each node's decisions as a trailing comment. */
+void sched_print(FILE *f, Graph *g);
+
+/* kernels.c: the kernel choice. */
+int kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d);
+/* relu (1) or gelu(tanh) (2) as cuBLASLt epilogue code for node a, or 0. */
+int kernel_activation(const Node *a);
+/* The batch items of t (the product of all but its last two dims); the
+ * broadcast batch of a matmul of a and b: its rank, item count and each
+ * operand's element strides (0 where broadcast). */
+int64_t kernel_batch_numel(const Type *t);
+/* The broadcast batch dims (all but the last two) of nop <= 4 types: the
+ * shape and each one's element strides (0 where broadcast); the rank. */
+int kernel_batch_bcast(const Type **ops, int nop, int64_t *shape,
+                       int64_t st[][SG_MAXRANK]);
+int64_t kernel_matmul_batch(const Type *a, const Type *b, int *brank, int64_t *bshape,
+                            int64_t st[][SG_MAXRANK]);
+/* One tensor of a flash attention call as the kernels read or write it:
+ * its type, its value (NONE: a contiguous temporary), its element strides
+ * in the memory holding it (sched_fold_strides), the kernels' batch
+ * strides and row stride. */
+typedef struct {
+	const Type *t;
+	ValId v;
+	const char *nm;
+	int64_t st[SG_MAXRANK];
+	int64_t s[2], sr;
+} FlashT;
+/* A flash call: the batch [nb0, nb1], the sizes and its tensors (q, k, v,
+ * o, then for the backward dout, dq, dk, dv). */
+typedef struct {
+	int64_t nb[2], L, S, E, Ev;
+	int nt;
+	FlashT t[8];
+	Type ot;              /* the backward's o: a contiguous temporary */
+} Flash;
+/* The flash call of attention node n (bwd: its backward) with the layouts
+ * of F (NULL: none folded), checked: 0 when the dtype, shapes or layouts
+ * need the fallback kernels. */
+int kernel_flash(const Graph *g, const KernelFold *F, const Node *n, int bwd, Flash *f);
 
 /* ------------------------------------------------------------------ dealloc.c */
 

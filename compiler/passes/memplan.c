@@ -26,10 +26,11 @@
 
 #include "sgc.h"
 
-enum { ALIGN = 256, VERIFY_MAX = 20000, VERIFY_IN_PASS = 4000 };
+enum { ALIGN = 256, VERIFY_MAX = MEMPLAN_VERIFY_MAX };
 
 typedef struct {
 	Graph *g;
+	const NodeId *def; /* per value: its defining node, or NULL: g's */
 	MemPlan *mp;
 	Hb h;
 	ValId *root;
@@ -58,11 +59,12 @@ make_buffers(Build *B)
 	for (ValId v = 0; v < g->vals.n; v++) {
 		mp->bufof[v] = NONE;
 		const Value *val = &g->vals.v[v];
-		if (B->root[v] != v || val->kind != VK_NODE || val->def == NONE ||
-		    val->def >= g->nodes.n || (g->nodes.v[val->def].flags & NF_DEAD))
+		NodeId d = B->def ? B->def[v] : val->def;
+		if (B->root[v] != v || val->kind != VK_NODE || d == NONE ||
+		    d >= g->nodes.n || (g->nodes.v[d].flags & NF_DEAD))
 			continue;
-		MemBuf b = {.v = v, .stream = g->nodes.v[val->def].stream,
-		            .alloc = val->def, .last = val->def, .release = NONE,
+		MemBuf b = {.v = v, .stream = g->nodes.v[d].stream,
+		            .alloc = d, .last = d, .release = NONE,
 		            .size = buf_size(&val->type)};
 		b.where = kept[v] ? MEM_OUTPUT : val->type.host ? MEM_HOST : MEM_DEVICE;
 		mp->bufof[v] = mp->nbuf;
@@ -495,10 +497,16 @@ place_arena(Build *B, int where, uint64_t *peak)
 void
 memplan_build(Graph *g, int opt_level, MemPlan *mp)
 {
+	memplan_build_at(g, NULL, opt_level, mp);
+}
+
+void
+memplan_build_at(Graph *g, const NodeId *def, int opt_level, MemPlan *mp)
+{
 	memset(mp, 0, sizeof *mp);
 	mp->opt_level = opt_level;
 	uint32_t nv = g->vals.n;
-	Build B = {.g = g, .mp = mp};
+	Build B = {.g = g, .def = def, .mp = mp};
 	B.root = xmalloc((nv + 1) * sizeof *B.root);
 	mp->buf = xmalloc((nv + 1) * sizeof *mp->buf);
 	mp->bufof = xmalloc((nv + 1) * sizeof *mp->bufof);
@@ -741,20 +749,25 @@ memplan_report(FILE *f, Graph *g, const MemPlan *mp)
 	}
 }
 
-/* Pass `memplan`: builds the plan and checks it on graphs of moderate
- * size; the graph is left as it was. */
+/* Pass `memplan`: the plan over the program as its kernels run it
+ * (sched_kernel_graph: each fused group one node, values kept in
+ * registers and folded views without memory), stored on g->sched; the
+ * verifier checks it (sched_verify).  The graph is left as it was. */
 int
 memplan_pass(Graph *g, const PassOptions *po, Diag *d)
 {
 	(void)d;
-	MemPlan mp;
-	char why[256];
-	memplan_build(g, po->opt_level, &mp);
-	if (g->nodes.n <= VERIFY_IN_PASS && !po->test_drop_sync &&
-	    !memplan_verify(g, &mp, why))
-		ICE("memory plan of graph '%s': %s", g->name, why);
-	memplan_free(&mp);
-	return PASS_SAME;
+	Sched *s = sched_get(g, po->opt_level);
+	Arena *a = arena_new();
+	Graph f;
+	NodeId *def = sched_kernel_graph(g, s, a, &f);
+	if (s->planned)
+		memplan_free(&s->plan);
+	memplan_build_at(&f, def, po->opt_level >= 2 ? 2 : 0, &s->plan);
+	s->planned = 1;
+	s->unchecked = po->test_drop_sync != 0;
+	arena_free(a);
+	return 1;
 }
 
 /* Reports and checks the plan of each graph (see sgc.h). */

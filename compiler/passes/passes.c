@@ -35,8 +35,11 @@ static const struct {
 	{"races", races_pass, 0},               /* races.c: re-run after each later pass */
 	{"sync_dealloc", dealloc_pass, 0},      /* dealloc.c: cross-stream frees */
 	{"control_deps", ctrldeps_pass, 1},     /* ctrldeps.c: no work moves across syncs */
-	{"fusion", fusion_pass, 0},             /* fusion.c: legality for the backend */
-	{"memplan", memplan_pass, 0},           /* memplan.c: the static memory plan */
+	/* The backend's decisions, stored on the graph (g->sched, schedule.c);
+	 * they change no node, so no race can come of them. */
+	{"fusion", fusion_pass, 1},             /* fusion.c: pointwise groups */
+	{"kernel_choice", kernel_choice_pass, 1}, /* kernels.c: library kernels, layouts */
+	{"memplan", memplan_pass, 1},           /* memplan.c: the static memory plan */
 };
 
 enum { NPASSES = sizeof pipeline / sizeof *pipeline };
@@ -67,7 +70,7 @@ dump(Graph *g, const PassOptions *po, const char *pass)
 	                        strcmp(po->dump_after, pass) != 0))
 		return;
 	fprintf(stderr, "# after pass '%s'\n", pass);
-	print_graph(stderr, g);
+	sched_print(stderr, g); /* with the backend's decisions, once made */
 }
 
 /* The race re-check after pipeline pass i, which returned r (from the

@@ -1,7 +1,8 @@
 /*
  * test_streams.c - the stream passes' helpers that golden tests cannot see:
- * the happens-before clocks (races.c), fusion legality (fusion.c) and the
- * memory plan with its independent checker (memplan.c).
+ * the happens-before clocks (races.c), fusion legality (fusion.c), the
+ * memory plan with its independent checker (memplan.c), and the verifier's
+ * checks of the schedule the passes store on the graph (schedule.c).
  *
  * Each test compiles a small .sg program through the whole pipeline, as
  * `sgc check` does, then asks questions about the result.  The checker is
@@ -15,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -301,6 +304,136 @@ test_memplan_other_stream(void **state)
 	release(t);
 }
 
+/* ------------------------------------------------------------------ the schedule */
+
+/* Runs verify_graph on t's graph in a child process (an internal error
+ * exits); returns its exit status, with its standard error in err. */
+static int
+verify_in_child(T *t, char *err, size_t cap)
+{
+	int fd[2];
+	assert_int_equal(pipe(fd), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(fd[1], 2);
+		close(fd[0]);
+		verify_graph(t->g, "test");
+		_exit(0);
+	}
+	close(fd[1]);
+	size_t n = 0;
+	ssize_t r;
+	while (n + 1 < cap && (r = read(fd[0], err + n, cap - 1 - n)) > 0)
+		n += (size_t)r;
+	err[n] = 0;
+	close(fd[0]);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The passes store their groups on the graph: %a and %b fuse; %c (after
+ * side's wait for default) and %s (another stream) are kernels of their
+ * own; the verifier accepts the schedule as made. */
+static void
+test_schedule_groups(void **state)
+{
+	(void)state;
+	T *t = compile(fusion_src, 2);
+	const Sched *s = t->g->sched;
+	assert_non_null(s);
+	assert_true(s->planned);
+	NodeId a = def_of(t, "a"), b = def_of(t, "b"), c = def_of(t, "c");
+	NodeId sn = def_of(t, "s");
+	assert_true(s->group[a] >= 0);
+	assert_int_equal(s->group[a], s->group[b]);
+	assert_int_not_equal(s->group[c], s->group[b]);
+	assert_int_not_equal(s->group[sn], s->group[a]);
+	assert_true(s->reg[val_of(t, "a")]);   /* used only inside its group */
+	assert_false(s->reg[val_of(t, "b")]);  /* read by %c's kernel */
+	char err[4096];
+	assert_int_equal(verify_in_child(t, err, sizeof err), 0);
+	release(t);
+}
+
+/* Group k of t's schedule made to hold node m too (after its members). */
+static void
+join_group(T *t, int k, NodeId m)
+{
+	Sched *s = t->g->sched;
+	FuseGroup *grp = &s->groups.v[k];
+	NodeId *nodes = arena_alloc(s->a, (grp->n + 2) * sizeof *nodes);
+	memcpy(nodes, grp->nodes, grp->n * sizeof *nodes);
+	nodes[grp->n] = m;
+	grp->nodes = nodes;
+	grp->n++;
+	s->group[m] = k;
+}
+
+/* A group spanning two streams is an internal error after the pass. */
+static void
+test_verify_group_two_streams(void **state)
+{
+	(void)state;
+	T *t = compile(fusion_src, 2);
+	join_group(t, t->g->sched->group[def_of(t, "a")], def_of(t, "s"));
+	char err[4096];
+	assert_int_equal(verify_in_child(t, err, sizeof err), 4);
+	assert_non_null(strstr(err, "internal compiler error"));
+	assert_non_null(strstr(err, "after pass 'test'"));
+	assert_non_null(strstr(err, "spans streams 'default' and 'side'"));
+	release(t);
+}
+
+/* So is a group across a sync: record_event between %c and %d. */
+static void
+test_verify_group_across_sync(void **state)
+{
+	(void)state;
+	T *t = compile(fusion_src, 2);
+	NodeId c = def_of(t, "c"), d = def_of(t, "d");
+	assert_true(t->g->sched->group[c] >= 0);
+	join_group(t, t->g->sched->group[c], d);
+	char err[4096];
+	assert_int_equal(verify_in_child(t, err, sizeof err), 4);
+	assert_non_null(strstr(err, "spans a sync"));
+	release(t);
+}
+
+/* A plan in which two buffers live at once share bytes is an internal
+ * error too (-O0: every value has a buffer of its own). */
+static void
+test_verify_plan_overlap(void **state)
+{
+	(void)state;
+	T *t = compile(
+		"graph g {\n"
+		"  input %x : f32[64]\n"
+		"  %a = exp(%x)\n"
+		"  %b = sin(%x)\n"
+		"  %c = add(%a, %b)\n"
+		"  return %c\n"
+		"}\n", 0);
+	Sched *s = t->g->sched;
+	assert_true(s->planned);
+	assert_int_equal(s->groups.n, 0);
+	char err[4096];
+	assert_int_equal(verify_in_child(t, err, sizeof err), 0);
+	MemBuf *a = &s->plan.buf[buf(t, &s->plan, "a")];
+	MemBuf *b = &s->plan.buf[buf(t, &s->plan, "b")];
+	assert_true(a->offset != b->offset);
+	b->offset = a->offset;
+	assert_int_equal(verify_in_child(t, err, sizeof err), 4);
+	assert_non_null(strstr(err, "the memory plan is wrong"));
+	assert_non_null(strstr(err, "share memory"));
+	b->offset = s->plan.peak; /* beyond the arena */
+	assert_int_equal(verify_in_child(t, err, sizeof err), 4);
+	assert_non_null(strstr(err, "lies outside its arena"));
+	release(t);
+}
+
 int
 main(void)
 {
@@ -310,6 +443,10 @@ main(void)
 		cmocka_unit_test(test_fusion_across_streams),
 		cmocka_unit_test(test_memplan_live_together),
 		cmocka_unit_test(test_memplan_other_stream),
+		cmocka_unit_test(test_schedule_groups),
+		cmocka_unit_test(test_verify_group_two_streams),
+		cmocka_unit_test(test_verify_group_across_sync),
+		cmocka_unit_test(test_verify_plan_overlap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -159,4 +159,5 @@ verify_graph(Graph *g, const char *after)
 		if (g->rets.v[i] >= g->vals.n || !defined[g->rets.v[i]])
 			FAIL("return of an undefined value");
 	free(defined);
+	sched_verify(g, after); /* the backend's decisions, once made */
 }

@@ -1,0 +1,862 @@
+/*
+ * kernels.c - the pass `kernel_choice` (at -O2, after fusion): which
+ * library kernel computes a node and in what layout, stored on the graph
+ * (g->sched->fold, schedule.c) for the backend (codegen_gemm.c,
+ * codegen_kernels.c) to emit as decided.
+ *
+ *   - Folded views.  A `transpose` of the last two dims (or a `permute`
+ *     swapping only them) whose every use is an operand of a product on
+ *     its stream is not materialised: the product reads the view's source
+ *     with cuBLASLt's transA/transB (batched when the strides allow).  A
+ *     `reshape`, `squeeze` or `unsqueeze` whose uses are such products (or
+ *     folded transposes) is the same bytes: the product reads its source.
+ *     Autograd's weight gradients, matmul(transpose(reshape(g)),
+ *     reshape(x)), so copy nothing.  The folded value has no memory
+ *     (Sched.reg) and its source must stay unchanged (no in-place write,
+ *     no sync_dealloc) until the last product reading it, which the plan
+ *     (sched_kernel_graph) and the release points (StoreClass.release)
+ *     account for.  A view with any other use, or used on another stream,
+ *     keeps its copy.
+ *   - Epilogues.  relu(p) or gelu(p, approximate="tanh") of a product p
+ *     that nothing else uses, right after it on its stream, is computed
+ *     by cuBLASLt's RELU(_BIAS) / GELU(_BIAS) epilogue: the product writes
+ *     the activation's result and p gets no memory.  cuBLASLt's GELU is
+ *     the tanh form, so the exact (erf) gelu stays a kernel of its own.
+ *   - Attention layouts (docs/codegen.md, "-O2: attention").  A transpose
+ *     or permute keeping the last dim whose uses are q, k, v (dout)
+ *     operands of attention nodes is read by the flash kernels through
+ *     strides (trans 2); a chain of single-use views after an attention
+ *     result (transpose back, reshape) is written by the kernel through
+ *     strides (out, outview); each checked with kernel_flash.  An
+ *     attention backward is paired with its forward (pair) and reads its
+ *     o and log-sum-exp instead of running it again.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "sgc.h"
+
+/* The pass's state: the graph, its schedule (the fields of which it
+ * reads and writes under the names the decisions use) and indexes built
+ * once, so that no decision scans the graph. */
+typedef struct {
+	Graph *g;
+	Sched *s;
+	Arena *tmp;       /* the indexes below, freed after the pass */
+	KernelFold *fold;
+	ValId *root;
+	StoreClass **cls;
+	int *group, *prologue, *epilogue;
+	uint8_t *ingroup_only; /* Sched.reg: no memory */
+	uint32_t *uat;    /* per value: its uses (live nodes, del included), */
+	NodeId *unode;    /* in program order, are unode[uat[v] .. uat[v+1]) */
+	uint16_t *uk;     /*   with the operand index uk[] */
+	uint32_t *wat;    /* per class root: the nodes writing it in place or */
+	NodeId *wnode;    /*   releasing it, wnode[wat[r] .. wat[r+1]) */
+	NodeId *lastfwd;  /* per value: the last attention forward reading it
+	                     as q (while walking the graph), or NONE */
+} Kc;
+
+static const Type *
+vtype(const Graph *g, ValId v)
+{
+	return &g->vals.v[v].type;
+}
+
+static const Type *
+otype(const Graph *g, const Node *n, int k)
+{
+	return vtype(g, n->opnd[k].v);
+}
+
+static int same_bytes(const Node *n);
+static int view_perm(const Graph *g, const Node *n, int *perm);
+
+/* Row-major element strides of t. */
+static void
+row_strides(const Type *t, int64_t *st)
+{
+	int64_t s = 1;
+	for (int d = t->rank - 1; d >= 0; d--) {
+		st[d] = s;
+		s *= t->d[d];
+	}
+}
+
+int
+kernel_batch_bcast(const Type **ops, int nop, int64_t *shape, int64_t st[][SG_MAXRANK])
+{
+	int rank[4];
+	const int64_t *d[4];
+	for (int k = 0; k < nop && k < 4; k++) {
+		rank[k] = ops[k]->rank;
+		d[k] = ops[k]->d;
+	}
+	return shape_batch_bcast(nop, rank, d, shape, st);
+}
+
+int64_t
+kernel_batch_numel(const Type *t)
+{
+	int64_t n = 1;
+	for (int d = 0; d + 2 < t->rank; d++)
+		n *= t->d[d];
+	return n;
+}
+
+int64_t
+kernel_matmul_batch(const Type *a, const Type *b, int *brank, int64_t *bshape,
+                    int64_t st[][SG_MAXRANK])
+{
+	const Type *ops[2] = {a, b};
+	int64_t nb = 1;
+	*brank = kernel_batch_bcast(ops, 2, bshape, st);
+	for (int d = 0; d < *brank; d++)
+		nb *= bshape[d];
+	return nb;
+}
+
+/* ------------------------------------------------------------------ flash attention */
+
+/* The batch dims of the tensors of f as the flash kernels' two,
+ * [nb0, nb1], with each tensor's element strides (0 where it
+ * broadcasts): size-1 dims dropped, neighbours merged where every tensor
+ * allows.  0 when more than two dims remain or a row is not contiguous. */
+static int
+flash_batch(Flash *f)
+{
+	const Type *ops[3] = {f->t[0].t, f->t[1].t, f->t[2].t};
+	int64_t shape[SG_MAXRANK], bst[3][SG_MAXRANK], sz[SG_MAXRANK], s[8][SG_MAXRANK];
+	int brank = kernel_batch_bcast(ops, 3, shape, bst), r = 0;
+	for (int k = 0; k < f->nt; k++)
+		if (f->t[k].st[f->t[k].t->rank - 1] != 1)
+			return 0;
+	for (int d = 0; d < brank; d++) {
+		if (shape[d] == 1)
+			continue;
+		int64_t b[8];
+		for (int k = 0; k < f->nt; k++) {
+			const Type *t = f->t[k].t;
+			int td = d - (brank - (t->rank - 2));
+			b[k] = td >= 0 && t->d[td] != 1 ? f->t[k].st[td] : 0;
+		}
+		int merge = r > 0;
+		for (int k = 0; k < f->nt && merge; k++)
+			merge = s[k][r - 1] == b[k] * shape[d];
+		if (!merge)
+			sz[r++] = 1;
+		sz[r - 1] *= shape[d];
+		for (int k = 0; k < f->nt; k++)
+			s[k][r - 1] = b[k];
+	}
+	if (r > 2)
+		return 0;
+	f->nb[0] = f->nb[1] = 1;
+	for (int k = 0; k < f->nt; k++) {
+		FlashT *t = &f->t[k];
+		t->s[0] = t->s[1] = 0;
+		t->sr = t->st[t->t->rank - 2];
+		for (int d = 0; d < r; d++)
+			t->s[2 - r + d] = s[k][d];
+	}
+	for (int d = 0; d < r; d++)
+		f->nb[2 - r + d] = sz[d];
+	return 1;
+}
+
+/* Tensor k of f: value v (NONE: a contiguous temporary of type t). */
+static int
+flash_tensor(const Graph *g, const KernelFold *F, Flash *f, ValId v, const Type *t,
+             const char *nm)
+{
+	FlashT *x = &f->t[f->nt++];
+	x->t = v != NONE ? &g->vals.v[v].type : t;
+	x->nm = nm;
+	x->v = v;
+	if (v != NONE)
+		return sched_fold_strides(g, F, v, x->st);
+	row_strides(t, x->st);
+	return 1;
+}
+
+/* The flash call of attention node n (bwd: its backward), checked: 0 when
+ * the dtype, shapes or layouts need the fallback kernels. */
+int
+kernel_flash(const Graph *g, const KernelFold *F, const Node *n, int bwd, Flash *f)
+{
+	int o = bwd ? 1 : 0;
+	const Type *q = otype(g, n, o), *k = otype(g, n, o + 1), *v = otype(g, n, o + 2);
+	DType dt = (DType)q->dt;
+	memset(f, 0, sizeof *f);
+	f->L = q->d[q->rank - 2], f->E = q->d[q->rank - 1];
+	f->S = k->d[k->rank - 2], f->Ev = v->d[v->rank - 1];
+	if (dt != DT_F16 && dt != DT_BF16 && dt != DT_F32)
+		return 0;
+	if (k->dt != dt || v->dt != dt)
+		return 0;
+	static const char *nm[8] = {"q", "k", "v", "o", "do", "dq", "dk", "dv"};
+	int ok = 1;
+	for (int i = 0; i < 3; i++)
+		ok &= flash_tensor(g, F, f, n->opnd[o + i].v, NULL, nm[i]);
+	NodeId fwd = bwd && F ? F->pair[n - g->nodes.v] : NONE;
+	f->ot = g->vals.v[n->res[0]].type;
+	f->ot.d[f->ot.rank - 1] = f->Ev;
+	ValId ov = !bwd ? n->res[0] : fwd != NONE ? g->nodes.v[fwd].res[0] : NONE;
+	ok &= flash_tensor(g, F, f, ov, &f->ot, nm[3]);
+	for (int i = 0; bwd && i < 4; i++)
+		ok &= flash_tensor(g, F, f, i ? n->res[i - 1] : n->opnd[0].v, NULL, nm[4 + i]);
+	if (!ok || !flash_batch(f))
+		return 0;
+	if (f->L < 1 || f->S < 1 || f->E < 1 || f->Ev < 1 || f->E > 256 || f->Ev > 256 ||
+	    f->L > INT32_MAX || f->S > INT32_MAX || f->nb[0] * f->nb[1] < 1 ||
+	    f->nb[0] * f->nb[1] > INT32_MAX)
+		return 0;
+	/* The backward writes dq, dk, dv whole: no broadcast batch dims. */
+	const Type *t3[3] = {q, k, v};
+	for (int i = 0; bwd && i < 3; i++) {
+		if (t3[i]->rank != q->rank)
+			return 0;
+		for (int d = 0; d < q->rank - 2; d++)
+			if (t3[i]->d[d] != q->d[d])
+				return 0;
+	}
+	const Attr *sa = ir_attr(n, "scale");
+	double scale = sa ? sa->f : 1.0 / sqrt((double)f->E);
+	return (float)scale > 0.0f && !isinf((float)scale);
+}
+
+/* ------------------------------------------------------------------ layouts of folded views */
+
+/* 1 when the nonzero-size dims of strides st are t's row-major ones. */
+static int
+row_major(const Type *t, const int64_t *st)
+{
+	int64_t want[SG_MAXRANK];
+	row_strides(t, want);
+	for (int d = 0; d < t->rank; d++)
+		if (t->d[d] != 1 && st[d] != want[d])
+			return 0;
+	return 1;
+}
+
+int
+sched_fold_strides(const Graph *g, const KernelFold *F, ValId v, int64_t *st)
+{
+	const Type *t = &g->vals.v[v].type;
+	ValId s = F ? F->src[v] : NONE, w = F ? F->out[v] : NONE, o = s != NONE ? s : w;
+	int64_t ost[SG_MAXRANK];
+	int perm[SG_MAXRANK];
+	row_strides(t, st);
+	if (o == NONE)
+		return 1;
+	const Node *n = &g->nodes.v[g->vals.v[s != NONE ? v : w].def];
+	if (!sched_fold_strides(g, F, o, ost))
+		return 0;
+	if (same_bytes(n))
+		return row_major(&g->vals.v[o].type, ost);
+	view_perm(g, n, perm);
+	for (int d = 0; d < t->rank; d++) {
+		if (s != NONE)
+			st[d] = ost[perm[d]]; /* v = view(s) */
+		else
+			st[perm[d]] = ost[d]; /* w = view(v) */
+	}
+	return 1;
+}
+
+
+/* 1 when the flash kernels take attention node n with the layouts folded
+ * so far. */
+static int
+flash_fits(Kc *G, const Node *n, int bwd)
+{
+	Flash f;
+	return kernel_flash(G->g, G->fold, n, bwd, &f);
+}
+
+/* ------------------------------------------------------------------ folded views */
+
+
+/* 1 for matmul and linear. */
+static int
+is_product(int op)
+{
+	return op == OP_MATMUL || op == OP_LINEAR;
+}
+
+/* 1 when view node n swaps the last two dims of its operand and nothing
+ * else (transpose, permute). */
+static int
+swaps_last2(Kc *G, const Node *n)
+{
+	const Type *x = otype(G->g, n, 0);
+	int r = x->rank;
+	if (r < 2)
+		return 0;
+	if (n->op == OP_TRANSPOSE) {
+		int d0 = shape_norm_dim(ir_attr_int(n, "dim0", 0), r);
+		int d1 = shape_norm_dim(ir_attr_int(n, "dim1", 0), r);
+		return (d0 == r - 2 && d1 == r - 1) || (d0 == r - 1 && d1 == r - 2);
+	}
+	const Attr *a = ir_attr(n, "dims");
+	if (n->op != OP_PERMUTE || !a || a->nints != (uint32_t)r)
+		return 0;
+	for (int d = 0; d < r; d++) {
+		int want = d < r - 2 ? d : d == r - 2 ? r - 1 : r - 2;
+		if (shape_norm_dim(a->ints[d], r) != want)
+			return 0;
+	}
+	return 1;
+}
+
+/* 1 when view node n has the bytes of its operand (reshape and friends). */
+static int
+same_bytes(const Node *n)
+{
+	return n->op == OP_RESHAPE || n->op == OP_SQUEEZE || n->op == OP_UNSQUEEZE;
+}
+
+/* Counts (pass 0) or places (pass 1) entry x under key into a CSR whose
+ * starts are at[]: pass 0 counts into at[key + 1]. */
+static void
+csr_add(uint32_t *at, int pass, uint32_t key)
+{
+	at[key + (pass == 0)]++;
+}
+
+/* Builds F's use and write indexes over the live nodes of the graph. */
+static void
+index_uses(Kc *G)
+{
+	Graph *g = G->g;
+	Arena *a = G->tmp;
+	size_t nv = (size_t)g->vals.n + 1;
+	G->uat = arena_alloc(a, (nv + 1) * sizeof *G->uat);
+	G->wat = arena_alloc(a, (nv + 1) * sizeof *G->wat);
+	for (int pass = 0; pass < 2; pass++) {
+		for (NodeId i = 0; i < g->nodes.n; i++) {
+			const Node *n = &g->nodes.v[i];
+			if (n->flags & NF_DEAD)
+				continue;
+			for (uint32_t k = 0; k < n->nopnd; k++) {
+				if (n->opnd[k].kind != OK_VAL)
+					continue;
+				ValId v = n->opnd[k].v, r = G->root[v];
+				if (pass == 1) {
+					G->unode[G->uat[v]] = i;
+					G->uk[G->uat[v]] = (uint16_t)k;
+				}
+				csr_add(G->uat, pass, v);
+				if (n->op == OP_SYNC_DEALLOC || races_access(n, k) == RACC_WRITE) {
+					if (pass == 1)
+						G->wnode[G->wat[r]] = i;
+					csr_add(G->wat, pass, r);
+				}
+			}
+		}
+		if (pass == 0) { /* counts to starts */
+			for (size_t v = 0; v < nv; v++) {
+				G->uat[v + 1] += G->uat[v];
+				G->wat[v + 1] += G->wat[v];
+			}
+			G->unode = arena_alloc(a, ((size_t)G->uat[nv] + 1) * sizeof *G->unode);
+			G->uk = arena_alloc(a, ((size_t)G->uat[nv] + 1) * sizeof *G->uk);
+			G->wnode = arena_alloc(a, ((size_t)G->wat[nv] + 1) * sizeof *G->wnode);
+		} else { /* each start moved to the next key's: shift back */
+			memmove(G->uat + 1, G->uat, nv * sizeof *G->uat);
+			memmove(G->wat + 1, G->wat, nv * sizeof *G->wat);
+			G->uat[0] = G->wat[0] = 0;
+		}
+	}
+}
+
+/* 1 when value v is a temporary of its own: an alias class of one value,
+ * neither returned nor written in place nor on the host. */
+static int
+lone_temp(Kc *G, const uint32_t *nclass, ValId v)
+{
+	const StoreClass *cl = G->cls[v];
+	return G->root[v] == v && nclass[v] == 1 && cl->kind == ST_TEMP && !cl->mutated &&
+	       !G->g->vals.v[v].type.host && !G->ingroup_only[v];
+}
+
+/* 1 when product p can read its operand k through a folded view (trans:
+ * with its last two dims swapped) without materialising it. */
+static int
+takes_view(Kc *G, const Node *p, uint32_t k, int trans)
+{
+	if (k > 1)
+		return 0; /* linear's bias */
+	if (!trans)
+		return 1;
+	const Type *a = otype(G->g, p, 0), *b = otype(G->g, p, 1);
+	if (p->op == OP_LINEAR)
+		return k == 1 || a->rank == 2;
+	int64_t bshape[SG_MAXRANK], st[2][SG_MAXRANK];
+	int brank;
+	int64_t nb = kernel_matmul_batch(a, b, &brank, bshape, st);
+	int64_t own = kernel_batch_numel(k == 0 ? a : b);
+	return nb == 1 || own == nb || own == 1;
+}
+
+/* 1 when operand k of node n is one the flash kernels read through
+ * strides (q, k, v, and the backward's dout). */
+static int
+attn_operand(const Node *n, uint32_t k)
+{
+	return (n->op == OP_SDPA && k < 3) || (n->op == OP_SDPA_BACKWARD && k < 4);
+}
+
+/* The permutation of view node n (transpose, permute): result dim d is
+ * operand dim perm[d].  0 for other nodes. */
+static int
+view_perm(const Graph *g, const Node *n, int *perm)
+{
+	int r = otype(g, n, 0)->rank;
+	const Attr *a = ir_attr(n, "dims");
+	for (int d = 0; d < r; d++)
+		perm[d] = d;
+	if (n->op == OP_TRANSPOSE && r > 0) {
+		int d0 = shape_norm_dim(ir_attr_int(n, "dim0", 0), r);
+		int d1 = shape_norm_dim(ir_attr_int(n, "dim1", 0), r);
+		perm[d0] = d1;
+		perm[d1] = d0;
+		return 1;
+	}
+	if (n->op != OP_PERMUTE || !a || a->nints != (uint32_t)r)
+		return 0;
+	for (int d = 0; d < r; d++)
+		perm[d] = shape_norm_dim(a->ints[d], r);
+	return 1;
+}
+
+/* 1 when view node n permutes dims but keeps the last one in place (the
+ * flash kernels' rows stay contiguous), e.g. [B, T, H, D] -> [B, H, T, D]. */
+static int
+keeps_last(Kc *G, const Node *n)
+{
+	int perm[SG_MAXRANK], r = otype(G->g, n, 0)->rank;
+	return r >= 2 && view_perm(G->g, n, perm) && perm[r - 1] == r - 1;
+}
+
+/* Whether every use of x, the result of view node X, is an operand of a
+ * product that takes it (trans 2: of an attention node; or, when the view
+ * keeps the bytes, the source of a folded view), on X's stream; *last:
+ * the last node reading it. */
+static int
+uses_fold(Kc *G, NodeId X, ValId x, int trans, NodeId *last)
+{
+	Graph *g = G->g;
+	KernelFold *F = G->fold;
+	int uses = 0;
+	*last = NONE;
+	for (uint32_t u = G->uat[x]; u < G->uat[x + 1]; u++) {
+		NodeId i = G->unode[u];
+		uint32_t k = G->uk[u];
+		const Node *n = &g->nodes.v[i];
+		if (n->op == OP_DEL || i <= X)
+			continue;
+		NodeId l = i;
+		if (n->stream != g->nodes.v[X].stream)
+			return 0;
+		if (F->view[i] && !trans)
+			l = F->last[n->res[0]];
+		else if (trans == 2 ? !attn_operand(n, k)
+		                    : n->op >= OP__N || !is_product(n->op) ||
+		                      !takes_view(G, n, k, trans))
+			return 0;
+		uses++;
+		if (*last == NONE || l > *last)
+			*last = l;
+	}
+	return uses > 0;
+}
+
+/* 1 when nothing in (from, to] writes s's class in place or releases it
+ * (sync_dealloc): a view of s read at `to` still sees what `from` saw. */
+static int
+source_stays(Kc *G, ValId s, NodeId from, NodeId to)
+{
+	ValId r = G->root[s];
+	for (uint32_t w = G->wat[r]; w < G->wat[r + 1]; w++)
+		if (G->wnode[w] > from && G->wnode[w] <= to)
+			return 0;
+	return 1;
+}
+
+/* The class of s is used until node `last` on stream s (the fallback
+ * release points, codegen_host.c). */
+static void
+extend_use(Kc *G, ValId s, NodeId last, uint32_t stream)
+{
+	StoreClass *cl = G->cls[s];
+	if (cl->release == NONE || cl->release < last)
+		cl->release = last;
+	if (cl->last_on[stream] == NONE || cl->last_on[stream] < last)
+		cl->last_on[stream] = last;
+}
+
+/* 1 when every attention node reading x (the result of view node X, now
+ * marked folded) still takes the flash kernels. */
+static int
+attn_fits(Kc *G, NodeId X, ValId x)
+{
+	for (uint32_t u = G->uat[x]; u < G->uat[x + 1]; u++) {
+		const Node *n = &G->g->nodes.v[G->unode[u]];
+		if (G->unode[u] > X && (n->op == OP_SDPA || n->op == OP_SDPA_BACKWARD) &&
+		    !flash_fits(G, n, n->op == OP_SDPA_BACKWARD))
+			return 0;
+	}
+	return 1;
+}
+
+/* Folds view node X when it qualifies (see the top of the file). */
+static void
+fold_view(Kc *G, const uint32_t *nclass, NodeId X)
+{
+	Graph *g = G->g;
+	KernelFold *F = G->fold;
+	const Node *n = &g->nodes.v[X];
+	int trans;
+	NodeId last;
+	if (n->flags & NF_DEAD || n->op >= OP__N || n->nres != 1 || n->nopnd < 1 ||
+	    n->opnd[0].kind != OK_VAL || G->group[X] >= 0 || G->prologue[X] >= 0)
+		return;
+	if (same_bytes(n))
+		trans = 0;
+	else if ((n->op == OP_TRANSPOSE || n->op == OP_PERMUTE) && swaps_last2(G, n))
+		trans = 1;
+	else if (keeps_last(G, n))
+		trans = 2; /* read by attention through strides */
+	else
+		return;
+	ValId x = n->res[0], s = n->opnd[0].v;
+	const Type *st = vtype(G->g, s);
+	if (!lone_temp(G, nclass, x) || st->host || st->dt >= DT__N || G->ingroup_only[s] ||
+	    st->dt != vtype(G->g, x)->dt || !uses_fold(G, X, x, trans, &last) ||
+	    !source_stays(G, s, X, last))
+		return;
+	F->view[X] = 1;
+	F->src[x] = s;
+	F->trans[x] = (uint8_t)trans;
+	F->last[x] = last;
+	if (trans == 2 && !attn_fits(G, X, x)) {
+		F->view[X] = 0;
+		F->src[x] = F->last[x] = NONE;
+		return;
+	}
+	G->ingroup_only[x] = 1; /* no memory */
+	extend_use(G, s, last, n->stream);
+}
+
+/* The view node that is the one use (del aside) of value c, a view that
+ * keeps the bytes or permutes all but the last dim, on stream `stream`
+ * and not folded or fused otherwise; NONE when there is none. */
+static NodeId
+sole_view_use(Kc *G, ValId c, uint32_t stream)
+{
+	Graph *g = G->g;
+	KernelFold *F = G->fold;
+	NodeId use = NONE;
+	for (uint32_t u = G->uat[c]; u < G->uat[c + 1]; u++) {
+		NodeId i = G->unode[u];
+		if (g->nodes.v[i].op == OP_DEL || i <= g->vals.v[c].def)
+			continue;
+		if (use != NONE || G->uk[u] != 0)
+			return NONE;
+		use = i;
+	}
+	if (use == NONE)
+		return NONE;
+	const Node *n = &g->nodes.v[use];
+	if (n->stream != stream || n->op >= OP__N || n->nres != 1 || G->group[use] >= 0 ||
+	    G->prologue[use] >= 0 || F->view[use] ||
+	    vtype(G->g, n->res[0])->dt != vtype(G->g, c)->dt)
+		return NONE;
+	return same_bytes(n) || keeps_last(G, n) ? use : NONE;
+}
+
+/* Links (F->out) the values of chain[0..nch) of views from v; clear:
+ * unlinks them. */
+static void
+link_chain(Kc *G, ValId v, const NodeId *chain, int nch, int clear)
+{
+	for (int t = 0; t < nch; t++) {
+		ValId y = G->g->nodes.v[chain[t]].res[0];
+		G->fold->out[v] = clear ? NONE : y;
+		v = y;
+	}
+}
+
+/* Result j of attention node P written through the longest chain of
+ * single-use views after it (transpose back, reshape) that the flash
+ * kernels can write with strides: the views make no copy and only the
+ * chain's last value gets memory. */
+static void
+fold_output(Kc *G, const uint32_t *nclass, NodeId P, uint32_t j)
+{
+	Graph *g = G->g;
+	const Node *p = &g->nodes.v[P];
+	NodeId chain[SG_MAXRANK];
+	int nch = 0, bwd = p->op == OP_SDPA_BACKWARD;
+	ValId v = p->res[j], c = v;
+	if (!lone_temp(G, nclass, c))
+		return;
+	while (nch < SG_MAXRANK) {
+		NodeId Y = sole_view_use(G, c, p->stream);
+		if (Y == NONE || !lone_temp(G, nclass, g->nodes.v[Y].res[0]))
+			break;
+		chain[nch++] = Y;
+		c = g->nodes.v[Y].res[0];
+	}
+	for (; nch > 0; nch--) {
+		link_chain(G, v, chain, nch, 0);
+		if (flash_fits(G, p, bwd))
+			break;
+		link_chain(G, v, chain, nch, 1);
+	}
+	for (int t = 0; t < nch; t++) {
+		G->fold->outview[chain[t]] = 1;
+		G->ingroup_only[v] = 1; /* no memory */
+		v = g->nodes.v[chain[t]].res[0];
+	}
+}
+
+/* The results of attention node P written through views (fold_output). */
+static void
+fold_outputs(Kc *G, const uint32_t *nclass, NodeId P)
+{
+	const Node *p = &G->g->nodes.v[P];
+	if (p->flags & NF_DEAD || (p->op != OP_SDPA && p->op != OP_SDPA_BACKWARD) ||
+	    G->group[P] >= 0 || !flash_fits(G, p, p->op == OP_SDPA_BACKWARD))
+		return;
+	for (uint32_t j = 0; j < p->nres; j++)
+		fold_output(G, nclass, P, j);
+}
+
+/* 1 when attention nodes a and b take the same causal and scale. */
+static int
+same_attrs(const Node *a, const Node *b)
+{
+	const Attr *sa = ir_attr(a, "scale"), *sb = ir_attr(b, "scale");
+	return ir_attr_int(a, "causal", 0) == ir_attr_int(b, "causal", 0) &&
+	       (sa == NULL) == (sb == NULL) && (!sa || sa->f == sb->f);
+}
+
+/* Pairs forward A with backward B when B can read A's o and lse: o's
+ * bytes and q, k, v's unchanged from A to B, both on the flash path with
+ * o's layout.  o's memory then lives until B. */
+static void
+try_pair(Kc *G, NodeId A, NodeId B)
+{
+	Graph *g = G->g;
+	KernelFold *F = G->fold;
+	const Node *a = &g->nodes.v[A], *b = &g->nodes.v[B];
+	ValId y = sched_out_end(G->s, a->res[0]);
+	if (G->ingroup_only[y] || vtype(G->g, y)->host || !source_stays(G, y, A, B))
+		return;
+	for (uint32_t k = 0; k < 3; k++)
+		if (!source_stays(G, sched_operand_root(G->s, a->opnd[k].v), A, B))
+			return;
+	F->pair[A] = B;
+	F->pair[B] = A;
+	if (!flash_fits(G, a, 0) || !flash_fits(G, b, 1)) {
+		F->pair[A] = F->pair[B] = NONE;
+		return;
+	}
+	if (G->cls[y]->kind == ST_TEMP)
+		extend_use(G, y, B, b->stream);
+}
+
+/* The forward of attention backward B (same q, k, v, causal and scale,
+ * same stream), paired with it when it qualifies (try_pair). */
+static void
+pair_attention(Kc *G, NodeId B)
+{
+	Graph *g = G->g;
+	KernelFold *F = G->fold;
+	const Node *b = &g->nodes.v[B];
+	if (b->flags & NF_DEAD)
+		return;
+	if (b->op == OP_SDPA && b->opnd[0].kind == OK_VAL)
+		G->lastfwd[b->opnd[0].v] = B;
+	if (b->op != OP_SDPA_BACKWARD || b->opnd[1].kind != OK_VAL)
+		return;
+	NodeId A = G->lastfwd[b->opnd[1].v];
+	if (A == NONE)
+		return;
+	const Node *a = &g->nodes.v[A];
+	if (a->stream != b->stream || !same_attrs(a, b) || a->opnd[1].v != b->opnd[2].v ||
+	    a->opnd[2].v != b->opnd[3].v || F->pair[A] != NONE)
+		return;
+	try_pair(G, A, B);
+}
+
+/* The activation (relu, gelu tanh) of epilogue code for node a, or 0. */
+static int
+activation(const Node *a)
+{
+	if (a->op == OP_RELU)
+		return 1;
+	const Attr *ap = a->op == OP_GELU ? ir_attr(a, "approximate") : NULL;
+	return ap && ap->s && strcmp(ap->s, "tanh") == 0 ? 2 : 0;
+}
+
+/* The one node using value v (del aside) when it comes right after node
+ * p on its stream with nothing but del/offload between; NONE otherwise. */
+static NodeId
+next_sole_use(Kc *G, NodeId p, ValId v)
+{
+	Graph *g = G->g;
+	NodeId use = NONE;
+	for (uint32_t u = G->uat[v]; u < G->uat[v + 1]; u++) {
+		NodeId i = G->unode[u];
+		if (g->nodes.v[i].op == OP_DEL || i <= p)
+			continue;
+		if (use != NONE)
+			return NONE;
+		use = i;
+	}
+	for (NodeId i = p + 1; use != NONE && i < use; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (!(n->flags & NF_DEAD) && n->op != OP_DEL && n->op != OP_OFFLOAD)
+			return NONE; /* something else runs between */
+	}
+	return use;
+}
+
+/* Removes group gi (a single activation absorbed by its product). */
+static void
+drop_group(Kc *G, FuseGroups *groups, int gi)
+{
+	for (uint32_t k = 0; k < groups->v[gi].n; k++)
+		G->group[groups->v[gi].nodes[k]] = -1;
+	groups->v[gi].n = 0; /* compacted away by drop_empty_groups */
+}
+
+/* Removes the groups drop_group emptied, renumbering the others. */
+static void
+drop_empty_groups(Kc *G, FuseGroups *groups)
+{
+	int *to = xmalloc(((size_t)groups->n + 1) * sizeof *to);
+	uint32_t n = 0;
+	for (uint32_t k = 0; k < groups->n; k++) {
+		to[k] = groups->v[k].n ? (int)n : -1;
+		if (groups->v[k].n)
+			groups->v[n++] = groups->v[k];
+	}
+	if (n != groups->n) {
+		for (NodeId i = 0; i < G->g->nodes.n; i++) {
+			if (G->group[i] >= 0)
+				G->group[i] = to[G->group[i]];
+			if (G->prologue[i] >= 0)
+				G->prologue[i] = to[G->prologue[i]];
+			if (G->epilogue[i] >= 0)
+				G->epilogue[i] = to[G->epilogue[i]];
+		}
+		groups->n = n;
+	}
+	free(to);
+}
+
+/* Makes the activation right after product P its epilogue when it
+ * qualifies (see the top of the file). */
+static void
+fold_epilogue(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
+{
+	Graph *g = G->g;
+	const Node *p = &g->nodes.v[P];
+	if (p->flags & NF_DEAD || p->op >= OP__N || !is_product(p->op))
+		return;
+	ValId v = p->res[0];
+	const Type *t = vtype(G->g, v);
+	const Type *k = otype(G->g, p, p->op == OP_LINEAR ? 1 : 0);
+	if (t->dt == DT_F64 || type_numel(t) == 0 || k->d[k->rank - 1] == 0 ||
+	    !lone_temp(G, nclass, v))
+		return;
+	NodeId A = next_sole_use(G, P, v);
+	if (A == NONE)
+		return;
+	const Node *a = &g->nodes.v[A];
+	int gi = G->group[A];
+	if (a->op >= OP__N || !activation(a) || a->nopnd != 1 || a->stream != p->stream ||
+	    G->ingroup_only[a->res[0]] || vtype(G->g, a->res[0])->host ||
+	    vtype(G->g, a->res[0])->dt != t->dt || G->prologue[A] >= 0 ||
+	    (gi >= 0 && (groups->v[gi].n != 1 || groups->v[gi].into != NONE ||
+	                 groups->v[gi].after != NONE)))
+		return;
+	if (gi >= 0)
+		drop_group(G, groups, gi);
+	G->fold->act[P] = A;
+	G->fold->prod[A] = P;
+	G->ingroup_only[v] = 1; /* no memory */
+	for (uint32_t q = 0; q < p->nopnd; q++)
+		if (p->opnd[q].kind == OK_VAL)
+			extend_use(G, sched_operand_root(G->s, p->opnd[q].v), A, p->stream);
+}
+
+static void
+fold_all(Kc *G, FuseGroups *groups)
+{
+	Graph *g = G->g;
+	Arena *a = G->s->a;
+	KernelFold *F = G->fold = G->s->fold = arena_alloc(a, sizeof *F);
+	F->src = arena_alloc(a, (g->vals.n + 1) * sizeof *F->src);
+	F->trans = arena_alloc(a, g->vals.n + 1);
+	F->last = arena_alloc(a, (g->vals.n + 1) * sizeof *F->last);
+	F->view = arena_alloc(a, g->nodes.n + 1);
+	F->act = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->act);
+	F->prod = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->prod);
+	F->out = arena_alloc(a, (g->vals.n + 1) * sizeof *F->out);
+	F->outview = arena_alloc(a, g->nodes.n + 1);
+	F->pair = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->pair);
+	G->lastfwd = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *G->lastfwd);
+	uint32_t *nclass = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *nclass);
+	for (ValId v = 0; v < g->vals.n; v++) {
+		F->src[v] = F->last[v] = F->out[v] = G->lastfwd[v] = NONE;
+		nclass[G->root[v]]++;
+	}
+	index_uses(G);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		F->act[i] = F->prod[i] = F->pair[i] = NONE;
+	for (NodeId i = g->nodes.n; i-- > 0;) /* uses before their views */
+		fold_view(G, nclass, i);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		fold_outputs(G, nclass, i);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		pair_attention(G, i);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		fold_epilogue(G, groups, nclass, i);
+	drop_empty_groups(G, groups);
+}
+
+
+int
+kernel_activation(const Node *a)
+{
+	return activation(a);
+}
+
+/* ------------------------------------------------------------------ the pass */
+
+int
+kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d)
+{
+	(void)d;
+	Sched *s = sched_get(g, po->opt_level);
+	if (po->opt_level >= 2) {
+		Kc G = {.g = g, .s = s, .tmp = arena_new(), .root = s->root, .cls = s->cls,
+		        .group = s->group, .prologue = s->prologue, .epilogue = s->epilogue,
+		        .ingroup_only = s->reg};
+		fold_all(&G, &s->groups);
+		arena_free(G.tmp);
+	}
+	/* The attention nodes the flash kernels take, with the layouts folded. */
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		Flash f;
+		if (!(n->flags & NF_DEAD) && (n->op == OP_SDPA || n->op == OP_SDPA_BACKWARD))
+			s->flash[i] = (uint8_t)kernel_flash(g, s->fold, n, n->op == OP_SDPA_BACKWARD, &f);
+	}
+	return 1;
+}

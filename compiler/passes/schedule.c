@@ -1,0 +1,650 @@
+/*
+ * schedule.c - the backend's decisions as records on the graph (g->sched):
+ * storage classes, fused groups, folded kernels and the memory plan, made
+ * by the passes fusion (fusion.c), kernel_choice (kernels.c) and memplan
+ * (memplan.c); here too the program as its kernels run it (the graph the
+ * plan is made over), the verifier's checks of the records, and their
+ * printing for --dump-after.
+ *
+ * Storage.  Values form alias classes (a control_deps result shares its
+ * operand's memory).  A class holding an input, param or const uses that
+ * tensor's memory; a class whose value is returned (and holds no input,
+ * param or const) is computed straight into the caller's output buffer; a
+ * to_host result lives in a pinned host buffer the model owns; any other
+ * class is a temporary in the device arena.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "sgc.h"
+
+/* ------------------------------------------------------------------ storage */
+
+/* 1 when node n writes its first operand in place. */
+static int
+writes_first(const Node *n)
+{
+	if (n->op >= OP__N)
+		return 0;
+	uint32_t f = op_table[n->op].flags;
+	return (f & OPF_INPLACE) || ((f & OPF_COLLECTIVE) && n->nres == 0);
+}
+
+/* Alias classes: result j of control_deps joins its j-th value operand. */
+static void
+find_classes(Graph *g, Sched *s)
+{
+	Arena *a = s->a;
+	uint32_t ns = g->streams.n;
+	s->root = arena_alloc(a, (g->vals.n + 1) * sizeof *s->root);
+	s->cls = arena_alloc(a, (g->vals.n + 1) * sizeof *s->cls);
+	races_roots(g, s->root);
+	for (ValId v = 0; v < g->vals.n; v++) {
+		ValId r = s->root[v];
+		if (!s->cls[r]) {
+			StoreClass *cl = arena_alloc(a, sizeof *cl);
+			const Value *val = &g->vals.v[r];
+			cl->root = r;
+			cl->release = val->kind == VK_NODE ? val->def : NONE;
+			cl->kind = val->kind == VK_INPUT ? ST_INPUT
+			         : val->kind == VK_NODE ? (val->type.host ? ST_HOST : ST_TEMP)
+			         : ST_PARAM;
+			cl->last_on = arena_alloc(a, (ns + 1) * sizeof *cl->last_on);
+			for (uint32_t t = 0; t < ns; t++)
+				cl->last_on[t] = NONE;
+			s->cls[r] = cl;
+		}
+		s->cls[v] = s->cls[r];
+	}
+}
+
+/* Node i names class cl (as operand or result) on its stream. */
+static void
+use_class(StoreClass *cl, NodeId i, const Node *n)
+{
+	uint32_t t = n->stream;
+	if (t < 32)
+		cl->streams |= 1u << t;
+	cl->last_on[t] = i;
+	if (cl->release == NONE || cl->release < i)
+		cl->release = i;
+}
+
+/* Uses, release points, mutation, sync_dealloc; returned temporaries
+ * become outputs. */
+static void
+find_uses(Graph *g, Sched *s)
+{
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		for (uint32_t k = 0; k < n->nopnd; k++)
+			if (n->opnd[k].kind == OK_VAL)
+				use_class(s->cls[n->opnd[k].v], i, n);
+		for (uint32_t j = 0; j < n->nres; j++)
+			use_class(s->cls[n->res[j]], i, n);
+		if (writes_first(n) && n->nopnd && n->opnd[0].kind == OK_VAL)
+			s->cls[n->opnd[0].v]->mutated = 1;
+		if (n->op == OP_SYNC_DEALLOC && n->opnd[0].kind == OK_VAL)
+			s->cls[n->opnd[0].v]->dealloc = 1;
+	}
+	for (uint32_t i = 0; i < g->rets.n; i++) {
+		StoreClass *cl = s->cls[g->rets.v[i]];
+		if (cl->kind == ST_TEMP || cl->kind == ST_HOST)
+			cl->kind = ST_OUTPUT;
+	}
+}
+
+Sched *
+sched_get(Graph *g, int opt_level)
+{
+	if (g->sched)
+		return g->sched;
+	/* The module's arena (freed with the rest of the IR): an arena per
+	 * graph would cost a block each, in files of many small graphs. */
+	Arena *a = g->mod->arena;
+	Sched *s = arena_alloc(a, sizeof *s);
+	s->a = a;
+	s->opt_level = opt_level;
+	s->group = arena_alloc(a, (g->nodes.n + 1) * sizeof *s->group);
+	s->prologue = arena_alloc(a, (g->nodes.n + 1) * sizeof *s->prologue);
+	s->epilogue = arena_alloc(a, (g->nodes.n + 1) * sizeof *s->epilogue);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		s->group[i] = s->prologue[i] = s->epilogue[i] = -1;
+	s->reg = arena_alloc(a, g->vals.n + 1);
+	s->softmax_bwd = arena_alloc(a, (g->nodes.n + 1) * sizeof *s->softmax_bwd);
+	s->flash = arena_alloc(a, g->nodes.n + 1);
+	find_classes(g, s);
+	find_uses(g, s);
+	g->sched = s;
+	return s;
+}
+
+void
+sched_free(Graph *g)
+{
+	Sched *s = g->sched;
+	if (!s)
+		return;
+	vec_free(&s->groups);
+	if (s->planned)
+		memplan_free(&s->plan);
+	g->sched = NULL;
+}
+
+ValId
+sched_operand_root(const Sched *s, ValId v)
+{
+	while (s->fold && s->fold->src[v] != NONE)
+		v = s->fold->src[v];
+	return v;
+}
+
+ValId
+sched_out_end(const Sched *s, ValId v)
+{
+	while (s->fold && s->fold->out[v] != NONE)
+		v = s->fold->out[v];
+	return v;
+}
+
+/* ------------------------------------------------------------------ the kernels' program */
+
+/* 1 when value v is the result of a member of grp. */
+static int
+made_in(const Graph *g, const FuseGroup *grp, ValId v)
+{
+	for (uint32_t k = 0; k < grp->n; k++)
+		if (g->nodes.v[grp->nodes[k]].res[0] == v)
+			return 1;
+	return 0;
+}
+
+/* The values group grp reads from memory (made outside it), appended to
+ * *ops (k of them so far); returns the new count. */
+static uint32_t
+group_inputs(const Graph *g, const FuseGroup *grp, Opnd *ops, uint32_t k)
+{
+	for (uint32_t j = 0; j < grp->n; j++) {
+		const Node *m = &g->nodes.v[grp->nodes[j]];
+		for (uint32_t q = 0; q < m->nopnd; q++) {
+			const Opnd *o = &m->opnd[q];
+			if (o->kind != OK_VAL || made_in(g, grp, o->v))
+				continue;
+			uint32_t d = 0;
+			while (d < k && !(ops[d].kind == OK_VAL && ops[d].v == o->v))
+				d++;
+			if (d == k)
+				ops[k++] = *o;
+		}
+	}
+	return k;
+}
+
+/* The members of group grp become node `at` of the copy f, reading
+ * ops[0..nops) and writing res[0..nres) and the members' stored results:
+ * the values kept in registers get no buffer, the other members are dead. */
+static void
+group_place(const Graph *g, const Sched *s, Graph *f, NodeId *def, const FuseGroup *grp,
+            NodeId at, Opnd *ops, uint32_t nops, ValId *res, uint32_t nres)
+{
+	for (uint32_t j = 0; j < grp->n; j++) {
+		NodeId m = grp->nodes[j];
+		ValId v = g->nodes.v[m].res[0];
+		if (s->reg[v])
+			def[v] = NONE; /* a register: no buffer */
+		else
+			res[nres++] = v, def[v] = at;
+		if (m != at)
+			f->nodes.v[m].flags |= NF_DEAD;
+	}
+	Node *h = &f->nodes.v[at];
+	h->opnd = ops;
+	h->nopnd = (uint16_t)nops;
+	h->res = res;
+	h->nres = (uint16_t)nres;
+}
+
+/* Group grp, fused after node grp->after, in the copy f of the graph:
+ * that node reads what it read and the group's inputs (less its own
+ * result), and writes its result (unless kept in a register) and the
+ * group's stored results. */
+static void
+epilogue_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def,
+              const FuseGroup *grp)
+{
+	NodeId at = grp->after;
+	const Node *h = &f->nodes.v[at];
+	ValId r = g->nodes.v[at].res[0];
+	uint32_t cap = h->nopnd, nres = 0, nops = 0;
+	for (uint32_t j = 0; j < grp->n; j++)
+		cap += g->nodes.v[grp->nodes[j]].nopnd;
+	Opnd *ops = arena_alloc(a, (cap + 1) * sizeof *ops);
+	ValId *res = arena_alloc(a, (grp->n + h->nres + 1) * sizeof *res);
+	for (uint32_t q = 0; q < h->nopnd; q++)
+		ops[nops++] = h->opnd[q];
+	for (uint32_t j = 0; j < h->nres; j++)
+		if (!s->reg[h->res[j]])
+			res[nres++] = h->res[j];
+	if (s->reg[r])
+		def[r] = NONE;
+	uint32_t before = nops;
+	nops = group_inputs(g, grp, ops, nops);
+	for (uint32_t q = before; q < nops; q++)
+		if (ops[q].kind == OK_VAL && ops[q].v == r)
+			ops[q] = ops[--nops], q--;
+	group_place(g, s, f, def, grp, at, ops, nops, res, nres);
+}
+
+/* Group grp in the copy f: one node at its place (its first member, or
+ * the consumer it is computed in). */
+static void
+group_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def,
+           const FuseGroup *grp)
+{
+	NodeId at = grp->into != NONE ? grp->into : grp->nodes[0];
+	const Node *h = &f->nodes.v[at];
+	uint32_t cap = 0, nres = 0;
+	for (uint32_t j = 0; j < grp->n; j++)
+		cap += g->nodes.v[grp->nodes[j]].nopnd;
+	Opnd *ops = arena_alloc(a, (cap + h->nopnd + 1) * sizeof *ops);
+	ValId *res = arena_alloc(a, (grp->n + h->nres + 1) * sizeof *res);
+	uint32_t nops = 0;
+	if (grp->into != NONE) { /* the consumer reads the group's inputs */
+		for (uint32_t q = 1; q < h->nopnd; q++)
+			ops[nops++] = h->opnd[q];
+		for (uint32_t j = 0; j < h->nres; j++)
+			res[nres++] = h->res[j];
+	}
+	nops = group_inputs(g, grp, ops, nops);
+	group_place(g, s, f, def, grp, at, ops, nops, res, nres);
+}
+
+/* Node p of the copy reads the sources of its folded operands (an arena
+ * copy of its operands). */
+static void
+plan_operands(const Sched *s, Arena *a, Node *p)
+{
+	Opnd *ops = arena_alloc(a, (p->nopnd + 1) * sizeof *ops);
+	memcpy(ops, p->opnd, p->nopnd * sizeof *ops);
+	for (uint32_t k = 0; k < p->nopnd; k++)
+		if (ops[k].kind == OK_VAL)
+			ops[k].v = sched_operand_root(s, ops[k].v);
+	p->opnd = ops;
+}
+
+/* Attention node P of the copy f reads the sources of its folded operands
+ * and writes the values its results are written through (a paired
+ * backward also reads its forward's o). */
+static void
+plan_attention(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def,
+               NodeId P)
+{
+	Node *p = &f->nodes.v[P];
+	ValId *res = arena_alloc(a, (p->nres + 1) * sizeof *res);
+	plan_operands(s, a, p);
+	if (p->op == OP_SDPA_BACKWARD && s->fold->pair[P] != NONE) { /* reads o */
+		Opnd *ops = arena_alloc(a, (p->nopnd + 2) * sizeof *ops);
+		memcpy(ops, p->opnd, p->nopnd * sizeof *ops);
+		ops[p->nopnd] = ops[0];
+		ops[p->nopnd++].v = sched_out_end(s, g->nodes.v[s->fold->pair[P]].res[0]);
+		p->opnd = ops;
+	}
+	for (uint32_t j = 0; j < p->nres; j++) {
+		ValId v = p->res[j];
+		while (s->fold->out[v] != NONE) {
+			def[v] = NONE;
+			v = s->fold->out[v];
+		}
+		res[j] = v;
+		def[v] = P;
+	}
+	p->res = res;
+}
+
+/* The copy f for kernel_choice's decisions: folded views make no buffer
+ * and products read their sources; a product with an epilogue runs at its
+ * activation's place, writing the activation's result. */
+static void
+fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
+{
+	const KernelFold *F = s->fold;
+	for (NodeId i = 0; i < f->nodes.n; i++) {
+		Node *n = &f->nodes.v[i];
+		if (F->view[i]) { /* no buffer, no access */
+			n->flags |= NF_DEAD;
+			def[n->res[0]] = NONE;
+			continue;
+		}
+		if (F->outview[i]) { /* written by its attention node */
+			n->flags |= NF_DEAD;
+			continue;
+		}
+		if (!(n->flags & NF_DEAD) && (n->op == OP_SDPA || n->op == OP_SDPA_BACKWARD)) {
+			plan_attention(g, s, a, f, def, i);
+			continue;
+		}
+		if (n->flags & NF_DEAD || F->prod[i] != NONE ||
+		    (n->op != OP_MATMUL && n->op != OP_LINEAR))
+			continue;
+		plan_operands(s, a, n);
+		NodeId A = F->act[i];
+		if (A == NONE)
+			continue;
+		/* the product runs at its activation, writing its result */
+		Node h = *n;
+		h.res = f->nodes.v[A].res;
+		h.nres = 1;
+		def[n->res[0]] = NONE;
+		n->flags |= NF_DEAD;
+		f->nodes.v[A] = h;
+	}
+}
+
+NodeId *
+sched_kernel_graph(const Graph *g, const Sched *s, Arena *a, Graph *f)
+{
+	*f = *g; /* (its values are g's, read only: def has their definitions) */
+	f->sched = NULL;
+	NodeId *def = arena_alloc(a, (g->vals.n + 1) * sizeof *def);
+	for (ValId v = 0; v < g->vals.n; v++)
+		def[v] = g->vals.v[v].def;
+	if (!s->groups.n && !s->fold)
+		return def; /* (-O0: the program as it is; f shares g's nodes) */
+	f->nodes.v = arena_alloc(a, (g->nodes.n + 1) * sizeof *f->nodes.v);
+	if (g->nodes.n) /* (a graph with no statements has no arrays) */
+		memcpy(f->nodes.v, g->nodes.v, g->nodes.n * sizeof *f->nodes.v);
+	for (uint32_t k = 0; k < s->groups.n; k++) {
+		const FuseGroup *grp = &s->groups.v[k];
+		if (grp->after != NONE)
+			epilogue_plan(g, s, a, f, def, grp);
+		else
+			group_plan(g, s, a, f, def, grp);
+	}
+	if (s->fold)
+		fold_plan(g, s, a, f, def);
+	return def;
+}
+
+/* ------------------------------------------------------------------ the verifier's part */
+
+#define FAIL(...) ICE("IR verifier, graph '%s', after pass '%s': " __VA_ARGS__)
+
+/* Groups: members live, pointwise-sized (one result), on one stream and
+ * one fusion region, in program order, each node in at most one group;
+ * prologue and epilogue links point both ways. */
+static void
+check_groups(Graph *g, const Sched *s, const char *after)
+{
+	FusionInfo fi;
+	fusion_analyse(g, &fi);
+	int *seen = xmalloc((g->nodes.n + 1) * sizeof *seen);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		seen[i] = -1;
+	for (uint32_t k = 0; k < s->groups.n; k++) {
+		const FuseGroup *grp = &s->groups.v[k];
+		if (grp->n == 0 || grp->n > SCHED_GROUP_MAX)
+			FAIL("group %u has %u nodes", g->name, after, k, grp->n);
+		NodeId n0 = grp->nodes[0];
+		for (uint32_t j = 0; j < grp->n; j++) {
+			NodeId i = grp->nodes[j];
+			if (i >= g->nodes.n || (g->nodes.v[i].flags & NF_DEAD))
+				FAIL("group %u holds a node that is not in the graph", g->name, after, k);
+			const Node *n = &g->nodes.v[i];
+			if (seen[i] >= 0 || s->group[i] != (int)k)
+				FAIL("node %u (line %u) is in group %u and %d", g->name, after, i,
+				     n->loc.line, k, seen[i] >= 0 ? seen[i] : s->group[i]);
+			seen[i] = (int)k;
+			if (j && i <= grp->nodes[j - 1])
+				FAIL("group %u is not in program order", g->name, after, k);
+			if (n->stream != g->nodes.v[n0].stream)
+				FAIL("group %u spans streams '%s' and '%s' (lines %u and %u)", g->name,
+				     after, k, g->streams.v[g->nodes.v[n0].stream].name,
+				     g->streams.v[n->stream].name, g->nodes.v[n0].loc.line, n->loc.line);
+			if (fi.region[i] == NONE || fi.region[i] != fi.region[n0])
+				FAIL("group %u spans a sync (lines %u and %u)", g->name, after, k,
+				     g->nodes.v[n0].loc.line, n->loc.line);
+			if (n->nres != 1)
+				FAIL("group %u holds a node of %u results", g->name, after, k, n->nres);
+		}
+		if (grp->into != NONE && grp->after != NONE)
+			FAIL("group %u is both a prologue and an epilogue", g->name, after, k);
+		NodeId link = grp->into != NONE ? grp->into : grp->after;
+		if (link == NONE)
+			continue;
+		if (link >= g->nodes.n || s->group[link] >= 0 ||
+		    fi.region[link] != fi.region[n0] ||
+		    (grp->into != NONE ? s->prologue[link] != (int)k || link < grp->nodes[grp->n - 1]
+		                       : s->epilogue[link] < 0 || link > n0))
+			FAIL("group %u's %s link to node %u is inconsistent", g->name, after, k,
+			     grp->into != NONE ? "prologue" : "epilogue", link);
+	}
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		if ((s->group[i] >= 0 && seen[i] != s->group[i]) ||
+		    (s->prologue[i] >= 0 && ((uint32_t)s->prologue[i] >= s->groups.n ||
+		                             s->groups.v[s->prologue[i]].into != i)) ||
+		    (s->epilogue[i] >= 0 && ((uint32_t)s->epilogue[i] >= s->groups.n ||
+		                             s->groups.v[s->epilogue[i]].after != i)))
+			FAIL("node %u (line %u): its group links are inconsistent", g->name, after,
+			     i, g->nodes.v[i].loc.line);
+	}
+	free(seen);
+	fusion_free(&fi);
+}
+
+/* The plan: linearly, every buffer aligned inside its arena with its
+ * accesses in order; then memplan_verify over the kernels' program (no
+ * two buffers sharing bytes live together unless happens-before orders
+ * them), which skips graphs too large for its quadratic reachability. */
+static void
+check_plan(Graph *g, const Sched *s, const char *after)
+{
+	const MemPlan *mp = &s->plan;
+	for (uint32_t b = 0; b < mp->nbuf; b++) {
+		const MemBuf *x = &mp->buf[b];
+		uint64_t peak = x->where == MEM_DEVICE ? mp->peak : mp->host_peak;
+		if (x->where != MEM_OUTPUT && x->size &&
+		    (x->offset % 256 || x->offset + x->size > peak))
+			FAIL("'%%%s' lies outside its arena", g->name, after, g->vals.v[x->v].name);
+		if (x->alloc > x->last || x->last > x->release || x->release >= g->nodes.n)
+			FAIL("'%%%s' has its accesses out of order", g->name, after,
+			     g->vals.v[x->v].name);
+	}
+	if (s->unchecked || g->nodes.n > MEMPLAN_VERIFY_MAX)
+		return; /* (the checker would skip it: too large) */
+	char why[256];
+	Arena *a = arena_new();
+	Graph f;
+	sched_kernel_graph(g, s, a, &f);
+	if (memplan_verify(&f, mp, why) == 0)
+		FAIL("the memory plan is wrong: %s", g->name, after, why);
+	arena_free(a);
+}
+
+/* Kernel choices: a product and its epilogue activation point at each
+ * other on one stream, attention pairs too; a folded view has a source
+ * and no memory. */
+static void
+check_fold(Graph *g, const Sched *s, const char *after)
+{
+	const KernelFold *F = s->fold;
+	for (NodeId i = 0; F && i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		NodeId a = F->act[i], p = F->pair[i];
+		if ((a != NONE && (a >= g->nodes.n || F->prod[a] != i ||
+		                   g->nodes.v[a].stream != n->stream || a <= i)) ||
+		    (p != NONE && (p >= g->nodes.n || F->pair[p] != i ||
+		                   g->nodes.v[p].stream != n->stream)))
+			FAIL("node %u (line %u): its epilogue or attention pair is inconsistent",
+			     g->name, after, i, n->loc.line);
+		if ((F->view[i] || F->outview[i]) &&
+		    (n->nres != 1 || (F->view[i] && (F->src[n->res[0]] == NONE ||
+		                                     !s->reg[n->res[0]]))))
+			FAIL("node %u (line %u): a folded view without its source", g->name, after,
+			     i, n->loc.line);
+	}
+}
+
+void
+sched_verify(Graph *g, const char *after)
+{
+	Sched *s = g->sched;
+	if (!s)
+		return;
+	check_groups(g, s, after);
+	check_fold(g, s, after);
+	if (s->planned)
+		check_plan(g, s, after);
+}
+
+/* ------------------------------------------------------------------ --dump-after */
+
+/* " 64 KiB": bytes in the largest unit that divides them. */
+static void
+print_bytes(FILE *f, uint64_t n)
+{
+	static const char *unit[] = {"B", "KiB", "MiB", "GiB"};
+	int u = 0;
+	while (u < 3 && n >= 1024 && n % 1024 == 0)
+		n /= 1024, u++;
+	fprintf(f, "%" PRIu64 " %s", n, unit[u]);
+}
+
+typedef struct {
+	Graph *g;
+	ValId *reuses;  /* per buffer: the buffer at its offset before it, or NONE */
+} Notes;
+
+/* A buffer and the node writing it first, ordered by that node. */
+typedef struct {
+	NodeId alloc;
+	uint32_t b;
+} ByAlloc;
+
+static int
+alloc_cmp(const void *pa, const void *pb)
+{
+	const ByAlloc *a = pa, *b = pb;
+	if (a->alloc != b->alloc)
+		return a->alloc < b->alloc ? -1 : 1;
+	return a->b < b->b ? -1 : a->b > b->b;
+}
+
+/* For each arena buffer, the one that last held its offset before it
+ * (in the order they are written): the bytes it reuses. */
+static ValId *
+find_reuses(const MemPlan *mp)
+{
+	ValId *reuses = xmalloc((mp->nbuf + 1) * sizeof *reuses);
+	ByAlloc *order = xmalloc((mp->nbuf + 1) * sizeof *order);
+	uint64_t *key = xmalloc((mp->nbuf + 1) * sizeof *key); /* where and offset */
+	Map at; /* key -> the buffer last there */
+	map_init(&at);
+	for (uint32_t b = 0; b < mp->nbuf; b++)
+		order[b] = (ByAlloc){mp->buf[b].alloc, b};
+	qsort(order, mp->nbuf, sizeof *order, alloc_cmp);
+	for (uint32_t k = 0; k < mp->nbuf; k++) {
+		uint32_t b = order[k].b;
+		const MemBuf *x = &mp->buf[b];
+		key[b] = x->offset * 4 + x->where;
+		reuses[b] = NONE;
+		if (x->where == MEM_OUTPUT || !x->size)
+			continue;
+		uint32_t *prev = map_get(&at, (const char *)&key[b], sizeof *key);
+		if (prev)
+			reuses[b] = mp->buf[*prev].v;
+		map_put(&at, (const char *)&key[b], sizeof *key, b);
+	}
+	map_free(&at);
+	free(key);
+	free(order);
+	return reuses;
+}
+
+/* The trailing comment of node i: its group, fold and buffers. */
+static void
+note(FILE *f, void *ctx, NodeId i)
+{
+	const Notes *N = ctx;
+	Graph *g = N->g;
+	const Sched *s = g->sched;
+	const Node *n = &g->nodes.v[i];
+	const KernelFold *F = s->fold;
+	const char *sep = "  # ";
+	int gi = s->group[i];
+	if (gi >= 0) {
+		const FuseGroup *grp = &s->groups.v[gi];
+		fprintf(f, "%sgroup %d (vec %d)", sep, gi, grp->vec);
+		if (grp->into != NONE)
+			fprintf(f, " into %%%s", g->vals.v[g->nodes.v[grp->into].res[0]].name);
+		if (grp->after != NONE)
+			fprintf(f, " after %%%s", g->vals.v[g->nodes.v[grp->after].res[0]].name);
+		sep = ", ";
+	}
+	if (F && F->view[i])
+		fprintf(f, "%sview of %%%s%s", sep, g->vals.v[F->src[n->res[0]]].name,
+		        F->trans[n->res[0]] == 1 ? " (transposed)" :
+		        F->trans[n->res[0]] == 2 ? " (strided)" : ""), sep = ", ";
+	if (F && F->outview[i])
+		fprintf(f, "%swritten by attention", sep), sep = ", ";
+	if (F && F->act[i] != NONE)
+		fprintf(f, "%sruns at %%%s with its %s as epilogue", sep,
+		        g->vals.v[g->nodes.v[F->act[i]].res[0]].name,
+		        op_name(g->nodes.v[F->act[i]].op)), sep = ", ";
+	if (F && F->prod[i] != NONE)
+		fprintf(f, "%sepilogue of %%%s", sep,
+		        g->vals.v[g->nodes.v[F->prod[i]].res[0]].name), sep = ", ";
+	if (s->flash[i])
+		fprintf(f, "%sflash attention", sep), sep = ", ";
+	if (s->softmax_bwd[i])
+		fprintf(f, "%s%ssoftmax backward kernel", sep, s->softmax_bwd[i]->log ? "log_" : ""),
+		sep = ", ";
+	if (F && F->pair[i] != NONE)
+		fprintf(f, "%spaired with %%%s", sep,
+		        g->vals.v[g->nodes.v[F->pair[i]].res[0]].name), sep = ", ";
+	for (uint32_t j = 0; j < n->nres; j++) {
+		ValId v = n->res[j];
+		const char *name = g->vals.v[v].name;
+		if (s->root[v] != v)
+			continue;
+		if (s->reg[v]) {
+			fprintf(f, "%s%%%s: no memory", sep, name);
+			sep = ", ";
+			continue;
+		}
+		if (!s->planned || s->plan.bufof[v] == NONE)
+			continue;
+		const MemBuf *b = &s->plan.buf[s->plan.bufof[v]];
+		if (b->v != v)
+			continue;
+		static const char *where[] = {"arena", "host", "output"};
+		fprintf(f, "%s%%%s: %s", sep, name, where[b->where]);
+		if (b->where != MEM_OUTPUT)
+			fprintf(f, " +0x%" PRIx64, b->offset);
+		fputs(" (", f);
+		print_bytes(f, b->size);
+		ValId r = N->reuses[s->plan.bufof[v]];
+		if (r != NONE)
+			fprintf(f, ", reuses %%%s", g->vals.v[r].name);
+		fputc(')', f);
+		sep = ", ";
+	}
+}
+
+void
+sched_print(FILE *f, Graph *g)
+{
+	if (!g->sched) {
+		print_graph(f, g);
+		return;
+	}
+	const Sched *s = g->sched;
+	Notes N = {.g = g, .reuses = s->planned ? find_reuses(&s->plan) : NULL};
+	print_graph_notes(f, g, note, &N);
+	free(N.reuses);
+	if (s->planned)
+		fprintf(f, "# plan: device arena %" PRIu64 " bytes, host arena %" PRIu64
+		        " bytes, outputs %" PRIu64 " bytes\n", s->plan.peak, s->plan.host_peak,
+		        s->plan.outputs);
+}
