@@ -95,45 +95,10 @@ class AttentionBlock(nn.Module):
 
 
 
-class BasicBlock(nn.Module):
-    def __init__(self, cin, cout, stride=1):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                      nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        h = F.relu(self.bn1(self.conv1(x)))
-        h = self.bn2(self.conv2(h))
-        s = x if self.down is None else self.down(x)
-        return F.relu(h + s)
-
-
-class SmallResNet(nn.Module):
-    def __init__(self, classes=10):
-        super().__init__()
-        self.stem = nn.Conv2d(3, 8, 3, 1, 1, bias=False)
-        self.bn = nn.BatchNorm2d(8)
-        self.pool = nn.MaxPool2d(3, 2, 1)
-        self.layer1 = BasicBlock(8, 8)
-        self.layer2 = BasicBlock(8, 16, 2)
-        self.avg = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(16, classes)
-
-    def forward(self, x):
-        h = self.pool(F.relu(self.bn(self.stem(x))))
-        h = self.layer2(self.layer1(h))
-        return self.fc(torch.flatten(self.avg(h), 1))
-
-
-def small_resnet():
-    torch.manual_seed(0)
-    return SmallResNet()
+# The small ResNet of samples/resnet_small.py (BasicBlocks with BatchNorm,
+# max pooling, global average pooling, a linear classifier).
+sys.path.insert(0, os.path.join(HERE, "..", "..", "samples"))
+from resnet_small import resnet_small as small_resnet  # noqa: E402
 
 
 def mlp():
@@ -758,6 +723,23 @@ def check_conv_args(S, fx2sg):
     S.report("api BatchNorm2d track_running_stats=False", why)
 
 
+def check_sample(S):
+    """samples/resnet_small.sg is what its documented command gives."""
+    sample = os.path.join(HERE, "..", "..", "samples", "resnet_small.sg")
+    out = S.path("resnet_small.sg")
+    pr = main_fx2sg(os.path.join(HERE, "..", "..", "samples", "resnet_small.py") +
+                    ":resnet_small", "-o", out, "--graph", "resnet_small", "--input",
+                    "x=f32[8,3,32,32]", "--train", "--loss", "cross_entropy", "--optimizer",
+                    "adamw(lr=0.001)", "--trace", "fx")
+    if pr.returncode != 0:
+        S.report("samples/resnet_small.sg regenerates", "fx2sg exited %d: %s" %
+                 (pr.returncode, pr.stderr))
+        return
+    body = lambda p: open(p).read().split("\n", 1)[1]   # the header names torch's version
+    S.report("samples/resnet_small.sg regenerates", None if body(out) == body(sample) else
+             "fx2sg now gives another graph than samples/resnet_small.sg")
+
+
 def main():
     global stio, compare, FX
     sys.path.insert(0, HERE)
@@ -778,6 +760,7 @@ def main():
     if HAVE_EXPORT:
         check_resnet_train(S, "export")
     check_conv_args(S, fx2sg)
+    check_sample(S)
     S.finish()
 
 
