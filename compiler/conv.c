@@ -27,6 +27,7 @@
  */
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "sgc.h"
@@ -204,6 +205,9 @@ check_pairs(Graph *g, Node *n, Diag *d)
 		if (i != 2 && (v[0] <= 0 || v[1] <= 0))
 			return cfail(g, n, d, at, "%s must be positive, but is [%" PRId64 ", %" PRId64 "]",
 			             names[i], v[0], v[1]);
+		if (v[0] > INT32_MAX || v[1] > INT32_MAX)
+			return cfail(g, n, d, at, "%s [%" PRId64 ", %" PRId64 "] is too large", names[i],
+			             v[0], v[1]);
 	}
 	return 1;
 }
@@ -261,16 +265,21 @@ conv_check(Graph *g, Node *n, Diag *d, const int64_t *x, const int64_t *w, int w
 	if (groups <= 0)
 		return cfail(g, n, d, aloc(n, "groups"), "groups must be positive, but is %" PRId64,
 		             groups);
+	if (groups > INT32_MAX)
+		return cfail(g, n, d, aloc(n, "groups"), "groups=%" PRId64 " is too large", groups);
 	if (x[1] % groups)
 		return cfail(g, n, d, aloc(n, "groups"), "the input's %" PRId64 " channels are not "
 		             "divisible by groups=%" PRId64, x[1], groups);
 	if (w[0] % groups)
 		return cfail(g, n, d, n->opnd[wi].loc, "the weight's %" PRId64 " out channels are "
 		             "not divisible by groups=%" PRId64, w[0], groups);
-	if (w[1] * groups != x[1])
+	if (w[1] != x[1] / groups)
 		return cfail(g, n, d, n->opnd[wi].loc, "the weight %s must be [K, %" PRId64
 		             ", R, S] for %" PRId64 " input channels and groups=%" PRId64,
 		             desc(a, sizeof a, g, n, wi), x[1] / groups, x[1], groups);
+	if (w[2] > INT32_MAX || w[3] > INT32_MAX)
+		return cfail(g, n, d, n->opnd[wi].loc, "the weight %s has a kernel too large",
+		             desc(a, sizeof a, g, n, wi));
 	conv_geom(n, x, w, cg);
 	return check_fit(g, n, d, cg, 0);
 }
@@ -336,6 +345,9 @@ shape_adaptive_pool2d(Graph *g, Node *n, Diag *d)
 	if (o[0] <= 0 || o[1] <= 0)
 		return cfail(g, n, d, at, "output_size must be positive, but is [%" PRId64 ", %" PRId64
 		             "]", o[0], o[1]);
+	if (o[0] > INT32_MAX || o[1] > INT32_MAX)
+		return cfail(g, n, d, at, "output_size [%" PRId64 ", %" PRId64 "] is too large", o[0],
+		             o[1]);
 	const Type *x = ot(g, n, 0);
 	int64_t r[4] = {x->d[0], x->d[1], o[0], o[1]};
 	return result4(g, n, d, 0, (DType)x->dt, r, 4);
@@ -410,8 +422,8 @@ shape_attr(Graph *g, Node *n, Diag *d, int64_t *out)
 	if (!s || s->nints != 4)
 		return cfail(g, n, d, aloc(n, "shape"), "shape must have 4 sizes");
 	for (int i = 0; i < 4; i++) {
-		if (s->ints[i] < 0)
-			return cfail(g, n, d, s->loc, "shape must not have negative sizes");
+		if (s->ints[i] < 0 || s->ints[i] > INT32_MAX)
+			return cfail(g, n, d, s->loc, "shape must have sizes from 0 to 2^31 - 1");
 		out[i] = s->ints[i];
 	}
 	return 1;
