@@ -349,6 +349,10 @@ shape_adaptive_pool2d(Graph *g, Node *n, Diag *d)
 		return cfail(g, n, d, at, "output_size [%" PRId64 ", %" PRId64 "] is too large", o[0],
 		             o[1]);
 	const Type *x = ot(g, n, 0);
+	char b[256];
+	if (x->d[2] == 0 || x->d[3] == 0)
+		return cfail(g, n, d, n->opnd[0].loc, "expects an input with non-zero height and "
+		             "width, but %s has none", desc(b, sizeof b, g, n, 0));
 	int64_t r[4] = {x->d[0], x->d[1], o[0], o[1]};
 	return result4(g, n, d, 0, (DType)x->dt, r, 4);
 }
