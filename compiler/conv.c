@@ -234,24 +234,6 @@ check_fit(Graph *g, Node *n, Diag *d, const ConvGeom *cg, int pool)
 	return 1;
 }
 
-static int
-result4(Graph *g, Node *n, Diag *d, uint32_t i, DType dt, const int64_t *dims, int rank)
-{
-	if (i >= n->nres)
-		return cfail(g, n, d, n->loc, "gives %u results, but the statement names %u",
-		             i + 1, n->nres);
-	Type t;
-	memset(&t, 0, sizeof t);
-	t.dt = (uint8_t)dt;
-	t.rank = (uint8_t)rank;
-	for (int k = 0; k < SG_MAXRANK; k++)
-		t.sym[k] = -1;
-	for (int k = 0; k < rank; k++)
-		t.d[k] = dims[k];
-	g->vals.v[n->res[i]].type = t;
-	return 1;
-}
-
 /* conv2d's checks on x [N, C, H, W] and w [K, C/groups, R, S]: weight
  * operand wi, the output into cg. */
 static int
@@ -305,7 +287,7 @@ shape_conv2d(Graph *g, Node *n, Diag *d)
 			return 0;
 	}
 	int64_t r[4] = {cg.n, cg.k, cg.oh, cg.ow};
-	return result4(g, n, d, 0, (DType)x->dt, r, 4);
+	return shape_give(g, n, d, 0, (DType)x->dt, r, 4);
 }
 
 /* The pool geometry of n over x [N, C, H, W]. */
@@ -329,7 +311,7 @@ shape_pool2d(Graph *g, Node *n, Diag *d)
 	if (!pool_check(g, n, d, x->d, &cg))
 		return 0;
 	int64_t r[4] = {cg.n, cg.c, cg.oh, cg.ow};
-	return result4(g, n, d, 0, (DType)x->dt, r, 4);
+	return shape_give(g, n, d, 0, (DType)x->dt, r, 4);
 }
 
 /* adaptive_avg_pool2d(x, output_size=): an INT or [h, w], positive. */
@@ -354,7 +336,7 @@ shape_adaptive_pool2d(Graph *g, Node *n, Diag *d)
 		return cfail(g, n, d, n->opnd[0].loc, "expects an input with non-zero height and "
 		             "width, but %s has none", desc(b, sizeof b, g, n, 0));
 	int64_t r[4] = {x->d[0], x->d[1], o[0], o[1]};
-	return result4(g, n, d, 0, (DType)x->dt, r, 4);
+	return shape_give(g, n, d, 0, (DType)x->dt, r, 4);
 }
 
 /* batch_norm's per-channel operands [first, nopnd): [C] of x's dtype. */
@@ -413,7 +395,7 @@ shape_batch_norm(Graph *g, Node *n, Diag *d)
 	double eps = ir_attr_float(n, "eps", 1e-5);
 	if (!(eps >= 0))
 		return cfail(g, n, d, aloc(n, "eps"), "eps must not be negative");
-	return result4(g, n, d, 0, (DType)x->dt, x->d, x->rank);
+	return shape_give(g, n, d, 0, (DType)x->dt, x->d, x->rank);
 }
 
 /* ------------------------------------------------------------------ backward */
@@ -446,6 +428,14 @@ grad_fits(Graph *g, Node *n, Diag *d, const int64_t *r)
 	             r[2], r[3], desc(a, sizeof a, g, n, 0));
 }
 
+/* The gradient (operand 0) has the forward result's shape r: the result
+ * is s of its dtype. */
+static int
+grad_gives(Graph *g, Node *n, Diag *d, const int64_t *r, const int64_t *s)
+{
+	return grad_fits(g, n, d, r) && shape_give(g, n, d, 0, (DType)ot(g, n, 0)->dt, s, 4);
+}
+
 /* conv2d_backward_input(g, w, shape=x), conv2d_backward_weight(g, x,
  * shape=w). */
 int
@@ -461,9 +451,7 @@ shape_conv2d_backward(Graph *g, Node *n, Diag *d)
 	if (!conv_check(g, n, d, x, w, in ? 1 : 0, &cg))
 		return 0;
 	int64_t r[4] = {cg.n, cg.k, cg.oh, cg.ow};
-	if (!grad_fits(g, n, d, r))
-		return 0;
-	return result4(g, n, d, 0, (DType)ot(g, n, 0)->dt, s, 4);
+	return grad_gives(g, n, d, r, s);
 }
 
 /* max_pool2d_backward(g, x), avg_pool2d_backward(g, shape=),
@@ -493,9 +481,7 @@ shape_pool2d_backward(Graph *g, Node *n, Diag *d)
 		r[2] = cg.oh;
 		r[3] = cg.ow;
 	}
-	if (!grad_fits(g, n, d, r))
-		return 0;
-	return result4(g, n, d, 0, (DType)ot(g, n, 0)->dt, s, 4);
+	return grad_gives(g, n, d, r, s);
 }
 
 /* %dx, %dw, %db = batch_norm_backward(g, x, w?) (training),
@@ -516,9 +502,9 @@ shape_batch_norm_backward(Graph *g, Node *n, Diag *d)
 		return cfail(g, n, d, n->opnd[0].loc, "the gradient must have the input's shape, "
 		             "but %s does not", desc(a, sizeof a, g, n, 0));
 	int64_t c = x->d[1];
-	return result4(g, n, d, 0, (DType)x->dt, x->d, x->rank) &&
-	       result4(g, n, d, 1, (DType)x->dt, &c, 1) &&
-	       result4(g, n, d, 2, (DType)x->dt, &c, 1) &&
+	return shape_give(g, n, d, 0, (DType)x->dt, x->d, x->rank) &&
+	       shape_give(g, n, d, 1, (DType)x->dt, &c, 1) &&
+	       shape_give(g, n, d, 2, (DType)x->dt, &c, 1) &&
 	       (n->nres == 3 || cfail(g, n, d, n->loc, "gives 3 results, but the statement "
 	                              "names %u", n->nres));
 }

@@ -47,11 +47,13 @@ load(const Tensor *t, int f64)
 	return p;
 }
 
-/* col[(c * R + r) * S + s][p] for image nb, channels [c0, c0 + cols) of x:
- * x at output position p's window tap (r, s), 0 in the padding. */
+/* The im2col matrix of image nb, channels [c0, c0 + cols): row (c * R +
+ * r) * S + s, column p holds x at output position p's window tap (r, s),
+ * 0 in the padding.  Without dx, col gets it from x; with dx (col2im),
+ * each element of col is added into dx where it was read. */
 static void
-im2col(const ConvGeom *g, const void *x, int f64, int64_t nb, int64_t c0,
-       int64_t cols, void *col)
+im2col(const ConvGeom *g, const void *x, int f64, int64_t nb, int64_t c0, int64_t cols,
+       void *col, double *dx)
 {
 	int64_t P = g->oh * g->ow;
 	for (int64_t c = 0; c < cols; c++)
@@ -62,34 +64,13 @@ im2col(const ConvGeom *g, const void *x, int f64, int64_t nb, int64_t c0,
 					int64_t ih = oh * g->stride[0] - g->pad[0] + r * g->dil[0];
 					for (int64_t ow = 0; ow < g->ow; ow++) {
 						int64_t iw = ow * g->stride[1] - g->pad[1] + s * g->dil[1];
-						double v = 0;
-						if (ih >= 0 && ih < g->h && iw >= 0 && iw < g->w)
-							v = rd(x, f64, ((nb * g->c + c0 + c) * g->h + ih) * g->w + iw);
-						wr(col, f64, row * P + oh * g->ow + ow, v);
-					}
-				}
-			}
-}
-
-/* dx[nb, c0 + ...] += col2im(col): each tap added where it was read. */
-static void
-col2im(const ConvGeom *g, const void *col, int f64, int64_t nb, int64_t c0,
-       int64_t cols, double *dx)
-{
-	int64_t P = g->oh * g->ow;
-	for (int64_t c = 0; c < cols; c++)
-		for (int64_t r = 0; r < g->r; r++)
-			for (int64_t s = 0; s < g->s; s++) {
-				int64_t row = ((c * g->r) + r) * g->s + s;
-				for (int64_t oh = 0; oh < g->oh; oh++) {
-					int64_t ih = oh * g->stride[0] - g->pad[0] + r * g->dil[0];
-					if (ih < 0 || ih >= g->h)
-						continue;
-					for (int64_t ow = 0; ow < g->ow; ow++) {
-						int64_t iw = ow * g->stride[1] - g->pad[1] + s * g->dil[1];
-						if (iw >= 0 && iw < g->w)
-							dx[((nb * g->c + c0 + c) * g->h + ih) * g->w + iw] +=
-							    rd(col, f64, row * P + oh * g->ow + ow);
+						int64_t at = row * P + oh * g->ow + ow;
+						int in = ih >= 0 && ih < g->h && iw >= 0 && iw < g->w;
+						int64_t xi = ((nb * g->c + c0 + c) * g->h + ih) * g->w + iw;
+						if (dx && in)
+							dx[xi] += rd(col, f64, at);
+						else if (!dx)
+							wr(col, f64, at, in ? rd(x, f64, xi) : 0);
 					}
 				}
 			}
@@ -110,7 +91,7 @@ interp_conv2d(Interp *I, Node *n, Tensor **in, Tensor **out)
 	int ok = 1;
 	for (int64_t nb = 0; nb < g.n && ok; nb++)
 		for (int64_t gi = 0; gi < g.groups && ok; gi++) {
-			im2col(&g, xs, f64, nb, gi * cg, cg, col);
+			im2col(&g, xs, f64, nb, gi * cg, cg, col, NULL);
 			const char *wg = (const char *)ws + (size_t)(gi * kg * kk) * (f64 ? 8 : 4);
 			ok = interp_gemm(I, n, f64, kg, P, kk, wg, col, 0, acc);
 			for (int64_t k = 0; k < kg && ok; k++) {
@@ -166,13 +147,13 @@ interp_conv2d_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 				ok = interp_gemm(I, n, f64, kk, P, kg, (const char *)wt +
 				                 (size_t)(gi * kk * kg) * es, gg, 0, col);
 				if (ok)
-					col2im(&g, col, f64, nb, gi * cg, cg, acc);
+					im2col(&g, NULL, f64, nb, gi * cg, cg, col, acc);
 			}
 		free(wt);
 	} else {
 		for (int64_t nb = 0; nb < g.n && ok; nb++)
 			for (int64_t gi = 0; gi < g.groups && ok; gi++) {
-				im2col(&g, other, f64, nb, gi * cg, cg, col);
+				im2col(&g, other, f64, nb, gi * cg, cg, col, NULL);
 				const char *gg = (const char *)gs + (size_t)((nb * g.k + gi * kg) * P) * es;
 				ok = interp_gemm(I, n, f64, kg, kk, P, gg, col, 1, tmp);
 				for (int64_t j = 0; j < kg * kk && ok; j++)

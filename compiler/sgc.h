@@ -1104,6 +1104,9 @@ typedef struct {
 /* An INT or [h, w] attribute of n as two ints (dflt when unset); 0 when
  * it has another count. */
 int conv_pair(const Node *n, const char *name, int64_t dflt, int64_t out[2]);
+/* grad_ops.c: result i of n gets shape dims[rank] and dtype dt; an error
+ * at the statement when the statement names fewer results. */
+int shape_give(Graph *g, Node *n, Diag *d, uint32_t i, DType dt, const int64_t *dims, int rank);
 /* The geometry of conv2d / max_pool2d / avg_pool2d node n (or its
  * backward) over input shape x[4] and, for a conv, weight shape w[4]
  * (NULL for a pool).  Assumes the shape rule has accepted n. */

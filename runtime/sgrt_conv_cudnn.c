@@ -247,52 +247,39 @@ make_plan(Conv *c, const Key *k, Plan *p)
 	/* the first deterministic algorithm that works, else the first */
 	int n = 0, best = -1;
 	enum { MAXALGO = 16 };
+#define CHOOSE(perf)                                                                  \
+	do {                                                                          \
+		for (int i = n - 1; i >= 0; i--)                                      \
+			if (perf[i].status == CUDNN_STATUS_SUCCESS &&                 \
+			    (perf[i].determinism == CUDNN_DETERMINISTIC || best < 0 ||   \
+			     perf[best].determinism != CUDNN_DETERMINISTIC))           \
+				best = i;                                             \
+		if (best < 0)                                                         \
+			return 0;                                                     \
+		p->algo = (int)perf[best].algo;                                       \
+		p->ws = perf[best].memory;                                            \
+		math = perf[best].mathType;                                           \
+	} while (0)
 	if (k->dir == SGRT_CONV_FWD) {
 		cudnnConvolutionFwdAlgoPerf_t perf[MAXALGO];
 		if (c->f.FwdAlgo(c->h, p->x, p->w, p->conv, p->y, MAXALGO, &n, perf) !=
 		    CUDNN_STATUS_SUCCESS)
 			return 0;
-		for (int i = n - 1; i >= 0; i--)
-			if (perf[i].status == CUDNN_STATUS_SUCCESS &&
-			    (perf[i].determinism == CUDNN_DETERMINISTIC || best < 0 ||
-			     perf[best].determinism != CUDNN_DETERMINISTIC))
-				best = i;
-		if (best < 0)
-			return 0;
-		p->algo = (int)perf[best].algo;
-		p->ws = perf[best].memory;
-		math = perf[best].mathType;
+		CHOOSE(perf);
 	} else if (k->dir == SGRT_CONV_BWD_DATA) {
 		cudnnConvolutionBwdDataAlgoPerf_t perf[MAXALGO];
 		if (c->f.DataAlgo(c->h, p->w, p->y, p->conv, p->x, MAXALGO, &n, perf) !=
 		    CUDNN_STATUS_SUCCESS)
 			return 0;
-		for (int i = n - 1; i >= 0; i--)
-			if (perf[i].status == CUDNN_STATUS_SUCCESS &&
-			    (perf[i].determinism == CUDNN_DETERMINISTIC || best < 0 ||
-			     perf[best].determinism != CUDNN_DETERMINISTIC))
-				best = i;
-		if (best < 0)
-			return 0;
-		p->algo = (int)perf[best].algo;
-		p->ws = perf[best].memory;
-		math = perf[best].mathType;
+		CHOOSE(perf);
 	} else {
 		cudnnConvolutionBwdFilterAlgoPerf_t perf[MAXALGO];
 		if (c->f.FilterAlgo(c->h, p->x, p->y, p->conv, p->w, MAXALGO, &n, perf) !=
 		    CUDNN_STATUS_SUCCESS)
 			return 0;
-		for (int i = n - 1; i >= 0; i--)
-			if (perf[i].status == CUDNN_STATUS_SUCCESS &&
-			    (perf[i].determinism == CUDNN_DETERMINISTIC || best < 0 ||
-			     perf[best].determinism != CUDNN_DETERMINISTIC))
-				best = i;
-		if (best < 0)
-			return 0;
-		p->algo = (int)perf[best].algo;
-		p->ws = perf[best].memory;
-		math = perf[best].mathType;
+		CHOOSE(perf);
 	}
+#undef CHOOSE
 	/* f32 stays off TF32 even when a heuristic ranks it first */
 	if (k->dtype == SGRT_F32 && math != CUDNN_FMA_MATH && math != CUDNN_DEFAULT_MATH)
 		return 0;

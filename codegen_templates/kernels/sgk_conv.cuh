@@ -49,6 +49,18 @@ typedef struct {
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (total); \
 	     i += (long long)gridDim.x * blockDim.x)
 
+/* Flat index i of a row-major [., B, C, D] array as (a, b, c, d). */
+SGK_DEV void sgk_unflat4(long long i, long long B, long long C, long long D, long long &a,
+                         long long &b, long long &c, long long &d)
+{
+	d = i % D;
+	i /= D;
+	c = i % C;
+	i /= C;
+	b = i % B;
+	a = i / B;
+}
+
 template <class T>
 __global__ void __launch_bounds__(256)
 sgk_conv2d_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
@@ -57,9 +69,9 @@ sgk_conv2d_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__re
 	typedef typename sgk_acc<T>::type A;
 	const long long cg = g.c / g.groups, kg = g.k / g.groups;
 	SGK_CONV_LOOP(i, g.n * g.k * g.oh * g.ow) {
-		long long ow = i % g.ow, t = i / g.ow, oh = t % g.oh;
-		t /= g.oh;
-		long long k = t % g.k, nb = t / g.k, c0 = k / kg * cg;
+		long long nb, k, oh, ow;
+		sgk_unflat4(i, g.k, g.oh, g.ow, nb, k, oh, ow);
+		const long long c0 = k / kg * cg;
 		A acc = 0;
 		for (long long c = 0; c < cg; c++) {
 			const T *xp = x + ((nb * g.c + c0 + c) * g.h) * g.w;
@@ -91,9 +103,9 @@ sgk_conv2d_bwd_input_k(const T *__restrict__ dy, const T *__restrict__ w, T *__r
 	typedef typename sgk_acc<T>::type A;
 	const long long cg = g.c / g.groups, kg = g.k / g.groups;
 	SGK_CONV_LOOP(i, g.n * g.c * g.h * g.w) {
-		long long iw = i % g.w, t = i / g.w, ih = t % g.h;
-		t /= g.h;
-		long long c = t % g.c, nb = t / g.c, gi = c / cg;
+		long long nb, c, ih, iw;
+		sgk_unflat4(i, g.c, g.h, g.w, nb, c, ih, iw);
+		const long long gi = c / cg;
 		A acc = 0;
 		for (long long k = gi * kg; k < (gi + 1) * kg; k++) {
 			const T *dyp = dy + (nb * g.k + k) * g.oh * g.ow;
@@ -126,9 +138,9 @@ sgk_conv2d_bwd_weight_k(const T *__restrict__ dy, const T *__restrict__ x, T *__
 	__shared__ A part[32];
 	const long long cg = g.c / g.groups, kg = g.k / g.groups;
 	for (long long e = blockIdx.x; e < g.k * cg * g.r * g.s; e += gridDim.x) {
-		long long s = e % g.s, t = e / g.s, r = t % g.r;
-		t /= g.r;
-		long long c = t % cg, k = t / cg, xc = k / kg * cg + c;
+		long long k, c, r, s;
+		sgk_unflat4(e, cg, g.r, g.s, k, c, r, s);
+		const long long xc = k / kg * cg + c;
 		A acc = 0;
 		for (long long p = threadIdx.x; p < g.n * g.oh * g.ow; p += blockDim.x) {
 			long long ow = p % g.ow, q = p / g.ow, oh = q % g.oh, nb = q / g.oh;

@@ -651,6 +651,24 @@ class ConvArgs(nn.Module):
         return self.conv(x)
 
 
+def export_and_run(S, fx2sg, m, args, train=False):
+    """fx2sg's export of m on args, then sgc run: None when its output is
+    m's (in the mode exported), else why not."""
+    try:
+        ex = fx2sg.export(m, args, train=train)
+    except fx2sg.Error as e:
+        return "export raised: %s" % e
+    sg, par, inp = S.path("c.sg"), S.path("c.p"), S.path("c.i")
+    with open(sg, "w") as f:
+        f.write(ex.sg)
+    stio.save(par, ex.params)
+    stio.save(inp, ex.inputs)
+    out, why = sgc_run(S, sg, par, inp, S.path("c.o"))
+    with torch.no_grad():
+        exp = m.train(train)(*args)
+    return why or compare(out["out"], exp, atol=1e-5, rtol=1e-4)
+
+
 def check_conv_args(S, fx2sg):
     """nn.Conv2d's and the pools' arguments: exported ones match PyTorch,
     the ones sgc cannot honour are Errors naming them."""
@@ -668,20 +686,7 @@ def check_conv_args(S, fx2sg):
     for label, make in mods:
         m = make().eval()
         args = [x["x"]] + ([torch.zeros(1)] if isinstance(m, Fn) else [])
-        try:
-            ex = fx2sg.export(m, args)
-        except fx2sg.Error as e:
-            S.report("api " + label, "export raised: %s" % e)
-            continue
-        sg, par, inp = S.path("c.sg"), S.path("c.p"), S.path("c.i")
-        with open(sg, "w") as f:
-            f.write(ex.sg)
-        stio.save(par, ex.params)
-        stio.save(inp, ex.inputs)
-        out, why = sgc_run(S, sg, par, inp, S.path("c.o"))
-        with torch.no_grad():
-            exp = m(*args)
-        S.report("api " + label, why or compare(out["out"], exp, atol=1e-5, rtol=1e-4))
+        S.report("api " + label, export_and_run(S, fx2sg, m, args))
     bad = [("padding_mode", lambda: ConvArgs(kernel_size=3, padding=1, padding_mode="reflect"),
             "padding_mode='reflect'"),
            ("same even kernel", lambda: ConvArgs(kernel_size=2, padding="same"), "asymmetric"),
@@ -706,21 +711,8 @@ def check_conv_args(S, fx2sg):
                      "message lacks %r: %s" % (needle, e))
     # BatchNorm without running statistics: batch statistics in training
     m = nn.BatchNorm2d(4, track_running_stats=False)
-    xin = [torch.randn(3, 4, 2, 2, generator=GEN)]
-    try:
-        ex = fx2sg.export(m, xin, train=True)
-        sg, par, inp = S.path("b.sg"), S.path("b.p"), S.path("b.i")
-        with open(sg, "w") as f:
-            f.write(ex.sg)
-        stio.save(par, ex.params)
-        stio.save(inp, ex.inputs)
-        out, why = sgc_run(S, sg, par, inp, S.path("b.o"))
-        with torch.no_grad():
-            exp = m.train()(xin[0])
-        why = why or compare(out["out"], exp, atol=1e-5, rtol=1e-4)
-    except fx2sg.Error as e:
-        why = "export raised: %s" % e
-    S.report("api BatchNorm2d track_running_stats=False", why)
+    S.report("api BatchNorm2d track_running_stats=False",
+             export_and_run(S, fx2sg, m, [torch.randn(3, 4, 2, 2, generator=GEN)], train=True))
 
 
 def check_sample(S):
