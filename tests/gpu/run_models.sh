@@ -37,17 +37,9 @@ models() {
 case $mode in
 build)
 	py=${PYTHON:-/usr/bin/python3}
-	mkdir -p "$dir"
-	[ -f "$dir/build/build.ninja" ] || meson setup "$dir/build" -Dtests=disabled -Dnccl=disabled \
-		--buildtype=debugoptimized >/dev/null || exit 1
-	ninja -C "$dir/build" compiler/sgc runtime/libsgrt.so >/dev/null || exit 1
-	rm -rf "$dir/lib"
-	mkdir -p "$dir/lib"
-	blas=$(ldconfig -p | sed -n 's/.*libopenblas\.so\.0 .*=> //p' | head -n 1)
-	ldd "$dir/build/compiler/sgc" "$dir/build/runtime/libsgrt.so" ${blas:+"$blas"} |
-		awk '/(openblas|gfortran|quadmath|cjson)/ && $3 ~ /^\// { print $3 }' | sort -u |
-		while read -r l; do cp -L "$l" "$dir/lib/"; done
-	[ -z "$blas" ] || cp -L "$blas" "$dir/lib/libopenblas.so.0"
+	# sgc and libsgrt in DIR/build, the libraries in DIR/lib: as the
+	# Python package's GPU test builds them
+	bash tests/gpu/run_python_gpu.sh build "$dir" >/dev/null || exit 1
 	rm -rf "$dir/conv"
 	"$py" tests/gpu/conv_ops.py build "$dir/conv" "$dir/build/compiler/sgc" || exit 1
 	for m in $(models); do
