@@ -64,6 +64,14 @@ ${?bwd_cd}		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<${t
 ${?bwd_sgk}		SGRT_KERNEL(rt, ${s}, "${kname_bwd}", ${line},
 ${?bwd_sgk}		            SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<${t}>(&fp, sgrt_stream(rt, ${s})), ${line}));
 	}
+//@ conv_cudnn
+	{
+		const SgConvGeom geom = ${geom};
+		SGRT_CONV_OR(rt, ${s}, ${dir}, ${dt}, &geom.n, ${a}, ${b}, ${bias}, ${out},
+		             "${kname}[cudnn]", ${line},
+		             SGRT_KERNEL(rt, ${s}, "${kname}[direct]", ${line},
+		                         SGRT_CHECK_CUDA(rt, ${call}, ${line})));
+	}
 //@ lib_call
 	SGRT_KERNEL(rt, ${s}, "${kname}", ${line},
 	            SGRT_CHECK_CUDA(rt, ${call}, ${line}));

@@ -270,6 +270,7 @@ sgrt_destroy(SgrtModel *m)
 	sgrt_symm_release(m);
 	sgrt_nccl_release(m);
 	sgrt_blas_release(m);
+	sgrt_conv_release(m);
 	sgrt_cudnn_release(m);
 	sgrt_trace_release(m);
 	sgrt_mem_release(m);

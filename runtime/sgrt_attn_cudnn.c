@@ -739,12 +739,30 @@ sgrt_sdpa(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, const char *name, int
 	return sgrt_sdpa_exec(m, s, a, bwd, c->ws[s], c->ws_bytes[s], name, sgline);
 }
 
+void *
+sgrt_cudnn_lib(SgrtModel *m, void **handle)
+{
+	Cudnn *c = load(m);
+	if (!c)
+		return NULL;
+	*handle = c->h;
+	return c->lib;
+}
+
 #else /* no cudnn_graph.h at build time: always the fallback */
 
 void
 sgrt_cudnn_release(SgrtModel *m)
 {
 	(void)m;
+}
+
+void *
+sgrt_cudnn_lib(SgrtModel *m, void **handle)
+{
+	(void)m;
+	*handle = NULL;
+	return NULL;
 }
 
 int

@@ -69,6 +69,19 @@ void sgrt_cg_add_kernels(SgrtModel *m, int n);
 		}                                                             \
 	} while (0)
 
+/* sgrt_conv2d, or the statement __VA_ARGS__ (the direct kernel) when
+ * cuDNN is unavailable or declines. */
+#define SGRT_CONV_OR(m, s, dir, dt, g, a, b, bias, out, name, sgline, ...)     \
+	do {                                                                  \
+		int sgrt_st_ = sgrt_conv2d((m), (s), (dir), (dt), (g), (a), (b), (bias), \
+		                           (out), (name), (sgline));                \
+		if (sgrt_st_ == SGRT_CONV_UNAVAILABLE || sgrt_st_ == SGRT_CONV_DECLINED) { \
+			__VA_ARGS__;                                          \
+		} else if (sgrt_st_ != SGRT_OK) {                             \
+			return sgrt_st_;                                      \
+		}                                                             \
+	} while (0)
+
 #ifdef __cplusplus
 }
 #endif

@@ -75,6 +75,14 @@ void sgrt_blas_release(SgrtModel *m);
 
 /* Unloads cuDNN and frees the plans and workspaces (at sgrt_destroy). */
 void sgrt_cudnn_release(SgrtModel *m);
+/* The dlopen'ed cuDNN library and the model's cudnnHandle_t (*handle),
+ * loaded on first use; NULL when unavailable. */
+void *sgrt_cudnn_lib(SgrtModel *m, void **handle);
+
+/* ------------------------------------------------------------------ sgrt_conv_cudnn.c */
+
+/* Frees the convolution plans and workspaces (before sgrt_cudnn_release). */
+void sgrt_conv_release(SgrtModel *m);
 
 /* ------------------------------------------------------------------ sgrt_codegen.c */
 
@@ -183,6 +191,9 @@ struct SgrtModel {
 	/* cuDNN (sgrt_attn_cudnn.c): loaded on first use. */
 	void *cudnn;               /* its Cudnn, or NULL */
 	int cudnn_state;           /* 0 not tried, 1 loaded, -1 unavailable */
+	/* cuDNN convolutions (sgrt_conv_cudnn.c): plans over that library. */
+	void *conv;                /* its Conv, or NULL */
+	int conv_state;            /* 0 not tried, 1 loaded, -1 unavailable */
 
 	/* NCCL. */
 	void *comm;                /* ncclComm_t */

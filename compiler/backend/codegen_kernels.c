@@ -1082,7 +1082,7 @@ cg_op(CgGraph *G, NodeId i)
 		cg_pointwise(G, &grp);
 		return 1;
 	}
-	if (cg_grad_op(G, i))
+	if (cg_grad_op(G, i) || cg_conv_backward(G, n))
 		return !c->failed;
 	const char *xv = n->nopnd && n->opnd[0].kind == OK_VAL ? G->vname[n->opnd[0].v] : NULL;
 	const Type *r = n->nres ? cg_vtype(G, n->res[0]) : NULL;
@@ -1116,6 +1116,9 @@ cg_op(CgGraph *G, NodeId i)
 		return embedding(G, n);
 	case OP_GATHER:
 		return gather(G, n);
+	case OP_CONV2D: case OP_MAX_POOL2D: case OP_AVG_POOL2D: case OP_ADAPTIVE_AVG_POOL2D:
+	case OP_BATCH_NORM:
+		return cg_conv(G, n);
 	case OP_MSE_LOSS:
 		return cg_mse_loss(G, n);
 	case OP_CROSS_ENTROPY:

@@ -336,3 +336,14 @@ interp_sdpa(Interp *I, Node *n, Tensor **in, Tensor **out)
 		free(tmp[i]);
 	return 0;
 }
+
+/* The product for conv2d's im2col kernels (interp_conv.c). */
+int
+interp_gemm(Interp *I, const Node *n, int f64, int64_t m, int64_t nn, int64_t k,
+            const void *a, const void *b, int bt, void *c)
+{
+	if (!blas_load(I, n))
+		return 0;
+	gemm(I, f64 ? MM_F64 : MM_F32, m, nn, k, a, b, bt, c);
+	return 1;
+}

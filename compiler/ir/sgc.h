@@ -1286,4 +1286,42 @@ const char *interp_optim_declared(const Interp *I, uint32_t i);
 const Tensor *interp_optim_tensor(const Interp *I, uint32_t i);
 void interp_optim_free(Interp *I);
 
+/* ------------------------------------------------------------------ conv.c, interp_conv.c, grad_conv.c
+ * conv2d, the 2-D pools and batch_norm (NCHW), and their derivatives. */
+
+/* The geometry of a conv2d or pool over x [N, C, H, W]: the kernel
+ * [R, S], stride, padding, dilation (1 for pools) and the output
+ * [N, K, OH, OW] (K: the conv's out channels, C for a pool). */
+typedef struct {
+	int64_t n, c, h, w, k, r, s, oh, ow, groups;
+	int64_t stride[2], pad[2], dil[2];
+} ConvGeom;
+/* An INT or [h, w] attribute of n as two ints (dflt when unset); 0 when
+ * it has another count. */
+int conv_pair(const Node *n, const char *name, int64_t dflt, int64_t out[2]);
+/* grad_ops.c: result i of n gets shape dims[rank] and dtype dt; an error
+ * at the statement when the statement names fewer results. */
+int shape_give(Graph *g, Node *n, Diag *d, uint32_t i, DType dt, const int64_t *dims, int rank);
+/* The geometry of conv2d / max_pool2d / avg_pool2d node n (or its
+ * backward) over input shape x[4] and, for a conv, weight shape w[4]
+ * (NULL for a pool).  Assumes the shape rule has accepted n. */
+void conv_geom(const Node *n, const int64_t *x, const int64_t *w, ConvGeom *cg);
+/* adaptive_avg_pool2d's window [start, end) of output row i of o over
+ * an input of size len (PyTorch's floor/ceil rule). */
+int64_t conv_adaptive_start(int64_t i, int64_t o, int64_t len);
+int64_t conv_adaptive_end(int64_t i, int64_t o, int64_t len);
+
+/* interp_linalg.c: C[m,n] = A[m,k] * B[k,n] (B[n,k] transposed when bt),
+ * row-major, in f64 (dgemm) or f32 (sgemm); 0 after reporting at n when
+ * OpenBLAS cannot be loaded. */
+int interp_gemm(Interp *I, const Node *n, int f64, int64_t m, int64_t nn, int64_t k,
+                const void *a, const void *b, int bt, void *c);
+
+#define GRAD_RULE(f) int f(Grad *G, const Node *n, const ValId *gout, \
+                           ValId *gin, const uint8_t *need)
+GRAD_RULE(grad_conv2d);
+GRAD_RULE(grad_pool2d);
+GRAD_RULE(grad_batch_norm);
+#undef GRAD_RULE
+
 #endif /* SGC_H */

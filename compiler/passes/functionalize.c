@@ -37,6 +37,16 @@
  * write-after-read races across streams (races.c): once functionalised
  * they would no longer show.  An in-place op on a param before `backward`
  * is an error, as in PyTorch (a leaf that requires grad).
+ *
+ * First, a training batch_norm with a momentum gets its running-statistics
+ * update written out after it, as PyTorch computes it, and its momentum
+ * set to 0 (so that printing and compiling again adds nothing):
+ *
+ *     %v, %m = var_mean(%x, dims=[0, 2, ...])          (unbiased var)
+ *     copy_(%mean, add(mul(%m, momentum), mul(%mean, 1 - momentum)))
+ *     copy_(%var, add(mul(%v, momentum), mul(%var, 1 - momentum)))
+ *
+ * which the rewrite below then treats as the user's in-place ops.
  */
 #include <string.h>
 
@@ -346,11 +356,92 @@ nothing_to_do(const Graph *g)
 	return 1;
 }
 
+/* A node op(a, b) for after node `at` (its stream and line), typed by its
+ * shape rule; nres fresh results named after base. */
+static Node
+bn_node(Graph *g, Diag *d, const Node *at, int op, Opnd a, Opnd b, int nopnd,
+        uint32_t nres, const char *base)
+{
+	Node n = races_node(g, op, (uint32_t)nopnd, nres, at->stream, 0, at->loc);
+	n.opnd[0] = a;
+	if (nopnd > 1)
+		n.opnd[1] = b;
+	for (int k = 0; k < nopnd; k++)
+		n.opnd[k].loc = at->loc;
+	for (uint32_t i = 0; i < nres; i++)
+		n.res[i] = races_value_new(g, base, 0, at->loc);
+	if (op == OP_VAR_MEAN) {
+		Type x = g->vals.v[a.v].type;
+		Attr *dims = attr_of(&n, "dims");
+		dims->ints = arena_alloc(g->mod->arena, (size_t)(x.rank + 1) * sizeof *dims->ints);
+		dims->nints = 0;
+		for (int k = 0; k < x.rank; k++)
+			if (k != 1)
+				dims->ints[dims->nints++] = k;
+	}
+	if (nres && !op_table[op].shape(g, &n, d))
+		ICE("functionalize: the shape rule of '%s' failed", op_name(op));
+	return n;
+}
+
+static Opnd
+vopnd(ValId v)
+{
+	Opnd o = {.kind = OK_VAL, .v = v};
+	return o;
+}
+
+static Opnd
+fopnd(double f)
+{
+	Opnd o = {.kind = OK_FLOAT, .f = f};
+	return o;
+}
+
+/* The running-statistics updates of the training batch_norms (see the
+ * top); 1 when there were any. */
+static int
+bn_updates(Graph *g, Diag *d)
+{
+	NodeInsVec ins = {0};
+	uint32_t nn = g->nodes.n;
+	for (NodeId i = 0; i < nn; i++) {
+		Node *n = &g->nodes.v[i];
+		if (n->op != OP_BATCH_NORM || (n->flags & (NF_DEAD | NF_BACKWARD)) ||
+		    !ir_attr_int(n, "training", 0) || ir_attr_float(n, "momentum", 0) == 0)
+			continue;
+		Attr *mo = attr_of(n, "momentum");
+		double m = mo->f;
+		mo->f = 0;
+		Node at = *n;
+		Node vm = bn_node(g, d, &at, OP_VAR_MEAN, at.opnd[0], at.opnd[0], 1, 2, "bn_stats");
+		NodeIns x = {i + 1, 0, vm};
+		vec_push(&ins, x);
+		for (int k = 0; k < 2; k++) {
+			ValId run = at.opnd[1 + k].v, batch = vm.res[1 - k];
+			const char *base = g->vals.v[run].name;
+			Node a = bn_node(g, d, &at, OP_MUL, vopnd(batch), fopnd(m), 2, 1, base);
+			Node b = bn_node(g, d, &at, OP_MUL, vopnd(run), fopnd(1 - m), 2, 1, base);
+			Node s = bn_node(g, d, &at, OP_ADD, vopnd(a.res[0]), vopnd(b.res[0]), 2, 1, base);
+			Node c = bn_node(g, d, &at, OP_COPY_, vopnd(run), vopnd(s.res[0]), 2, 0, base);
+			NodeIns xs[4] = {{i + 1, 0, a}, {i + 1, 0, b}, {i + 1, 0, s}, {i + 1, 0, c}};
+			for (int j = 0; j < 4; j++)
+				vec_push(&ins, xs[j]);
+		}
+	}
+	int any = ins.n != 0;
+	if (any)
+		races_insert(g, &ins);
+	vec_free(&ins);
+	return any;
+}
+
 /* Pass `functionalize`: checks, rewrites, writes back at the end. */
 int
 functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 {
-	if (nothing_to_do(g))
+	int bn = bn_updates(g, d);
+	if (!bn && nothing_to_do(g))
 		return PASS_SAME;
 	if (!races_check_writes(g, po, d))
 		return 0;

@@ -220,3 +220,10 @@ shape_optim_update(Graph *g, Node *n, Diag *d)
 		return 0;
 	return 1;
 }
+
+/* Result i of n gets shape dims[rank] and dtype dt (conv.c's rules). */
+int
+shape_give(Graph *g, Node *n, Diag *d, uint32_t i, DType dt, const int64_t *dims, int rank)
+{
+	return result(g, n, d, i, dt, dims, rank);
+}

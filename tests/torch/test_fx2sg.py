@@ -95,6 +95,13 @@ class AttentionBlock(nn.Module):
         return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 
+
+# The small ResNet of samples/resnet_small.py (BasicBlocks with BatchNorm,
+# max pooling, global average pooling, a linear classifier).
+sys.path.insert(0, os.path.join(HERE, "..", "..", "samples"))
+from resnet_small import resnet_small as small_resnet  # noqa: E402
+
+
 def mlp():
     torch.manual_seed(1)
     return MLP()
@@ -121,6 +128,7 @@ MODELS = [
     ("gpt", gpt, ["idx=i64[4,16]"], "cross_entropy"),
     ("ln_classifier", ln_classifier, ["tok=i64[3,4]", "feats=f32[3,4,12]"], "cross_entropy"),
     ("attention", attention, ["x=f32[2,6,16]"], "mse"),
+    ("small_resnet", small_resnet, ["x=f32[2,3,16,16]"], "cross_entropy"),
 ]
 
 
@@ -226,6 +234,8 @@ def check_model(S, name, factory, flags, loss, trace="fx"):
     why = None
     decls = [l.split()[:2] for l in text.splitlines()]
     for n, t in list(module.named_parameters()) + list(module.named_buffers()):
+        if n.endswith("num_batches_tracked"):
+            continue    # BatchNorm's counter: read only with momentum=None
         kind = "param" if isinstance(t, nn.Parameter) else "const"
         if n not in params:
             why = "'%s' is not in the params file" % n
@@ -636,6 +646,133 @@ def check_cli_outputs(S):
     S.report("cli: --outputs, --graph, --save-outputs, -o -", why)
 
 
+# ------------------------------------------------------------------ convolutional models
+
+def check_resnet_train(S, trace="fx"):
+    """The small ResNet exported with --train --loss: sgc run's loss and
+    gradients match a training step of the module in PyTorch, and the
+    running statistics in --out are the buffers after that step."""
+    tag = "small_resnet --train[%s]" % trace
+    sg, par, inp = S.path("rt.sg"), S.path("rt.p"), S.path("rt.i")
+    pr = main_fx2sg(os.path.join(HERE, "test_fx2sg.py") + ":small_resnet", "-o", sg,
+                    "--params", par, "--save-inputs", inp, "--input", "x=f32[2,3,16,16]",
+                    "--train", "--loss", "cross_entropy", "--trace", trace, "--seed", "3")
+    if pr.returncode != 0:
+        S.report(tag, "fx2sg exited %d: %s" % (pr.returncode, pr.stderr))
+        return
+    out, why = sgc_run(S, sg, par, inp, S.path("rt.o"))
+    if why:
+        S.report(tag, why)
+        return
+    m = small_resnet().train()
+    ins = stio.load(inp)
+    lv = F.cross_entropy(m(ins["x"]), ins["target"])
+    lv.backward()
+    why = compare(out["loss"], lv.detach(), atol=1e-5, rtol=1e-4)
+    for n, p in m.named_parameters():
+        why = why or ("grad.%s: " % n + (compare(out["grad." + n], p.grad, atol=1e-5, rtol=1e-4)
+                                         or "") if "grad." + n in out else "grad.%s missing" % n)
+        why = None if why and why.endswith(": ") else why
+    for n, b in m.named_buffers():
+        if why or "num_batches" in n:
+            continue
+        why = ("%s: " % n + (compare(out[n], b, atol=1e-6, rtol=1e-5) or "")) if n in out \
+            else "%s missing from --out" % n
+        why = None if why and why.endswith(": ") else why
+    S.report(tag, why)
+
+
+class ConvArgs(nn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        torch.manual_seed(4)
+        self.conv = nn.Conv2d(4, 6, **kw)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def export_and_run(S, fx2sg, m, args, train=False):
+    """fx2sg's export of m on args, then sgc run: None when its output is
+    m's (in the mode exported), else why not."""
+    try:
+        ex = fx2sg.export(m, args, train=train)
+    except fx2sg.Error as e:
+        return "export raised: %s" % e
+    sg, par, inp = S.path("c.sg"), S.path("c.p"), S.path("c.i")
+    with open(sg, "w") as f:
+        f.write(ex.sg)
+    stio.save(par, ex.params)
+    stio.save(inp, ex.inputs)
+    out, why = sgc_run(S, sg, par, inp, S.path("c.o"))
+    with torch.no_grad():
+        exp = m.train(train)(*args)
+    return why or compare(out["out"], exp, atol=1e-5, rtol=1e-4)
+
+
+def check_conv_args(S, fx2sg):
+    """nn.Conv2d's and the pools' arguments: exported ones match PyTorch,
+    the ones sgc cannot honour are Errors naming them."""
+    x = {"x": torch.randn(2, 4, 9, 8, generator=GEN)}
+    ok = [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=(3, 1), dilation=(2, 1)),
+          dict(kernel_size=3, groups=2, bias=False), dict(kernel_size=3, padding="same"),
+          dict(kernel_size=(2, 3), padding="valid"), dict(kernel_size=3, padding="same",
+                                                          dilation=2)]
+    pools = [("maxpool", lambda: nn.MaxPool2d(3, 2, 1)), ("maxpool k2", lambda: nn.MaxPool2d(2)),
+             ("avgpool", lambda: nn.AvgPool2d(3, 1, 1)),
+             ("avgpool no pad count", lambda: nn.AvgPool2d(2, count_include_pad=False)),
+             ("adaptive", lambda: nn.AdaptiveAvgPool2d((2, None))),
+             ("global mean", lambda: Fn(lambda m, a, b: a.mean((-2, -1), keepdim=True)))]
+    mods = [("conv %s" % kw, lambda kw=kw: ConvArgs(**kw)) for kw in ok] + pools
+    for label, make in mods:
+        m = make().eval()
+        args = [x["x"]] + ([torch.zeros(1)] if isinstance(m, Fn) else [])
+        S.report("api " + label, export_and_run(S, fx2sg, m, args))
+    bad = [("padding_mode", lambda: ConvArgs(kernel_size=3, padding=1, padding_mode="reflect"),
+            "padding_mode='reflect'"),
+           ("same even kernel", lambda: ConvArgs(kernel_size=2, padding="same"), "asymmetric"),
+           ("ceil_mode", lambda: nn.MaxPool2d(3, 2, ceil_mode=True), "ceil_mode=True"),
+           ("return_indices", lambda: nn.MaxPool2d(2, return_indices=True), "return_indices"),
+           ("maxpool dilation", lambda: nn.MaxPool2d(2, dilation=2), "dilation"),
+           ("avg ceil_mode", lambda: nn.AvgPool2d(3, 2, ceil_mode=True), "ceil_mode=True"),
+           ("count_include_pad", lambda: nn.AvgPool2d(3, 1, 1, count_include_pad=False),
+            "count_include_pad=False"),
+           ("divisor_override", lambda: nn.AvgPool2d(2, divisor_override=3), "divisor_override=3"),
+           ("conv1d", lambda: nn.Conv1d(4, 4, 3), "conv1d"),
+           ("bn momentum None", lambda: nn.BatchNorm2d(4, momentum=None), "momentum=None")]
+    for label, make, needle in bad:
+        m = make()
+        inp = [torch.randn(2, 4, 9, 8, generator=GEN) if label != "conv1d"
+               else torch.randn(2, 4, 9, generator=GEN)]
+        try:
+            fx2sg.export(m, inp, train=label.startswith("bn"))
+            S.report("error: " + label, "exported without an error")
+        except fx2sg.Error as e:
+            S.report("error: " + label, None if needle in str(e) else
+                     "message lacks %r: %s" % (needle, e))
+    # BatchNorm without running statistics: batch statistics in training
+    m = nn.BatchNorm2d(4, track_running_stats=False)
+    S.report("api BatchNorm2d track_running_stats=False",
+             export_and_run(S, fx2sg, m, [torch.randn(3, 4, 2, 2, generator=GEN)], train=True))
+
+
+def check_sample(S):
+    """samples/resnet_small.sg is what its documented command gives."""
+    sample = os.path.join(HERE, "..", "..", "samples", "resnet_small.sg")
+    out = S.path("resnet_small.sg")
+    pr = main_fx2sg(os.path.join(HERE, "..", "..", "samples", "resnet_small.py") +
+                    ":resnet_small", "-o", out, "--graph", "resnet_small", "--input",
+                    "x=f32[8,3,32,32]", "--train", "--loss", "cross_entropy", "--optimizer",
+                    "adamw(lr=0.001)", "--trace", "fx")
+    if pr.returncode != 0:
+        S.report("samples/resnet_small.sg regenerates", "fx2sg exited %d: %s" %
+                 (pr.returncode, pr.stderr))
+        return
+    body = lambda p: open(p).read().split("\n", 1)[1]   # the header names torch's version
+    S.report("samples/resnet_small.sg regenerates", None if body(out) == body(sample) else
+             "fx2sg now gives another graph than samples/resnet_small.sg")
+
+
 def main():
     global stio, compare, FX
     sys.path.insert(0, HERE)
@@ -652,6 +789,11 @@ def main():
     check_errors(S, fx2sg)
     check_cli_outputs(S)
     check_dims(S)
+    check_resnet_train(S)
+    if HAVE_EXPORT:
+        check_resnet_train(S, "export")
+    check_conv_args(S, fx2sg)
+    check_sample(S)
     check_sample_files(S)
     S.finish()
 

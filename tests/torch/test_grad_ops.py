@@ -305,6 +305,49 @@ case("accumulation", {"w": R(2, 2), "b": R(2)},
      lambda P: torch.tanh((P["w"] @ P["w"] + P["w"] + P["b"]) * P["b"]))
 
 
+# ---------------------------------------------------------------- convolution, pooling, batch_norm
+case("conv2d", {"x": R(2, 3, 6, 5), "w": R(4, 3, 3, 3), "b": R(4)},
+     "%o = conv2d(%x, %w, %b)",
+     lambda P: F.conv2d(P["x"], P["w"], P["b"]), f32=True)
+case("conv2d stride padding dilation", {"x": R(2, 2, 7, 8), "w": R(3, 2, 3, 2)},
+     "%o = conv2d(%x, %w, stride=[2, 1], padding=[1, 2], dilation=[2, 1])",
+     lambda P: F.conv2d(P["x"], P["w"], stride=(2, 1), padding=(1, 2), dilation=(2, 1)))
+case("conv2d groups", {"x": R(1, 4, 5, 5), "w": R(6, 2, 3, 3), "b": R(6)},
+     "%o = conv2d(%x, %w, %b, padding=1, groups=2)",
+     lambda P: F.conv2d(P["x"], P["w"], P["b"], padding=1, groups=2))
+case("conv2d depthwise", {"x": R(2, 3, 4, 4), "w": R(3, 1, 3, 3)},
+     "%o = conv2d(%x, %w, stride=2, padding=1, groups=3)",
+     lambda P: F.conv2d(P["x"], P["w"], stride=2, padding=1, groups=3))
+case("max_pool2d", {"x": R(2, 3, 7, 6)},
+     "%o = max_pool2d(%x, kernel_size=3, stride=2, padding=1)",
+     lambda P: F.max_pool2d(P["x"], 3, 2, 1), f32=True)
+case("max_pool2d default stride", {"x": R(1, 2, 4, 6)},
+     "%o = max_pool2d(%x, kernel_size=[2, 3])",
+     lambda P: F.max_pool2d(P["x"], (2, 3)))
+case("avg_pool2d", {"x": R(2, 3, 7, 6)},
+     "%o = avg_pool2d(%x, kernel_size=3, stride=2, padding=1)",
+     lambda P: F.avg_pool2d(P["x"], 3, 2, 1), f32=True)
+case("adaptive_avg_pool2d", {"x": R(2, 3, 7, 5)},
+     "%o = adaptive_avg_pool2d(%x, output_size=[3, 2])",
+     lambda P: F.adaptive_avg_pool2d(P["x"], (3, 2)), f32=True)
+case("batch_norm training", {"x": R(4, 3, 2, 3), "w": R(3), "b": R(3)},
+     "%o = batch_norm(%x, %rm, %rv, %w, %b, training=true, eps=0.001)",
+     lambda P: F.batch_norm(P["x"], P["rm"], P["rv"], P["w"], P["b"], True, 0.1, 0.001),
+     inputs={"rm": R(3), "rv": pos(3)}, f32=True)
+case("batch_norm training no affine 1-d", {"x": R(5, 4)},
+     "%o = batch_norm(%x, %rm, %rv, training=true, momentum=0.3)",
+     lambda P: F.batch_norm(P["x"], P["rm"], P["rv"], None, None, True, 0.3),
+     inputs={"rm": R(4), "rv": pos(4)})
+case("batch_norm eval", {"x": R(2, 3, 2, 2), "w": R(3), "b": R(3)},
+     "%o = batch_norm(%x, %rm, %rv, %w, %b)",
+     lambda P: F.batch_norm(P["x"], P["rm"], P["rv"], P["w"], P["b"], False),
+     inputs={"rm": R(3), "rv": pos(3)}, f32=True)
+case("batch_norm eval no affine", {"x": R(2, 3, 2, 2)},
+     "%o = batch_norm(%x, %rm, %rv)",
+     lambda P: F.batch_norm(P["x"], P["rm"], P["rv"], None, None, False),
+     inputs={"rm": R(3), "rv": pos(3)})
+
+
 # ---------------------------------------------------------------- the runner
 
 def program(c, params, inputs, r):

@@ -1,0 +1,211 @@
+/*
+ * codegen_conv.c - CUDA for conv2d, the 2-D pools and batch_norm, and
+ * their backward ops, through the kernel library sgk_conv.cuh.
+ *
+ * A convolution (forward, dgrad, wgrad) first asks the runtime for cuDNN
+ * (sgrt_conv2d, runtime/sgrt_conv_cudnn.c: loaded with dlopen, a plan per
+ * shape kept by the model); when cuDNN is missing or declines, the
+ * library's direct kernel runs, and the trace names which one did
+ * (`conv2d.cudnn` / `conv2d.direct`).  Pools and batch_norm are the
+ * library's kernels; a batch_norm's statistics go to a scratch buffer of
+ * 2 (forward) or 4 (backward) floats a channel.
+ */
+#include <string.h>
+
+#include "codegen.h"
+
+/* "sgk_conv_geom(...)": the SgConvGeom of node n over x and weight
+ * shapes (w NULL for a pool; adaptive pools take y's size). */
+static char *
+geom_text(Cg *c, const Node *n, const int64_t *x, const int64_t *w, const int64_t *y)
+{
+	ConvGeom g;
+	if (n->op == OP_ADAPTIVE_AVG_POOL2D || n->op == OP_ADAPTIVE_AVG_POOL2D_BACKWARD) {
+		memset(&g, 0, sizeof g);
+		g.n = x[0];
+		g.c = g.k = g.groups = x[1];
+		g.h = x[2];
+		g.w = x[3];
+		g.oh = y[2];
+		g.ow = y[3];
+		g.r = g.s = g.stride[0] = g.stride[1] = g.dil[0] = g.dil[1] = 1;
+	} else {
+		conv_geom(n, x, w, &g);
+	}
+	return cg_fmt(c, "SgConvGeom{%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+	              "%lld, %lld, %lld, %lld, %lld, %lld}",
+	              (long long)g.n, (long long)g.c, (long long)g.h, (long long)g.w,
+	              (long long)g.k, (long long)g.r, (long long)g.s, (long long)g.oh,
+	              (long long)g.ow, (long long)g.groups, (long long)g.stride[0],
+	              (long long)g.stride[1], (long long)g.pad[0], (long long)g.pad[1],
+	              (long long)g.dil[0], (long long)g.dil[1]);
+}
+
+static const char *
+var(CgGraph *G, const Node *n, int k)
+{
+	return G->vname[n->opnd[k].v];
+}
+
+/* One call of the library on n's stream (the host code names the
+ * statement above it). */
+static void
+lib_call(CgGraph *G, const Node *n, const char *kname, const char *call)
+{
+	Cg *c = G->c;
+	CG_EMIT(G->body, "host.cu:lib_call", {"s", cg_num(c, cg_stream(n))},
+	        {"kname", cg_kernel_name(G, n, kname)}, {"line", cg_num(c, n->loc.line)},
+	        {"call", call});
+}
+
+/* The SGRT dtype code of dt. */
+static const char *
+sgrt_dt(DType dt)
+{
+	switch (dt) {
+	case DT_F16: return "SGRT_F16";
+	case DT_BF16: return "SGRT_BF16";
+	case DT_F64: return "SGRT_F64";
+	default: return "SGRT_F32";
+	}
+}
+
+/* conv2d, conv2d_backward_input, conv2d_backward_weight: cuDNN, else
+ * the direct kernel. */
+static void
+conv(CgGraph *G, const Node *n)
+{
+	Cg *c = G->c;
+	DType dt = (DType)cg_vtype(G, n->res[0])->dt;
+	const char *ct = cg_ctype(dt), *s = cg_num(c, cg_stream(n));
+	const int64_t *x, *w;
+	const char *a = var(G, n, 0), *b = var(G, n, 1), *out = G->vname[n->res[0]];
+	const char *dir, *fn, *bias = "NULL";
+	switch (n->op) {
+	case OP_CONV2D:
+		x = cg_otype(G, n, 0)->d;
+		w = cg_otype(G, n, 1)->d;
+		dir = "SGRT_CONV_FWD";
+		fn = "sg_launch_conv2d_fwd";
+		if (n->nopnd > 2)
+			bias = var(G, n, 2);
+		break;
+	case OP_CONV2D_BACKWARD_INPUT:
+		x = cg_vtype(G, n->res[0])->d;
+		w = cg_otype(G, n, 1)->d;
+		dir = "SGRT_CONV_BWD_DATA";
+		fn = "sg_launch_conv2d_bwd_input";
+		break;
+	default:
+		x = cg_otype(G, n, 1)->d;
+		w = cg_vtype(G, n->res[0])->d;
+		dir = "SGRT_CONV_BWD_FILTER";
+		fn = "sg_launch_conv2d_bwd_weight";
+		break;
+	}
+	cg_use_library(G, "sgk_conv.cuh");
+	const char *gv = "geom";
+	CG_EMIT(G->body, "host.cu:conv_cudnn", {"s", s}, {"line", cg_num(c, n->loc.line)},
+	        {"geom", geom_text(c, n, x, w, NULL)},
+	        {"dir", dir}, {"dt", sgrt_dt(dt)}, {"a", a}, {"b", b}, {"bias", bias},
+	        {"out", out}, {"kname", cg_kernel_name(G, n, op_name(n->op))},
+	        {"call", n->op == OP_CONV2D
+	                 ? cg_fmt(c, "%s<%s>(%s, %s, %s, %s, %s, sgrt_stream(rt, %s))", fn, ct, a, b,
+	                          bias, out, gv, s)
+	                 : cg_fmt(c, "%s<%s>(%s, %s, %s, %s, sgrt_stream(rt, %s))", fn, ct, a, b,
+	                          out, gv, s)});
+}
+
+/* The pools and their backward ops. */
+static void
+pool(CgGraph *G, const Node *n)
+{
+	Cg *c = G->c;
+	DType dt = (DType)cg_vtype(G, n->res[0])->dt;
+	const char *ct = cg_ctype(dt), *s = cg_num(c, cg_stream(n));
+	int bwd = n->op == OP_MAX_POOL2D_BACKWARD || n->op == OP_AVG_POOL2D_BACKWARD ||
+	          n->op == OP_ADAPTIVE_AVG_POOL2D_BACKWARD;
+	int mode = n->op == OP_MAX_POOL2D || n->op == OP_MAX_POOL2D_BACKWARD ? 0
+	           : n->op == OP_AVG_POOL2D || n->op == OP_AVG_POOL2D_BACKWARD ? 1 : 2;
+	const int64_t *x = bwd ? cg_vtype(G, n->res[0])->d : cg_otype(G, n, 0)->d;
+	const int64_t *y = bwd ? cg_otype(G, n, 0)->d : cg_vtype(G, n->res[0])->d;
+	cg_use_library(G, "sgk_conv.cuh");
+	char *geom = geom_text(c, n, x, NULL, y);
+	const char *out = G->vname[n->res[0]];
+	char *call;
+	if (!bwd)
+		call = cg_fmt(c, "sg_launch_pool2d_fwd<%s>(%s, %s, %s, %d, sgrt_stream(rt, %s))", ct,
+		              var(G, n, 0), out, geom, mode, s);
+	else
+		call = cg_fmt(c, "sg_launch_pool2d_bwd<%s>(%s, %s, %s, %s, %d, sgrt_stream(rt, %s))",
+		              ct, var(G, n, 0), mode == 0 ? var(G, n, 1) : cg_fmt(c, "(const %s *)NULL", ct),
+		              out, geom, mode, s);
+	lib_call(G, n, op_name(n->op), call);
+}
+
+/* batch_norm and batch_norm_backward. */
+static void
+batch_norm(CgGraph *G, const Node *n)
+{
+	Cg *c = G->c;
+	int bwd = n->op == OP_BATCH_NORM_BACKWARD, xi = bwd ? 1 : 0;
+	const Type *xt = cg_otype(G, n, xi);
+	DType dt = (DType)xt->dt;
+	const char *ct = cg_ctype(dt), *acc = cg_acc_type(dt), *s = cg_num(c, cg_stream(n));
+	int64_t nb = xt->d[0], ch = xt->d[1], inner = 1;
+	for (int i = 2; i < xt->rank; i++)
+		inner *= xt->d[i];
+	int training = ir_attr_int(n, "training", 0) != 0;
+	double eps = ir_attr_float(n, "eps", 1e-5);
+	/* the running stats: operands 1, 2 forward; 3, 4 backward in eval */
+	int rmi = bwd ? 3 : 1;
+	int have_rs = rmi + 1 < (int)n->nopnd;
+	const char *st = have_rs ? cg_ctype((DType)cg_otype(G, n, rmi)->dt) : ct;
+	const char *rm = have_rs ? var(G, n, rmi) : cg_fmt(c, "(const %s *)NULL", ct);
+	const char *rv = have_rs ? var(G, n, rmi + 1) : cg_fmt(c, "(const %s *)NULL", ct);
+	int wi = bwd ? 2 : 3;
+	const char *w = wi < (int)n->nopnd ? var(G, n, wi) : cg_fmt(c, "(const %s *)NULL", ct);
+	cg_use_library(G, "sgk_conv.cuh");
+	char *work = cg_alloc_tmp(G, n, acc, (bwd ? 4 : 2) * ch * (dt == DT_F64 ? 8 : 4), "bn");
+	char *call; /* in parentheses: the template's comma inside a macro */
+	if (!bwd) {
+		const char *b = n->nopnd > 4 ? var(G, n, 4) : cg_fmt(c, "(const %s *)NULL", ct);
+		call = cg_fmt(c, "(sg_launch_batch_norm_fwd<%s, %s>(%s, %s, %s, %s, %s, %s, %s, %lld, "
+		              "%lld, %lld, %s, %d, sgrt_stream(rt, %s)))", ct, st, var(G, n, 0), rm, rv,
+		              w, b, G->vname[n->res[0]], work, (long long)nb, (long long)ch,
+		              (long long)inner, cg_lit_float(c, (double)(float)eps, 1), training, s);
+	} else {
+		call = cg_fmt(c, "(sg_launch_batch_norm_bwd<%s, %s>(%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+		              "%lld, %lld, %lld, %s, %d, sgrt_stream(rt, %s)))", ct, st, var(G, n, 0),
+		              var(G, n, 1), rm, rv, w, G->vname[n->res[0]], G->vname[n->res[1]],
+		              G->vname[n->res[2]], work, (long long)nb, (long long)ch,
+		              (long long)inner, cg_lit_float(c, (double)(float)eps, 1), training, s);
+	}
+	lib_call(G, n, op_name(n->op), call);
+	cg_free_tmp(G, n, work);
+}
+
+int
+cg_conv_backward(CgGraph *G, const Node *n)
+{
+	return (op_table[n->op].flags & OPF_COMPILER) && cg_conv(G, n);
+}
+
+int
+cg_conv(CgGraph *G, const Node *n)
+{
+	switch (n->op) {
+	case OP_CONV2D: case OP_CONV2D_BACKWARD_INPUT: case OP_CONV2D_BACKWARD_WEIGHT:
+		conv(G, n);
+		return 1;
+	case OP_MAX_POOL2D: case OP_AVG_POOL2D: case OP_ADAPTIVE_AVG_POOL2D:
+	case OP_MAX_POOL2D_BACKWARD: case OP_AVG_POOL2D_BACKWARD:
+	case OP_ADAPTIVE_AVG_POOL2D_BACKWARD:
+		pool(G, n);
+		return 1;
+	case OP_BATCH_NORM: case OP_BATCH_NORM_BACKWARD:
+		batch_norm(G, n);
+		return 1;
+	}
+	return 0;
+}
