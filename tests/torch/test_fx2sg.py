@@ -94,6 +94,144 @@ class AttentionBlock(nn.Module):
         return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 
+# ------------------------------------------------------------------ Llama-style models
+
+def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+               enable_gqa=False):
+    """F.scaled_dot_product_attention's definition (torch 2.5+, math path)
+    for a torch without it: masks, is_causal, scale and enable_gqa as
+    PyTorch documents them."""
+    assert dropout_p == 0.0
+    L, S = query.shape[-2], key.shape[-2]
+    s = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    if enable_gqa:
+        key = key.repeat_interleave(query.shape[-3] // key.shape[-3], -3)
+        value = value.repeat_interleave(query.shape[-3] // value.shape[-3], -3)
+    att = query @ key.transpose(-2, -1) * s
+    if is_causal:
+        att = att.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), float("-inf"))
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        att = att.masked_fill(~attn_mask, float("-inf"))
+    elif attn_mask is not None:
+        att = att + attn_mask
+    return torch.softmax(att, -1) @ value
+
+
+if HAVE_SDPA:
+    scaled_dot_product_attention = F.scaled_dot_product_attention
+else:
+    # A leaf that fx2sg takes for F.scaled_dot_product_attention (it knows
+    # torch functions by name, from modules whose name starts with
+    # "torch"), computed by its definition.  Not "torch.nn.functional"
+    # itself: torch.fx would then print the wrapped call by that dotted
+    # name, which it cannot find again when it traces the next module.
+    _sdpa_math.__name__ = "scaled_dot_product_attention"
+    _sdpa_math.__module__ = "torch_sdpa_reference"
+    scaled_dot_product_attention = _sdpa_math
+    torch.fx.wrap("scaled_dot_product_attention")
+
+
+class RMSNorm(nn.Module):
+    """Llama's RMS norm, as Hugging Face writes it (f32, then the weight)."""
+
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d) + 0.1 * torch.randn(d))
+        self.eps = eps
+
+    def forward(self, x):
+        var = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(var + self.eps))
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class LlamaStyle(nn.Module):
+    """A tiny decoder as Hugging Face's Llama, Mistral and Qwen2 write it:
+    token embedding, per layer RMS norm, attention with rotary embeddings
+    (cos/sin from an inv_freq buffer, rotate_half by slicing, cat and neg)
+    and grouped-query heads (F.scaled_dot_product_attention with
+    enable_gqa), a SiLU-gated MLP; a final norm and the LM head.  mask:
+    'causal' (is_causal=True), 'tril' (a bool causal mask buffer: the
+    exporter makes it causal=true), 'float' (0 / -inf causal float mask
+    buffer, as Hugging Face builds it), 'window' (Mistral's sliding window
+    of 3 keys, a bool mask: the masked path).  bias: q/k/v biases (Qwen2)."""
+
+    def __init__(self, vocab=10, d=32, heads=4, kv_heads=2, layers=2, t=6, mask="causal",
+                 bias=False):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd, self.mask_kind = heads, kv_heads, d // heads, mask
+        self.embed = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList()
+        for _ in range(layers):
+            L = nn.Module()
+            L.norm1, L.norm2 = RMSNorm(d), RMSNorm(d)
+            L.q = nn.Linear(d, heads * self.hd, bias=bias)
+            L.k = nn.Linear(d, kv_heads * self.hd, bias=bias)
+            L.v = nn.Linear(d, kv_heads * self.hd, bias=bias)
+            L.o = nn.Linear(heads * self.hd, d, bias=False)
+            L.gate = nn.Linear(d, 2 * d, bias=False)
+            L.up = nn.Linear(d, 2 * d, bias=False)
+            L.down = nn.Linear(2 * d, d, bias=False)
+            self.layers.append(L)
+        self.norm = RMSNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, self.hd, 2).float() / self.hd)))
+        tri = torch.ones(t, t, dtype=torch.bool).tril()
+        if mask == "tril":
+            self.register_buffer("mask", tri[None, None])
+        elif mask == "float":
+            self.register_buffer("mask", torch.zeros(t, t).masked_fill(~tri, float("-inf")))
+        elif mask == "window":
+            self.register_buffer("mask", tri & ~torch.ones(t, t, dtype=torch.bool).tril(-3))
+
+    def forward(self, tok):
+        B, T = tok.shape
+        h = self.embed(tok)
+        pos = torch.arange(T).float()
+        freqs = pos[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+        for L in self.layers:
+            x = L.norm1(h)
+            q = L.q(x).view(B, T, self.heads, self.hd).transpose(1, 2)
+            k = L.k(x).view(B, T, self.kv_heads, self.hd).transpose(1, 2)
+            v = L.v(x).view(B, T, self.kv_heads, self.hd).transpose(1, 2)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            if self.mask_kind == "causal":
+                a = scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            else:
+                a = scaled_dot_product_attention(q, k, v, attn_mask=self.mask, enable_gqa=True)
+            h = h + L.o(a.transpose(1, 2).reshape(B, T, -1))
+            x = L.norm2(h)
+            h = h + L.down(F.silu(L.gate(x)) * L.up(x))
+        return self.head(self.norm(h)).reshape(B * T, -1)
+
+
+def llama():
+    torch.manual_seed(4)
+    return LlamaStyle()
+
+
+def mistral():
+    torch.manual_seed(5)
+    return LlamaStyle(kv_heads=1, mask="window")
+
+
+def qwen2():
+    torch.manual_seed(6)
+    return LlamaStyle(mask="float", bias=True)
+
+
+def llama_tril():
+    torch.manual_seed(7)
+    return LlamaStyle(mask="tril")
+
+
 def mlp():
     torch.manual_seed(1)
     return MLP()
@@ -114,6 +252,10 @@ MODELS = [
     ("mlp", mlp, ["x=f32[4,16]"], "mse"),
     ("ln_classifier", ln_classifier, ["tok=i64[3,4]", "feats=f32[3,4,12]"], "cross_entropy"),
     ("attention", attention, ["x=f32[2,6,16]"], "mse"),
+    ("llama", llama, ["tok=i64[2,6]"], "cross_entropy"),
+    ("mistral", mistral, ["tok=i64[2,6]"], "cross_entropy"),
+    ("qwen2", qwen2, ["tok=i64[2,6]"], "cross_entropy"),
+    ("llama_tril", llama_tril, ["tok=i64[2,6]"], "cross_entropy"),
 ]
 
 
@@ -595,6 +737,27 @@ def check_cli_outputs(S):
     S.report("cli: --outputs, --graph, --save-outputs, -o -", why)
 
 
+def check_attention_forms(S):
+    """The Llama-style exports use the attention op: grouped-query heads
+    as enable_gqa (no repeated k/v heads), a constant causal mask (bool
+    tril or 0/-inf floats) as causal=true, another mask as the operand."""
+    want = {"llama": ("causal=true, enable_gqa=true)", "%mask"),
+            "llama_tril": ("causal=true, enable_gqa=true)", "%mask)"),
+            "qwen2": ("causal=true, enable_gqa=true)", "%mask)"),
+            "mistral": ("%mask, enable_gqa=true)", "causal=true")}
+    for name, (has, lacks) in want.items():
+        path = S.path("%s[fx].sg" % name)
+        text = open(path).read() if os.path.exists(path) else ""
+        att = [l for l in text.splitlines()
+               if l.strip().startswith("%") and "= scaled_dot_product_attention(" in l]
+        why = None
+        if len(att) != 2:
+            why = "expected 2 attention statements, found %d" % len(att)
+        elif not all(has in l and lacks not in l for l in att):
+            why = "expected '%s' and not '%s' in:\n%s" % (has, lacks, "\n".join(att))
+        S.report("%s attention form" % name, why)
+
+
 def main():
     global stio, compare, FX
     sys.path.insert(0, HERE)
@@ -607,6 +770,7 @@ def main():
         check_model(S, name, factory, flags, loss)
         if HAVE_EXPORT:
             check_model(S, name, factory, flags, loss, trace="export")
+    check_attention_forms(S)
     check_api(S, fx2sg)
     check_errors(S, fx2sg)
     check_cli_outputs(S)
