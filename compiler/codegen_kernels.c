@@ -727,6 +727,7 @@ typedef struct {
  * o, then for the backward dout, dq, dk, dv). */
 typedef struct {
 	int64_t nb[2], L, S, E, Ev;
+	int64_t group;        /* enable_gqa: query heads a key head serves (1: none) */
 	int nt;
 	FlashT t[8];
 	Type ot;              /* the backward's o: a contiguous temporary */
@@ -778,6 +779,29 @@ flash_batch(Flash *f)
 	return 1;
 }
 
+/* flash_batch for grouped-query heads: every tensor [B, heads, rows,
+ * dim] (q, o and their gradients with the query's heads, k, v and theirs
+ * with group times fewer), no broadcast; the kernels read key head
+ * h / group for query head h. */
+static int
+flash_batch_gqa(Flash *f)
+{
+	const Type *q = f->t[0].t;
+	if (q->rank != 4)
+		return 0;
+	for (int k = 0; k < f->nt; k++) {
+		FlashT *t = &f->t[k];
+		if (t->t->rank != 4 || t->t->d[0] != q->d[0] || t->st[3] != 1)
+			return 0;
+		t->s[0] = q->d[0] > 1 ? t->st[0] : 0;
+		t->s[1] = t->st[1];
+		t->sr = t->st[2];
+	}
+	f->nb[0] = q->d[0];
+	f->nb[1] = q->d[1];
+	return 1;
+}
+
 /* Tensor k of f: value v (NONE: a contiguous temporary of type t). */
 static int
 flash_tensor(CgGraph *G, Flash *f, ValId v, const Type *t, const char *nm)
@@ -807,9 +831,10 @@ flash_setup(CgGraph *G, const Node *n, int bwd, Flash *f)
 		return 0;
 	if (k->dt != dt || v->dt != dt)
 		return 0;
-	/* A mask, and enable_gqa's shared heads: the SIMT kernels. */
-	if ((int)n->nopnd > o + 3 || shape_attn_group(q, k, ir_attr_int(n, "enable_gqa", 0) != 0) > 1)
+	/* A mask: the SIMT kernels. */
+	if ((int)n->nopnd > o + 3)
 		return 0;
+	f->group = shape_attn_group(q, k, ir_attr_int(n, "enable_gqa", 0) != 0);
 	static const char *nm[8] = {"q", "k", "v", "o", "do", "dq", "dk", "dv"};
 	int ok = 1;
 	for (int i = 0; i < 3; i++)
@@ -821,7 +846,7 @@ flash_setup(CgGraph *G, const Node *n, int bwd, Flash *f)
 	ok &= flash_tensor(G, f, ov, &f->ot, nm[3]);
 	for (int i = 0; bwd && i < 4; i++)
 		ok &= flash_tensor(G, f, i ? n->res[i - 1] : n->opnd[0].v, NULL, nm[4 + i]);
-	if (!ok || !flash_batch(f))
+	if (!ok || !(f->group > 1 ? flash_batch_gqa(f) : flash_batch(f)))
 		return 0;
 	if (f->L < 1 || f->S < 1 || f->E < 1 || f->Ev < 1 || f->E > 256 || f->Ev > 256 ||
 	    f->L > INT32_MAX || f->S > INT32_MAX || f->nb[0] * f->nb[1] < 1 ||
@@ -833,7 +858,7 @@ flash_setup(CgGraph *G, const Node *n, int bwd, Flash *f)
 		if (t3[i]->rank != q->rank)
 			return 0;
 		for (int d = 0; d < q->rank - 2; d++)
-			if (t3[i]->d[d] != q->d[d])
+			if (t3[i]->d[d] != q->d[d] && !(f->group > 1 && d == q->rank - 3))
 				return 0;
 	}
 	const Attr *sa = ir_attr(n, "scale");
@@ -860,6 +885,8 @@ flash_strides(Cg *c, Flash *f)
 				s = cg_fmt(c, "%s\t\tfp.%s_%s = %lld;\n", s, t->nm, sfx[i],
 				           (long long)val[i]);
 	}
+	if (f->group > 1)
+		s = cg_fmt(c, "%s\t\tfp.kv_group = %lld;\n", s, (long long)f->group);
 	s[strlen(s) - 1] = 0; /* the template's line ends it */
 	return s;
 }
@@ -899,8 +926,9 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 		delta = cg_alloc_tmp(G, n, "float", rows * 4, "delta");
 	if (!lse)
 		ICE("attention backward before its paired forward");
-	/* f16 and bf16 try cuDNN first (sgrt_sdpa), these kernels the fallback. */
-	int cd = dt == DT_F16 || dt == DT_BF16, fw = !bwd || pair == NONE;
+	/* f16 and bf16 try cuDNN first (sgrt_sdpa), these kernels the fallback;
+	 * grouped-query heads only these (the cuDNN graph has one head count). */
+	int cd = (dt == DT_F16 || dt == DT_BF16) && f.group == 1, fw = !bwd || pair == NONE;
 	CG_EMIT(G->body, "host.cu:flash", {"nb0", cg_num(c, f.nb[0])}, {"nb1", cg_num(c, f.nb[1])},
 	        {"l", cg_num(c, f.L)}, {"slen", cg_num(c, f.S)}, {"e", cg_num(c, f.E)},
 	        {"ev", cg_num(c, f.Ev)}, {"scale", cg_lit_float(c, (double)(float)scale, 1)},
