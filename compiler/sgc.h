@@ -906,6 +906,12 @@ int races_recheck(Graph *g, const PassOptions *po, Diag *d, const char *after,
  * ops, checked before functionalize rewrites them.  Returns 0 on error. */
 int races_check_writes(Graph *g, const PassOptions *po, Diag *d);
 
+/* ------------------------------------------------------------------ attention.c */
+
+/* Pass `attention` (at -O2): matmul, scale, mask, softmax, matmul written
+ * out becomes scaled_dot_product_attention (before autograd). */
+int attention_pass(Graph *g, const PassOptions *po, Diag *d);
+
 /* ------------------------------------------------------------------ syncs.c */
 
 /* Pass `backward_syncs` (rule 3): a compiler-made node that reads (or
