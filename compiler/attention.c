@@ -15,8 +15,12 @@
  * a chain whose intermediate values have no other reader (nor a return,
  * del or offload) on one stream is rewritten; the ops' shapes must be
  * what the attention op computes (its shape rule's result equals %o's
- * type), so the rewrite cannot change a value anyone sees.  One walk over
- * the nodes: linear in the graph.
+ * type), so the rewrite cannot change a value anyone sees.  An
+ * attention's bool mask that is the causal pattern built from aranges,
+ * ge(unsqueeze(arange(end=T), dim=1), arange(end=S)), becomes causal=true
+ * (the causal flash path; a constant mask that torch.export folds is
+ * recognised by tools/fx2sg).  One walk over the nodes: linear in the
+ * graph.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -204,6 +208,47 @@ rewrite(Att *A, Node *n)
 	return 1;
 }
 
+/* The node defining operand o (any number of readers), or NULL. */
+static const Node *
+def_node(const Graph *g, const Opnd *o)
+{
+	if (o->kind != OK_VAL || g->vals.v[o->v].kind != VK_NODE)
+		return NULL;
+	const Node *n = &g->nodes.v[g->vals.v[o->v].def];
+	return n->flags & NF_DEAD ? NULL : n;
+}
+
+/* Whether o is arange(end=len) laid out along dim `along` of a rank-2
+ * [rows, cols] index (unsqueezed at the other dim; along 1 may also be
+ * the 1-D arange itself). */
+static int
+index_along(const Graph *g, const Opnd *o, int along, int64_t len)
+{
+	const Node *n = def_node(g, o);
+	if (n && n->op == OP_UNSQUEEZE) {
+		int r = ir_type(g, o)->rank;
+		if (r != 2 || shape_norm_dim(ir_attr_int(n, "dim", 0), r) != 1 - along)
+			return 0;
+		n = def_node(g, &n->opnd[0]);
+	} else if (along != 1) {
+		return 0;
+	}
+	return n && n->op == OP_ARANGE && ir_attr_int(n, "end", -1) == len;
+}
+
+/* Whether mask operand m of attention (T queries, S keys) is the causal
+ * pattern: ge(row index, column index) or le(column, row) of aranges,
+ * key j kept for query i when j <= i (PyTorch's is_causal). */
+static int
+causal_mask(const Graph *g, const Opnd *m, int64_t t, int64_t s)
+{
+	const Node *c = def_node(g, m);
+	if (!c || (c->op != OP_GE && c->op != OP_LE))
+		return 0;
+	const Opnd *row = &c->opnd[c->op == OP_GE ? 0 : 1], *col = &c->opnd[c->op == OP_GE ? 1 : 0];
+	return index_along(g, row, 0, t) && index_along(g, col, 1, s);
+}
+
 int
 attention_pass(Graph *g, const PassOptions *po, Diag *d)
 {
@@ -228,6 +273,15 @@ attention_pass(Graph *g, const PassOptions *po, Diag *d)
 		Node *n = &g->nodes.v[i];
 		if (n->op == OP_MATMUL && !(n->flags & (NF_DEAD | NF_BACKWARD)) && n->nres == 1)
 			changed |= rewrite(&A, n);
+		/* A causal mask built from aranges: causal=true, no mask. */
+		if (n->op == OP_SDPA && n->nopnd == 4 && !(n->flags & NF_DEAD)) {
+			const Type *q = ir_type(g, &n->opnd[0]), *k = ir_type(g, &n->opnd[1]);
+			if (causal_mask(g, &n->opnd[3], q->d[q->rank - 2], k->d[k->rank - 2])) {
+				n->nopnd = 3;
+				n->attr[op_attr_index(OP_SDPA, "causal")].i = 1;
+				changed = 1;
+			}
+		}
 	}
 	free(A.uses);
 	return changed ? 1 : PASS_SAME;

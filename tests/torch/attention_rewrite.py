@@ -5,7 +5,8 @@ out by hand: matmul, scale, mask, softmax, matmul) runs under `sgc run -O0`
 its backward the attention's own); outputs and gradients must agree, and
 --dump-after=attention must show the rewrite (or, for the graph whose
 scores are also returned, its absence).  The outputs are also checked
-against PyTorch's math, so both runs being wrong the same way fails."""
+against PyTorch's math, so both runs being wrong the same way fails.  A
+causal mask built from aranges must become causal=true."""
 import math
 import os
 import re
@@ -30,6 +31,11 @@ def reference(g, x):
         s = x["bias"] + s / 2.8284271
     elif g == "bool_mask":
         s = s.masked_fill(~x["keep"], -math.inf)
+    elif g == "arange_causal":
+        s = s / math.sqrt(E)
+        tril = torch.ones(T, T, dtype=torch.bool).tril()
+        a = torch.softmax(s.masked_fill(~tril, -math.inf), -1) @ v
+        s = (a @ k.transpose(-2, -1) / math.sqrt(E)).masked_fill(~tril.T, -math.inf)
     return torch.softmax(s, -1) @ v
 
 
@@ -37,9 +43,10 @@ def main():
     text = open(SRC).read()
     keep = torch.rand(T, SL, dtype=F64) < 0.7
     keep[:, 0] = True
-    for g in ("plain", "float_mask", "bool_mask", "scores_returned"):
+    for g in ("plain", "float_mask", "bool_mask", "scores_returned", "arange_causal"):
+        sl = T if g == "arange_causal" else SL
         x = {"q": rand([B, H, T, E], F64, -1, 1)}
-        p = {"k": rand([B, H, SL, E], F64, -1, 1), "v": rand([B, H, SL, E], F64, -1, 1)}
+        p = {"k": rand([B, H, sl, E], F64, -1, 1), "v": rand([B, H, sl, E], F64, -1, 1)}
         if g == "float_mask":
             x["bias"] = rand([B, 1, T, SL], F64, -1, 1)
         if g == "bool_mask":
@@ -72,7 +79,8 @@ def main():
             pr = subprocess.run([S.sgc, "check", sg, "--graph", g, opt,
                                  "--dump-after=attention"],
                                 capture_output=True, text=True, timeout=60)
-            fused = "= scaled_dot_product_attention(" in pr.stderr
+            fused = ("causal=true" if g == "arange_causal" else
+                     "= scaled_dot_product_attention(") in pr.stderr
             want = g != "scores_returned" and opt == "-O2"
             S.report("%s %s: --dump-after=attention %s the rewrite" %
                      (g, opt, "shows" if want else "lacks"),
