@@ -19,8 +19,10 @@
  * attention's bool mask that is the causal pattern built from aranges,
  * ge(unsqueeze(arange(end=T), dim=1), arange(end=S)), becomes causal=true
  * (the causal flash path; a constant mask that torch.export folds is
- * recognised by tools/fx2sg).  One walk over the nodes: linear in the
- * graph.
+ * recognised by tools/fx2sg).  A key and value repeated along the heads
+ * (Hugging Face's repeat_kv: unsqueeze, expand, reshape) are read
+ * unrepeated with enable_gqa=true, the copies gone.  One walk over the
+ * nodes: linear in the graph.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -249,6 +251,69 @@ causal_mask(const Graph *g, const Opnd *m, int64_t t, int64_t s)
 	return index_along(g, row, 0, t) && index_along(g, col, 1, s);
 }
 
+/* The key or value that operand o repeats along the heads, as Hugging
+ * Face's repeat_kv writes it (unsqueeze(x, dim=-3), expand to [..., Hkv,
+ * n, S, D], reshape to [..., Hkv * n, S, D]; a contiguous may follow),
+ * each step read only by the next: its nodes in chain[0..3) (NULL where
+ * absent) and *n the repeat count; NULL when o is not such a repeat. */
+static const Opnd *
+repeated_kv(const Att *A, const Opnd *o, uint32_t s, Node *chain[4], int64_t *n)
+{
+	const Graph *g = A->g;
+	memset(chain, 0, 4 * sizeof *chain);
+	Node *c = single_def(A, o, OP_CONTIGUOUS, s), *r;
+	r = single_def(A, c ? &c->opnd[0] : o, OP_RESHAPE, s);
+	Node *e = r ? single_def(A, &r->opnd[0], OP_EXPAND, s) : NULL;
+	Node *u = e ? single_def(A, &e->opnd[0], OP_UNSQUEEZE, s) : NULL;
+	if (!u || u->opnd[0].kind != OK_VAL)
+		return NULL;
+	const Type *x = ir_type(g, &u->opnd[0]), *et = ir_type(g, &e->opnd[0] /* u's */);
+	const Type *rt = &g->vals.v[r->res[0]].type, *xt = &g->vals.v[e->res[0]].type;
+	int k = x->rank;
+	if (k < 3 || et->rank != k + 1 || xt->rank != k + 1 || rt->rank != k ||
+	    shape_norm_dim(ir_attr_int(u, "dim", 0), k + 1) != k - 2)
+		return NULL;
+	for (int j = 0; j < k - 2; j++)
+		if (xt->d[j] != x->d[j] || rt->d[j] != (j == k - 3 ? x->d[j] * xt->d[k - 2] : x->d[j]))
+			return NULL;
+	if (xt->d[k - 1] != x->d[k - 2] || xt->d[k] != x->d[k - 1] ||
+	    rt->d[k - 2] != x->d[k - 2] || rt->d[k - 1] != x->d[k - 1])
+		return NULL;
+	chain[0] = c, chain[1] = r, chain[2] = e, chain[3] = u;
+	*n = xt->d[k - 2];
+	return &u->opnd[0];
+}
+
+/* Attention node n whose key and value are both repeated along the heads
+ * by the same count: reads them unrepeated with enable_gqa (the flash
+ * kernels index head h / n; nothing copied).  1 when it changed. */
+static int
+ungroup(Att *A, Node *n)
+{
+	Node *ck[4], *cv[4];
+	int64_t nk, nv;
+	const Opnd *k = repeated_kv(A, &n->opnd[1], n->stream, ck, &nk);
+	const Opnd *v = k ? repeated_kv(A, &n->opnd[2], n->stream, cv, &nv) : NULL;
+	if (!v || nk != nv || nk < 2)
+		return 0;
+	/* q has the repeated head count: the group divides it exactly. */
+	const Type *q = ir_type(A->g, &n->opnd[0]), *kr = ir_type(A->g, &n->opnd[1]);
+	const Type *kt = ir_type(A->g, k), *vt = ir_type(A->g, v);
+	if (q->rank != kr->rank || q->d[q->rank - 3] != kr->d[kr->rank - 3] ||
+	    kt->d[kt->rank - 3] != vt->d[vt->rank - 3])
+		return 0;
+	n->opnd[1] = *k;
+	n->opnd[2] = *v;
+	n->attr[op_attr_index(OP_SDPA, "enable_gqa")].i = 1;
+	for (int j = 0; j < 4; j++) {
+		if (ck[j])
+			ck[j]->flags |= NF_DEAD;
+		if (cv[j])
+			cv[j]->flags |= NF_DEAD;
+	}
+	return 1;
+}
+
 int
 attention_pass(Graph *g, const PassOptions *po, Diag *d)
 {
@@ -273,6 +338,9 @@ attention_pass(Graph *g, const PassOptions *po, Diag *d)
 		Node *n = &g->nodes.v[i];
 		if (n->op == OP_MATMUL && !(n->flags & (NF_DEAD | NF_BACKWARD)) && n->nres == 1)
 			changed |= rewrite(&A, n);
+		/* Repeated key/value heads: enable_gqa on the originals. */
+		if (n->op == OP_SDPA && !(n->flags & NF_DEAD) && !ir_attr_int(n, "enable_gqa", 0))
+			changed |= ungroup(&A, n);
 		/* A causal mask built from aranges: causal=true, no mask. */
 		if (n->op == OP_SDPA && n->nopnd == 4 && !(n->flags & NF_DEAD)) {
 			const Type *q = ir_type(g, &n->opnd[0]), *k = ir_type(g, &n->opnd[1]);

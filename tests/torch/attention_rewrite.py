@@ -6,7 +6,8 @@ its backward the attention's own); outputs and gradients must agree, and
 --dump-after=attention must show the rewrite (or, for the graph whose
 scores are also returned, its absence).  The outputs are also checked
 against PyTorch's math, so both runs being wrong the same way fails.  A
-causal mask built from aranges must become causal=true."""
+causal mask built from aranges must become causal=true, and key/value
+heads repeated as Hugging Face's repeat_kv does, enable_gqa=true."""
 import math
 import os
 import re
@@ -24,6 +25,8 @@ B, H, T, SL, E = 2, 4, 6, 5, 8
 
 def reference(g, x):
     q, k, v = x["q"], x["k"], x["v"]
+    if g == "repeat_kv":
+        k, v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
     s = q @ k.transpose(-2, -1)
     if g == "plain":
         s = s * 0.35355339
@@ -31,6 +34,8 @@ def reference(g, x):
         s = x["bias"] + s / 2.8284271
     elif g == "bool_mask":
         s = s.masked_fill(~x["keep"], -math.inf)
+    elif g == "repeat_kv":
+        s = s * 0.35355339
     elif g == "arange_causal":
         s = s / math.sqrt(E)
         tril = torch.ones(T, T, dtype=torch.bool).tril()
@@ -43,10 +48,12 @@ def main():
     text = open(SRC).read()
     keep = torch.rand(T, SL, dtype=F64) < 0.7
     keep[:, 0] = True
-    for g in ("plain", "float_mask", "bool_mask", "scores_returned", "arange_causal"):
-        sl = T if g == "arange_causal" else SL
+    for g in ("plain", "float_mask", "bool_mask", "scores_returned", "arange_causal",
+              "repeat_kv"):
+        sl = T if g in ("arange_causal", "repeat_kv") else SL
+        hk = 2 if g == "repeat_kv" else H
         x = {"q": rand([B, H, T, E], F64, -1, 1)}
-        p = {"k": rand([B, H, sl, E], F64, -1, 1), "v": rand([B, H, sl, E], F64, -1, 1)}
+        p = {"k": rand([B, hk, sl, E], F64, -1, 1), "v": rand([B, hk, sl, E], F64, -1, 1)}
         if g == "float_mask":
             x["bias"] = rand([B, 1, T, SL], F64, -1, 1)
         if g == "bool_mask":
@@ -80,6 +87,7 @@ def main():
                                  "--dump-after=attention"],
                                 capture_output=True, text=True, timeout=60)
             fused = ("causal=true" if g == "arange_causal" else
+                     "enable_gqa=true" if g == "repeat_kv" else
                      "= scaled_dot_product_attention(") in pr.stderr
             want = g != "scores_returned" and opt == "-O2"
             S.report("%s %s: --dump-after=attention %s the rewrite" %

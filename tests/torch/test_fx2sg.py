@@ -158,7 +158,9 @@ class LlamaStyle(nn.Module):
     'causal' (is_causal=True), 'tril' (a bool causal mask buffer: the
     exporter makes it causal=true), 'float' (0 / -inf causal float mask
     buffer, as Hugging Face builds it), 'window' (Mistral's sliding window
-    of 3 keys, a bool mask: the masked path).  bias: q/k/v biases (Qwen2)."""
+    of 3 keys, a bool mask: the masked path), 'eager' (the float mask, with
+    attention written out after repeating the key/value heads, as Hugging
+    Face's eager attention does).  bias: q/k/v biases (Qwen2)."""
 
     def __init__(self, vocab=10, d=32, heads=4, kv_heads=2, layers=2, t=6, mask="causal",
                  bias=False):
@@ -183,7 +185,7 @@ class LlamaStyle(nn.Module):
         tri = torch.ones(t, t, dtype=torch.bool).tril()
         if mask == "tril":
             self.register_buffer("mask", tri[None, None])
-        elif mask == "float":
+        elif mask in ("float", "eager"):
             self.register_buffer("mask", torch.zeros(t, t).masked_fill(~tri, float("-inf")))
         elif mask == "window":
             self.register_buffer("mask", tri & ~torch.ones(t, t, dtype=torch.bool).tril(-3))
@@ -202,7 +204,14 @@ class LlamaStyle(nn.Module):
             v = L.v(x).view(B, T, self.kv_heads, self.hd).transpose(1, 2)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
-            if self.mask_kind == "causal":
+            if self.mask_kind == "eager":
+                # Hugging Face's eager attention: repeat_kv, then written out.
+                n = self.heads // self.kv_heads
+                k = k[:, :, None].expand(B, self.kv_heads, n, T, self.hd).reshape(B, -1, T, self.hd)
+                v = v[:, :, None].expand(B, self.kv_heads, n, T, self.hd).reshape(B, -1, T, self.hd)
+                w = torch.matmul(q, k.transpose(2, 3)) * self.hd ** -0.5 + self.mask
+                a = torch.matmul(torch.softmax(w, dim=-1), v)
+            elif self.mask_kind == "causal":
                 a = scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
             else:
                 a = scaled_dot_product_attention(q, k, v, attn_mask=self.mask, enable_gqa=True)
@@ -225,6 +234,11 @@ def mistral():
 def qwen2():
     torch.manual_seed(6)
     return LlamaStyle(mask="float", bias=True)
+
+
+def llama_eager():
+    torch.manual_seed(8)
+    return LlamaStyle(mask="eager")
 
 
 def llama_tril():
@@ -256,6 +270,7 @@ MODELS = [
     ("mistral", mistral, ["tok=i64[2,6]"], "cross_entropy"),
     ("qwen2", qwen2, ["tok=i64[2,6]"], "cross_entropy"),
     ("llama_tril", llama_tril, ["tok=i64[2,6]"], "cross_entropy"),
+    ("llama_eager", llama_eager, ["tok=i64[2,6]"], "cross_entropy"),
 ]
 
 
@@ -756,6 +771,16 @@ def check_attention_forms(S):
         elif not all(has in l and lacks not in l for l in att):
             why = "expected '%s' and not '%s' in:\n%s" % (has, lacks, "\n".join(att))
         S.report("%s attention form" % name, why)
+    # Attention written out with repeated key/value heads (Hugging Face's
+    # eager path): sgc's -O2 makes it one attention with enable_gqa.
+    path = S.path("llama_eager[fx].sg")
+    pr = subprocess.run([S.sgc, "check", path, "--dump-after=attention"], capture_output=True,
+                        text=True, timeout=60)
+    att = [l for l in pr.stderr.splitlines() if "= scaled_dot_product_attention(" in l]
+    S.report("llama_eager attention form after sgc's pass",
+             None if pr.returncode == 0 and len(att) == 2 and
+             all("enable_gqa=true" in l and "%mask" in l for l in att) else
+             "exit %d:\n%s" % (pr.returncode, "\n".join(att) or pr.stderr[-1500:]))
 
 
 def main():
