@@ -28,14 +28,10 @@ nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 py=${PYTHON:-python3}
 case $mode in
 build)
-	mkdir -p "$dir"
-	[ -f "$dir/build/build.ninja" ] || meson setup "$dir/build" -Dtests=disabled -Dnccl=disabled \
-		--buildtype=debugoptimized >/dev/null || exit 1
-	ninja -C "$dir/build" compiler/sgc runtime/libsgrt.so >/dev/null || exit 1
-	rm -rf "$dir/lib" "$dir/t"
-	mkdir -p "$dir/lib" "$dir/t"
-	ldd "$dir/build/runtime/libsgrt.so" | awk '/cjson/ && $3 ~ /^\// { print $3 }' |
-		while read -r l; do cp -L "$l" "$dir/lib/"; done
+	. tests/gpu/build_lib.sh
+	gpu_build "$dir" || exit 1
+	rm -rf "$dir/t"
+	mkdir -p "$dir/t"
 	/usr/bin/python3 tests/gpu/attention_cases.py gen "$dir/t" "$dir/build/compiler/sgc" || exit 1
 	du -sh "$dir"
 	echo "built $dir (carry it)"
