@@ -97,6 +97,7 @@ class AttentionBlock(nn.Module):
 # ------------------------------------------------------------------ Llama-style models
 
 sys.path.insert(0, os.path.join(HERE, "..", "..", "samples"))
+import llama as llama_sample  # noqa: E402
 from llama import Llama as LlamaStyle  # noqa: E402
 
 
@@ -457,6 +458,14 @@ def check_errors(S, fx2sg):
            lambda m, x, y: F.mse_loss(x, y, size_average=False), "Error", "size_average=False")
     expect("error: an out= argument is named",
            lambda m, x, y: torch.add(x, y, out=torch.empty(3)), "Error", "out=")
+    if not HAVE_SDPA:
+        # fx2sg's own check (a torch with the function rejects it itself);
+        # the call through the module, where torch.fx finds the leaf.
+        q = lambda t: t.view(1, 1, 1, 3).expand(1, 2, 2, 3)  # noqa: E731
+        expect("error: attention with a mask and is_causal",
+               lambda m, x, y: llama_sample.scaled_dot_product_attention(
+                   q(x), q(y), q(y), attn_mask=torch.ones(2, 2, dtype=torch.bool),
+                   is_causal=True), "Error", "attn_mask and is_causal=True")
     check_embedding_args(S, fx2sg)
     spec = os.path.join(HERE, "test_fx2sg.py") + ":mlp"
     cases = [
