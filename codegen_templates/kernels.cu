@@ -267,7 +267,7 @@ ${comment}
  * matrix is ever stored. */
 static __global__ void __launch_bounds__(128)
 ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
-        const ${t} *__restrict__ v, ${t} *__restrict__ out)
+        const ${t} *__restrict__ v,${mparam} ${t} *__restrict__ out)
 {
 	extern __shared__ double sg_smem[];
 	${acc} *qs = (${acc} *)sg_smem;   /* [${e}] the query row */
@@ -276,6 +276,7 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 	const sg_i64 i = blockIdx.x % ${l}, b = blockIdx.x / ${l};
 	const sg_i64 qoff = ${qbase} + i * ${e}, koff = ${kbase}, voff = ${vbase};
 	const sg_i64 ooff = (b * ${l} + i) * ${ev};
+${?mask}	const sg_i64 moff = ${mbase};
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	for (int e = threadIdx.x; e < ${e}; e += 128)
 		qs[e] = ${opc}(sg_ld(q[qoff + e]));
@@ -292,17 +293,20 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 			for (int e = lane; e < ${e}; e += 32)
 				d += qs[e] * ${opc}(sg_ld(kr[e]));
 			d = sg_reduce<32>(d, sg_sum_op());
+${?mask}			const sg_i64 jk = j0 + jj;
 			if (lane == 0)
-				ps[jj] = d * ${scale};
+				ps[jj] = d * ${scale}${bias};
 		}
 		__syncthreads();
 		${acc} tm = m;
 		for (int jj = 0; jj < nt; jj++)
 			tm = sg_max_op()(tm, ps[jj]);
-		const ${acc} corr = sg_exp(m - tm);
+${!mask}		const ${acc} corr = sg_exp(m - tm);
+${?mask}		const ${acc} corr = tm == -${inf} ? (${acc})1 : sg_exp(m - tm);
 		__syncthreads();
 		for (int jj = threadIdx.x; jj < nt; jj += 128)
-			ps[jj] = sg_exp(ps[jj] - tm);
+${!mask}			ps[jj] = sg_exp(ps[jj] - tm);
+${?mask}			ps[jj] = tm == -${inf} ? (${acc})0 : sg_exp(ps[jj] - tm);
 		__syncthreads();
 		${acc} ts = 0;
 		for (int jj = 0; jj < nt; jj++)
@@ -410,7 +414,7 @@ ${comment}
  * into stats[3 * row]. */
 static __global__ void __launch_bounds__(128)
 ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
-        const ${t} *__restrict__ v, const ${t} *__restrict__ g, ${acc} *__restrict__ stats)
+        const ${t} *__restrict__ v, const ${t} *__restrict__ g,${mparam} ${acc} *__restrict__ stats)
 {
 	extern __shared__ double sg_smem[];
 	${acc} *qs = (${acc} *)sg_smem;   /* [${e}] */
@@ -419,6 +423,7 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 	const sg_i64 i = blockIdx.x % ${l}, b = blockIdx.x / ${l};
 	const sg_i64 qoff = ${qbase} + i * ${e}, koff = ${kbase}, voff = ${vbase};
 	const sg_i64 goff = (b * ${l} + i) * ${ev};
+${?mask}	const sg_i64 moff = ${mbase};
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	for (int e = threadIdx.x; e < ${e}; e += 128)
 		qs[e] = ${opc}(sg_ld(q[qoff + e]));
@@ -435,17 +440,20 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 			for (int e = lane; e < ${e}; e += 32)
 				d += qs[e] * ${opc}(sg_ld(kr[e]));
 			d = sg_reduce<32>(d, sg_sum_op());
+${?mask}			const sg_i64 jk = j0 + jj;
 			if (lane == 0)
-				ps[jj] = d * ${scale};
+				ps[jj] = d * ${scale}${bias};
 		}
 		__syncthreads();
 		${acc} tm = m;
 		for (int jj = 0; jj < nt; jj++)
 			tm = sg_max_op()(tm, ps[jj]);
-		const ${acc} corr = sg_exp(m - tm);
+${!mask}		const ${acc} corr = sg_exp(m - tm);
+${?mask}		const ${acc} corr = tm == -${inf} ? (${acc})1 : sg_exp(m - tm);
 		__syncthreads();
 		for (int jj = threadIdx.x; jj < nt; jj += 128)
-			ps[jj] = sg_exp(ps[jj] - tm);
+${!mask}			ps[jj] = sg_exp(ps[jj] - tm);
+${?mask}			ps[jj] = tm == -${inf} ? (${acc})0 : sg_exp(ps[jj] - tm);
 		__syncthreads();
 		${acc} ts = 0;
 		for (int jj = 0; jj < nt; jj++)
@@ -462,7 +470,8 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 	}
 	${acc} dot = 0;
 	for (int e = threadIdx.x; e < ${ev}; e += 128)
-		dot += ${opc}(sg_ld(g[goff + e])) * (acc[e] / l);
+${!mask}		dot += ${opc}(sg_ld(g[goff + e])) * (acc[e] / l);
+${?mask}		dot += l > 0 ? ${opc}(sg_ld(g[goff + e])) * (acc[e] / l) : 0;
 	dot = sg_reduce<128>(dot, sg_sum_op());
 	if (threadIdx.x == 0) {
 		stats[3 * blockIdx.x] = m;
@@ -476,7 +485,7 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 static __global__ void __launch_bounds__(128)
 ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
         const ${t} *__restrict__ v, const ${t} *__restrict__ g,
-        const ${acc} *__restrict__ stats, ${t} *__restrict__ dq)
+       ${mparam} const ${acc} *__restrict__ stats, ${t} *__restrict__ dq)
 {
 	extern __shared__ double sg_smem[];
 	${acc} *qs = (${acc} *)sg_smem;   /* [${e}] */
@@ -489,6 +498,7 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const ${acc} m = stats[3 * blockIdx.x], l = stats[3 * blockIdx.x + 1];
 	const ${acc} dd = stats[3 * blockIdx.x + 2];
+${?mask}	const sg_i64 moff = ${mbase};
 	for (int e = threadIdx.x; e < ${e}; e += 128) {
 		qs[e] = ${opc}(sg_ld(q[qoff + e]));
 		acc[e] = 0;
@@ -509,8 +519,10 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 				dp += gs[e] * ${opc}(sg_ld(vr[e]));
 			s = sg_reduce<32>(s, sg_sum_op());
 			dp = sg_reduce<32>(dp, sg_sum_op());
+${?mask}			const sg_i64 jk = j0 + jj;
 			if (lane == 0) {
-				const ${acc} p = sg_exp(s * ${scale} - m) / l;
+${!mask}				const ${acc} p = sg_exp(s * ${scale} - m) / l;
+${?mask}				const ${acc} p = l > 0 ? sg_exp(s * ${scale}${bias} - m) / l : 0;
 				ds[jj] = p * (dp - dd) * ${scale};
 			}
 		}
@@ -532,7 +544,7 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 static __global__ void __launch_bounds__(128)
 ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
         const ${t} *__restrict__ v, const ${t} *__restrict__ g,
-        const ${acc} *__restrict__ stats, ${t} *__restrict__ dk, ${t} *__restrict__ dv)
+       ${mparam} const ${acc} *__restrict__ stats, ${t} *__restrict__ dk, ${t} *__restrict__ dv)
 {
 	extern __shared__ double sg_smem[];
 	${acc} *ks = (${acc} *)sg_smem;   /* [${e}] */
@@ -541,9 +553,12 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 	${acc} *ds = ps + ${tile};        /* [${tile}] */
 	${acc} *dka = ds + ${tile};       /* [${e}] */
 	${acc} *dva = dka + ${e};         /* [${ev}] */
-	const sg_i64 j = blockIdx.x % ${s}, b = blockIdx.x / ${s};
-	const sg_i64 qoff = ${qbase}, koff = ${kbase} + j * ${e}, voff = ${vbase} + j * ${ev};
-	const sg_i64 goff = b * ${l} * ${ev};
+${!group}	const sg_i64 j = blockIdx.x % ${s}, b = blockIdx.x / ${s};
+${!group}	const sg_i64 qoff = ${qbase}, koff = ${kbase} + j * ${e}, voff = ${vbase} + j * ${ev};
+${!group}	const sg_i64 goff = b * ${l} * ${ev};
+${?group}	/* Each key and value head serves ${group} query heads: their sum. */
+${?group}	const sg_i64 j = blockIdx.x % ${s}, bk = blockIdx.x / ${s}, b0 = bk * ${group};
+${?group}	const sg_i64 koff = ${kbase0} + j * ${e}, voff = ${vbase0} + j * ${ev};
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	for (int e = threadIdx.x; e < ${e}; e += 128) {
 		ks[e] = ${opc}(sg_ld(k[koff + e]));
@@ -555,6 +570,9 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 	}
 	__syncthreads();
 	const sg_i64 i0 = ${causal} ? j : 0;
+${?group}	for (sg_i64 b = b0; b < b0 + ${group}; b++) {
+${?group}	const sg_i64 qoff = ${qbase}, goff = b * ${l} * ${ev};
+${?mask}	const sg_i64 moff = ${mbase};
 	for (sg_i64 c0 = i0; c0 < ${l}; c0 += ${tile}) {
 		const int nt = (int)(${l} - c0 < ${tile} ? ${l} - c0 : ${tile});
 		for (int ii = warp; ii < nt; ii += 4) {
@@ -568,9 +586,11 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 				dp += vs[e] * ${opc}(sg_ld(gr[e]));
 			s = sg_reduce<32>(s, sg_sum_op());
 			dp = sg_reduce<32>(dp, sg_sum_op());
+${?mask}			const sg_i64 jk = j;
 			if (lane == 0) {
 				const ${acc} *st = stats + 3 * (b * ${l} + i);
-				const ${acc} p = sg_exp(s * ${scale} - st[0]) / st[1];
+${!mask}				const ${acc} p = sg_exp(s * ${scale} - st[0]) / st[1];
+${?mask}				const ${acc} p = st[1] > 0 ? sg_exp(s * ${scale}${bias} - st[0]) / st[1] : 0;
 				ps[ii] = p;
 				ds[ii] = p * (dp - st[2]) * ${scale};
 			}
@@ -590,10 +610,11 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 		}
 		__syncthreads();
 	}
+${?group}	}
 	for (int e = threadIdx.x; e < ${e}; e += 128)
-		dk[(b * ${s} + j) * ${e} + e] = ${store_dk};
+		dk[(${kvb} * ${s} + j) * ${e} + e] = ${store_dk};
 	for (int e = threadIdx.x; e < ${ev}; e += 128)
-		dv[(b * ${s} + j) * ${ev} + e] = ${store_dv};
+		dv[(${kvb} * ${s} + j) * ${ev} + e] = ${store_dv};
 }
 //@ scatter_add
 ${comment}

@@ -258,12 +258,14 @@ CgRows cg_rows(int64_t nout, int64_t len);
  * shapes need them). */
 int cg_flash_attention(CgGraph *G, const Node *n, int bwd);
 /* The SIMT attention kernels' (kernels.cu sdpa, sdpa_bwd_*) sizes and the
- * template bindings they share, for q, k, v at operands o..o+2 of n in
- * dtype dt: comment t acc tile e ev l s qbase kbase vbase opc inf causal
- * scale, in b[0..CG_SDPA_NBIND). */
-enum { CG_SDPA_NBIND = 15, CG_SDPA_TILE = 64 };
+ * template bindings they share, for q, k, v (and a mask) at operands
+ * o..o+3 of n in dtype dt: comment t acc tile e ev l s qbase kbase vbase
+ * opc inf causal scale mask mparam bias mbase group kbase0 vbase0 kvb, in
+ * b[0..CG_SDPA_NBIND).  nb counts the query's batch (enable_gqa: the
+ * heads split as shape_attn_bcast does, group the innermost dim). */
+enum { CG_SDPA_NBIND = 23, CG_SDPA_TILE = 64 };
 typedef struct {
-	int64_t L, E, S, Ev, nb;
+	int64_t L, E, S, Ev, nb, group;
 	CgBind b[CG_SDPA_NBIND];
 } CgSdpa;
 void cg_sdpa_simt(CgGraph *G, const Node *n, int o, DType dt, CgSdpa *s);

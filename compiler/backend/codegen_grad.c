@@ -55,9 +55,10 @@ norm_backward(CgGraph *G, const Node *n)
 	cg_launch(G, n, kname, rg.grid, rg.block, 0, args);
 }
 
-/* scaled_dot_product_attention_backward(g, q, k, v) -> dq, dk, dv: the
- * softmax statistics per query row, then dq per query row and dk, dv per
- * key row (no L x S matrix stored, no atomics). */
+/* scaled_dot_product_attention_backward(g, q, k, v, [mask]) -> dq, dk,
+ * dv: the softmax statistics per query row, then dq per query row and dk,
+ * dv per key row (with enable_gqa summed over the head's group of query
+ * heads; no L x S matrix stored, no atomics). */
 static void
 sdpa_backward(CgGraph *G, const Node *n)
 {
@@ -96,10 +97,12 @@ sdpa_backward(CgGraph *G, const Node *n)
 			        {"smem", cg_num(c, sm[i])}, {"line", cg_num(c, n->loc.line)});
 	char *in = cg_fmt(c, "%s, %s, %s, %s", var(G, n, 1), var(G, n, 2), var(G, n, 3),
 	                  var(G, n, 0));
+	if (n->nopnd > 4)
+		in = cg_fmt(c, "%s, %s", in, var(G, n, 4));
 	cg_launch(G, n, k1, nb * L, 128, sm1, cg_fmt(c, "%s, %s", in, stats));
 	cg_launch(G, n, k2, nb * L, 128, sm2,
 	          cg_fmt(c, "%s, %s, %s", in, stats, G->vname[n->res[0]]));
-	cg_launch(G, n, k3, nb * S, 128, sm3,
+	cg_launch(G, n, k3, nb / s.group * S, 128, sm3,
 	          cg_fmt(c, "%s, %s, %s, %s", in, stats, G->vname[n->res[1]],
 	                 G->vname[n->res[2]]));
 	cg_free_tmp(G, n, stats);

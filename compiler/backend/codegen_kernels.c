@@ -720,6 +720,8 @@ flash_strides(Cg *c, Flash *f)
 				s = cg_fmt(c, "%s\t\tfp.%s_%s = %lld;\n", s, t->nm, sfx[i],
 				           (long long)val[i]);
 	}
+	if (f->group > 1)
+		s = cg_fmt(c, "%s\t\tfp.kv_group = %lld;\n", s, (long long)f->group);
 	s[strlen(s) - 1] = 0; /* the template's line ends it */
 	return s;
 }
@@ -758,8 +760,9 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 		delta = cg_alloc_tmp(G, n, "float", rows * 4, "delta");
 	if (!lse)
 		ICE("attention backward before its paired forward");
-	/* f16 and bf16 try cuDNN first (sgrt_sdpa), these kernels the fallback. */
-	int cd = dt == DT_F16 || dt == DT_BF16, fw = !bwd || pair == NONE;
+	/* f16 and bf16 try cuDNN first (sgrt_sdpa), these kernels the fallback;
+	 * grouped-query heads only these (the cuDNN graph has one head count). */
+	int cd = (dt == DT_F16 || dt == DT_BF16) && f.group == 1, fw = !bwd || pair == NONE;
 	CG_EMIT(G->body, "host.cu:flash", {"nb0", cg_num(c, f.nb[0])}, {"nb1", cg_num(c, f.nb[1])},
 	        {"l", cg_num(c, f.L)}, {"slen", cg_num(c, f.S)}, {"e", cg_num(c, f.E)},
 	        {"ev", cg_num(c, f.Ev)}, {"scale", cg_lit_float(c, (double)(float)scale, 1)},
@@ -790,19 +793,38 @@ cg_sdpa_simt(CgGraph *G, const Node *n, int o, DType dt, CgSdpa *s)
 {
 	Cg *c = G->c;
 	const Type *q = cg_otype(G, n, o), *k = cg_otype(G, n, o + 1), *v = cg_otype(G, n, o + 2);
+	const Type *m = (int)n->nopnd > o + 3 ? cg_otype(G, n, o + 3) : NULL;
 	s->L = q->d[q->rank - 2];
 	s->E = q->d[q->rank - 1];
 	s->S = k->d[k->rank - 2];
 	s->Ev = v->d[v->rank - 1];
-	const Type *ops[3] = {q, k, v};
-	int64_t bshape[SG_MAXRANK], st[3][SG_MAXRANK];
-	int brank = cg_batch_bcast(ops, 3, bshape, st);
+	s->group = shape_attn_group(q, k, ir_attr_int(n, "enable_gqa", 0) != 0);
+	const Type *ops[4] = {q, k, v, m ? m : q};
+	int rank[4];
+	const int64_t *dims[4];
+	for (int i = 0; i < 4; i++) {
+		rank[i] = i < 3 || m ? ops[i]->rank : 0;
+		dims[i] = ops[i]->d;
+	}
+	int64_t bshape[SG_MAXRANK], st[4][SG_MAXRANK];
+	int brank = shape_attn_bcast(4, rank, dims, s->group, 1u << 1 | 1u << 2, bshape, st);
 	s->nb = 1;
 	for (int d = 0; d < brank; d++)
 		s->nb *= bshape[d];
 	const Attr *sa = ir_attr(n, "scale");
 	double scale = sa ? sa->f : 1.0 / sqrt((double)s->E);
 	int f = dt != DT_F64;
+	const char *bias = "", *mparam = "";
+	if (m) {
+		int64_t mrs = m->rank >= 2 && m->d[m->rank - 2] != 1 ? m->d[m->rank - 1] : 0;
+		int64_t mcs = m->rank >= 1 && m->d[m->rank - 1] != 1 ? 1 : 0;
+		const char *at = cg_fmt(c, "mask[moff + i * %lld + jk * %lld]", (long long)mrs,
+		                        (long long)mcs);
+		mparam = cg_fmt(c, " const %s *__restrict__ mask,", cg_ctype((DType)m->dt));
+		bias = m->dt == DT_BOOL ? cg_fmt(c, " + (%s ? (%s)0 : -%s)", at, cg_acc_type(dt),
+		                                 f ? "sg_inff()" : "sg_inf()")
+		                        : cg_fmt(c, " + %s(sg_ld(%s))", cg_acc_conv(dt), at);
+	}
 	CgBind b[CG_SDPA_NBIND] = {
 		{"comment", cg_comment(G, n)}, {"t", cg_ctype(dt)}, {"acc", cg_acc_type(dt)},
 		{"tile", cg_num(c, CG_SDPA_TILE)}, {"e", cg_num(c, s->E)}, {"ev", cg_num(c, s->Ev)},
@@ -813,6 +835,12 @@ cg_sdpa_simt(CgGraph *G, const Node *n, int o, DType dt, CgSdpa *s)
 		{"opc", cg_acc_conv(dt)}, {"inf", f ? "sg_inff()" : "sg_inf()"},
 		{"causal", ir_attr_int(n, "causal", 0) ? "1" : "0"},
 		{"scale", cg_lit_float(c, f ? (double)(float)scale : scale, f)},
+		{"mask", m ? "1" : ""}, {"mparam", mparam}, {"bias", bias},
+		{"mbase", m ? cg_index(c, "b", brank, bshape, st[3], 0) : ""},
+		{"group", s->group > 1 ? cg_num(c, s->group) : ""},
+		{"kbase0", cg_index(c, "b0", brank, bshape, st[1], 0)},
+		{"vbase0", cg_index(c, "b0", brank, bshape, st[2], 0)},
+		{"kvb", s->group > 1 ? "bk" : "b"},
 	};
 	memcpy(s->b, b, sizeof b);
 }
@@ -836,15 +864,18 @@ sdpa(CgGraph *G, const Node *n)
 	CgBind b[CG_SDPA_NBIND + 3];
 	memcpy(b, s.b, sizeof s.b);
 	b[CG_SDPA_NBIND] = (CgBind){"name", kname};
-	b[CG_SDPA_NBIND + 1] = (CgBind){"store", cg_store(c, dt, "acc[e] / l")};
+	b[CG_SDPA_NBIND + 1] = (CgBind){"store", cg_store(c, dt, n->nopnd > 3 ? "l > 0 ? acc[e] / l : 0"
+	                                                                    : "acc[e] / l")};
 	b[CG_SDPA_NBIND + 2] = (CgBind){NULL, NULL};
 	cg_emit(c->kern, "kernels.cu:sdpa", b);
 	if (smem > 48 * 1024)
 		CG_EMIT(G->body, "host.cu:smem_attr", {"kname", kname}, {"smem", cg_num(c, smem)},
 		        {"line", cg_num(c, n->loc.line)});
 	cg_launch(G, n, kname, s.nb * s.L, 128, smem,
-	       cg_fmt(c, "%s, %s, %s, %s", G->vname[n->opnd[0].v], G->vname[n->opnd[1].v],
-	              G->vname[n->opnd[2].v], G->vname[n->res[0]]));
+	       cg_fmt(c, "%s, %s, %s,%s%s %s", G->vname[n->opnd[0].v], G->vname[n->opnd[1].v],
+	              G->vname[n->opnd[2].v], n->nopnd > 3 ? " " : "",
+	              n->nopnd > 3 ? cg_fmt(c, "%s,", G->vname[n->opnd[3].v]) : "",
+	              G->vname[n->res[0]]));
 	return 1;
 }
 

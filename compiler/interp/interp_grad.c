@@ -89,60 +89,88 @@ interp_norm_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 
 /* ------------------------------------------------------------------ attention */
 
-/* Offset of batch b's matrix in t, whose batch dims are broadcast into the
- * brank dims of bshape. */
-static int64_t
-batch_offset(const Tensor *t, int brank, const int64_t *bshape, int64_t b)
+void
+interp_attn_loop(AttnLoop *a, const Node *n, const Tensor *const t[6])
 {
-	int tb = t->rank - 2;
-	int64_t mat = t->shape[t->rank - 1] * t->shape[t->rank - 2];
-	int64_t off = 0, stride = mat;
-	for (int d = brank - 1; d >= 0; d--) {
-		int64_t i = b % bshape[d];
-		b /= bshape[d];
-		int td = d - (brank - tb);
-		if (td < 0)
-			continue;
-		if (t->shape[td] != 1)
-			off += i * stride;
-		stride *= t->shape[td];
+	static const int64_t none[1] = {1};
+	int rank[6];
+	const int64_t *d[6];
+	for (int k = 0; k < 6; k++) {
+		rank[k] = t[k] ? t[k]->rank : 0;
+		d[k] = t[k] ? t[k]->shape : none;
 	}
-	return off;
+	const Tensor *q = t[0], *k = t[1];
+	int64_t group = 1;
+	if (ir_attr_int(n, "enable_gqa", 0) && q->rank >= 3 && k->rank >= 3 &&
+	    k->shape[k->rank - 3] > 0 && q->shape[q->rank - 3] != k->shape[k->rank - 3])
+		group = q->shape[q->rank - 3] / k->shape[k->rank - 3];
+	a->brank = shape_attn_bcast(6, rank, d, group, 1u << 1 | 1u << 2 | 1u << 4 | 1u << 5,
+	                            a->shape, a->st);
+	a->nb = 1;
+	for (int i = 0; i < a->brank; i++)
+		a->nb *= a->shape[i];
+	const Tensor *m = a->mask = t[3];
+	a->mrs = m && m->rank >= 2 && m->shape[m->rank - 2] != 1 ? m->shape[m->rank - 1] : 0;
+	a->mcs = m && m->rank >= 1 && m->shape[m->rank - 1] != 1 ? 1 : 0;
 }
 
-/* Row i of the attention probabilities (scaled, causal-masked softmax of
- * q k^T) into p[tk]. */
+void
+interp_attn_offsets(const AttnLoop *a, int64_t b, int64_t *off)
+{
+	for (int k = 0; k < 6; k++)
+		off[k] = 0;
+	for (int d = a->brank - 1; d >= 0; d--) {
+		int64_t i = b % a->shape[d];
+		b /= a->shape[d];
+		for (int k = 0; k < 6; k++)
+			off[k] += i * a->st[k][d];
+	}
+}
+
+double
+interp_attn_bias(const AttnLoop *a, int64_t moff, int64_t i, int64_t j)
+{
+	const Tensor *m = a->mask;
+	if (!m)
+		return 0;
+	double x = interp_getf(m, moff + i * a->mrs + j * a->mcs);
+	return m->dt != DT_BOOL ? x : x != 0 ? 0 : -INFINITY;
+}
+
+/* Row i of the attention probabilities (scaled, masked softmax of q k^T)
+ * into p[tk]. */
 static void
-attn_row(const Tensor *q, int64_t qo, const Tensor *k, int64_t ko, int64_t i,
-         int64_t tk, int64_t e, double scale, int causal, double *p)
+attn_row(const AttnLoop *a, const Tensor *q, int64_t qo, const Tensor *k, int64_t ko,
+         int64_t mo, int64_t i, int64_t tk, int64_t e, double scale, int causal, double *p)
 {
 	double m = -INFINITY, s = 0;
 	for (int64_t j = 0; j < tk; j++) {
 		double v = 0;
 		for (int64_t c = 0; c < e; c++)
 			v += interp_getf(q, qo + i * e + c) * interp_getf(k, ko + j * e + c);
-		p[j] = causal && j > i ? -INFINITY : v * scale;
+		p[j] = causal && j > i ? -INFINITY : v * scale + interp_attn_bias(a, mo, i, j);
 		m = isnan(p[j]) || p[j] > m ? p[j] : m;
 	}
 	for (int64_t j = 0; j < tk; j++)
-		s += exp(p[j] - m);
+		s += m == -INFINITY ? 0 : exp(p[j] - m);
 	for (int64_t j = 0; j < tk; j++)
-		p[j] = exp(p[j] - m) / s;
+		p[j] = m == -INFINITY ? 0 : exp(p[j] - m) / s;
 }
 
-/* The gradients of softmax(q k^T * scale + mask) v for one batch:
- * dv = P^T g, dP = g v^T, dS = P * (dP - rowsum(dP * P)),
- * dq = dS k * scale, dk = dS^T q * scale. */
+/* The gradients of softmax(q k^T * scale + mask) v for one batch, added
+ * to dq, dk, dv: dv = P^T g, dP = g v^T, dS = P * (dP - rowsum(dP * P)),
+ * dq = dS k * scale, dk = dS^T q * scale.  off: g's, q's, k's, v's and the
+ * mask's offsets. */
 static void
-attn_back(Tensor **in, int64_t off[4], double *dq, double *dk, double *dv,
-          int64_t tq, int64_t tk, int64_t e, int64_t ev, double scale,
+attn_back(const AttnLoop *a, Tensor **in, const int64_t off[5], double *dq, double *dk,
+          double *dv, int64_t tq, int64_t tk, int64_t e, int64_t ev, double scale,
           int causal)
 {
 	Tensor *g = in[0], *q = in[1], *k = in[2], *v = in[3];
 	double *p = xmalloc((size_t)(tk + 1) * sizeof *p);
 	double *dp = xmalloc((size_t)(tk + 1) * sizeof *dp);
 	for (int64_t i = 0; i < tq; i++) {
-		attn_row(q, off[1], k, off[2], i, tk, e, scale, causal, p);
+		attn_row(a, q, off[1], k, off[2], off[4], i, tk, e, scale, causal, p);
 		double dot = 0;
 		for (int64_t j = 0; j < tk; j++) {
 			double s = 0;
@@ -168,7 +196,8 @@ attn_back(Tensor **in, int64_t off[4], double *dq, double *dk, double *dv,
 	free(dp);
 }
 
-/* dq, dk, dv of each batch (batch dims broadcast, as the forward's). */
+/* dq, dk, dv of each batch (batch dims broadcast, as the forward's; with
+ * enable_gqa dk and dv summed over each head's group). */
 int
 interp_sdpa_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
@@ -179,27 +208,26 @@ interp_sdpa_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 	const Attr *sa = ir_attr(n, "scale");
 	double scale = sa ? sa->f : 1.0 / sqrt((double)e);
 	int causal = ir_attr_int(n, "causal", 0) != 0;
-	int brank = out[0]->rank - 2;
-	int64_t nb = 1;
-	for (int d = 0; d < brank; d++)
-		nb *= out[0]->shape[d];
-	int64_t sz[3] = {tq * e, tk * e, tk * ev};
-	double *buf[3];
+	const Tensor *t[6] = {q, k, v, n->nopnd > 4 ? in[4] : NULL, out[1], out[2]};
+	AttnLoop al;
+	interp_attn_loop(&al, n, t);
+	double *acc[3];
 	for (int r = 0; r < 3; r++)
-		buf[r] = xmalloc((size_t)(sz[r] + 1) * sizeof **buf);
-	for (int64_t b = 0; b < nb; b++) {
-		int64_t off[4];
-		for (int i = 0; i < 4; i++)
-			off[i] = batch_offset(in[i], brank, out[0]->shape, b);
-		for (int r = 0; r < 3; r++)
-			memset(buf[r], 0, (size_t)sz[r] * sizeof **buf);
-		attn_back(in, off, buf[0], buf[1], buf[2], tq, tk, e, ev, scale, causal);
-		for (int r = 0; r < 3; r++)
-			for (int64_t j = 0; j < sz[r]; j++)
-				interp_setf(out[r], b * sz[r] + j, buf[r][j]);
+		acc[r] = calloc((size_t)out[r]->numel + 1, sizeof **acc);
+	if (!acc[0] || !acc[1] || !acc[2])
+		out_of_memory(0);
+	for (int64_t b = 0; b < al.nb; b++) {
+		int64_t o[6];
+		interp_attn_offsets(&al, b, o);
+		int64_t off[5] = {b * tq * ev, o[0], o[1], o[2], o[3]};
+		attn_back(&al, in, off, acc[0] + b * tq * e, acc[1] + o[4], acc[2] + o[5], tq, tk,
+		          e, ev, scale, causal);
 	}
-	for (int r = 0; r < 3; r++)
-		free(buf[r]);
+	for (int r = 0; r < 3; r++) {
+		for (int64_t j = 0; j < out[r]->numel; j++)
+			interp_setf(out[r], j, acc[r][j]);
+		free(acc[r]);
+	}
 	return 0;
 }
 

@@ -264,35 +264,38 @@ interp_linear(Interp *I, Node *n, Tensor **in, Tensor **out)
 	return 0;
 }
 
-/* Softmax of each row of s[tq, tk] in place (in double), after scaling and
- * the causal mask (column j > row i is -inf: top-left aligned tril). */
+/* Softmax of each row of s[tq, tk] in place (in double), after scaling,
+ * the mask (at offset mo) and the causal mask (column j > row i is -inf:
+ * top-left aligned tril); a row with no key left gives zeros. */
 static void
-attn_softmax(int kind, void *s, int64_t tq, int64_t tk, double scale, int causal)
+attn_softmax(int kind, void *s, int64_t tq, int64_t tk, double scale, int causal,
+             const AttnLoop *a, int64_t mo)
 {
+	double *row = xmalloc((size_t)(tk ? tk : 1) * sizeof *row);
 	for (int64_t i = 0; i < tq; i++) {
 		double m = -INFINITY, sum = 0;
-		double *row = xmalloc((size_t)(tk ? tk : 1) * sizeof *row);
 		for (int64_t j = 0; j < tk; j++) {
 			double v = kind == MM_F32 ? ((float *)s)[i * tk + j]
 			                          : ((double *)s)[i * tk + j];
-			row[j] = causal && j > i ? -INFINITY : v * scale;
+			row[j] = causal && j > i ? -INFINITY : v * scale + interp_attn_bias(a, mo, i, j);
 			m = isnan(row[j]) || row[j] > m ? row[j] : m;
 		}
 		for (int64_t j = 0; j < tk; j++)
-			sum += exp(row[j] - m);
+			sum += m == -INFINITY ? 0 : exp(row[j] - m);
 		for (int64_t j = 0; j < tk; j++) {
-			double p = exp(row[j] - m) / sum;
+			double p = m == -INFINITY ? 0 : exp(row[j] - m) / sum;
 			if (kind == MM_F32)
 				((float *)s)[i * tk + j] = (float)p;
 			else
 				((double *)s)[i * tk + j] = p;
 		}
-		free(row);
 	}
+	free(row);
 }
 
-/* softmax(q k^T * scale + causal mask) v over [..., T, head_dim], batch
- * dims broadcast. */
+/* softmax(q k^T * scale + mask) v over [..., T, head_dim], batch dims
+ * broadcast (with enable_gqa, each k and v head serving its group of q
+ * heads). */
 int
 interp_sdpa(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
@@ -307,13 +310,10 @@ interp_sdpa(Interp *I, Node *n, Tensor **in, Tensor **out)
 	const Attr *sa = ir_attr(n, "scale");
 	double scale = sa ? sa->f : 1.0 / sqrt((double)d);
 	int causal = ir_attr_int(n, "causal", 0) != 0;
-	const Tensor *ops[3] = {q, k, v};
-	int64_t bshape[SG_MAXRANK], st[3][SG_MAXRANK], off[3];
-	int brank = batch_bcast(ops, 3, bshape, st);
-	int64_t nb = 1;
-	for (int i = 0; i < brank; i++)
-		nb *= bshape[i];
-	if (nb * tq * dv != r->numel)
+	const Tensor *t[6] = {q, k, v, n->nopnd > 3 ? in[3] : NULL, NULL, NULL};
+	AttnLoop al;
+	interp_attn_loop(&al, n, t);
+	if (al.nb * tq * dv != r->numel)
 		return interp_fail(I, n, "internal: attention result size disagrees");
 	void *tmp[3];
 	char *Q = mm_operand(q, kind, &tmp[0]), *K = mm_operand(k, kind, &tmp[1]);
@@ -321,11 +321,12 @@ interp_sdpa(Interp *I, Node *n, Tensor **in, Tensor **out)
 	size_t es = mm_size(kind);
 	char *S = xmalloc((size_t)(tq * tk + 1) * es);
 	char *O = xmalloc((size_t)r->numel * es);
-	for (int64_t b = 0; b < nb; b++) {
-		batch_offsets(brank, bshape, st, 3, b, off);
+	for (int64_t b = 0; b < al.nb; b++) {
+		int64_t off[6];
+		interp_attn_offsets(&al, b, off);
 		gemm(I, kind, tq, tk, d, Q + (size_t)off[0] * es, K + (size_t)off[1] * es,
 		     1, S);
-		attn_softmax(kind, S, tq, tk, scale, causal);
+		attn_softmax(kind, S, tq, tk, scale, causal, &al, off[3]);
 		gemm(I, kind, tq, dv, tk, S, V + (size_t)off[2] * es, 0,
 		     O + (size_t)(b * tq * dv) * es);
 	}

@@ -563,6 +563,14 @@ DType shape_result_type(Graph *g, const Node *n, int first, int count);
 DType dtype_promote(DType a, DType b);
 /* NumPy broadcast of a and b into out; 0 when incompatible. */
 int shape_broadcast(const Type *a, const Type *b, Type *out);
+/* Attention with enable_gqa (gqa): how many query heads (dim -3) each key
+ * and value head serves (1 without, or with equal counts); 0 when the
+ * key's count does not divide the query's. */
+int64_t shape_attn_group(const Type *q, const Type *k, int gqa);
+/* The broadcast batch dims of attention's q, k, v (all but the last two),
+ * k's and v's heads counted as q's when group > 1.  0: they don't
+ * broadcast. */
+int shape_attn_batch(const Type *q, const Type *k, const Type *v, int64_t group, Type *out);
 /* Normalises a possibly negative dim against rank; -1 when out of range. */
 int shape_norm_dim(int64_t dim, int rank);
 /* Marks in red[0..rank) the dims a reduction node reduces: its `dims`
@@ -574,6 +582,13 @@ void shape_reduced_dims(const Node *n, int rank, int *red);
  * where it broadcasts).  Returns the batch rank. */
 int shape_batch_bcast(int nop, const int *rank, const int64_t *const *d,
                       int64_t *shape, int64_t st[][SG_MAXRANK]);
+/* shape_batch_bcast for attention, operand 0 the query: with enable_gqa's
+ * group > 1 the heads (the last batch dim) split into [kv heads, group],
+ * the operands in the bit set kv (key, value, their gradients) stride 0
+ * along the group, so each serves its group of query heads without a
+ * copy.  Returns the batch rank (one more when split). */
+int shape_attn_bcast(int nop, const int *rank, const int64_t *const *d, int64_t group,
+                     unsigned kv, int64_t *shape, int64_t st[][SG_MAXRANK]);
 
 /* ------------------------------------------------------------------ sema.c */
 
@@ -756,6 +771,23 @@ void interp_iter_next(BcastIter *it);
 /* Row-major strides of a shape. */
 void interp_strides(int rank, const int64_t *shape, int64_t *stride);
 
+/* Attention's batch loop in the interpreter (interp_grad.c): the batch
+ * shape and each tensor's batch strides (q, k, v, the mask, then any
+ * given dk, dv: see shape_attn_bcast; NULL where absent), and the mask's
+ * row and column strides. */
+typedef struct {
+	int brank;
+	int64_t nb, shape[SG_MAXRANK], st[6][SG_MAXRANK];
+	const Tensor *mask;
+	int64_t mrs, mcs;
+} AttnLoop;
+void interp_attn_loop(AttnLoop *a, const Node *n, const Tensor *const t[6]);
+/* Each tensor's offset for batch b. */
+void interp_attn_offsets(const AttnLoop *a, int64_t b, int64_t *off);
+/* What the mask adds to score (i, j) of the batch at mask offset moff: 0,
+ * -inf (a false bool) or the float mask's value. */
+double interp_attn_bias(const AttnLoop *a, int64_t moff, int64_t i, int64_t j);
+
 /* interp_io.c: fills persist[v] for every input, param and const from the
  * files (or the deterministic initialisation); writes --out (or prints the
  * returned values, rets[i] for g->rets.v[i]).  Return exit statuses. */
@@ -883,6 +915,12 @@ int races_recheck(Graph *g, const PassOptions *po, Diag *d, const char *after,
 /* Write-after-read and write-after-write races of the user's in-place
  * ops, checked before functionalize rewrites them.  Returns 0 on error. */
 int races_check_writes(Graph *g, const PassOptions *po, Diag *d);
+
+/* ------------------------------------------------------------------ attention.c */
+
+/* Pass `attention` (at -O2): matmul, scale, mask, softmax, matmul written
+ * out becomes scaled_dot_product_attention (before autograd). */
+int attention_pass(Graph *g, const PassOptions *po, Diag *d);
 
 /* ------------------------------------------------------------------ syncs.c */
 
@@ -1127,6 +1165,7 @@ typedef struct {
  * o, then for the backward dout, dq, dk, dv). */
 typedef struct {
 	int64_t nb[2], L, S, E, Ev;
+	int64_t group;        /* enable_gqa: query heads a key head serves (1: none) */
 	int nt;
 	FlashT t[8];
 	Type ot;              /* the backward's o: a contiguous temporary */

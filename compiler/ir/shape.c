@@ -838,9 +838,31 @@ shape_linear(Graph *g, Node *n, Diag *d)
 	return set_result(g, n, d, 0, &r);
 }
 
-/* scaled_dot_product_attention(q [..., L, E], k [..., S, E], v [..., S, Ev])
- * -> [..., L, Ev]: floating, one dtype, the batch dims of all three
- * broadcast. */
+int64_t
+shape_attn_group(const Type *q, const Type *k, int gqa)
+{
+	if (!gqa || q->rank < 3 || k->rank < 3)
+		return 1;
+	int64_t hq = q->d[q->rank - 3], hk = k->d[k->rank - 3];
+	if (hq == hk)
+		return 1;
+	return hk > 0 && hq % hk == 0 ? hq / hk : 0;
+}
+
+int
+shape_attn_batch(const Type *q, const Type *k, const Type *v, int64_t group, Type *out)
+{
+	Type bq = batch_of(q, 2), bk = batch_of(k, 2), bv = batch_of(v, 2);
+	if (group > 1 && bk.rank > 0 && bv.rank > 0)
+		bk.d[bk.rank - 1] = bv.d[bv.rank - 1] = q->d[q->rank - 3];
+	return shape_broadcast(&bq, &bk, out) && shape_broadcast(out, &bv, out);
+}
+
+/* scaled_dot_product_attention(q, k, v, [mask], causal=, scale=,
+ * enable_gqa=) as PyTorch's: [..., T, E] x [..., S, E] x [..., S, Ev] ->
+ * [..., T, Ev], the batch dims broadcast; with enable_gqa the key's and
+ * value's heads (dim -3) may divide the query's; the mask (bool, or the
+ * query's dtype: added to the scores) broadcasts to [..., T, S]. */
 int
 shape_sdpa(Graph *g, Node *n, Diag *d)
 {
@@ -858,12 +880,49 @@ shape_sdpa(Graph *g, Node *n, Diag *d)
 	if (k->d[k->rank - 2] != v->d[v->rank - 2])
 		return fail(g, n, d, oloc(n, 2), "the key and value have different sequence lengths: %s and %s",
 		            opnd_desc(&a, g, n, 1), opnd_desc(&b, g, n, 2));
-	Type bq = batch_of(q, 2), bk = batch_of(k, 2), bv = batch_of(v, 2), r;
-	if (!shape_broadcast(&bq, &bk, &r) || !shape_broadcast(&r, &bv, &r))
+	int gqa = ir_attr_int(n, "enable_gqa", 0) != 0;
+	int64_t group = shape_attn_group(q, k, gqa);
+	if (gqa) {
+		for (int i = 0; i < 3; i++)
+			if (otype(g, n, i)->rank < 3)
+				return fail(g, n, d, oloc(n, i), "enable_gqa needs the heads at dim -3, but %s has %d dims",
+				            opnd_desc(&a, g, n, i), otype(g, n, i)->rank);
+		if (k->d[k->rank - 3] != v->d[v->rank - 3])
+			return fail(g, n, d, oloc(n, 2), "the key and value have different head counts (dim -3): %s and %s",
+			            opnd_desc(&a, g, n, 1), opnd_desc(&b, g, n, 2));
+		if (group == 0)
+			return fail(g, n, d, oloc(n, 1),
+			            "enable_gqa: the query's %lld heads (dim -3) are not a multiple of the key's %lld: %s and %s",
+			            (long long)q->d[q->rank - 3], (long long)k->d[k->rank - 3],
+			            opnd_desc(&a, g, n, 0), opnd_desc(&b, g, n, 1));
+	}
+	Type r;
+	if (!shape_attn_batch(q, k, v, group, &r)) {
+		if (!gqa && q->rank >= 3 && k->rank >= 3 && k->d[k->rank - 3] > 1 &&
+		    q->d[q->rank - 3] > k->d[k->rank - 3] && q->d[q->rank - 3] % k->d[k->rank - 3] == 0)
+			return fail(g, n, d, oloc(n, 1),
+			            "the query has %lld heads (dim -3) and the key %lld: enable_gqa=true lets each key and value head serve a group of query heads",
+			            (long long)q->d[q->rank - 3], (long long)k->d[k->rank - 3]);
 		return fail(g, n, d, n->loc, "batch dimensions don't broadcast: %s, %s and %s",
 		            opnd_desc(&a, g, n, 0), opnd_desc(&b, g, n, 1),
 		            opnd_desc(&c, g, n, 2));
+	}
 	r.d[r.rank++] = q->d[q->rank - 2];
+	if (n->nopnd > 3) {
+		const Type *m = otype(g, n, 3);
+		Type full = r, x;
+		full.d[full.rank++] = k->d[k->rank - 2];
+		if (ir_attr_int(n, "causal", 0))
+			return fail(g, n, d, oloc(n, 3), "a mask and causal=true together: give one (as PyTorch, "
+			            "which rejects both)");
+		if (m->dt != DT_BOOL && m->dt != q->dt)
+			return fail(g, n, d, oloc(n, 3), "the mask must be bool or the query's dtype %s, but %s is not",
+			            dtype_name((DType)q->dt), opnd_desc(&a, g, n, 3));
+		full.dt = m->dt;
+		if (!shape_broadcast(m, &full, &x) || !type_same_shape(&x, &full))
+			return fail(g, n, d, oloc(n, 3), "the mask %s does not broadcast to the scores' shape %s",
+			            opnd_desc(&a, g, n, 3), type_text(&b, &full));
+	}
 	r.d[r.rank++] = v->d[v->rank - 1];
 	r.dt = q->dt;
 	return set_result(g, n, d, 0, &r);
@@ -1564,4 +1623,20 @@ shape_batch_bcast(int nop, const int *rank, const int64_t *const *d,
 		}
 	}
 	return brank;
+}
+
+int
+shape_attn_bcast(int nop, const int *rank, const int64_t *const *d, int64_t group,
+                 unsigned kv, int64_t *shape, int64_t st[][SG_MAXRANK])
+{
+	int brank = shape_batch_bcast(nop, rank, d, shape, st), h = brank - 1;
+	if (group <= 1 || brank < 1)
+		return brank;
+	shape[h] = d[0][rank[0] - 3] / group;
+	shape[h + 1] = group;
+	for (int k = 0; k < nop; k++) {
+		st[k][h + 1] = kv >> k & 1 ? 0 : st[k][h];
+		st[k][h] *= kv >> k & 1 ? 1 : group;
+	}
+	return brank + 1;
 }

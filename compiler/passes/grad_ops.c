@@ -112,20 +112,9 @@ shape_norm_backward(Graph *g, Node *n, Diag *d)
 	return result(g, n, d, 0, (DType)x->dt, x->d, x->rank);
 }
 
-/* The broadcast batch dims of q, k and v (all but their last two). */
-static int
-batch3(Graph *g, const Node *n, Type *out)
-{
-	Type b[3];
-	for (int i = 0; i < 3; i++) {
-		b[i] = *ot(g, n, i + 1);
-		b[i].rank -= 2;
-	}
-	return shape_broadcast(&b[0], &b[1], out) && shape_broadcast(out, &b[2], out);
-}
-
-/* scaled_dot_product_attention_backward(g, q, k, v): dq, dk, dv with the
- * broadcast batch dims and q's, k's, v's own last two dims. */
+/* scaled_dot_product_attention_backward(g, q, k, v, [mask]): dq, dk, dv
+ * with the broadcast batch dims and q's, k's, v's own last two dims (with
+ * enable_gqa, dk and dv keep k's heads: the group's sum). */
 int
 shape_sdpa_backward(Graph *g, Node *n, Diag *d)
 {
@@ -139,16 +128,31 @@ shape_sdpa_backward(Graph *g, Node *n, Diag *d)
 	const Type *q = ot(g, n, 1), *k = ot(g, n, 2), *v = ot(g, n, 3);
 	if (q->d[q->rank - 1] != k->d[k->rank - 1] || k->d[k->rank - 2] != v->d[v->rank - 2])
 		return bad(g, n, d, "query, key and value do not fit together");
-	if (!batch3(g, n, &bt))
+	int64_t group = shape_attn_group(q, k, ir_attr_int(n, "enable_gqa", 0) != 0);
+	if (group == 0 || (group > 1 && (v->rank < 3 || v->d[v->rank - 3] != k->d[k->rank - 3])))
+		return bad(g, n, d, "the key's and value's heads must divide the query's");
+	if (!shape_attn_batch(q, k, v, group, &bt))
 		return bad(g, n, d, "batch dimensions don't broadcast");
 	Type go = bt;
 	go.d[go.rank++] = q->d[q->rank - 2];
+	if (n->nopnd > 4) {
+		const Type *m = ot(g, n, 4);
+		Type full = go, x;
+		full.d[full.rank++] = k->d[k->rank - 2];
+		full.dt = m->dt;
+		if ((m->dt != DT_BOOL && m->dt != q->dt) || !shape_broadcast(m, &full, &x) ||
+		    !type_same_shape(&x, &full))
+			return bad(g, n, d, "the mask must be bool or the query's dtype and "
+			           "broadcast to the scores' shape");
+	}
 	go.d[go.rank++] = v->d[v->rank - 1];
 	if (!type_same_shape(ot(g, n, 0), &go) || ot(g, n, 0)->dt != q->dt)
 		return bad(g, n, d, "the gradient must have the attention's result type");
 	for (int i = 0; i < 3; i++) {
 		const Type *t = ot(g, n, i + 1);
 		Type r = bt;
+		if (i > 0 && group > 1)
+			r.d[r.rank - 1] = k->d[k->rank - 3];
 		r.d[r.rank++] = t->d[t->rank - 2];
 		r.d[r.rank++] = t->d[t->rank - 1];
 		if (!result(g, n, d, (uint32_t)i, (DType)t->dt, r.d, r.rank))

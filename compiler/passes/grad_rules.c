@@ -582,14 +582,20 @@ GRAD_RULE_DEF(grad_linear)
 }
 
 /* Attention: all three gradients from one backward op (at the broadcast
- * batch shape; the pass sums them to each operand's). */
+ * batch shape, with enable_gqa dk and dv summed over each head's group;
+ * the pass sums them to each operand's).  The mask gets none: a float
+ * mask the loss depends on through a param is an error. */
 GRAD_RULE_DEF(grad_sdpa)
 {
-	(void)need;
-	Opnd o[4] = {V(gout[0]), grad_arg(G, n, 0), grad_arg(G, n, 1),
-	             grad_arg(G, n, 2)};
-	Node *m = grad_node(G, OP_SDPA_BACKWARD, o, 4);
+	if (n->nopnd > 3 && need[3])
+		return grad_error(G, "the mask of 'scaled_dot_product_attention' has no "
+		                  "derivative, but the loss depends on a param through it");
+	Opnd o[5] = {V(gout[0]), grad_arg(G, n, 0), grad_arg(G, n, 1), grad_arg(G, n, 2)};
+	if (n->nopnd > 3)
+		o[4] = grad_arg(G, n, 3);
+	Node *m = grad_node(G, OP_SDPA_BACKWARD, o, n->nopnd > 3 ? 5 : 4);
 	grad_copyattr(m, "causal", &n->attr[op_attr_index(n->op, "causal")]);
+	grad_copyattr(m, "enable_gqa", &n->attr[op_attr_index(n->op, "enable_gqa")]);
 	const Attr *sc = ir_attr(n, "scale");
 	if (sc)
 		grad_copyattr(m, "scale", sc);

@@ -164,6 +164,29 @@ flash_batch(Flash *f)
 	return 1;
 }
 
+/* flash_batch for grouped-query heads: every tensor [B, heads, rows,
+ * dim] (q, o and their gradients with the query's heads, k, v and theirs
+ * with group times fewer), no broadcast; the kernels read key head
+ * h / group for query head h. */
+static int
+flash_batch_gqa(Flash *f)
+{
+	const Type *q = f->t[0].t;
+	if (q->rank != 4)
+		return 0;
+	for (int k = 0; k < f->nt; k++) {
+		FlashT *t = &f->t[k];
+		if (t->t->rank != 4 || t->t->d[0] != q->d[0] || t->st[3] != 1)
+			return 0;
+		t->s[0] = q->d[0] > 1 ? t->st[0] : 0;
+		t->s[1] = t->st[1];
+		t->sr = t->st[2];
+	}
+	f->nb[0] = q->d[0];
+	f->nb[1] = q->d[1];
+	return 1;
+}
+
 /* Tensor k of f: value v (NONE: a contiguous temporary of type t). */
 static int
 flash_tensor(const Graph *g, const KernelFold *F, Flash *f, ValId v, const Type *t,
@@ -194,6 +217,10 @@ kernel_flash(const Graph *g, const KernelFold *F, const Node *n, int bwd, Flash 
 		return 0;
 	if (k->dt != dt || v->dt != dt)
 		return 0;
+	/* A mask: the SIMT kernels. */
+	if ((int)n->nopnd > o + 3)
+		return 0;
+	f->group = shape_attn_group(q, k, ir_attr_int(n, "enable_gqa", 0) != 0);
 	static const char *nm[8] = {"q", "k", "v", "o", "do", "dq", "dk", "dv"};
 	int ok = 1;
 	for (int i = 0; i < 3; i++)
@@ -205,7 +232,7 @@ kernel_flash(const Graph *g, const KernelFold *F, const Node *n, int bwd, Flash 
 	ok &= flash_tensor(g, F, f, ov, &f->ot, nm[3]);
 	for (int i = 0; bwd && i < 4; i++)
 		ok &= flash_tensor(g, F, f, i ? n->res[i - 1] : n->opnd[0].v, NULL, nm[4 + i]);
-	if (!ok || !flash_batch(f))
+	if (!ok || !(f->group > 1 ? flash_batch_gqa(f) : flash_batch(f)))
 		return 0;
 	if (f->L < 1 || f->S < 1 || f->E < 1 || f->Ev < 1 || f->E > 256 || f->Ev > 256 ||
 	    f->L > INT32_MAX || f->S > INT32_MAX || f->nb[0] * f->nb[1] < 1 ||
@@ -217,7 +244,7 @@ kernel_flash(const Graph *g, const KernelFold *F, const Node *n, int bwd, Flash 
 		if (t3[i]->rank != q->rank)
 			return 0;
 		for (int d = 0; d < q->rank - 2; d++)
-			if (t3[i]->d[d] != q->d[d])
+			if (t3[i]->d[d] != q->d[d] && !(f->group > 1 && d == q->rank - 3))
 				return 0;
 	}
 	const Attr *sa = ir_attr(n, "scale");

@@ -39,6 +39,9 @@
  *       own strides); p->delta: sg_flash_bwd_workspace bytes of scratch.
  *       With broadcast batch dims in k or v, give dk/dv full-size buffers
  *       and sum over the broadcast dims after.
+ * Grouped-query attention: with kv_group > 1, k and v (and dk, dv) have
+ * nb1 / kv_group heads, head b1 / kv_group serving query head b1 (no
+ * repeated copy); the backward sums dk, dv over each group in the kernel.
  */
 #ifndef SGK_ATTENTION_CUH
 #define SGK_ATTENTION_CUH
@@ -65,6 +68,8 @@ struct SgFlashParams {
 	int nb0, nb1, L, S, D, Dv;
 	float scale;
 	int causal;
+	int kv_group;                    /* grouped-query attention: k, v (dk, dv) head b1 / kv_group
+	                                    serves query head b1 (0 or 1: one each) */
 	int vec;                         /* set by the launchers: 16-byte loads allowed */
 };
 
@@ -287,8 +292,8 @@ __global__ void __launch_bounds__(NW * 32, 8 / NW) sgk_flash_fwd_tc(SgFlashParam
 	for (int b = blockIdx.y; b < p.nb0 * p.nb1; b += gridDim.y) {
 		const int b0 = b / p.nb1, b1 = b % p.nb1;
 		const T *q = (const T *)p.q + b0 * p.q_s0 + b1 * p.q_s1;
-		const T *k = (const T *)p.k + b0 * p.k_s0 + b1 * p.k_s1;
-		const T *v = (const T *)p.v + b0 * p.v_s0 + b1 * p.v_s1;
+		const T *k = (const T *)p.k + b0 * p.k_s0 + b1 / p.kv_group * p.k_s1;
+		const T *v = (const T *)p.v + b0 * p.v_s0 + b1 / p.kv_group * p.v_s1;
 		const int kend = p.causal ? min(p.S, m0 + BM) : p.S;
 		const int nkb = (kend + BN - 1) / BN;
 
@@ -513,29 +518,14 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_kv_tc(SgFlashParams p)
 	const int n0 = blockIdx.x * BK;
 	const float sl2 = p.scale * SGK_LOG2E;
 
-	for (int b = blockIdx.y; b < p.nb0 * p.nb1; b += gridDim.y) {
-		const int b0 = b / p.nb1, b1 = b % p.nb1;
-		const T *q = (const T *)p.q + b0 * p.q_s0 + b1 * p.q_s1;
+	/* With grouped-query heads, a block's keys serve kv_group query heads:
+	 * dK and dV sum over them (b1: the key head, g: the query head). */
+	const int nkv1 = p.nb1 / p.kv_group;
+	for (int bk = blockIdx.y; bk < p.nb0 * nkv1; bk += gridDim.y) {
+		const int b0 = bk / nkv1, b1 = bk % nkv1;
 		const T *k = (const T *)p.k + b0 * p.k_s0 + b1 * p.k_s1;
 		const T *v = (const T *)p.v + b0 * p.v_s0 + b1 * p.v_s1;
-		const T *dO = (const T *)p.dout + b0 * p.do_s0 + b1 * p.do_s1;
-		const float *lse = p.lse + (sgk_i64)b * p.L, *delta = p.delta + (sgk_i64)b * p.L;
 		const int i_first = p.causal ? n0 / BQ : 0, nqb = (p.L + BQ - 1) / BQ;
-
-		__syncthreads();
-		sgk_fa_load<T, BK, DP, NT>(sK, k, p.k_sr, n0, p.S, p.D, p.vec);
-		sgk_fa_load<T, BK, DP, NT>(sV, v, p.v_sr, n0, p.S, p.Dv, p.vec);
-		if (i_first < nqb) {
-			sgk_fa_load<T, BQ, DP, NT>(sQ, q, p.q_sr, i_first * BQ, p.L, p.D, p.vec);
-			sgk_fa_load_vec<BQ, NT>(sL, lse, i_first * BQ, p.L);
-		}
-		sgk_cp_commit();
-		if (i_first < nqb) {
-			sgk_fa_load<T, BQ, DP, NT>(sO, dO, p.do_sr, i_first * BQ, p.L, p.Dv, p.vec);
-			sgk_fa_load_vec<BQ, NT>(sD, delta, i_first * BQ, p.L);
-		}
-		sgk_cp_commit();
-
 		float dk[DP / 8][4], dv[DP / 8][4];
 #pragma unroll
 		for (int t = 0; t < DP / 8; t++)
@@ -544,107 +534,130 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_kv_tc(SgFlashParams p)
 				dk[t][e] = dv[t][e] = 0.f;
 		const int key0 = n0 + warp * 16 + gi; /* and key0 + 8 */
 
-		for (int i = i_first; i < nqb; i++) {
-			const int st = (i - i_first) & 1, q0 = i * BQ;
-			T *qt = sQ + st * BQ * LD, *ot = sO + st * BQ * LD;
-			const float *lt = sL + st * BQ, *dt = sD + st * BQ;
-			sgk_cp_wait<1>();
+		for (int g = b1 * p.kv_group; g < (b1 + 1) * p.kv_group; g++) {
+			const int b = b0 * p.nb1 + g;
+			const T *q = (const T *)p.q + b0 * p.q_s0 + g * p.q_s1;
+			const T *dO = (const T *)p.dout + b0 * p.do_s0 + g * p.do_s1;
+			const float *lse = p.lse + (sgk_i64)b * p.L, *delta = p.delta + (sgk_i64)b * p.L;
+
 			__syncthreads();
-			if (i + 1 < nqb) {
-				sgk_fa_load<T, BQ, DP, NT>(sQ + (st ^ 1) * BQ * LD, q, p.q_sr, q0 + BQ, p.L, p.D,
-				                           p.vec);
-				sgk_fa_load_vec<BQ, NT>(sL + (st ^ 1) * BQ, lse, q0 + BQ, p.L);
+			if (g == b1 * p.kv_group) {
+				sgk_fa_load<T, BK, DP, NT>(sK, k, p.k_sr, n0, p.S, p.D, p.vec);
+				sgk_fa_load<T, BK, DP, NT>(sV, v, p.v_sr, n0, p.S, p.Dv, p.vec);
+			}
+			if (i_first < nqb) {
+				sgk_fa_load<T, BQ, DP, NT>(sQ, q, p.q_sr, i_first * BQ, p.L, p.D, p.vec);
+				sgk_fa_load_vec<BQ, NT>(sL, lse, i_first * BQ, p.L);
 			}
 			sgk_cp_commit();
-			if (i + 1 < nqb) {
-				sgk_fa_load<T, BQ, DP, NT>(sO + (st ^ 1) * BQ * LD, dO, p.do_sr, q0 + BQ, p.L,
-				                           p.Dv, p.vec);
-				sgk_fa_load_vec<BQ, NT>(sD + (st ^ 1) * BQ, delta, q0 + BQ, p.L);
+			if (i_first < nqb) {
+				sgk_fa_load<T, BQ, DP, NT>(sO, dO, p.do_sr, i_first * BQ, p.L, p.Dv, p.vec);
+				sgk_fa_load_vec<BQ, NT>(sD, delta, i_first * BQ, p.L);
 			}
 			sgk_cp_commit();
 
-			/* S^T (16 keys x BQ queries) = K_w Q^T. */
-			float pt[BQ / 8][4];
-#pragma unroll
-			for (int t = 0; t < BQ / 8; t++)
-				pt[t][0] = pt[t][1] = pt[t][2] = pt[t][3] = 0.f;
-#pragma unroll
-			for (int kk = 0; kk < DP / 16; kk++) {
-				unsigned a[4];
-				sgk_frag_a<LD>(a, sK, warp * 16, kk * 16);
-#pragma unroll
-				for (int nn = 0; nn < BQ / 16; nn++) {
-					unsigned bf[4];
-					sgk_frag_b_nk<LD>(bf, qt, nn * 16, kk * 16);
-					sgk_mma(pt[2 * nn], a, bf[0], bf[1], T());
-					sgk_mma(pt[2 * nn + 1], a, bf[2], bf[3], T());
+			for (int i = i_first; i < nqb; i++) {
+				const int st = (i - i_first) & 1, q0 = i * BQ;
+				T *qt = sQ + st * BQ * LD, *ot = sO + st * BQ * LD;
+				const float *lt = sL + st * BQ, *dt = sD + st * BQ;
+				sgk_cp_wait<1>();
+				__syncthreads();
+				if (i + 1 < nqb) {
+					sgk_fa_load<T, BQ, DP, NT>(sQ + (st ^ 1) * BQ * LD, q, p.q_sr, q0 + BQ, p.L, p.D,
+					                           p.vec);
+					sgk_fa_load_vec<BQ, NT>(sL + (st ^ 1) * BQ, lse, q0 + BQ, p.L);
 				}
-			}
-			/* P^T, masked: queries past L, and keys after the query. */
-			const bool mask = q0 + BQ > p.L || (p.causal && q0 < n0 + warp * 16 + 16);
-#pragma unroll
-			for (int t = 0; t < BQ / 8; t++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					const int qc = t * 8 + tig * 2 + (e & 1), key = key0 + (e >> 1) * 8;
-					float x = exp2f(pt[t][e] * sl2 - lt[qc] * SGK_LOG2E);
-					if (mask && (q0 + qc >= p.L || (p.causal && key > q0 + qc)))
-						x = 0.f;
-					pt[t][e] = x;
+				sgk_cp_commit();
+				if (i + 1 < nqb) {
+					sgk_fa_load<T, BQ, DP, NT>(sO + (st ^ 1) * BQ * LD, dO, p.do_sr, q0 + BQ, p.L,
+					                           p.Dv, p.vec);
+					sgk_fa_load_vec<BQ, NT>(sD + (st ^ 1) * BQ, delta, q0 + BQ, p.L);
 				}
+				sgk_cp_commit();
 
-			sgk_cp_wait<2>();
-			__syncthreads();
-			/* dV += P^T dO. */
+				/* S^T (16 keys x BQ queries) = K_w Q^T. */
+				float pt[BQ / 8][4];
 #pragma unroll
-			for (int kk = 0; kk < BQ / 16; kk++) {
-				unsigned a[4];
-				sgk_acc_to_a<T>(a, pt, kk);
+				for (int t = 0; t < BQ / 8; t++)
+					pt[t][0] = pt[t][1] = pt[t][2] = pt[t][3] = 0.f;
 #pragma unroll
-				for (int dn = 0; dn < DP / 16; dn++) {
-					unsigned bf[4];
-					sgk_frag_b_kn<LD>(bf, ot, kk * 16, dn * 16);
-					sgk_mma(dv[2 * dn], a, bf[0], bf[1], T());
-					sgk_mma(dv[2 * dn + 1], a, bf[2], bf[3], T());
+				for (int kk = 0; kk < DP / 16; kk++) {
+					unsigned a[4];
+					sgk_frag_a<LD>(a, sK, warp * 16, kk * 16);
+#pragma unroll
+					for (int nn = 0; nn < BQ / 16; nn++) {
+						unsigned bf[4];
+						sgk_frag_b_nk<LD>(bf, qt, nn * 16, kk * 16);
+						sgk_mma(pt[2 * nn], a, bf[0], bf[1], T());
+						sgk_mma(pt[2 * nn + 1], a, bf[2], bf[3], T());
+					}
+				}
+				/* P^T, masked: queries past L, and keys after the query. */
+				const bool mask = q0 + BQ > p.L || (p.causal && q0 < n0 + warp * 16 + 16);
+#pragma unroll
+				for (int t = 0; t < BQ / 8; t++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						const int qc = t * 8 + tig * 2 + (e & 1), key = key0 + (e >> 1) * 8;
+						float x = exp2f(pt[t][e] * sl2 - lt[qc] * SGK_LOG2E);
+						if (mask && (q0 + qc >= p.L || (p.causal && key > q0 + qc)))
+							x = 0.f;
+						pt[t][e] = x;
+					}
+
+				sgk_cp_wait<2>();
+				__syncthreads();
+				/* dV += P^T dO. */
+#pragma unroll
+				for (int kk = 0; kk < BQ / 16; kk++) {
+					unsigned a[4];
+					sgk_acc_to_a<T>(a, pt, kk);
+#pragma unroll
+					for (int dn = 0; dn < DP / 16; dn++) {
+						unsigned bf[4];
+						sgk_frag_b_kn<LD>(bf, ot, kk * 16, dn * 16);
+						sgk_mma(dv[2 * dn], a, bf[0], bf[1], T());
+						sgk_mma(dv[2 * dn + 1], a, bf[2], bf[3], T());
+					}
+				}
+				/* dP^T = V_w dO^T, then dS^T = P^T (dP^T - delta). */
+				float ds[BQ / 8][4];
+#pragma unroll
+				for (int t = 0; t < BQ / 8; t++)
+					ds[t][0] = ds[t][1] = ds[t][2] = ds[t][3] = 0.f;
+#pragma unroll
+				for (int kk = 0; kk < DP / 16; kk++) {
+					unsigned a[4];
+					sgk_frag_a<LD>(a, sV, warp * 16, kk * 16);
+#pragma unroll
+					for (int nn = 0; nn < BQ / 16; nn++) {
+						unsigned bf[4];
+						sgk_frag_b_nk<LD>(bf, ot, nn * 16, kk * 16);
+						sgk_mma(ds[2 * nn], a, bf[0], bf[1], T());
+						sgk_mma(ds[2 * nn + 1], a, bf[2], bf[3], T());
+					}
+				}
+#pragma unroll
+				for (int t = 0; t < BQ / 8; t++)
+#pragma unroll
+					for (int e = 0; e < 4; e++)
+						ds[t][e] = pt[t][e] * (ds[t][e] - dt[t * 8 + tig * 2 + (e & 1)]);
+				/* dK += dS^T Q. */
+#pragma unroll
+				for (int kk = 0; kk < BQ / 16; kk++) {
+					unsigned a[4];
+					sgk_acc_to_a<T>(a, ds, kk);
+#pragma unroll
+					for (int dn = 0; dn < DP / 16; dn++) {
+						unsigned bf[4];
+						sgk_frag_b_kn<LD>(bf, qt, kk * 16, dn * 16);
+						sgk_mma(dk[2 * dn], a, bf[0], bf[1], T());
+						sgk_mma(dk[2 * dn + 1], a, bf[2], bf[3], T());
+					}
 				}
 			}
-			/* dP^T = V_w dO^T, then dS^T = P^T (dP^T - delta). */
-			float ds[BQ / 8][4];
-#pragma unroll
-			for (int t = 0; t < BQ / 8; t++)
-				ds[t][0] = ds[t][1] = ds[t][2] = ds[t][3] = 0.f;
-#pragma unroll
-			for (int kk = 0; kk < DP / 16; kk++) {
-				unsigned a[4];
-				sgk_frag_a<LD>(a, sV, warp * 16, kk * 16);
-#pragma unroll
-				for (int nn = 0; nn < BQ / 16; nn++) {
-					unsigned bf[4];
-					sgk_frag_b_nk<LD>(bf, ot, nn * 16, kk * 16);
-					sgk_mma(ds[2 * nn], a, bf[0], bf[1], T());
-					sgk_mma(ds[2 * nn + 1], a, bf[2], bf[3], T());
-				}
-			}
-#pragma unroll
-			for (int t = 0; t < BQ / 8; t++)
-#pragma unroll
-				for (int e = 0; e < 4; e++)
-					ds[t][e] = pt[t][e] * (ds[t][e] - dt[t * 8 + tig * 2 + (e & 1)]);
-			/* dK += dS^T Q. */
-#pragma unroll
-			for (int kk = 0; kk < BQ / 16; kk++) {
-				unsigned a[4];
-				sgk_acc_to_a<T>(a, ds, kk);
-#pragma unroll
-				for (int dn = 0; dn < DP / 16; dn++) {
-					unsigned bf[4];
-					sgk_frag_b_kn<LD>(bf, qt, kk * 16, dn * 16);
-					sgk_mma(dk[2 * dn], a, bf[0], bf[1], T());
-					sgk_mma(dk[2 * dn + 1], a, bf[2], bf[3], T());
-				}
-			}
+			sgk_cp_wait<0>();
 		}
-		sgk_cp_wait<0>();
 		T *dkg = (T *)p.dk + b0 * p.dk_s0 + b1 * p.dk_s1;
 		T *dvg = (T *)p.dv + b0 * p.dv_s0 + b1 * p.dv_s1;
 		sgk_fa_store<T, DP / 8>(dkg, p.dk_sr, dk, n0 + warp * 16, p.S, p.D, p.scale, p.vec);
@@ -671,8 +684,8 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_q_tc(SgFlashParams p)
 	for (int b = blockIdx.y; b < p.nb0 * p.nb1; b += gridDim.y) {
 		const int b0 = b / p.nb1, b1 = b % p.nb1;
 		const T *q = (const T *)p.q + b0 * p.q_s0 + b1 * p.q_s1;
-		const T *k = (const T *)p.k + b0 * p.k_s0 + b1 * p.k_s1;
-		const T *v = (const T *)p.v + b0 * p.v_s0 + b1 * p.v_s1;
+		const T *k = (const T *)p.k + b0 * p.k_s0 + b1 / p.kv_group * p.k_s1;
+		const T *v = (const T *)p.v + b0 * p.v_s0 + b1 / p.kv_group * p.v_s1;
 		const T *dO = (const T *)p.dout + b0 * p.do_s0 + b1 * p.do_s1;
 		const int kend = p.causal ? min(p.S, m0 + BQ) : p.S;
 		const int nkb = (kend + BK - 1) / BK;
@@ -820,8 +833,8 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_fwd_simt(SgFlashPara
 	for (int b = blockIdx.y; b < p.nb0 * p.nb1; b += gridDim.y) {
 		const int b0 = b / p.nb1, b1 = b % p.nb1;
 		const T *q = (const T *)p.q + b0 * p.q_s0 + b1 * p.q_s1;
-		const T *k = (const T *)p.k + b0 * p.k_s0 + b1 * p.k_s1;
-		const T *v = (const T *)p.v + b0 * p.v_s0 + b1 * p.v_s1;
+		const T *k = (const T *)p.k + b0 * p.k_s0 + b1 / p.kv_group * p.k_s1;
+		const T *v = (const T *)p.v + b0 * p.v_s0 + b1 / p.kv_group * p.v_s1;
 		const int ilast = min(p.L, (int)(blockIdx.x + 1) * SGK_FS_NW) - 1;
 		const int kend = p.causal ? min(p.S, ilast + 1) : p.S;
 		__syncthreads();
@@ -887,8 +900,8 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_bwd_q_simt(SgFlashPa
 	for (int b = blockIdx.y; b < p.nb0 * p.nb1; b += gridDim.y) {
 		const int b0 = b / p.nb1, b1 = b % p.nb1;
 		const T *q = (const T *)p.q + b0 * p.q_s0 + b1 * p.q_s1;
-		const T *k = (const T *)p.k + b0 * p.k_s0 + b1 * p.k_s1;
-		const T *v = (const T *)p.v + b0 * p.v_s0 + b1 * p.v_s1;
+		const T *k = (const T *)p.k + b0 * p.k_s0 + b1 / p.kv_group * p.k_s1;
+		const T *v = (const T *)p.v + b0 * p.v_s0 + b1 / p.kv_group * p.v_s1;
 		const T *dO = (const T *)p.dout + b0 * p.do_s0 + b1 * p.do_s1;
 		const int ilast = min(p.L, (int)(blockIdx.x + 1) * SGK_FS_NW) - 1;
 		const int kend = p.causal ? min(p.S, ilast + 1) : p.S;
@@ -948,13 +961,11 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_bwd_kv_simt(SgFlashP
 	A *sD = sL + SGK_FS_TILE;
 	const int j = blockIdx.x * SGK_FS_NW + warp;
 	const A scale = p.scale;
-	for (int b = blockIdx.y; b < p.nb0 * p.nb1; b += gridDim.y) {
-		const int b0 = b / p.nb1, b1 = b % p.nb1;
-		const T *q = (const T *)p.q + b0 * p.q_s0 + b1 * p.q_s1;
+	const int nkv1 = p.nb1 / p.kv_group; /* key heads; each serves kv_group query heads */
+	for (int bk = blockIdx.y; bk < p.nb0 * nkv1; bk += gridDim.y) {
+		const int b0 = bk / nkv1, b1 = bk % nkv1;
 		const T *k = (const T *)p.k + b0 * p.k_s0 + b1 * p.k_s1;
 		const T *v = (const T *)p.v + b0 * p.v_s0 + b1 * p.v_s1;
-		const T *dO = (const T *)p.dout + b0 * p.do_s0 + b1 * p.do_s1;
-		const float *lse = p.lse + (sgk_i64)b * p.L, *delta = p.delta + (sgk_i64)b * p.L;
 		const int istart = p.causal ? (int)(blockIdx.x * SGK_FS_NW) / SGK_FS_TILE * SGK_FS_TILE : 0;
 		__syncthreads();
 		for (int c = lane; c < D; c += 32)
@@ -965,33 +976,39 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_bwd_kv_simt(SgFlashP
 #pragma unroll
 		for (int c = 0; c < DMAX / 32; c++)
 			dk[c] = dv[c] = 0;
-		for (int i0 = istart; i0 < p.L; i0 += SGK_FS_TILE) {
-			__syncthreads();
-			sgk_fs_load(sQ, q, p.q_sr, i0, p.L, D);
-			sgk_fs_load(sO, dO, p.do_sr, i0, p.L, Dv);
-			for (int c = threadIdx.x; c < SGK_FS_TILE; c += blockDim.x) {
-				sL[c] = i0 + c < p.L ? (A)lse[i0 + c] : (A)0;
-				sD[c] = i0 + c < p.L ? (A)delta[i0 + c] : (A)0;
-			}
-			__syncthreads();
-			const int i = i0 + lane;
-			A s = 0, dp = 0;
-			for (int c = 0; c < D; c++)
-				s += sk[c] * sQ[lane * (D + 1) + c];
-			for (int c = 0; c < Dv; c++)
-				dp += sv[c] * sO[lane * (Dv + 1) + c];
-			const bool live = j < p.S && i < p.L && !(p.causal && j > i);
-			const A pi = live ? sgk_exp(s * scale - sL[lane]) : (A)0;
-			const A ds = pi * (dp - sD[lane]);
-			for (int ii = 0; ii < SGK_FS_TILE; ii++) {
-				const A pb = __shfl_sync(0xffffffffu, pi, ii);
-				const A db = __shfl_sync(0xffffffffu, ds, ii);
+		for (int g = b1 * p.kv_group; g < (b1 + 1) * p.kv_group; g++) {
+			const int b = b0 * p.nb1 + g;
+			const T *q = (const T *)p.q + b0 * p.q_s0 + g * p.q_s1;
+			const T *dO = (const T *)p.dout + b0 * p.do_s0 + g * p.do_s1;
+			const float *lse = p.lse + (sgk_i64)b * p.L, *delta = p.delta + (sgk_i64)b * p.L;
+			for (int i0 = istart; i0 < p.L; i0 += SGK_FS_TILE) {
+				__syncthreads();
+				sgk_fs_load(sQ, q, p.q_sr, i0, p.L, D);
+				sgk_fs_load(sO, dO, p.do_sr, i0, p.L, Dv);
+				for (int c = threadIdx.x; c < SGK_FS_TILE; c += blockDim.x) {
+					sL[c] = i0 + c < p.L ? (A)lse[i0 + c] : (A)0;
+					sD[c] = i0 + c < p.L ? (A)delta[i0 + c] : (A)0;
+				}
+				__syncthreads();
+				const int i = i0 + lane;
+				A s = 0, dp = 0;
+				for (int c = 0; c < D; c++)
+					s += sk[c] * sQ[lane * (D + 1) + c];
+				for (int c = 0; c < Dv; c++)
+					dp += sv[c] * sO[lane * (Dv + 1) + c];
+				const bool live = j < p.S && i < p.L && !(p.causal && j > i);
+				const A pi = live ? sgk_exp(s * scale - sL[lane]) : (A)0;
+				const A ds = pi * (dp - sD[lane]);
+				for (int ii = 0; ii < SGK_FS_TILE; ii++) {
+					const A pb = __shfl_sync(0xffffffffu, pi, ii);
+					const A db = __shfl_sync(0xffffffffu, ds, ii);
 #pragma unroll
-				for (int c = 0; c < DMAX / 32; c++) {
-					if (lane + 32 * c < Dv)
-						dv[c] += pb * sO[ii * (Dv + 1) + lane + 32 * c];
-					if (lane + 32 * c < D)
-						dk[c] += db * sQ[ii * (D + 1) + lane + 32 * c];
+					for (int c = 0; c < DMAX / 32; c++) {
+						if (lane + 32 * c < Dv)
+							dv[c] += pb * sO[ii * (Dv + 1) + lane + 32 * c];
+						if (lane + 32 * c < D)
+							dk[c] += db * sQ[ii * (D + 1) + lane + 32 * c];
+					}
 				}
 			}
 		}
@@ -1027,6 +1044,7 @@ static inline void sg_flash_params_init(SgFlashParams *p, int nb0, int nb1, int 
 	p->Dv = Dv;
 	p->scale = scale;
 	p->causal = causal;
+	p->kv_group = 1;
 	p->q_sr = p->dq_sr = D;
 	p->q_s1 = p->dq_s1 = (sgk_i64)L * D;
 	p->q_s0 = p->dq_s0 = (sgk_i64)nb1 * L * D;
@@ -1075,6 +1093,8 @@ static inline SgFlashParams sgk_fa_prep(const SgFlashParams *in, int bwd)
 	if (!(p.scale > 0.f))
 		p.scale = 1.f / sqrtf((float)(p.D > 0 ? p.D : 1));
 	p.vec = sgk_fa_vec(&p, bwd);
+	if (p.kv_group < 1)
+		p.kv_group = 1;
 	return p;
 }
 
@@ -1142,7 +1162,7 @@ static cudaError_t sgk_fa_bwd_tc(const SgFlashParams &p, int nb, cudaStream_t st
 {
 	typedef SgkFaBwdCfg<DP, BQKV> K;
 	cudaError_t e = sgk_fa_launch(sgk_flash_bwd_kv_tc<T, DP, BQKV>, (p.S + K::BK - 1) / K::BK,
-	                              nb, K::NW * 32, K::SMEM_KV, p, stream);
+	                              nb / p.kv_group, K::NW * 32, K::SMEM_KV, p, stream);
 	if (e != cudaSuccess)
 		return e;
 	return sgk_fa_launch(sgk_flash_bwd_q_tc<T, DP>, (p.L + K::BQ - 1) / K::BQ, nb, K::NW * 32,
@@ -1168,7 +1188,7 @@ static cudaError_t sg_launch_flash_fwd(const SgFlashParams *in, cudaStream_t str
 {
 	const SgFlashParams p = sgk_fa_prep(in, 0);
 	const int nb = p.nb0 * p.nb1;
-	if (p.D <= 0 || p.Dv <= 0 || p.D > 256 || p.Dv > 256)
+	if (p.D <= 0 || p.Dv <= 0 || p.D > 256 || p.Dv > 256 || p.nb1 % p.kv_group)
 		return cudaErrorInvalidValue;
 	switch (sgk_fa_dp<T>(p)) {
 	case 32: return sgk_fa_tc<T, 32>::fwd(p, nb, stream);
@@ -1186,7 +1206,7 @@ static cudaError_t sg_launch_flash_bwd(const SgFlashParams *in, cudaStream_t str
 {
 	const SgFlashParams p = sgk_fa_prep(in, 1);
 	const int nb = p.nb0 * p.nb1;
-	if (p.D <= 0 || p.Dv <= 0 || p.D > 256 || p.Dv > 256)
+	if (p.D <= 0 || p.Dv <= 0 || p.D > 256 || p.Dv > 256 || p.nb1 % p.kv_group)
 		return cudaErrorInvalidValue;
 	if (nb <= 0 || p.L <= 0)
 		return cudaSuccess;
@@ -1202,7 +1222,8 @@ static cudaError_t sg_launch_flash_bwd(const SgFlashParams *in, cudaStream_t str
 	}
 	const int big = p.D > 128 || p.Dv > 128;
 	e = sgk_fa_launch(big ? sgk_flash_bwd_kv_simt<T, 256> : sgk_flash_bwd_kv_simt<T, 128>,
-	                  (p.S + SGK_FS_NW - 1) / SGK_FS_NW, nb, SGK_FS_NW * 32, sgk_fs_smem<T>(p, 1),
+	                  (p.S + SGK_FS_NW - 1) / SGK_FS_NW, nb / p.kv_group, SGK_FS_NW * 32,
+	                  sgk_fs_smem<T>(p, 1),
 	                  p, stream);
 	if (e != cudaSuccess)
 		return e;

@@ -460,7 +460,7 @@ k_attn_f64_90_transpose_q(const double *__restrict__ x, double *__restrict__ out
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[(i / 8192) * 8192 + ((i / 4096) % 2) * 64 + ((i / 64) % 64) * 128 + i % 64];
 }
-// cg_attn.sg:93: %att = scaled_dot_product_attention(%q, %k, %v, causal=false)
+// cg_attn.sg:93: %att = scaled_dot_product_attention(%q, %k, %v, causal=false, enable_gqa=false)
 /* One block per query row: scores for a tile of 64 keys (a warp per
  * key), an online softmax across tiles, and the output row; no L x S
  * matrix is ever stored. */
@@ -733,7 +733,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:26: %v = transpose(%v4, dim0=1, dim1=2) */
 	/* (not copied: the attention kernels read v_v3 through their strides) */
 
-	/* cg_attn.sg:27: %att = scaled_dot_product_attention(%q, %k, %v, causal=true) */
+	/* cg_attn.sg:27: %att = scaled_dot_product_attention(%q, %k, %v, causal=true, enable_gqa=false) */
 	v_att4 = (sg_bf16 *)SGRT_AT(rt, 0); /* 32768 bytes of the arena */
 	float *tmp_lse_27 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_27, 1024, 0, 27));
@@ -879,7 +879,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:28: %grad.att = transpose(%grad.att4, dim0=1, dim1=2) */
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
-	/* cg_attn.sg:27: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true) */
+	/* cg_attn.sg:27: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=false) */
 	v_grad_q3 = (sg_bf16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
 	v_grad_k3 = (sg_bf16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
 	v_grad_v3 = (sg_bf16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
@@ -1203,7 +1203,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:51: %v = transpose(%v4, dim0=1, dim1=2) */
 	/* (not copied: the attention kernels read v_v3 through their strides) */
 
-	/* cg_attn.sg:52: %att = scaled_dot_product_attention(%q, %k, %v, causal=false, scale=0.1) */
+	/* cg_attn.sg:52: %att = scaled_dot_product_attention(%q, %k, %v, causal=false, scale=0.1, enable_gqa=false) */
 	v_att = (sg_f16 *)SGRT_AT(rt, 0); /* 32768 bytes of the arena */
 	float *tmp_lse_52 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_52, 1024, 0, 52));
@@ -1348,7 +1348,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:53: %grad.att = transpose(%grad.att4, dim0=1, dim1=2) */
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
-	/* cg_attn.sg:52: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, scale=0.1) */
+	/* cg_attn.sg:52: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, scale=0.1, enable_gqa=false) */
 	v_grad_q3 = (sg_f16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
 	v_grad_k3 = (sg_f16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
 	v_grad_v3 = (sg_f16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
@@ -1621,7 +1621,7 @@ attn_f32_run(attn_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:74: %v = transpose(%v4, dim0=2, dim1=1) */
 	/* (not copied: the attention kernels read v_v4 through their strides) */
 
-	/* cg_attn.sg:75: %att = scaled_dot_product_attention(%q, %k, %v, causal=true) */
+	/* cg_attn.sg:75: %att = scaled_dot_product_attention(%q, %k, %v, causal=true, enable_gqa=false) */
 	v_att3 = (float *)SGRT_AT(rt, 65536); /* 65536 bytes of the arena */
 	float *tmp_lse_75 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_75, 1024, 0, 75));
@@ -1842,7 +1842,7 @@ attn_f64_run(attn_f64_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_attn_f64_90_transpose_q", 92,
 	            k_attn_f64_90_transpose_q<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_v4, v_v));
 
-	/* cg_attn.sg:93: %att = scaled_dot_product_attention(%q, %k, %v, causal=false) */
+	/* cg_attn.sg:93: %att = scaled_dot_product_attention(%q, %k, %v, causal=false, enable_gqa=false) */
 	v_att = (double *)SGRT_AT(rt, 393216); /* 131072 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_f64_93_sdpa_att", 93,
 	            k_attn_f64_93_sdpa_att<<<256, 128, 1536, sgrt_stream(rt, 0)>>>(v_q, v_k, v_v, v_att));

@@ -28,20 +28,9 @@ mode=${1:-}
 dir=${2:-build-pygpu}
 case $mode in
 build)
-	mkdir -p "$dir"
-	[ -f "$dir/build/build.ninja" ] || meson setup "$dir/build" -Dtests=disabled -Dnccl=disabled --buildtype=debugoptimized \
-		>/dev/null || exit 1
-	ninja -C "$dir/build" compiler/sgc runtime/libsgrt.so >/dev/null || exit 1
-	# The GPU machine lacks the libraries sgc and libsgrt load (OpenBLAS
-	# and its Fortran runtime, cJSON): DIR/lib, about 40 MB.
-	rm -rf "$dir/lib"
-	mkdir -p "$dir/lib"
-	# OpenBLAS is dlopen'ed by `sgc run` (not linked): listed by name.
-	blas=$(ldconfig -p | sed -n 's/.*libopenblas\.so\.0 .*=> //p' | head -n 1)
-	ldd "$dir/build/compiler/sgc" "$dir/build/runtime/libsgrt.so" ${blas:+"$blas"} |
-		awk '/(openblas|gfortran|quadmath|cjson)/ && $3 ~ /^\// { print $3 }' | sort -u |
-		while read -r l; do cp -L "$l" "$dir/lib/"; done
-	[ -z "$blas" ] || cp -L "$blas" "$dir/lib/libopenblas.so.0"
+	# The GPU machine lacks the libraries sgc and libsgrt load: DIR/lib.
+	. tests/gpu/build_lib.sh
+	gpu_build "$dir" blas || exit 1
 	du -sh "$dir"
 	echo "built $dir/build and $dir/lib (carry $dir)"
 	;;

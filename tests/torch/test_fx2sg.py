@@ -101,6 +101,37 @@ class AttentionBlock(nn.Module):
 sys.path.insert(0, os.path.join(HERE, "..", "..", "samples"))
 from resnet_small import resnet_small as small_resnet  # noqa: E402
 
+# ------------------------------------------------------------------ Llama-style models
+
+sys.path.insert(0, os.path.join(HERE, "..", "..", "samples"))
+import llama as llama_sample  # noqa: E402
+from llama import Llama as LlamaStyle  # noqa: E402
+
+
+def llama():
+    torch.manual_seed(4)
+    return LlamaStyle()
+
+
+def mistral():
+    torch.manual_seed(5)
+    return LlamaStyle(kv_heads=1, mask="window")
+
+
+def qwen2():
+    torch.manual_seed(6)
+    return LlamaStyle(mask="float", bias=True)
+
+
+def llama_eager():
+    torch.manual_seed(8)
+    return LlamaStyle(mask="eager")
+
+
+def llama_tril():
+    torch.manual_seed(7)
+    return LlamaStyle(mask="tril")
+
 
 def mlp():
     torch.manual_seed(1)
@@ -129,6 +160,11 @@ MODELS = [
     ("ln_classifier", ln_classifier, ["tok=i64[3,4]", "feats=f32[3,4,12]"], "cross_entropy"),
     ("attention", attention, ["x=f32[2,6,16]"], "mse"),
     ("small_resnet", small_resnet, ["x=f32[2,3,16,16]"], "cross_entropy"),
+    ("llama", llama, ["tok=i64[2,6]"], "cross_entropy"),
+    ("mistral", mistral, ["tok=i64[2,6]"], "cross_entropy"),
+    ("qwen2", qwen2, ["tok=i64[2,6]"], "cross_entropy"),
+    ("llama_tril", llama_tril, ["tok=i64[2,6]"], "cross_entropy"),
+    ("llama_eager", llama_eager, ["tok=i64[2,6]"], "cross_entropy"),
 ]
 
 
@@ -472,6 +508,14 @@ def check_errors(S, fx2sg):
            lambda m, x, y: F.mse_loss(x, y, size_average=False), "Error", "size_average=False")
     expect("error: an out= argument is named",
            lambda m, x, y: torch.add(x, y, out=torch.empty(3)), "Error", "out=")
+    if not HAVE_SDPA:
+        # fx2sg's own check (a torch with the function rejects it itself);
+        # the call through the module, where torch.fx finds the leaf.
+        q = lambda t: t.view(1, 1, 1, 3).expand(1, 2, 2, 3)  # noqa: E731
+        expect("error: attention with a mask and is_causal",
+               lambda m, x, y: llama_sample.scaled_dot_product_attention(
+                   q(x), q(y), q(y), attn_mask=torch.ones(2, 2, dtype=torch.bool),
+                   is_causal=True), "Error", "attn_mask and is_causal=True")
     check_embedding_args(S, fx2sg)
     spec = os.path.join(HERE, "test_fx2sg.py") + ":mlp"
     cases = [
@@ -772,6 +816,36 @@ def check_sample(S):
     S.report("samples/resnet_small.sg regenerates", None if body(out) == body(sample) else
              "fx2sg now gives another graph than samples/resnet_small.sg")
 
+def check_attention_forms(S):
+    """The Llama-style exports use the attention op: grouped-query heads
+    as enable_gqa (no repeated k/v heads), a constant causal mask (bool
+    tril or 0/-inf floats) as causal=true, another mask as the operand."""
+    want = {"llama": ("causal=true, enable_gqa=true)", "%mask"),
+            "llama_tril": ("causal=true, enable_gqa=true)", "%mask)"),
+            "qwen2": ("causal=true, enable_gqa=true)", "%mask)"),
+            "mistral": ("%mask, enable_gqa=true)", "causal=true")}
+    for name, (has, lacks) in want.items():
+        path = S.path("%s[fx].sg" % name)
+        text = open(path).read() if os.path.exists(path) else ""
+        att = [l for l in text.splitlines()
+               if l.strip().startswith("%") and "= scaled_dot_product_attention(" in l]
+        why = None
+        if len(att) != 2:
+            why = "expected 2 attention statements, found %d" % len(att)
+        elif not all(has in l and lacks not in l for l in att):
+            why = "expected '%s' and not '%s' in:\n%s" % (has, lacks, "\n".join(att))
+        S.report("%s attention form" % name, why)
+    # Attention written out with repeated key/value heads (Hugging Face's
+    # eager path): sgc's -O2 makes it one attention with enable_gqa.
+    path = S.path("llama_eager[fx].sg")
+    pr = subprocess.run([S.sgc, "check", path, "--dump-after=attention"], capture_output=True,
+                        text=True, timeout=60)
+    att = [l for l in pr.stderr.splitlines() if "= scaled_dot_product_attention(" in l]
+    S.report("llama_eager attention form after sgc's pass",
+             None if pr.returncode == 0 and len(att) == 2 and
+             all("enable_gqa=true" in l and "%mask" in l for l in att) else
+             "exit %d:\n%s" % (pr.returncode, "\n".join(att) or pr.stderr[-1500:]))
+
 
 def main():
     global stio, compare, FX
@@ -785,6 +859,7 @@ def main():
         check_model(S, name, factory, flags, loss)
         if HAVE_EXPORT:
             check_model(S, name, factory, flags, loss, trace="export")
+    check_attention_forms(S)
     check_api(S, fx2sg)
     check_errors(S, fx2sg)
     check_cli_outputs(S)

@@ -201,13 +201,21 @@ case("linear 1-d", {"x": R(4), "w": R(2, 4), "b": R(2)}, "%o = linear(%x, %w, %b
      lambda P: F.linear(P["x"], P["w"], P["b"]))
 
 
-def sdpa(q, k, v, causal=False, scale=None):
+def sdpa(q, k, v, causal=False, scale=None, mask=None, gqa=False):
     scale = scale if scale is not None else 1.0 / q.shape[-1] ** 0.5
+    if gqa:  # PyTorch's enable_gqa: each k/v head serves a group of q heads
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], -3)
+        v = v.repeat_interleave(q.shape[-3] // v.shape[-3], -3)
     s = q @ k.transpose(-2, -1) * scale
     if causal:
         L, Sn = q.shape[-2], k.shape[-2]
         s = s.masked_fill(~torch.ones(L, Sn, dtype=torch.bool).tril(), float("-inf"))
-    return torch.softmax(s, -1) @ v
+    if mask is not None and mask.dtype == torch.bool:
+        s = s.masked_fill(~mask, float("-inf"))
+    elif mask is not None:
+        s = s + mask
+    p = torch.softmax(s, -1)  # a row with no key left: zeros, as PyTorch 2.5+
+    return torch.where(torch.isnan(p), torch.zeros_like(p), p) @ v
 
 
 case("attention", {"q": R(2, 3, 4), "k": R(2, 5, 4), "v": R(2, 5, 6)},
@@ -220,6 +228,35 @@ case("attention causal scale broadcast", {"q": R(2, 1, 3, 4), "k": R(1, 2, 5, 4)
                                           "v": R(5, 2)},
      "%o = scaled_dot_product_attention(%q, %k, %v, causal=true, scale=0.3)",
      lambda P: sdpa(P["q"], P["k"], P["v"], causal=True, scale=0.3))
+
+case("attention gqa 4/2", {"q": R(2, 4, 3, 4), "k": R(2, 2, 5, 4), "v": R(2, 2, 5, 3)},
+     "%o = scaled_dot_product_attention(%q, %k, %v, enable_gqa=true)",
+     lambda P: sdpa(P["q"], P["k"], P["v"], gqa=True), f32=True)
+case("attention gqa mqa causal", {"q": R(1, 3, 4, 4), "k": R(1, 1, 4, 4), "v": R(1, 1, 4, 2)},
+     "%o = scaled_dot_product_attention(%q, %k, %v, causal=true, enable_gqa=true)",
+     lambda P: sdpa(P["q"], P["k"], P["v"], causal=True, gqa=True))
+case("attention gqa broadcast batch", {"q": R(2, 4, 3, 4), "k": R(1, 2, 5, 4), "v": R(2, 2, 5, 3)},
+     "%o = scaled_dot_product_attention(%q, %k, %v, scale=0.4, enable_gqa=true)",
+     lambda P: sdpa(P["q"], P["k"], P["v"], scale=0.4, gqa=True))
+BMASK = torch.tensor([[1, 0, 1, 1, 0], [1, 1, 1, 1, 1], [0, 0, 1, 0, 0]], dtype=torch.bool)
+case("attention bool mask [T, S]", {"q": R(2, 2, 3, 4), "k": R(2, 2, 5, 4), "v": R(2, 2, 5, 3)},
+     "%o = scaled_dot_product_attention(%q, %k, %v, %m)",
+     lambda P: sdpa(P["q"], P["k"], P["v"], mask=P["m"]), inputs={"m": BMASK}, f32=True)
+case("attention float mask [B, 1, T, S] gqa", {"q": R(2, 4, 3, 4), "k": R(2, 2, 5, 4),
+                                               "v": R(2, 2, 5, 3)},
+     "%o = scaled_dot_product_attention(%q, %k, %v, %m, enable_gqa=true)",
+     lambda P: sdpa(P["q"], P["k"], P["v"], mask=P["m"], gqa=True),
+     inputs={"m": R(2, 1, 3, 5)})
+case("attention bool mask [B, 1, 1, S]", {"q": R(2, 2, 3, 4), "k": R(2, 2, 5, 4), "v": R(2, 2, 5, 3)},
+     "%o = scaled_dot_product_attention(%q, %k, %v, %m)",
+     lambda P: sdpa(P["q"], P["k"], P["v"], mask=P["m"]),
+     inputs={"m": torch.tensor([[1, 1, 0, 1, 0], [0, 1, 1, 1, 1]],
+                               dtype=torch.bool).reshape(2, 1, 1, 5)})
+case("attention bool mask, a fully masked row", {"q": R(2, 3, 4), "k": R(2, 5, 4), "v": R(2, 5, 3)},
+     "%o = scaled_dot_product_attention(%q, %k, %v, %m)",
+     lambda P: sdpa(P["q"], P["k"], P["v"], mask=P["m"]),
+     inputs={"m": torch.tensor([[1, 0, 1, 1, 0], [0, 0, 0, 0, 0], [0, 0, 1, 0, 0]],
+                               dtype=torch.bool)})
 
 # ---------------------------------------------------------------- shape ops
 case("reshape", {"x": R(2, 6)}, "%t = reshape(%x, shape=[3, -1])\n%o = mul(%t, %t)",

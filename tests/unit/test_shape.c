@@ -961,7 +961,18 @@ test_sdpa(void **state)
 	val(t, "vh", "f16[2, 4, 10, 32]");
 	val(t, "r1", "f32[16]");
 	val(t, "lq", "i64[8, 16]");
+	val(t, "kg", "f32[2, 2, 10, 16]");
+	val(t, "vg", "f32[2, 2, 10, 32]");
+	val(t, "mb", "bool[8, 10]");
+	val(t, "mf", "f32[2, 1, 1, 10]");
 	OK("scaled_dot_product_attention", "%q %k %v", "f32[2, 4, 8, 32]");
+	OK("scaled_dot_product_attention", "%q %kg %vg enable_gqa=true", "f32[2, 4, 8, 32]");
+	OK("scaled_dot_product_attention", "%q %k %v %mb", "f32[2, 4, 8, 32]");
+	OK("scaled_dot_product_attention", "%q %kg %vg %mf enable_gqa=true", "f32[2, 4, 8, 32]");
+	ERR("scaled_dot_product_attention", "%q %kg %vg", "the query has 4 heads (dim -3) and the key 2");
+	ERR("scaled_dot_product_attention", "%q %kg %v enable_gqa=true", "different head counts");
+	ERR("scaled_dot_product_attention", "%q %k %v %mb causal=true", "a mask and causal=true together");
+	ERR("scaled_dot_product_attention", "%q %k %v %q", "does not broadcast to the scores' shape");
 	OK("scaled_dot_product_attention", "%q %k %v causal=true scale=0.5", "f32[2, 4, 8, 32]");
 	OK("scaled_dot_product_attention", "%q1 %k1 %v1", "f32[2, 4, 8, 32]");
 	OK("scaled_dot_product_attention", "%q2 %k2 %v2", "f32[8, 16]");
