@@ -446,6 +446,32 @@ cg_node_text(Cg *c, Graph *g, const Node *n)
 	return cg_str_done(c, &s);
 }
 
+char *
+cg_stmt_text(Cg *c, Graph *g, const Node *n)
+{
+	size_t len = 0;
+	const char *line = diag_line(c->m->diag, n->loc.line, &len);
+	if (!line)
+		return cg_node_text(c, g, n);
+	while (len && (*line == ' ' || *line == '\t'))
+		line++, len--;
+	while (len && (line[len - 1] == ' ' || line[len - 1] == '\t'))
+		len--;
+	CgStr s = {0};
+	for (size_t i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)line[i];
+		if (ch == '/' && i && line[i - 1] == '*')
+			cg_str_addf(&s, " /"); /* no end of a block comment */
+		else if (ch == '\\' || ch < 0x20 || ch > 0x7e)
+			cg_str_addf(&s, "?"); /* no line splice, nothing unprintable */
+		else
+			cg_str_addf(&s, "%c", ch);
+	}
+	if (!(n->flags & NF_USER))
+		cg_str_addf(&s, "  [sgc: %s]", cg_node_text(c, g, n));
+	return cg_str_done(c, &s);
+}
+
 /* ------------------------------------------------------------------ dtypes */
 
 const char *

@@ -81,8 +81,13 @@ char *cg_ident(Cg *c, const char *prefix, const char *name);
 char *cg_lit_float(Cg *c, double v, int f);
 /* An int64 as a C literal of type sg_i64. */
 char *cg_lit_int(Cg *c, int64_t v);
-/* One node as .sg text ("%h = matmul(%x, %w1)") for comments. */
+/* One node as .sg text ("%h = matmul(%x, %w1)"). */
 char *cg_node_text(Cg *c, Graph *g, const Node *n);
+/* The text comments quote for node n: its .sg line as written (blanks
+ * around it dropped; a `*` `/` pair, backslashes and unprintable bytes
+ * made harmless), and for a node the compiler made from that statement
+ * (autograd, the passes) its own text after it, "  [sgc: ...]". */
+char *cg_stmt_text(Cg *c, Graph *g, const Node *n);
 /* "model.sg:14" for a node; the .sg file's base name. */
 char *cg_where(Cg *c, const Node *n);
 const char *cg_source_name(Cg *c);

@@ -536,7 +536,7 @@ node_stmt(CgGraph *G, NodeId i, int already_ordered)
 	Node *n = &g->nodes.v[i];
 	int line = (int)n->loc.line;
 	CG_EMIT(G->body, "host.cu:comment", {"where", cg_where(c, n)},
-	        {"text", cg_node_text(c, g, n)}, {"mark", cg_line_mark(c, n->loc.line)});
+	        {"text", cg_stmt_text(c, g, n)}, {"mark", cg_line_mark(c, n->loc.line)});
 	if (!cg_fold_written(G, i)) /* else bound at its attention node */
 		bind_results(G, i);
 	for (uint32_t j = 0; j < n->nres && !cg_fold_written(G, i); j++)
@@ -762,7 +762,7 @@ cg_graph_body(CgGraph *G)
 			for (uint32_t k = 0; k < groups->v[gi].n; k++) {
 				Node *m = &g->nodes.v[groups->v[gi].nodes[k]];
 				CG_EMIT(G->body, "host.cu:comment", {"where", cg_where(G->c, m)},
-				        {"text", cg_node_text(G->c, g, m)},
+				        {"text", cg_stmt_text(G->c, g, m)},
 				        {"mark", cg_line_mark(G->c, m->loc.line)});
 				if (groups->v[gi].after == NONE)
 					bind_results(G, groups->v[gi].nodes[k]);

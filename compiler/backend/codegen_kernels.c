@@ -96,7 +96,7 @@ cg_comment(CgGraph *G, const Node *n)
 {
 	const char *mark = cg_line_mark(G->c, n->loc.line);
 	return cg_fmt(G->c, "// %s: %s%s%s", cg_where(G->c, n),
-	              cg_node_text(G->c, G->g, n), *mark ? "\n" : "", mark);
+	              cg_stmt_text(G->c, G->g, n), *mark ? "\n" : "", mark);
 }
 
 /* One launch statement. */

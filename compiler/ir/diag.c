@@ -58,6 +58,24 @@ build_lines(Diag *d)
 	d->nlines = n;
 }
 
+const char *
+diag_line(Diag *d, uint32_t line, size_t *len)
+{
+	if (!d->src || line == 0)
+		return NULL;
+	if (!d->linestart)
+		build_lines(d);
+	if (line > d->nlines)
+		return NULL;
+	size_t start = d->linestart[line - 1], end = start;
+	while (end < d->srclen && d->src[end] != '\n')
+		end++;
+	if (end > start && d->src[end - 1] == '\r')
+		end--;
+	*len = end - start;
+	return d->src + start;
+}
+
 /* An SGR sequence when colour is on. */
 static void
 sgr(const Diag *d, const char *code)

@@ -138,6 +138,9 @@ typedef struct Diag {
 } Diag;
 
 void diag_init(Diag *d, const char *path, const char *src, size_t len);
+/* Source line `line` (1-based) without its line break: a pointer into the
+ * source and its length in *len; NULL when there is no such line. */
+const char *diag_line(Diag *d, uint32_t line, size_t *len);
 void diag_fini(Diag *d);
 /* "path:line:col: error: msg", the source line and a caret. */
 void diag_error(Diag *d, Loc at, const char *fmt, ...)

@@ -110,5 +110,14 @@ check "--steps too large: range given" grep -q 'from 1 to 2147483647' err
 timeout 60 "$SGC" run opt.sg --inputs /dev/zero 2>err
 check "endless tensor file: exit 3" test $? -eq 3
 
+# ---- source lines quoted in the generated code's comments: a `*/` in a
+# trailing comment cannot end a block comment, a backslash cannot splice
+# the next line into a line comment
+printf 'graph g {\n  input %%x : f32[4]\n  %%y = relu(%%x)  # ends */ here \\\n  return %%y\n}\n' >quote.sg
+"$SGC" quote.sg -o quote.cu
+check "quoted line: compiles" test $? -eq 0
+check "quoted line: as written, made harmless" grep -qF '%y = relu(%x)  # ends * / here ?' quote.cu
+check "quoted line: no */ inside a comment" sh -c "! grep -q 'ends \*/' quote.cu"
+
 echo "$fails failed"
 [ "$fails" -eq 0 ]

@@ -40,8 +40,8 @@ k_attn_bf16_20_chunk2_q3(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ ou
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[(i / 128) * 384 + i % 128 + 256];
 }
-// cg_attn.sg:31: %yf = cast(%p, dtype=f32)
-// cg_attn.sg:32: %sq = square(%yf)
+// cg_attn.sg:31: %yf   = cast(%p, dtype=f32)
+// cg_attn.sg:32: %sq   = square(%yf)
 // (x0 = %p, x1 = %yf, x2 = %sq)
 static __global__ void __launch_bounds__(256)
 k_attn_bf16_31_cast_yf(const sg_bf16 *__restrict__ x0, float *__restrict__ x1, float *__restrict__ x2)
@@ -55,8 +55,8 @@ k_attn_bf16_31_cast_yf(const sg_bf16 *__restrict__ x0, float *__restrict__ x1, f
 		x2[i] = sg_st_f32(r2);
 	}
 }
-// cg_attn.sg:31: %yf = cast(%p, dtype=f32)
-// cg_attn.sg:32: %sq = square(%yf)
+// cg_attn.sg:31: %yf   = cast(%p, dtype=f32)
+// cg_attn.sg:32: %sq   = square(%yf)
 // (x0 = %p, x1 = %yf, x2 = %sq)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_bf16_31_cast_yf is the fallback). */
@@ -82,7 +82,7 @@ k_attn_bf16_31_cast_yf_vec(const sg_bf16 *__restrict__ x0, float *__restrict__ x
 		*(sg_vec<float, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
-// cg_attn.sg:33: %loss = mean(%sq, keepdim=false)
+// cg_attn.sg:33: %loss = mean(%sq)
 static __global__ void __launch_bounds__(1024)
 k_attn_bf16_33_mean_loss(const float *__restrict__ x, float *__restrict__ out)
 {
@@ -98,7 +98,7 @@ k_attn_bf16_33_mean_loss(const float *__restrict__ x, float *__restrict__ out)
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc / (float)16384));
 }
-// cg_attn.sg:34: %grad.loss = ones(shape=[], dtype=f32)
+// cg_attn.sg:34: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)]
 static __global__ void __launch_bounds__(256)
 k_attn_bf16_34_ones_grad_loss(float *__restrict__ out)
 {
@@ -106,7 +106,7 @@ k_attn_bf16_34_ones_grad_loss(float *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_f32(sg_to_f32((sg_i64)1));
 }
-// cg_attn.sg:33: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128])
+// cg_attn.sg:33: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128])]
 static __global__ void __launch_bounds__(256)
 k_attn_bf16_33_expand_grad_sq_2(const float *__restrict__ x, float *__restrict__ out)
 {
@@ -114,10 +114,10 @@ k_attn_bf16_33_expand_grad_sq_2(const float *__restrict__ x, float *__restrict__
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[0];
 }
-// cg_attn.sg:33: %grad.sq = div(%grad.sq.2, 16384)
-// cg_attn.sg:32: %grad.yf.1 = mul(%yf, 2.0)
-// cg_attn.sg:32: %grad.yf = mul(%grad.sq, %grad.yf.1)
-// cg_attn.sg:31: %grad.p = cast(%grad.yf, dtype=bf16)
+// cg_attn.sg:33: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 16384)]
+// cg_attn.sg:32: %sq   = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)]
+// cg_attn.sg:32: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)]
+// cg_attn.sg:31: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=bf16)]
 // (x0 = %grad.sq.2, x1 = %yf, x2 = %grad.p)
 static __global__ void __launch_bounds__(256)
 k_attn_bf16_33_div_grad_sq(const float *__restrict__ x0, const float *__restrict__ x1, sg_bf16 *__restrict__ x2)
@@ -133,10 +133,10 @@ k_attn_bf16_33_div_grad_sq(const float *__restrict__ x0, const float *__restrict
 		x2[i] = sg_st_bf16(r5);
 	}
 }
-// cg_attn.sg:33: %grad.sq = div(%grad.sq.2, 16384)
-// cg_attn.sg:32: %grad.yf.1 = mul(%yf, 2.0)
-// cg_attn.sg:32: %grad.yf = mul(%grad.sq, %grad.yf.1)
-// cg_attn.sg:31: %grad.p = cast(%grad.yf, dtype=bf16)
+// cg_attn.sg:33: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 16384)]
+// cg_attn.sg:32: %sq   = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)]
+// cg_attn.sg:32: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)]
+// cg_attn.sg:31: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=bf16)]
 // (x0 = %grad.sq.2, x1 = %yf, x2 = %grad.p)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_bf16_33_div_grad_sq is the fallback). */
@@ -163,7 +163,7 @@ k_attn_bf16_33_div_grad_sq_vec(const float *__restrict__ x0, const float *__rest
 		*(sg_vec<sg_bf16, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
-// cg_attn.sg:30: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)
+// cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
 static __device__ __forceinline__ void
@@ -193,7 +193,7 @@ k_attn_bf16_30_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 	     i += stride)
 		k_attn_bf16_30_sgd_update_one(p[i], g[i]);
 }
-// cg_attn.sg:20: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)
+// cg_attn.sg:20: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)]
 static __global__ void __launch_bounds__(256)
 k_attn_bf16_20_cat0_grad_qkv(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -201,7 +201,7 @@ k_attn_bf16_20_cat0_grad_qkv(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict_
 	     i += (int)gridDim.x * blockDim.x)
 		out[(i / 128) * 384 + i % 128] = x[i];
 }
-// cg_attn.sg:20: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)
+// cg_attn.sg:20: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)]
 static __global__ void __launch_bounds__(256)
 k_attn_bf16_20_cat1_grad_qkv(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -209,7 +209,7 @@ k_attn_bf16_20_cat1_grad_qkv(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict_
 	     i += (int)gridDim.x * blockDim.x)
 		out[(i / 128) * 384 + i % 128 + 128] = x[i];
 }
-// cg_attn.sg:20: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)
+// cg_attn.sg:20: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)]
 static __global__ void __launch_bounds__(256)
 k_attn_bf16_20_cat2_grad_qkv(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -249,8 +249,8 @@ k_attn_f16_53_transpose_att4(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ 
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[(i / 8192) * 8192 + ((i / 128) % 64) * 64 + ((i / 64) % 2) * 4096 + i % 64];
 }
-// cg_attn.sg:56: %yf = cast(%p, dtype=f32)
-// cg_attn.sg:57: %sq = square(%yf)
+// cg_attn.sg:56: %yf   = cast(%p, dtype=f32)
+// cg_attn.sg:57: %sq   = square(%yf)
 // (x0 = %p, x1 = %yf, x2 = %sq)
 static __global__ void __launch_bounds__(256)
 k_attn_f16_56_cast_yf(const sg_f16 *__restrict__ x0, float *__restrict__ x1, float *__restrict__ x2)
@@ -264,8 +264,8 @@ k_attn_f16_56_cast_yf(const sg_f16 *__restrict__ x0, float *__restrict__ x1, flo
 		x2[i] = sg_st_f32(r2);
 	}
 }
-// cg_attn.sg:56: %yf = cast(%p, dtype=f32)
-// cg_attn.sg:57: %sq = square(%yf)
+// cg_attn.sg:56: %yf   = cast(%p, dtype=f32)
+// cg_attn.sg:57: %sq   = square(%yf)
 // (x0 = %p, x1 = %yf, x2 = %sq)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_f16_56_cast_yf is the fallback). */
@@ -291,10 +291,10 @@ k_attn_f16_56_cast_yf_vec(const sg_f16 *__restrict__ x0, float *__restrict__ x1,
 		*(sg_vec<float, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
-// cg_attn.sg:58: %grad.sq = div(%grad.sq.2, 16384)
-// cg_attn.sg:57: %grad.yf.1 = mul(%yf, 2.0)
-// cg_attn.sg:57: %grad.yf = mul(%grad.sq, %grad.yf.1)
-// cg_attn.sg:56: %grad.p = cast(%grad.yf, dtype=f16)
+// cg_attn.sg:58: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 16384)]
+// cg_attn.sg:57: %sq   = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)]
+// cg_attn.sg:57: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)]
+// cg_attn.sg:56: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=f16)]
 // (x0 = %grad.sq.2, x1 = %yf, x2 = %grad.p)
 static __global__ void __launch_bounds__(256)
 k_attn_f16_58_div_grad_sq(const float *__restrict__ x0, const float *__restrict__ x1, sg_f16 *__restrict__ x2)
@@ -310,10 +310,10 @@ k_attn_f16_58_div_grad_sq(const float *__restrict__ x0, const float *__restrict_
 		x2[i] = sg_st_f16(r5);
 	}
 }
-// cg_attn.sg:58: %grad.sq = div(%grad.sq.2, 16384)
-// cg_attn.sg:57: %grad.yf.1 = mul(%yf, 2.0)
-// cg_attn.sg:57: %grad.yf = mul(%grad.sq, %grad.yf.1)
-// cg_attn.sg:56: %grad.p = cast(%grad.yf, dtype=f16)
+// cg_attn.sg:58: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 16384)]
+// cg_attn.sg:57: %sq   = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)]
+// cg_attn.sg:57: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)]
+// cg_attn.sg:56: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=f16)]
 // (x0 = %grad.sq.2, x1 = %yf, x2 = %grad.p)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_f16_58_div_grad_sq is the fallback). */
@@ -340,7 +340,7 @@ k_attn_f16_58_div_grad_sq_vec(const float *__restrict__ x0, const float *__restr
 		*(sg_vec<sg_f16, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
-// cg_attn.sg:55: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)
+// cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f16 as PyTorch's are). */
 static __device__ __forceinline__ void
@@ -370,7 +370,7 @@ k_attn_f16_55_sgd_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g, c
 	     i += stride)
 		k_attn_f16_55_sgd_update_one(p[i], g[i]);
 }
-// cg_attn.sg:45: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)
+// cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)]
 static __global__ void __launch_bounds__(256)
 k_attn_f16_45_cat0_grad_qkv(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ out)
 {
@@ -378,7 +378,7 @@ k_attn_f16_45_cat0_grad_qkv(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ o
 	     i += (int)gridDim.x * blockDim.x)
 		out[(i / 128) * 384 + i % 128] = x[i];
 }
-// cg_attn.sg:45: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)
+// cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)]
 static __global__ void __launch_bounds__(256)
 k_attn_f16_45_cat1_grad_qkv(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ out)
 {
@@ -386,7 +386,7 @@ k_attn_f16_45_cat1_grad_qkv(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ o
 	     i += (int)gridDim.x * blockDim.x)
 		out[(i / 128) * 384 + i % 128 + 128] = x[i];
 }
-// cg_attn.sg:45: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)
+// cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)]
 static __global__ void __launch_bounds__(256)
 k_attn_f16_45_cat2_grad_qkv(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ out)
 {
@@ -394,7 +394,7 @@ k_attn_f16_45_cat2_grad_qkv(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ o
 	     i += (int)gridDim.x * blockDim.x)
 		out[(i / 128) * 384 + i % 128 + 256] = x[i];
 }
-// cg_attn.sg:72: %q = transpose(%q4, dim0=1, dim1=2)
+// cg_attn.sg:72: %q    = transpose(%q4, dim0=1, dim1=2)
 static __global__ void __launch_bounds__(256)
 k_attn_f32_72_transpose_q(const float *__restrict__ x, float *__restrict__ out)
 {
@@ -402,7 +402,7 @@ k_attn_f32_72_transpose_q(const float *__restrict__ x, float *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[(i / 8192) * 8192 + ((i / 4096) % 2) * 64 + ((i / 64) % 64) * 128 + i % 64];
 }
-// cg_attn.sg:78: %y = mul(%att3, 2.0)
+// cg_attn.sg:78: %y    = mul(%att3, 2.0)
 // (x0 = %att3, x1 = %y)
 static __global__ void __launch_bounds__(256)
 k_attn_f32_78_mul_y(const float *__restrict__ x0, float *__restrict__ x1)
@@ -414,7 +414,7 @@ k_attn_f32_78_mul_y(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_attn.sg:78: %y = mul(%att3, 2.0)
+// cg_attn.sg:78: %y    = mul(%att3, 2.0)
 // (x0 = %att3, x1 = %y)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_f32_78_mul_y is the fallback). */
@@ -436,7 +436,7 @@ k_attn_f32_78_mul_y_vec(const float *__restrict__ x0, float *__restrict__ x1)
 		*(sg_vec<float, 4> *)(x1 + w * 4) = x1_v;
 	}
 }
-// cg_attn.sg:79: %qs = sum(%q, keepdim=false)
+// cg_attn.sg:79: %qs   = sum(%q)
 static __global__ void __launch_bounds__(1024)
 k_attn_f32_79_sum_qs(const float *__restrict__ x, float *__restrict__ out)
 {
@@ -452,7 +452,7 @@ k_attn_f32_79_sum_qs(const float *__restrict__ x, float *__restrict__ out)
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc));
 }
-// cg_attn.sg:90: %q = transpose(%q4, dim0=1, dim1=2)
+// cg_attn.sg:90: %q    = transpose(%q4, dim0=1, dim1=2)
 static __global__ void __launch_bounds__(256)
 k_attn_f64_90_transpose_q(const double *__restrict__ x, double *__restrict__ out)
 {
@@ -460,7 +460,7 @@ k_attn_f64_90_transpose_q(const double *__restrict__ x, double *__restrict__ out
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[(i / 8192) * 8192 + ((i / 4096) % 2) * 64 + ((i / 64) % 64) * 128 + i % 64];
 }
-// cg_attn.sg:93: %att = scaled_dot_product_attention(%q, %k, %v, causal=false, enable_gqa=false)
+// cg_attn.sg:93: %att  = scaled_dot_product_attention(%q, %k, %v)
 /* One block per query row: scores for a tile of 64 keys (a warp per
  * key), an online softmax across tiles, and the output row; no L x S
  * matrix is ever stored. */
@@ -527,7 +527,7 @@ k_attn_f64_94_transpose_att4(const double *__restrict__ x, double *__restrict__ 
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[(i / 8192) * 8192 + ((i / 128) % 64) * 64 + ((i / 64) % 2) * 4096 + i % 64];
 }
-// cg_attn.sg:95: %s = sum(%att4, keepdim=false)
+// cg_attn.sg:95: %s    = sum(%att4)
 static __global__ void __launch_bounds__(1024)
 k_attn_f64_95_sum_s(const double *__restrict__ x, double *__restrict__ out)
 {
@@ -691,7 +691,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_qkv = NULL;
 	sg_bf16 *v_grad_wqkv = NULL;
 
-	/* cg_attn.sg:19: %qkv = linear(%x, %wqkv) */
+	/* cg_attn.sg:19: %qkv  = linear(%x, %wqkv) */
 	v_qkv = (sg_bf16 *)SGRT_AT(rt, 0); /* 98304 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -715,25 +715,25 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_20_chunk2_q3", 20,
 	            k_attn_bf16_20_chunk2_q3<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_qkv, v_v3));
 
-	/* cg_attn.sg:21: %q4 = reshape(%q3, shape=[2, 64, 2, 64]) */
+	/* cg_attn.sg:21: %q4   = reshape(%q3, shape=[B, T, NH, HD]) */
 	/* (not copied: the attention kernels read v_q3 through their strides) */
 
-	/* cg_attn.sg:22: %k4 = reshape(%k3, shape=[2, 64, 2, 64]) */
+	/* cg_attn.sg:22: %k4   = reshape(%k3, shape=[B, T, NH, HD]) */
 	/* (not copied: the attention kernels read v_k3 through their strides) */
 
-	/* cg_attn.sg:23: %v4 = reshape(%v3, shape=[2, 64, 2, 64]) */
+	/* cg_attn.sg:23: %v4   = reshape(%v3, shape=[B, T, NH, HD]) */
 	/* (not copied: the attention kernels read v_v3 through their strides) */
 
-	/* cg_attn.sg:24: %q = transpose(%q4, dim0=1, dim1=2) */
+	/* cg_attn.sg:24: %q    = transpose(%q4, dim0=1, dim1=2) */
 	/* (not copied: the attention kernels read v_q3 through their strides) */
 
-	/* cg_attn.sg:25: %k = transpose(%k4, dim0=1, dim1=2) */
+	/* cg_attn.sg:25: %k    = transpose(%k4, dim0=1, dim1=2) */
 	/* (not copied: the attention kernels read v_k3 through their strides) */
 
-	/* cg_attn.sg:26: %v = transpose(%v4, dim0=1, dim1=2) */
+	/* cg_attn.sg:26: %v    = transpose(%v4, dim0=1, dim1=2) */
 	/* (not copied: the attention kernels read v_v3 through their strides) */
 
-	/* cg_attn.sg:27: %att = scaled_dot_product_attention(%q, %k, %v, causal=true, enable_gqa=false) */
+	/* cg_attn.sg:27: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true) */
 	v_att4 = (sg_bf16 *)SGRT_AT(rt, 0); /* 32768 bytes of the arena */
 	float *tmp_lse_27 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_27, 1024, 0, 27));
@@ -768,10 +768,10 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:28: %att4 = transpose(%att, dim0=1, dim1=2) */
 	/* (not copied: the attention kernel wrote v_att4 through its strides) */
 
-	/* cg_attn.sg:29: %att3 = reshape(%att4, shape=[2, 64, 128]) */
+	/* cg_attn.sg:29: %att3 = reshape(%att4, shape=[B, T, D]) */
 	/* (not copied: the products read v_att4 through their operand layout) */
 
-	/* cg_attn.sg:30: %p = linear(%att3, %wo) */
+	/* cg_attn.sg:30: %p    = linear(%att3, %wo) */
 	v_p = (sg_bf16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -784,10 +784,10 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_att4, v_wo, v_p, "k_attn_bf16_30_linear_p", 30));
 	}
 
-	/* cg_attn.sg:31: %yf = cast(%p, dtype=f32) */
+	/* cg_attn.sg:31: %yf   = cast(%p, dtype=f32) */
 	v_yf = (float *)SGRT_AT(rt, 196608); /* 65536 bytes of the arena */
 
-	/* cg_attn.sg:32: %sq = square(%yf) */
+	/* cg_attn.sg:32: %sq   = square(%yf) */
 	v_sq = (float *)SGRT_AT(rt, 262144); /* 65536 bytes of the arena */
 	if (((uintptr_t)v_p % 8) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_sq % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_bf16_31_cast_yf_vec", 31,
@@ -796,33 +796,33 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_attn_bf16_31_cast_yf", 31,
 		            k_attn_bf16_31_cast_yf<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_p, v_yf, v_sq));
 
-	/* cg_attn.sg:33: %loss = mean(%sq, keepdim=false) */
+	/* cg_attn.sg:33: %loss = mean(%sq) */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_mean_loss", 33,
 	            k_attn_bf16_33_mean_loss<<<1, 1024, 0, sgrt_stream(rt, 0)>>>(v_sq, v_loss));
 
 	/* cg_attn.sg:34: backward(%loss) */
 
-	/* cg_attn.sg:34: %grad.loss = ones(shape=[], dtype=f32) */
+	/* cg_attn.sg:34: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
 	v_grad_loss = (float *)SGRT_AT(rt, 32768); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_34_ones_grad_loss", 34,
 	            k_attn_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_attn.sg:33: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1]) */
+	/* cg_attn.sg:33: %loss = mean(%sq)  [sgc: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1])] */
 	v_grad_sq_1 = (float *)SGRT_AT(rt, 33024); /* 4 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_sq_1, v_grad_loss, 4, "reshape_grad.sq.1", 33));
 
-	/* cg_attn.sg:33: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128]) */
+	/* cg_attn.sg:33: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128])] */
 	v_grad_sq_2 = (float *)SGRT_AT(rt, 262144); /* 65536 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_expand_grad_sq_2", 33,
 	            k_attn_bf16_33_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_1, v_grad_sq_2));
 
-	/* cg_attn.sg:33: %grad.sq = div(%grad.sq.2, 16384) */
+	/* cg_attn.sg:33: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 16384)] */
 
-	/* cg_attn.sg:32: %grad.yf.1 = mul(%yf, 2.0) */
+	/* cg_attn.sg:32: %sq   = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)] */
 
-	/* cg_attn.sg:32: %grad.yf = mul(%grad.sq, %grad.yf.1) */
+	/* cg_attn.sg:32: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)] */
 
-	/* cg_attn.sg:31: %grad.p = cast(%grad.yf, dtype=bf16) */
+	/* cg_attn.sg:31: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=bf16)] */
 	v_grad_p = (sg_bf16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
 	if (((uintptr_t)v_grad_sq_2 % 16) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_grad_p % 8) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_bf16_33_div_grad_sq_vec", 33,
@@ -831,16 +831,16 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_attn_bf16_33_div_grad_sq", 33,
 		            k_attn_bf16_33_div_grad_sq<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_p));
 
-	/* cg_attn.sg:30: %grad.wo.1 = reshape(%grad.p, shape=[128, 128]) */
+	/* cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: %grad.wo.1 = reshape(%grad.p, shape=[128, 128])] */
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
-	/* cg_attn.sg:30: %grad.wo.2 = reshape(%att3, shape=[128, 128]) */
+	/* cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: %grad.wo.2 = reshape(%att3, shape=[128, 128])] */
 	/* (not copied: the products read v_att4 through their operand layout) */
 
-	/* cg_attn.sg:30: %grad.wo.3 = transpose(%grad.wo.1, dim0=0, dim1=1) */
+	/* cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: %grad.wo.3 = transpose(%grad.wo.1, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
-	/* cg_attn.sg:30: %grad.wo = matmul(%grad.wo.3, %grad.wo.2) */
+	/* cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: %grad.wo = matmul(%grad.wo.3, %grad.wo.2)] */
 	v_grad_wo = (sg_bf16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -854,7 +854,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_att4, v_grad_wo, "k_attn_bf16_30_matmul_grad_wo", 30));
 	}
 
-	/* cg_attn.sg:30: %grad.att3 = matmul(%grad.p, %wo) */
+	/* cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: %grad.att3 = matmul(%grad.p, %wo)] */
 	v_grad_att3 = (sg_bf16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -867,19 +867,19 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_wo, v_grad_att3, "k_attn_bf16_30_matmul_grad_att3", 30));
 	}
 
-	/* cg_attn.sg:30: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0) */
+	/* cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_30_sgd_update", 30,
 	            k_attn_bf16_30_sgd_update<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_wo, v_grad_wo, 16384LL));
 
-	/* cg_attn.sg:30: del %grad.wo */
+	/* cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: del %grad.wo] */
 
-	/* cg_attn.sg:29: %grad.att4 = reshape(%grad.att3, shape=[2, 64, 2, 64]) */
+	/* cg_attn.sg:29: %att3 = reshape(%att4, shape=[B, T, D])  [sgc: %grad.att4 = reshape(%grad.att3, shape=[2, 64, 2, 64])] */
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
-	/* cg_attn.sg:28: %grad.att = transpose(%grad.att4, dim0=1, dim1=2) */
+	/* cg_attn.sg:28: %att4 = transpose(%att, dim0=1, dim1=2)  [sgc: %grad.att = transpose(%grad.att4, dim0=1, dim1=2)] */
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
-	/* cg_attn.sg:27: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=false) */
+	/* cg_attn.sg:27: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=false)] */
 	v_grad_q3 = (sg_bf16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
 	v_grad_k3 = (sg_bf16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
 	v_grad_v3 = (sg_bf16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
@@ -928,25 +928,25 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_TRY(sgrt_free_async(rt, tmp_delta_27, 0, 27));
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_27, 0, 27));
 
-	/* cg_attn.sg:26: %grad.v4 = transpose(%grad.v, dim0=1, dim1=2) */
+	/* cg_attn.sg:26: %v    = transpose(%v4, dim0=1, dim1=2)  [sgc: %grad.v4 = transpose(%grad.v, dim0=1, dim1=2)] */
 	/* (not copied: the attention kernel wrote v_grad_v3 through its strides) */
 
-	/* cg_attn.sg:25: %grad.k4 = transpose(%grad.k, dim0=1, dim1=2) */
+	/* cg_attn.sg:25: %k    = transpose(%k4, dim0=1, dim1=2)  [sgc: %grad.k4 = transpose(%grad.k, dim0=1, dim1=2)] */
 	/* (not copied: the attention kernel wrote v_grad_k3 through its strides) */
 
-	/* cg_attn.sg:24: %grad.q4 = transpose(%grad.q, dim0=1, dim1=2) */
+	/* cg_attn.sg:24: %q    = transpose(%q4, dim0=1, dim1=2)  [sgc: %grad.q4 = transpose(%grad.q, dim0=1, dim1=2)] */
 	/* (not copied: the attention kernel wrote v_grad_q3 through its strides) */
 
-	/* cg_attn.sg:23: %grad.v3 = reshape(%grad.v4, shape=[2, 64, 128]) */
+	/* cg_attn.sg:23: %v4   = reshape(%v3, shape=[B, T, NH, HD])  [sgc: %grad.v3 = reshape(%grad.v4, shape=[2, 64, 128])] */
 	/* (not copied: the attention kernel wrote v_grad_v3 through its strides) */
 
-	/* cg_attn.sg:22: %grad.k3 = reshape(%grad.k4, shape=[2, 64, 128]) */
+	/* cg_attn.sg:22: %k4   = reshape(%k3, shape=[B, T, NH, HD])  [sgc: %grad.k3 = reshape(%grad.k4, shape=[2, 64, 128])] */
 	/* (not copied: the attention kernel wrote v_grad_k3 through its strides) */
 
-	/* cg_attn.sg:21: %grad.q3 = reshape(%grad.q4, shape=[2, 64, 128]) */
+	/* cg_attn.sg:21: %q4   = reshape(%q3, shape=[B, T, NH, HD])  [sgc: %grad.q3 = reshape(%grad.q4, shape=[2, 64, 128])] */
 	/* (not copied: the attention kernel wrote v_grad_q3 through its strides) */
 
-	/* cg_attn.sg:20: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2) */
+	/* cg_attn.sg:20: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)] */
 	v_grad_qkv = (sg_bf16 *)SGRT_AT(rt, 98304); /* 98304 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_20_cat0_grad_qkv", 20,
 	            k_attn_bf16_20_cat0_grad_qkv<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_q3, v_grad_qkv));
@@ -955,16 +955,16 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_20_cat2_grad_qkv", 20,
 	            k_attn_bf16_20_cat2_grad_qkv<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_v3, v_grad_qkv));
 
-	/* cg_attn.sg:19: %grad.wqkv.1 = reshape(%grad.qkv, shape=[128, 384]) */
+	/* cg_attn.sg:19: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv.1 = reshape(%grad.qkv, shape=[128, 384])] */
 	/* (not copied: the products read v_grad_qkv through their operand layout) */
 
-	/* cg_attn.sg:19: %grad.wqkv.2 = reshape(%x, shape=[128, 128]) */
+	/* cg_attn.sg:19: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv.2 = reshape(%x, shape=[128, 128])] */
 	/* (not copied: the products read v_x through their operand layout) */
 
-	/* cg_attn.sg:19: %grad.wqkv.3 = transpose(%grad.wqkv.1, dim0=0, dim1=1) */
+	/* cg_attn.sg:19: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv.3 = transpose(%grad.wqkv.1, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_qkv through their operand layout) */
 
-	/* cg_attn.sg:19: %grad.wqkv = matmul(%grad.wqkv.3, %grad.wqkv.2) */
+	/* cg_attn.sg:19: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv = matmul(%grad.wqkv.3, %grad.wqkv.2)] */
 	v_grad_wqkv = (sg_bf16 *)SGRT_AT(rt, 0); /* 98304 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -978,13 +978,13 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_qkv, v_x, v_grad_wqkv, "k_attn_bf16_19_matmul_grad_wqkv", 19));
 	}
 
-	/* cg_attn.sg:19: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0) */
+	/* cg_attn.sg:19: %qkv  = linear(%x, %wqkv)  [sgc: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_30_sgd_update", 19,
 	            k_attn_bf16_30_sgd_update<<<24, 256, 0, sgrt_stream(rt, 0)>>>(v_wqkv, v_grad_wqkv, 49152LL));
 
-	/* cg_attn.sg:19: del %grad.wqkv */
+	/* cg_attn.sg:19: %qkv  = linear(%x, %wqkv)  [sgc: del %grad.wqkv] */
 
-	/* cg_attn.sg:34: backward_end() */
+	/* cg_attn.sg:34: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -1161,7 +1161,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_f16 *v_grad_qkv = NULL;
 	sg_f16 *v_grad_wqkv = NULL;
 
-	/* cg_attn.sg:44: %qkv = linear(%x, %wqkv) */
+	/* cg_attn.sg:44: %qkv  = linear(%x, %wqkv) */
 	v_qkv = (sg_f16 *)SGRT_AT(rt, 0); /* 98304 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1185,25 +1185,25 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_attn_f16_45_chunk2_q3", 45,
 	            k_attn_f16_45_chunk2_q3<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_qkv, v_v3));
 
-	/* cg_attn.sg:46: %q4 = reshape(%q3, shape=[2, 64, 2, 64]) */
+	/* cg_attn.sg:46: %q4   = reshape(%q3, shape=[B, T, NH, HD]) */
 	/* (not copied: the attention kernels read v_q3 through their strides) */
 
-	/* cg_attn.sg:47: %k4 = reshape(%k3, shape=[2, 64, 2, 64]) */
+	/* cg_attn.sg:47: %k4   = reshape(%k3, shape=[B, T, NH, HD]) */
 	/* (not copied: the attention kernels read v_k3 through their strides) */
 
-	/* cg_attn.sg:48: %v4 = reshape(%v3, shape=[2, 64, 2, 64]) */
+	/* cg_attn.sg:48: %v4   = reshape(%v3, shape=[B, T, NH, HD]) */
 	/* (not copied: the attention kernels read v_v3 through their strides) */
 
-	/* cg_attn.sg:49: %q = transpose(%q4, dim0=1, dim1=2) */
+	/* cg_attn.sg:49: %q    = transpose(%q4, dim0=1, dim1=2) */
 	/* (not copied: the attention kernels read v_q3 through their strides) */
 
-	/* cg_attn.sg:50: %k = transpose(%k4, dim0=1, dim1=2) */
+	/* cg_attn.sg:50: %k    = transpose(%k4, dim0=1, dim1=2) */
 	/* (not copied: the attention kernels read v_k3 through their strides) */
 
-	/* cg_attn.sg:51: %v = transpose(%v4, dim0=1, dim1=2) */
+	/* cg_attn.sg:51: %v    = transpose(%v4, dim0=1, dim1=2) */
 	/* (not copied: the attention kernels read v_v3 through their strides) */
 
-	/* cg_attn.sg:52: %att = scaled_dot_product_attention(%q, %k, %v, causal=false, scale=0.1, enable_gqa=false) */
+	/* cg_attn.sg:52: %att  = scaled_dot_product_attention(%q, %k, %v, scale=0.1) */
 	v_att = (sg_f16 *)SGRT_AT(rt, 0); /* 32768 bytes of the arena */
 	float *tmp_lse_52 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_52, 1024, 0, 52));
@@ -1237,10 +1237,10 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_attn_f16_53_transpose_att4", 53,
 	            k_attn_f16_53_transpose_att4<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_att, v_att4));
 
-	/* cg_attn.sg:54: %att3 = reshape(%att4, shape=[2, 64, 128]) */
+	/* cg_attn.sg:54: %att3 = reshape(%att4, shape=[B, T, D]) */
 	/* (not copied: the products read v_att4 through their operand layout) */
 
-	/* cg_attn.sg:55: %p = linear(%att3, %wo) */
+	/* cg_attn.sg:55: %p    = linear(%att3, %wo) */
 	v_p = (sg_f16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1253,10 +1253,10 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_att4, v_wo, v_p, "k_attn_f16_55_linear_p", 55));
 	}
 
-	/* cg_attn.sg:56: %yf = cast(%p, dtype=f32) */
+	/* cg_attn.sg:56: %yf   = cast(%p, dtype=f32) */
 	v_yf = (float *)SGRT_AT(rt, 196608); /* 65536 bytes of the arena */
 
-	/* cg_attn.sg:57: %sq = square(%yf) */
+	/* cg_attn.sg:57: %sq   = square(%yf) */
 	v_sq = (float *)SGRT_AT(rt, 262144); /* 65536 bytes of the arena */
 	if (((uintptr_t)v_p % 8) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_sq % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_f16_56_cast_yf_vec", 56,
@@ -1265,33 +1265,33 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_attn_f16_56_cast_yf", 56,
 		            k_attn_f16_56_cast_yf<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_p, v_yf, v_sq));
 
-	/* cg_attn.sg:58: %loss = mean(%sq, keepdim=false) */
+	/* cg_attn.sg:58: %loss = mean(%sq) */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_mean_loss", 58,
 	            k_attn_bf16_33_mean_loss<<<1, 1024, 0, sgrt_stream(rt, 0)>>>(v_sq, v_loss));
 
 	/* cg_attn.sg:59: backward(%loss) */
 
-	/* cg_attn.sg:59: %grad.loss = ones(shape=[], dtype=f32) */
+	/* cg_attn.sg:59: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
 	v_grad_loss = (float *)SGRT_AT(rt, 32768); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_34_ones_grad_loss", 59,
 	            k_attn_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_attn.sg:58: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1]) */
+	/* cg_attn.sg:58: %loss = mean(%sq)  [sgc: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1])] */
 	v_grad_sq_1 = (float *)SGRT_AT(rt, 33024); /* 4 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_sq_1, v_grad_loss, 4, "reshape_grad.sq.1", 58));
 
-	/* cg_attn.sg:58: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128]) */
+	/* cg_attn.sg:58: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128])] */
 	v_grad_sq_2 = (float *)SGRT_AT(rt, 262144); /* 65536 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_expand_grad_sq_2", 58,
 	            k_attn_bf16_33_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_1, v_grad_sq_2));
 
-	/* cg_attn.sg:58: %grad.sq = div(%grad.sq.2, 16384) */
+	/* cg_attn.sg:58: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 16384)] */
 
-	/* cg_attn.sg:57: %grad.yf.1 = mul(%yf, 2.0) */
+	/* cg_attn.sg:57: %sq   = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)] */
 
-	/* cg_attn.sg:57: %grad.yf = mul(%grad.sq, %grad.yf.1) */
+	/* cg_attn.sg:57: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)] */
 
-	/* cg_attn.sg:56: %grad.p = cast(%grad.yf, dtype=f16) */
+	/* cg_attn.sg:56: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=f16)] */
 	v_grad_p = (sg_f16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
 	if (((uintptr_t)v_grad_sq_2 % 16) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_grad_p % 8) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_f16_58_div_grad_sq_vec", 58,
@@ -1300,16 +1300,16 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_attn_f16_58_div_grad_sq", 58,
 		            k_attn_f16_58_div_grad_sq<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_p));
 
-	/* cg_attn.sg:55: %grad.wo.1 = reshape(%grad.p, shape=[128, 128]) */
+	/* cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: %grad.wo.1 = reshape(%grad.p, shape=[128, 128])] */
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
-	/* cg_attn.sg:55: %grad.wo.2 = reshape(%att3, shape=[128, 128]) */
+	/* cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: %grad.wo.2 = reshape(%att3, shape=[128, 128])] */
 	/* (not copied: the products read v_att4 through their operand layout) */
 
-	/* cg_attn.sg:55: %grad.wo.3 = transpose(%grad.wo.1, dim0=0, dim1=1) */
+	/* cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: %grad.wo.3 = transpose(%grad.wo.1, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
-	/* cg_attn.sg:55: %grad.wo = matmul(%grad.wo.3, %grad.wo.2) */
+	/* cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: %grad.wo = matmul(%grad.wo.3, %grad.wo.2)] */
 	v_grad_wo = (sg_f16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1323,7 +1323,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_att4, v_grad_wo, "k_attn_f16_55_matmul_grad_wo", 55));
 	}
 
-	/* cg_attn.sg:55: %grad.att3 = matmul(%grad.p, %wo) */
+	/* cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: %grad.att3 = matmul(%grad.p, %wo)] */
 	v_grad_att3 = (sg_f16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1336,19 +1336,19 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_wo, v_grad_att3, "k_attn_f16_55_matmul_grad_att3", 55));
 	}
 
-	/* cg_attn.sg:55: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0) */
+	/* cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_attn_f16_55_sgd_update", 55,
 	            k_attn_f16_55_sgd_update<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_wo, v_grad_wo, 16384LL));
 
-	/* cg_attn.sg:55: del %grad.wo */
+	/* cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: del %grad.wo] */
 
-	/* cg_attn.sg:54: %grad.att4 = reshape(%grad.att3, shape=[2, 64, 2, 64]) */
+	/* cg_attn.sg:54: %att3 = reshape(%att4, shape=[B, T, D])  [sgc: %grad.att4 = reshape(%grad.att3, shape=[2, 64, 2, 64])] */
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
-	/* cg_attn.sg:53: %grad.att = transpose(%grad.att4, dim0=1, dim1=2) */
+	/* cg_attn.sg:53: %att4 = transpose(%att, dim0=1, dim1=2)  [sgc: %grad.att = transpose(%grad.att4, dim0=1, dim1=2)] */
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
-	/* cg_attn.sg:52: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, scale=0.1, enable_gqa=false) */
+	/* cg_attn.sg:52: %att  = scaled_dot_product_attention(%q, %k, %v, scale=0.1)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, scale=0.1, enable_gqa=false)] */
 	v_grad_q3 = (sg_f16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
 	v_grad_k3 = (sg_f16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
 	v_grad_v3 = (sg_f16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
@@ -1395,25 +1395,25 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_TRY(sgrt_free_async(rt, tmp_delta_52, 0, 52));
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_52, 0, 52));
 
-	/* cg_attn.sg:51: %grad.v4 = transpose(%grad.v, dim0=1, dim1=2) */
+	/* cg_attn.sg:51: %v    = transpose(%v4, dim0=1, dim1=2)  [sgc: %grad.v4 = transpose(%grad.v, dim0=1, dim1=2)] */
 	/* (not copied: the attention kernel wrote v_grad_v3 through its strides) */
 
-	/* cg_attn.sg:50: %grad.k4 = transpose(%grad.k, dim0=1, dim1=2) */
+	/* cg_attn.sg:50: %k    = transpose(%k4, dim0=1, dim1=2)  [sgc: %grad.k4 = transpose(%grad.k, dim0=1, dim1=2)] */
 	/* (not copied: the attention kernel wrote v_grad_k3 through its strides) */
 
-	/* cg_attn.sg:49: %grad.q4 = transpose(%grad.q, dim0=1, dim1=2) */
+	/* cg_attn.sg:49: %q    = transpose(%q4, dim0=1, dim1=2)  [sgc: %grad.q4 = transpose(%grad.q, dim0=1, dim1=2)] */
 	/* (not copied: the attention kernel wrote v_grad_q3 through its strides) */
 
-	/* cg_attn.sg:48: %grad.v3 = reshape(%grad.v4, shape=[2, 64, 128]) */
+	/* cg_attn.sg:48: %v4   = reshape(%v3, shape=[B, T, NH, HD])  [sgc: %grad.v3 = reshape(%grad.v4, shape=[2, 64, 128])] */
 	/* (not copied: the attention kernel wrote v_grad_v3 through its strides) */
 
-	/* cg_attn.sg:47: %grad.k3 = reshape(%grad.k4, shape=[2, 64, 128]) */
+	/* cg_attn.sg:47: %k4   = reshape(%k3, shape=[B, T, NH, HD])  [sgc: %grad.k3 = reshape(%grad.k4, shape=[2, 64, 128])] */
 	/* (not copied: the attention kernel wrote v_grad_k3 through its strides) */
 
-	/* cg_attn.sg:46: %grad.q3 = reshape(%grad.q4, shape=[2, 64, 128]) */
+	/* cg_attn.sg:46: %q4   = reshape(%q3, shape=[B, T, NH, HD])  [sgc: %grad.q3 = reshape(%grad.q4, shape=[2, 64, 128])] */
 	/* (not copied: the attention kernel wrote v_grad_q3 through its strides) */
 
-	/* cg_attn.sg:45: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2) */
+	/* cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)] */
 	v_grad_qkv = (sg_f16 *)SGRT_AT(rt, 98304); /* 98304 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_f16_45_cat0_grad_qkv", 45,
 	            k_attn_f16_45_cat0_grad_qkv<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_q3, v_grad_qkv));
@@ -1422,16 +1422,16 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_attn_f16_45_cat2_grad_qkv", 45,
 	            k_attn_f16_45_cat2_grad_qkv<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_v3, v_grad_qkv));
 
-	/* cg_attn.sg:44: %grad.wqkv.1 = reshape(%grad.qkv, shape=[128, 384]) */
+	/* cg_attn.sg:44: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv.1 = reshape(%grad.qkv, shape=[128, 384])] */
 	/* (not copied: the products read v_grad_qkv through their operand layout) */
 
-	/* cg_attn.sg:44: %grad.wqkv.2 = reshape(%x, shape=[128, 128]) */
+	/* cg_attn.sg:44: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv.2 = reshape(%x, shape=[128, 128])] */
 	/* (not copied: the products read v_x through their operand layout) */
 
-	/* cg_attn.sg:44: %grad.wqkv.3 = transpose(%grad.wqkv.1, dim0=0, dim1=1) */
+	/* cg_attn.sg:44: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv.3 = transpose(%grad.wqkv.1, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_qkv through their operand layout) */
 
-	/* cg_attn.sg:44: %grad.wqkv = matmul(%grad.wqkv.3, %grad.wqkv.2) */
+	/* cg_attn.sg:44: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv = matmul(%grad.wqkv.3, %grad.wqkv.2)] */
 	v_grad_wqkv = (sg_f16 *)SGRT_AT(rt, 0); /* 98304 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1445,13 +1445,13 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_qkv, v_x, v_grad_wqkv, "k_attn_f16_44_matmul_grad_wqkv", 44));
 	}
 
-	/* cg_attn.sg:44: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0) */
+	/* cg_attn.sg:44: %qkv  = linear(%x, %wqkv)  [sgc: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_attn_f16_55_sgd_update", 44,
 	            k_attn_f16_55_sgd_update<<<24, 256, 0, sgrt_stream(rt, 0)>>>(v_wqkv, v_grad_wqkv, 49152LL));
 
-	/* cg_attn.sg:44: del %grad.wqkv */
+	/* cg_attn.sg:44: %qkv  = linear(%x, %wqkv)  [sgc: del %grad.wqkv] */
 
-	/* cg_attn.sg:59: backward_end() */
+	/* cg_attn.sg:59: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -1610,18 +1610,18 @@ attn_f32_run(attn_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_y = (float *)io[3];
 	float *v_qs = (float *)io[4];
 
-	/* cg_attn.sg:72: %q = transpose(%q4, dim0=1, dim1=2) */
+	/* cg_attn.sg:72: %q    = transpose(%q4, dim0=1, dim1=2) */
 	v_q = (float *)SGRT_AT(rt, 0); /* 65536 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_f32_72_transpose_q", 72,
 	            k_attn_f32_72_transpose_q<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_q4, v_q));
 
-	/* cg_attn.sg:73: %k = permute(%k4, dims=[0, 2, 1, 3]) */
+	/* cg_attn.sg:73: %k    = permute(%k4, dims=[0, 2, 1, 3]) */
 	/* (not copied: the attention kernels read v_k4 through their strides) */
 
-	/* cg_attn.sg:74: %v = transpose(%v4, dim0=2, dim1=1) */
+	/* cg_attn.sg:74: %v    = transpose(%v4, dim0=2, dim1=1) */
 	/* (not copied: the attention kernels read v_v4 through their strides) */
 
-	/* cg_attn.sg:75: %att = scaled_dot_product_attention(%q, %k, %v, causal=true, enable_gqa=false) */
+	/* cg_attn.sg:75: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true) */
 	v_att3 = (float *)SGRT_AT(rt, 65536); /* 65536 bytes of the arena */
 	float *tmp_lse_75 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_75, 1024, 0, 75));
@@ -1652,10 +1652,10 @@ attn_f32_run(attn_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:76: %att4 = transpose(%att, dim0=1, dim1=2) */
 	/* (not copied: the attention kernel wrote v_att3 through its strides) */
 
-	/* cg_attn.sg:77: %att3 = reshape(%att4, shape=[2, 64, 128]) */
+	/* cg_attn.sg:77: %att3 = reshape(%att4, shape=[B, T, D]) */
 	/* (not copied: the attention kernel wrote v_att3 through its strides) */
 
-	/* cg_attn.sg:78: %y = mul(%att3, 2.0) */
+	/* cg_attn.sg:78: %y    = mul(%att3, 2.0) */
 	if (((uintptr_t)v_att3 % 16) == 0 && ((uintptr_t)v_y % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_f32_78_mul_y_vec", 78,
 		            k_attn_f32_78_mul_y_vec<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_att3, v_y));
@@ -1663,7 +1663,7 @@ attn_f32_run(attn_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_attn_f32_78_mul_y", 78,
 		            k_attn_f32_78_mul_y<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_att3, v_y));
 
-	/* cg_attn.sg:79: %qs = sum(%q, keepdim=false) */
+	/* cg_attn.sg:79: %qs   = sum(%q) */
 	SGRT_KERNEL(rt, 0, "k_attn_f32_79_sum_qs", 79,
 	            k_attn_f32_79_sum_qs<<<1, 1024, 0, sgrt_stream(rt, 0)>>>(v_q, v_qs));
 	return SGRT_OK;
@@ -1827,22 +1827,22 @@ attn_f64_run(attn_f64_model *M, void *const *io, const cudaEvent_t *ext)
 	double *v_att4 = NULL;
 	double *v_s = (double *)io[3];
 
-	/* cg_attn.sg:90: %q = transpose(%q4, dim0=1, dim1=2) */
+	/* cg_attn.sg:90: %q    = transpose(%q4, dim0=1, dim1=2) */
 	v_q = (double *)SGRT_AT(rt, 0); /* 131072 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_f64_90_transpose_q", 90,
 	            k_attn_f64_90_transpose_q<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_q4, v_q));
 
-	/* cg_attn.sg:91: %k = transpose(%k4, dim0=1, dim1=2) */
+	/* cg_attn.sg:91: %k    = transpose(%k4, dim0=1, dim1=2) */
 	v_k = (double *)SGRT_AT(rt, 131072); /* 131072 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_f64_90_transpose_q", 91,
 	            k_attn_f64_90_transpose_q<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_k4, v_k));
 
-	/* cg_attn.sg:92: %v = transpose(%v4, dim0=1, dim1=2) */
+	/* cg_attn.sg:92: %v    = transpose(%v4, dim0=1, dim1=2) */
 	v_v = (double *)SGRT_AT(rt, 262144); /* 131072 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_f64_90_transpose_q", 92,
 	            k_attn_f64_90_transpose_q<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_v4, v_v));
 
-	/* cg_attn.sg:93: %att = scaled_dot_product_attention(%q, %k, %v, causal=false, enable_gqa=false) */
+	/* cg_attn.sg:93: %att  = scaled_dot_product_attention(%q, %k, %v) */
 	v_att = (double *)SGRT_AT(rt, 393216); /* 131072 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_f64_93_sdpa_att", 93,
 	            k_attn_f64_93_sdpa_att<<<256, 128, 1536, sgrt_stream(rt, 0)>>>(v_q, v_k, v_v, v_att));
@@ -1852,7 +1852,7 @@ attn_f64_run(attn_f64_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_attn_f64_94_transpose_att4", 94,
 	            k_attn_f64_94_transpose_att4<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_att, v_att4));
 
-	/* cg_attn.sg:95: %s = sum(%att4, keepdim=false) */
+	/* cg_attn.sg:95: %s    = sum(%att4) */
 	SGRT_KERNEL(rt, 0, "k_attn_f64_95_sum_s", 95,
 	            k_attn_f64_95_sum_s<<<1, 1024, 0, sgrt_stream(rt, 0)>>>(v_att4, v_s));
 	return SGRT_OK;

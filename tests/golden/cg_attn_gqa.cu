@@ -16,7 +16,7 @@
 #endif
 #include "sgk/sgk_device.cuh"
 #include "sgk/sgk_attention.cuh"
-// cg_attn_gqa.sg:26: %q = transpose(%q4, dim0=1, dim1=2)
+// cg_attn_gqa.sg:26: %q    = transpose(%q4, dim0=1, dim1=2)
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_26_transpose_q(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -24,7 +24,7 @@ k_gqa_bf16_26_transpose_q(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ o
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[(i / 32768) * 32768 + ((i / 4096) % 8) * 64 + ((i / 64) % 64) * 512 + i % 64];
 }
-// cg_attn_gqa.sg:27: %k = transpose(%k4, dim0=1, dim1=2)
+// cg_attn_gqa.sg:27: %k    = transpose(%k4, dim0=1, dim1=2)
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_27_transpose_k(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -40,7 +40,7 @@ k_gqa_bf16_30_transpose_att4(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict_
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[(i / 32768) * 32768 + ((i / 512) % 64) * 64 + ((i / 64) % 8) * 4096 + i % 64];
 }
-// cg_attn_gqa.sg:31: %yf = cast(%att4, dtype=f32)
+// cg_attn_gqa.sg:31: %yf   = cast(%att4, dtype=f32)
 // (x0 = %att4, x1 = %yf)
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_31_cast_yf(const sg_bf16 *__restrict__ x0, float *__restrict__ x1)
@@ -52,7 +52,7 @@ k_gqa_bf16_31_cast_yf(const sg_bf16 *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_attn_gqa.sg:32: %sq = square(%yf)
+// cg_attn_gqa.sg:32: %sq   = square(%yf)
 // (x0 = %yf, x1 = %sq)
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_32_square_sq(const float *__restrict__ x0, float *__restrict__ x1)
@@ -64,7 +64,7 @@ k_gqa_bf16_32_square_sq(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_attn_gqa.sg:33: %loss = mean(%sq, keepdim=false)
+// cg_attn_gqa.sg:33: %loss = mean(%sq)
 /* Stage 1 of mean: each block reduces a strided part into part[block]. */
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_33_mean_part_loss(const float *__restrict__ x, float *__restrict__ part)
@@ -88,7 +88,7 @@ k_gqa_bf16_33_mean_final_loss(const float *__restrict__ part, float *__restrict_
 	if (threadIdx.x == 0)
 		out[0] = sg_st_f32(sg_to_f32(acc / (float)65536));
 }
-// cg_attn_gqa.sg:34: %grad.loss = ones(shape=[], dtype=f32)
+// cg_attn_gqa.sg:34: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)]
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_34_ones_grad_loss(float *__restrict__ out)
 {
@@ -96,7 +96,7 @@ k_gqa_bf16_34_ones_grad_loss(float *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_f32(sg_to_f32((sg_i64)1));
 }
-// cg_attn_gqa.sg:33: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 8, 64])
+// cg_attn_gqa.sg:33: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 8, 64])]
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_33_expand_grad_sq_2(const float *__restrict__ x, float *__restrict__ out)
 {
@@ -104,7 +104,7 @@ k_gqa_bf16_33_expand_grad_sq_2(const float *__restrict__ x, float *__restrict__ 
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[0];
 }
-// cg_attn_gqa.sg:33: %grad.sq = div(%grad.sq.2, 65536)
+// cg_attn_gqa.sg:33: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 65536)]
 // (x0 = %grad.sq.2, x1 = %grad.sq)
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_33_div_grad_sq(const float *__restrict__ x0, float *__restrict__ x1)
@@ -116,7 +116,7 @@ k_gqa_bf16_33_div_grad_sq(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_attn_gqa.sg:32: %grad.yf.1 = mul(%yf, 2.0)
+// cg_attn_gqa.sg:32: %sq   = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)]
 // (x0 = %yf, x1 = %grad.yf.1)
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_32_mul_grad_yf_1(const float *__restrict__ x0, float *__restrict__ x1)
@@ -128,7 +128,7 @@ k_gqa_bf16_32_mul_grad_yf_1(const float *__restrict__ x0, float *__restrict__ x1
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_attn_gqa.sg:32: %grad.yf = mul(%grad.sq, %grad.yf.1)
+// cg_attn_gqa.sg:32: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)]
 // (x0 = %grad.sq, x1 = %grad.yf.1, x2 = %grad.yf)
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_32_mul_grad_yf(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
@@ -141,7 +141,7 @@ k_gqa_bf16_32_mul_grad_yf(const float *__restrict__ x0, const float *__restrict_
 		x2[i] = sg_st_f32(r2);
 	}
 }
-// cg_attn_gqa.sg:31: %grad.att4 = cast(%grad.yf, dtype=bf16)
+// cg_attn_gqa.sg:31: %yf   = cast(%att4, dtype=f32)  [sgc: %grad.att4 = cast(%grad.yf, dtype=bf16)]
 // (x0 = %grad.yf, x1 = %grad.att4)
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_31_cast_grad_att4(const float *__restrict__ x0, sg_bf16 *__restrict__ x1)
@@ -153,7 +153,7 @@ k_gqa_bf16_31_cast_grad_att4(const float *__restrict__ x0, sg_bf16 *__restrict__
 		x1[i] = sg_st_bf16(r1);
 	}
 }
-// cg_attn_gqa.sg:28: %grad.v4 = transpose(%grad.v, dim0=1, dim1=2)
+// cg_attn_gqa.sg:28: %v    = transpose(%v4, dim0=1, dim1=2)  [sgc: %grad.v4 = transpose(%grad.v, dim0=1, dim1=2)]
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_28_transpose_grad_v4(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -161,7 +161,7 @@ k_gqa_bf16_28_transpose_grad_v4(const sg_bf16 *__restrict__ x, sg_bf16 *__restri
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[(i / 8192) * 8192 + ((i / 128) % 64) * 64 + ((i / 64) % 2) * 4096 + i % 64];
 }
-// cg_attn_gqa.sg:22: %grad.wv.3 = transpose(%grad.wv.1, dim0=0, dim1=1)
+// cg_attn_gqa.sg:22: %v3   = linear(%x, %wv)  [sgc: %grad.wv.3 = transpose(%grad.wv.1, dim0=0, dim1=1)]
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_22_transpose_grad_wv_3(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -169,7 +169,7 @@ k_gqa_bf16_22_transpose_grad_wv_3(const sg_bf16 *__restrict__ x, sg_bf16 *__rest
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[i / 128 + (i % 128) * 128];
 }
-// cg_attn_gqa.sg:22: sgd_update_(%wv, %grad.wv, lr=0.01, momentum=0.0, weight_decay=0.0)
+// cg_attn_gqa.sg:22: %v3   = linear(%x, %wv)  [sgc: sgd_update_(%wv, %grad.wv, lr=0.01, momentum=0.0, weight_decay=0.0)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
 static __device__ __forceinline__ void
@@ -199,7 +199,7 @@ k_gqa_bf16_22_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g,
 	     i += stride)
 		k_gqa_bf16_22_sgd_update_one(p[i], g[i]);
 }
-// cg_attn_gqa.sg:20: %grad.wq.3 = transpose(%grad.wq.1, dim0=0, dim1=1)
+// cg_attn_gqa.sg:20: %q3   = linear(%x, %wq)  [sgc: %grad.wq.3 = transpose(%grad.wq.1, dim0=0, dim1=1)]
 static __global__ void __launch_bounds__(256)
 k_gqa_bf16_20_transpose_grad_wq_3(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -207,7 +207,7 @@ k_gqa_bf16_20_transpose_grad_wq_3(const sg_bf16 *__restrict__ x, sg_bf16 *__rest
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[i / 128 + (i % 128) * 512];
 }
-// cg_attn_gqa.sg:45: %yf = cast(%att, dtype=f32)
+// cg_attn_gqa.sg:45: %yf   = cast(%att, dtype=f32)
 // (x0 = %att, x1 = %yf)
 static __global__ void __launch_bounds__(256)
 k_mqa_f16_45_cast_yf(const sg_f16 *__restrict__ x0, float *__restrict__ x1)
@@ -219,7 +219,7 @@ k_mqa_f16_45_cast_yf(const sg_f16 *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_attn_gqa.sg:45: %grad.att = cast(%grad.yf, dtype=f16)
+// cg_attn_gqa.sg:45: %yf   = cast(%att, dtype=f32)  [sgc: %grad.att = cast(%grad.yf, dtype=f16)]
 // (x0 = %grad.yf, x1 = %grad.att)
 static __global__ void __launch_bounds__(256)
 k_mqa_f16_45_cast_grad_att(const float *__restrict__ x0, sg_f16 *__restrict__ x1)
@@ -231,7 +231,7 @@ k_mqa_f16_45_cast_grad_att(const float *__restrict__ x0, sg_f16 *__restrict__ x1
 		x1[i] = sg_st_f16(r1);
 	}
 }
-// cg_attn_gqa.sg:58: %att = scaled_dot_product_attention(%q, %k, %v, %keep, causal=false, enable_gqa=true)
+// cg_attn_gqa.sg:58: %att  = scaled_dot_product_attention(%q, %k, %v, %keep, enable_gqa=true)
 /* One block per query row: scores for a tile of 64 keys (a warp per
  * key), an online softmax across tiles, and the output row; no L x S
  * matrix is ever stored. */
@@ -292,7 +292,7 @@ k_masked_bf16_58_sdpa_att(const sg_bf16 *__restrict__ q, const sg_bf16 *__restri
 	for (int e = threadIdx.x; e < 64; e += 128)
 		out[ooff + e] = sg_st_bf16(sg_to_bf16(l > 0 ? acc[e] / l : 0));
 }
-// cg_attn_gqa.sg:58: %grad.k.1, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, %keep, causal=false, enable_gqa=true)
+// cg_attn_gqa.sg:58: %att  = scaled_dot_product_attention(%q, %k, %v, %keep, enable_gqa=true)  [sgc: %grad.k.1, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, %keep, causal=false, enable_gqa=true)]
 /* Attention backward, stage 1, one block per query row: the softmax's
  * max m and sum l of the row, and D = g . o (o the forward's output row),
  * into stats[3 * row]. */
@@ -664,7 +664,7 @@ gqa_bf16_run(gqa_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_wq_3 = NULL;
 	sg_bf16 *v_grad_wq = NULL;
 
-	/* cg_attn_gqa.sg:20: %q3 = linear(%x, %wq) */
+	/* cg_attn_gqa.sg:20: %q3   = linear(%x, %wq) */
 	v_q3 = (sg_bf16 *)SGRT_AT(rt, 0); /* 131072 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -677,7 +677,7 @@ gqa_bf16_run(gqa_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_wq, v_q3, "k_gqa_bf16_20_linear_q3", 20));
 	}
 
-	/* cg_attn_gqa.sg:21: %k3 = linear(%x, %wk) */
+	/* cg_attn_gqa.sg:21: %k3   = linear(%x, %wk) */
 	v_k3 = (sg_bf16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -690,7 +690,7 @@ gqa_bf16_run(gqa_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_wk, v_k3, "k_gqa_bf16_21_linear_k3", 21));
 	}
 
-	/* cg_attn_gqa.sg:22: %v3 = linear(%x, %wv) */
+	/* cg_attn_gqa.sg:22: %v3   = linear(%x, %wv) */
 	v_v3 = (sg_bf16 *)SGRT_AT(rt, 163840); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -703,34 +703,34 @@ gqa_bf16_run(gqa_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_wv, v_v3, "k_gqa_bf16_22_linear_v3", 22));
 	}
 
-	/* cg_attn_gqa.sg:23: %q4 = reshape(%q3, shape=[2, 64, 8, 64]) */
+	/* cg_attn_gqa.sg:23: %q4   = reshape(%q3, shape=[B, T, NH, HD]) */
 	v_q4 = (sg_bf16 *)SGRT_AT(rt, 196608); /* 131072 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_q4, v_q3, 131072, "reshape_q4", 23));
 
-	/* cg_attn_gqa.sg:24: %k4 = reshape(%k3, shape=[2, 64, 2, 64]) */
+	/* cg_attn_gqa.sg:24: %k4   = reshape(%k3, shape=[B, T, KH, HD]) */
 	v_k4 = (sg_bf16 *)SGRT_AT(rt, 327680); /* 32768 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_k4, v_k3, 32768, "reshape_k4", 24));
 
-	/* cg_attn_gqa.sg:25: %v4 = reshape(%v3, shape=[2, 64, 2, 64]) */
+	/* cg_attn_gqa.sg:25: %v4   = reshape(%v3, shape=[B, T, KH, HD]) */
 	v_v4 = (sg_bf16 *)SGRT_AT(rt, 360448); /* 32768 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_v4, v_v3, 32768, "reshape_v4", 25));
 
-	/* cg_attn_gqa.sg:26: %q = transpose(%q4, dim0=1, dim1=2) */
+	/* cg_attn_gqa.sg:26: %q    = transpose(%q4, dim0=1, dim1=2) */
 	v_q = (sg_bf16 *)SGRT_AT(rt, 393216); /* 131072 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_26_transpose_q", 26,
 	            k_gqa_bf16_26_transpose_q<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_q4, v_q));
 
-	/* cg_attn_gqa.sg:27: %k = transpose(%k4, dim0=1, dim1=2) */
+	/* cg_attn_gqa.sg:27: %k    = transpose(%k4, dim0=1, dim1=2) */
 	v_k = (sg_bf16 *)SGRT_AT(rt, 524288); /* 32768 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_27_transpose_k", 27,
 	            k_gqa_bf16_27_transpose_k<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_k4, v_k));
 
-	/* cg_attn_gqa.sg:28: %v = transpose(%v4, dim0=1, dim1=2) */
+	/* cg_attn_gqa.sg:28: %v    = transpose(%v4, dim0=1, dim1=2) */
 	v_v = (sg_bf16 *)SGRT_AT(rt, 557056); /* 32768 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_27_transpose_k", 28,
 	            k_gqa_bf16_27_transpose_k<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_v4, v_v));
 
-	/* cg_attn_gqa.sg:29: %att = scaled_dot_product_attention(%q, %k, %v, causal=true, enable_gqa=true) */
+	/* cg_attn_gqa.sg:29: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true, enable_gqa=true) */
 	v_att = (sg_bf16 *)SGRT_AT(rt, 589824); /* 131072 bytes of the arena */
 	float *tmp_lse_29 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_29, 4096, 0, 29));
@@ -760,17 +760,17 @@ gqa_bf16_run(gqa_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_30_transpose_att4", 30,
 	            k_gqa_bf16_30_transpose_att4<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_att, v_att4));
 
-	/* cg_attn_gqa.sg:31: %yf = cast(%att4, dtype=f32) */
+	/* cg_attn_gqa.sg:31: %yf   = cast(%att4, dtype=f32) */
 	v_yf = (float *)SGRT_AT(rt, 851968); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_31_cast_yf", 31,
 	            k_gqa_bf16_31_cast_yf<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_att4, v_yf));
 
-	/* cg_attn_gqa.sg:32: %sq = square(%yf) */
+	/* cg_attn_gqa.sg:32: %sq   = square(%yf) */
 	v_sq = (float *)SGRT_AT(rt, 1114112); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_32_square_sq", 32,
 	            k_gqa_bf16_32_square_sq<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_yf, v_sq));
 
-	/* cg_attn_gqa.sg:33: %loss = mean(%sq, keepdim=false) */
+	/* cg_attn_gqa.sg:33: %loss = mean(%sq) */
 	float *tmp_part_33 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_part_33, 1024, 0, 33));
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_33_mean_part_loss", 33,
@@ -781,46 +781,46 @@ gqa_bf16_run(gqa_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_attn_gqa.sg:34: backward(%loss) */
 
-	/* cg_attn_gqa.sg:34: %grad.loss = ones(shape=[], dtype=f32) */
+	/* cg_attn_gqa.sg:34: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
 	v_grad_loss = (float *)SGRT_AT(rt, 1376256); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_34_ones_grad_loss", 34,
 	            k_gqa_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_attn_gqa.sg:33: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1, 1]) */
+	/* cg_attn_gqa.sg:33: %loss = mean(%sq)  [sgc: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1, 1])] */
 	v_grad_sq_1 = (float *)SGRT_AT(rt, 1376512); /* 4 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_sq_1, v_grad_loss, 4, "reshape_grad.sq.1", 33));
 
-	/* cg_attn_gqa.sg:33: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 8, 64]) */
+	/* cg_attn_gqa.sg:33: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 8, 64])] */
 	v_grad_sq_2 = (float *)SGRT_AT(rt, 1376768); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_33_expand_grad_sq_2", 33,
 	            k_gqa_bf16_33_expand_grad_sq_2<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_1, v_grad_sq_2));
 
-	/* cg_attn_gqa.sg:33: %grad.sq = div(%grad.sq.2, 65536) */
+	/* cg_attn_gqa.sg:33: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 65536)] */
 	v_grad_sq = (float *)SGRT_AT(rt, 1638912); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_33_div_grad_sq", 33,
 	            k_gqa_bf16_33_div_grad_sq<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_grad_sq));
 
-	/* cg_attn_gqa.sg:32: %grad.yf.1 = mul(%yf, 2.0) */
+	/* cg_attn_gqa.sg:32: %sq   = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)] */
 	v_grad_yf_1 = (float *)SGRT_AT(rt, 1901056); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_32_mul_grad_yf_1", 32,
 	            k_gqa_bf16_32_mul_grad_yf_1<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_yf, v_grad_yf_1));
 
-	/* cg_attn_gqa.sg:32: %grad.yf = mul(%grad.sq, %grad.yf.1) */
+	/* cg_attn_gqa.sg:32: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)] */
 	v_grad_yf = (float *)SGRT_AT(rt, 2163200); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_32_mul_grad_yf", 32,
 	            k_gqa_bf16_32_mul_grad_yf<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq, v_grad_yf_1, v_grad_yf));
 
-	/* cg_attn_gqa.sg:31: %grad.att4 = cast(%grad.yf, dtype=bf16) */
+	/* cg_attn_gqa.sg:31: %yf   = cast(%att4, dtype=f32)  [sgc: %grad.att4 = cast(%grad.yf, dtype=bf16)] */
 	v_grad_att4 = (sg_bf16 *)SGRT_AT(rt, 2425344); /* 131072 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_31_cast_grad_att4", 31,
 	            k_gqa_bf16_31_cast_grad_att4<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_yf, v_grad_att4));
 
-	/* cg_attn_gqa.sg:30: %grad.att = transpose(%grad.att4, dim0=1, dim1=2) */
+	/* cg_attn_gqa.sg:30: %att4 = transpose(%att, dim0=1, dim1=2)  [sgc: %grad.att = transpose(%grad.att4, dim0=1, dim1=2)] */
 	v_grad_att = (sg_bf16 *)SGRT_AT(rt, 2556416); /* 131072 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_26_transpose_q", 30,
 	            k_gqa_bf16_26_transpose_q<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_att4, v_grad_att));
 
-	/* cg_attn_gqa.sg:29: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=true) */
+	/* cg_attn_gqa.sg:29: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true, enable_gqa=true)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=true)] */
 	v_grad_q = (sg_bf16 *)SGRT_AT(rt, 2687488); /* 131072 bytes of the arena */
 	v_grad_k = (sg_bf16 *)SGRT_AT(rt, 2818560); /* 32768 bytes of the arena */
 	v_grad_v = (sg_bf16 *)SGRT_AT(rt, 2851328); /* 32768 bytes of the arena */
@@ -862,47 +862,47 @@ gqa_bf16_run(gqa_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_TRY(sgrt_free_async(rt, tmp_o_29, 0, 29));
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_29_2, 0, 29));
 
-	/* cg_attn_gqa.sg:28: %grad.v4 = transpose(%grad.v, dim0=1, dim1=2) */
+	/* cg_attn_gqa.sg:28: %v    = transpose(%v4, dim0=1, dim1=2)  [sgc: %grad.v4 = transpose(%grad.v, dim0=1, dim1=2)] */
 	v_grad_v4 = (sg_bf16 *)SGRT_AT(rt, 2884096); /* 32768 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_28_transpose_grad_v4", 28,
 	            k_gqa_bf16_28_transpose_grad_v4<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_v, v_grad_v4));
 
-	/* cg_attn_gqa.sg:27: %grad.k4 = transpose(%grad.k, dim0=1, dim1=2) */
+	/* cg_attn_gqa.sg:27: %k    = transpose(%k4, dim0=1, dim1=2)  [sgc: %grad.k4 = transpose(%grad.k, dim0=1, dim1=2)] */
 	v_grad_k4 = (sg_bf16 *)SGRT_AT(rt, 2916864); /* 32768 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_28_transpose_grad_v4", 27,
 	            k_gqa_bf16_28_transpose_grad_v4<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_k, v_grad_k4));
 
-	/* cg_attn_gqa.sg:26: %grad.q4 = transpose(%grad.q, dim0=1, dim1=2) */
+	/* cg_attn_gqa.sg:26: %q    = transpose(%q4, dim0=1, dim1=2)  [sgc: %grad.q4 = transpose(%grad.q, dim0=1, dim1=2)] */
 	v_grad_q4 = (sg_bf16 *)SGRT_AT(rt, 2949632); /* 131072 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_30_transpose_att4", 26,
 	            k_gqa_bf16_30_transpose_att4<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_q, v_grad_q4));
 
-	/* cg_attn_gqa.sg:25: %grad.v3 = reshape(%grad.v4, shape=[2, 64, 128]) */
+	/* cg_attn_gqa.sg:25: %v4   = reshape(%v3, shape=[B, T, KH, HD])  [sgc: %grad.v3 = reshape(%grad.v4, shape=[2, 64, 128])] */
 	v_grad_v3 = (sg_bf16 *)SGRT_AT(rt, 3080704); /* 32768 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_v3, v_grad_v4, 32768, "reshape_grad.v3", 25));
 
-	/* cg_attn_gqa.sg:24: %grad.k3 = reshape(%grad.k4, shape=[2, 64, 128]) */
+	/* cg_attn_gqa.sg:24: %k4   = reshape(%k3, shape=[B, T, KH, HD])  [sgc: %grad.k3 = reshape(%grad.k4, shape=[2, 64, 128])] */
 	v_grad_k3 = (sg_bf16 *)SGRT_AT(rt, 3113472); /* 32768 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_k3, v_grad_k4, 32768, "reshape_grad.k3", 24));
 
-	/* cg_attn_gqa.sg:23: %grad.q3 = reshape(%grad.q4, shape=[2, 64, 512]) */
+	/* cg_attn_gqa.sg:23: %q4   = reshape(%q3, shape=[B, T, NH, HD])  [sgc: %grad.q3 = reshape(%grad.q4, shape=[2, 64, 512])] */
 	v_grad_q3 = (sg_bf16 *)SGRT_AT(rt, 3146240); /* 131072 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_q3, v_grad_q4, 131072, "reshape_grad.q3", 23));
 
-	/* cg_attn_gqa.sg:22: %grad.wv.1 = reshape(%grad.v3, shape=[128, 128]) */
+	/* cg_attn_gqa.sg:22: %v3   = linear(%x, %wv)  [sgc: %grad.wv.1 = reshape(%grad.v3, shape=[128, 128])] */
 	v_grad_wv_1 = (sg_bf16 *)SGRT_AT(rt, 3277312); /* 32768 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_wv_1, v_grad_v3, 32768, "reshape_grad.wv.1", 22));
 
-	/* cg_attn_gqa.sg:22: %grad.wv.2 = reshape(%x, shape=[128, 512]) */
+	/* cg_attn_gqa.sg:22: %v3   = linear(%x, %wv)  [sgc: %grad.wv.2 = reshape(%x, shape=[128, 512])] */
 	v_grad_wv_2 = (sg_bf16 *)SGRT_AT(rt, 3310080); /* 131072 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_wv_2, v_x, 131072, "reshape_grad.wv.2", 22));
 
-	/* cg_attn_gqa.sg:22: %grad.wv.3 = transpose(%grad.wv.1, dim0=0, dim1=1) */
+	/* cg_attn_gqa.sg:22: %v3   = linear(%x, %wv)  [sgc: %grad.wv.3 = transpose(%grad.wv.1, dim0=0, dim1=1)] */
 	v_grad_wv_3 = (sg_bf16 *)SGRT_AT(rt, 3441152); /* 32768 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_22_transpose_grad_wv_3", 22,
 	            k_gqa_bf16_22_transpose_grad_wv_3<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_wv_1, v_grad_wv_3));
 
-	/* cg_attn_gqa.sg:22: %grad.wv = matmul(%grad.wv.3, %grad.wv.2) */
+	/* cg_attn_gqa.sg:22: %v3   = linear(%x, %wv)  [sgc: %grad.wv = matmul(%grad.wv.3, %grad.wv.2)] */
 	v_grad_wv = (sg_bf16 *)SGRT_AT(rt, 3473920); /* 131072 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -915,26 +915,26 @@ gqa_bf16_run(gqa_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_wv_3, v_grad_wv_2, v_grad_wv, "k_gqa_bf16_22_matmul_grad_wv", 22));
 	}
 
-	/* cg_attn_gqa.sg:22: sgd_update_(%wv, %grad.wv, lr=0.01, momentum=0.0, weight_decay=0.0) */
+	/* cg_attn_gqa.sg:22: %v3   = linear(%x, %wv)  [sgc: sgd_update_(%wv, %grad.wv, lr=0.01, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_22_sgd_update", 22,
 	            k_gqa_bf16_22_sgd_update<<<32, 256, 0, sgrt_stream(rt, 0)>>>(v_wv, v_grad_wv, 65536LL));
 
-	/* cg_attn_gqa.sg:22: del %grad.wv */
+	/* cg_attn_gqa.sg:22: %v3   = linear(%x, %wv)  [sgc: del %grad.wv] */
 
-	/* cg_attn_gqa.sg:21: %grad.wk.1 = reshape(%grad.k3, shape=[128, 128]) */
+	/* cg_attn_gqa.sg:21: %k3   = linear(%x, %wk)  [sgc: %grad.wk.1 = reshape(%grad.k3, shape=[128, 128])] */
 	v_grad_wk_1 = (sg_bf16 *)SGRT_AT(rt, 3604992); /* 32768 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_wk_1, v_grad_k3, 32768, "reshape_grad.wk.1", 21));
 
-	/* cg_attn_gqa.sg:21: %grad.wk.2 = reshape(%x, shape=[128, 512]) */
+	/* cg_attn_gqa.sg:21: %k3   = linear(%x, %wk)  [sgc: %grad.wk.2 = reshape(%x, shape=[128, 512])] */
 	v_grad_wk_2 = (sg_bf16 *)SGRT_AT(rt, 3637760); /* 131072 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_wk_2, v_x, 131072, "reshape_grad.wk.2", 21));
 
-	/* cg_attn_gqa.sg:21: %grad.wk.3 = transpose(%grad.wk.1, dim0=0, dim1=1) */
+	/* cg_attn_gqa.sg:21: %k3   = linear(%x, %wk)  [sgc: %grad.wk.3 = transpose(%grad.wk.1, dim0=0, dim1=1)] */
 	v_grad_wk_3 = (sg_bf16 *)SGRT_AT(rt, 3768832); /* 32768 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_22_transpose_grad_wv_3", 21,
 	            k_gqa_bf16_22_transpose_grad_wv_3<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_wk_1, v_grad_wk_3));
 
-	/* cg_attn_gqa.sg:21: %grad.wk = matmul(%grad.wk.3, %grad.wk.2) */
+	/* cg_attn_gqa.sg:21: %k3   = linear(%x, %wk)  [sgc: %grad.wk = matmul(%grad.wk.3, %grad.wk.2)] */
 	v_grad_wk = (sg_bf16 *)SGRT_AT(rt, 3801600); /* 131072 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -947,26 +947,26 @@ gqa_bf16_run(gqa_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_wk_3, v_grad_wk_2, v_grad_wk, "k_gqa_bf16_21_matmul_grad_wk", 21));
 	}
 
-	/* cg_attn_gqa.sg:21: sgd_update_(%wk, %grad.wk, lr=0.01, momentum=0.0, weight_decay=0.0) */
+	/* cg_attn_gqa.sg:21: %k3   = linear(%x, %wk)  [sgc: sgd_update_(%wk, %grad.wk, lr=0.01, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_22_sgd_update", 21,
 	            k_gqa_bf16_22_sgd_update<<<32, 256, 0, sgrt_stream(rt, 0)>>>(v_wk, v_grad_wk, 65536LL));
 
-	/* cg_attn_gqa.sg:21: del %grad.wk */
+	/* cg_attn_gqa.sg:21: %k3   = linear(%x, %wk)  [sgc: del %grad.wk] */
 
-	/* cg_attn_gqa.sg:20: %grad.wq.1 = reshape(%grad.q3, shape=[128, 512]) */
+	/* cg_attn_gqa.sg:20: %q3   = linear(%x, %wq)  [sgc: %grad.wq.1 = reshape(%grad.q3, shape=[128, 512])] */
 	v_grad_wq_1 = (sg_bf16 *)SGRT_AT(rt, 3932672); /* 131072 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_wq_1, v_grad_q3, 131072, "reshape_grad.wq.1", 20));
 
-	/* cg_attn_gqa.sg:20: %grad.wq.2 = reshape(%x, shape=[128, 512]) */
+	/* cg_attn_gqa.sg:20: %q3   = linear(%x, %wq)  [sgc: %grad.wq.2 = reshape(%x, shape=[128, 512])] */
 	v_grad_wq_2 = (sg_bf16 *)SGRT_AT(rt, 4063744); /* 131072 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_wq_2, v_x, 131072, "reshape_grad.wq.2", 20));
 
-	/* cg_attn_gqa.sg:20: %grad.wq.3 = transpose(%grad.wq.1, dim0=0, dim1=1) */
+	/* cg_attn_gqa.sg:20: %q3   = linear(%x, %wq)  [sgc: %grad.wq.3 = transpose(%grad.wq.1, dim0=0, dim1=1)] */
 	v_grad_wq_3 = (sg_bf16 *)SGRT_AT(rt, 4194816); /* 131072 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_20_transpose_grad_wq_3", 20,
 	            k_gqa_bf16_20_transpose_grad_wq_3<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_wq_1, v_grad_wq_3));
 
-	/* cg_attn_gqa.sg:20: %grad.wq = matmul(%grad.wq.3, %grad.wq.2) */
+	/* cg_attn_gqa.sg:20: %q3   = linear(%x, %wq)  [sgc: %grad.wq = matmul(%grad.wq.3, %grad.wq.2)] */
 	v_grad_wq = (sg_bf16 *)SGRT_AT(rt, 4325888); /* 524288 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -979,13 +979,13 @@ gqa_bf16_run(gqa_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_wq_3, v_grad_wq_2, v_grad_wq, "k_gqa_bf16_20_matmul_grad_wq", 20));
 	}
 
-	/* cg_attn_gqa.sg:20: sgd_update_(%wq, %grad.wq, lr=0.01, momentum=0.0, weight_decay=0.0) */
+	/* cg_attn_gqa.sg:20: %q3   = linear(%x, %wq)  [sgc: sgd_update_(%wq, %grad.wq, lr=0.01, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_22_sgd_update", 20,
 	            k_gqa_bf16_22_sgd_update<<<128, 256, 0, sgrt_stream(rt, 0)>>>(v_wq, v_grad_wq, 262144LL));
 
-	/* cg_attn_gqa.sg:20: del %grad.wq */
+	/* cg_attn_gqa.sg:20: %q3   = linear(%x, %wq)  [sgc: del %grad.wq] */
 
-	/* cg_attn_gqa.sg:34: backward_end() */
+	/* cg_attn_gqa.sg:34: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -1156,7 +1156,7 @@ mqa_f16_run(mqa_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_f16 *v_grad_k = (sg_f16 *)io[2];
 	sg_f16 *v_grad_v = (sg_f16 *)io[3];
 
-	/* cg_attn_gqa.sg:44: %att = scaled_dot_product_attention(%q, %k, %v, causal=false, enable_gqa=true) */
+	/* cg_attn_gqa.sg:44: %att  = scaled_dot_product_attention(%q, %k, %v, enable_gqa=true) */
 	v_att = (sg_f16 *)SGRT_AT(rt, 0); /* 131072 bytes of the arena */
 	float *tmp_lse_44 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_44, 4096, 0, 44));
@@ -1181,17 +1181,17 @@ mqa_f16_run(mqa_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_44, 0, 44));
 
-	/* cg_attn_gqa.sg:45: %yf = cast(%att, dtype=f32) */
+	/* cg_attn_gqa.sg:45: %yf   = cast(%att, dtype=f32) */
 	v_yf = (float *)SGRT_AT(rt, 131072); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_mqa_f16_45_cast_yf", 45,
 	            k_mqa_f16_45_cast_yf<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_att, v_yf));
 
-	/* cg_attn_gqa.sg:46: %sq = square(%yf) */
+	/* cg_attn_gqa.sg:46: %sq   = square(%yf) */
 	v_sq = (float *)SGRT_AT(rt, 393216); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_32_square_sq", 46,
 	            k_gqa_bf16_32_square_sq<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_yf, v_sq));
 
-	/* cg_attn_gqa.sg:47: %loss = mean(%sq, keepdim=false) */
+	/* cg_attn_gqa.sg:47: %loss = mean(%sq) */
 	float *tmp_part_47 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_part_47, 1024, 0, 47));
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_33_mean_part_loss", 47,
@@ -1202,41 +1202,41 @@ mqa_f16_run(mqa_f16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_attn_gqa.sg:48: backward(%loss) */
 
-	/* cg_attn_gqa.sg:48: %grad.loss = ones(shape=[], dtype=f32) */
+	/* cg_attn_gqa.sg:48: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
 	v_grad_loss = (float *)SGRT_AT(rt, 655360); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_34_ones_grad_loss", 48,
 	            k_gqa_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_attn_gqa.sg:47: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1, 1]) */
+	/* cg_attn_gqa.sg:47: %loss = mean(%sq)  [sgc: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1, 1])] */
 	v_grad_sq_1 = (float *)SGRT_AT(rt, 655616); /* 4 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_sq_1, v_grad_loss, 4, "reshape_grad.sq.1", 47));
 
-	/* cg_attn_gqa.sg:47: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 8, 64, 64]) */
+	/* cg_attn_gqa.sg:47: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 8, 64, 64])] */
 	v_grad_sq_2 = (float *)SGRT_AT(rt, 655872); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_33_expand_grad_sq_2", 47,
 	            k_gqa_bf16_33_expand_grad_sq_2<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_1, v_grad_sq_2));
 
-	/* cg_attn_gqa.sg:47: %grad.sq = div(%grad.sq.2, 65536) */
+	/* cg_attn_gqa.sg:47: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 65536)] */
 	v_grad_sq = (float *)SGRT_AT(rt, 918016); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_33_div_grad_sq", 47,
 	            k_gqa_bf16_33_div_grad_sq<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_grad_sq));
 
-	/* cg_attn_gqa.sg:46: %grad.yf.1 = mul(%yf, 2.0) */
+	/* cg_attn_gqa.sg:46: %sq   = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)] */
 	v_grad_yf_1 = (float *)SGRT_AT(rt, 1180160); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_32_mul_grad_yf_1", 46,
 	            k_gqa_bf16_32_mul_grad_yf_1<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_yf, v_grad_yf_1));
 
-	/* cg_attn_gqa.sg:46: %grad.yf = mul(%grad.sq, %grad.yf.1) */
+	/* cg_attn_gqa.sg:46: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)] */
 	v_grad_yf = (float *)SGRT_AT(rt, 1442304); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_32_mul_grad_yf", 46,
 	            k_gqa_bf16_32_mul_grad_yf<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq, v_grad_yf_1, v_grad_yf));
 
-	/* cg_attn_gqa.sg:45: %grad.att = cast(%grad.yf, dtype=f16) */
+	/* cg_attn_gqa.sg:45: %yf   = cast(%att, dtype=f32)  [sgc: %grad.att = cast(%grad.yf, dtype=f16)] */
 	v_grad_att = (sg_f16 *)SGRT_AT(rt, 1704448); /* 131072 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_mqa_f16_45_cast_grad_att", 45,
 	            k_mqa_f16_45_cast_grad_att<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_yf, v_grad_att));
 
-	/* cg_attn_gqa.sg:44: %grad.k.1, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, enable_gqa=true) */
+	/* cg_attn_gqa.sg:44: %att  = scaled_dot_product_attention(%q, %k, %v, enable_gqa=true)  [sgc: %grad.k.1, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, enable_gqa=true)] */
 	v_grad_k_1 = (sg_f16 *)SGRT_AT(rt, 1835520); /* 131072 bytes of the arena */
 	float *tmp_lse_44_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_44_2, 4096, 0, 44));
@@ -1276,7 +1276,7 @@ mqa_f16_run(mqa_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_TRY(sgrt_free_async(rt, tmp_o_44, 0, 44));
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_44_2, 0, 44));
 
-	/* cg_attn_gqa.sg:48: backward_end() */
+	/* cg_attn_gqa.sg:48: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -1451,22 +1451,22 @@ masked_bf16_run(masked_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_k = (sg_bf16 *)io[3];
 	sg_bf16 *v_grad_v = (sg_bf16 *)io[4];
 
-	/* cg_attn_gqa.sg:58: %att = scaled_dot_product_attention(%q, %k, %v, %keep, causal=false, enable_gqa=true) */
+	/* cg_attn_gqa.sg:58: %att  = scaled_dot_product_attention(%q, %k, %v, %keep, enable_gqa=true) */
 	v_att = (sg_bf16 *)SGRT_AT(rt, 0); /* 131072 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_masked_bf16_58_sdpa_att", 58,
 	            k_masked_bf16_58_sdpa_att<<<1024, 128, 768, sgrt_stream(rt, 0)>>>(v_q, v_k, v_v, v_keep, v_att));
 
-	/* cg_attn_gqa.sg:59: %yf = cast(%att, dtype=f32) */
+	/* cg_attn_gqa.sg:59: %yf   = cast(%att, dtype=f32) */
 	v_yf = (float *)SGRT_AT(rt, 131072); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_31_cast_yf", 59,
 	            k_gqa_bf16_31_cast_yf<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_att, v_yf));
 
-	/* cg_attn_gqa.sg:60: %sq = square(%yf) */
+	/* cg_attn_gqa.sg:60: %sq   = square(%yf) */
 	v_sq = (float *)SGRT_AT(rt, 393216); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_32_square_sq", 60,
 	            k_gqa_bf16_32_square_sq<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_yf, v_sq));
 
-	/* cg_attn_gqa.sg:61: %loss = mean(%sq, keepdim=false) */
+	/* cg_attn_gqa.sg:61: %loss = mean(%sq) */
 	float *tmp_part_61 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_part_61, 1024, 0, 61));
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_33_mean_part_loss", 61,
@@ -1477,41 +1477,41 @@ masked_bf16_run(masked_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_attn_gqa.sg:62: backward(%loss) */
 
-	/* cg_attn_gqa.sg:62: %grad.loss = ones(shape=[], dtype=f32) */
+	/* cg_attn_gqa.sg:62: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
 	v_grad_loss = (float *)SGRT_AT(rt, 655360); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_34_ones_grad_loss", 62,
 	            k_gqa_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_attn_gqa.sg:61: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1, 1]) */
+	/* cg_attn_gqa.sg:61: %loss = mean(%sq)  [sgc: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1, 1])] */
 	v_grad_sq_1 = (float *)SGRT_AT(rt, 655616); /* 4 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_sq_1, v_grad_loss, 4, "reshape_grad.sq.1", 61));
 
-	/* cg_attn_gqa.sg:61: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 8, 64, 64]) */
+	/* cg_attn_gqa.sg:61: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 8, 64, 64])] */
 	v_grad_sq_2 = (float *)SGRT_AT(rt, 655872); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_33_expand_grad_sq_2", 61,
 	            k_gqa_bf16_33_expand_grad_sq_2<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_1, v_grad_sq_2));
 
-	/* cg_attn_gqa.sg:61: %grad.sq = div(%grad.sq.2, 65536) */
+	/* cg_attn_gqa.sg:61: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 65536)] */
 	v_grad_sq = (float *)SGRT_AT(rt, 918016); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_33_div_grad_sq", 61,
 	            k_gqa_bf16_33_div_grad_sq<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_grad_sq));
 
-	/* cg_attn_gqa.sg:60: %grad.yf.1 = mul(%yf, 2.0) */
+	/* cg_attn_gqa.sg:60: %sq   = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)] */
 	v_grad_yf_1 = (float *)SGRT_AT(rt, 1180160); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_32_mul_grad_yf_1", 60,
 	            k_gqa_bf16_32_mul_grad_yf_1<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_yf, v_grad_yf_1));
 
-	/* cg_attn_gqa.sg:60: %grad.yf = mul(%grad.sq, %grad.yf.1) */
+	/* cg_attn_gqa.sg:60: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)] */
 	v_grad_yf = (float *)SGRT_AT(rt, 1442304); /* 262144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_32_mul_grad_yf", 60,
 	            k_gqa_bf16_32_mul_grad_yf<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq, v_grad_yf_1, v_grad_yf));
 
-	/* cg_attn_gqa.sg:59: %grad.att = cast(%grad.yf, dtype=bf16) */
+	/* cg_attn_gqa.sg:59: %yf   = cast(%att, dtype=f32)  [sgc: %grad.att = cast(%grad.yf, dtype=bf16)] */
 	v_grad_att = (sg_bf16 *)SGRT_AT(rt, 1704448); /* 131072 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_31_cast_grad_att4", 59,
 	            k_gqa_bf16_31_cast_grad_att4<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_yf, v_grad_att));
 
-	/* cg_attn_gqa.sg:58: %grad.k.1, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, %keep, causal=false, enable_gqa=true) */
+	/* cg_attn_gqa.sg:58: %att  = scaled_dot_product_attention(%q, %k, %v, %keep, enable_gqa=true)  [sgc: %grad.k.1, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, %keep, causal=false, enable_gqa=true)] */
 	v_grad_k_1 = (sg_bf16 *)SGRT_AT(rt, 1835520); /* 131072 bytes of the arena */
 	float *tmp_stats_58 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_stats_58, 12288, 0, 58));
@@ -1523,7 +1523,7 @@ masked_bf16_run(masked_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_masked_bf16_58_sdpa_bwd_dkdv_grad_k_1<<<256, 128, 1536, sgrt_stream(rt, 0)>>>(v_q, v_k, v_v, v_grad_att, v_keep, tmp_stats_58, v_grad_k, v_grad_v));
 	SGRT_TRY(sgrt_free_async(rt, tmp_stats_58, 0, 58));
 
-	/* cg_attn_gqa.sg:62: backward_end() */
+	/* cg_attn_gqa.sg:62: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 

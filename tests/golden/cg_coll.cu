@@ -198,7 +198,7 @@ coll_run(coll_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_coll.sg:18: %c = all_reduce(%x, op="avg", algo="ring") */
 	SGRT_TRY(sgrt_all_reduce(rt, 0, v_x, v_c, 512, SGRT_F32, SGRT_RED_AVG, "all_reduce_18", 18));
 
-	/* cg_coll.sg:19: %d = all_reduce(%k, op="sum", algo="oneshot") */
+	/* cg_coll.sg:19: %d = all_reduce(%k, op="sum", algo="oneshot")   # i32: the plain all_reduce at run time */
 	SGRT_TRY(sgrt_all_reduce_algo(rt, 0, v_k, v_d, 512, SGRT_I32, SGRT_RED_SUM, SGRT_ALGO_ONESHOT, "all_reduce_19", 19));
 
 	/* cg_coll.sg:20: %g = all_gather(%x, dim=0, algo="ce") */
@@ -212,7 +212,7 @@ coll_run(coll_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_coll_21_all_gather_blocks_g1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(tmp_gather_21, v_g1));
 	SGRT_TRY(sgrt_free_async(rt, tmp_gather_21, 0, 21));
 
-	/* cg_coll.sg:22: %t = all_gather(%x, dim=0, algo="auto") */
+	/* cg_coll.sg:22: %t = all_gather(%x, dim=0) */
 	SGRT_TRY(sgrt_all_gather(rt, 0, v_x, v_t, 512, SGRT_F32, "all_gather_22", 22));
 
 	/* cg_coll.sg:23: record_event(ready) */

@@ -15,7 +15,7 @@
 #include "sgrt_codegen.h"
 #endif
 #include "sgk/sgk_device.cuh"
-// cg_dedup.sg:13: %a1 = gelu(%x, approximate="none")
+// cg_dedup.sg:13: %a1 = gelu(%x)
 // cg_dedup.sg:14: %a = add(%a1, 1.0)
 // (x0 = %x, x1 = %a)
 static __global__ void __launch_bounds__(256)
@@ -29,7 +29,7 @@ k_dedup_13_gelu_a1(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r2);
 	}
 }
-// cg_dedup.sg:13: %a1 = gelu(%x, approximate="none")
+// cg_dedup.sg:13: %a1 = gelu(%x)
 // cg_dedup.sg:14: %a = add(%a1, 1.0)
 // (x0 = %x, x1 = %a)
 /* 4 elements a thread through aligned vector loads and stores (the
@@ -53,9 +53,9 @@ k_dedup_13_gelu_a1_vec(const float *__restrict__ x0, float *__restrict__ x1)
 		*(sg_vec<float, 4> *)(x1 + w * 4) = x1_v;
 	}
 }
-// cg_dedup.sg:19: %c1 = gelu(%q, approximate="none")
+// cg_dedup.sg:19: %c1 = gelu(%q)
 // cg_dedup.sg:20: %c = add(%c1, 2.0)
-// cg_dedup.sg:21: %d1 = gelu(%z, approximate="none")
+// cg_dedup.sg:21: %d1 = gelu(%z)
 // cg_dedup.sg:22: %d = add(%d1, 1.0)
 // (x0 = %q, x1 = %c, x2 = %z, x3 = %d)
 static __global__ void __launch_bounds__(256)
@@ -73,9 +73,9 @@ k_dedup_19_gelu_c1(const float *__restrict__ x0, float *__restrict__ x1, const d
 		x3[i] = sg_st_f64(r5);
 	}
 }
-// cg_dedup.sg:19: %c1 = gelu(%q, approximate="none")
+// cg_dedup.sg:19: %c1 = gelu(%q)
 // cg_dedup.sg:20: %c = add(%c1, 2.0)
-// cg_dedup.sg:21: %d1 = gelu(%z, approximate="none")
+// cg_dedup.sg:21: %d1 = gelu(%z)
 // cg_dedup.sg:22: %d = add(%d1, 1.0)
 // (x0 = %q, x1 = %c, x2 = %z, x3 = %d)
 /* 2 elements a thread through aligned vector loads and stores (the
@@ -583,7 +583,7 @@ dedup_run(dedup_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_e63 = NULL;
 	float *v_e69 = (float *)io[2];
 
-	/* cg_dedup.sg:13: %a1 = gelu(%x, approximate="none") */
+	/* cg_dedup.sg:13: %a1 = gelu(%x) */
 
 	/* cg_dedup.sg:14: %a = add(%a1, 1.0) */
 	v_a = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
@@ -607,7 +607,7 @@ dedup_run(dedup_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_a, v_w, v_p, "k_dedup_15_matmul_p", 15));
 	}
 
-	/* cg_dedup.sg:16: %b1 = gelu(%p, approximate="none") */
+	/* cg_dedup.sg:16: %b1 = gelu(%p) */
 
 	/* cg_dedup.sg:17: %b = add(%b1, 1.0) */
 	v_b = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
@@ -631,12 +631,12 @@ dedup_run(dedup_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_b, v_w, v_q, "k_dedup_18_matmul_q", 18));
 	}
 
-	/* cg_dedup.sg:19: %c1 = gelu(%q, approximate="none") */
+	/* cg_dedup.sg:19: %c1 = gelu(%q) */
 
 	/* cg_dedup.sg:20: %c = add(%c1, 2.0) */
 	v_c = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
 
-	/* cg_dedup.sg:21: %d1 = gelu(%z, approximate="none") */
+	/* cg_dedup.sg:21: %d1 = gelu(%z) */
 
 	/* cg_dedup.sg:22: %d = add(%d1, 1.0) */
 	if (((uintptr_t)v_q % 8) == 0 && ((uintptr_t)v_c % 8) == 0 && ((uintptr_t)v_z % 16) == 0 && ((uintptr_t)v_d % 16) == 0)

@@ -28,7 +28,7 @@ k_epilogue_20_ep_m2(const float *__restrict__ v_s, float *__restrict__ v_z, sg_i
 	const float r3 = sg_to_f32(r1 + r2);
 	v_z[i] = sg_st_f32(r3);
 }
-// cg_epilogue.sg:19: %m = mean(%x, dims=[1], keepdim=false)
+// cg_epilogue.sg:19: %m = mean(%x, dims=[1])
 static __global__ void __launch_bounds__(256)
 k_epilogue_19_mean_m(const float *__restrict__ x, const float *__restrict__ v_s, float *__restrict__ v_z)
 {
@@ -53,7 +53,7 @@ k_epilogue_23_ep_ch(sg_bf16 *__restrict__ v_ch, sg_i64 i, const float r0)
 	const float r1 = sg_to_bf16(r0 * (float)0.5);
 	v_ch[i] = sg_st_bf16(r1);
 }
-// cg_epilogue.sg:22: %cs = sum(%h, dims=[0], keepdim=false)
+// cg_epilogue.sg:22: %cs = sum(%h, dims=[0])
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
@@ -97,7 +97,7 @@ k_epilogue_27_ep_rmse(float *__restrict__ v_rmse, sg_i64 i, const float r0)
 	const float r1 = sg_to_f32(sg_sqrt(r0));
 	v_rmse[i] = sg_st_f32(r1);
 }
-// cg_epilogue.sg:26: %ms = mean(%sq, keepdim=false)
+// cg_epilogue.sg:26: %ms = mean(%sq)
 /* Stage 1 of mean: each block reduces a strided part into part[block]. */
 static __global__ void __launch_bounds__(256)
 k_epilogue_26_mean_part_ms(const float *__restrict__ v_big, const float *__restrict__ v_big2, float *__restrict__ part)
@@ -130,7 +130,7 @@ k_epilogue_29_ep_sd(float *__restrict__ v_sd, sg_i64 i, const float r0)
 	const float r1 = sg_to_f32(sg_sqrt(r0));
 	v_sd[i] = sg_st_f32(r1);
 }
-// cg_epilogue.sg:28: %v = var(%x, dims=[1], keepdim=false)
+// cg_epilogue.sg:28: %v = var(%x, dims=[1])
 static __global__ void __launch_bounds__(256)
 k_epilogue_28_var_v(const float *__restrict__ x, float *__restrict__ v_sd)
 {
@@ -163,7 +163,7 @@ k_epilogue_31_ep_sm3(float *__restrict__ v_sm3, sg_i64 i, const float r0)
 	const float r1 = sg_to_f32(r0 * (float)3.0);
 	v_sm3[i] = sg_st_f32(r1);
 }
-// cg_epilogue.sg:30: %sm = softmax(%x, dim=-1)
+// cg_epilogue.sg:30: %sm = softmax(%x)
 static __global__ void __launch_bounds__(256)
 k_epilogue_30_softmax_sm(const float *__restrict__ x, float *__restrict__ v_sm3)
 {
@@ -196,7 +196,7 @@ k_epilogue_33_ep_nl(sg_bf16 *__restrict__ v_nl, sg_i64 i, const float r0)
 	const float r1 = sg_to_bf16(-r0);
 	v_nl[i] = sg_st_bf16(r1);
 }
-// cg_epilogue.sg:32: %ls = log_softmax(%h, dim=-1)
+// cg_epilogue.sg:32: %ls = log_softmax(%h)
 static __global__ void __launch_bounds__(256)
 k_epilogue_32_log_softmax_ls(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ v_nl)
 {
@@ -220,7 +220,7 @@ k_epilogue_32_log_softmax_ls(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict_
 	}
 	(void)ls;
 }
-// cg_epilogue.sg:35: %g = gelu(%ln, approximate="none")
+// cg_epilogue.sg:35: %g = gelu(%ln)
 /* The pointwise ops after %ln, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
@@ -229,7 +229,7 @@ k_epilogue_35_ep_g(sg_bf16 *__restrict__ v_g, sg_i64 i, const float r0)
 	const float r1 = sg_to_bf16(sg_gelu(r0));
 	v_g[i] = sg_st_bf16(r1);
 }
-// cg_epilogue.sg:34: %ln = layer_norm(%h, %w, eps=1e-05)
+// cg_epilogue.sg:34: %ln = layer_norm(%h, %w)
 static __global__ void __launch_bounds__(256)
 k_epilogue_34_layer_norm_ln(const sg_bf16 *__restrict__ x, const sg_bf16 *__restrict__ w, sg_bf16 *__restrict__ v_g)
 {
@@ -265,7 +265,7 @@ k_epilogue_37_ep_ry(const float *__restrict__ v_y, float *__restrict__ v_ry, sg_
 	const float r2 = sg_to_f32(r0 * r1);
 	v_ry[i] = sg_st_f32(r2);
 }
-// cg_epilogue.sg:36: %rn = rms_norm(%x, eps=1e-06)
+// cg_epilogue.sg:36: %rn = rms_norm(%x)
 static __global__ void __launch_bounds__(256)
 k_epilogue_36_rms_norm_rn(const float *__restrict__ x, const float *__restrict__ v_y, float *__restrict__ v_ry)
 {
@@ -551,7 +551,7 @@ epilogue_run(epilogue_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_cb1 = (sg_bf16 *)io[18];
 	float *v_mse2 = (float *)io[19];
 
-	/* cg_epilogue.sg:19: %m = mean(%x, dims=[1], keepdim=false) */
+	/* cg_epilogue.sg:19: %m = mean(%x, dims=[1]) */
 	SGRT_KERNEL(rt, 0, "k_epilogue_19_mean_m", 19,
 	            k_epilogue_19_mean_m<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_s, v_z));
 
@@ -560,7 +560,7 @@ epilogue_run(epilogue_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_epilogue.sg:21: %z = add(%m2, %s) */
 	/* (computed inside the kernel of line 19) */
 
-	/* cg_epilogue.sg:22: %cs = sum(%h, dims=[0], keepdim=false) */
+	/* cg_epilogue.sg:22: %cs = sum(%h, dims=[0]) */
 	SGRT_KERNEL(rt, 0, "k_epilogue_22_sum_cs", 22,
 	            k_epilogue_22_sum_cs<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_cs, v_ch));
 
@@ -572,7 +572,7 @@ epilogue_run(epilogue_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_epilogue.sg:25: %sq = square(%d) */
 	/* (computed inside the kernel of line 26) */
 
-	/* cg_epilogue.sg:26: %ms = mean(%sq, keepdim=false) */
+	/* cg_epilogue.sg:26: %ms = mean(%sq) */
 	float *tmp_part_26 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_part_26, 1024, 0, 26));
 	SGRT_KERNEL(rt, 0, "k_epilogue_26_mean_part_ms", 26,
@@ -584,35 +584,35 @@ epilogue_run(epilogue_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_epilogue.sg:27: %rmse = sqrt(%ms) */
 	/* (computed inside the kernel of line 26) */
 
-	/* cg_epilogue.sg:28: %v = var(%x, dims=[1], keepdim=false) */
+	/* cg_epilogue.sg:28: %v = var(%x, dims=[1]) */
 	SGRT_KERNEL(rt, 0, "k_epilogue_28_var_v", 28,
 	            k_epilogue_28_var_v<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_sd));
 
 	/* cg_epilogue.sg:29: %sd = sqrt(%v) */
 	/* (computed inside the kernel of line 28) */
 
-	/* cg_epilogue.sg:30: %sm = softmax(%x, dim=-1) */
+	/* cg_epilogue.sg:30: %sm = softmax(%x) */
 	SGRT_KERNEL(rt, 0, "k_epilogue_30_softmax_sm", 30,
 	            k_epilogue_30_softmax_sm<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_sm3));
 
 	/* cg_epilogue.sg:31: %sm3 = mul(%sm, 3.0) */
 	/* (computed inside the kernel of line 30) */
 
-	/* cg_epilogue.sg:32: %ls = log_softmax(%h, dim=-1) */
+	/* cg_epilogue.sg:32: %ls = log_softmax(%h) */
 	SGRT_KERNEL(rt, 0, "k_epilogue_32_log_softmax_ls", 32,
 	            k_epilogue_32_log_softmax_ls<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_nl));
 
 	/* cg_epilogue.sg:33: %nl = neg(%ls) */
 	/* (computed inside the kernel of line 32) */
 
-	/* cg_epilogue.sg:34: %ln = layer_norm(%h, %w, eps=1e-05) */
+	/* cg_epilogue.sg:34: %ln = layer_norm(%h, %w) */
 	SGRT_KERNEL(rt, 0, "k_epilogue_34_layer_norm_ln", 34,
 	            k_epilogue_34_layer_norm_ln<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_w, v_g));
 
-	/* cg_epilogue.sg:35: %g = gelu(%ln, approximate="none") */
+	/* cg_epilogue.sg:35: %g = gelu(%ln) */
 	/* (computed inside the kernel of line 34) */
 
-	/* cg_epilogue.sg:36: %rn = rms_norm(%x, eps=1e-06) */
+	/* cg_epilogue.sg:36: %rn = rms_norm(%x) */
 	SGRT_KERNEL(rt, 0, "k_epilogue_36_rms_norm_rn", 36,
 	            k_epilogue_36_rms_norm_rn<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_y, v_ry));
 

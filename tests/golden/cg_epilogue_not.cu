@@ -15,7 +15,7 @@
 #include "sgrt_codegen.h"
 #endif
 #include "sgk/sgk_device.cuh"
-// cg_epilogue_not.sg:13: %a = sum(%x, dims=[1], keepdim=false)
+// cg_epilogue_not.sg:13: %a = sum(%x, dims=[1])
 static __global__ void __launch_bounds__(256)
 k_epilogue_not_13_sum_a(const float *__restrict__ x, float *__restrict__ out)
 {
@@ -43,7 +43,7 @@ k_epilogue_not_15_mul_a2(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_epilogue_not.sg:16: %b = amax(%x, dims=[1], keepdim=false)
+// cg_epilogue_not.sg:16: %b = amax(%x, dims=[1])
 static __global__ void __launch_bounds__(256)
 k_epilogue_not_16_amax_b(const float *__restrict__ x, float *__restrict__ out)
 {
@@ -59,7 +59,7 @@ k_epilogue_not_16_amax_b(const float *__restrict__ x, float *__restrict__ out)
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc));
 }
-// cg_epilogue_not.sg:20: %b2 = neg(%b.2)
+// cg_epilogue_not.sg:20: %b2 = neg(%b)
 // (x0 = %b.2, x1 = %b2)
 static __global__ void __launch_bounds__(256)
 k_epilogue_not_20_neg_b2(const float *__restrict__ x0, float *__restrict__ x1)
@@ -71,7 +71,7 @@ k_epilogue_not_20_neg_b2(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_epilogue_not.sg:23: %c = mean(%x, dims=[0], keepdim=false)
+// cg_epilogue_not.sg:23: %c = mean(%x, dims=[0])
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
@@ -148,7 +148,7 @@ k_epilogue_not_27_ep_d2(float *__restrict__ v_d2, sg_i64 i, const float r0)
 	const float r1 = sg_to_f32(sg_fabs(r0));
 	v_d2[i] = sg_st_f32(r1);
 }
-// cg_epilogue_not.sg:26: %d = amin(%x, dims=[1], keepdim=false)
+// cg_epilogue_not.sg:26: %d = amin(%x, dims=[1])
 static __global__ void __launch_bounds__(256)
 k_epilogue_not_26_amin_d(const float *__restrict__ x, float *__restrict__ out, float *__restrict__ v_d2)
 {
@@ -321,7 +321,7 @@ epilogue_not_run(epilogue_not_model *M, void *const *io, const cudaEvent_t *ext)
 	/* Inputs, params and consts are ready on `default`: the other streams start after it. */
 	SGRT_TRY(sgrt_cg_fork(rt, 8));
 
-	/* cg_epilogue_not.sg:13: %a = sum(%x, dims=[1], keepdim=false) */
+	/* cg_epilogue_not.sg:13: %a = sum(%x, dims=[1]) */
 	v_a = (float *)SGRT_AT(rt, 0); /* 128 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_epilogue_not_13_sum_a", 13,
 	            k_epilogue_not_13_sum_a<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_a));
@@ -333,32 +333,32 @@ epilogue_not_run(epilogue_not_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_epilogue_not_15_mul_a2", 15,
 	            k_epilogue_not_15_mul_a2<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_a, v_a2));
 
-	/* cg_epilogue_not.sg:16: %b = amax(%x, dims=[1], keepdim=false) */
+	/* cg_epilogue_not.sg:16: %b = amax(%x, dims=[1]) */
 	v_b = (float *)SGRT_AT(rt, 0); /* 128 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_epilogue_not_16_amax_b", 16,
 	            k_epilogue_not_16_amax_b<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_b));
 
-	/* cg_epilogue_not.sg:17: %b.1 = control_deps(%b, sync=record_event, event=e) */
+	/* cg_epilogue_not.sg:17: record_event(e) */
 	SGRT_TRY(sgrt_record(rt, 0, 0, 17));
 
-	/* cg_epilogue_not.sg:19: %b.2 = control_deps(%b.1, sync=wait_event, event=e) */
+	/* cg_epilogue_not.sg:19: wait_event(e) */
 	v_b_2 = v_b;
 	SGRT_TRY(sgrt_wait(rt, 0, 1, 19));
 
-	/* cg_epilogue_not.sg:20: %b2 = neg(%b.2) */
+	/* cg_epilogue_not.sg:20: %b2 = neg(%b) */
 	SGRT_KERNEL(rt, 1, "k_epilogue_not_20_neg_b2", 20,
 	            k_epilogue_not_20_neg_b2<<<1, 256, 0, sgrt_stream(rt, 1)>>>(v_b_2, v_b2));
 
-	/* cg_epilogue_not.sg:20: record_event(free0) */
+	/* cg_epilogue_not.sg:20: %b2 = neg(%b)  [sgc: record_event(free0)] */
 	SGRT_TRY(sgrt_record(rt, 1, 1, 20));
 
-	/* cg_epilogue_not.sg:20: sync_dealloc(%b, event=free0, stream=default) */
+	/* cg_epilogue_not.sg:20: %b2 = neg(%b)  [sgc: sync_dealloc(%b, event=free0, stream=default)] */
 	SGRT_TRY(sgrt_wait(rt, 1, 0, 20));
 
 	/* cg_epilogue_not.sg:22: wait_stream(side) */
 	SGRT_TRY(sgrt_wait_stream(rt, 0, 1, 22));
 
-	/* cg_epilogue_not.sg:23: %c = mean(%x, dims=[0], keepdim=false) */
+	/* cg_epilogue_not.sg:23: %c = mean(%x, dims=[0]) */
 	v_c = (float *)SGRT_AT(rt, 0); /* 384 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_epilogue_not_23_mean_c", 23,
 	            k_epilogue_not_23_mean_c<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_c));
@@ -375,7 +375,7 @@ epilogue_not_run(epilogue_not_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_epilogue_not_25_exp_c2", 25,
 	            k_epilogue_not_25_exp_c2<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_c, v_c2));
 
-	/* cg_epilogue_not.sg:26: %d = amin(%x, dims=[1], keepdim=false) */
+	/* cg_epilogue_not.sg:26: %d = amin(%x, dims=[1]) */
 	v_d = (float *)SGRT_AT(rt, 0); /* 128 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_epilogue_not_26_amin_d", 26,
 	            k_epilogue_not_26_amin_d<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_d, v_d2));

@@ -16,7 +16,7 @@
 #endif
 #include "sgk/sgk_device.cuh"
 // cg_fused.sg:13: %h = add(%x, %b)
-// cg_fused.sg:14: %a = gelu(%h, approximate="none")
+// cg_fused.sg:14: %a = gelu(%h)
 // cg_fused.sg:15: %z = mul(%a, 2.0)
 // cg_fused.sg:16: %yb = cast(%y, dtype=f32)
 // cg_fused.sg:17: %o = add(%z, %yb)
@@ -39,7 +39,7 @@ k_fused_13_add_h(const float *__restrict__ x0, const float *__restrict__ x1, con
 	}
 }
 // cg_fused.sg:13: %h = add(%x, %b)
-// cg_fused.sg:14: %a = gelu(%h, approximate="none")
+// cg_fused.sg:14: %a = gelu(%h)
 // cg_fused.sg:15: %z = mul(%a, 2.0)
 // cg_fused.sg:16: %yb = cast(%y, dtype=f32)
 // cg_fused.sg:17: %o = add(%z, %yb)
@@ -83,7 +83,7 @@ k_fused_19_ep_n(float *__restrict__ v_n, sg_i64 i, const float r0)
 	const float r1 = sg_to_f32(-r0);
 	v_n[i] = sg_st_f32(r1);
 }
-// cg_fused.sg:18: %s = sum(%o, dims=[1], keepdim=false)
+// cg_fused.sg:18: %s = sum(%o, dims=[1])
 static __global__ void __launch_bounds__(256)
 k_fused_18_sum_s(const float *__restrict__ x, float *__restrict__ v_n)
 {
@@ -109,7 +109,7 @@ k_fused_20_elem_c(const float *__restrict__ v_x, sg_i64 i)
 	const float r1 = sg_to_f32(r0 * (float)0.125);
 	return r1;
 }
-// cg_fused.sg:21: %sm = softmax(%c, dim=-1)
+// cg_fused.sg:21: %sm = softmax(%c)
 static __global__ void __launch_bounds__(256)
 k_fused_21_softmax_sm(const float *__restrict__ v_x, float *__restrict__ out)
 {
@@ -133,7 +133,7 @@ k_fused_21_softmax_sm(const float *__restrict__ v_x, float *__restrict__ out)
 	}
 	(void)ls;
 }
-// cg_fused.sg:22: %cs = sum(%sm, dims=[0], keepdim=false)
+// cg_fused.sg:22: %cs = sum(%sm, dims=[0])
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
@@ -168,7 +168,7 @@ k_fused_23_elem_d(const float *__restrict__ v_x, const float *__restrict__ v_yb,
 	const float r3 = sg_to_f32(r2 * r2);
 	return r3;
 }
-// cg_fused.sg:25: %ms = mean(%sq, keepdim=false)
+// cg_fused.sg:25: %ms = mean(%sq)
 static __global__ void __launch_bounds__(1024)
 k_fused_25_mean_ms(const float *__restrict__ v_x, const float *__restrict__ v_yb, float *__restrict__ out)
 {
@@ -321,7 +321,7 @@ fused_run(fused_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_fused.sg:13: %h = add(%x, %b) */
 
-	/* cg_fused.sg:14: %a = gelu(%h, approximate="none") */
+	/* cg_fused.sg:14: %a = gelu(%h) */
 
 	/* cg_fused.sg:15: %z = mul(%a, 2.0) */
 
@@ -336,7 +336,7 @@ fused_run(fused_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_fused_13_add_h", 13,
 		            k_fused_13_add_h<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_b, v_y, v_yb, v_o));
 
-	/* cg_fused.sg:18: %s = sum(%o, dims=[1], keepdim=false) */
+	/* cg_fused.sg:18: %s = sum(%o, dims=[1]) */
 	SGRT_KERNEL(rt, 0, "k_fused_18_sum_s", 18,
 	            k_fused_18_sum_s<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_o, v_n));
 
@@ -346,12 +346,12 @@ fused_run(fused_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_fused.sg:20: %c = mul(%x, 0.125) */
 	/* (computed inside the kernel of line 21) */
 
-	/* cg_fused.sg:21: %sm = softmax(%c, dim=-1) */
+	/* cg_fused.sg:21: %sm = softmax(%c) */
 	v_sm = (float *)SGRT_AT(rt, 65536); /* 65536 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_fused_21_softmax_sm", 21,
 	            k_fused_21_softmax_sm<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_sm));
 
-	/* cg_fused.sg:22: %cs = sum(%sm, dims=[0], keepdim=false) */
+	/* cg_fused.sg:22: %cs = sum(%sm, dims=[0]) */
 	SGRT_KERNEL(rt, 0, "k_fused_22_sum_cs", 22,
 	            k_fused_22_sum_cs<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_sm, v_cs));
 
@@ -360,7 +360,7 @@ fused_run(fused_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_fused.sg:24: %sq = square(%d) */
 	/* (computed inside the kernel of line 25) */
 
-	/* cg_fused.sg:25: %ms = mean(%sq, keepdim=false) */
+	/* cg_fused.sg:25: %ms = mean(%sq) */
 	SGRT_KERNEL(rt, 0, "k_fused_25_mean_ms", 25,
 	            k_fused_25_mean_ms<<<1, 1024, 0, sgrt_stream(rt, 0)>>>(v_x, v_yb, v_ms));
 	return SGRT_OK;

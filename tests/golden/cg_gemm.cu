@@ -43,7 +43,7 @@ k_gemm_46_transpose_st(const float *__restrict__ x, float *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[i / 16 + (i % 16) * 24];
 }
-// cg_gemm.sg:54: %u.1 = mul(%u, 2.0)
+// cg_gemm.sg:54: mul_(%u, 2.0)
 // (x0 = %u, x1 = %u.1)
 static __global__ void __launch_bounds__(256)
 k_gemm_54_mul_u_1(const float *__restrict__ x0, float *__restrict__ x1)
@@ -55,7 +55,7 @@ k_gemm_54_mul_u_1(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_gemm.sg:64: %a4 = gelu(%l4, approximate="none")
+// cg_gemm.sg:64: %a4 = gelu(%l4)
 // (x0 = %l4, x1 = %a4)
 static __global__ void __launch_bounds__(256)
 k_gemm_64_gelu_a4(const float *__restrict__ x0, float *__restrict__ x1)
@@ -93,7 +93,7 @@ k_gemm_68_relu_a6(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r2);
 	}
 }
-// cg_gemm.sg:70: copy_(%u, %u.1)
+// cg_gemm.sg:70: return %p1, %p2, %p3, %p4, %p5, %p6, %p7, %e7, %p8, %p9, %a1, %a2, %a3, %a4, %l5, %a5, %m6  [sgc: copy_(%u, %u.1)]
 // (x0 = %u.1, x1 = %u)
 static __global__ void __launch_bounds__(256)
 k_gemm_70_copy_(const float *x0, float *x1)
@@ -419,14 +419,14 @@ gemm_run(gemm_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_gemm_46_transpose_st", 46,
 	            k_gemm_46_transpose_st<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_st));
 
-	/* cg_gemm.sg:47: %st.1 = control_deps(%st, sync=record_event, event=ready) */
+	/* cg_gemm.sg:47: record_event(ready) */
 	SGRT_TRY(sgrt_record(rt, 0, 0, 47));
 
-	/* cg_gemm.sg:49: %st.2 = control_deps(%st.1, sync=wait_event, event=ready) */
+	/* cg_gemm.sg:49: wait_event(ready) */
 	v_st_2 = v_st;
 	SGRT_TRY(sgrt_wait(rt, 0, 1, 49));
 
-	/* cg_gemm.sg:50: %p8 = matmul(%x, %st.2) */
+	/* cg_gemm.sg:50: %p8 = matmul(%x, %st) */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -438,10 +438,10 @@ gemm_run(gemm_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 1, &g, v_x, v_st_2, v_p8, "k_gemm_50_matmul_p8", 50));
 	}
 
-	/* cg_gemm.sg:50: record_event(free0) */
+	/* cg_gemm.sg:50: %p8 = matmul(%x, %st)  [sgc: record_event(free0)] */
 	SGRT_TRY(sgrt_record(rt, 1, 1, 50));
 
-	/* cg_gemm.sg:50: sync_dealloc(%st, event=free0, stream=default) */
+	/* cg_gemm.sg:50: %p8 = matmul(%x, %st)  [sgc: sync_dealloc(%st, event=free0, stream=default)] */
 	SGRT_TRY(sgrt_wait(rt, 1, 0, 50));
 
 	/* cg_gemm.sg:52: wait_stream(side) */
@@ -450,7 +450,7 @@ gemm_run(gemm_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_gemm.sg:53: %zt = transpose(%u, dim0=0, dim1=1) */
 	/* (not copied: the products read v_u through their operand layout) */
 
-	/* cg_gemm.sg:54: %u.1 = mul(%u, 2.0) */
+	/* cg_gemm.sg:54: mul_(%u, 2.0) */
 	v_u_1 = (float *)SGRT_AT(rt, 0); /* 1920 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_gemm_54_mul_u_1", 54,
 	            k_gemm_54_mul_u_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_u, v_u_1));
@@ -532,7 +532,7 @@ gemm_run(gemm_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_w, v_l4, "k_gemm_63_linear_l4", 63));
 	}
 
-	/* cg_gemm.sg:64: %a4 = gelu(%l4, approximate="none") */
+	/* cg_gemm.sg:64: %a4 = gelu(%l4) */
 	SGRT_KERNEL(rt, 0, "k_gemm_64_gelu_a4", 64,
 	            k_gemm_64_gelu_a4<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_l4, v_a4));
 
@@ -571,7 +571,7 @@ gemm_run(gemm_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_gemm_68_relu_a6", 68,
 	            k_gemm_68_relu_a6<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_l6, v_m6));
 
-	/* cg_gemm.sg:70: copy_(%u, %u.1) */
+	/* cg_gemm.sg:70: return %p1, %p2, %p3, %p4, %p5, %p6, %p7, %e7, %p8, %p9, %a1, %a2, %a3, %a4, %l5, %a5, %m6  [sgc: copy_(%u, %u.1)] */
 	SGRT_KERNEL(rt, 0, "k_gemm_70_copy_", 70,
 	            k_gemm_70_copy_<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_u_1, v_u));
 	/* Every stream joins `default` before the call ends. */

@@ -27,7 +27,7 @@ k_joins_17_exp_y(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_joins.sg:20: %z = neg(%y.1)
+// cg_joins.sg:20: %z = neg(%y)
 // (x0 = %y.1, x1 = %z)
 static __global__ void __launch_bounds__(256)
 k_joins_20_neg_z(const float *__restrict__ x0, float *__restrict__ x1)
@@ -39,7 +39,7 @@ k_joins_20_neg_z(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_joins.sg:24: %u = abs(%z.1)
+// cg_joins.sg:24: %u = abs(%z)
 // (x0 = %z.1, x1 = %u)
 static __global__ void __launch_bounds__(256)
 k_joins_24_abs_u(const float *__restrict__ x0, float *__restrict__ x1)
@@ -191,27 +191,27 @@ joins_run(joins_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_joins_17_exp_y", 17,
 	            k_joins_17_exp_y<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_y));
 
-	/* cg_joins.sg:19: %y.1 = control_deps(%y, sync=wait_stream, other=default) */
+	/* cg_joins.sg:19: wait_stream(default) */
 	v_y_1 = v_y;
 	SGRT_TRY(sgrt_wait_stream(rt, 1, 0, 19));
 
-	/* cg_joins.sg:20: %z = neg(%y.1) */
+	/* cg_joins.sg:20: %z = neg(%y) */
 	v_z = (float *)SGRT_AT(rt, 0); /* 4000 bytes of the arena */
 	SGRT_KERNEL(rt, 1, "k_joins_20_neg_z", 20,
 	            k_joins_20_neg_z<<<4, 256, 0, sgrt_stream(rt, 1)>>>(v_y_1, v_z));
 
-	/* cg_joins.sg:23: %z.1 = control_deps(%z, sync=wait_stream, other=side) */
+	/* cg_joins.sg:23: wait_stream(side) */
 	v_z_1 = v_z;
 	SGRT_TRY(sgrt_wait_stream(rt, 2, 1, 23));
 
-	/* cg_joins.sg:24: %u = abs(%z.1) */
+	/* cg_joins.sg:24: %u = abs(%z) */
 	SGRT_KERNEL(rt, 2, "k_joins_24_abs_u", 24,
 	            k_joins_24_abs_u<<<4, 256, 0, sgrt_stream(rt, 2)>>>(v_z_1, v_u));
 
-	/* cg_joins.sg:24: record_event(free0) */
+	/* cg_joins.sg:24: %u = abs(%z)  [sgc: record_event(free0)] */
 	SGRT_TRY(sgrt_record(rt, 0, 2, 24));
 
-	/* cg_joins.sg:24: sync_dealloc(%z, event=free0, stream=side) */
+	/* cg_joins.sg:24: %u = abs(%z)  [sgc: sync_dealloc(%z, event=free0, stream=side)] */
 	SGRT_TRY(sgrt_wait(rt, 0, 1, 24));
 
 	/* cg_joins.sg:26: wait_stream(side) */

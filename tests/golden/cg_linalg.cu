@@ -243,7 +243,7 @@ linalg_run(linalg_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_wl, v_lin, "k_linalg_24_linear_lin", 24));
 	}
 
-	/* cg_linalg.sg:25: %att = scaled_dot_product_attention(%q, %k, %k, causal=true, enable_gqa=false) */
+	/* cg_linalg.sg:25: %att = scaled_dot_product_attention(%q, %k, %k, causal=true) */
 	float *tmp_lse_25 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_25, 480, 0, 25));
 	{
@@ -270,7 +270,7 @@ linalg_run(linalg_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_25, 0, 25));
 
-	/* cg_linalg.sg:26: %att2 = scaled_dot_product_attention(%q, %q, %q, causal=false, scale=0.25, enable_gqa=false) */
+	/* cg_linalg.sg:26: %att2 = scaled_dot_product_attention(%q, %q, %q, scale=0.25) */
 	float *tmp_lse_26 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_26, 480, 0, 26));
 	{

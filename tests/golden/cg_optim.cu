@@ -15,7 +15,7 @@
 #include "sgrt_codegen.h"
 #endif
 #include "sgk/sgk_device.cuh"
-// cg_optim.sg:19: %s = sum(%c, keepdim=false)
+// cg_optim.sg:19: %s = sum(%c)
 static __global__ void __launch_bounds__(256)
 k_adamw_bf16_19_sum_s(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -65,7 +65,7 @@ k_adamw_bf16_20_mse_loss_final_m(const float *__restrict__ part, const sg_bf16 *
 	if (threadIdx.x == 0)
 		{ const float r_ = sg_to_bf16(acc / (float)288); k_adamw_bf16_21_ep_loss(v_s, v_loss, 0, r_); }
 }
-// cg_optim.sg:22: %grad.loss = ones(shape=[], dtype=bf16)
+// cg_optim.sg:22: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)]
 static __global__ void __launch_bounds__(256)
 k_adamw_bf16_22_ones_grad_loss(sg_bf16 *__restrict__ out)
 {
@@ -73,9 +73,9 @@ k_adamw_bf16_22_ones_grad_loss(sg_bf16 *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_bf16(sg_to_bf16((sg_i64)1));
 }
-// cg_optim.sg:20: %grad.h.1 = sub(%h, %y)
-// cg_optim.sg:20: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)
-// cg_optim.sg:20: %grad.h = mul(%grad.h.2, %grad.loss)
+// cg_optim.sg:20: %m = mse_loss(%h, %y)  [sgc: %grad.h.1 = sub(%h, %y)]
+// cg_optim.sg:20: %m = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)]
+// cg_optim.sg:20: %m = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)]
 // (x0 = %h, x1 = %y, x2 = %grad.loss, x3 = %grad.h)
 static __global__ void __launch_bounds__(256)
 k_adamw_bf16_20_sub_grad_h_1(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, const sg_bf16 *__restrict__ x2, sg_bf16 *__restrict__ x3)
@@ -91,7 +91,7 @@ k_adamw_bf16_20_sub_grad_h_1(const sg_bf16 *__restrict__ x0, const sg_bf16 *__re
 		x3[i] = sg_st_bf16(r5);
 	}
 }
-// cg_optim.sg:19: %grad.c = expand(%grad.c.1, shape=[37])
+// cg_optim.sg:19: %s = sum(%c)  [sgc: %grad.c = expand(%grad.c.1, shape=[37])]
 static __global__ void __launch_bounds__(256)
 k_adamw_bf16_19_expand_grad_c(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -109,7 +109,7 @@ k_adamw_bf16_19_adamw_step(float *__restrict__ step, float *__restrict__ sc)
 	sc[0] = (float)(-(0.001 / (1 - pow(0.9, (double)st))));
 	sc[1] = (float)sqrt(1 - pow(0.999, (double)st));
 }
-// cg_optim.sg:19: adamw_update_(%c, %grad.c, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.1)
+// cg_optim.sg:19: %s = sum(%c)  [sgc: adamw_update_(%c, %grad.c, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.1)]
 /* torch.optim.AdamW's update of one element, op by op in float. */
 static __device__ __forceinline__ void
 k_adamw_bf16_19_adamw_update_one(sg_bf16 &p, const sg_bf16 g, sg_bf16 &m, sg_bf16 &v, const float size, const float bc2)
@@ -149,7 +149,7 @@ k_adamw_bf16_19_adamw_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict_
 	     i += stride)
 		k_adamw_bf16_19_adamw_update_one(p[i], g[i], m[i], v[i], size, bc2);
 }
-// cg_optim.sg:18: %grad.b = sum(%grad.h, dims=[0], keepdim=false)
+// cg_optim.sg:18: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)]
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
@@ -195,7 +195,7 @@ k_adamw_f16_unfused_34_mse_loss_final_loss(const float *__restrict__ part, sg_f1
 	if (threadIdx.x == 0)
 		out[0] = sg_st_f16(sg_to_f16(acc / (float)288));
 }
-// cg_optim.sg:35: %grad.loss = ones(shape=[], dtype=f16)
+// cg_optim.sg:35: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f16)]
 static __global__ void __launch_bounds__(256)
 k_adamw_f16_unfused_35_ones_grad_loss(sg_f16 *__restrict__ out)
 {
@@ -203,9 +203,9 @@ k_adamw_f16_unfused_35_ones_grad_loss(sg_f16 *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_f16(sg_to_f16((sg_i64)1));
 }
-// cg_optim.sg:34: %grad.h.1 = sub(%h, %y)
-// cg_optim.sg:34: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)
-// cg_optim.sg:34: %grad.h = mul(%grad.h.2, %grad.loss)
+// cg_optim.sg:34: %loss = mse_loss(%h, %y)  [sgc: %grad.h.1 = sub(%h, %y)]
+// cg_optim.sg:34: %loss = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)]
+// cg_optim.sg:34: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)]
 // (x0 = %h, x1 = %y, x2 = %grad.loss, x3 = %grad.h)
 static __global__ void __launch_bounds__(256)
 k_adamw_f16_unfused_34_sub_grad_h_1(const sg_f16 *__restrict__ x0, const sg_f16 *__restrict__ x1, const sg_f16 *__restrict__ x2, sg_f16 *__restrict__ x3)
@@ -221,7 +221,7 @@ k_adamw_f16_unfused_34_sub_grad_h_1(const sg_f16 *__restrict__ x0, const sg_f16 
 		x3[i] = sg_st_f16(r5);
 	}
 }
-// cg_optim.sg:33: %grad.b = sum(%grad.h, dims=[0], keepdim=false)
+// cg_optim.sg:33: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)]
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
@@ -253,7 +253,7 @@ k_adamw_f16_unfused_35_adamw_step(float *__restrict__ step, float *__restrict__ 
 	sc[0] = (float)(-(0.01 / (1 - pow(0.9, (double)st))));
 	sc[1] = (float)sqrt(1 - pow(0.99, (double)st));
 }
-// cg_optim.sg:35: adamw_update_(%w, %grad.w, lr=0.01, beta1=0.9, beta2=0.99, eps=0.001, weight_decay=0.05)
+// cg_optim.sg:35: backward(%loss)  [sgc: adamw_update_(%w, %grad.w, lr=0.01, beta1=0.9, beta2=0.99, eps=0.001, weight_decay=0.05)]
 /* torch.optim.AdamW's update of one element, op by op in float. */
 static __device__ __forceinline__ void
 k_adamw_f16_unfused_35_adamw_update_one(sg_f16 &p, const sg_f16 g, sg_f16 &m, sg_f16 &v, const float size, const float bc2)
@@ -317,7 +317,7 @@ k_adamw_f32_47_mse_loss_final_loss(const float *__restrict__ part, float *__rest
 	if (threadIdx.x == 0)
 		out[0] = sg_st_f32(sg_to_f32(acc / (float)288));
 }
-// cg_optim.sg:48: %grad.loss = ones(shape=[], dtype=f32)
+// cg_optim.sg:48: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)]
 static __global__ void __launch_bounds__(256)
 k_adamw_f32_48_ones_grad_loss(float *__restrict__ out)
 {
@@ -325,9 +325,9 @@ k_adamw_f32_48_ones_grad_loss(float *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_f32(sg_to_f32((sg_i64)1));
 }
-// cg_optim.sg:47: %grad.h.1 = sub(%h, %y)
-// cg_optim.sg:47: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)
-// cg_optim.sg:47: %grad.h = mul(%grad.h.2, %grad.loss)
+// cg_optim.sg:47: %loss = mse_loss(%h, %y)  [sgc: %grad.h.1 = sub(%h, %y)]
+// cg_optim.sg:47: %loss = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)]
+// cg_optim.sg:47: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)]
 // (x0 = %h, x1 = %y, x2 = %grad.loss, x3 = %grad.h)
 static __global__ void __launch_bounds__(256)
 k_adamw_f32_47_sub_grad_h_1(const float *__restrict__ x0, const float *__restrict__ x1, const float *__restrict__ x2, float *__restrict__ x3)
@@ -343,7 +343,7 @@ k_adamw_f32_47_sub_grad_h_1(const float *__restrict__ x0, const float *__restric
 		x3[i] = sg_st_f32(r5);
 	}
 }
-// cg_optim.sg:46: %grad.b = sum(%grad.h, dims=[0], keepdim=false)
+// cg_optim.sg:46: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)]
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
@@ -375,7 +375,7 @@ k_adamw_f32_46_adamw_step(float *__restrict__ step, float *__restrict__ sc)
 	sc[0] = (float)(-(0.01 / (1 - pow(0.9, (double)st))));
 	sc[1] = (float)sqrt(1 - pow(0.999, (double)st));
 }
-// cg_optim.sg:46: adamw_update_(%w, %grad.w, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-06, weight_decay=0.01)
+// cg_optim.sg:46: %h = linear(%x, %w, %b)  [sgc: adamw_update_(%w, %grad.w, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-06, weight_decay=0.01)]
 /* torch.optim.AdamW's update of one element, op by op in float. */
 static __device__ __forceinline__ void
 k_adamw_f32_46_adamw_update_one(float &p, const float g, float &m, float &v, const float size, const float bc2)
@@ -426,7 +426,7 @@ k_sgd_bf16_60_mse_loss_final_loss(const float *__restrict__ part, sg_bf16 *__res
 	if (threadIdx.x == 0)
 		out[0] = sg_st_bf16(sg_to_bf16(acc / (float)288));
 }
-// cg_optim.sg:59: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.9, weight_decay=0.01)
+// cg_optim.sg:59: %h = linear(%x, %w, %b)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.9, weight_decay=0.01)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
 static __device__ __forceinline__ void
@@ -461,7 +461,7 @@ k_sgd_bf16_59_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g,
 	     i += stride)
 		k_sgd_bf16_59_sgd_update_one(p[i], g[i], buf[i]);
 }
-// cg_optim.sg:74: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.5, weight_decay=0.0)
+// cg_optim.sg:74: backward(%loss)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.5, weight_decay=0.0)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f16 as PyTorch's are). */
 static __device__ __forceinline__ void
@@ -495,7 +495,7 @@ k_sgd_f16_unfused_74_sgd_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict
 	     i += stride)
 		k_sgd_f16_unfused_74_sgd_update_one(p[i], g[i], buf[i]);
 }
-// cg_optim.sg:85: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.001)
+// cg_optim.sg:85: %h = linear(%x, %w, %b)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.001)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f32 as PyTorch's are). */
 static __device__ __forceinline__ void
@@ -703,7 +703,7 @@ adamw_bf16_run(adamw_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_w, v_h, "k_adamw_bf16_18_linear_h", 18));
 	}
 
-	/* cg_optim.sg:19: %s = sum(%c, keepdim=false) */
+	/* cg_optim.sg:19: %s = sum(%c) */
 	v_s = (sg_bf16 *)SGRT_AT(rt, 768); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_sum_s", 19,
 	            k_adamw_bf16_19_sum_s<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_c, v_s));
@@ -722,41 +722,41 @@ adamw_bf16_run(adamw_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_optim.sg:22: backward(%loss) */
 
-	/* cg_optim.sg:22: %grad.loss = ones(shape=[], dtype=bf16) */
+	/* cg_optim.sg:22: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)] */
 	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 768); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_22_ones_grad_loss", 22,
 	            k_adamw_bf16_22_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_optim.sg:20: %grad.h.1 = sub(%h, %y) */
+	/* cg_optim.sg:20: %m = mse_loss(%h, %y)  [sgc: %grad.h.1 = sub(%h, %y)] */
 
-	/* cg_optim.sg:20: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444) */
+	/* cg_optim.sg:20: %m = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)] */
 
-	/* cg_optim.sg:20: %grad.h = mul(%grad.h.2, %grad.loss) */
+	/* cg_optim.sg:20: %m = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)] */
 	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 1024); /* 576 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_20_sub_grad_h_1", 20,
 	            k_adamw_bf16_20_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
-	/* cg_optim.sg:19: %grad.c.1 = reshape(%grad.loss, shape=[1]) */
+	/* cg_optim.sg:19: %s = sum(%c)  [sgc: %grad.c.1 = reshape(%grad.loss, shape=[1])] */
 	v_grad_c_1 = (sg_bf16 *)SGRT_AT(rt, 0); /* 2 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_c_1, v_grad_loss, 2, "reshape_grad.c.1", 19));
 
-	/* cg_optim.sg:19: %grad.c = expand(%grad.c.1, shape=[37]) */
+	/* cg_optim.sg:19: %s = sum(%c)  [sgc: %grad.c = expand(%grad.c.1, shape=[37])] */
 	v_grad_c = (sg_bf16 *)SGRT_AT(rt, 256); /* 74 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_expand_grad_c", 19,
 	            k_adamw_bf16_19_expand_grad_c<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_c_1, v_grad_c));
 
-	/* cg_optim.sg:19: adamw_update_(%c, %grad.c, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.1) */
+	/* cg_optim.sg:19: %s = sum(%c)  [sgc: adamw_update_(%c, %grad.c, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.1)] */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_adamw_step", 19,
 	            k_adamw_bf16_19_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[8], (float *)M->scratch[0]));
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_adamw_update", 19,
 	            k_adamw_bf16_19_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_c, v_grad_c, (sg_bf16 *)io[6], (sg_bf16 *)io[7], (float *)M->scratch[0], 37LL));
 
-	/* cg_optim.sg:19: del %grad.c */
+	/* cg_optim.sg:19: %s = sum(%c)  [sgc: del %grad.c] */
 
-	/* cg_optim.sg:18: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1) */
+	/* cg_optim.sg:18: %h = linear(%x, %w, %b)  [sgc: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
-	/* cg_optim.sg:18: %grad.w = matmul(%grad.w.1, %x) */
+	/* cg_optim.sg:18: %h = linear(%x, %w, %b)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
 	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 1792); /* 5328 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -770,28 +770,28 @@ adamw_bf16_run(adamw_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w, "k_adamw_bf16_18_matmul_grad_w", 18));
 	}
 
-	/* cg_optim.sg:18: %grad.b = sum(%grad.h, dims=[0], keepdim=false) */
+	/* cg_optim.sg:18: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)] */
 	v_grad_b = (sg_bf16 *)SGRT_AT(rt, 0); /* 144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_18_sum_grad_b", 18,
 	            k_adamw_bf16_18_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
-	/* cg_optim.sg:18: adamw_update_(%w, %grad.w, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.1) */
+	/* cg_optim.sg:18: %h = linear(%x, %w, %b)  [sgc: adamw_update_(%w, %grad.w, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.1)] */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_adamw_step", 18,
 	            k_adamw_bf16_19_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[11], (float *)M->scratch[1]));
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_adamw_update", 18,
 	            k_adamw_bf16_19_adamw_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (sg_bf16 *)io[9], (sg_bf16 *)io[10], (float *)M->scratch[1], 2664LL));
 
-	/* cg_optim.sg:18: del %grad.w */
+	/* cg_optim.sg:18: %h = linear(%x, %w, %b)  [sgc: del %grad.w] */
 
-	/* cg_optim.sg:18: adamw_update_(%b, %grad.b, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.1) */
+	/* cg_optim.sg:18: %h = linear(%x, %w, %b)  [sgc: adamw_update_(%b, %grad.b, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.1)] */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_adamw_step", 18,
 	            k_adamw_bf16_19_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[14], (float *)M->scratch[2]));
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_adamw_update", 18,
 	            k_adamw_bf16_19_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (sg_bf16 *)io[12], (sg_bf16 *)io[13], (float *)M->scratch[2], 72LL));
 
-	/* cg_optim.sg:18: del %grad.b */
+	/* cg_optim.sg:18: %h = linear(%x, %w, %b)  [sgc: del %grad.b] */
 
-	/* cg_optim.sg:22: backward_end() */
+	/* cg_optim.sg:22: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -994,24 +994,24 @@ adamw_f16_unfused_run(adamw_f16_unfused_model *M, void *const *io, const cudaEve
 
 	/* cg_optim.sg:35: backward(%loss) */
 
-	/* cg_optim.sg:35: %grad.loss = ones(shape=[], dtype=f16) */
+	/* cg_optim.sg:35: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f16)] */
 	v_grad_loss = (sg_f16 *)SGRT_AT(rt, 768); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_35_ones_grad_loss", 35,
 	            k_adamw_f16_unfused_35_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_optim.sg:34: %grad.h.1 = sub(%h, %y) */
+	/* cg_optim.sg:34: %loss = mse_loss(%h, %y)  [sgc: %grad.h.1 = sub(%h, %y)] */
 
-	/* cg_optim.sg:34: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444) */
+	/* cg_optim.sg:34: %loss = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)] */
 
-	/* cg_optim.sg:34: %grad.h = mul(%grad.h.2, %grad.loss) */
+	/* cg_optim.sg:34: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)] */
 	v_grad_h = (sg_f16 *)SGRT_AT(rt, 1024); /* 576 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_34_sub_grad_h_1", 34,
 	            k_adamw_f16_unfused_34_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
-	/* cg_optim.sg:33: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1) */
+	/* cg_optim.sg:33: %h = linear(%x, %w, %b)  [sgc: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
-	/* cg_optim.sg:33: %grad.w = matmul(%grad.w.1, %x) */
+	/* cg_optim.sg:33: %h = linear(%x, %w, %b)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
 	v_grad_w = (sg_f16 *)SGRT_AT(rt, 1792); /* 5328 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1025,24 +1025,24 @@ adamw_f16_unfused_run(adamw_f16_unfused_model *M, void *const *io, const cudaEve
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w, "k_adamw_f16_unfused_33_matmul_grad_w", 33));
 	}
 
-	/* cg_optim.sg:33: %grad.b = sum(%grad.h, dims=[0], keepdim=false) */
+	/* cg_optim.sg:33: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)] */
 	v_grad_b = (sg_f16 *)SGRT_AT(rt, 0); /* 144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_33_sum_grad_b", 33,
 	            k_adamw_f16_unfused_33_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
-	/* cg_optim.sg:35: adamw_update_(%w, %grad.w, lr=0.01, beta1=0.9, beta2=0.99, eps=0.001, weight_decay=0.05) */
+	/* cg_optim.sg:35: backward(%loss)  [sgc: adamw_update_(%w, %grad.w, lr=0.01, beta1=0.9, beta2=0.99, eps=0.001, weight_decay=0.05)] */
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_35_adamw_step", 35,
 	            k_adamw_f16_unfused_35_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[7], (float *)M->scratch[0]));
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_35_adamw_update", 35,
 	            k_adamw_f16_unfused_35_adamw_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (sg_f16 *)io[5], (sg_f16 *)io[6], (float *)M->scratch[0], 2664LL));
 
-	/* cg_optim.sg:35: adamw_update_(%b, %grad.b, lr=0.01, beta1=0.9, beta2=0.99, eps=0.001, weight_decay=0.05) */
+	/* cg_optim.sg:35: backward(%loss)  [sgc: adamw_update_(%b, %grad.b, lr=0.01, beta1=0.9, beta2=0.99, eps=0.001, weight_decay=0.05)] */
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_35_adamw_step", 35,
 	            k_adamw_f16_unfused_35_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[10], (float *)M->scratch[1]));
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_35_adamw_update", 35,
 	            k_adamw_f16_unfused_35_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (sg_f16 *)io[8], (sg_f16 *)io[9], (float *)M->scratch[1], 72LL));
 
-	/* cg_optim.sg:35: backward_end() */
+	/* cg_optim.sg:35: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -1245,24 +1245,24 @@ adamw_f32_run(adamw_f32_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_optim.sg:48: backward(%loss) */
 
-	/* cg_optim.sg:48: %grad.loss = ones(shape=[], dtype=f32) */
+	/* cg_optim.sg:48: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
 	v_grad_loss = (float *)SGRT_AT(rt, 1280); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_48_ones_grad_loss", 48,
 	            k_adamw_f32_48_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_optim.sg:47: %grad.h.1 = sub(%h, %y) */
+	/* cg_optim.sg:47: %loss = mse_loss(%h, %y)  [sgc: %grad.h.1 = sub(%h, %y)] */
 
-	/* cg_optim.sg:47: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444) */
+	/* cg_optim.sg:47: %loss = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)] */
 
-	/* cg_optim.sg:47: %grad.h = mul(%grad.h.2, %grad.loss) */
+	/* cg_optim.sg:47: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)] */
 	v_grad_h = (float *)SGRT_AT(rt, 1536); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_47_sub_grad_h_1", 47,
 	            k_adamw_f32_47_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
-	/* cg_optim.sg:46: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1) */
+	/* cg_optim.sg:46: %h = linear(%x, %w, %b)  [sgc: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
-	/* cg_optim.sg:46: %grad.w = matmul(%grad.w.1, %x) */
+	/* cg_optim.sg:46: %h = linear(%x, %w, %b)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
 	v_grad_w = (float *)SGRT_AT(rt, 2816); /* 10656 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1276,28 +1276,28 @@ adamw_f32_run(adamw_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w, "k_adamw_f32_46_matmul_grad_w", 46));
 	}
 
-	/* cg_optim.sg:46: %grad.b = sum(%grad.h, dims=[0], keepdim=false) */
+	/* cg_optim.sg:46: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)] */
 	v_grad_b = (float *)SGRT_AT(rt, 0); /* 288 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_sum_grad_b", 46,
 	            k_adamw_f32_46_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
-	/* cg_optim.sg:46: adamw_update_(%w, %grad.w, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-06, weight_decay=0.01) */
+	/* cg_optim.sg:46: %h = linear(%x, %w, %b)  [sgc: adamw_update_(%w, %grad.w, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-06, weight_decay=0.01)] */
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_adamw_step", 46,
 	            k_adamw_f32_46_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[7], (float *)M->scratch[0]));
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_adamw_update", 46,
 	            k_adamw_f32_46_adamw_update<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (float *)io[5], (float *)io[6], (float *)M->scratch[0], 2664LL));
 
-	/* cg_optim.sg:46: del %grad.w */
+	/* cg_optim.sg:46: %h = linear(%x, %w, %b)  [sgc: del %grad.w] */
 
-	/* cg_optim.sg:46: adamw_update_(%b, %grad.b, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-06, weight_decay=0.01) */
+	/* cg_optim.sg:46: %h = linear(%x, %w, %b)  [sgc: adamw_update_(%b, %grad.b, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-06, weight_decay=0.01)] */
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_adamw_step", 46,
 	            k_adamw_f32_46_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[10], (float *)M->scratch[1]));
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_adamw_update", 46,
 	            k_adamw_f32_46_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (float *)io[8], (float *)io[9], (float *)M->scratch[1], 72LL));
 
-	/* cg_optim.sg:46: del %grad.b */
+	/* cg_optim.sg:46: %h = linear(%x, %w, %b)  [sgc: del %grad.b] */
 
-	/* cg_optim.sg:48: backward_end() */
+	/* cg_optim.sg:48: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -1490,24 +1490,24 @@ sgd_bf16_run(sgd_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_optim.sg:61: backward(%loss) */
 
-	/* cg_optim.sg:61: %grad.loss = ones(shape=[], dtype=bf16) */
+	/* cg_optim.sg:61: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)] */
 	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 768); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_22_ones_grad_loss", 61,
 	            k_adamw_bf16_22_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_optim.sg:60: %grad.h.1 = sub(%h, %y) */
+	/* cg_optim.sg:60: %loss = mse_loss(%h, %y)  [sgc: %grad.h.1 = sub(%h, %y)] */
 
-	/* cg_optim.sg:60: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444) */
+	/* cg_optim.sg:60: %loss = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)] */
 
-	/* cg_optim.sg:60: %grad.h = mul(%grad.h.2, %grad.loss) */
+	/* cg_optim.sg:60: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)] */
 	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 1024); /* 576 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_20_sub_grad_h_1", 60,
 	            k_adamw_bf16_20_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
-	/* cg_optim.sg:59: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1) */
+	/* cg_optim.sg:59: %h = linear(%x, %w, %b)  [sgc: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
-	/* cg_optim.sg:59: %grad.w = matmul(%grad.w.1, %x) */
+	/* cg_optim.sg:59: %h = linear(%x, %w, %b)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
 	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 1792); /* 5328 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1521,24 +1521,24 @@ sgd_bf16_run(sgd_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w, "k_sgd_bf16_59_matmul_grad_w", 59));
 	}
 
-	/* cg_optim.sg:59: %grad.b = sum(%grad.h, dims=[0], keepdim=false) */
+	/* cg_optim.sg:59: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)] */
 	v_grad_b = (sg_bf16 *)SGRT_AT(rt, 0); /* 144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_18_sum_grad_b", 59,
 	            k_adamw_bf16_18_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
-	/* cg_optim.sg:59: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.9, weight_decay=0.01) */
+	/* cg_optim.sg:59: %h = linear(%x, %w, %b)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.9, weight_decay=0.01)] */
 	SGRT_KERNEL(rt, 0, "k_sgd_bf16_59_sgd_update", 59,
 	            k_sgd_bf16_59_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (sg_bf16 *)io[5], 2664LL));
 
-	/* cg_optim.sg:59: del %grad.w */
+	/* cg_optim.sg:59: %h = linear(%x, %w, %b)  [sgc: del %grad.w] */
 
-	/* cg_optim.sg:59: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.9, weight_decay=0.01) */
+	/* cg_optim.sg:59: %h = linear(%x, %w, %b)  [sgc: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.9, weight_decay=0.01)] */
 	SGRT_KERNEL(rt, 0, "k_sgd_bf16_59_sgd_update", 59,
 	            k_sgd_bf16_59_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (sg_bf16 *)io[6], 72LL));
 
-	/* cg_optim.sg:59: del %grad.b */
+	/* cg_optim.sg:59: %h = linear(%x, %w, %b)  [sgc: del %grad.b] */
 
-	/* cg_optim.sg:61: backward_end() */
+	/* cg_optim.sg:61: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -1731,24 +1731,24 @@ sgd_f16_unfused_run(sgd_f16_unfused_model *M, void *const *io, const cudaEvent_t
 
 	/* cg_optim.sg:74: backward(%loss) */
 
-	/* cg_optim.sg:74: %grad.loss = ones(shape=[], dtype=f16) */
+	/* cg_optim.sg:74: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f16)] */
 	v_grad_loss = (sg_f16 *)SGRT_AT(rt, 768); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_35_ones_grad_loss", 74,
 	            k_adamw_f16_unfused_35_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_optim.sg:73: %grad.h.1 = sub(%h, %y) */
+	/* cg_optim.sg:73: %loss = mse_loss(%h, %y)  [sgc: %grad.h.1 = sub(%h, %y)] */
 
-	/* cg_optim.sg:73: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444) */
+	/* cg_optim.sg:73: %loss = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)] */
 
-	/* cg_optim.sg:73: %grad.h = mul(%grad.h.2, %grad.loss) */
+	/* cg_optim.sg:73: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)] */
 	v_grad_h = (sg_f16 *)SGRT_AT(rt, 1024); /* 576 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_34_sub_grad_h_1", 73,
 	            k_adamw_f16_unfused_34_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
-	/* cg_optim.sg:72: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1) */
+	/* cg_optim.sg:72: %h = linear(%x, %w, %b)  [sgc: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
-	/* cg_optim.sg:72: %grad.w = matmul(%grad.w.1, %x) */
+	/* cg_optim.sg:72: %h = linear(%x, %w, %b)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
 	v_grad_w = (sg_f16 *)SGRT_AT(rt, 1792); /* 5328 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1762,20 +1762,20 @@ sgd_f16_unfused_run(sgd_f16_unfused_model *M, void *const *io, const cudaEvent_t
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w, "k_sgd_f16_unfused_72_matmul_grad_w", 72));
 	}
 
-	/* cg_optim.sg:72: %grad.b = sum(%grad.h, dims=[0], keepdim=false) */
+	/* cg_optim.sg:72: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)] */
 	v_grad_b = (sg_f16 *)SGRT_AT(rt, 0); /* 144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_33_sum_grad_b", 72,
 	            k_adamw_f16_unfused_33_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
-	/* cg_optim.sg:74: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.5, weight_decay=0.0) */
+	/* cg_optim.sg:74: backward(%loss)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.5, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_sgd_f16_unfused_74_sgd_update", 74,
 	            k_sgd_f16_unfused_74_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, (sg_f16 *)io[5], 2664LL));
 
-	/* cg_optim.sg:74: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.5, weight_decay=0.0) */
+	/* cg_optim.sg:74: backward(%loss)  [sgc: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.5, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_sgd_f16_unfused_74_sgd_update", 74,
 	            k_sgd_f16_unfused_74_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, (sg_f16 *)io[6], 72LL));
 
-	/* cg_optim.sg:74: backward_end() */
+	/* cg_optim.sg:74: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -1964,24 +1964,24 @@ sgd_f32_wd_run(sgd_f32_wd_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_optim.sg:87: backward(%loss) */
 
-	/* cg_optim.sg:87: %grad.loss = ones(shape=[], dtype=f32) */
+	/* cg_optim.sg:87: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
 	v_grad_loss = (float *)SGRT_AT(rt, 1280); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_48_ones_grad_loss", 87,
 	            k_adamw_f32_48_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_optim.sg:86: %grad.h.1 = sub(%h, %y) */
+	/* cg_optim.sg:86: %loss = mse_loss(%h, %y)  [sgc: %grad.h.1 = sub(%h, %y)] */
 
-	/* cg_optim.sg:86: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444) */
+	/* cg_optim.sg:86: %loss = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)] */
 
-	/* cg_optim.sg:86: %grad.h = mul(%grad.h.2, %grad.loss) */
+	/* cg_optim.sg:86: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)] */
 	v_grad_h = (float *)SGRT_AT(rt, 1536); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_47_sub_grad_h_1", 86,
 	            k_adamw_f32_47_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
-	/* cg_optim.sg:85: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1) */
+	/* cg_optim.sg:85: %h = linear(%x, %w, %b)  [sgc: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
-	/* cg_optim.sg:85: %grad.w = matmul(%grad.w.1, %x) */
+	/* cg_optim.sg:85: %h = linear(%x, %w, %b)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
 	v_grad_w = (float *)SGRT_AT(rt, 2816); /* 10656 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1995,24 +1995,24 @@ sgd_f32_wd_run(sgd_f32_wd_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w, "k_sgd_f32_wd_85_matmul_grad_w", 85));
 	}
 
-	/* cg_optim.sg:85: %grad.b = sum(%grad.h, dims=[0], keepdim=false) */
+	/* cg_optim.sg:85: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)] */
 	v_grad_b = (float *)SGRT_AT(rt, 0); /* 288 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_sum_grad_b", 85,
 	            k_adamw_f32_46_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
-	/* cg_optim.sg:85: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.001) */
+	/* cg_optim.sg:85: %h = linear(%x, %w, %b)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.001)] */
 	SGRT_KERNEL(rt, 0, "k_sgd_f32_wd_85_sgd_update", 85,
 	            k_sgd_f32_wd_85_sgd_update<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 2664LL));
 
-	/* cg_optim.sg:85: del %grad.w */
+	/* cg_optim.sg:85: %h = linear(%x, %w, %b)  [sgc: del %grad.w] */
 
-	/* cg_optim.sg:85: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.0, weight_decay=0.001) */
+	/* cg_optim.sg:85: %h = linear(%x, %w, %b)  [sgc: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.0, weight_decay=0.001)] */
 	SGRT_KERNEL(rt, 0, "k_sgd_f32_wd_85_sgd_update", 85,
 	            k_sgd_f32_wd_85_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, 72LL));
 
-	/* cg_optim.sg:85: del %grad.b */
+	/* cg_optim.sg:85: %h = linear(%x, %w, %b)  [sgc: del %grad.b] */
 
-	/* cg_optim.sg:87: backward_end() */
+	/* cg_optim.sg:87: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 

@@ -16,7 +16,7 @@
 #endif
 #include "sgk/sgk_device.cuh"
 #include "sgk/sgk_rows.cuh"
-// cg_reduce.sg:14: %s = sum(%x, dims=[0, 2], keepdim=false)
+// cg_reduce.sg:14: %s = sum(%x, dims=[0, 2])
 static __global__ void __launch_bounds__(256)
 k_reduce_14_sum_s(const float *__restrict__ x, float *__restrict__ out)
 {
@@ -48,7 +48,7 @@ k_reduce_15_mean_m(const float *__restrict__ x, float *__restrict__ out)
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc / (float)6));
 }
-// cg_reduce.sg:16: %mx = amax(%h, dims=[-1], keepdim=false)
+// cg_reduce.sg:16: %mx = amax(%h, dims=[-1])
 static __global__ void __launch_bounds__(256)
 k_reduce_16_amax_mx(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -64,7 +64,7 @@ k_reduce_16_amax_mx(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 	if (t == 0)
 		out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
-// cg_reduce.sg:17: %v, %mu = var_mean(%x, dims=[2], keepdim=false)
+// cg_reduce.sg:17: %v, %mu = var_mean(%x, dims=[2])
 static __global__ void __launch_bounds__(256)
 k_reduce_17_var_mean_v(const float *__restrict__ x, float *__restrict__ out, float *__restrict__ mean_out)
 {
@@ -89,7 +89,7 @@ k_reduce_17_var_mean_v(const float *__restrict__ x, float *__restrict__ out, flo
 		mean_out[o] = sg_st_f32(sg_to_f32(mean));
 	}
 }
-// cg_reduce.sg:18: %all = sum(%h, keepdim=false)
+// cg_reduce.sg:18: %all = sum(%h)
 static __global__ void __launch_bounds__(256)
 k_reduce_18_sum_all(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -352,7 +352,7 @@ reduce_run(reduce_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_ce = (float *)io[15];
 	float *v_mse = (float *)io[16];
 
-	/* cg_reduce.sg:14: %s = sum(%x, dims=[0, 2], keepdim=false) */
+	/* cg_reduce.sg:14: %s = sum(%x, dims=[0, 2]) */
 	SGRT_KERNEL(rt, 0, "k_reduce_14_sum_s", 14,
 	            k_reduce_14_sum_s<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_s));
 
@@ -360,15 +360,15 @@ reduce_run(reduce_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_reduce_15_mean_m", 15,
 	            k_reduce_15_mean_m<<<5, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_m));
 
-	/* cg_reduce.sg:16: %mx = amax(%h, dims=[-1], keepdim=false) */
+	/* cg_reduce.sg:16: %mx = amax(%h, dims=[-1]) */
 	SGRT_KERNEL(rt, 0, "k_reduce_16_amax_mx", 16,
 	            k_reduce_16_amax_mx<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_mx));
 
-	/* cg_reduce.sg:17: %v, %mu = var_mean(%x, dims=[2], keepdim=false) */
+	/* cg_reduce.sg:17: %v, %mu = var_mean(%x, dims=[2]) */
 	SGRT_KERNEL(rt, 0, "k_reduce_17_var_mean_v", 17,
 	            k_reduce_17_var_mean_v<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_v, v_mu));
 
-	/* cg_reduce.sg:18: %all = sum(%h, keepdim=false) */
+	/* cg_reduce.sg:18: %all = sum(%h) */
 	SGRT_KERNEL(rt, 0, "k_reduce_18_sum_all", 18,
 	            k_reduce_18_sum_all<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_all));
 
@@ -380,11 +380,11 @@ reduce_run(reduce_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_reduce_20_log_softmax_lsm", 20,
 	            SGRT_CHECK_CUDA(rt, sg_launch_softmax_fwd<sg_bf16>(v_h, v_lsm, 24, 10, 1, sgrt_stream(rt, 0)), 20));
 
-	/* cg_reduce.sg:21: %ln = layer_norm(%x, %w, %bias, eps=1e-05) */
+	/* cg_reduce.sg:21: %ln = layer_norm(%x, %w, %bias) */
 	SGRT_KERNEL(rt, 0, "k_reduce_21_layer_norm_ln", 21,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_x, v_w, v_bias, v_ln, NULL, NULL, 24, 10, (float)1e-05, 0, sgrt_stream(rt, 0)), 21));
 
-	/* cg_reduce.sg:22: %rn = rms_norm(%h, eps=1e-06) */
+	/* cg_reduce.sg:22: %rn = rms_norm(%h) */
 	SGRT_KERNEL(rt, 0, "k_reduce_22_rms_norm_rn", 22,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_h, NULL, NULL, v_rn, NULL, NULL, 24, 10, (float)1e-06, 1, sgrt_stream(rt, 0)), 22));
 

@@ -52,7 +52,7 @@ k_rows_f32_24_cross_entropy_loss_ce(const float *__restrict__ x, const sg_i64 *_
 	}
 	(void)x;
 }
-// cg_rows_bwd.sg:26: %grad.loss = ones(shape=[], dtype=f32)
+// cg_rows_bwd.sg:26: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)]
 static __global__ void __launch_bounds__(256)
 k_rows_f32_26_ones_grad_loss(float *__restrict__ out)
 {
@@ -60,7 +60,7 @@ k_rows_f32_26_ones_grad_loss(float *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_f32(sg_to_f32((sg_i64)1));
 }
-// cg_rows_bwd.sg:25: %grad.ce = mul(%grad.loss, 0.5)
+// cg_rows_bwd.sg:25: %loss = mul(%ce, 0.5)  [sgc: %grad.ce = mul(%grad.loss, 0.5)]
 // (x0 = %grad.loss, x1 = %grad.ce)
 static __global__ void __launch_bounds__(256)
 k_rows_f32_25_mul_grad_ce(const float *__restrict__ x0, float *__restrict__ x1)
@@ -72,7 +72,7 @@ k_rows_f32_25_mul_grad_ce(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_rows_bwd.sg:24: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)
+// cg_rows_bwd.sg:24: %ce = cross_entropy(%o, %t)  [sgc: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)]
 /* cross_entropy, after the row logsumexps of the kernel library
  * (sg_launch_cross_entropy_lse): in one block, the count of targets that
  * are not -100 into lse[16] (the library's backward reads it) and
@@ -95,7 +95,7 @@ k_rows_f32_24_cross_entropy_count_grad_o(const float *__restrict__ x, const sg_i
 	}
 	(void)x;
 }
-// cg_rows_bwd.sg:23: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)
+// cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f32 as PyTorch's are). */
 static __device__ __forceinline__ void
@@ -125,7 +125,7 @@ k_rows_f32_23_sgd_update(float *__restrict__ p, const float *__restrict__ g, con
 	     i += stride)
 		k_rows_f32_23_sgd_update_one(p[i], g[i]);
 }
-// cg_rows_bwd.sg:22: %grad.q.2 = mul(%grad.r, %grad.q.1)
+// cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.q.2 = mul(%grad.r, %grad.q.1)]
 /* The element i of %grad.q.2, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
@@ -136,7 +136,7 @@ k_rows_f32_22_elem_grad_q_2(const float *__restrict__ v_grad_r, const float *__r
 	const float r2 = sg_to_f32(r0 * r1);
 	return r2;
 }
-// cg_rows_bwd.sg:22: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)
+// cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)]
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
@@ -158,7 +158,7 @@ k_rows_f32_22_sum_grad_q(const float *__restrict__ v_grad_r, const float *__rest
 		acc = sg_sum_op()(acc, part[k][lane]);
 	out[o] = sg_st_f32(sg_to_f32(acc));
 }
-// cg_rows_bwd.sg:21: %grad.g.2 = mul(%grad.n, %grad.g.1)
+// cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)]
 /* The element i of %grad.g.2, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
@@ -169,7 +169,7 @@ k_rows_f32_21_elem_grad_g_2(const float *__restrict__ v_grad_n, const float *__r
 	const float r2 = sg_to_f32(r0 * r1);
 	return r2;
 }
-// cg_rows_bwd.sg:21: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)
+// cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)]
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
@@ -191,7 +191,7 @@ k_rows_f32_21_sum_grad_g(const float *__restrict__ v_grad_n, const float *__rest
 		acc = sg_sum_op()(acc, part[k][lane]);
 	out[o] = sg_st_f32(sg_to_f32(acc));
 }
-// cg_rows_bwd.sg:21: %grad.b = sum(%grad.n, dims=[0], keepdim=false)
+// cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.b = sum(%grad.n, dims=[0], keepdim=false)]
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
@@ -249,7 +249,7 @@ k_rows_bf16_43_cross_entropy_loss_ce(const sg_bf16 *__restrict__ x, const sg_i64
 	}
 	(void)x;
 }
-// cg_rows_bwd.sg:45: %grad.loss = ones(shape=[], dtype=bf16)
+// cg_rows_bwd.sg:45: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)]
 static __global__ void __launch_bounds__(256)
 k_rows_bf16_45_ones_grad_loss(sg_bf16 *__restrict__ out)
 {
@@ -257,7 +257,7 @@ k_rows_bf16_45_ones_grad_loss(sg_bf16 *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_bf16(sg_to_bf16((sg_i64)1));
 }
-// cg_rows_bwd.sg:44: %grad.ce = mul(%grad.loss, 2.0)
+// cg_rows_bwd.sg:44: %loss = mul(%ce, 2.0)  [sgc: %grad.ce = mul(%grad.loss, 2.0)]
 // (x0 = %grad.loss, x1 = %grad.ce)
 static __global__ void __launch_bounds__(256)
 k_rows_bf16_44_mul_grad_ce(const sg_bf16 *__restrict__ x0, sg_bf16 *__restrict__ x1)
@@ -269,7 +269,7 @@ k_rows_bf16_44_mul_grad_ce(const sg_bf16 *__restrict__ x0, sg_bf16 *__restrict__
 		x1[i] = sg_st_bf16(r1);
 	}
 }
-// cg_rows_bwd.sg:43: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)
+// cg_rows_bwd.sg:43: %ce = cross_entropy(%o, %t)  [sgc: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)]
 /* cross_entropy, after the row logsumexps of the kernel library
  * (sg_launch_cross_entropy_lse): in one block, the count of targets that
  * are not -100 into lse[16] (the library's backward reads it) and
@@ -292,7 +292,7 @@ k_rows_bf16_43_cross_entropy_count_grad_o(const sg_bf16 *__restrict__ x, const s
 	}
 	(void)x;
 }
-// cg_rows_bwd.sg:42: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)
+// cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
 static __device__ __forceinline__ void
@@ -322,7 +322,7 @@ k_rows_bf16_42_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 	     i += stride)
 		k_rows_bf16_42_sgd_update_one(p[i], g[i]);
 }
-// cg_rows_bwd.sg:41: %grad.q.2 = mul(%grad.r, %grad.q.1)
+// cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.q.2 = mul(%grad.r, %grad.q.1)]
 /* The element i of %grad.q.2, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
@@ -333,7 +333,7 @@ k_rows_bf16_41_elem_grad_q_2(const sg_bf16 *__restrict__ v_grad_r, const sg_bf16
 	const float r2 = sg_to_bf16(r0 * r1);
 	return r2;
 }
-// cg_rows_bwd.sg:41: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)
+// cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)]
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
@@ -355,7 +355,7 @@ k_rows_bf16_41_sum_grad_q(const sg_bf16 *__restrict__ v_grad_r, const sg_bf16 *_
 		acc = sg_sum_op()(acc, part[k][lane]);
 	out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
-// cg_rows_bwd.sg:40: %grad.g.2 = mul(%grad.n, %grad.g.1)
+// cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)]
 /* The element i of %grad.g.2, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
@@ -366,7 +366,7 @@ k_rows_bf16_40_elem_grad_g_2(const sg_bf16 *__restrict__ v_grad_n, const sg_bf16
 	const float r2 = sg_to_bf16(r0 * r1);
 	return r2;
 }
-// cg_rows_bwd.sg:40: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)
+// cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)]
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
@@ -399,7 +399,7 @@ k_soft_f32_63_elem_lt(const float *__restrict__ v_l, const float *__restrict__ v
 	const float r2 = sg_to_f32(r0 * r1);
 	return r2;
 }
-// cg_rows_bwd.sg:64: %loss = mean(%lt, keepdim=false)
+// cg_rows_bwd.sg:64: %loss = mean(%lt)
 static __global__ void __launch_bounds__(256)
 k_soft_f32_64_mean_loss(const float *__restrict__ v_l, const float *__restrict__ v_t, float *__restrict__ out)
 {
@@ -415,7 +415,7 @@ k_soft_f32_64_mean_loss(const float *__restrict__ v_l, const float *__restrict__
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc / (float)1024));
 }
-// cg_rows_bwd.sg:64: %grad.lt.2 = expand(%grad.lt.1, shape=[16, 64])
+// cg_rows_bwd.sg:64: %loss = mean(%lt)  [sgc: %grad.lt.2 = expand(%grad.lt.1, shape=[16, 64])]
 static __global__ void __launch_bounds__(256)
 k_soft_f32_64_expand_grad_lt_2(const float *__restrict__ x, float *__restrict__ out)
 {
@@ -423,8 +423,8 @@ k_soft_f32_64_expand_grad_lt_2(const float *__restrict__ x, float *__restrict__ 
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[0];
 }
-// cg_rows_bwd.sg:64: %grad.lt = div(%grad.lt.2, 1024)
-// cg_rows_bwd.sg:63: %grad.l = mul(%grad.lt, %t)
+// cg_rows_bwd.sg:64: %loss = mean(%lt)  [sgc: %grad.lt = div(%grad.lt.2, 1024)]
+// cg_rows_bwd.sg:63: %lt = mul(%l, %t)  [sgc: %grad.l = mul(%grad.lt, %t)]
 // (x0 = %grad.lt.2, x1 = %t, x2 = %grad.l)
 static __global__ void __launch_bounds__(256)
 k_soft_f32_64_div_grad_lt(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
@@ -438,8 +438,8 @@ k_soft_f32_64_div_grad_lt(const float *__restrict__ x0, const float *__restrict_
 		x2[i] = sg_st_f32(r3);
 	}
 }
-// cg_rows_bwd.sg:64: %grad.lt = div(%grad.lt.2, 1024)
-// cg_rows_bwd.sg:63: %grad.l = mul(%grad.lt, %t)
+// cg_rows_bwd.sg:64: %loss = mean(%lt)  [sgc: %grad.lt = div(%grad.lt.2, 1024)]
+// cg_rows_bwd.sg:63: %lt = mul(%l, %t)  [sgc: %grad.l = mul(%grad.lt, %t)]
 // (x0 = %grad.lt.2, x1 = %t, x2 = %grad.l)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_soft_f32_64_div_grad_lt is the fallback). */
@@ -464,7 +464,7 @@ k_soft_f32_64_div_grad_lt_vec(const float *__restrict__ x0, const float *__restr
 		*(sg_vec<float, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
-// cg_rows_bwd.sg:61: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)
+// cg_rows_bwd.sg:61: %z = linear(%p, %w2)  [sgc: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f32 as PyTorch's are). */
 static __device__ __forceinline__ void
@@ -505,7 +505,7 @@ k_soft_bf16_80_elem_lt(const sg_bf16 *__restrict__ v_l, const sg_bf16 *__restric
 	const float r2 = sg_to_bf16(r0 * r1);
 	return r2;
 }
-// cg_rows_bwd.sg:81: %loss = mean(%lt, keepdim=false)
+// cg_rows_bwd.sg:81: %loss = mean(%lt)
 static __global__ void __launch_bounds__(256)
 k_soft_bf16_81_mean_loss(const sg_bf16 *__restrict__ v_l, const sg_bf16 *__restrict__ v_t, sg_bf16 *__restrict__ out)
 {
@@ -521,7 +521,7 @@ k_soft_bf16_81_mean_loss(const sg_bf16 *__restrict__ v_l, const sg_bf16 *__restr
 	if (t == 0)
 		out[o] = sg_st_bf16(sg_to_bf16(acc / (float)1024));
 }
-// cg_rows_bwd.sg:81: %grad.lt.2 = expand(%grad.lt.1, shape=[16, 64])
+// cg_rows_bwd.sg:81: %loss = mean(%lt)  [sgc: %grad.lt.2 = expand(%grad.lt.1, shape=[16, 64])]
 static __global__ void __launch_bounds__(256)
 k_soft_bf16_81_expand_grad_lt_2(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -529,8 +529,8 @@ k_soft_bf16_81_expand_grad_lt_2(const sg_bf16 *__restrict__ x, sg_bf16 *__restri
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[0];
 }
-// cg_rows_bwd.sg:81: %grad.lt = div(%grad.lt.2, 1024)
-// cg_rows_bwd.sg:80: %grad.l = mul(%grad.lt, %t)
+// cg_rows_bwd.sg:81: %loss = mean(%lt)  [sgc: %grad.lt = div(%grad.lt.2, 1024)]
+// cg_rows_bwd.sg:80: %lt = mul(%l, %t)  [sgc: %grad.l = mul(%grad.lt, %t)]
 // (x0 = %grad.lt.2, x1 = %t, x2 = %grad.l)
 static __global__ void __launch_bounds__(256)
 k_soft_bf16_81_div_grad_lt(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, sg_bf16 *__restrict__ x2)
@@ -544,8 +544,8 @@ k_soft_bf16_81_div_grad_lt(const sg_bf16 *__restrict__ x0, const sg_bf16 *__rest
 		x2[i] = sg_st_bf16(r3);
 	}
 }
-// cg_rows_bwd.sg:81: %grad.lt = div(%grad.lt.2, 1024)
-// cg_rows_bwd.sg:80: %grad.l = mul(%grad.lt, %t)
+// cg_rows_bwd.sg:81: %loss = mean(%lt)  [sgc: %grad.lt = div(%grad.lt.2, 1024)]
+// cg_rows_bwd.sg:80: %lt = mul(%l, %t)  [sgc: %grad.l = mul(%grad.lt, %t)]
 // (x0 = %grad.lt.2, x1 = %t, x2 = %grad.l)
 /* 8 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_soft_bf16_81_div_grad_lt is the fallback). */
@@ -570,7 +570,7 @@ k_soft_bf16_81_div_grad_lt_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *__
 		*(sg_vec<sg_bf16, 8> *)(x2 + w * 8) = x2_v;
 	}
 }
-// cg_rows_bwd.sg:79: %grad.z.1 = sum(%grad.l, dims=[1], keepdim=true)
+// cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z.1 = sum(%grad.l, dims=[1], keepdim=true)]
 static __global__ void __launch_bounds__(256)
 k_soft_bf16_79_sum_grad_z_1(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
@@ -586,9 +586,9 @@ k_soft_bf16_79_sum_grad_z_1(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__
 	if (t == 0)
 		out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
-// cg_rows_bwd.sg:79: %grad.z.2 = exp(%l)
-// cg_rows_bwd.sg:79: %grad.z.3 = mul(%grad.z.2, %grad.z.1)
-// cg_rows_bwd.sg:79: %grad.z = sub(%grad.l, %grad.z.3)
+// cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z.2 = exp(%l)]
+// cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z.3 = mul(%grad.z.2, %grad.z.1)]
+// cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z = sub(%grad.l, %grad.z.3)]
 // (x0 = %l, x1 = %grad.z.1, x2 = %grad.l, x3 = %grad.z)
 static __global__ void __launch_bounds__(256)
 k_soft_bf16_79_exp_grad_z_2(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, const sg_bf16 *__restrict__ x2, sg_bf16 *__restrict__ x3)
@@ -604,9 +604,9 @@ k_soft_bf16_79_exp_grad_z_2(const sg_bf16 *__restrict__ x0, const sg_bf16 *__res
 		x3[i] = sg_st_bf16(r5);
 	}
 }
-// cg_rows_bwd.sg:79: %grad.z.2 = exp(%l)
-// cg_rows_bwd.sg:79: %grad.z.3 = mul(%grad.z.2, %grad.z.1)
-// cg_rows_bwd.sg:79: %grad.z = sub(%grad.l, %grad.z.3)
+// cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z.2 = exp(%l)]
+// cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z.3 = mul(%grad.z.2, %grad.z.1)]
+// cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z = sub(%grad.l, %grad.z.3)]
 // (x0 = %l, x1 = %grad.z.1, x2 = %grad.l, x3 = %grad.z)
 /* 8 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_soft_bf16_79_exp_grad_z_2 is the fallback). */
@@ -633,7 +633,7 @@ k_soft_bf16_79_exp_grad_z_2_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *_
 		*(sg_vec<sg_bf16, 8> *)(x3 + w * 8) = x3_v;
 	}
 }
-// cg_rows_bwd.sg:78: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)
+// cg_rows_bwd.sg:78: %z = linear(%p, %w2)  [sgc: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
 static __device__ __forceinline__ void
@@ -663,7 +663,7 @@ k_soft_bf16_78_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 	     i += stride)
 		k_soft_bf16_78_sgd_update_one(p[i], g[i]);
 }
-// cg_rows_bwd.sg:77: %grad.h.1 = mul(%grad.p, %p)
+// cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h.1 = mul(%grad.p, %p)]
 /* The element i of %grad.h.1, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
@@ -674,7 +674,7 @@ k_soft_bf16_77_elem_grad_h_1(const sg_bf16 *__restrict__ v_grad_p, const sg_bf16
 	const float r2 = sg_to_bf16(r0 * r1);
 	return r2;
 }
-// cg_rows_bwd.sg:77: %grad.h.2 = sum(%grad.h.1, dims=[1], keepdim=true)
+// cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h.2 = sum(%grad.h.1, dims=[1], keepdim=true)]
 static __global__ void __launch_bounds__(256)
 k_soft_bf16_77_sum_grad_h_2(const sg_bf16 *__restrict__ v_grad_p, const sg_bf16 *__restrict__ v_p, sg_bf16 *__restrict__ out)
 {
@@ -690,8 +690,8 @@ k_soft_bf16_77_sum_grad_h_2(const sg_bf16 *__restrict__ v_grad_p, const sg_bf16 
 	if (t == 0)
 		out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
-// cg_rows_bwd.sg:77: %grad.h.3 = sub(%grad.p, %grad.h.2)
-// cg_rows_bwd.sg:77: %grad.h = mul(%p, %grad.h.3)
+// cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h.3 = sub(%grad.p, %grad.h.2)]
+// cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h = mul(%p, %grad.h.3)]
 // (x0 = %grad.p, x1 = %grad.h.2, x2 = %p, x3 = %grad.h)
 static __global__ void __launch_bounds__(256)
 k_soft_bf16_77_sub_grad_h_3(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, const sg_bf16 *__restrict__ x2, sg_bf16 *__restrict__ x3)
@@ -706,8 +706,8 @@ k_soft_bf16_77_sub_grad_h_3(const sg_bf16 *__restrict__ x0, const sg_bf16 *__res
 		x3[i] = sg_st_bf16(r4);
 	}
 }
-// cg_rows_bwd.sg:77: %grad.h.3 = sub(%grad.p, %grad.h.2)
-// cg_rows_bwd.sg:77: %grad.h = mul(%p, %grad.h.3)
+// cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h.3 = sub(%grad.p, %grad.h.2)]
+// cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h = mul(%p, %grad.h.3)]
 // (x0 = %grad.p, x1 = %grad.h.2, x2 = %p, x3 = %grad.h)
 /* 8 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_soft_bf16_77_sub_grad_h_3 is the fallback). */
@@ -904,12 +904,12 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_w0, v_h, "k_rows_f32_20_linear_h", 20));
 	}
 
-	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b, eps=1e-05) */
+	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b) */
 	v_n = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_21_layer_norm_n", 21,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_h, v_g, v_b, v_n, NULL, NULL, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 21));
 
-	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q, eps=1e-06) */
+	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q) */
 	v_r = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_22_rms_norm_r", 22,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_n, v_q, NULL, v_r, NULL, NULL, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 22));
@@ -940,17 +940,17 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:26: backward(%loss) */
 
-	/* cg_rows_bwd.sg:26: %grad.loss = ones(shape=[], dtype=f32) */
+	/* cg_rows_bwd.sg:26: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
 	v_grad_loss = (float *)SGRT_AT(rt, 12288); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_26_ones_grad_loss", 26,
 	            k_rows_f32_26_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_rows_bwd.sg:25: %grad.ce = mul(%grad.loss, 0.5) */
+	/* cg_rows_bwd.sg:25: %loss = mul(%ce, 0.5)  [sgc: %grad.ce = mul(%grad.loss, 0.5)] */
 	v_grad_ce = (float *)SGRT_AT(rt, 12544); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_25_mul_grad_ce", 25,
 	            k_rows_f32_25_mul_grad_ce<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_ce));
 
-	/* cg_rows_bwd.sg:24: %grad.o = cross_entropy_backward(%grad.ce, %o, %t) */
+	/* cg_rows_bwd.sg:24: %ce = cross_entropy(%o, %t)  [sgc: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)] */
 	v_grad_o = (float *)SGRT_AT(rt, 12800); /* 1536 bytes of the arena */
 	float *tmp_lse_24_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_24_2, 68, 0, 24));
@@ -962,10 +962,10 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	            SGRT_CHECK_CUDA(rt, sg_launch_cross_entropy_bwd<float>(v_o, v_t, tmp_lse_24_2, v_grad_ce, v_grad_o, 16, 24, sgrt_stream(rt, 0)), 24));
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_24_2, 0, 24));
 
-	/* cg_rows_bwd.sg:23: %grad.w.1 = transpose(%grad.o, dim0=0, dim1=1) */
+	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: %grad.w.1 = transpose(%grad.o, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
-	/* cg_rows_bwd.sg:23: %grad.w = matmul(%grad.w.1, %r) */
+	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: %grad.w = matmul(%grad.w.1, %r)] */
 	v_grad_w = (float *)SGRT_AT(rt, 14336); /* 6144 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -979,7 +979,7 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_r, v_grad_w, "k_rows_f32_23_matmul_grad_w", 23));
 	}
 
-	/* cg_rows_bwd.sg:23: %grad.r = matmul(%grad.o, %w) */
+	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: %grad.r = matmul(%grad.o, %w)] */
 	v_grad_r = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -992,75 +992,75 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_w, v_grad_r, "k_rows_f32_23_matmul_grad_r", 23));
 	}
 
-	/* cg_rows_bwd.sg:23: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0) */
+	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 23,
 	            k_rows_f32_23_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 1536LL));
 
-	/* cg_rows_bwd.sg:23: del %grad.w */
+	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: del %grad.w] */
 
-	/* cg_rows_bwd.sg:22: %grad.n = rms_norm_backward(%grad.r, %n, %q, eps=1e-06) */
+	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.n = rms_norm_backward(%grad.r, %n, %q, eps=1e-06)] */
 	v_grad_n = (float *)SGRT_AT(rt, 12288); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_22_rms_norm_backward_grad_n", 22,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<float>(v_grad_r, v_n, v_q, v_grad_n, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 22));
 
-	/* cg_rows_bwd.sg:22: %grad.q.1 = rms_norm(%n, eps=1e-06) */
+	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.q.1 = rms_norm(%n, eps=1e-06)] */
 	v_grad_q_1 = (float *)SGRT_AT(rt, 16384); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_22_rms_norm_grad_q_1", 22,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_n, NULL, NULL, v_grad_q_1, NULL, NULL, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 22));
 
-	/* cg_rows_bwd.sg:22: %grad.q.2 = mul(%grad.r, %grad.q.1) */
+	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.q.2 = mul(%grad.r, %grad.q.1)] */
 	/* (computed inside the kernel of line 22) */
 
-	/* cg_rows_bwd.sg:22: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false) */
+	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)] */
 	v_grad_q = (float *)SGRT_AT(rt, 4096); /* 256 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_22_sum_grad_q", 22,
 	            k_rows_f32_22_sum_grad_q<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_r, v_grad_q_1, v_grad_q));
 
-	/* cg_rows_bwd.sg:22: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0) */
+	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 22,
 	            k_rows_f32_23_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_q, v_grad_q, 64LL));
 
-	/* cg_rows_bwd.sg:22: del %grad.q */
+	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: del %grad.q] */
 
-	/* cg_rows_bwd.sg:21: %grad.h = layer_norm_backward(%grad.n, %h, %g, eps=1e-05) */
+	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.h = layer_norm_backward(%grad.n, %h, %g, eps=1e-05)] */
 	v_grad_h = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_21_layer_norm_backward_grad_h", 21,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<float>(v_grad_n, v_h, v_g, v_grad_h, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 21));
 
-	/* cg_rows_bwd.sg:21: %grad.g.1 = layer_norm(%h, eps=1e-05) */
+	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.g.1 = layer_norm(%h, eps=1e-05)] */
 	v_grad_g_1 = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_21_layer_norm_grad_g_1", 21,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_h, NULL, NULL, v_grad_g_1, NULL, NULL, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 21));
 
-	/* cg_rows_bwd.sg:21: %grad.g.2 = mul(%grad.n, %grad.g.1) */
+	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)] */
 	/* (computed inside the kernel of line 21) */
 
-	/* cg_rows_bwd.sg:21: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false) */
+	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)] */
 	v_grad_g = (float *)SGRT_AT(rt, 0); /* 256 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_21_sum_grad_g", 21,
 	            k_rows_f32_21_sum_grad_g<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_n, v_grad_g_1, v_grad_g));
 
-	/* cg_rows_bwd.sg:21: %grad.b = sum(%grad.n, dims=[0], keepdim=false) */
+	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.b = sum(%grad.n, dims=[0], keepdim=false)] */
 	v_grad_b = (float *)SGRT_AT(rt, 256); /* 256 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_21_sum_grad_b", 21,
 	            k_rows_f32_21_sum_grad_b<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_n, v_grad_b));
 
-	/* cg_rows_bwd.sg:21: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0) */
+	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 21,
 	            k_rows_f32_23_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, 64LL));
 
-	/* cg_rows_bwd.sg:21: del %grad.g */
+	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: del %grad.g] */
 
-	/* cg_rows_bwd.sg:21: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.0, weight_decay=0.0) */
+	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 21,
 	            k_rows_f32_23_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, 64LL));
 
-	/* cg_rows_bwd.sg:21: del %grad.b */
+	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: del %grad.b] */
 
-	/* cg_rows_bwd.sg:20: %grad.w0.1 = transpose(%grad.h, dim0=0, dim1=1) */
+	/* cg_rows_bwd.sg:20: %h = linear(%x, %w0)  [sgc: %grad.w0.1 = transpose(%grad.h, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
-	/* cg_rows_bwd.sg:20: %grad.w0 = matmul(%grad.w0.1, %x) */
+	/* cg_rows_bwd.sg:20: %h = linear(%x, %w0)  [sgc: %grad.w0 = matmul(%grad.w0.1, %x)] */
 	v_grad_w0 = (float *)SGRT_AT(rt, 8192); /* 16384 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1074,13 +1074,13 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w0, "k_rows_f32_20_matmul_grad_w0", 20));
 	}
 
-	/* cg_rows_bwd.sg:20: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0) */
+	/* cg_rows_bwd.sg:20: %h = linear(%x, %w0)  [sgc: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 20,
 	            k_rows_f32_23_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w0, v_grad_w0, 4096LL));
 
-	/* cg_rows_bwd.sg:20: del %grad.w0 */
+	/* cg_rows_bwd.sg:20: %h = linear(%x, %w0)  [sgc: del %grad.w0] */
 
-	/* cg_rows_bwd.sg:26: backward_end() */
+	/* cg_rows_bwd.sg:26: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -1276,12 +1276,12 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_w0, v_h, "k_rows_bf16_39_linear_h", 39));
 	}
 
-	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g, eps=1e-05) */
+	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g) */
 	v_n = (sg_bf16 *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_40_layer_norm_n", 40,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_h, v_g, NULL, v_n, NULL, NULL, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 40));
 
-	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q, eps=1e-06) */
+	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q) */
 	v_r = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_rms_norm_r", 41,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_n, v_q, NULL, v_r, NULL, NULL, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 41));
@@ -1312,17 +1312,17 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:45: backward(%loss) */
 
-	/* cg_rows_bwd.sg:45: %grad.loss = ones(shape=[], dtype=bf16) */
+	/* cg_rows_bwd.sg:45: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)] */
 	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_45_ones_grad_loss", 45,
 	            k_rows_bf16_45_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_rows_bwd.sg:44: %grad.ce = mul(%grad.loss, 2.0) */
+	/* cg_rows_bwd.sg:44: %loss = mul(%ce, 2.0)  [sgc: %grad.ce = mul(%grad.loss, 2.0)] */
 	v_grad_ce = (sg_bf16 *)SGRT_AT(rt, 6400); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_44_mul_grad_ce", 44,
 	            k_rows_bf16_44_mul_grad_ce<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_ce));
 
-	/* cg_rows_bwd.sg:43: %grad.o = cross_entropy_backward(%grad.ce, %o, %t) */
+	/* cg_rows_bwd.sg:43: %ce = cross_entropy(%o, %t)  [sgc: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)] */
 	v_grad_o = (sg_bf16 *)SGRT_AT(rt, 6656); /* 768 bytes of the arena */
 	float *tmp_lse_43_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_43_2, 68, 0, 43));
@@ -1334,10 +1334,10 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	            SGRT_CHECK_CUDA(rt, sg_launch_cross_entropy_bwd<sg_bf16>(v_o, v_t, tmp_lse_43_2, v_grad_ce, v_grad_o, 16, 24, sgrt_stream(rt, 0)), 43));
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_43_2, 0, 43));
 
-	/* cg_rows_bwd.sg:42: %grad.w.1 = transpose(%grad.o, dim0=0, dim1=1) */
+	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: %grad.w.1 = transpose(%grad.o, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
-	/* cg_rows_bwd.sg:42: %grad.w = matmul(%grad.w.1, %r) */
+	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: %grad.w = matmul(%grad.w.1, %r)] */
 	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 7424); /* 3072 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1351,7 +1351,7 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_r, v_grad_w, "k_rows_bf16_42_matmul_grad_w", 42));
 	}
 
-	/* cg_rows_bwd.sg:42: %grad.r = matmul(%grad.o, %w) */
+	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: %grad.r = matmul(%grad.o, %w)] */
 	v_grad_r = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1364,64 +1364,64 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_w, v_grad_r, "k_rows_bf16_42_matmul_grad_r", 42));
 	}
 
-	/* cg_rows_bwd.sg:42: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0) */
+	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 42,
 	            k_rows_bf16_42_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 1536LL));
 
-	/* cg_rows_bwd.sg:42: del %grad.w */
+	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: del %grad.w] */
 
-	/* cg_rows_bwd.sg:41: %grad.n = rms_norm_backward(%grad.r, %n, %q, eps=1e-06) */
+	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.n = rms_norm_backward(%grad.r, %n, %q, eps=1e-06)] */
 	v_grad_n = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_rms_norm_backward_grad_n", 41,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<sg_bf16>(v_grad_r, v_n, v_q, v_grad_n, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 41));
 
-	/* cg_rows_bwd.sg:41: %grad.q.1 = rms_norm(%n, eps=1e-06) */
+	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.q.1 = rms_norm(%n, eps=1e-06)] */
 	v_grad_q_1 = (sg_bf16 *)SGRT_AT(rt, 8192); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_rms_norm_grad_q_1", 41,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_n, NULL, NULL, v_grad_q_1, NULL, NULL, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 41));
 
-	/* cg_rows_bwd.sg:41: %grad.q.2 = mul(%grad.r, %grad.q.1) */
+	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.q.2 = mul(%grad.r, %grad.q.1)] */
 	/* (computed inside the kernel of line 41) */
 
-	/* cg_rows_bwd.sg:41: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false) */
+	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)] */
 	v_grad_q = (sg_bf16 *)SGRT_AT(rt, 2048); /* 128 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_sum_grad_q", 41,
 	            k_rows_bf16_41_sum_grad_q<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_r, v_grad_q_1, v_grad_q));
 
-	/* cg_rows_bwd.sg:41: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0) */
+	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 41,
 	            k_rows_bf16_42_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_q, v_grad_q, 64LL));
 
-	/* cg_rows_bwd.sg:41: del %grad.q */
+	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: del %grad.q] */
 
-	/* cg_rows_bwd.sg:40: %grad.h = layer_norm_backward(%grad.n, %h, %g, eps=1e-05) */
+	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.h = layer_norm_backward(%grad.n, %h, %g, eps=1e-05)] */
 	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_40_layer_norm_backward_grad_h", 40,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<sg_bf16>(v_grad_n, v_h, v_g, v_grad_h, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 40));
 
-	/* cg_rows_bwd.sg:40: %grad.g.1 = layer_norm(%h, eps=1e-05) */
+	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.g.1 = layer_norm(%h, eps=1e-05)] */
 	v_grad_g_1 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_40_layer_norm_grad_g_1", 40,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_h, NULL, NULL, v_grad_g_1, NULL, NULL, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 40));
 
-	/* cg_rows_bwd.sg:40: %grad.g.2 = mul(%grad.n, %grad.g.1) */
+	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)] */
 	/* (computed inside the kernel of line 40) */
 
-	/* cg_rows_bwd.sg:40: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false) */
+	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)] */
 	v_grad_g = (sg_bf16 *)SGRT_AT(rt, 0); /* 128 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_40_sum_grad_g", 40,
 	            k_rows_bf16_40_sum_grad_g<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_n, v_grad_g_1, v_grad_g));
 
-	/* cg_rows_bwd.sg:40: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0) */
+	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 40,
 	            k_rows_bf16_42_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, 64LL));
 
-	/* cg_rows_bwd.sg:40: del %grad.g */
+	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: del %grad.g] */
 
-	/* cg_rows_bwd.sg:39: %grad.w0.1 = transpose(%grad.h, dim0=0, dim1=1) */
+	/* cg_rows_bwd.sg:39: %h = linear(%x, %w0)  [sgc: %grad.w0.1 = transpose(%grad.h, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
-	/* cg_rows_bwd.sg:39: %grad.w0 = matmul(%grad.w0.1, %x) */
+	/* cg_rows_bwd.sg:39: %h = linear(%x, %w0)  [sgc: %grad.w0 = matmul(%grad.w0.1, %x)] */
 	v_grad_w0 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 8192 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1435,13 +1435,13 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w0, "k_rows_bf16_39_matmul_grad_w0", 39));
 	}
 
-	/* cg_rows_bwd.sg:39: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0) */
+	/* cg_rows_bwd.sg:39: %h = linear(%x, %w0)  [sgc: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 39,
 	            k_rows_bf16_42_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w0, v_grad_w0, 4096LL));
 
-	/* cg_rows_bwd.sg:39: del %grad.w0 */
+	/* cg_rows_bwd.sg:39: %h = linear(%x, %w0)  [sgc: del %grad.w0] */
 
-	/* cg_rows_bwd.sg:45: backward_end() */
+	/* cg_rows_bwd.sg:45: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -1628,7 +1628,7 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_w, v_h, "k_soft_f32_59_linear_h", 59));
 	}
 
-	/* cg_rows_bwd.sg:60: %p = softmax(%h, dim=-1) */
+	/* cg_rows_bwd.sg:60: %p = softmax(%h) */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_60_softmax_p", 60,
 	            SGRT_CHECK_CUDA(rt, sg_launch_softmax_fwd<float>(v_h, v_p, 16, 64, 0, sgrt_stream(rt, 0)), 60));
 
@@ -1645,7 +1645,7 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_p, v_w2, v_z, "k_soft_f32_61_linear_z", 61));
 	}
 
-	/* cg_rows_bwd.sg:62: %l = log_softmax(%z, dim=-1) */
+	/* cg_rows_bwd.sg:62: %l = log_softmax(%z) */
 	v_l = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_62_log_softmax_l", 62,
 	            SGRT_CHECK_CUDA(rt, sg_launch_softmax_fwd<float>(v_z, v_l, 16, 64, 1, sgrt_stream(rt, 0)), 62));
@@ -1653,29 +1653,29 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:63: %lt = mul(%l, %t) */
 	/* (computed inside the kernel of line 64) */
 
-	/* cg_rows_bwd.sg:64: %loss = mean(%lt, keepdim=false) */
+	/* cg_rows_bwd.sg:64: %loss = mean(%lt) */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_64_mean_loss", 64,
 	            k_soft_f32_64_mean_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_l, v_t, v_loss));
 
 	/* cg_rows_bwd.sg:65: backward(%loss) */
 
-	/* cg_rows_bwd.sg:65: %grad.loss = ones(shape=[], dtype=f32) */
+	/* cg_rows_bwd.sg:65: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
 	v_grad_loss = (float *)SGRT_AT(rt, 0); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_26_ones_grad_loss", 65,
 	            k_rows_f32_26_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_rows_bwd.sg:64: %grad.lt.1 = reshape(%grad.loss, shape=[1, 1]) */
+	/* cg_rows_bwd.sg:64: %loss = mean(%lt)  [sgc: %grad.lt.1 = reshape(%grad.loss, shape=[1, 1])] */
 	v_grad_lt_1 = (float *)SGRT_AT(rt, 256); /* 4 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_lt_1, v_grad_loss, 4, "reshape_grad.lt.1", 64));
 
-	/* cg_rows_bwd.sg:64: %grad.lt.2 = expand(%grad.lt.1, shape=[16, 64]) */
+	/* cg_rows_bwd.sg:64: %loss = mean(%lt)  [sgc: %grad.lt.2 = expand(%grad.lt.1, shape=[16, 64])] */
 	v_grad_lt_2 = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_64_expand_grad_lt_2", 64,
 	            k_soft_f32_64_expand_grad_lt_2<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_lt_1, v_grad_lt_2));
 
-	/* cg_rows_bwd.sg:64: %grad.lt = div(%grad.lt.2, 1024) */
+	/* cg_rows_bwd.sg:64: %loss = mean(%lt)  [sgc: %grad.lt = div(%grad.lt.2, 1024)] */
 
-	/* cg_rows_bwd.sg:63: %grad.l = mul(%grad.lt, %t) */
+	/* cg_rows_bwd.sg:63: %lt = mul(%l, %t)  [sgc: %grad.l = mul(%grad.lt, %t)] */
 	v_grad_l = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
 	if (((uintptr_t)v_grad_lt_2 % 16) == 0 && ((uintptr_t)v_t % 16) == 0 && ((uintptr_t)v_grad_l % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_soft_f32_64_div_grad_lt_vec", 64,
@@ -1684,22 +1684,22 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_soft_f32_64_div_grad_lt", 64,
 		            k_soft_f32_64_div_grad_lt<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_lt_2, v_t, v_grad_l));
 
-	/* cg_rows_bwd.sg:62: %grad.z.1 = sum(%grad.l, dims=[1], keepdim=true) */
+	/* cg_rows_bwd.sg:62: %l = log_softmax(%z)  [sgc: %grad.z.1 = sum(%grad.l, dims=[1], keepdim=true)] */
 	v_grad_z = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_62_log_softmax_backward_grad_z_1", 62,
 	            SGRT_CHECK_CUDA(rt, sg_launch_softmax_bwd<float>(v_l, v_grad_l, v_grad_z, 16, 64, 1, sgrt_stream(rt, 0)), 62));
 
-	/* cg_rows_bwd.sg:62: %grad.z.2 = exp(%l) */
+	/* cg_rows_bwd.sg:62: %l = log_softmax(%z)  [sgc: %grad.z.2 = exp(%l)] */
 
-	/* cg_rows_bwd.sg:62: %grad.z.3 = mul(%grad.z.2, %grad.z.1) */
+	/* cg_rows_bwd.sg:62: %l = log_softmax(%z)  [sgc: %grad.z.3 = mul(%grad.z.2, %grad.z.1)] */
 
-	/* cg_rows_bwd.sg:62: %grad.z = sub(%grad.l, %grad.z.3) */
+	/* cg_rows_bwd.sg:62: %l = log_softmax(%z)  [sgc: %grad.z = sub(%grad.l, %grad.z.3)] */
 	/* (computed inside the kernel of line 62) */
 
-	/* cg_rows_bwd.sg:61: %grad.w2.1 = transpose(%grad.z, dim0=0, dim1=1) */
+	/* cg_rows_bwd.sg:61: %z = linear(%p, %w2)  [sgc: %grad.w2.1 = transpose(%grad.z, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_z through their operand layout) */
 
-	/* cg_rows_bwd.sg:61: %grad.w2 = matmul(%grad.w2.1, %p) */
+	/* cg_rows_bwd.sg:61: %z = linear(%p, %w2)  [sgc: %grad.w2 = matmul(%grad.w2.1, %p)] */
 	v_grad_w2 = (float *)SGRT_AT(rt, 12288); /* 16384 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1713,7 +1713,7 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_p, v_grad_w2, "k_soft_f32_61_matmul_grad_w2", 61));
 	}
 
-	/* cg_rows_bwd.sg:61: %grad.p = matmul(%grad.z, %w2) */
+	/* cg_rows_bwd.sg:61: %z = linear(%p, %w2)  [sgc: %grad.p = matmul(%grad.z, %w2)] */
 	v_grad_p = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1726,29 +1726,29 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_w2, v_grad_p, "k_soft_f32_61_matmul_grad_p", 61));
 	}
 
-	/* cg_rows_bwd.sg:61: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0) */
+	/* cg_rows_bwd.sg:61: %z = linear(%p, %w2)  [sgc: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_61_sgd_update", 61,
 	            k_soft_f32_61_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2, 4096LL));
 
-	/* cg_rows_bwd.sg:61: del %grad.w2 */
+	/* cg_rows_bwd.sg:61: %z = linear(%p, %w2)  [sgc: del %grad.w2] */
 
-	/* cg_rows_bwd.sg:60: %grad.h.1 = mul(%grad.p, %p) */
+	/* cg_rows_bwd.sg:60: %p = softmax(%h)  [sgc: %grad.h.1 = mul(%grad.p, %p)] */
 	/* (computed inside the kernel of line 60) */
 
-	/* cg_rows_bwd.sg:60: %grad.h.2 = sum(%grad.h.1, dims=[1], keepdim=true) */
+	/* cg_rows_bwd.sg:60: %p = softmax(%h)  [sgc: %grad.h.2 = sum(%grad.h.1, dims=[1], keepdim=true)] */
 	v_grad_h = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_60_softmax_backward_grad_h_2", 60,
 	            SGRT_CHECK_CUDA(rt, sg_launch_softmax_bwd<float>(v_p, v_grad_p, v_grad_h, 16, 64, 0, sgrt_stream(rt, 0)), 60));
 
-	/* cg_rows_bwd.sg:60: %grad.h.3 = sub(%grad.p, %grad.h.2) */
+	/* cg_rows_bwd.sg:60: %p = softmax(%h)  [sgc: %grad.h.3 = sub(%grad.p, %grad.h.2)] */
 
-	/* cg_rows_bwd.sg:60: %grad.h = mul(%p, %grad.h.3) */
+	/* cg_rows_bwd.sg:60: %p = softmax(%h)  [sgc: %grad.h = mul(%p, %grad.h.3)] */
 	/* (computed inside the kernel of line 60) */
 
-	/* cg_rows_bwd.sg:59: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1) */
+	/* cg_rows_bwd.sg:59: %h = linear(%x, %w)  [sgc: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
-	/* cg_rows_bwd.sg:59: %grad.w = matmul(%grad.w.1, %x) */
+	/* cg_rows_bwd.sg:59: %h = linear(%x, %w)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
 	v_grad_w = (float *)SGRT_AT(rt, 8192); /* 16384 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -1762,13 +1762,13 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w, "k_soft_f32_59_matmul_grad_w", 59));
 	}
 
-	/* cg_rows_bwd.sg:59: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0) */
+	/* cg_rows_bwd.sg:59: %h = linear(%x, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_61_sgd_update", 59,
 	            k_soft_f32_61_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 4096LL));
 
-	/* cg_rows_bwd.sg:59: del %grad.w */
+	/* cg_rows_bwd.sg:59: %h = linear(%x, %w)  [sgc: del %grad.w] */
 
-	/* cg_rows_bwd.sg:65: backward_end() */
+	/* cg_rows_bwd.sg:65: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -1957,7 +1957,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_w, v_h, "k_soft_bf16_76_linear_h", 76));
 	}
 
-	/* cg_rows_bwd.sg:77: %p = softmax(%h, dim=-1) */
+	/* cg_rows_bwd.sg:77: %p = softmax(%h) */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_77_softmax_p", 77,
 	            SGRT_CHECK_CUDA(rt, sg_launch_softmax_fwd<sg_bf16>(v_h, v_p, 16, 64, 0, sgrt_stream(rt, 0)), 77));
 
@@ -1974,7 +1974,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_p, v_w2, v_z, "k_soft_bf16_78_linear_z", 78));
 	}
 
-	/* cg_rows_bwd.sg:79: %l = log_softmax(%z, dim=-1) */
+	/* cg_rows_bwd.sg:79: %l = log_softmax(%z) */
 	v_l = (sg_bf16 *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_79_log_softmax_l", 79,
 	            SGRT_CHECK_CUDA(rt, sg_launch_softmax_fwd<sg_bf16>(v_z, v_l, 16, 64, 1, sgrt_stream(rt, 0)), 79));
@@ -1982,29 +1982,29 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:80: %lt = mul(%l, %t) */
 	/* (computed inside the kernel of line 81) */
 
-	/* cg_rows_bwd.sg:81: %loss = mean(%lt, keepdim=false) */
+	/* cg_rows_bwd.sg:81: %loss = mean(%lt) */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_81_mean_loss", 81,
 	            k_soft_bf16_81_mean_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_l, v_t, v_loss));
 
 	/* cg_rows_bwd.sg:82: backward(%loss) */
 
-	/* cg_rows_bwd.sg:82: %grad.loss = ones(shape=[], dtype=bf16) */
+	/* cg_rows_bwd.sg:82: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)] */
 	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 0); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_45_ones_grad_loss", 82,
 	            k_rows_bf16_45_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_rows_bwd.sg:81: %grad.lt.1 = reshape(%grad.loss, shape=[1, 1]) */
+	/* cg_rows_bwd.sg:81: %loss = mean(%lt)  [sgc: %grad.lt.1 = reshape(%grad.loss, shape=[1, 1])] */
 	v_grad_lt_1 = (sg_bf16 *)SGRT_AT(rt, 256); /* 2 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_lt_1, v_grad_loss, 2, "reshape_grad.lt.1", 81));
 
-	/* cg_rows_bwd.sg:81: %grad.lt.2 = expand(%grad.lt.1, shape=[16, 64]) */
+	/* cg_rows_bwd.sg:81: %loss = mean(%lt)  [sgc: %grad.lt.2 = expand(%grad.lt.1, shape=[16, 64])] */
 	v_grad_lt_2 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_81_expand_grad_lt_2", 81,
 	            k_soft_bf16_81_expand_grad_lt_2<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_lt_1, v_grad_lt_2));
 
-	/* cg_rows_bwd.sg:81: %grad.lt = div(%grad.lt.2, 1024) */
+	/* cg_rows_bwd.sg:81: %loss = mean(%lt)  [sgc: %grad.lt = div(%grad.lt.2, 1024)] */
 
-	/* cg_rows_bwd.sg:80: %grad.l = mul(%grad.lt, %t) */
+	/* cg_rows_bwd.sg:80: %lt = mul(%l, %t)  [sgc: %grad.l = mul(%grad.lt, %t)] */
 	v_grad_l = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
 	if (((uintptr_t)v_grad_lt_2 % 16) == 0 && ((uintptr_t)v_t % 16) == 0 && ((uintptr_t)v_grad_l % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_soft_bf16_81_div_grad_lt_vec", 81,
@@ -2013,16 +2013,16 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_soft_bf16_81_div_grad_lt", 81,
 		            k_soft_bf16_81_div_grad_lt<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_lt_2, v_t, v_grad_l));
 
-	/* cg_rows_bwd.sg:79: %grad.z.1 = sum(%grad.l, dims=[1], keepdim=true) */
+	/* cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z.1 = sum(%grad.l, dims=[1], keepdim=true)] */
 	v_grad_z_1 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_79_sum_grad_z_1", 79,
 	            k_soft_bf16_79_sum_grad_z_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_l, v_grad_z_1));
 
-	/* cg_rows_bwd.sg:79: %grad.z.2 = exp(%l) */
+	/* cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z.2 = exp(%l)] */
 
-	/* cg_rows_bwd.sg:79: %grad.z.3 = mul(%grad.z.2, %grad.z.1) */
+	/* cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z.3 = mul(%grad.z.2, %grad.z.1)] */
 
-	/* cg_rows_bwd.sg:79: %grad.z = sub(%grad.l, %grad.z.3) */
+	/* cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z = sub(%grad.l, %grad.z.3)] */
 	v_grad_z = (sg_bf16 *)SGRT_AT(rt, 4352); /* 2048 bytes of the arena */
 	if (((uintptr_t)v_l % 16) == 0 && ((uintptr_t)v_grad_l % 16) == 0 && ((uintptr_t)v_grad_z % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_soft_bf16_79_exp_grad_z_2_vec", 79,
@@ -2031,10 +2031,10 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_soft_bf16_79_exp_grad_z_2", 79,
 		            k_soft_bf16_79_exp_grad_z_2<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_l, v_grad_z_1, v_grad_l, v_grad_z));
 
-	/* cg_rows_bwd.sg:78: %grad.w2.1 = transpose(%grad.z, dim0=0, dim1=1) */
+	/* cg_rows_bwd.sg:78: %z = linear(%p, %w2)  [sgc: %grad.w2.1 = transpose(%grad.z, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_z through their operand layout) */
 
-	/* cg_rows_bwd.sg:78: %grad.w2 = matmul(%grad.w2.1, %p) */
+	/* cg_rows_bwd.sg:78: %z = linear(%p, %w2)  [sgc: %grad.w2 = matmul(%grad.w2.1, %p)] */
 	v_grad_w2 = (sg_bf16 *)SGRT_AT(rt, 6400); /* 8192 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -2048,7 +2048,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_p, v_grad_w2, "k_soft_bf16_78_matmul_grad_w2", 78));
 	}
 
-	/* cg_rows_bwd.sg:78: %grad.p = matmul(%grad.z, %w2) */
+	/* cg_rows_bwd.sg:78: %z = linear(%p, %w2)  [sgc: %grad.p = matmul(%grad.z, %w2)] */
 	v_grad_p = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -2061,23 +2061,23 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_w2, v_grad_p, "k_soft_bf16_78_matmul_grad_p", 78));
 	}
 
-	/* cg_rows_bwd.sg:78: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0) */
+	/* cg_rows_bwd.sg:78: %z = linear(%p, %w2)  [sgc: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_78_sgd_update", 78,
 	            k_soft_bf16_78_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2, 4096LL));
 
-	/* cg_rows_bwd.sg:78: del %grad.w2 */
+	/* cg_rows_bwd.sg:78: %z = linear(%p, %w2)  [sgc: del %grad.w2] */
 
-	/* cg_rows_bwd.sg:77: %grad.h.1 = mul(%grad.p, %p) */
+	/* cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h.1 = mul(%grad.p, %p)] */
 	/* (computed inside the kernel of line 77) */
 
-	/* cg_rows_bwd.sg:77: %grad.h.2 = sum(%grad.h.1, dims=[1], keepdim=true) */
+	/* cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h.2 = sum(%grad.h.1, dims=[1], keepdim=true)] */
 	v_grad_h_2 = (sg_bf16 *)SGRT_AT(rt, 2048); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_77_sum_grad_h_2", 77,
 	            k_soft_bf16_77_sum_grad_h_2<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_p, v_p, v_grad_h_2));
 
-	/* cg_rows_bwd.sg:77: %grad.h.3 = sub(%grad.p, %grad.h.2) */
+	/* cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h.3 = sub(%grad.p, %grad.h.2)] */
 
-	/* cg_rows_bwd.sg:77: %grad.h = mul(%p, %grad.h.3) */
+	/* cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h = mul(%p, %grad.h.3)] */
 	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 2304); /* 2048 bytes of the arena */
 	if (((uintptr_t)v_grad_p % 16) == 0 && ((uintptr_t)v_p % 16) == 0 && ((uintptr_t)v_grad_h % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_soft_bf16_77_sub_grad_h_3_vec", 77,
@@ -2086,10 +2086,10 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_soft_bf16_77_sub_grad_h_3", 77,
 		            k_soft_bf16_77_sub_grad_h_3<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_p, v_grad_h_2, v_p, v_grad_h));
 
-	/* cg_rows_bwd.sg:76: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1) */
+	/* cg_rows_bwd.sg:76: %h = linear(%x, %w)  [sgc: %grad.w.1 = transpose(%grad.h, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
-	/* cg_rows_bwd.sg:76: %grad.w = matmul(%grad.w.1, %x) */
+	/* cg_rows_bwd.sg:76: %h = linear(%x, %w)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
 	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 4352); /* 8192 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -2103,13 +2103,13 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w, "k_soft_bf16_76_matmul_grad_w", 76));
 	}
 
-	/* cg_rows_bwd.sg:76: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0) */
+	/* cg_rows_bwd.sg:76: %h = linear(%x, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_78_sgd_update", 76,
 	            k_soft_bf16_78_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 4096LL));
 
-	/* cg_rows_bwd.sg:76: del %grad.w */
+	/* cg_rows_bwd.sg:76: %h = linear(%x, %w)  [sgc: del %grad.w] */
 
-	/* cg_rows_bwd.sg:82: backward_end() */
+	/* cg_rows_bwd.sg:82: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 

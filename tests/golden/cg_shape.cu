@@ -31,7 +31,7 @@ k_shape_13_permute_p(const float *__restrict__ x, float *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[i / 6 + (i % 6) * 4];
 }
-// cg_shape.sg:15: %e = expand(%x, shape=[2, 4, 6])
+// cg_shape.sg:15: %e = expand(%x, shape=[2, N, D])
 static __global__ void __launch_bounds__(256)
 k_shape_15_expand_e(const float *__restrict__ x, float *__restrict__ out)
 {
@@ -95,7 +95,7 @@ k_shape_19_split1_s0(const float *__restrict__ x, float *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[i + 6];
 }
-// cg_shape.sg:21: %o = ones(shape=[4, 6], dtype=bf16)
+// cg_shape.sg:21: %o = ones(shape=[N, D], dtype=bf16)
 static __global__ void __launch_bounds__(256)
 k_shape_21_ones_o(sg_bf16 *__restrict__ out)
 {
@@ -103,7 +103,7 @@ k_shape_21_ones_o(sg_bf16 *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_bf16(sg_to_bf16((sg_i64)1));
 }
-// cg_shape.sg:22: %f = full(shape=[3], value=2.5, dtype=f32)
+// cg_shape.sg:22: %f = full(shape=[3], value=2.5)
 static __global__ void __launch_bounds__(256)
 k_shape_22_full_f(float *__restrict__ out)
 {
@@ -111,7 +111,7 @@ k_shape_22_full_f(float *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_f32(sg_to_f32(2.5));
 }
-// cg_shape.sg:23: %ar = arange(end=12, dtype=i64)
+// cg_shape.sg:23: %ar = arange(end=V)
 static __global__ void __launch_bounds__(256)
 k_shape_23_arange_ar(sg_i64 *__restrict__ out)
 {
@@ -154,7 +154,7 @@ k_shape_27_gather_g(const float *__restrict__ x, const sg_i64 *__restrict__ idx,
 		out[i] = x[(i / 3) * 6 + k * 1];
 	}
 }
-// cg_shape.sg:30: %acc.1 = add(%acc, %x)
+// cg_shape.sg:30: add_(%acc, %x)
 // (x0 = %acc, x1 = %x, x2 = %acc.1)
 static __global__ void __launch_bounds__(256)
 k_shape_30_add_acc_1(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
@@ -167,7 +167,7 @@ k_shape_30_add_acc_1(const float *__restrict__ x0, const float *__restrict__ x1,
 		x2[i] = sg_st_f32(r2);
 	}
 }
-// cg_shape.sg:31: %acc.2 = mul(%acc.1, 0.5)
+// cg_shape.sg:31: mul_(%acc, 0.5)
 // (x0 = %acc.1, x1 = %acc.2)
 static __global__ void __launch_bounds__(256)
 k_shape_31_mul_acc_2(const float *__restrict__ x0, float *__restrict__ x1)
@@ -179,7 +179,7 @@ k_shape_31_mul_acc_2(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_shape.sg:33: %ag = all_gather(%x, dim=1, algo="auto")
+// cg_shape.sg:33: %ag = all_gather(%x, dim=1)
 static __global__ void __launch_bounds__(256)
 k_shape_33_all_gather_blocks_ag(const float *__restrict__ x, float *__restrict__ out)
 {
@@ -187,7 +187,7 @@ k_shape_33_all_gather_blocks_ag(const float *__restrict__ x, float *__restrict__
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[i];
 }
-// cg_shape.sg:34: copy_(%acc, %acc.2)
+// cg_shape.sg:34: return %r, %e, %c0, %s1, %u, %o, %f, %emb, %g, %dev, %ar1, %ag  [sgc: copy_(%acc, %acc.2)]
 // (x0 = %acc.2, x1 = %acc)
 static __global__ void __launch_bounds__(256)
 k_shape_34_copy_(const float *x0, float *x1)
@@ -374,7 +374,7 @@ shape_run(shape_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_shape.sg:14: %r = reshape(%p, shape=[2, -1]) */
 	SGRT_TRY(sgrt_copy(rt, 0, v_r, v_p, 96, "reshape_r", 14));
 
-	/* cg_shape.sg:15: %e = expand(%x, shape=[2, 4, 6]) */
+	/* cg_shape.sg:15: %e = expand(%x, shape=[2, N, D]) */
 	SGRT_KERNEL(rt, 0, "k_shape_15_expand_e", 15,
 	            k_shape_15_expand_e<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_e));
 
@@ -407,20 +407,20 @@ shape_run(shape_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_shape.sg:20: %u = unsqueeze(%s0, dim=0) */
 	SGRT_TRY(sgrt_copy(rt, 0, v_u, v_s0, 24, "unsqueeze_u", 20));
 
-	/* cg_shape.sg:21: %o = ones(shape=[4, 6], dtype=bf16) */
+	/* cg_shape.sg:21: %o = ones(shape=[N, D], dtype=bf16) */
 	SGRT_KERNEL(rt, 0, "k_shape_21_ones_o", 21,
 	            k_shape_21_ones_o<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_o));
 
-	/* cg_shape.sg:22: %f = full(shape=[3], value=2.5, dtype=f32) */
+	/* cg_shape.sg:22: %f = full(shape=[3], value=2.5) */
 	SGRT_KERNEL(rt, 0, "k_shape_22_full_f", 22,
 	            k_shape_22_full_f<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_f));
 
-	/* cg_shape.sg:23: %ar = arange(end=12, dtype=i64) */
+	/* cg_shape.sg:23: %ar = arange(end=V) */
 	v_ar = (sg_i64 *)SGRT_AT(rt, 1536); /* 96 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_shape_23_arange_ar", 23,
 	            k_shape_23_arange_ar<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_ar));
 
-	/* cg_shape.sg:24: %tab = reshape(%ar, shape=[12, 1]) */
+	/* cg_shape.sg:24: %tab = reshape(%ar, shape=[V, 1]) */
 	v_tab = (sg_i64 *)SGRT_AT(rt, 1792); /* 96 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_tab, v_ar, 96, "reshape_tab", 24));
 
@@ -444,20 +444,20 @@ shape_run(shape_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_shape.sg:29: %dev = to_device(%hst) */
 	SGRT_TRY(sgrt_copy(rt, 0, v_dev, v_hst, 80, "to_device_dev", 29));
 
-	/* cg_shape.sg:30: %acc.1 = add(%acc, %x) */
+	/* cg_shape.sg:30: add_(%acc, %x) */
 	v_acc_1 = (float *)SGRT_AT(rt, 2304); /* 96 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_shape_30_add_acc_1", 30,
 	            k_shape_30_add_acc_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_acc, v_x, v_acc_1));
 
-	/* cg_shape.sg:31: %acc.2 = mul(%acc.1, 0.5) */
+	/* cg_shape.sg:31: mul_(%acc, 0.5) */
 	v_acc_2 = (float *)SGRT_AT(rt, 2560); /* 96 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_shape_31_mul_acc_2", 31,
 	            k_shape_31_mul_acc_2<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_acc_1, v_acc_2));
 
-	/* cg_shape.sg:32: %ar1 = all_reduce(%x, op="avg", algo="auto") */
+	/* cg_shape.sg:32: %ar1 = all_reduce(%x, op="avg") */
 	SGRT_TRY(sgrt_all_reduce(rt, 0, v_x, v_ar1, 24, SGRT_F32, SGRT_RED_AVG, "all_reduce_32", 32));
 
-	/* cg_shape.sg:33: %ag = all_gather(%x, dim=1, algo="auto") */
+	/* cg_shape.sg:33: %ag = all_gather(%x, dim=1) */
 	float *tmp_gather_33 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_gather_33, 96, 0, 33));
 	SGRT_TRY(sgrt_all_gather(rt, 0, v_x, tmp_gather_33, 24, SGRT_F32, "all_gather_33", 33));
@@ -465,7 +465,7 @@ shape_run(shape_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_shape_33_all_gather_blocks_ag<<<1, 256, 0, sgrt_stream(rt, 0)>>>(tmp_gather_33, v_ag));
 	SGRT_TRY(sgrt_free_async(rt, tmp_gather_33, 0, 33));
 
-	/* cg_shape.sg:34: copy_(%acc, %acc.2) */
+	/* cg_shape.sg:34: return %r, %e, %c0, %s1, %u, %o, %f, %emb, %g, %dev, %ar1, %ag  [sgc: copy_(%acc, %acc.2)] */
 	SGRT_KERNEL(rt, 0, "k_shape_34_copy_", 34,
 	            k_shape_34_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_acc_2, v_acc));
 	return SGRT_OK;

@@ -27,7 +27,7 @@ k_streams_11_exp_y(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_streams.sg:15: %z = neg(%y.2)
+// cg_streams.sg:15: %z = neg(%y)
 // (x0 = %y.2, x1 = %z)
 static __global__ void __launch_bounds__(256)
 k_streams_15_neg_z(const float *__restrict__ x0, float *__restrict__ x1)
@@ -51,7 +51,7 @@ k_streams_16_abs_u(const float *__restrict__ x0, float *__restrict__ x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
-// cg_streams.sg:19: %w = add(%u.1, %y)
+// cg_streams.sg:19: %w = add(%u, %y)
 // (x0 = %u.1, x1 = %y, x2 = %w)
 static __global__ void __launch_bounds__(256)
 k_streams_19_add_w(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
@@ -202,14 +202,14 @@ streams_run(streams_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_streams_11_exp_y", 11,
 	            k_streams_11_exp_y<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_y));
 
-	/* cg_streams.sg:12: %y.1 = control_deps(%y, sync=record_event, event=ready) */
+	/* cg_streams.sg:12: record_event(ready) */
 	SGRT_TRY(sgrt_record(rt, 0, 0, 12));
 
-	/* cg_streams.sg:14: %y.2 = control_deps(%y.1, sync=wait_event, event=ready) */
+	/* cg_streams.sg:14: wait_event(ready) */
 	v_y_2 = v_y;
 	SGRT_TRY(sgrt_wait(rt, 0, 1, 14));
 
-	/* cg_streams.sg:15: %z = neg(%y.2) */
+	/* cg_streams.sg:15: %z = neg(%y) */
 	v_z = (float *)SGRT_AT(rt, 4096); /* 4000 bytes of the arena */
 	SGRT_KERNEL(rt, 1, "k_streams_15_neg_z", 15,
 	            k_streams_15_neg_z<<<4, 256, 0, sgrt_stream(rt, 1)>>>(v_y_2, v_z));
@@ -219,18 +219,18 @@ streams_run(streams_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 1, "k_streams_16_abs_u", 16,
 	            k_streams_16_abs_u<<<4, 256, 0, sgrt_stream(rt, 1)>>>(v_z, v_u));
 
-	/* cg_streams.sg:18: %u.1 = control_deps(%u, sync=wait_stream, other=side) */
+	/* cg_streams.sg:18: wait_stream(side) */
 	v_u_1 = v_u;
 	SGRT_TRY(sgrt_wait_stream(rt, 0, 1, 18));
 
-	/* cg_streams.sg:19: %w = add(%u.1, %y) */
+	/* cg_streams.sg:19: %w = add(%u, %y) */
 	SGRT_KERNEL(rt, 0, "k_streams_19_add_w", 19,
 	            k_streams_19_add_w<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_u_1, v_y, v_w));
 
-	/* cg_streams.sg:19: record_event(free0) */
+	/* cg_streams.sg:19: %w = add(%u, %y)  [sgc: record_event(free0)] */
 	SGRT_TRY(sgrt_record(rt, 1, 0, 19));
 
-	/* cg_streams.sg:19: sync_dealloc(%u, event=free0, stream=side) */
+	/* cg_streams.sg:19: %w = add(%u, %y)  [sgc: sync_dealloc(%u, event=free0, stream=side)] */
 	SGRT_TRY(sgrt_wait(rt, 1, 1, 19));
 
 	/* cg_streams.sg:20: del %z */

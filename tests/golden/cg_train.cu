@@ -52,7 +52,7 @@ k_train_19_mse_loss_final_loss(const float *__restrict__ part, float *__restrict
 	if (threadIdx.x == 0)
 		out[0] = sg_st_f32(sg_to_f32(acc / (float)128));
 }
-// cg_train.sg:20: %grad.loss = ones(shape=[], dtype=f32)
+// cg_train.sg:20: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)]
 static __global__ void __launch_bounds__(256)
 k_train_20_ones_grad_loss(float *__restrict__ out)
 {
@@ -60,9 +60,9 @@ k_train_20_ones_grad_loss(float *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_f32(sg_to_f32((sg_i64)1));
 }
-// cg_train.sg:19: %grad.n.1 = sub(%n, %y)
-// cg_train.sg:19: %grad.n.2 = mul(%grad.n.1, 0.015625)
-// cg_train.sg:19: %grad.n = mul(%grad.n.2, %grad.loss)
+// cg_train.sg:19: %loss = mse_loss(%n, %y)  [sgc: %grad.n.1 = sub(%n, %y)]
+// cg_train.sg:19: %loss = mse_loss(%n, %y)  [sgc: %grad.n.2 = mul(%grad.n.1, 0.015625)]
+// cg_train.sg:19: %loss = mse_loss(%n, %y)  [sgc: %grad.n = mul(%grad.n.2, %grad.loss)]
 // (x0 = %n, x1 = %y, x2 = %grad.loss, x3 = %grad.n)
 static __global__ void __launch_bounds__(256)
 k_train_19_sub_grad_n_1(const float *__restrict__ x0, const float *__restrict__ x1, const float *__restrict__ x2, float *__restrict__ x3)
@@ -78,7 +78,7 @@ k_train_19_sub_grad_n_1(const float *__restrict__ x0, const float *__restrict__ 
 		x3[i] = sg_st_f32(r5);
 	}
 }
-// cg_train.sg:18: %grad.g.2 = mul(%grad.n, %grad.g.1)
+// cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)]
 /* The element i of %grad.g.2, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
@@ -89,7 +89,7 @@ k_train_18_elem_grad_g_2(const float *__restrict__ v_grad_n, const float *__rest
 	const float r2 = sg_to_f32(r0 * r1);
 	return r2;
 }
-// cg_train.sg:18: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)
+// cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)]
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
@@ -121,7 +121,7 @@ k_train_18_adamw_step(float *__restrict__ step, float *__restrict__ sc)
 	sc[0] = (float)(-(0.01 / (1 - pow(0.9, (double)st))));
 	sc[1] = (float)sqrt(1 - pow(0.999, (double)st));
 }
-// cg_train.sg:18: adamw_update_(%g, %grad.g, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01)
+// cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: adamw_update_(%g, %grad.g, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01)]
 /* torch.optim.AdamW's update of one element, op by op in float. */
 static __device__ __forceinline__ void
 k_train_18_adamw_update_one(float &p, const float g, float &m, float &v, const float size, const float bc2)
@@ -161,12 +161,12 @@ k_train_18_adamw_update(float *__restrict__ p, const float *__restrict__ g, floa
 	     i += stride)
 		k_train_18_adamw_update_one(p[i], g[i], m[i], v[i], size, bc2);
 }
-// cg_train.sg:16: %grad.h.1 = sigmoid(%h)
-// cg_train.sg:16: %grad.h.2 = sub(1.0, %grad.h.1)
-// cg_train.sg:16: %grad.h.3 = mul(%h, %grad.h.2)
-// cg_train.sg:16: %grad.h.4 = add(1.0, %grad.h.3)
-// cg_train.sg:16: %grad.h.5 = mul(%grad.h.1, %grad.h.4)
-// cg_train.sg:16: %grad.h = mul(%grad.a, %grad.h.5)
+// cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h.1 = sigmoid(%h)]
+// cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h.2 = sub(1.0, %grad.h.1)]
+// cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h.3 = mul(%h, %grad.h.2)]
+// cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h.4 = add(1.0, %grad.h.3)]
+// cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h.5 = mul(%grad.h.1, %grad.h.4)]
+// cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h = mul(%grad.a, %grad.h.5)]
 // (x0 = %h, x1 = %grad.a, x2 = %grad.h)
 static __global__ void __launch_bounds__(256)
 k_train_16_sigmoid_grad_h_1(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
@@ -184,7 +184,7 @@ k_train_16_sigmoid_grad_h_1(const float *__restrict__ x0, const float *__restric
 		x2[i] = sg_st_f32(r7);
 	}
 }
-// cg_train.sg:15: %grad.b1 = sum(%grad.h, dims=[0], keepdim=false)
+// cg_train.sg:15: %h = linear(%x, %w1, %b1)  [sgc: %grad.b1 = sum(%grad.h, dims=[0], keepdim=false)]
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
@@ -417,7 +417,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_a, v_w2, v_o, "k_train_17_linear_o", 17));
 	}
 
-	/* cg_train.sg:18: %n = layer_norm(%o, %g, eps=1e-05) */
+	/* cg_train.sg:18: %n = layer_norm(%o, %g) */
 	v_n = (float *)SGRT_AT(rt, 2560); /* 512 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_18_layer_norm_n", 18,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_o, v_g, NULL, v_n, NULL, NULL, 8, 16, (float)1e-05, 0, sgrt_stream(rt, 0)), 18));
@@ -433,50 +433,50 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_train.sg:20: backward(%loss) */
 
-	/* cg_train.sg:20: %grad.loss = ones(shape=[], dtype=f32) */
+	/* cg_train.sg:20: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
 	v_grad_loss = (float *)SGRT_AT(rt, 3072); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_20_ones_grad_loss", 20,
 	            k_train_20_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_train.sg:19: %grad.n.1 = sub(%n, %y) */
+	/* cg_train.sg:19: %loss = mse_loss(%n, %y)  [sgc: %grad.n.1 = sub(%n, %y)] */
 
-	/* cg_train.sg:19: %grad.n.2 = mul(%grad.n.1, 0.015625) */
+	/* cg_train.sg:19: %loss = mse_loss(%n, %y)  [sgc: %grad.n.2 = mul(%grad.n.1, 0.015625)] */
 
-	/* cg_train.sg:19: %grad.n = mul(%grad.n.2, %grad.loss) */
+	/* cg_train.sg:19: %loss = mse_loss(%n, %y)  [sgc: %grad.n = mul(%grad.n.2, %grad.loss)] */
 	v_grad_n = (float *)SGRT_AT(rt, 3328); /* 512 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_19_sub_grad_n_1", 19,
 	            k_train_19_sub_grad_n_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_n, v_y, v_grad_loss, v_grad_n));
 
-	/* cg_train.sg:18: %grad.o = layer_norm_backward(%grad.n, %o, %g, eps=1e-05) */
+	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.o = layer_norm_backward(%grad.n, %o, %g, eps=1e-05)] */
 	v_grad_o = (float *)SGRT_AT(rt, 2560); /* 512 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_18_layer_norm_backward_grad_o", 18,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<float>(v_grad_n, v_o, v_g, v_grad_o, 8, 16, (float)1e-05, 0, sgrt_stream(rt, 0)), 18));
 
-	/* cg_train.sg:18: %grad.g.1 = layer_norm(%o, eps=1e-05) */
+	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.g.1 = layer_norm(%o, eps=1e-05)] */
 	v_grad_g_1 = (float *)SGRT_AT(rt, 3840); /* 512 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_18_layer_norm_grad_g_1", 18,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_o, NULL, NULL, v_grad_g_1, NULL, NULL, 8, 16, (float)1e-05, 0, sgrt_stream(rt, 0)), 18));
 
-	/* cg_train.sg:18: %grad.g.2 = mul(%grad.n, %grad.g.1) */
+	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)] */
 	/* (computed inside the kernel of line 18) */
 
-	/* cg_train.sg:18: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false) */
+	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)] */
 	v_grad_g = (float *)SGRT_AT(rt, 2048); /* 64 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_18_sum_grad_g", 18,
 	            k_train_18_sum_grad_g<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_n, v_grad_g_1, v_grad_g));
 
-	/* cg_train.sg:18: adamw_update_(%g, %grad.g, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01) */
+	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: adamw_update_(%g, %grad.g, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01)] */
 	SGRT_KERNEL(rt, 0, "k_train_18_adamw_step", 18,
 	            k_train_18_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[9], (float *)M->scratch[0]));
 	SGRT_KERNEL(rt, 0, "k_train_18_adamw_update", 18,
 	            k_train_18_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, (float *)io[7], (float *)io[8], (float *)M->scratch[0], 16LL));
 
-	/* cg_train.sg:18: del %grad.g */
+	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: del %grad.g] */
 
-	/* cg_train.sg:17: %grad.w2.1 = transpose(%grad.o, dim0=0, dim1=1) */
+	/* cg_train.sg:17: %o = linear(%a, %w2)  [sgc: %grad.w2.1 = transpose(%grad.o, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
-	/* cg_train.sg:17: %grad.w2 = matmul(%grad.w2.1, %a) */
+	/* cg_train.sg:17: %o = linear(%a, %w2)  [sgc: %grad.w2 = matmul(%grad.w2.1, %a)] */
 	v_grad_w2 = (float *)SGRT_AT(rt, 3072); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -490,7 +490,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_a, v_grad_w2, "k_train_17_matmul_grad_w2", 17));
 	}
 
-	/* cg_train.sg:17: %grad.a = matmul(%grad.o, %w2) */
+	/* cg_train.sg:17: %o = linear(%a, %w2)  [sgc: %grad.a = matmul(%grad.o, %w2)] */
 	v_grad_a = (float *)SGRT_AT(rt, 1024); /* 1024 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -503,33 +503,33 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_w2, v_grad_a, "k_train_17_matmul_grad_a", 17));
 	}
 
-	/* cg_train.sg:17: adamw_update_(%w2, %grad.w2, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01) */
+	/* cg_train.sg:17: %o = linear(%a, %w2)  [sgc: adamw_update_(%w2, %grad.w2, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01)] */
 	SGRT_KERNEL(rt, 0, "k_train_18_adamw_step", 17,
 	            k_train_18_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[12], (float *)M->scratch[1]));
 	SGRT_KERNEL(rt, 0, "k_train_18_adamw_update", 17,
 	            k_train_18_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2, (float *)io[10], (float *)io[11], (float *)M->scratch[1], 512LL));
 
-	/* cg_train.sg:17: del %grad.w2 */
+	/* cg_train.sg:17: %o = linear(%a, %w2)  [sgc: del %grad.w2] */
 
-	/* cg_train.sg:16: %grad.h.1 = sigmoid(%h) */
+	/* cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h.1 = sigmoid(%h)] */
 
-	/* cg_train.sg:16: %grad.h.2 = sub(1.0, %grad.h.1) */
+	/* cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h.2 = sub(1.0, %grad.h.1)] */
 
-	/* cg_train.sg:16: %grad.h.3 = mul(%h, %grad.h.2) */
+	/* cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h.3 = mul(%h, %grad.h.2)] */
 
-	/* cg_train.sg:16: %grad.h.4 = add(1.0, %grad.h.3) */
+	/* cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h.4 = add(1.0, %grad.h.3)] */
 
-	/* cg_train.sg:16: %grad.h.5 = mul(%grad.h.1, %grad.h.4) */
+	/* cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h.5 = mul(%grad.h.1, %grad.h.4)] */
 
-	/* cg_train.sg:16: %grad.h = mul(%grad.a, %grad.h.5) */
+	/* cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h = mul(%grad.a, %grad.h.5)] */
 	v_grad_h = (float *)SGRT_AT(rt, 2048); /* 1024 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_16_sigmoid_grad_h_1", 16,
 	            k_train_16_sigmoid_grad_h_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_grad_a, v_grad_h));
 
-	/* cg_train.sg:15: %grad.w1.1 = transpose(%grad.h, dim0=0, dim1=1) */
+	/* cg_train.sg:15: %h = linear(%x, %w1, %b1)  [sgc: %grad.w1.1 = transpose(%grad.h, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
-	/* cg_train.sg:15: %grad.w1 = matmul(%grad.w1.1, %x) */
+	/* cg_train.sg:15: %h = linear(%x, %w1, %b1)  [sgc: %grad.w1 = matmul(%grad.w1.1, %x)] */
 	v_grad_w1 = (float *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -543,28 +543,28 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w1, "k_train_15_matmul_grad_w1", 15));
 	}
 
-	/* cg_train.sg:15: %grad.b1 = sum(%grad.h, dims=[0], keepdim=false) */
+	/* cg_train.sg:15: %h = linear(%x, %w1, %b1)  [sgc: %grad.b1 = sum(%grad.h, dims=[0], keepdim=false)] */
 	v_grad_b1 = (float *)SGRT_AT(rt, 3072); /* 128 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_15_sum_grad_b1", 15,
 	            k_train_15_sum_grad_b1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b1));
 
-	/* cg_train.sg:15: adamw_update_(%w1, %grad.w1, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01) */
+	/* cg_train.sg:15: %h = linear(%x, %w1, %b1)  [sgc: adamw_update_(%w1, %grad.w1, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01)] */
 	SGRT_KERNEL(rt, 0, "k_train_18_adamw_step", 15,
 	            k_train_18_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[15], (float *)M->scratch[2]));
 	SGRT_KERNEL(rt, 0, "k_train_18_adamw_update", 15,
 	            k_train_18_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w1, v_grad_w1, (float *)io[13], (float *)io[14], (float *)M->scratch[2], 512LL));
 
-	/* cg_train.sg:15: del %grad.w1 */
+	/* cg_train.sg:15: %h = linear(%x, %w1, %b1)  [sgc: del %grad.w1] */
 
-	/* cg_train.sg:15: adamw_update_(%b1, %grad.b1, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01) */
+	/* cg_train.sg:15: %h = linear(%x, %w1, %b1)  [sgc: adamw_update_(%b1, %grad.b1, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01)] */
 	SGRT_KERNEL(rt, 0, "k_train_18_adamw_step", 15,
 	            k_train_18_adamw_step<<<1, 1, 0, sgrt_stream(rt, 0)>>>((float *)io[18], (float *)M->scratch[3]));
 	SGRT_KERNEL(rt, 0, "k_train_18_adamw_update", 15,
 	            k_train_18_adamw_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b1, v_grad_b1, (float *)io[16], (float *)io[17], (float *)M->scratch[3], 32LL));
 
-	/* cg_train.sg:15: del %grad.b1 */
+	/* cg_train.sg:15: %h = linear(%x, %w1, %b1)  [sgc: del %grad.b1] */
 
-	/* cg_train.sg:20: backward_end() */
+	/* cg_train.sg:20: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
