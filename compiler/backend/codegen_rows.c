@@ -260,7 +260,7 @@ cg_reduce(CgGraph *G, const Node *n)
 	/* The combine step's functor and identity (ops.def's RED). */
 	const OpInfo *oi = &op_table[n->op];
 	const char *op = cg_fmt(c, "sgk_%s_op", oi->combine.name);
-	const char *init = "0";
+	const char *init = oi->ident == RED_ONE ? "1" : "0";
 	if (oi->ident == RED_LOWEST || oi->ident == RED_HIGHEST) {
 		int mx = oi->ident == RED_LOWEST;
 		init = !fl ? (mx ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL")

@@ -40,7 +40,8 @@ reduce_f(int op, const Tensor *x, const int *red, double *acc, int64_t nout)
 	int64_t no;
 	reduce_iter(&it, x, red, &no);
 	const OpInfo *o = &op_table[op];
-	double init = o->ident == RED_LOWEST ? -INFINITY : o->ident == RED_HIGHEST ? INFINITY : 0.0;
+	double init = o->ident == RED_LOWEST ? -INFINITY : o->ident == RED_HIGHEST ? INFINITY
+	            : o->ident == RED_ONE ? 1.0 : 0.0;
 	for (int64_t oi = 0; oi < nout; oi++)
 		acc[oi] = init;
 	for (int64_t i = 0; i < x->numel; i++, interp_iter_next(&it)) {
@@ -56,7 +57,8 @@ reduce_i(int op, const Tensor *x, const int *red, int64_t *acc, int64_t nout)
 	int64_t no;
 	reduce_iter(&it, x, red, &no);
 	const OpInfo *o = &op_table[op];
-	int64_t init = o->ident == RED_LOWEST ? INT64_MIN : o->ident == RED_HIGHEST ? INT64_MAX : 0;
+	int64_t init = o->ident == RED_LOWEST ? INT64_MIN : o->ident == RED_HIGHEST ? INT64_MAX
+	             : o->ident == RED_ONE ? 1 : 0;
 	for (int64_t oi = 0; oi < nout; oi++)
 		acc[oi] = init;
 	for (int64_t i = 0; i < x->numel; i++, interp_iter_next(&it)) {

@@ -353,7 +353,7 @@ typedef struct {
 } PwFormula;
 
 /* A reduction's identity and finish (ops.def's RED). */
-enum { RED_ZERO, RED_LOWEST, RED_HIGHEST };
+enum { RED_ZERO, RED_ONE, RED_LOWEST, RED_HIGHEST };
 enum { FIN_NONE, FIN_MEAN, FIN_VAR };
 
 typedef enum {

@@ -16,9 +16,9 @@
  * two's complement wrap-around; an op whose shape rule never lets it
  * compute in integers has none.  Comparisons give 1 or 0.
  *
- * Reductions combine with sgk_add, sgk_rmax and sgk_rmin (max and min
- * that keep a NaN); under CUDA each has a functor, sgk_OP_op, for the
- * warp and block reductions.
+ * Reductions combine with sgk_add, sgk_mul, sgk_rmax and sgk_rmin (max
+ * and min that keep a NaN); under CUDA each has a functor, sgk_OP_op, for
+ * the warp and block reductions.
  */
 #ifndef SGK_T
 #ifndef SGK_POINTWISE_H
@@ -87,7 +87,7 @@ SGK_FN sgk_i64 sgk_pow_i(sgk_i64 a, sgk_i64 b)
 }
 
 #ifdef __CUDACC__
-/* The reductions' combine steps as functors (sgk_reduce in sg_reduce). */
+/* The reductions' combine steps as functors (for sg_reduce). */
 #define SGK_COMBINE(op)                                                        \
 	struct sgk_##op##_op {                                                 \
 		__device__ float operator()(float a, float b) const { return sgk_##op##_f(a, b); } \
@@ -95,6 +95,7 @@ SGK_FN sgk_i64 sgk_pow_i(sgk_i64 a, sgk_i64 b)
 		__device__ sgk_i64 operator()(sgk_i64 a, sgk_i64 b) const { return sgk_##op##_i(a, b); } \
 	};
 SGK_COMBINE(add)
+SGK_COMBINE(mul)
 SGK_COMBINE(rmax)
 SGK_COMBINE(rmin)
 #undef SGK_COMBINE

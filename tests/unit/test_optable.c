@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -25,6 +26,32 @@
 	           struct Tensor **out);
 #include "ops.def"
 #undef X
+
+/* runtime/sgk/sgk_pointwise.h's text (the CUDA side of the formulas). */
+static char header[1 << 16];
+
+static void
+read_header(void)
+{
+	const char *root = getenv("SGC_SOURCE_ROOT");
+	char path[4096];
+	assert_non_null(root);
+	snprintf(path, sizeof path, "%s/runtime/sgk/sgk_pointwise.h", root);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	size_t n = fread(header, 1, sizeof header - 1, f);
+	assert_true(n > 0 && n < sizeof header - 1);
+	header[n] = 0;
+	fclose(f);
+}
+
+static const char *
+fmt_combine(const char *name)
+{
+	static char buf[128];
+	snprintf(buf, sizeof buf, "SGK_COMBINE(%s)", name);
+	return buf;
+}
 
 static int
 arity(const OpInfo *o)
@@ -75,6 +102,13 @@ test_pointwise_formulas(void **state)
 			const PwFormula *f = forms[k];
 			if (k == 1 && !f->name)
 				continue;
+			/* the float and double forms come from one definition
+			 * over SGK_T; the integer one is written out */
+			char want[128];
+			snprintf(want, sizeof want, "SGK_NAME(%s)(", f->name);
+			assert_non_null(strstr(header, want));
+			snprintf(want, sizeof want, "sgk_%s_i(", f->name);
+			assert_int_equal(strstr(header, want) != NULL, f->i1 || f->i2);
 			assert_int_equal(f->d1 != NULL, arity(o) == 1);
 			assert_int_equal(f->d2 != NULL, arity(o) == 2);
 			assert_null(arity(o) == 1 ? (void *)f->i2 : (void *)f->i1);
@@ -122,13 +156,15 @@ test_reductions(void **state)
 		assert_non_null(o->combine.d2);
 		assert_non_null(o->combine.i2);
 		assert_true(o->ident <= RED_HIGHEST && o->finish <= FIN_VAR);
+		/* the combine step has its CUDA functor */
+		assert_true(strstr(header, fmt_combine(o->combine.name)) != NULL);
 		assert_true(o->shape == shape_reduce && o->interp == interp_reduce);
 		assert_true(o->flags & OPF_PROLOGUE);
 		assert_int_equal((o->flags & OPF_EPILOGUE) != 0, o->nres == 1);
 		assert_int_equal(o->nres, o->finish == FIN_VAR && o->nres == 2 ? 2 : 1);
 		assert_int_equal(arity(o), 1);
 	}
-	assert_int_equal(n, 6);
+	assert_true(n >= 6); /* sum mean amax amin var var_mean, at least */
 	/* The fusion roles belong to kernels that read operand 0 through an
 	 * input expression and write one result through a put statement. */
 	for (int i = 0; i < OP__N; i++) {
@@ -169,7 +205,7 @@ test_inplace_bases(void **state)
 		assert_int_equal(strlen(o->name), strlen(b->name) + 1);
 		assert_memory_equal(o->name, b->name, strlen(b->name));
 	}
-	assert_int_equal(n, 4);
+	assert_true(n >= 4); /* add_ sub_ mul_ div_, at least */
 }
 
 /* Derivatives and the flags that speak of them agree; sync ops are host
@@ -195,6 +231,7 @@ int
 main(void)
 {
 	ops_init();
+	read_header();
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_op_complete),
 		cmocka_unit_test(test_pointwise_formulas),
