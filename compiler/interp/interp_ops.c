@@ -232,11 +232,12 @@ interp_inplace(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
 	(void)out;
 	Tensor *x = in[0];
-	switch (n->op) {
-	case OP_ADD_: case OP_SUB_: case OP_MUL_: case OP_DIV_:
+	if (op_table[n->op].has_base) { /* add_ sub_ mul_ div_ */
 		binary(n, op_inplace_base(n->op), shape_result_type(I->g, n, 0, 2),
 		       x, in[1], x);
-		break;
+		return 0;
+	}
+	switch (n->op) {
 	case OP_COPY_:
 		convert(in[1], x);
 		break;

@@ -17,17 +17,17 @@
 #undef X
 
 /* ops.def's kernel column: the formulas of runtime/sgk/sgk_pointwise.h. */
-#define PW1(f) .pw = {#f, .d1 = sgk_##f##_d}
-#define PW1I(f) .pw = {#f, .d1 = sgk_##f##_d, .i1 = sgk_##f##_i}
-#define PW2(f) .pw = {#f, .d2 = sgk_##f##_d}
-#define PW2I(f) .pw = {#f, .d2 = sgk_##f##_d, .i2 = sgk_##f##_i}
-#define PW1A(f, g) PW1(f), .pw_tanh = {#g, .d1 = sgk_##g##_d}
-#define PW2A(f, g) PW2(f), .pw_tanh = {#g, .d2 = sgk_##g##_d}
+#define PW1(f) .pw = {.name = #f, .d1 = sgk_##f##_d}
+#define PW1I(f) .pw = {.name = #f, .d1 = sgk_##f##_d, .i1 = sgk_##f##_i}
+#define PW2(f) .pw = {.name = #f, .d2 = sgk_##f##_d}
+#define PW2I(f) .pw = {.name = #f, .d2 = sgk_##f##_d, .i2 = sgk_##f##_i}
+#define PW1A(f, g) PW1(f), .pw_tanh = {.name = #g, .d1 = sgk_##g##_d}
+#define PW2A(f, g) PW2(f), .pw_tanh = {.name = #g, .d2 = sgk_##g##_d}
 #define RED(c, id, fin)                                                      \
-	.combine = {#c, .d2 = sgk_##c##_d, .i2 = sgk_##c##_i},              \
+	.combine = {.name = #c, .d2 = sgk_##c##_d, .i2 = sgk_##c##_i},      \
 	.ident = RED_##id, .finish = FIN_##fin
 #define BASE(b) .has_base = 1, .base = OP_##b
-#define NK .pw = {NULL}
+#define NK .pw = {.name = NULL}
 
 OpInfo op_table[OP__N] = {
 #define X(e, nm, opnds_, nres_, attrs_, shape_, interp_, flags_, grad_, emit_, kernel_) \
