@@ -371,9 +371,8 @@ void cg_graph_api(CgGraph *G);
  * first). */
 void cg_main(Cg *c, CgGraph *G);
 
-/* codegen_conv.c: conv2d, the 2-D pools, batch_norm (cg_conv) and their
- * backward ops (cg_conv_backward); 0 for other ops. */
+/* codegen_conv.c: conv2d, the 2-D pools, batch_norm and their backward
+ * ops (ops.def's emitter CONV); 0 for other ops. */
 int cg_conv(CgGraph *G, const Node *n);
-int cg_conv_backward(CgGraph *G, const Node *n);
 
 #endif

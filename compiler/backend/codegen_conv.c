@@ -186,12 +186,6 @@ batch_norm(CgGraph *G, const Node *n)
 }
 
 int
-cg_conv_backward(CgGraph *G, const Node *n)
-{
-	return (op_table[n->op].flags & OPF_COMPILER) && cg_conv(G, n);
-}
-
-int
 cg_conv(CgGraph *G, const Node *n)
 {
 	switch (n->op) {

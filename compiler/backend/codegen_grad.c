@@ -3,7 +3,7 @@
  * embedding, gather and cross_entropy backward) and of the optimizer
  * updates (sgd_update_, adamw_update_), following the interpreter's
  * formulas (compiler/interp/interp_grad.c, compiler/interp/interp_optim.c).
- * gelu_backward is pointwise (codegen_kernels.c, pointwise.tbl).
+ * gelu_backward is pointwise (codegen_kernels.c, runtime/sgk/sgk_pointwise.h).
  *
  * Optimizer state (opt.NAME.momentum_buffer, exp_avg, exp_avg_sq, step)
  * lives in model-owned buffers saved with the params (codegen_host.c

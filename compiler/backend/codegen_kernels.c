@@ -7,8 +7,9 @@
  * into a register (with its broadcast index), each node becomes one line
  * computing its result in the op's compute type (float or double math,
  * wrapping int64), converted to its dtype as Tensor.to does, and the
- * values needed outside the group are stored.  The expressions come from
- * codegen_templates/pointwise.tbl; the dtype rules are the interpreter's
+ * values needed outside the group are stored.  Each op's formula is a
+ * call of the function the op table names (runtime/sgk/sgk_pointwise.h,
+ * which the interpreter calls too); the dtype rules are the interpreter's
  * (compiler/interp/interp_ops.c), so both compute the same numbers.
  *
  * Other ops have one template each in kernels.cu (attention, indexing,
@@ -134,35 +135,7 @@ cg_free_tmp(CgGraph *G, const Node *n, const char *var)
 	        {"line", cg_num(G->c, n->loc.line)});
 }
 
-/* ------------------------------------------------------------------ pointwise table */
-
-/* The FLOAT (col 1) or INTEGER (col 2) expression of pointwise.tbl for op
- * name, or NULL. */
-static const char *
-table_expr(Cg *c, const char *name, int col)
-{
-	const char *t = cg_section("pointwise.tbl:ops");
-	size_t nl = strlen(name);
-	while (*t && strncmp(t, "//@ ", 4) != 0) {
-		const char *eol = strchr(t, '\n');
-		size_t len = eol ? (size_t)(eol - t) : strlen(t);
-		if (len > nl && strncmp(t, name, nl) == 0 && (t[nl] == ' ' || t[nl] == '|')) {
-			const char *p = t;
-			for (int k = 0; k < col; k++)
-				p = memchr(p, '|', len - (size_t)(p - t)) + 1;
-			const char *q = memchr(p, '|', len - (size_t)(p - t));
-			const char *e = q ? q : t + len;
-			while (*p == ' ')
-				p++;
-			while (e > p && e[-1] == ' ')
-				e--;
-			char *s = arena_strndup(c->a, p, (size_t)(e - p));
-			return strcmp(s, "-") == 0 ? NULL : s;
-		}
-		t = eol ? eol + 1 : t + len;
-	}
-	return NULL;
-}
+/* ------------------------------------------------------------------ pointwise ops */
 
 /* ------------------------------------------------------------------ pointwise groups */
 
@@ -339,25 +312,20 @@ num_value(Cg *c, const Attr *a)
 static int
 is_compare(int op)
 {
-	return op == OP_EQ || op == OP_NE || op == OP_LT || op == OP_LE ||
-	       op == OP_GT || op == OP_GE;
+	return op_table[op].flags & OPF_COMPARE;
 }
 
-/* The table expression of op in domain dom with operands a, b. */
+/* The call of formula f (runtime/sgk/sgk_pointwise.h) in domain dom with
+ * operands a, b. */
 static char *
-table(Pw *p, const Node *n, int op, int dom, const char *a, const char *b)
+call(Pw *p, const Node *n, const PwFormula *f, int dom, const char *a, const char *b)
 {
-	const char *name = op_table[op].name;
-	if (op == OP_GELU || op == OP_GELU_BACKWARD) {
-		const Attr *ap = ir_attr(n, "approximate");
-		if (ap && ap->s && strcmp(ap->s, "tanh") == 0)
-			name = op == OP_GELU ? "gelu_tanh" : "gelu_tanh_backward";
-	}
-	const char *e = table_expr(p->c, name, dom == D_INT ? 2 : 1);
-	if (!e)
-		ICE("pointwise.tbl has no %s form of %s", dom == D_INT ? "integer" : "float",
-		    name);
-	return CG_SUBST(p->c, e, {"a", a}, {"b", b ? b : "?"});
+	if (dom == D_INT && !f->i1 && !f->i2)
+		ICE("%s has no integer form", op_name(n->op));
+	const char *sfx = dom == D_INT ? "i" : dom == D_FLOAT ? "f" : "d";
+	if (b)
+		return cg_fmt(p->c, "sgk_%s_%s(%s, %s)", f->name, sfx, a, b);
+	return cg_fmt(p->c, "sgk_%s_%s(%s)", f->name, sfx, a);
 }
 
 /* Binary ops (and their in-place forms): the expression converted to
@@ -365,15 +333,16 @@ table(Pw *p, const Node *n, int op, int dom, const char *a, const char *b)
 static char *
 binary(Pw *p, const Node *n, int op, DType cdt)
 {
-	if (op == OP_DIV && !dtype_is_float(cdt))
-		cdt = DT_F32; /* true division */
+	const PwFormula *f = op == n->op ? op_formula(n) : &op_table[op].pw;
+	if (!dtype_is_float(cdt) && !f->i2)
+		cdt = DT_F32; /* no integer form: div, true division */
 	int dom = domain(cdt);
 	char *a = operand(p, n, 0, dom), *b = operand(p, n, 1, dom);
 	if (is_compare(op) && (cdt == DT_F16 || cdt == DT_BF16)) {
 		a = cg_fmt(p->c, "sg_to_%s(%s)", cg_dtname(cdt), a);
 		b = cg_fmt(p->c, "sg_to_%s(%s)", cg_dtname(cdt), b);
 	}
-	return table(p, n, op, dom, a, b);
+	return call(p, n, f, dom, a, b);
 }
 
 /* where(c, a, b) in the result's domain. */
@@ -400,17 +369,17 @@ clamp(Pw *p, const Node *n, DType rdt)
 	char *e = operand(p, n, 0, dom);
 	if (dom == D_INT) {
 		if (lo)
-			e = cg_fmt(p->c, "sg_imax(%s, %s)", e, cg_lit_int(p->c, attr_num_i(lo)));
+			e = cg_fmt(p->c, "sgk_maximum_i(%s, %s)", e, cg_lit_int(p->c, attr_num_i(lo)));
 		if (hi)
-			e = cg_fmt(p->c, "sg_imin(%s, %s)", e, cg_lit_int(p->c, attr_num_i(hi)));
+			e = cg_fmt(p->c, "sgk_minimum_i(%s, %s)", e, cg_lit_int(p->c, attr_num_i(hi)));
 		return e;
 	}
 	int f = dom == D_FLOAT;
 	if (lo)
-		e = cg_fmt(p->c, "sg_clamp_lo(%s, %s)", e,
+		e = cg_fmt(p->c, "sgk_clamp_lo_%s(%s, %s)", f ? "f" : "d", e,
 		           cg_lit_float(p->c, f ? (double)(float)attr_num_f(lo) : attr_num_f(lo), f));
 	if (hi)
-		e = cg_fmt(p->c, "sg_clamp_hi(%s, %s)", e,
+		e = cg_fmt(p->c, "sgk_clamp_hi_%s(%s, %s)", f ? "f" : "d", e,
 		           cg_lit_float(p->c, f ? (double)(float)attr_num_f(hi) : attr_num_f(hi), f));
 	return e;
 }
@@ -444,7 +413,7 @@ node_expr(Pw *p, const Node *n, DType *rdt)
 	if (n->nopnd == 2)
 		return binary(p, n, op, *rdt);
 	int dom = domain(*rdt);
-	return table(p, n, op, dom, operand(p, n, 0, dom), NULL);
+	return call(p, n, op_formula(n), dom, operand(p, n, 0, dom), NULL);
 }
 
 /* 1 when value v, made in the group, must be stored. */
@@ -1100,69 +1069,82 @@ gather(CgGraph *G, const Node *n)
 
 /* ------------------------------------------------------------------ dispatch */
 
+/* A pointwise op alone (at -O2 most come in groups, passes/fusion.c). */
+static int
+pointwise_alone(CgGraph *G, const Node *n)
+{
+	NodeId i = (NodeId)(n - G->g->nodes.v);
+	CgGroup grp = {.nodes = &i, .n = 1, .vec = 1};
+	cg_pointwise(G, &grp);
+	return 1;
+}
+
+/* reshape squeeze unsqueeze contiguous to_host to_device: the bytes. */
+static int
+flat(CgGraph *G, const Node *n)
+{
+	const Type *r = cg_vtype(G, n->res[0]);
+	flat_copy(G, n, G->vname[n->opnd[0].v], G->vname[n->res[0]],
+	          type_numel(r) * dtype_size((DType)r->dt),
+	          cg_fmt(G->c, "%s_%s", op_name(n->op), G->g->vals.v[n->res[0]].name));
+	return 1;
+}
+
+static int
+zero(CgGraph *G, const Node *n)
+{
+	const Type *t = cg_otype(G, n, 0);
+	cg_zero(G, n, G->vname[n->opnd[0].v], type_numel(t) * dtype_size((DType)t->dt));
+	return 1;
+}
+
+static int
+grad_op(CgGraph *G, const Node *n)
+{
+	cg_grad_op(G, (NodeId)(n - G->g->nodes.v));
+	return !G->c->failed;
+}
+
+static int
+conv(CgGraph *G, const Node *n)
+{
+	return cg_conv(G, n) && !G->c->failed;
+}
+
+/* The function of each emitter family (ops.def's emitter column); host
+ * statements (EM_HOST) are codegen_host.c's and never come here. */
+static int (*const emitters[EM__N])(CgGraph *G, const Node *n) = {
+	[EM_POINTWISE] = pointwise_alone,
+	[EM_REDUCE] = cg_reduce,
+	[EM_SOFTMAX] = cg_softmax,
+	[EM_NORM] = cg_norm,
+	[EM_MSE_LOSS] = cg_mse_loss,
+	[EM_CROSS_ENTROPY] = cg_cross_entropy,
+	[EM_MATMUL] = cg_matmul,
+	[EM_LINEAR] = cg_linear,
+	[EM_SDPA] = sdpa,
+	[EM_FLAT_COPY] = flat,
+	[EM_STRIDED] = strided,
+	[EM_CAT] = cat,
+	[EM_SPLIT] = split,
+	[EM_CREATION] = creation,
+	[EM_EMBEDDING] = embedding,
+	[EM_GATHER] = gather,
+	[EM_ZERO] = zero,
+	[EM_COLLECTIVE] = cg_collective,
+	[EM_CONV] = conv,
+	[EM_GRAD] = grad_op,
+};
+
 int
 cg_op(CgGraph *G, NodeId i)
 {
-	Cg *c = G->c;
-	Graph *g = G->g;
-	Node *n = &g->nodes.v[i];
+	Node *n = &G->g->nodes.v[i];
 	if (n->op >= OP__N)
 		return 1;
-	if (fusion_pointwise(g, n)) {
-		CgGroup grp = {.nodes = &i, .n = 1, .vec = 1};
-		cg_pointwise(G, &grp);
-		return 1;
-	}
-	if (cg_grad_op(G, i) || cg_conv_backward(G, n))
-		return !c->failed;
-	const char *xv = n->nopnd && n->opnd[0].kind == OK_VAL ? G->vname[n->opnd[0].v] : NULL;
-	const Type *r = n->nres ? cg_vtype(G, n->res[0]) : NULL;
-	switch (n->op) {
-	case OP_SUM: case OP_MEAN: case OP_AMAX: case OP_AMIN: case OP_VAR: case OP_VAR_MEAN:
-		return cg_reduce(G, n);
-	case OP_SOFTMAX: case OP_LOG_SOFTMAX:
-		return cg_softmax(G, n);
-	case OP_LAYER_NORM: case OP_RMS_NORM:
-		return cg_norm(G, n);
-	case OP_MATMUL:
-		return cg_matmul(G, n);
-	case OP_LINEAR:
-		return cg_linear(G, n);
-	case OP_SDPA:
-		return sdpa(G, n);
-	case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_CONTIGUOUS:
-	case OP_TO_HOST: case OP_TO_DEVICE:
-		flat_copy(G, n, xv, G->vname[n->res[0]], type_numel(r) * dtype_size((DType)r->dt),
-		          cg_fmt(c, "%s_%s", op_name(n->op), g->vals.v[n->res[0]].name));
-		return 1;
-	case OP_TRANSPOSE: case OP_PERMUTE: case OP_EXPAND: case OP_SLICE:
-		return strided(G, n);
-	case OP_CAT:
-		return cat(G, n);
-	case OP_CHUNK: case OP_SPLIT:
-		return split(G, n);
-	case OP_ZEROS: case OP_ONES: case OP_FULL: case OP_ARANGE:
-		return creation(G, n);
-	case OP_EMBEDDING:
-		return embedding(G, n);
-	case OP_GATHER:
-		return gather(G, n);
-	case OP_CONV2D: case OP_MAX_POOL2D: case OP_AVG_POOL2D: case OP_ADAPTIVE_AVG_POOL2D:
-	case OP_BATCH_NORM:
-		return cg_conv(G, n);
-	case OP_MSE_LOSS:
-		return cg_mse_loss(G, n);
-	case OP_CROSS_ENTROPY:
-		return cg_cross_entropy(G, n);
-	case OP_ZERO_: {
-		const Type *t = cg_otype(G, n, 0);
-		cg_zero(G, n, xv, type_numel(t) * dtype_size((DType)t->dt));
-		return 1;
-	}
-	case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_BROADCAST:
-	case OP_ALL_TO_ALL:
-		return cg_collective(G, n);
-	}
-	cg_error(c, n, "the CUDA backend cannot compile '%s' yet", op_name(n->op));
+	int (*emit)(CgGraph *, const Node *) = emitters[op_table[n->op].emit];
+	if (emit)
+		return emit(G, n);
+	cg_error(G->c, n, "the CUDA backend cannot compile '%s' yet", op_name(n->op));
 	return 0;
 }

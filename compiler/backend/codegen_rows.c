@@ -239,8 +239,8 @@ cg_reduce(CgGraph *G, const Node *n)
 	char *loadexpr = cg_fmt(c, "%s(%s)", cv, cg_fmt(c, in.fmt, cg_fmt(c, "base + %s", roff)));
 	CgRows rg = cg_rows(nout, nred);
 	const char *kname = cg_kernel_name(G, n, op_name(n->op));
-	if (n->op == OP_VAR || n->op == OP_VAR_MEAN) {
-		int mean = n->op == OP_VAR_MEAN;
+	if (op_table[n->op].finish == FIN_VAR) {
+		int mean = n->nres == 2; /* var_mean */
 		char *params = cg_fmt(c, "%s, %s%s%s%s",
 		                      in.params, ro.params,
 		                      mean ? ", " : "", mean ? cg_ctype(rdt) : "",
@@ -257,17 +257,18 @@ cg_reduce(CgGraph *G, const Node *n)
 		            : cg_fmt(c, "%s, %s", xv, ro.args));
 		return 1;
 	}
-	const char *op = n->op == OP_AMAX ? "sg_max_op" : n->op == OP_AMIN ? "sg_min_op"
-	                                                                   : "sg_sum_op";
-	const char *init = "0";
-	if (n->op == OP_AMAX || n->op == OP_AMIN) {
-		int mx = n->op == OP_AMAX;
+	/* The combine step's functor and identity (ops.def's RED). */
+	const OpInfo *oi = &op_table[n->op];
+	const char *op = cg_fmt(c, "sgk_%s_op", oi->combine.name);
+	const char *init = oi->ident == RED_ONE ? "1" : "0";
+	if (oi->ident == RED_LOWEST || oi->ident == RED_HIGHEST) {
+		int mx = oi->ident == RED_LOWEST;
 		init = !fl ? (mx ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL")
 		     : strcmp(acc, "float") == 0 ? (mx ? "-sg_inff()" : "sg_inff()")
 		                                 : (mx ? "-sg_inf()" : "sg_inf()");
 	}
-	char *finish = n->op == OP_MEAN ? divide(c, "acc", acc, nred)
-	                                : "acc";
+	char *finish = oi->finish == FIN_MEAN ? divide(c, "acc", acc, nred)
+	                                      : "acc";
 	if (nout == 1 && nred >= 32768) {
 		char *ld = cg_fmt(c, "%s(%s)", cv, cg_fmt(c, in.fmt, "r"));
 		reduce_two_stage(G, n, op_name(n->op), in.params, xv, acc, op, init, ld,

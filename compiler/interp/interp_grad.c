@@ -15,32 +15,15 @@
 
 /* ------------------------------------------------------------------ gelu */
 
-/* d gelu(x) / dx, exact (erf) or with the tanh approximation. */
-static double
-gelu_slope(double x, int tanh_approx)
-{
-	if (tanh_approx) {
-		const double beta = 0.79788456080286535588, kappa = 0.044715;
-		double inner = beta * (x + kappa * x * x * x), t = tanh(inner);
-		double left = 0.5 * x, right = 1.0 + t;
-		double dright = left * (1.0 - t * t) * beta * (1.0 + 3.0 * kappa * x * x);
-		return 0.5 * right + dright;
-	}
-	double cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752440));
-	double pdf = exp(-0.5 * x * x) * 0.39894228040143267794;
-	return cdf + x * pdf;
-}
-
-/* gelu_backward(g, x) = g * gelu'(x). */
+/* gelu_backward(g, x) = g * gelu'(x) (the op table's formula,
+ * runtime/sgk/sgk_pointwise.h). */
 int
 interp_gelu_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
 	(void)I;
-	const Attr *a = ir_attr(n, "approximate");
-	int th = a && a->s && strcmp(a->s, "tanh") == 0;
+	const PwFormula *f = op_formula(n);
 	for (int64_t i = 0; i < out[0]->numel; i++)
-		interp_setf(out[0], i, interp_getf(in[0], i) *
-		            gelu_slope(interp_getf(in[1], i), th));
+		interp_setf(out[0], i, f->d2(interp_getf(in[0], i), interp_getf(in[1], i)));
 	return 0;
 }
 

@@ -31,24 +31,22 @@ reduce_iter(BcastIter *it, const Tensor *x, const int *red, int64_t *nout)
 	*nout = s;
 }
 
-/* Sum (or amax, amin) of x into acc[nout] in double. */
+/* The reduction of x by op's combine step (ops.def's RED) into acc[nout],
+ * in double. */
 static void
 reduce_f(int op, const Tensor *x, const int *red, double *acc, int64_t nout)
 {
 	BcastIter it;
 	int64_t no;
 	reduce_iter(&it, x, red, &no);
-	double init = op == OP_AMAX ? -INFINITY : op == OP_AMIN ? INFINITY : 0.0;
-	for (int64_t o = 0; o < nout; o++)
-		acc[o] = init;
+	const OpInfo *o = &op_table[op];
+	double init = o->ident == RED_LOWEST ? -INFINITY : o->ident == RED_HIGHEST ? INFINITY
+	            : o->ident == RED_ONE ? 1.0 : 0.0;
+	for (int64_t oi = 0; oi < nout; oi++)
+		acc[oi] = init;
 	for (int64_t i = 0; i < x->numel; i++, interp_iter_next(&it)) {
-		double v = interp_getf(x, i), *a = &acc[it.off[0]];
-		if (op == OP_AMAX)
-			*a = isnan(v) || v > *a ? v : *a;
-		else if (op == OP_AMIN)
-			*a = isnan(v) || v < *a ? v : *a;
-		else
-			*a += v;
+		double *a = &acc[it.off[0]];
+		*a = o->combine.d2(*a, interp_getf(x, i));
 	}
 }
 
@@ -58,17 +56,14 @@ reduce_i(int op, const Tensor *x, const int *red, int64_t *acc, int64_t nout)
 	BcastIter it;
 	int64_t no;
 	reduce_iter(&it, x, red, &no);
-	int64_t init = op == OP_AMAX ? INT64_MIN : op == OP_AMIN ? INT64_MAX : 0;
-	for (int64_t o = 0; o < nout; o++)
-		acc[o] = init;
+	const OpInfo *o = &op_table[op];
+	int64_t init = o->ident == RED_LOWEST ? INT64_MIN : o->ident == RED_HIGHEST ? INT64_MAX
+	             : o->ident == RED_ONE ? 1 : 0;
+	for (int64_t oi = 0; oi < nout; oi++)
+		acc[oi] = init;
 	for (int64_t i = 0; i < x->numel; i++, interp_iter_next(&it)) {
-		int64_t v = interp_geti(x, i), *a = &acc[it.off[0]];
-		if (op == OP_AMAX)
-			*a = v > *a ? v : *a;
-		else if (op == OP_AMIN)
-			*a = v < *a ? v : *a;
-		else
-			*a = (int64_t)((uint64_t)*a + (uint64_t)v);
+		int64_t *a = &acc[it.off[0]];
+		*a = o->combine.i2(*a, interp_geti(x, i));
 	}
 }
 
@@ -113,16 +108,16 @@ interp_reduce(Interp *I, Node *n, Tensor **in, Tensor **out)
 		return 0;
 	}
 	double *acc = xmalloc((size_t)nout * 2 * sizeof *acc);
-	int mean = n->op == OP_MEAN || n->op == OP_VAR || n->op == OP_VAR_MEAN;
-	reduce_f(mean ? OP_SUM : n->op, x, red, acc, nout);
-	if (mean)
+	int finish = op_table[n->op].finish;
+	reduce_f(n->op, x, red, acc, nout);
+	if (finish != FIN_NONE)
 		for (int64_t o = 0; o < nout; o++)
 			acc[o] /= (double)count;
-	if (n->op == OP_VAR || n->op == OP_VAR_MEAN) {
+	if (finish == FIN_VAR) {
 		reduce_var(x, red, acc, acc + nout, nout, count);
 		for (int64_t o = 0; o < nout; o++)
 			interp_setf(r, o, acc[nout + o]);
-		if (n->op == OP_VAR_MEAN)
+		if (n->nres == 2) /* var_mean */
 			for (int64_t o = 0; o < nout; o++)
 				interp_setf(out[1], o, acc[o]);
 	} else {

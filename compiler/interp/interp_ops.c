@@ -13,64 +13,23 @@
 #include <string.h>
 
 #include "sgc.h"
+#include "sgk/sgk_pointwise.h"
 
 /* ------------------------------------------------------------------ unary */
 
-static double
-gelu(double x, int tanh_approx)
-{
-	if (tanh_approx) {
-		double k = 0.79788456080286535588; /* sqrt(2 / pi) */
-		return 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x)));
-	}
-	return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
-}
+/* The formulas are runtime/sgk/sgk_pointwise.h's (the op table names each
+ * op's, op_formula): the double form for every float dtype, the int64
+ * form for integers and bools. */
 
-/* One-operand op in floating point. */
-static double
-unary_f(const Node *n, double x)
+/* The formula of op as node n computes it (op: n's own, or the base of
+ * n's in-place op). */
+static const PwFormula *
+formula(const Node *n, int op)
 {
-	switch (n->op) {
-	case OP_NEG: return -x;
-	case OP_ABS: return fabs(x);
-	case OP_EXP: return exp(x);
-	case OP_LOG: return log(x);
-	case OP_LOG1P: return log1p(x);
-	case OP_SQRT: return sqrt(x);
-	case OP_RSQRT: return 1.0 / sqrt(x);
-	case OP_RECIPROCAL: return 1.0 / x;
-	case OP_SQUARE: return x * x;
-	case OP_SIN: return sin(x);
-	case OP_COS: return cos(x);
-	case OP_TANH: return tanh(x);
-	case OP_SIGMOID: return 1.0 / (1.0 + exp(-x));
-	case OP_RELU: return x < 0 ? 0.0 : x;
-	case OP_GELU: {
-		const Attr *a = ir_attr(n, "approximate");
-		return gelu(x, a && a->s && strcmp(a->s, "tanh") == 0);
-	}
-	case OP_SILU: return x / (1.0 + exp(-x));
-	case OP_ERF: return erf(x);
-	case OP_SIGN: return isnan(x) ? 0.0 : (x > 0) - (x < 0);
-	case OP_FLOOR: return floor(x);
-	}
-	ICE("%s is not a unary op", op_name(n->op));
-}
-
-/* One-operand op on integers (and bools, as 0/1). */
-static int64_t
-unary_i(const Node *n, int64_t x)
-{
-	uint64_t u = (uint64_t)x;
-	switch (n->op) {
-	case OP_NEG: return (int64_t)(0 - u);
-	case OP_ABS: return x < 0 ? (int64_t)(0 - u) : x;
-	case OP_SQUARE: return (int64_t)(u * u);
-	case OP_RELU: return x > 0 ? x : 0;
-	case OP_SIGN: return (x > 0) - (x < 0);
-	case OP_FLOOR: return x;
-	default: return x;
-	}
+	const PwFormula *f = op == n->op ? op_formula(n) : &op_table[op].pw;
+	if (!f || !f->name)
+		ICE("%s has no pointwise formula", op_name(op));
+	return f;
 }
 
 int
@@ -78,83 +37,20 @@ interp_unary(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
 	(void)I;
 	Tensor *x = in[0], *r = out[0];
+	const PwFormula *f = formula(n, n->op);
 	if (dtype_is_float(r->dt)) {
 		for (int64_t i = 0; i < r->numel; i++)
-			interp_setf(r, i, unary_f(n, interp_opndf(n, 0, x, i, r->dt)));
+			interp_setf(r, i, f->d1(interp_opndf(n, 0, x, i, r->dt)));
 	} else {
+		if (!f->i1)
+			ICE("%s has no integer form", op_name(n->op));
 		for (int64_t i = 0; i < r->numel; i++)
-			interp_seti(r, i, unary_i(n, interp_geti(x, i)));
+			interp_seti(r, i, f->i1(interp_geti(x, i)));
 	}
 	return 0;
 }
 
 /* ------------------------------------------------------------------ binary */
-
-static int
-is_compare(int op)
-{
-	return op == OP_EQ || op == OP_NE || op == OP_LT || op == OP_LE ||
-	       op == OP_GT || op == OP_GE;
-}
-
-static double
-binary_f(int op, double a, double b)
-{
-	switch (op) {
-	case OP_ADD: return a + b;
-	case OP_SUB: return a - b;
-	case OP_MUL: return a * b;
-	case OP_DIV: return a / b;
-	case OP_POW: return pow(a, b);
-	case OP_MAXIMUM: return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
-	case OP_MINIMUM: return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
-	case OP_EQ: return a == b;
-	case OP_NE: return a != b;
-	case OP_LT: return a < b;
-	case OP_LE: return a <= b;
-	case OP_GT: return a > b;
-	case OP_GE: return a >= b;
-	}
-	ICE("%s is not a binary op", op_name(op));
-}
-
-/* Integer power by squaring, wrapping; a negative exponent gives 1 / a^-b
- * truncated (0 unless a is 1 or -1). */
-static int64_t
-ipow(int64_t a, int64_t b)
-{
-	if (b < 0)
-		return a == 1 ? 1 : a == -1 ? (b & 1 ? -1 : 1) : 0;
-	uint64_t r = 1, x = (uint64_t)a;
-	while (b) {
-		if (b & 1)
-			r *= x;
-		x *= x;
-		b >>= 1;
-	}
-	return (int64_t)r;
-}
-
-static int64_t
-binary_i(int op, int64_t a, int64_t b)
-{
-	uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
-	switch (op) {
-	case OP_ADD: return (int64_t)(ua + ub);
-	case OP_SUB: return (int64_t)(ua - ub);
-	case OP_MUL: return (int64_t)(ua * ub);
-	case OP_POW: return ipow(a, b);
-	case OP_MAXIMUM: return a > b ? a : b;
-	case OP_MINIMUM: return a < b ? a : b;
-	case OP_EQ: return a == b;
-	case OP_NE: return a != b;
-	case OP_LT: return a < b;
-	case OP_LE: return a <= b;
-	case OP_GT: return a > b;
-	case OP_GE: return a >= b;
-	}
-	ICE("%s is not an integer binary op", op_name(op));
-}
 
 /* v rounded to dtype dt (a float type). */
 static double
@@ -177,9 +73,10 @@ binary(const Node *n, int op, DType cdt, Tensor *a, Tensor *b, Tensor *r)
 	Tensor *ops[2] = {a, b};
 	BcastIter it;
 	interp_iter_init(&it, r->rank, r->shape, ops, 2);
-	if (op == OP_DIV && !dtype_is_float(cdt))
-		cdt = DT_F32; /* true division */
-	int fl = dtype_is_float(cdt), cmp = is_compare(op);
+	const PwFormula *f = formula(n, op);
+	if (!dtype_is_float(cdt) && !f->i2)
+		cdt = DT_F32; /* no integer form: div, true division */
+	int fl = dtype_is_float(cdt), cmp = op_table[op].flags & OPF_COMPARE;
 	for (int64_t i = 0; i < r->numel; i++, interp_iter_next(&it)) {
 		if (fl) {
 			double x = interp_opndf(n, 0, a, it.off[0], cdt);
@@ -188,11 +85,11 @@ binary(const Node *n, int op, DType cdt, Tensor *a, Tensor *b, Tensor *r)
 				x = round_to(cdt, x);
 				y = round_to(cdt, y);
 			}
-			interp_setf(r, i, binary_f(op, x, y));
+			interp_setf(r, i, f->d2(x, y));
 		} else {
 			int64_t x = interp_opndi(n, 0, a, it.off[0]);
 			int64_t y = interp_opndi(n, 1, b, it.off[1]);
-			interp_seti(r, i, binary_i(op, x, y));
+			interp_seti(r, i, f->i2(x, y));
 		}
 	}
 }
@@ -201,7 +98,7 @@ int
 interp_binary(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
 	DType cdt = (DType)out[0]->dt;
-	if (is_compare(n->op))
+	if (op_table[n->op].flags & OPF_COMPARE)
 		cdt = shape_result_type(I->g, n, 0, 2);
 	binary(n, n->op, cdt, in[0], in[1], out[0]);
 	return 0;
@@ -237,12 +134,10 @@ interp_clamp(Interp *I, Node *n, Tensor **in, Tensor **out)
 		double h = hi ? interp_opmath(r->dt, attr_num_f(hi)) : 0;
 		for (int64_t i = 0; i < r->numel; i++) {
 			double v = interp_opndf(n, 0, x, i, r->dt);
-			if (!isnan(v)) {
-				if (lo && (v < l || isnan(l)))
-					v = l;
-				if (hi && (v > h || isnan(h)))
-					v = h;
-			}
+			if (lo)
+				v = sgk_clamp_lo_d(v, l);
+			if (hi)
+				v = sgk_clamp_hi_d(v, h);
 			interp_setf(r, i, v);
 		}
 		return 0;
@@ -337,11 +232,12 @@ interp_inplace(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
 	(void)out;
 	Tensor *x = in[0];
-	switch (n->op) {
-	case OP_ADD_: case OP_SUB_: case OP_MUL_: case OP_DIV_:
+	if (op_table[n->op].has_base) { /* add_ sub_ mul_ div_ */
 		binary(n, op_inplace_base(n->op), shape_result_type(I->g, n, 0, 2),
 		       x, in[1], x);
-		break;
+		return 0;
+	}
+	switch (n->op) {
 	case OP_COPY_:
 		convert(in[1], x);
 		break;

@@ -296,7 +296,7 @@ const char *lexer_token_name(int kind);
  */
 
 typedef enum {
-#define X(e, name, opnds, nres, attrs, shape, interp, flags, grad) OP_##e,
+#define X(e, name, opnds, nres, attrs, shape, interp, flags, grad, emit, kernel) OP_##e,
 #include "ops.def"
 #undef X
 	OP__N
@@ -307,15 +307,58 @@ enum {
 	OPF_INPLACE   = 1 << 1,  /* mutates its first operand */
 	OPF_SYNC      = 1 << 2,  /* record/wait event, wait_stream, synchronize */
 	OPF_COLLECTIVE= 1 << 3,  /* NCCL collective; 0 results: in place */
-	OPF_REDUCTION = 1 << 4,
-	OPF_VIEW      = 1 << 5,  /* shape op that PyTorch does as a view */
+	OPF_COMPARE   = 1 << 4,  /* a comparison: bool result, operands compared
+	                            in their promoted dtype */
+	OPF_PROLOGUE  = 1 << 5,  /* takes a pointwise producer into its kernel */
 	OPF_COMPILER  = 1 << 6,  /* normally made by the compiler */
 	OPF_OPTRES    = 1 << 7,  /* 0 or 1 results (0: in place) */
 	OPF_VARRES    = 1 << 8,  /* result count fixed by the shape rule */
 	OPF_NOGRAD    = 1 << 9,  /* has no derivative */
-	OPF_CREATION  = 1 << 10,
-	OPF_NOSCALAR  = 1 << 11, /* pointwise, but operand 0 must be a tensor */
+	OPF_EPILOGUE  = 1 << 10, /* takes a pointwise consumer into its kernel */
 };
+
+/* The CUDA backend's emitter families (ops.def's emitter column). */
+typedef enum {
+	EM_NONE,
+	EM_POINTWISE,     /* codegen_kernels.c: pointwise groups */
+	EM_REDUCE,        /* codegen_rows.c: RED reductions */
+	EM_SOFTMAX,       /* codegen_rows.c */
+	EM_NORM,          /* codegen_rows.c */
+	EM_MSE_LOSS,      /* codegen_rows.c */
+	EM_CROSS_ENTROPY, /* codegen_rows.c */
+	EM_MATMUL,        /* codegen_gemm.c */
+	EM_LINEAR,        /* codegen_gemm.c */
+	EM_SDPA,          /* codegen_kernels.c: attention */
+	EM_FLAT_COPY,     /* codegen_kernels.c: a copy of the bytes */
+	EM_STRIDED,       /* codegen_kernels.c: a strided copy */
+	EM_CAT,
+	EM_SPLIT,
+	EM_CREATION,
+	EM_EMBEDDING,
+	EM_GATHER,
+	EM_ZERO,
+	EM_COLLECTIVE,    /* codegen_coll.c */
+	EM_CONV,          /* codegen_conv.c: conv2d, pools, batch_norm, their backward */
+	EM_GRAD,          /* codegen_grad.c: autograd's and the optimizer's ops */
+	EM_HOST,          /* codegen_host.c: host statements, no kernel */
+	EM__N
+} EmitKind;
+
+/* A pointwise op's formula (runtime/sgk/sgk_pointwise.h): the name NAME of
+ * sgk_NAME_f/_d/_i, and the interpreter's forms (double and int64; the
+ * ones of its arity, int ones NULL when the op never computes in
+ * integers). */
+typedef struct {
+	const char *name;
+	double (*d1)(double);
+	double (*d2)(double, double);
+	long long (*i1)(long long);
+	long long (*i2)(long long, long long);
+} PwFormula;
+
+/* A reduction's identity and finish (ops.def's RED). */
+enum { RED_ZERO, RED_ONE, RED_LOWEST, RED_HIGHEST };
+enum { FIN_NONE, FIN_MEAN, FIN_VAR };
 
 typedef enum {
 	AT_INT,    /* an integer or a dim name */
@@ -365,6 +408,14 @@ typedef struct {
 	InterpFn interp;
 	uint32_t flags;
 	GradFn grad;        /* NULL: no derivative */
+	uint8_t emit;       /* EmitKind */
+	PwFormula pw;       /* pointwise: its formula (pw.name NULL: none) */
+	PwFormula pw_tanh;  /* the formula under approximate="tanh" */
+	PwFormula combine;  /* reduction: its combine step (name NULL: none) */
+	uint8_t ident;      /* reduction: RED_* */
+	uint8_t finish;     /* reduction: FIN_* */
+	uint8_t has_base;   /* in place: computes op `base` into operand 0 */
+	uint16_t base;
 	AttrSpec *attr;     /* parsed from attrs by ops_init */
 	uint32_t nattr;
 } OpInfo;
@@ -445,6 +496,9 @@ int64_t attr_num_i(const Attr *a);
 /* ops.c: the out-of-place op of an in-place arithmetic op (add_ -> add),
  * other ops unchanged. */
 int op_inplace_base(int op);
+/* ops.c: the pointwise formula node n computes (its approximate= variant
+ * where it has one), NULL when none. */
+const PwFormula *op_formula(const Node *n);
 
 enum {
 	NF_BACKWARD = 1 << 0, /* inside the derived backward block */

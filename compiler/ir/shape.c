@@ -665,32 +665,30 @@ reduce_mask(Graph *g, Node *n, Diag *d, uint32_t *mask)
 	return 1;
 }
 
-/* The result dtype of a reduction of x: sum of bool or integers is i64;
- * mean and var need floats; amax and amin keep the dtype but reject
- * reducing a dim of size 0 (there is no identity). */
+/* The result dtype of a reduction of x (ops.def's RED): a sum (a finite
+ * identity) of bool or integers is i64; a mean or a variance needs floats; a reduction whose
+ * identity is an infinity (amax, amin) keeps the dtype but rejects
+ * reducing a dim of size 0 (PyTorch gives no identity there). */
 static int
 reduce_dtype(Graph *g, Node *n, Diag *d, uint32_t mask, DType *dt)
 {
 	Text x;
 	const Type *t = otype(g, n, 0);
+	const OpInfo *o = &op_table[n->op];
 	*dt = (DType)t->dt;
-	switch (n->op) {
-	case OP_SUM:
+	if (o->finish != FIN_NONE)
+		return need_float(g, n, d, 0);
+	if (o->ident != RED_LOWEST && o->ident != RED_HIGHEST) {
 		if (!dtype_is_float(*dt))
 			*dt = DT_I64;
 		return 1;
-	case OP_MEAN:
-	case OP_VAR:
-	case OP_VAR_MEAN:
-		return need_float(g, n, d, 0);
-	default:
-		for (int k = 0; k < t->rank; k++)
-			if ((mask >> k & 1) && t->d[k] == 0)
-				return fail(g, n, d, oloc(n, 0),
-				            "dim %d of %s has size 0, and the reduction of no elements is undefined",
-				            k, opnd_desc(&x, g, n, 0));
-		return 1;
 	}
+	for (int k = 0; k < t->rank; k++)
+		if ((mask >> k & 1) && t->d[k] == 0)
+			return fail(g, n, d, oloc(n, 0),
+			            "dim %d of %s has size 0, and the reduction of no elements is undefined",
+			            k, opnd_desc(&x, g, n, 0));
+	return 1;
 }
 
 /* sum mean amax amin var var_mean (dims=, keepdim=); var_mean gives two
@@ -700,7 +698,7 @@ shape_reduce(Graph *g, Node *n, Diag *d)
 {
 	uint32_t mask;
 	DType dt;
-	if (!want_results(g, n, d, n->op == OP_VAR_MEAN ? 2 : 1) ||
+	if (!want_results(g, n, d, op_table[n->op].nres) ||
 	    !reduce_mask(g, n, d, &mask) || !reduce_dtype(g, n, d, mask, &dt))
 		return 0;
 	const Type *x = otype(g, n, 0);

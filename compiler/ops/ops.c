@@ -6,20 +6,35 @@
 #include <string.h>
 
 #include "sgc.h"
+#include "sgk/sgk_pointwise.h"
 
 /* Every shape rule and interpreter kernel named in ops.def. */
-#define X(e, name, opnds, nres, attrs, shape, interp, flags, grad)           \
+#define X(e, name, opnds, nres, attrs, shape, interp, flags, grad, emit, kernel) \
 	int shape(Graph *g, Node *n, Diag *d);                                \
 	int interp(struct Interp *I, Node *n, struct Tensor **in,             \
 	           struct Tensor **out);
 #include "ops.def"
 #undef X
 
+/* ops.def's kernel column: the formulas of runtime/sgk/sgk_pointwise.h. */
+#define PW1(f) .pw = {.name = #f, .d1 = sgk_##f##_d}
+#define PW1I(f) .pw = {.name = #f, .d1 = sgk_##f##_d, .i1 = sgk_##f##_i}
+#define PW2(f) .pw = {.name = #f, .d2 = sgk_##f##_d}
+#define PW2I(f) .pw = {.name = #f, .d2 = sgk_##f##_d, .i2 = sgk_##f##_i}
+#define PW1A(f, g) PW1(f), .pw_tanh = {.name = #g, .d1 = sgk_##g##_d}
+#define PW2A(f, g) PW2(f), .pw_tanh = {.name = #g, .d2 = sgk_##g##_d}
+#define RED(c, id, fin)                                                      \
+	.combine = {.name = #c, .d2 = sgk_##c##_d, .i2 = sgk_##c##_i},      \
+	.ident = RED_##id, .finish = FIN_##fin
+#define BASE(b) .has_base = 1, .base = OP_##b
+#define NK .pw = {.name = NULL}
+
 OpInfo op_table[OP__N] = {
-#define X(e, nm, opnds_, nres_, attrs_, shape_, interp_, flags_, grad_)       \
+#define X(e, nm, opnds_, nres_, attrs_, shape_, interp_, flags_, grad_, emit_, kernel_) \
 	[OP_##e] = {.name = nm, .opnds = opnds_, .nres = nres_,                \
 	            .attrs = attrs_, .shape = shape_, .interp = interp_,       \
-	            .flags = flags_, .grad = grad_},
+	            .flags = flags_, .grad = grad_, .emit = EM_##emit_,        \
+	            kernel_},
 #include "ops.def"
 #undef X
 };
@@ -210,15 +225,23 @@ attr_num_i(const Attr *a)
 	return a->i ? a->i : (int64_t)a->f;
 }
 
-/* The arithmetic op an in-place op performs. */
+/* The arithmetic op an in-place op performs (ops.def's BASE). */
 int
 op_inplace_base(int op)
 {
-	switch (op) {
-	case OP_ADD_: return OP_ADD;
-	case OP_SUB_: return OP_SUB;
-	case OP_MUL_: return OP_MUL;
-	case OP_DIV_: return OP_DIV;
-	default: return op;
+	return op < OP__N && op_table[op].has_base ? op_table[op].base : op;
+}
+
+/* The pointwise formula node n computes: its op's, or the one for
+ * approximate="tanh"; NULL when the op has none. */
+const PwFormula *
+op_formula(const Node *n)
+{
+	const OpInfo *o = &op_table[n->op];
+	if (o->pw_tanh.name) {
+		const Attr *a = ir_attr(n, "approximate");
+		if (a && a->s && strcmp(a->s, "tanh") == 0)
+			return &o->pw_tanh;
 	}
+	return o->pw.name ? &o->pw : NULL;
 }

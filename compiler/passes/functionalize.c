@@ -150,17 +150,15 @@ out_of_place(Fn *F, NodeId i, const char *base)
 	ValId x = n->opnd[0].v;
 	Type t = g->vals.v[x].type;
 	Node m;
-	switch (n->op) {
-	case OP_ADD_: case OP_SUB_: case OP_MUL_: case OP_DIV_: {
-		int op = n->op == OP_ADD_ ? OP_ADD : n->op == OP_SUB_ ? OP_SUB :
-		         n->op == OP_MUL_ ? OP_MUL : OP_DIV;
-		m = races_node(g, op, 2, 1, n->stream, n->flags, n->loc);
+	if (op_table[n->op].has_base) { /* add_ sub_ mul_ div_ */
+		m = races_node(g, op_inplace_base(n->op), 2, 1, n->stream, n->flags, n->loc);
 		memcpy(m.opnd, n->opnd, 2 * sizeof *m.opnd);
 		ValId r = finish(F, &m, base);
 		*n = m;
 		return g->vals.v[r].type.dt != t.dt
 		       ? unary_after(F, n, i, OP_CAST, r, &t, base) : r;
 	}
+	switch (n->op) {
 	case OP_COPY_: {
 		ValId src = n->opnd[1].v;
 		n->flags |= NF_DEAD;
@@ -191,12 +189,12 @@ out_of_place(Fn *F, NodeId i, const char *base)
 static int
 inplace(const Node *n)
 {
-	switch (n->op) {
-	case OP_ADD_: case OP_SUB_: case OP_MUL_: case OP_DIV_:
-	case OP_COPY_: case OP_ZERO_: case OP_FILL_:
+	if (n->op >= OP__N)
+		return 0;
+	uint32_t f = op_table[n->op].flags;
+	if ((f & OPF_INPLACE) && !(f & OPF_COMPILER))
 		return 1;
-	}
-	return n->op < OP__N && (op_table[n->op].flags & OPF_COLLECTIVE) && n->nres == 0;
+	return (f & OPF_COLLECTIVE) && n->nres == 0;
 }
 
 /* copy_(%x, ...) into a caller-visible %x that nothing names afterwards. */

@@ -129,12 +129,7 @@ int
 fusion_pointwise(const Graph *g, const Node *n)
 {
 	(void)g;
-	if (n->op >= OP__N)
-		return 0;
-	if (op_table[n->op].flags & OPF_POINTWISE)
-		return 1;
-	return n->op == OP_ADD_ || n->op == OP_SUB_ || n->op == OP_MUL_ ||
-	       n->op == OP_DIV_ || n->op == OP_COPY_ || n->op == OP_FILL_;
+	return n->op < OP__N && op_table[n->op].emit == EM_POINTWISE;
 }
 
 /* ------------------------------------------------------------------ groups */
@@ -256,13 +251,7 @@ vec_width(const Graph *g, const FuseGroup *grp, const Type *shape)
 static int
 takes_prologue(int op)
 {
-	switch (op) {
-	case OP_SUM: case OP_MEAN: case OP_AMAX: case OP_AMIN: case OP_VAR:
-	case OP_VAR_MEAN: case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_LAYER_NORM:
-	case OP_RMS_NORM:
-		return 1;
-	}
-	return 0;
+	return (op_table[op].flags & OPF_PROLOGUE) != 0;
 }
 
 /* The node a group can be computed inside of: the one consumer of the
@@ -297,13 +286,7 @@ consumer(const Graph *g, const Sched *s, const Uses *u, const FuseGroup *grp)
 static int
 takes_epilogue(const Node *n)
 {
-	switch (n->op) {
-	case OP_SUM: case OP_MEAN: case OP_AMAX: case OP_AMIN: case OP_VAR:
-	case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_LAYER_NORM: case OP_RMS_NORM:
-	case OP_CROSS_ENTROPY: case OP_MSE_LOSS:
-		return n->nres == 1;
-	}
-	return 0;
+	return n->op < OP__N && (op_table[n->op].flags & OPF_EPILOGUE) && n->nres == 1;
 }
 
 /* 1 when group grp reads value v as an operand, 0 when not; -1 when it

@@ -28,6 +28,7 @@
 #endif
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include "sgk/sgk_pointwise.h"
 
 typedef long long sg_i64;
 typedef unsigned long long sg_u64;
@@ -54,8 +55,6 @@ SG_DEV float sg_inff(void) { return __int_as_float(0x7f800000); }
 SG_DEV float sg_nanf(void) { return __int_as_float(0x7fc00000); }
 SG_DEV double sg_inf(void) { return __longlong_as_double(0x7ff0000000000000LL); }
 SG_DEV double sg_nan(void) { return __longlong_as_double(0x7ff8000000000000LL); }
-SG_DEV bool sg_isnan(float x) { return x != x; }
-SG_DEV bool sg_isnan(double x) { return x != x; }
 
 /* Loads: a stored element into its register. */
 SG_DEV double sg_ld(double x) { return x; }
@@ -110,85 +109,21 @@ SG_DEV sg_i64 sg_st_i64(sg_i64 v) { return v; }
 SG_DEV sg_i32 sg_st_i32(sg_i64 v) { return (sg_i32)(unsigned)(sg_u64)v; }
 SG_DEV sg_bool sg_st_bool(sg_i64 v) { return v != 0; }
 
-/* Math in float and in double. */
+/* Math in float and in double for the kernel templates; the pointwise
+ * ops' formulas are sgk_pointwise.h's. */
 SG_DEV float sg_exp(float x) { return expf(x); }
 SG_DEV double sg_exp(double x) { return exp(x); }
 SG_DEV float sg_log(float x) { return logf(x); }
 SG_DEV double sg_log(double x) { return log(x); }
-SG_DEV float sg_log1p(float x) { return log1pf(x); }
-SG_DEV double sg_log1p(double x) { return log1p(x); }
 SG_DEV float sg_sqrt(float x) { return sqrtf(x); }
 SG_DEV double sg_sqrt(double x) { return sqrt(x); }
-SG_DEV float sg_rsqrt(float x) { return 1.0f / sqrtf(x); }
-SG_DEV double sg_rsqrt(double x) { return 1.0 / sqrt(x); }
-SG_DEV float sg_sin(float x) { return sinf(x); }
-SG_DEV double sg_sin(double x) { return sin(x); }
-SG_DEV float sg_cos(float x) { return cosf(x); }
-SG_DEV double sg_cos(double x) { return cos(x); }
-SG_DEV float sg_tanh(float x) { return tanhf(x); }
-SG_DEV double sg_tanh(double x) { return tanh(x); }
-SG_DEV float sg_erf(float x) { return erff(x); }
-SG_DEV double sg_erf(double x) { return erf(x); }
 SG_DEV float sg_fabs(float x) { return fabsf(x); }
 SG_DEV double sg_fabs(double x) { return fabs(x); }
-SG_DEV float sg_floor(float x) { return floorf(x); }
-SG_DEV double sg_floor(double x) { return floor(x); }
-SG_DEV float sg_pow(float a, float b) { return powf(a, b); }
-SG_DEV double sg_pow(double a, double b) { return pow(a, b); }
 template <class T> SG_DEV T sg_sq(T x) { return x * x; }
-template <class T> SG_DEV T sg_sigmoid(T x) { return (T)1 / ((T)1 + sg_exp(-x)); }
-template <class T> SG_DEV T sg_silu(T x) { return x / ((T)1 + sg_exp(-x)); }
-template <class T> SG_DEV T sg_relu(T x) { return x < (T)0 ? (T)0 : x; }
-template <class T> SG_DEV T sg_sign(T x) { return sg_isnan(x) ? (T)0 : (T)((x > (T)0) - (x < (T)0)); }
-template <class T> SG_DEV T sg_gelu(T x) { return (T)0.5 * x * ((T)1 + sg_erf(x * (T)0.70710678118654752440)); }
-template <class T> SG_DEV T sg_gelu_tanh(T x)
-{
-	return (T)0.5 * x * ((T)1 + sg_tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x)));
-}
-/* d gelu(x) / dx, exact and with the tanh approximation. */
-template <class T> SG_DEV T sg_gelu_slope(T x)
-{
-	const T cdf = (T)0.5 * ((T)1 + sg_erf(x * (T)0.70710678118654752440));
-	return cdf + x * sg_exp((T)-0.5 * x * x) * (T)0.39894228040143267794;
-}
-template <class T> SG_DEV T sg_gelu_tanh_slope(T x)
-{
-	const T beta = (T)0.79788456080286535588, kappa = (T)0.044715;
-	const T t = sg_tanh(beta * (x + kappa * x * x * x));
-	return (T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t) * beta * ((T)1 + (T)3 * kappa * x * x);
-}
 /* torch.lerp(a, b, w) as PyTorch computes it. */
 template <class T> SG_DEV T sg_lerp(T a, T b, T w)
 {
 	return sg_fabs(w) < (T)0.5 ? a + w * (b - a) : b - (b - a) * ((T)1 - w);
-}
-/* maximum/minimum propagate NaN; clamp leaves NaN and takes a NaN bound. */
-template <class T> SG_DEV T sg_maximum(T a, T b) { return sg_isnan(a) || sg_isnan(b) ? a + b : a > b ? a : b; }
-template <class T> SG_DEV T sg_minimum(T a, T b) { return sg_isnan(a) || sg_isnan(b) ? a + b : a < b ? a : b; }
-template <class T> SG_DEV T sg_clamp_lo(T v, T l) { return sg_isnan(v) ? v : v < l || sg_isnan(l) ? l : v; }
-template <class T> SG_DEV T sg_clamp_hi(T v, T h) { return sg_isnan(v) ? v : v > h || sg_isnan(h) ? h : v; }
-
-/* Integer math: int64 with two's complement wrap-around. */
-SG_DEV sg_i64 sg_iadd(sg_i64 a, sg_i64 b) { return (sg_i64)((sg_u64)a + (sg_u64)b); }
-SG_DEV sg_i64 sg_isub(sg_i64 a, sg_i64 b) { return (sg_i64)((sg_u64)a - (sg_u64)b); }
-SG_DEV sg_i64 sg_imul(sg_i64 a, sg_i64 b) { return (sg_i64)((sg_u64)a * (sg_u64)b); }
-SG_DEV sg_i64 sg_ineg(sg_i64 a) { return (sg_i64)(0 - (sg_u64)a); }
-SG_DEV sg_i64 sg_iabs(sg_i64 a) { return a < 0 ? sg_ineg(a) : a; }
-SG_DEV sg_i64 sg_imax(sg_i64 a, sg_i64 b) { return a > b ? a : b; }
-SG_DEV sg_i64 sg_imin(sg_i64 a, sg_i64 b) { return a < b ? a : b; }
-SG_DEV sg_i64 sg_isign(sg_i64 a) { return (a > 0) - (a < 0); }
-/* a ** b by squaring; a negative b gives 1 / a^-b truncated. */
-SG_DEV sg_i64 sg_ipow(sg_i64 a, sg_i64 b)
-{
-	if (b < 0)
-		return a == 1 ? 1 : a == -1 ? (b & 1 ? -1 : 1) : 0;
-	sg_u64 r = 1, x = (sg_u64)a;
-	for (; b; b >>= 1) {
-		if (b & 1)
-			r *= x;
-		x *= x;
-	}
-	return (sg_i64)r;
 }
 
 /* N elements of T moved by one aligned load or store (N * sizeof(T) is at
@@ -198,17 +133,9 @@ template <class T, int N> struct __align__(sizeof(T) * N) sg_vec {
 };
 
 /* Reduction operators (NaN propagates through max and min). */
-struct sg_sum_op {
-	__device__ float operator()(float a, float b) const { return a + b; }
-	__device__ double operator()(double a, double b) const { return a + b; }
-	__device__ sg_i64 operator()(sg_i64 a, sg_i64 b) const { return sg_iadd(a, b); }
-};
-struct sg_max_op {
-	template <class T> __device__ T operator()(T a, T b) const { return a != a || a > b ? a : b; }
-};
-struct sg_min_op {
-	template <class T> __device__ T operator()(T a, T b) const { return a != a || a < b ? a : b; }
-};
+typedef sgk_add_op sg_sum_op;
+typedef sgk_rmax_op sg_max_op;
+typedef sgk_rmin_op sg_min_op;
 
 /* Reduces v over the TPR threads that work on one row: a warp (TPR 32), or
  * the whole block (blockDim.x == TPR, a power of two up to 1024).  Every

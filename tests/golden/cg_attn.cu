@@ -51,7 +51,7 @@ k_attn_bf16_31_cast_yf(const sg_bf16 *__restrict__ x0, float *__restrict__ x1, f
 		const float r0 = sg_ld(x0[i]);
 		const float r1 = sg_to_f32(r0);
 		x1[i] = sg_st_f32(r1);
-		const float r2 = sg_to_f32(r1 * r1);
+		const float r2 = sg_to_f32(sgk_square_f(r1));
 		x2[i] = sg_st_f32(r2);
 	}
 }
@@ -75,7 +75,7 @@ k_attn_bf16_31_cast_yf_vec(const sg_bf16 *__restrict__ x0, float *__restrict__ x
 			const float r0 = sg_ld(x0_v.v[j]);
 			const float r1 = sg_to_f32(r0);
 			x1_v.v[j] = sg_st_f32(r1);
-			const float r2 = sg_to_f32(r1 * r1);
+			const float r2 = sg_to_f32(sgk_square_f(r1));
 			x2_v.v[j] = sg_st_f32(r2);
 		}
 		*(sg_vec<float, 4> *)(x1 + w * 4) = x1_v;
@@ -93,8 +93,8 @@ k_attn_bf16_33_mean_loss(const float *__restrict__ x, float *__restrict__ out)
 	const sg_i64 base = 0;
 	float acc = 0;
 	for (sg_i64 r = t; r < 16384; r += 1024)
-		acc = sg_sum_op()(acc, sg_opf(sg_ld(x[base + r])));
-	acc = sg_reduce<1024>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(sg_ld(x[base + r])));
+	acc = sg_reduce<1024>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc / (float)16384));
 }
@@ -125,10 +125,10 @@ k_attn_bf16_33_div_grad_sq(const float *__restrict__ x0, const float *__restrict
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(r0 / (float)16384LL);
+		const float r1 = sg_to_f32(sgk_div_f(r0, (float)16384LL));
 		const float r2 = sg_ld(x1[i]);
-		const float r3 = sg_to_f32(r2 * (float)2.0);
-		const float r4 = sg_to_f32(r1 * r3);
+		const float r3 = sg_to_f32(sgk_mul_f(r2, (float)2.0));
+		const float r4 = sg_to_f32(sgk_mul_f(r1, r3));
 		const float r5 = sg_to_bf16(r4);
 		x2[i] = sg_st_bf16(r5);
 	}
@@ -153,10 +153,10 @@ k_attn_bf16_33_div_grad_sq_vec(const float *__restrict__ x0, const float *__rest
 			const int i = w * 4 + j;
 			(void)i;
 			const float r0 = sg_ld(x0_v.v[j]);
-			const float r1 = sg_to_f32(r0 / (float)16384LL);
+			const float r1 = sg_to_f32(sgk_div_f(r0, (float)16384LL));
 			const float r2 = sg_ld(x1_v.v[j]);
-			const float r3 = sg_to_f32(r2 * (float)2.0);
-			const float r4 = sg_to_f32(r1 * r3);
+			const float r3 = sg_to_f32(sgk_mul_f(r2, (float)2.0));
+			const float r4 = sg_to_f32(sgk_mul_f(r1, r3));
 			const float r5 = sg_to_bf16(r4);
 			x2_v.v[j] = sg_st_bf16(r5);
 		}
@@ -260,7 +260,7 @@ k_attn_f16_56_cast_yf(const sg_f16 *__restrict__ x0, float *__restrict__ x1, flo
 		const float r0 = sg_ld(x0[i]);
 		const float r1 = sg_to_f32(r0);
 		x1[i] = sg_st_f32(r1);
-		const float r2 = sg_to_f32(r1 * r1);
+		const float r2 = sg_to_f32(sgk_square_f(r1));
 		x2[i] = sg_st_f32(r2);
 	}
 }
@@ -284,7 +284,7 @@ k_attn_f16_56_cast_yf_vec(const sg_f16 *__restrict__ x0, float *__restrict__ x1,
 			const float r0 = sg_ld(x0_v.v[j]);
 			const float r1 = sg_to_f32(r0);
 			x1_v.v[j] = sg_st_f32(r1);
-			const float r2 = sg_to_f32(r1 * r1);
+			const float r2 = sg_to_f32(sgk_square_f(r1));
 			x2_v.v[j] = sg_st_f32(r2);
 		}
 		*(sg_vec<float, 4> *)(x1 + w * 4) = x1_v;
@@ -302,10 +302,10 @@ k_attn_f16_58_div_grad_sq(const float *__restrict__ x0, const float *__restrict_
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(r0 / (float)16384LL);
+		const float r1 = sg_to_f32(sgk_div_f(r0, (float)16384LL));
 		const float r2 = sg_ld(x1[i]);
-		const float r3 = sg_to_f32(r2 * (float)2.0);
-		const float r4 = sg_to_f32(r1 * r3);
+		const float r3 = sg_to_f32(sgk_mul_f(r2, (float)2.0));
+		const float r4 = sg_to_f32(sgk_mul_f(r1, r3));
 		const float r5 = sg_to_f16(r4);
 		x2[i] = sg_st_f16(r5);
 	}
@@ -330,10 +330,10 @@ k_attn_f16_58_div_grad_sq_vec(const float *__restrict__ x0, const float *__restr
 			const int i = w * 4 + j;
 			(void)i;
 			const float r0 = sg_ld(x0_v.v[j]);
-			const float r1 = sg_to_f32(r0 / (float)16384LL);
+			const float r1 = sg_to_f32(sgk_div_f(r0, (float)16384LL));
 			const float r2 = sg_ld(x1_v.v[j]);
-			const float r3 = sg_to_f32(r2 * (float)2.0);
-			const float r4 = sg_to_f32(r1 * r3);
+			const float r3 = sg_to_f32(sgk_mul_f(r2, (float)2.0));
+			const float r4 = sg_to_f32(sgk_mul_f(r1, r3));
 			const float r5 = sg_to_f16(r4);
 			x2_v.v[j] = sg_st_f16(r5);
 		}
@@ -410,7 +410,7 @@ k_attn_f32_78_mul_y(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(r0 * (float)2.0);
+		const float r1 = sg_to_f32(sgk_mul_f(r0, (float)2.0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -430,7 +430,7 @@ k_attn_f32_78_mul_y_vec(const float *__restrict__ x0, float *__restrict__ x1)
 			const int i = w * 4 + j;
 			(void)i;
 			const float r0 = sg_ld(x0_v.v[j]);
-			const float r1 = sg_to_f32(r0 * (float)2.0);
+			const float r1 = sg_to_f32(sgk_mul_f(r0, (float)2.0));
 			x1_v.v[j] = sg_st_f32(r1);
 		}
 		*(sg_vec<float, 4> *)(x1 + w * 4) = x1_v;
@@ -447,8 +447,8 @@ k_attn_f32_79_sum_qs(const float *__restrict__ x, float *__restrict__ out)
 	const sg_i64 base = 0;
 	float acc = 0;
 	for (sg_i64 r = t; r < 16384; r += 1024)
-		acc = sg_sum_op()(acc, sg_opf(sg_ld(x[base + r])));
-	acc = sg_reduce<1024>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(sg_ld(x[base + r])));
+	acc = sg_reduce<1024>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc));
 }
@@ -538,8 +538,8 @@ k_attn_f64_95_sum_s(const double *__restrict__ x, double *__restrict__ out)
 	const sg_i64 base = 0;
 	double acc = 0;
 	for (sg_i64 r = t; r < 16384; r += 1024)
-		acc = sg_sum_op()(acc, sg_opd(sg_ld(x[base + r])));
-	acc = sg_reduce<1024>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opd(sg_ld(x[base + r])));
+	acc = sg_reduce<1024>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_f64(sg_to_f64(acc));
 }

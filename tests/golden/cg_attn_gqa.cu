@@ -60,7 +60,7 @@ k_gqa_bf16_32_square_sq(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 65536;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(r0 * r0);
+		const float r1 = sg_to_f32(sgk_square_f(r0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -72,8 +72,8 @@ k_gqa_bf16_33_mean_part_loss(const float *__restrict__ x, float *__restrict__ pa
 	float acc = 0;
 	for (sg_i64 r = (sg_i64)blockIdx.x * 256 + threadIdx.x; r < 65536;
 	     r += (sg_i64)gridDim.x * 256)
-		acc = sg_sum_op()(acc, sg_opf(sg_ld(x[r])));
-	acc = sg_reduce<256>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(sg_ld(x[r])));
+	acc = sg_reduce<256>(acc, sgk_add_op());
 	if (threadIdx.x == 0)
 		part[blockIdx.x] = acc;
 }
@@ -83,8 +83,8 @@ k_gqa_bf16_33_mean_final_loss(const float *__restrict__ part, float *__restrict_
 {
 	float acc = 0;
 	for (int r = threadIdx.x; r < 256; r += 256)
-		acc = sg_sum_op()(acc, part[r]);
-	acc = sg_reduce<256>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, part[r]);
+	acc = sg_reduce<256>(acc, sgk_add_op());
 	if (threadIdx.x == 0)
 		out[0] = sg_st_f32(sg_to_f32(acc / (float)65536));
 }
@@ -112,7 +112,7 @@ k_gqa_bf16_33_div_grad_sq(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 65536;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(r0 / (float)65536LL);
+		const float r1 = sg_to_f32(sgk_div_f(r0, (float)65536LL));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -124,7 +124,7 @@ k_gqa_bf16_32_mul_grad_yf_1(const float *__restrict__ x0, float *__restrict__ x1
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 65536;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(r0 * (float)2.0);
+		const float r1 = sg_to_f32(sgk_mul_f(r0, (float)2.0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -137,7 +137,7 @@ k_gqa_bf16_32_mul_grad_yf(const float *__restrict__ x0, const float *__restrict_
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
 		const float r1 = sg_ld(x1[i]);
-		const float r2 = sg_to_f32(r0 * r1);
+		const float r2 = sg_to_f32(sgk_mul_f(r0, r1));
 		x2[i] = sg_st_f32(r2);
 	}
 }

@@ -31,7 +31,7 @@ k_coll_26_mul_m(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 512;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(r0 * (float)2.0);
+		const float r1 = sg_to_f32(sgk_mul_f(r0, (float)2.0));
 		x1[i] = sg_st_f32(r1);
 	}
 }

@@ -23,9 +23,9 @@
 static __device__ __forceinline__ __attribute__((unused)) void
 k_epilogue_20_ep_m2(const float *__restrict__ v_s, float *__restrict__ v_z, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_f32(r0 * (float)2.0);
+	const float r1 = sg_to_f32(sgk_mul_f(r0, (float)2.0));
 	const float r2 = sg_ld(v_s[i]);
-	const float r3 = sg_to_f32(r1 + r2);
+	const float r3 = sg_to_f32(sgk_add_f(r1, r2));
 	v_z[i] = sg_st_f32(r3);
 }
 // cg_epilogue.sg:19: %m = mean(%x, dims=[1])
@@ -39,8 +39,8 @@ k_epilogue_19_mean_m(const float *__restrict__ x, const float *__restrict__ v_s,
 	const sg_i64 base = o * 96;
 	float acc = 0;
 	for (sg_i64 r = t; r < 96; r += 32)
-		acc = sg_sum_op()(acc, sg_opf(sg_ld(x[base + r])));
-	acc = sg_reduce<32>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(sg_ld(x[base + r])));
+	acc = sg_reduce<32>(acc, sgk_add_op());
 	if (t == 0)
 		{ const float r_ = sg_to_f32(acc / (float)96); k_epilogue_20_ep_m2(v_s, v_z, o, r_); }
 }
@@ -50,7 +50,7 @@ k_epilogue_19_mean_m(const float *__restrict__ x, const float *__restrict__ v_s,
 static __device__ __forceinline__ __attribute__((unused)) void
 k_epilogue_23_ep_ch(sg_bf16 *__restrict__ v_ch, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_bf16(r0 * (float)0.5);
+	const float r1 = sg_to_bf16(sgk_mul_f(r0, (float)0.5));
 	v_ch[i] = sg_st_bf16(r1);
 }
 // cg_epilogue.sg:22: %cs = sum(%h, dims=[0])
@@ -66,13 +66,13 @@ k_epilogue_22_sum_cs(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out, s
 	float acc = 0;
 	if (o < 96)
 		for (sg_i64 r = w; r < 32; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(sg_ld(x[o + r * 96])));
+			acc = sgk_add_op()(acc, sg_opf(sg_ld(x[o + r * 96])));
 	part[w][lane] = acc;
 	__syncthreads();
 	if (w != 0 || o >= 96)
 		return;
 	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
+		acc = sgk_add_op()(acc, part[k][lane]);
 	{ const float r_ = sg_to_bf16(acc); out[o] = sg_st_bf16(r_); k_epilogue_23_ep_ch(v_ch, o, r_); }
 }
 // cg_epilogue.sg:24: %d = sub(%big, %big2)
@@ -84,8 +84,8 @@ k_epilogue_24_elem_d(const float *__restrict__ v_big, const float *__restrict__ 
 {
 	const float r0 = sg_ld(v_big[i]);
 	const float r1 = sg_ld(v_big2[i]);
-	const float r2 = sg_to_f32(r0 - r1);
-	const float r3 = sg_to_f32(r2 * r2);
+	const float r2 = sg_to_f32(sgk_sub_f(r0, r1));
+	const float r3 = sg_to_f32(sgk_square_f(r2));
 	return r3;
 }
 // cg_epilogue.sg:27: %rmse = sqrt(%ms)
@@ -94,7 +94,7 @@ k_epilogue_24_elem_d(const float *__restrict__ v_big, const float *__restrict__ 
 static __device__ __forceinline__ __attribute__((unused)) void
 k_epilogue_27_ep_rmse(float *__restrict__ v_rmse, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_f32(sg_sqrt(r0));
+	const float r1 = sg_to_f32(sgk_sqrt_f(r0));
 	v_rmse[i] = sg_st_f32(r1);
 }
 // cg_epilogue.sg:26: %ms = mean(%sq)
@@ -105,8 +105,8 @@ k_epilogue_26_mean_part_ms(const float *__restrict__ v_big, const float *__restr
 	float acc = 0;
 	for (sg_i64 r = (sg_i64)blockIdx.x * 256 + threadIdx.x; r < 65536;
 	     r += (sg_i64)gridDim.x * 256)
-		acc = sg_sum_op()(acc, sg_opf(k_epilogue_24_elem_d(v_big, v_big2, r)));
-	acc = sg_reduce<256>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(k_epilogue_24_elem_d(v_big, v_big2, r)));
+	acc = sg_reduce<256>(acc, sgk_add_op());
 	if (threadIdx.x == 0)
 		part[blockIdx.x] = acc;
 }
@@ -116,8 +116,8 @@ k_epilogue_26_mean_final_ms(const float *__restrict__ part, float *__restrict__ 
 {
 	float acc = 0;
 	for (int r = threadIdx.x; r < 256; r += 256)
-		acc = sg_sum_op()(acc, part[r]);
-	acc = sg_reduce<256>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, part[r]);
+	acc = sg_reduce<256>(acc, sgk_add_op());
 	if (threadIdx.x == 0)
 		{ const float r_ = sg_to_f32(acc / (float)65536); k_epilogue_27_ep_rmse(v_rmse, 0, r_); }
 }
@@ -127,7 +127,7 @@ k_epilogue_26_mean_final_ms(const float *__restrict__ part, float *__restrict__ 
 static __device__ __forceinline__ __attribute__((unused)) void
 k_epilogue_29_ep_sd(float *__restrict__ v_sd, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_f32(sg_sqrt(r0));
+	const float r1 = sg_to_f32(sgk_sqrt_f(r0));
 	v_sd[i] = sg_st_f32(r1);
 }
 // cg_epilogue.sg:28: %v = var(%x, dims=[1])
@@ -160,7 +160,7 @@ k_epilogue_28_var_v(const float *__restrict__ x, float *__restrict__ v_sd)
 static __device__ __forceinline__ __attribute__((unused)) void
 k_epilogue_31_ep_sm3(float *__restrict__ v_sm3, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_f32(r0 * (float)3.0);
+	const float r1 = sg_to_f32(sgk_mul_f(r0, (float)3.0));
 	v_sm3[i] = sg_st_f32(r1);
 }
 // cg_epilogue.sg:30: %sm = softmax(%x)
@@ -193,7 +193,7 @@ k_epilogue_30_softmax_sm(const float *__restrict__ x, float *__restrict__ v_sm3)
 static __device__ __forceinline__ __attribute__((unused)) void
 k_epilogue_33_ep_nl(sg_bf16 *__restrict__ v_nl, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_bf16(-r0);
+	const float r1 = sg_to_bf16(sgk_neg_f(r0));
 	v_nl[i] = sg_st_bf16(r1);
 }
 // cg_epilogue.sg:32: %ls = log_softmax(%h)
@@ -226,7 +226,7 @@ k_epilogue_32_log_softmax_ls(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict_
 static __device__ __forceinline__ __attribute__((unused)) void
 k_epilogue_35_ep_g(sg_bf16 *__restrict__ v_g, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_bf16(sg_gelu(r0));
+	const float r1 = sg_to_bf16(sgk_gelu_f(r0));
 	v_g[i] = sg_st_bf16(r1);
 }
 // cg_epilogue.sg:34: %ln = layer_norm(%h, %w)
@@ -262,7 +262,7 @@ static __device__ __forceinline__ __attribute__((unused)) void
 k_epilogue_37_ep_ry(const float *__restrict__ v_y, float *__restrict__ v_ry, sg_i64 i, const float r0)
 {
 	const float r1 = sg_ld(v_y[i]);
-	const float r2 = sg_to_f32(r0 * r1);
+	const float r2 = sg_to_f32(sgk_mul_f(r0, r1));
 	v_ry[i] = sg_st_f32(r2);
 }
 // cg_epilogue.sg:36: %rn = rms_norm(%x)
@@ -293,7 +293,7 @@ k_epilogue_36_rms_norm_rn(const float *__restrict__ x, const float *__restrict__
 static __device__ __forceinline__ __attribute__((unused)) void
 k_epilogue_39_ep_ce2(float *__restrict__ v_ce2, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_f32(r0 * (float)0.5);
+	const float r1 = sg_to_f32(sgk_mul_f(r0, (float)0.5));
 	v_ce2[i] = sg_st_f32(r1);
 }
 // cg_epilogue.sg:38: %ce = cross_entropy(%x, %t)
@@ -329,7 +329,7 @@ k_epilogue_38_cross_entropy_loss_ce(const float *__restrict__ x, const sg_i64 *_
 static __device__ __forceinline__ __attribute__((unused)) void
 k_epilogue_41_ep_cb1(sg_bf16 *__restrict__ v_cb1, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_bf16(r0 + (float)1.0);
+	const float r1 = sg_to_bf16(sgk_add_f(r0, (float)1.0));
 	v_cb1[i] = sg_st_bf16(r1);
 }
 // cg_epilogue.sg:40: %cb = cross_entropy(%h, %t)
@@ -365,7 +365,7 @@ k_epilogue_40_cross_entropy_loss_cb(const sg_bf16 *__restrict__ x, const sg_i64 
 static __device__ __forceinline__ __attribute__((unused)) void
 k_epilogue_43_ep_mse2(float *__restrict__ v_mse2, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_f32(r0 * (float)2.0);
+	const float r1 = sg_to_f32(sgk_mul_f(r0, (float)2.0));
 	v_mse2[i] = sg_st_f32(r1);
 }
 // cg_epilogue.sg:42: %mse = mse_loss(%x, %y)

@@ -26,8 +26,8 @@ k_epilogue_not_13_sum_a(const float *__restrict__ x, float *__restrict__ out)
 	const sg_i64 base = o * 96;
 	float acc = 0;
 	for (sg_i64 r = t; r < 96; r += 32)
-		acc = sg_sum_op()(acc, sg_opf(sg_ld(x[base + r])));
-	acc = sg_reduce<32>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(sg_ld(x[base + r])));
+	acc = sg_reduce<32>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc));
 }
@@ -39,7 +39,7 @@ k_epilogue_not_15_mul_a2(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 32;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(r0 * (float)2.0);
+		const float r1 = sg_to_f32(sgk_mul_f(r0, (float)2.0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -54,8 +54,8 @@ k_epilogue_not_16_amax_b(const float *__restrict__ x, float *__restrict__ out)
 	const sg_i64 base = o * 96;
 	float acc = -sg_inff();
 	for (sg_i64 r = t; r < 96; r += 32)
-		acc = sg_max_op()(acc, sg_opf(sg_ld(x[base + r])));
-	acc = sg_reduce<32>(acc, sg_max_op());
+		acc = sgk_rmax_op()(acc, sg_opf(sg_ld(x[base + r])));
+	acc = sg_reduce<32>(acc, sgk_rmax_op());
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc));
 }
@@ -67,7 +67,7 @@ k_epilogue_not_20_neg_b2(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 32;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(-r0);
+		const float r1 = sg_to_f32(sgk_neg_f(r0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -84,13 +84,13 @@ k_epilogue_not_23_mean_c(const float *__restrict__ x, float *__restrict__ out)
 	float acc = 0;
 	if (o < 96)
 		for (sg_i64 r = w; r < 32; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(sg_ld(x[o + r * 96])));
+			acc = sgk_add_op()(acc, sg_opf(sg_ld(x[o + r * 96])));
 	part[w][lane] = acc;
 	__syncthreads();
 	if (w != 0 || o >= 96)
 		return;
 	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
+		acc = sgk_add_op()(acc, part[k][lane]);
 	out[o] = sg_st_f32(sg_to_f32(acc / (float)32));
 }
 // cg_epilogue_not.sg:24: %other = exp(%x)
@@ -101,7 +101,7 @@ k_epilogue_not_24_exp_other(const float *__restrict__ x0, float *__restrict__ x1
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 3072;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_exp(r0));
+		const float r1 = sg_to_f32(sgk_exp_f(r0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -121,7 +121,7 @@ k_epilogue_not_24_exp_other_vec(const float *__restrict__ x0, float *__restrict_
 			const int i = w * 4 + j;
 			(void)i;
 			const float r0 = sg_ld(x0_v.v[j]);
-			const float r1 = sg_to_f32(sg_exp(r0));
+			const float r1 = sg_to_f32(sgk_exp_f(r0));
 			x1_v.v[j] = sg_st_f32(r1);
 		}
 		*(sg_vec<float, 4> *)(x1 + w * 4) = x1_v;
@@ -135,7 +135,7 @@ k_epilogue_not_25_exp_c2(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 96;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_exp(r0));
+		const float r1 = sg_to_f32(sgk_exp_f(r0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -145,7 +145,7 @@ k_epilogue_not_25_exp_c2(const float *__restrict__ x0, float *__restrict__ x1)
 static __device__ __forceinline__ __attribute__((unused)) void
 k_epilogue_not_27_ep_d2(float *__restrict__ v_d2, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_f32(sg_fabs(r0));
+	const float r1 = sg_to_f32(sgk_abs_f(r0));
 	v_d2[i] = sg_st_f32(r1);
 }
 // cg_epilogue_not.sg:26: %d = amin(%x, dims=[1])
@@ -159,8 +159,8 @@ k_epilogue_not_26_amin_d(const float *__restrict__ x, float *__restrict__ out, f
 	const sg_i64 base = o * 96;
 	float acc = sg_inff();
 	for (sg_i64 r = t; r < 96; r += 32)
-		acc = sg_min_op()(acc, sg_opf(sg_ld(x[base + r])));
-	acc = sg_reduce<32>(acc, sg_min_op());
+		acc = sgk_rmin_op()(acc, sg_opf(sg_ld(x[base + r])));
+	acc = sg_reduce<32>(acc, sgk_rmin_op());
 	if (t == 0)
 		{ const float r_ = sg_to_f32(acc); out[o] = sg_st_f32(r_); k_epilogue_not_27_ep_d2(v_d2, o, r_); }
 }
@@ -172,7 +172,7 @@ k_epilogue_not_29_add_d3(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 32;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(r0 + (float)1.0);
+		const float r1 = sg_to_f32(sgk_add_f(r0, (float)1.0));
 		x1[i] = sg_st_f32(r1);
 	}
 }

@@ -28,13 +28,13 @@ k_fused_13_add_h(const float *__restrict__ x0, const float *__restrict__ x1, con
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
 		const float r1 = sg_ld(x1[i % 256]);
-		const float r2 = sg_to_f32(r0 + r1);
-		const float r3 = sg_to_f32(sg_gelu(r2));
-		const float r4 = sg_to_f32(r3 * (float)2.0);
+		const float r2 = sg_to_f32(sgk_add_f(r0, r1));
+		const float r3 = sg_to_f32(sgk_gelu_f(r2));
+		const float r4 = sg_to_f32(sgk_mul_f(r3, (float)2.0));
 		const float r5 = sg_ld(x2[i]);
 		const float r6 = sg_to_f32(r5);
 		x3[i] = sg_st_f32(r6);
-		const float r7 = sg_to_f32(r4 + r6);
+		const float r7 = sg_to_f32(sgk_add_f(r4, r6));
 		x4[i] = sg_st_f32(r7);
 	}
 }
@@ -61,13 +61,13 @@ k_fused_13_add_h_vec(const float *__restrict__ x0, const float *__restrict__ x1,
 			(void)i;
 			const float r0 = sg_ld(x0_v.v[j]);
 			const float r1 = sg_ld(x1[i % 256]);
-			const float r2 = sg_to_f32(r0 + r1);
-			const float r3 = sg_to_f32(sg_gelu(r2));
-			const float r4 = sg_to_f32(r3 * (float)2.0);
+			const float r2 = sg_to_f32(sgk_add_f(r0, r1));
+			const float r3 = sg_to_f32(sgk_gelu_f(r2));
+			const float r4 = sg_to_f32(sgk_mul_f(r3, (float)2.0));
 			const float r5 = sg_ld(x2_v.v[j]);
 			const float r6 = sg_to_f32(r5);
 			x3_v.v[j] = sg_st_f32(r6);
-			const float r7 = sg_to_f32(r4 + r6);
+			const float r7 = sg_to_f32(sgk_add_f(r4, r6));
 			x4_v.v[j] = sg_st_f32(r7);
 		}
 		*(sg_vec<float, 4> *)(x3 + w * 4) = x3_v;
@@ -80,7 +80,7 @@ k_fused_13_add_h_vec(const float *__restrict__ x0, const float *__restrict__ x1,
 static __device__ __forceinline__ __attribute__((unused)) void
 k_fused_19_ep_n(float *__restrict__ v_n, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_f32(-r0);
+	const float r1 = sg_to_f32(sgk_neg_f(r0));
 	v_n[i] = sg_st_f32(r1);
 }
 // cg_fused.sg:18: %s = sum(%o, dims=[1])
@@ -94,8 +94,8 @@ k_fused_18_sum_s(const float *__restrict__ x, float *__restrict__ v_n)
 	const sg_i64 base = o * 256;
 	float acc = 0;
 	for (sg_i64 r = t; r < 256; r += 32)
-		acc = sg_sum_op()(acc, sg_opf(sg_ld(x[base + r])));
-	acc = sg_reduce<32>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(sg_ld(x[base + r])));
+	acc = sg_reduce<32>(acc, sgk_add_op());
 	if (t == 0)
 		{ const float r_ = sg_to_f32(acc); k_fused_19_ep_n(v_n, o, r_); }
 }
@@ -106,7 +106,7 @@ static __device__ __forceinline__ __attribute__((unused)) float
 k_fused_20_elem_c(const float *__restrict__ v_x, sg_i64 i)
 {
 	const float r0 = sg_ld(v_x[i]);
-	const float r1 = sg_to_f32(r0 * (float)0.125);
+	const float r1 = sg_to_f32(sgk_mul_f(r0, (float)0.125));
 	return r1;
 }
 // cg_fused.sg:21: %sm = softmax(%c)
@@ -146,13 +146,13 @@ k_fused_22_sum_cs(const float *__restrict__ x, float *__restrict__ out)
 	float acc = 0;
 	if (o < 256)
 		for (sg_i64 r = w; r < 64; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(sg_ld(x[o + r * 256])));
+			acc = sgk_add_op()(acc, sg_opf(sg_ld(x[o + r * 256])));
 	part[w][lane] = acc;
 	__syncthreads();
 	if (w != 0 || o >= 256)
 		return;
 	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
+		acc = sgk_add_op()(acc, part[k][lane]);
 	out[o] = sg_st_f32(sg_to_f32(acc));
 }
 // cg_fused.sg:23: %d = sub(%x, %yb)
@@ -164,8 +164,8 @@ k_fused_23_elem_d(const float *__restrict__ v_x, const float *__restrict__ v_yb,
 {
 	const float r0 = sg_ld(v_x[i]);
 	const float r1 = sg_ld(v_yb[i]);
-	const float r2 = sg_to_f32(r0 - r1);
-	const float r3 = sg_to_f32(r2 * r2);
+	const float r2 = sg_to_f32(sgk_sub_f(r0, r1));
+	const float r3 = sg_to_f32(sgk_square_f(r2));
 	return r3;
 }
 // cg_fused.sg:25: %ms = mean(%sq)
@@ -179,8 +179,8 @@ k_fused_25_mean_ms(const float *__restrict__ v_x, const float *__restrict__ v_yb
 	const sg_i64 base = 0;
 	float acc = 0;
 	for (sg_i64 r = t; r < 16384; r += 1024)
-		acc = sg_sum_op()(acc, sg_opf(k_fused_23_elem_d(v_x, v_yb, base + r)));
-	acc = sg_reduce<1024>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(k_fused_23_elem_d(v_x, v_yb, base + r)));
+	acc = sg_reduce<1024>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc / (float)16384));
 }

@@ -31,7 +31,7 @@ k_gemm_45_exp_e7(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 480;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_exp(r0));
+		const float r1 = sg_to_f32(sgk_exp_f(r0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -51,7 +51,7 @@ k_gemm_54_mul_u_1(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 480;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(r0 * (float)2.0);
+		const float r1 = sg_to_f32(sgk_mul_f(r0, (float)2.0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -63,7 +63,7 @@ k_gemm_64_gelu_a4(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 320;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_gelu(r0));
+		const float r1 = sg_to_f32(sgk_gelu_f(r0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -75,7 +75,7 @@ k_gemm_66_relu_a5(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 320;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_relu(r0));
+		const float r1 = sg_to_f32(sgk_relu_f(r0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -88,8 +88,8 @@ k_gemm_68_relu_a6(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 320;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_relu(r0));
-		const float r2 = sg_to_f32(r1 * (float)2.0);
+		const float r1 = sg_to_f32(sgk_relu_f(r0));
+		const float r2 = sg_to_f32(sgk_mul_f(r1, (float)2.0));
 		x1[i] = sg_st_f32(r2);
 	}
 }

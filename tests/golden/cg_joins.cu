@@ -23,7 +23,7 @@ k_joins_17_exp_y(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_exp(r0));
+		const float r1 = sg_to_f32(sgk_exp_f(r0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -35,7 +35,7 @@ k_joins_20_neg_z(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(-r0);
+		const float r1 = sg_to_f32(sgk_neg_f(r0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -47,7 +47,7 @@ k_joins_24_abs_u(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_fabs(r0));
+		const float r1 = sg_to_f32(sgk_abs_f(r0));
 		x1[i] = sg_st_f32(r1);
 	}
 }

@@ -53,7 +53,7 @@ k_lookup_16_relu_r(const float *__restrict__ x0, float *__restrict__ x1)
 #line 16 "cg_line.sg"
 		const float r0 = sg_ld(x0[i]);
 #line 16 "cg_line.sg"
-		const float r1 = sg_to_f32(sg_relu(r0));
+		const float r1 = sg_to_f32(sgk_relu_f(r0));
 #line 16 "cg_line.sg"
 		x1[i] = sg_st_f32(r1);
 #line 16 "cg_line.sg"

@@ -26,8 +26,8 @@ k_adamw_bf16_19_sum_s(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 	const sg_i64 base = 0;
 	float acc = 0;
 	for (sg_i64 r = t; r < 37; r += 32)
-		acc = sg_sum_op()(acc, sg_opf(sg_ld(x[base + r])));
-	acc = sg_reduce<32>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(sg_ld(x[base + r])));
+	acc = sg_reduce<32>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
@@ -38,7 +38,7 @@ static __device__ __forceinline__ __attribute__((unused)) void
 k_adamw_bf16_21_ep_loss(const sg_bf16 *__restrict__ v_s, sg_bf16 *__restrict__ v_loss, sg_i64 i, const float r0)
 {
 	const float r1 = sg_ld(v_s[0]);
-	const float r2 = sg_to_bf16(r0 + r1);
+	const float r2 = sg_to_bf16(sgk_add_f(r0, r1));
 	v_loss[i] = sg_st_bf16(r2);
 }
 // cg_optim.sg:20: %m = mse_loss(%h, %y)
@@ -84,10 +84,10 @@ k_adamw_bf16_20_sub_grad_h_1(const sg_bf16 *__restrict__ x0, const sg_bf16 *__re
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
 		const float r1 = sg_ld(x1[i]);
-		const float r2 = sg_to_bf16(r0 - r1);
-		const float r3 = sg_to_bf16(r2 * (float)0.0069444445);
+		const float r2 = sg_to_bf16(sgk_sub_f(r0, r1));
+		const float r3 = sg_to_bf16(sgk_mul_f(r2, (float)0.0069444445));
 		const float r4 = sg_ld(x2[0]);
-		const float r5 = sg_to_bf16(r3 * r4);
+		const float r5 = sg_to_bf16(sgk_mul_f(r3, r4));
 		x3[i] = sg_st_bf16(r5);
 	}
 }
@@ -162,13 +162,13 @@ k_adamw_bf16_18_sum_grad_b(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ 
 	float acc = 0;
 	if (o < 72)
 		for (sg_i64 r = w; r < 4; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(sg_ld(x[o + r * 72])));
+			acc = sgk_add_op()(acc, sg_opf(sg_ld(x[o + r * 72])));
 	part[w][lane] = acc;
 	__syncthreads();
 	if (w != 0 || o >= 72)
 		return;
 	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
+		acc = sgk_add_op()(acc, part[k][lane]);
 	out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
 // cg_optim.sg:34: %loss = mse_loss(%h, %y)
@@ -214,10 +214,10 @@ k_adamw_f16_unfused_34_sub_grad_h_1(const sg_f16 *__restrict__ x0, const sg_f16 
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
 		const float r1 = sg_ld(x1[i]);
-		const float r2 = sg_to_f16(r0 - r1);
-		const float r3 = sg_to_f16(r2 * (float)0.0069444445);
+		const float r2 = sg_to_f16(sgk_sub_f(r0, r1));
+		const float r3 = sg_to_f16(sgk_mul_f(r2, (float)0.0069444445));
 		const float r4 = sg_ld(x2[0]);
-		const float r5 = sg_to_f16(r3 * r4);
+		const float r5 = sg_to_f16(sgk_mul_f(r3, r4));
 		x3[i] = sg_st_f16(r5);
 	}
 }
@@ -234,13 +234,13 @@ k_adamw_f16_unfused_33_sum_grad_b(const sg_f16 *__restrict__ x, sg_f16 *__restri
 	float acc = 0;
 	if (o < 72)
 		for (sg_i64 r = w; r < 4; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(sg_ld(x[o + r * 72])));
+			acc = sgk_add_op()(acc, sg_opf(sg_ld(x[o + r * 72])));
 	part[w][lane] = acc;
 	__syncthreads();
 	if (w != 0 || o >= 72)
 		return;
 	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
+		acc = sgk_add_op()(acc, part[k][lane]);
 	out[o] = sg_st_f16(sg_to_f16(acc));
 }
 /* AdamW's step count (f32, as PyTorch keeps it) and the step's bias
@@ -336,10 +336,10 @@ k_adamw_f32_47_sub_grad_h_1(const float *__restrict__ x0, const float *__restric
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
 		const float r1 = sg_ld(x1[i]);
-		const float r2 = sg_to_f32(r0 - r1);
-		const float r3 = sg_to_f32(r2 * (float)0.0069444445);
+		const float r2 = sg_to_f32(sgk_sub_f(r0, r1));
+		const float r3 = sg_to_f32(sgk_mul_f(r2, (float)0.0069444445));
 		const float r4 = sg_ld(x2[0]);
-		const float r5 = sg_to_f32(r3 * r4);
+		const float r5 = sg_to_f32(sgk_mul_f(r3, r4));
 		x3[i] = sg_st_f32(r5);
 	}
 }
@@ -356,13 +356,13 @@ k_adamw_f32_46_sum_grad_b(const float *__restrict__ x, float *__restrict__ out)
 	float acc = 0;
 	if (o < 72)
 		for (sg_i64 r = w; r < 4; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(sg_ld(x[o + r * 72])));
+			acc = sgk_add_op()(acc, sg_opf(sg_ld(x[o + r * 72])));
 	part[w][lane] = acc;
 	__syncthreads();
 	if (w != 0 || o >= 72)
 		return;
 	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
+		acc = sgk_add_op()(acc, part[k][lane]);
 	out[o] = sg_st_f32(sg_to_f32(acc));
 }
 /* AdamW's step count (f32, as PyTorch keeps it) and the step's bias

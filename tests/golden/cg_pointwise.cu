@@ -24,7 +24,7 @@ k_pointwise_13_mul_a(const float *__restrict__ x0, const float *__restrict__ x1,
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
 		const float r1 = sg_ld(x1[i % 40]);
-		const float r2 = sg_to_f32(r0 * r1);
+		const float r2 = sg_to_f32(sgk_mul_f(r0, r1));
 		x2[i] = sg_st_f32(r2);
 	}
 }
@@ -36,7 +36,7 @@ k_pointwise_14_add_b(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(r0 + (float)0.5);
+		const float r1 = sg_to_f32(sgk_add_f(r0, (float)0.5));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -48,7 +48,7 @@ k_pointwise_15_exp_e(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_exp(r0));
+		const float r1 = sg_to_f32(sgk_exp_f(r0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -60,7 +60,7 @@ k_pointwise_16_gelu_g(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_gelu_tanh(r0));
+		const float r1 = sg_to_f32(sgk_gelu_tanh_f(r0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -72,7 +72,7 @@ k_pointwise_17_sub_s(const sg_bf16 *__restrict__ x0, sg_bf16 *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_bf16((float)1.0 - r0);
+		const float r1 = sg_to_bf16(sgk_sub_f((float)1.0, r0));
 		x1[i] = sg_st_bf16(r1);
 	}
 }
@@ -85,7 +85,7 @@ k_pointwise_18_mul_hb(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict_
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
 		const float r1 = sg_ld(x1[i]);
-		const float r2 = sg_to_bf16(r0 * r1);
+		const float r2 = sg_to_bf16(sgk_mul_f(r0, r1));
 		x2[i] = sg_st_bf16(r2);
 	}
 }
@@ -97,7 +97,7 @@ k_pointwise_19_div_q(const sg_i64 *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
 		const sg_i64 r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_opf(r0) / (float)3LL);
+		const float r1 = sg_to_f32(sgk_div_f(sg_opf(r0), (float)3LL));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -109,7 +109,7 @@ k_pointwise_20_pow_p(const sg_i64 *__restrict__ x0, sg_i64 *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
 		const sg_i64 r0 = sg_ld(x0[i]);
-		const sg_i64 r1 = sg_to_i64(sg_ipow(r0, 2LL));
+		const sg_i64 r1 = sg_to_i64(sgk_pow_i(r0, 2LL));
 		x1[i] = sg_st_i64(r1);
 	}
 }
@@ -134,7 +134,7 @@ k_pointwise_22_lt_lt(const sg_bf16 *__restrict__ x0, sg_bool *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const sg_i64 r1 = sg_to_bool((sg_i64)(sg_to_bf16(r0) < sg_to_bf16((float)0.1)));
+		const sg_i64 r1 = sg_to_bool(sgk_lt_f(sg_to_bf16(r0), sg_to_bf16((float)0.1)));
 		x1[i] = sg_st_bool(r1);
 	}
 }
@@ -146,7 +146,7 @@ k_pointwise_23_clamp_c(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_clamp_hi(sg_clamp_lo(r0, (float)-0.5), (float)0.5));
+		const float r1 = sg_to_f32(sgk_clamp_hi_f(sgk_clamp_lo_f(r0, (float)-0.5), (float)0.5));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -158,7 +158,7 @@ k_pointwise_24_clamp_ci(const sg_i64 *__restrict__ x0, sg_i64 *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
 		const sg_i64 r0 = sg_ld(x0[i]);
-		const sg_i64 r1 = sg_to_i64(sg_imax(r0, 1LL));
+		const sg_i64 r1 = sg_to_i64(sgk_maximum_i(r0, 1LL));
 		x1[i] = sg_st_i64(r1);
 	}
 }
@@ -195,7 +195,7 @@ k_pointwise_27_maximum_mx(const float *__restrict__ x0, const float *__restrict_
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
 		const float r1 = sg_ld(x1[i]);
-		const float r2 = sg_to_f32(sg_maximum(r0, r1));
+		const float r2 = sg_to_f32(sgk_maximum_f(r0, r1));
 		x2[i] = sg_st_f32(r2);
 	}
 }

@@ -27,8 +27,8 @@ k_reduce_14_sum_s(const float *__restrict__ x, float *__restrict__ out)
 	const sg_i64 base = o * 10;
 	float acc = 0;
 	for (sg_i64 r = t; r < 40; r += 32)
-		acc = sg_sum_op()(acc, sg_opf(sg_ld(x[base + (r / 10) * 60 + r % 10])));
-	acc = sg_reduce<32>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(sg_ld(x[base + (r / 10) * 60 + r % 10])));
+	acc = sg_reduce<32>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc));
 }
@@ -43,8 +43,8 @@ k_reduce_15_mean_m(const float *__restrict__ x, float *__restrict__ out)
 	const sg_i64 base = (o / 10) * 60 + o % 10;
 	float acc = 0;
 	for (sg_i64 r = t; r < 6; r += 32)
-		acc = sg_sum_op()(acc, sg_opf(sg_ld(x[base + r * 10])));
-	acc = sg_reduce<32>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(sg_ld(x[base + r * 10])));
+	acc = sg_reduce<32>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc / (float)6));
 }
@@ -59,8 +59,8 @@ k_reduce_16_amax_mx(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 	const sg_i64 base = o * 10;
 	float acc = -sg_inff();
 	for (sg_i64 r = t; r < 10; r += 32)
-		acc = sg_max_op()(acc, sg_opf(sg_ld(x[base + r])));
-	acc = sg_reduce<32>(acc, sg_max_op());
+		acc = sgk_rmax_op()(acc, sg_opf(sg_ld(x[base + r])));
+	acc = sg_reduce<32>(acc, sgk_rmax_op());
 	if (t == 0)
 		out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
@@ -100,8 +100,8 @@ k_reduce_18_sum_all(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 	const sg_i64 base = 0;
 	float acc = 0;
 	for (sg_i64 r = t; r < 240; r += 32)
-		acc = sg_sum_op()(acc, sg_opf(sg_ld(x[base + r])));
-	acc = sg_reduce<32>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(sg_ld(x[base + r])));
+	acc = sg_reduce<32>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_bf16(sg_to_bf16(acc));
 }

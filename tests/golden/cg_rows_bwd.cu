@@ -22,7 +22,7 @@
 static __device__ __forceinline__ __attribute__((unused)) void
 k_rows_f32_25_ep_loss(float *__restrict__ v_loss, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_f32(r0 * (float)0.5);
+	const float r1 = sg_to_f32(sgk_mul_f(r0, (float)0.5));
 	v_loss[i] = sg_st_f32(r1);
 }
 // cg_rows_bwd.sg:24: %ce = cross_entropy(%o, %t)
@@ -68,7 +68,7 @@ k_rows_f32_25_mul_grad_ce(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[0]);
-		const float r1 = sg_to_f32(r0 * (float)0.5);
+		const float r1 = sg_to_f32(sgk_mul_f(r0, (float)0.5));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -133,7 +133,7 @@ k_rows_f32_22_elem_grad_q_2(const float *__restrict__ v_grad_r, const float *__r
 {
 	const float r0 = sg_ld(v_grad_r[i]);
 	const float r1 = sg_ld(v_grad_q_1[i]);
-	const float r2 = sg_to_f32(r0 * r1);
+	const float r2 = sg_to_f32(sgk_mul_f(r0, r1));
 	return r2;
 }
 // cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)]
@@ -149,13 +149,13 @@ k_rows_f32_22_sum_grad_q(const float *__restrict__ v_grad_r, const float *__rest
 	float acc = 0;
 	if (o < 64)
 		for (sg_i64 r = w; r < 16; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(k_rows_f32_22_elem_grad_q_2(v_grad_r, v_grad_q_1, o + r * 64)));
+			acc = sgk_add_op()(acc, sg_opf(k_rows_f32_22_elem_grad_q_2(v_grad_r, v_grad_q_1, o + r * 64)));
 	part[w][lane] = acc;
 	__syncthreads();
 	if (w != 0 || o >= 64)
 		return;
 	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
+		acc = sgk_add_op()(acc, part[k][lane]);
 	out[o] = sg_st_f32(sg_to_f32(acc));
 }
 // cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)]
@@ -166,7 +166,7 @@ k_rows_f32_21_elem_grad_g_2(const float *__restrict__ v_grad_n, const float *__r
 {
 	const float r0 = sg_ld(v_grad_n[i]);
 	const float r1 = sg_ld(v_grad_g_1[i]);
-	const float r2 = sg_to_f32(r0 * r1);
+	const float r2 = sg_to_f32(sgk_mul_f(r0, r1));
 	return r2;
 }
 // cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)]
@@ -182,13 +182,13 @@ k_rows_f32_21_sum_grad_g(const float *__restrict__ v_grad_n, const float *__rest
 	float acc = 0;
 	if (o < 64)
 		for (sg_i64 r = w; r < 16; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(k_rows_f32_21_elem_grad_g_2(v_grad_n, v_grad_g_1, o + r * 64)));
+			acc = sgk_add_op()(acc, sg_opf(k_rows_f32_21_elem_grad_g_2(v_grad_n, v_grad_g_1, o + r * 64)));
 	part[w][lane] = acc;
 	__syncthreads();
 	if (w != 0 || o >= 64)
 		return;
 	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
+		acc = sgk_add_op()(acc, part[k][lane]);
 	out[o] = sg_st_f32(sg_to_f32(acc));
 }
 // cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.b = sum(%grad.n, dims=[0], keepdim=false)]
@@ -204,13 +204,13 @@ k_rows_f32_21_sum_grad_b(const float *__restrict__ x, float *__restrict__ out)
 	float acc = 0;
 	if (o < 64)
 		for (sg_i64 r = w; r < 16; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(sg_ld(x[o + r * 64])));
+			acc = sgk_add_op()(acc, sg_opf(sg_ld(x[o + r * 64])));
 	part[w][lane] = acc;
 	__syncthreads();
 	if (w != 0 || o >= 64)
 		return;
 	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
+		acc = sgk_add_op()(acc, part[k][lane]);
 	out[o] = sg_st_f32(sg_to_f32(acc));
 }
 // cg_rows_bwd.sg:44: %loss = mul(%ce, 2.0)
@@ -219,7 +219,7 @@ k_rows_f32_21_sum_grad_b(const float *__restrict__ x, float *__restrict__ out)
 static __device__ __forceinline__ __attribute__((unused)) void
 k_rows_bf16_44_ep_loss(sg_bf16 *__restrict__ v_loss, sg_i64 i, const float r0)
 {
-	const float r1 = sg_to_bf16(r0 * (float)2.0);
+	const float r1 = sg_to_bf16(sgk_mul_f(r0, (float)2.0));
 	v_loss[i] = sg_st_bf16(r1);
 }
 // cg_rows_bwd.sg:43: %ce = cross_entropy(%o, %t)
@@ -265,7 +265,7 @@ k_rows_bf16_44_mul_grad_ce(const sg_bf16 *__restrict__ x0, sg_bf16 *__restrict__
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[0]);
-		const float r1 = sg_to_bf16(r0 * (float)2.0);
+		const float r1 = sg_to_bf16(sgk_mul_f(r0, (float)2.0));
 		x1[i] = sg_st_bf16(r1);
 	}
 }
@@ -330,7 +330,7 @@ k_rows_bf16_41_elem_grad_q_2(const sg_bf16 *__restrict__ v_grad_r, const sg_bf16
 {
 	const float r0 = sg_ld(v_grad_r[i]);
 	const float r1 = sg_ld(v_grad_q_1[i]);
-	const float r2 = sg_to_bf16(r0 * r1);
+	const float r2 = sg_to_bf16(sgk_mul_f(r0, r1));
 	return r2;
 }
 // cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)]
@@ -346,13 +346,13 @@ k_rows_bf16_41_sum_grad_q(const sg_bf16 *__restrict__ v_grad_r, const sg_bf16 *_
 	float acc = 0;
 	if (o < 64)
 		for (sg_i64 r = w; r < 16; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(k_rows_bf16_41_elem_grad_q_2(v_grad_r, v_grad_q_1, o + r * 64)));
+			acc = sgk_add_op()(acc, sg_opf(k_rows_bf16_41_elem_grad_q_2(v_grad_r, v_grad_q_1, o + r * 64)));
 	part[w][lane] = acc;
 	__syncthreads();
 	if (w != 0 || o >= 64)
 		return;
 	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
+		acc = sgk_add_op()(acc, part[k][lane]);
 	out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
 // cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)]
@@ -363,7 +363,7 @@ k_rows_bf16_40_elem_grad_g_2(const sg_bf16 *__restrict__ v_grad_n, const sg_bf16
 {
 	const float r0 = sg_ld(v_grad_n[i]);
 	const float r1 = sg_ld(v_grad_g_1[i]);
-	const float r2 = sg_to_bf16(r0 * r1);
+	const float r2 = sg_to_bf16(sgk_mul_f(r0, r1));
 	return r2;
 }
 // cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)]
@@ -379,13 +379,13 @@ k_rows_bf16_40_sum_grad_g(const sg_bf16 *__restrict__ v_grad_n, const sg_bf16 *_
 	float acc = 0;
 	if (o < 64)
 		for (sg_i64 r = w; r < 16; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(k_rows_bf16_40_elem_grad_g_2(v_grad_n, v_grad_g_1, o + r * 64)));
+			acc = sgk_add_op()(acc, sg_opf(k_rows_bf16_40_elem_grad_g_2(v_grad_n, v_grad_g_1, o + r * 64)));
 	part[w][lane] = acc;
 	__syncthreads();
 	if (w != 0 || o >= 64)
 		return;
 	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
+		acc = sgk_add_op()(acc, part[k][lane]);
 	out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
 // cg_rows_bwd.sg:63: %lt = mul(%l, %t)
@@ -396,7 +396,7 @@ k_soft_f32_63_elem_lt(const float *__restrict__ v_l, const float *__restrict__ v
 {
 	const float r0 = sg_ld(v_l[i]);
 	const float r1 = sg_ld(v_t[i]);
-	const float r2 = sg_to_f32(r0 * r1);
+	const float r2 = sg_to_f32(sgk_mul_f(r0, r1));
 	return r2;
 }
 // cg_rows_bwd.sg:64: %loss = mean(%lt)
@@ -410,8 +410,8 @@ k_soft_f32_64_mean_loss(const float *__restrict__ v_l, const float *__restrict__
 	const sg_i64 base = 0;
 	float acc = 0;
 	for (sg_i64 r = t; r < 1024; r += 256)
-		acc = sg_sum_op()(acc, sg_opf(k_soft_f32_63_elem_lt(v_l, v_t, base + r)));
-	acc = sg_reduce<256>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(k_soft_f32_63_elem_lt(v_l, v_t, base + r)));
+	acc = sg_reduce<256>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc / (float)1024));
 }
@@ -432,9 +432,9 @@ k_soft_f32_64_div_grad_lt(const float *__restrict__ x0, const float *__restrict_
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(r0 / (float)1024LL);
+		const float r1 = sg_to_f32(sgk_div_f(r0, (float)1024LL));
 		const float r2 = sg_ld(x1[i]);
-		const float r3 = sg_to_f32(r1 * r2);
+		const float r3 = sg_to_f32(sgk_mul_f(r1, r2));
 		x2[i] = sg_st_f32(r3);
 	}
 }
@@ -456,9 +456,9 @@ k_soft_f32_64_div_grad_lt_vec(const float *__restrict__ x0, const float *__restr
 			const int i = w * 4 + j;
 			(void)i;
 			const float r0 = sg_ld(x0_v.v[j]);
-			const float r1 = sg_to_f32(r0 / (float)1024LL);
+			const float r1 = sg_to_f32(sgk_div_f(r0, (float)1024LL));
 			const float r2 = sg_ld(x1_v.v[j]);
-			const float r3 = sg_to_f32(r1 * r2);
+			const float r3 = sg_to_f32(sgk_mul_f(r1, r2));
 			x2_v.v[j] = sg_st_f32(r3);
 		}
 		*(sg_vec<float, 4> *)(x2 + w * 4) = x2_v;
@@ -502,7 +502,7 @@ k_soft_bf16_80_elem_lt(const sg_bf16 *__restrict__ v_l, const sg_bf16 *__restric
 {
 	const float r0 = sg_ld(v_l[i]);
 	const float r1 = sg_ld(v_t[i]);
-	const float r2 = sg_to_bf16(r0 * r1);
+	const float r2 = sg_to_bf16(sgk_mul_f(r0, r1));
 	return r2;
 }
 // cg_rows_bwd.sg:81: %loss = mean(%lt)
@@ -516,8 +516,8 @@ k_soft_bf16_81_mean_loss(const sg_bf16 *__restrict__ v_l, const sg_bf16 *__restr
 	const sg_i64 base = 0;
 	float acc = 0;
 	for (sg_i64 r = t; r < 1024; r += 256)
-		acc = sg_sum_op()(acc, sg_opf(k_soft_bf16_80_elem_lt(v_l, v_t, base + r)));
-	acc = sg_reduce<256>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(k_soft_bf16_80_elem_lt(v_l, v_t, base + r)));
+	acc = sg_reduce<256>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_bf16(sg_to_bf16(acc / (float)1024));
 }
@@ -538,9 +538,9 @@ k_soft_bf16_81_div_grad_lt(const sg_bf16 *__restrict__ x0, const sg_bf16 *__rest
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_bf16(r0 / (float)1024LL);
+		const float r1 = sg_to_bf16(sgk_div_f(r0, (float)1024LL));
 		const float r2 = sg_ld(x1[i]);
-		const float r3 = sg_to_bf16(r1 * r2);
+		const float r3 = sg_to_bf16(sgk_mul_f(r1, r2));
 		x2[i] = sg_st_bf16(r3);
 	}
 }
@@ -562,9 +562,9 @@ k_soft_bf16_81_div_grad_lt_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *__
 			const int i = w * 8 + j;
 			(void)i;
 			const float r0 = sg_ld(x0_v.v[j]);
-			const float r1 = sg_to_bf16(r0 / (float)1024LL);
+			const float r1 = sg_to_bf16(sgk_div_f(r0, (float)1024LL));
 			const float r2 = sg_ld(x1_v.v[j]);
-			const float r3 = sg_to_bf16(r1 * r2);
+			const float r3 = sg_to_bf16(sgk_mul_f(r1, r2));
 			x2_v.v[j] = sg_st_bf16(r3);
 		}
 		*(sg_vec<sg_bf16, 8> *)(x2 + w * 8) = x2_v;
@@ -581,8 +581,8 @@ k_soft_bf16_79_sum_grad_z_1(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__
 	const sg_i64 base = o * 64;
 	float acc = 0;
 	for (sg_i64 r = t; r < 64; r += 32)
-		acc = sg_sum_op()(acc, sg_opf(sg_ld(x[base + r])));
-	acc = sg_reduce<32>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(sg_ld(x[base + r])));
+	acc = sg_reduce<32>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
@@ -596,11 +596,11 @@ k_soft_bf16_79_exp_grad_z_2(const sg_bf16 *__restrict__ x0, const sg_bf16 *__res
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_bf16(sg_exp(r0));
+		const float r1 = sg_to_bf16(sgk_exp_f(r0));
 		const float r2 = sg_ld(x1[i / 64]);
-		const float r3 = sg_to_bf16(r1 * r2);
+		const float r3 = sg_to_bf16(sgk_mul_f(r1, r2));
 		const float r4 = sg_ld(x2[i]);
-		const float r5 = sg_to_bf16(r4 - r3);
+		const float r5 = sg_to_bf16(sgk_sub_f(r4, r3));
 		x3[i] = sg_st_bf16(r5);
 	}
 }
@@ -623,11 +623,11 @@ k_soft_bf16_79_exp_grad_z_2_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *_
 			const int i = w * 8 + j;
 			(void)i;
 			const float r0 = sg_ld(x0_v.v[j]);
-			const float r1 = sg_to_bf16(sg_exp(r0));
+			const float r1 = sg_to_bf16(sgk_exp_f(r0));
 			const float r2 = sg_ld(x1[i / 64]);
-			const float r3 = sg_to_bf16(r1 * r2);
+			const float r3 = sg_to_bf16(sgk_mul_f(r1, r2));
 			const float r4 = sg_ld(x2_v.v[j]);
-			const float r5 = sg_to_bf16(r4 - r3);
+			const float r5 = sg_to_bf16(sgk_sub_f(r4, r3));
 			x3_v.v[j] = sg_st_bf16(r5);
 		}
 		*(sg_vec<sg_bf16, 8> *)(x3 + w * 8) = x3_v;
@@ -671,7 +671,7 @@ k_soft_bf16_77_elem_grad_h_1(const sg_bf16 *__restrict__ v_grad_p, const sg_bf16
 {
 	const float r0 = sg_ld(v_grad_p[i]);
 	const float r1 = sg_ld(v_p[i]);
-	const float r2 = sg_to_bf16(r0 * r1);
+	const float r2 = sg_to_bf16(sgk_mul_f(r0, r1));
 	return r2;
 }
 // cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h.2 = sum(%grad.h.1, dims=[1], keepdim=true)]
@@ -685,8 +685,8 @@ k_soft_bf16_77_sum_grad_h_2(const sg_bf16 *__restrict__ v_grad_p, const sg_bf16 
 	const sg_i64 base = o * 64;
 	float acc = 0;
 	for (sg_i64 r = t; r < 64; r += 32)
-		acc = sg_sum_op()(acc, sg_opf(k_soft_bf16_77_elem_grad_h_1(v_grad_p, v_p, base + r)));
-	acc = sg_reduce<32>(acc, sg_sum_op());
+		acc = sgk_add_op()(acc, sg_opf(k_soft_bf16_77_elem_grad_h_1(v_grad_p, v_p, base + r)));
+	acc = sg_reduce<32>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
@@ -700,9 +700,9 @@ k_soft_bf16_77_sub_grad_h_3(const sg_bf16 *__restrict__ x0, const sg_bf16 *__res
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
 		const float r1 = sg_ld(x1[i / 64]);
-		const float r2 = sg_to_bf16(r0 - r1);
+		const float r2 = sg_to_bf16(sgk_sub_f(r0, r1));
 		const float r3 = sg_ld(x2[i]);
-		const float r4 = sg_to_bf16(r3 * r2);
+		const float r4 = sg_to_bf16(sgk_mul_f(r3, r2));
 		x3[i] = sg_st_bf16(r4);
 	}
 }
@@ -725,9 +725,9 @@ k_soft_bf16_77_sub_grad_h_3_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *_
 			(void)i;
 			const float r0 = sg_ld(x0_v.v[j]);
 			const float r1 = sg_ld(x1[i / 64]);
-			const float r2 = sg_to_bf16(r0 - r1);
+			const float r2 = sg_to_bf16(sgk_sub_f(r0, r1));
 			const float r3 = sg_ld(x2_v.v[j]);
-			const float r4 = sg_to_bf16(r3 * r2);
+			const float r4 = sg_to_bf16(sgk_mul_f(r3, r2));
 			x3_v.v[j] = sg_st_bf16(r4);
 		}
 		*(sg_vec<sg_bf16, 8> *)(x3 + w * 8) = x3_v;

@@ -163,7 +163,7 @@ k_shape_30_add_acc_1(const float *__restrict__ x0, const float *__restrict__ x1,
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
 		const float r1 = sg_ld(x1[i]);
-		const float r2 = sg_to_f32(r0 + r1);
+		const float r2 = sg_to_f32(sgk_add_f(r0, r1));
 		x2[i] = sg_st_f32(r2);
 	}
 }
@@ -175,7 +175,7 @@ k_shape_31_mul_acc_2(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 24;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(r0 * (float)0.5);
+		const float r1 = sg_to_f32(sgk_mul_f(r0, (float)0.5));
 		x1[i] = sg_st_f32(r1);
 	}
 }

@@ -24,7 +24,7 @@ k_train_16_silu_a(const float *__restrict__ x0, float *__restrict__ x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 256;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_silu(r0));
+		const float r1 = sg_to_f32(sgk_silu_f(r0));
 		x1[i] = sg_st_f32(r1);
 	}
 }
@@ -71,10 +71,10 @@ k_train_19_sub_grad_n_1(const float *__restrict__ x0, const float *__restrict__ 
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
 		const float r1 = sg_ld(x1[i]);
-		const float r2 = sg_to_f32(r0 - r1);
-		const float r3 = sg_to_f32(r2 * (float)0.015625);
+		const float r2 = sg_to_f32(sgk_sub_f(r0, r1));
+		const float r3 = sg_to_f32(sgk_mul_f(r2, (float)0.015625));
 		const float r4 = sg_ld(x2[0]);
-		const float r5 = sg_to_f32(r3 * r4);
+		const float r5 = sg_to_f32(sgk_mul_f(r3, r4));
 		x3[i] = sg_st_f32(r5);
 	}
 }
@@ -86,7 +86,7 @@ k_train_18_elem_grad_g_2(const float *__restrict__ v_grad_n, const float *__rest
 {
 	const float r0 = sg_ld(v_grad_n[i]);
 	const float r1 = sg_ld(v_grad_g_1[i]);
-	const float r2 = sg_to_f32(r0 * r1);
+	const float r2 = sg_to_f32(sgk_mul_f(r0, r1));
 	return r2;
 }
 // cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)]
@@ -102,13 +102,13 @@ k_train_18_sum_grad_g(const float *__restrict__ v_grad_n, const float *__restric
 	float acc = 0;
 	if (o < 16)
 		for (sg_i64 r = w; r < 8; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(k_train_18_elem_grad_g_2(v_grad_n, v_grad_g_1, o + r * 16)));
+			acc = sgk_add_op()(acc, sg_opf(k_train_18_elem_grad_g_2(v_grad_n, v_grad_g_1, o + r * 16)));
 	part[w][lane] = acc;
 	__syncthreads();
 	if (w != 0 || o >= 16)
 		return;
 	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
+		acc = sgk_add_op()(acc, part[k][lane]);
 	out[o] = sg_st_f32(sg_to_f32(acc));
 }
 /* AdamW's step count (f32, as PyTorch keeps it) and the step's bias
@@ -174,13 +174,13 @@ k_train_16_sigmoid_grad_h_1(const float *__restrict__ x0, const float *__restric
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 256;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_f32(sg_sigmoid(r0));
-		const float r2 = sg_to_f32((float)1.0 - r1);
-		const float r3 = sg_to_f32(r0 * r2);
-		const float r4 = sg_to_f32((float)1.0 + r3);
-		const float r5 = sg_to_f32(r1 * r4);
+		const float r1 = sg_to_f32(sgk_sigmoid_f(r0));
+		const float r2 = sg_to_f32(sgk_sub_f((float)1.0, r1));
+		const float r3 = sg_to_f32(sgk_mul_f(r0, r2));
+		const float r4 = sg_to_f32(sgk_add_f((float)1.0, r3));
+		const float r5 = sg_to_f32(sgk_mul_f(r1, r4));
 		const float r6 = sg_ld(x1[i]);
-		const float r7 = sg_to_f32(r6 * r5);
+		const float r7 = sg_to_f32(sgk_mul_f(r6, r5));
 		x2[i] = sg_st_f32(r7);
 	}
 }
@@ -197,13 +197,13 @@ k_train_15_sum_grad_b1(const float *__restrict__ x, float *__restrict__ out)
 	float acc = 0;
 	if (o < 32)
 		for (sg_i64 r = w; r < 8; r += 8)
-			acc = sg_sum_op()(acc, sg_opf(sg_ld(x[o + r * 32])));
+			acc = sgk_add_op()(acc, sg_opf(sg_ld(x[o + r * 32])));
 	part[w][lane] = acc;
 	__syncthreads();
 	if (w != 0 || o >= 32)
 		return;
 	for (int k = 1; k < 8; k++)
-		acc = sg_sum_op()(acc, part[k][lane]);
+		acc = sgk_add_op()(acc, part[k][lane]);
 	out[o] = sg_st_f32(sg_to_f32(acc));
 }
 
