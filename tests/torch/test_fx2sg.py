@@ -847,6 +847,56 @@ def check_attention_forms(S):
              "exit %d:\n%s" % (pr.returncode, "\n".join(att) or pr.stderr[-1500:]))
 
 
+
+def _wrap_with_set_grad_enabled(enabled, sub, *args):
+    """Stands for torch.export's higher-order op of that name."""
+    return sub(*args)
+
+
+def check_wrapped(S, fx2sg):
+    """torch.export's wrap_with_set_grad_enabled regions (Hugging Face's
+    rotary embeddings run under torch.no_grad()) are inlined: the graph
+    computes what it did; a region reading a param is an Error naming it.
+    (Built by hand here: this torch may have no torch.export.)"""
+    import operator
+    import torch.fx as tfx
+
+    class Sub(nn.Module):
+        def forward(self, a, b):
+            return a.cos() * 2, b + 1
+
+    class Top(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(3))
+            self.sub = tfx.symbolic_trace(Sub())
+
+    def build(region_reads_param):
+        g = tfx.Graph()
+        x = g.placeholder("x")
+        w = g.get_attr("w")
+        call = g.call_function(_wrap_with_set_grad_enabled,
+                               (False, g.get_attr("sub"), x, w if region_reads_param else x))
+        a = g.call_function(operator.getitem, (call, 0))
+        b = g.call_function(operator.getitem, (call, 1))
+        g.output(g.call_function(operator.mul, (g.call_function(operator.add, (a, w)), b)))
+        return tfx.GraphModule(Top(), g)
+
+    _wrap_with_set_grad_enabled.__name__ = "wrap_with_set_grad_enabled"
+    gm, x = build(False), torch.randn(3, generator=GEN)
+    want = gm(x)
+    fx2sg.inline_wrapped(gm)
+    left = [n for n in gm.graph.nodes if n.op == "call_function" and
+            getattr(n.target, "__name__", "") == "wrap_with_set_grad_enabled"]
+    S.report("torch.export's no_grad region inlined", "still there" if left else
+             compare(gm(x), want, atol=0, rtol=0))
+    try:
+        fx2sg.inline_wrapped(build(True))
+        why = "no error"
+    except fx2sg.Error as e:
+        why = None if "reads param 'w'" in str(e) else "message: %s" % e
+    S.report("error: a no_grad region reading a param", why)
+
 def main():
     global stio, compare, FX
     sys.path.insert(0, HERE)
@@ -864,6 +914,7 @@ def main():
     check_errors(S, fx2sg)
     check_cli_outputs(S)
     check_dims(S)
+    check_wrapped(S, fx2sg)
     check_resnet_train(S)
     if HAVE_EXPORT:
         check_resnet_train(S, "export")
