@@ -18,6 +18,9 @@
 #include <unistd.h>
 
 #include "sgc.h"
+#include "backend.h"
+#include "interp.h"
+#include "passes.h"
 #include "sgrt_out.h"
 
 #ifndef SGC_VERSION_STR

@@ -20,6 +20,9 @@
 #include <string.h>
 
 #include "sgc.h"
+#include "backend.h"
+#include "interp.h"
+#include "passes.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

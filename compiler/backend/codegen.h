@@ -18,7 +18,7 @@
 #ifndef CODEGEN_H
 #define CODEGEN_H
 
-#include "sgc.h"
+#include "backend.h"
 
 /* ------------------------------------------------------------------ codegen.c */
 

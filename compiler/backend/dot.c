@@ -16,7 +16,7 @@
  */
 #include <string.h>
 
-#include "sgc.h"
+#include "backend.h"
 
 static const char *palette[] = {
 	"#dbe9f6", "#fde0c5", "#d5f0d5", "#f5d5e6", "#e6dcf5", "#fff4b8",
@@ -104,7 +104,7 @@ static int
 is_sync_node(const Node *n)
 {
 	uint32_t t;
-	return n->op == OP_SYNC_DEALLOC || races_sync(n, &t) >= 0;
+	return n->op == OP_SYNC_DEALLOC || ir_sync_of(n, &t) >= 0;
 }
 
 /* Declarations, nodes and the return. */
@@ -209,7 +209,7 @@ dot_order_and_sync_edges(FILE *f, Graph *g)
 			fprintf(f, "  n%u -> n%u [style=dotted, color=\"#999999\", "
 			        "arrowhead=none];\n", last[n->stream], i);
 		uint32_t t;
-		switch (races_sync(n, &t)) {
+		switch (ir_sync_of(n, &t)) {
 		case OP_RECORD_EVENT:
 			if (t < ne)
 				rec[t] = i;

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sgc.h"
+#include "interp.h"
 #include "sgrt_out.h"
 
 /* What the analysis of a graph gives, and the state of a run. */
@@ -73,7 +73,7 @@ static void
 find_aliases(Run *R)
 {
 	Graph *g = R->I.g;
-	races_roots(g, R->root);
+	ir_alias_roots(g, R->root);
 	for (ValId v = 0; v < g->vals.n; v++) {
 		R->nclass[R->root[v]]++;
 		if (g->vals.v[v].kind != VK_NODE)

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sgc.h"
+#include "interp.h"
 
 /* A float (or, f64, double) work array. */
 static void *

@@ -11,7 +11,7 @@
 
 #include "init.h"
 #include "safetensors.h"
-#include "sgc.h"
+#include "interp.h"
 
 enum { EXIT_MISMATCH = 1, EXIT_IO = 3 };
 

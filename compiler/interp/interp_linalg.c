@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sgc.h"
+#include "interp.h"
 
 #include <cblas.h>
 #undef I /* OpenBLAS's cblas.h brings in <complex.h>'s I */

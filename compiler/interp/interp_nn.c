@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sgc.h"
+#include "interp.h"
 
 /* ------------------------------------------------------------------ reductions */
 

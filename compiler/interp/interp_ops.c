@@ -12,7 +12,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "sgc.h"
+#include "interp.h"
 #include "sgk/sgk_pointwise.h"
 
 /* ------------------------------------------------------------------ unary */

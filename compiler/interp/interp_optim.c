@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "safetensors.h"
-#include "sgc.h"
+#include "interp.h"
 
 typedef struct {
 	char *name;     /* opt.NAME.what */

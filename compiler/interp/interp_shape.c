@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "sgc.h"
+#include "interp.h"
 
 /* r = the elements of x at base + sum idx[d] * st[d] over r's shape. */
 static void

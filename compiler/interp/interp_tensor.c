@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "half.h"
-#include "sgc.h"
+#include "interp.h"
 
 int
 interp_fail(Interp *I, const Node *n, const char *fmt, ...)

@@ -147,7 +147,8 @@ module_free(Module *m)
 {
 	for (uint32_t i = 0; i < m->graphs.n; i++) {
 		Graph *g = m->graphs.v[i];
-		sched_free(g);
+		if (g->sched_free)
+			g->sched_free(g);
 		vec_free(&g->vals);
 		vec_free(&g->nodes);
 		vec_free(&g->streams);

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "sgc.h"
+#include "interp.h"
+#include "passes.h"
 #include "sgk/sgk_pointwise.h"
 
 /* Every shape rule and interpreter kernel named in ops.def. */

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 typedef struct {
 	Graph *g;

@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 /* One version of one value. */
 typedef struct {

@@ -38,7 +38,7 @@
  */
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 enum { DEFAULT_BUCKET = 25 << 20 };
 
@@ -73,7 +73,7 @@ typedef struct {
 static Node
 new_node(Graph *g, int op, uint32_t nopnd, uint32_t nres, uint32_t s, Loc loc)
 {
-	Node n = races_node(g, op, nopnd, nres, s, 0, loc);
+	Node n = ir_node_make(g, op, nopnd, nres, s, 0, loc);
 	const OpInfo *oi = &op_table[op];
 	for (uint32_t i = 0; i < oi->nattr; i++) {
 		const char *t = oi->attr[i].deflt;
@@ -134,7 +134,7 @@ put(Bk *B, Node n, NodeId slot, uint32_t rank)
 static void
 put_del(Bk *B, ValId v, uint32_t s, NodeId slot, Loc loc)
 {
-	Node n = races_node(B->g, OP_DEL, 1, 0, s, 0, loc);
+	Node n = ir_node_make(B->g, OP_DEL, 1, 0, s, 0, loc);
 	set_opnd(&n, 0, v);
 	put(B, n, slot, 13);
 }
@@ -334,7 +334,7 @@ emit_bucket(Bk *B, Bucket *x)
 		set_opnd(&cat, j, flat);
 		g->nodes.v[m->ar].flags |= NF_DEAD;
 	}
-	ValId bucket = races_value_new(g, "grad.bucket", 1, loc);
+	ValId bucket = ir_value_derived(g, "grad.bucket", 1, loc);
 	cat.res[0] = bucket;
 	put(B, cat, x->flush, 1);
 	ValId avg = ir_value_fresh(g, arena_printf(a, "%s.avg", g->vals.v[bucket].name), loc);
@@ -437,7 +437,7 @@ buckets_pass(Graph *g, const PassOptions *po, Diag *d)
 		else
 			emit_bucket(&B, x);
 	}
-	races_insert(g, &B.ins);
+	ir_insert(g, &B.ins);
 	free(reads);
 	bk_free(&B);
 	return 1;

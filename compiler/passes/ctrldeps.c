@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 typedef VEC(ValId) ValVec;
 
@@ -123,7 +123,7 @@ next_waiter(Ctx *C, NodeId x, NodeId j)
 {
 	Graph *g = C->g;
 	uint32_t e, t;
-	races_sync(&g->nodes.v[x], &e);
+	ir_sync_of(&g->nodes.v[x], &e);
 	if (e >= g->events.n)
 		return NONE;
 	/* The event's own syncs only: the first at or after j, by bisection. */
@@ -137,7 +137,7 @@ next_waiter(Ctx *C, NodeId x, NodeId j)
 	}
 	for (uint32_t k = lo; k < C->evoff[e + 1]; k++) {
 		const Node *n = &g->nodes.v[C->evn[k]];
-		int op = races_sync(n, &t);
+		int op = ir_sync_of(n, &t);
 		if (op == OP_RECORD_EVENT && t == e)
 			return NONE;
 		if (op == OP_WAIT_EVENT && t == e && n->stream != g->nodes.v[x].stream)
@@ -218,7 +218,7 @@ first_use(Ctx *C, NodeId i, ValId r)
 		NodeId j = (NodeId)(u[x] >> 16);
 		uint32_t k = u[x] & 0xffff;
 		const Node *m = &g->nodes.v[j];
-		if ((m->flags & NF_DEAD) || races_access(m, k) == RACC_NONE)
+		if ((m->flags & NF_DEAD) || ir_access(m, k) == RACC_NONE)
 			continue;
 		if (crosses(C, i, j, m->opnd[k].v, m->stream)) {
 			vec_push(&C->hits, u[x]);
@@ -316,7 +316,7 @@ index_uses(Ctx *C)
 		const Node *n = &g->nodes.v[i];
 		C->soff[n->stream + 2]++;
 		for (uint32_t k = 0; k < n->nopnd; k++)
-			if (races_access(n, k) != RACC_NONE && n->opnd[k].v < nv) {
+			if (ir_access(n, k) != RACC_NONE && n->opnd[k].v < nv) {
 				C->uoff[C->root.v[n->opnd[k].v] + 2]++;
 				nu++;
 			}
@@ -330,7 +330,7 @@ index_uses(Ctx *C)
 		const Node *n = &g->nodes.v[i];
 		C->son[C->soff[n->stream + 1]++] = i;
 		for (uint32_t k = 0; k < n->nopnd; k++)
-			if (races_access(n, k) != RACC_NONE && n->opnd[k].v < nv)
+			if (ir_access(n, k) != RACC_NONE && n->opnd[k].v < nv)
 				C->use[C->uoff[C->root.v[n->opnd[k].v] + 1]++] = (uint64_t)i << 16 | k;
 	}
 }
@@ -354,7 +354,7 @@ index_events(Ctx *C)
 		const Node *n = &g->nodes.v[i];
 		if (n->op == OP_SYNC_DEALLOC)
 			continue;
-		int op = races_sync(n, &t);
+		int op = ir_sync_of(n, &t);
 		if ((op != OP_RECORD_EVENT && op != OP_WAIT_EVENT) || t >= ne)
 			continue;
 		C->evoff[t + 2]++;
@@ -396,7 +396,7 @@ ctx_init(Ctx *C, Graph *g)
 	C->g = g;
 	C->ns = g->streams.n;
 	grow(C);
-	races_roots(g, C->root.v);
+	ir_alias_roots(g, C->root.v);
 	hb_init(&C->h, g);
 	C->h.no_dealloc = 1;
 	for (NodeId i = 0; i < g->nodes.n; i++)
@@ -432,8 +432,8 @@ static Node
 cd_node(Graph *g, const Node *x, uint32_t nv)
 {
 	uint32_t target;
-	int op = races_sync(x, &target);
-	Node n = races_node(g, OP_CONTROL_DEPS, nv, nv, x->stream, x->flags, x->loc);
+	int op = ir_sync_of(x, &target);
+	Node n = ir_node_make(g, OP_CONTROL_DEPS, nv, nv, x->stream, x->flags, x->loc);
 	n.attr[0].set = 1;
 	n.attr[0].s = op_name(op);
 	n.attr[0].loc = x->loc;
@@ -462,7 +462,7 @@ wrap(Ctx *C, NodeId i)
 	for (uint32_t j = 0; j < nv; j++) {
 		ValId w = C->cross.v[j], v = resolve(C, w, x.stream);
 		NodeId p = producer(C, i, w);
-		ValId r = races_value_new(g, g->vals.v[v].name,
+		ValId r = ir_value_derived(g, g->vals.v[v].name,
 		                          (x.flags & NF_BACKWARD) != 0, x.loc);
 		g->vals.v[r].type = g->vals.v[v].type;
 		g->vals.v[r].def = i;
@@ -528,7 +528,7 @@ check_syncs(Ctx *C, const char *after)
  * the result as ctrldeps_check would.  The pass keeps its tables for that:
  * each control_deps performs the sync it replaces at its place (the same
  * clocks and event index), its results join their operands' storage
- * classes (as races_roots gives them), and the uses it renames stay on the
+ * classes (as ir_alias_roots gives them), and the uses it renames stay on the
  * same storage (the same use lists); only the names are read as written
  * again. */
 int

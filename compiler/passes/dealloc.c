@@ -25,7 +25,7 @@
  */
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 typedef struct {
 	Graph *g;
@@ -62,7 +62,7 @@ collect(Dealloc *D)
 		if (n->op == OP_DEL)
 			D->del[D->root[n->opnd[0].v]] = i;
 		for (uint32_t k = 0; k < n->nopnd; k++) {
-			if (races_access(n, k) == RACC_NONE)
+			if (ir_access(n, k) == RACC_NONE)
 				continue;
 			ValId r = D->root[n->opnd[k].v];
 			D->last[(size_t)r * D->ns + n->stream] = i;
@@ -91,8 +91,8 @@ record_after(Dealloc *D, NodeId l, uint32_t t)
 	uint32_t *slot = map_get(&D->recs, (const char *)at, sizeof at);
 	if (slot)
 		return *slot;
-	uint32_t ev = races_event_new(g, "free");
-	NodeIns rec = {l + 1, 0, races_sync_node(g, OP_RECORD_EVENT, ev, t,
+	uint32_t ev = ir_event_new(g, "free");
+	NodeIns rec = {l + 1, 0, ir_sync_node(g, OP_RECORD_EVENT, ev, t,
 	                                          g->nodes.v[l].loc)};
 	vec_push(&D->ins, rec);
 	key = arena_alloc(g->mod->arena, sizeof at);
@@ -122,11 +122,11 @@ release(Dealloc *D, ValId r, uint32_t a, const int32_t *c, NodeId at)
 		NodeId l = D->last[(size_t)r * D->ns + late[j]];
 		ev = record_after(D, l, late[j]);
 		if (j + 1 < nl) {
-			NodeIns w = {at, 1, races_sync_node(g, OP_WAIT_EVENT, ev, a, loc)};
+			NodeIns w = {at, 1, ir_sync_node(g, OP_WAIT_EVENT, ev, a, loc)};
 			vec_push(&D->ins, w);
 		}
 	}
-	Node n = races_node(g, OP_SYNC_DEALLOC, 1, 0, a, 0, loc);
+	Node n = ir_node_make(g, OP_SYNC_DEALLOC, 1, 0, a, 0, loc);
 	n.opnd[0].kind = OK_VAL;
 	n.opnd[0].v = d != NONE ? g->nodes.v[d].opnd[0].v : D->lastname[r];
 	n.opnd[0].loc = loc;
@@ -161,7 +161,7 @@ dealloc_pass(Graph *g, const PassOptions *po, Diag *d)
 		D.last[i] = NONE;
 	for (ValId v = 0; v < nv; v++)
 		D.lastall[v] = D.del[v] = D.lastname[v] = NONE;
-	races_roots(g, D.root);
+	ir_alias_roots(g, D.root);
 	map_init(&D.recs);
 	collect(&D);
 
@@ -188,7 +188,7 @@ dealloc_pass(Graph *g, const PassOptions *po, Diag *d)
 	hb_free(&h);
 	int changed = D.ins.n != 0; /* events are made only with their records */
 	if (changed)
-		races_insert(g, &D.ins);
+		ir_insert(g, &D.ins);
 	vec_free(&D.ins);
 	map_free(&D.recs);
 	/* A sync_dealloc may be the last work of its stream: join it again. */

@@ -50,7 +50,7 @@
  */
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 typedef struct {
 	Graph *g;
@@ -79,7 +79,7 @@ static ValId
 finish(Fn *F, Node *n, const char *base)
 {
 	Graph *g = F->g;
-	ValId r = races_value_new(g, base, (n->flags & NF_BACKWARD) != 0, n->loc);
+	ValId r = ir_value_derived(g, base, (n->flags & NF_BACKWARD) != 0, n->loc);
 	n->nres = 1;
 	n->res[0] = r;
 	if (!op_table[n->op].shape(g, n, F->d))
@@ -114,7 +114,7 @@ static ValId
 unary_after(Fn *F, const Node *at, NodeId i, int op, ValId v, const Type *t,
             const char *base)
 {
-	Node n = races_node(F->g, op, 1, 1, at->stream, 0, at->loc);
+	Node n = ir_node_make(F->g, op, 1, 1, at->stream, 0, at->loc);
 	n.opnd[0].kind = OK_VAL;
 	n.opnd[0].v = v;
 	n.opnd[0].loc = at->loc;
@@ -151,7 +151,7 @@ out_of_place(Fn *F, NodeId i, const char *base)
 	Type t = g->vals.v[x].type;
 	Node m;
 	if (op_table[n->op].has_base) { /* add_ sub_ mul_ div_ */
-		m = races_node(g, op_inplace_base(n->op), 2, 1, n->stream, n->flags, n->loc);
+		m = ir_node_make(g, op_inplace_base(n->op), 2, 1, n->stream, n->flags, n->loc);
 		memcpy(m.opnd, n->opnd, 2 * sizeof *m.opnd);
 		ValId r = finish(F, &m, base);
 		*n = m;
@@ -166,7 +166,7 @@ out_of_place(Fn *F, NodeId i, const char *base)
 	}
 	case OP_ZERO_:
 	case OP_FILL_:
-		m = races_node(g, n->op == OP_ZERO_ ? OP_ZEROS : OP_FULL, 0, 1, n->stream,
+		m = ir_node_make(g, n->op == OP_ZERO_ ? OP_ZEROS : OP_FULL, 0, 1, n->stream,
 		               n->flags, n->loc);
 		set_shape(F, &m, &t);
 		attr_of(&m, "dtype")->i = t.dt;
@@ -174,7 +174,7 @@ out_of_place(Fn *F, NodeId i, const char *base)
 			*attr_of(&m, "value") = *ir_attr(n, "value");
 		break;
 	default: /* a collective in place */
-		m = races_node(g, n->op, 1, 1, n->stream, n->flags, n->loc);
+		m = ir_node_make(g, n->op, 1, 1, n->stream, n->flags, n->loc);
 		m.opnd[0] = n->opnd[0];
 		memcpy(m.attr, n->attr, n->nattr * sizeof *m.attr);
 		break;
@@ -210,7 +210,7 @@ static int
 records_extern(Graph *g, const Node *n)
 {
 	uint32_t e;
-	return races_sync(n, &e) == OP_RECORD_EVENT && n->op != OP_SYNC_DEALLOC &&
+	return ir_sync_of(n, &e) == OP_RECORD_EVENT && n->op != OP_SYNC_DEALLOC &&
 	       e < g->events.n && g->events.v[e].is_extern;
 }
 
@@ -218,7 +218,7 @@ records_extern(Graph *g, const Node *n)
 static void
 write_back(Fn *F, ValId x, NodeId m, uint32_t slot, Loc loc)
 {
-	Node n = races_node(F->g, OP_COPY_, 2, 0, F->g->nodes.v[m].stream, 0, loc);
+	Node n = ir_node_make(F->g, OP_COPY_, 2, 0, F->g->nodes.v[m].stream, 0, loc);
 	n.opnd[0].kind = n.opnd[1].kind = OK_VAL;
 	n.opnd[0].v = x;
 	n.opnd[1].v = F->mval[m];
@@ -348,7 +348,7 @@ nothing_to_do(const Graph *g)
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		const Node *n = &g->nodes.v[i];
 		if ((n->flags & NF_DEAD) || inplace(n) ||
-		    (n->nopnd && races_access(n, 0) == RACC_WRITE))
+		    (n->nopnd && ir_access(n, 0) == RACC_WRITE))
 			return 0;
 	}
 	return 1;
@@ -360,14 +360,14 @@ static Node
 bn_node(Graph *g, Diag *d, const Node *at, int op, Opnd a, Opnd b, int nopnd,
         uint32_t nres, const char *base)
 {
-	Node n = races_node(g, op, (uint32_t)nopnd, nres, at->stream, 0, at->loc);
+	Node n = ir_node_make(g, op, (uint32_t)nopnd, nres, at->stream, 0, at->loc);
 	n.opnd[0] = a;
 	if (nopnd > 1)
 		n.opnd[1] = b;
 	for (int k = 0; k < nopnd; k++)
 		n.opnd[k].loc = at->loc;
 	for (uint32_t i = 0; i < nres; i++)
-		n.res[i] = races_value_new(g, base, 0, at->loc);
+		n.res[i] = ir_value_derived(g, base, 0, at->loc);
 	if (op == OP_VAR_MEAN) {
 		Type x = g->vals.v[a.v].type;
 		Attr *dims = attr_of(&n, "dims");
@@ -429,7 +429,7 @@ bn_updates(Graph *g, Diag *d)
 	}
 	int any = ins.n != 0;
 	if (any)
-		races_insert(g, &ins);
+		ir_insert(g, &ins);
 	vec_free(&ins);
 	return any;
 }
@@ -502,7 +502,7 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 		if (F.visible[x] && F.mlast[x] != NONE)
 			write_back(&F, x, F.mlast[x], g->nodes.n, g->retloc);
 	if (!F.errors)
-		races_insert(g, &F.ins);
+		ir_insert(g, &F.ins);
 	vec_free(&F.ins);
 	vec_free(&F.pendx);
 	free(F.cur);

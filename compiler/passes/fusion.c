@@ -45,14 +45,14 @@
  */
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 /* A sync op: nothing fuses across it. */
 static int
 is_sync(const Node *n)
 {
 	uint32_t t;
-	return n->op == OP_SYNC_DEALLOC || races_sync(n, &t) >= 0;
+	return n->op == OP_SYNC_DEALLOC || ir_sync_of(n, &t) >= 0;
 }
 
 /* A node that runs work on its stream (may join a fused kernel). */

@@ -13,7 +13,7 @@
  *
  * The running statistics get no gradient (PyTorch's buffers).
  */
-#include "sgc.h"
+#include "passes.h"
 
 #define GRAD_RULE_DEF(f) int f(Grad *G, const Node *n, const ValId *gout, \
                                ValId *gin, const uint8_t *need)

@@ -16,7 +16,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 #define V(x) grad_v(x)
 #define LF(x) grad_lf(x)

@@ -34,7 +34,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 /* The pass's state: the graph, its schedule (the fields of which it
  * reads and writes under the names the decisions use) and indexes built
@@ -374,7 +374,7 @@ index_uses(Kc *G)
 					G->uk[G->uat[v]] = (uint16_t)k;
 				}
 				csr_add(G->uat, pass, v);
-				if (n->op == OP_SYNC_DEALLOC || races_access(n, k) == RACC_WRITE) {
+				if (n->op == OP_SYNC_DEALLOC || ir_access(n, k) == RACC_WRITE) {
 					if (pass == 1)
 						G->wnode[G->wat[r]] = i;
 					csr_add(G->wat, pass, r);

@@ -24,7 +24,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 enum { ALIGN = 256, VERIFY_MAX = MEMPLAN_VERIFY_MAX };
 
@@ -93,7 +93,7 @@ find_accesses(Build *B)
 		if (n->op == OP_SYNC_DEALLOC && mp->bufof[n->opnd[0].v] != NONE)
 			mp->buf[mp->bufof[n->opnd[0].v]].release = i;
 		for (uint32_t k = 0; k < n->nopnd; k++) {
-			uint32_t b = races_access(n, k) == RACC_NONE ? NONE : mp->bufof[n->opnd[k].v];
+			uint32_t b = ir_access(n, k) == RACC_NONE ? NONE : mp->bufof[n->opnd[k].v];
 			if (b == NONE)
 				continue;
 			B->maxacc[(size_t)b * ns + n->stream] = (int32_t)i + 1;
@@ -510,7 +510,7 @@ memplan_build_at(Graph *g, const NodeId *def, int opt_level, MemPlan *mp)
 	B.root = xmalloc((nv + 1) * sizeof *B.root);
 	mp->buf = xmalloc((nv + 1) * sizeof *mp->buf);
 	mp->bufof = xmalloc((nv + 1) * sizeof *mp->bufof);
-	races_roots(g, B.root);
+	ir_alias_roots(g, B.root);
 	make_buffers(&B);
 	B.maxacc = xmalloc(((size_t)mp->nbuf * g->streams.n + 1) * sizeof *B.maxacc);
 	find_accesses(&B);
@@ -584,7 +584,7 @@ build_reach(Graph *g, Reach *R)
 		if (n->flags & NF_DEAD)
 			continue;
 		uint32_t t;
-		int op = races_sync(n, &t);
+		int op = ir_sync_of(n, &t);
 		add_pred(R, i, last[n->stream]);
 		add_pred(R, i, barrier);
 		if (op == OP_WAIT_EVENT && t < ne)
@@ -624,7 +624,7 @@ buffer_accesses(Graph *g, const MemPlan *mp, NodeId **acc, uint32_t **nacc)
 			if (n->flags & NF_DEAD)
 				continue;
 			for (uint32_t k = 0; k < n->nopnd; k++) {
-				uint32_t b = races_access(n, k) == RACC_NONE ? NONE : mp->bufof[n->opnd[k].v];
+				uint32_t b = ir_access(n, k) == RACC_NONE ? NONE : mp->bufof[n->opnd[k].v];
 				if (b == NONE)
 					continue;
 				if (pass)

@@ -50,7 +50,7 @@
  */
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 /* The machine the estimate thinks of: an H200. */
 #define OFF_MM_16   6.0e14 /* FLOP/s: bf16/f16 products, dense */
@@ -272,7 +272,7 @@ scan_accesses(Off *O, uint8_t *aliased)
 			ValId v = n->opnd[k].v;
 			if (n->op == OP_CONTROL_DEPS)
 				aliased[v] = 1;
-			if (races_access(n, k) == RACC_NONE)
+			if (ir_access(n, k) == RACC_NONE)
 				continue;
 			O->lastacc[v] = i;
 			const Value *val = &g->vals.v[v];
@@ -613,7 +613,7 @@ transfer(Off *O, int op, ValId x, const char *name, const char *suffix,
 {
 	Graph *g = O->g;
 	ValId r = ir_value_fresh(g, arena_printf(g->mod->arena, "%s.%s", name, suffix), loc);
-	Node n = races_node(g, op, 1, 1, stream, 0, loc);
+	Node n = ir_node_make(g, op, 1, 1, stream, 0, loc);
 	n.opnd[0].kind = OK_VAL;
 	n.opnd[0].v = x;
 	n.opnd[0].loc = loc;
@@ -633,8 +633,8 @@ gate_event(Off *O, NodeInsVec *ins, Map *gates, NodeId slot, uint32_t s, Loc loc
 	uint32_t *e = map_get(gates, key, strlen(key));
 	if (e)
 		return *e;
-	uint32_t ev = races_event_new(g, "prefetch");
-	NodeIns r = {slot, 2, races_sync_node(g, OP_RECORD_EVENT, ev, s, loc)};
+	uint32_t ev = ir_event_new(g, "prefetch");
+	NodeIns r = {slot, 2, ir_sync_node(g, OP_RECORD_EVENT, ev, s, loc)};
 	vec_push(ins, r);
 	map_put(gates, key, strlen(key), ev);
 	return ev;
@@ -650,7 +650,7 @@ emit_one(Off *O, Cand *c, uint32_t cs, NodeInsVec *ins, Map *gates)
 	ValId host = out.res[0];
 	NodeIns a = {c->def + 1, 0, out};
 	vec_push(ins, a);
-	Node del = races_node(g, OP_DEL, 1, 0, c->stream, 0, c->loc);
+	Node del = ir_node_make(g, OP_DEL, 1, 0, c->stream, 0, c->loc);
 	del.opnd[0].kind = OK_VAL;
 	del.opnd[0].v = c->v;
 	del.opnd[0].loc = c->loc;
@@ -658,7 +658,7 @@ emit_one(Off *O, Cand *c, uint32_t cs, NodeInsVec *ins, Map *gates)
 	vec_push(ins, b);
 	if (c->gate > O->bw + 1) {
 		uint32_t ev = gate_event(O, ins, gates, c->gate, c->bstream, c->loc);
-		NodeIns w = {c->gate, 3, races_sync_node(g, OP_WAIT_EVENT, ev, cs, c->loc)};
+		NodeIns w = {c->gate, 3, ir_sync_node(g, OP_WAIT_EVENT, ev, cs, c->loc)};
 		vec_push(ins, w);
 	}
 	Node back = transfer(O, OP_TO_DEVICE, host, name, "dev", cs, c->loc);
@@ -752,7 +752,7 @@ emit(Off *O, Cand **tmp, uint64_t before)
 	map_init(&gates);
 	for (uint32_t j = 0; j < n; j++)
 		emit_one(O, tmp[j], cs, &ins, &gates);
-	races_insert(g, &ins);
+	ir_insert(g, &ins);
 	vec_free(&ins);
 	map_free(&gates);
 	return 1;
@@ -836,7 +836,7 @@ offload_pass(Graph *g, const PassOptions *po, Diag *d)
 	}
 	if (any && !placed) {
 		NodeInsVec none = {0};
-		races_insert(g, &none); /* drops the offload statements */
+		ir_insert(g, &none); /* drops the offload statements */
 	}
 	for (ValId v = 0; v < g->vals.n; v++)
 		g->vals.v[v].offload = 0;

@@ -16,7 +16,7 @@
  */
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 /* The update node of param p from grad on stream s. */
 void

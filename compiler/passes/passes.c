@@ -15,7 +15,7 @@
  */
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 typedef int (*PassFn)(Graph *g, const PassOptions *po, Diag *d);
 

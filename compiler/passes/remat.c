@@ -35,7 +35,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 /* One recomputation: v (made by node def, read last in forward by node
  * lastf) is read first in backward by node first, last by node lastb; its
@@ -106,7 +106,7 @@ find(Rm *R)
 	R->last = xmalloc(((size_t)nv + 1) * sizeof *R->last);
 	if (!R->written || !R->bad || !R->cand)
 		out_of_memory(0);
-	races_roots(g, R->root);
+	ir_alias_roots(g, R->root);
 	for (ValId v = 0; v < nv; v++) {
 		R->first[v] = NONE;
 		R->lastf[v] = R->last[v] = g->vals.v[v].kind == VK_NODE ? g->vals.v[v].def : NONE;
@@ -125,7 +125,7 @@ find(Rm *R)
 			ValId u = n->opnd[k].v;
 			if (n->op == OP_CONTROL_DEPS)
 				R->written[R->root[u]] = R->bad[u] = 1; /* aliased: left alone */
-			int acc = races_access(n, k);
+			int acc = ir_access(n, k);
 			if (acc == RACC_NONE)
 				continue;
 			if (acc == RACC_WRITE)
@@ -227,7 +227,7 @@ rewrite(Rm *R)
 	for (uint32_t j = 0; j < R->r.n; j++) {
 		const Remat *r = &R->r.v[j];
 		const Node *p = &g->nodes.v[r->def];
-		Node n = races_node(g, p->op, p->nopnd, 1, g->nodes.v[r->first].stream, 0, p->loc);
+		Node n = ir_node_make(g, p->op, p->nopnd, 1, g->nodes.v[r->first].stream, 0, p->loc);
 		memcpy(n.opnd, p->opnd, p->nopnd * sizeof *n.opnd);
 		if (p->nattr)
 			memcpy(n.attr, p->attr, p->nattr * sizeof *n.attr);
@@ -247,7 +247,7 @@ rewrite(Rm *R)
 				n->opnd[k].v = to[n->opnd[k].v];
 	}
 	free(to);
-	races_insert(g, &ins);
+	ir_insert(g, &ins);
 	vec_free(&ins);
 }
 

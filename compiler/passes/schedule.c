@@ -16,7 +16,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 /* ------------------------------------------------------------------ storage */
 
@@ -38,7 +38,7 @@ find_classes(Graph *g, Sched *s)
 	uint32_t ns = g->streams.n;
 	s->root = arena_alloc(a, (g->vals.n + 1) * sizeof *s->root);
 	s->cls = arena_alloc(a, (g->vals.n + 1) * sizeof *s->cls);
-	races_roots(g, s->root);
+	ir_alias_roots(g, s->root);
 	for (ValId v = 0; v < g->vals.n; v++) {
 		ValId r = s->root[v];
 		if (!s->cls[r]) {
@@ -118,6 +118,7 @@ sched_get(Graph *g, int opt_level)
 	find_classes(g, s);
 	find_uses(g, s);
 	g->sched = s;
+	g->sched_free = sched_free;
 	return s;
 }
 

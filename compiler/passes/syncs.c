@@ -22,7 +22,7 @@
  */
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 typedef struct {
 	Graph *g;
@@ -38,7 +38,7 @@ fix_node(void *ctx, Hb *h, NodeId i, Race *rs, uint32_t nr)
 {
 	Fixer *F = ctx;
 	Graph *g = F->g;
-	if (i >= g->nodes.n || !races_compiler_made(&g->nodes.v[i]))
+	if (i >= g->nodes.n || !ir_compiler_made(&g->nodes.v[i]))
 		return;
 	const Node *n = &g->nodes.v[i];
 	uint32_t ns = h->ns, s = n->stream;
@@ -64,11 +64,11 @@ fix_node(void *ctx, Hb *h, NodeId i, Race *rs, uint32_t nr)
 			continue;
 		if (p != NONE && HB_DONE(clock, t, p + 1))
 			continue; /* ordered by an earlier wait of this node */
-		uint32_t e = races_event_new(g, "sync");
+		uint32_t e = ir_event_new(g, "sync");
 		NodeIns rec = {p == NONE ? 0 : p + 1, 0,
-		               races_sync_node(g, OP_RECORD_EVENT, e, t,
+		               ir_sync_node(g, OP_RECORD_EVENT, e, t,
 		                               p == NONE ? n->loc : g->nodes.v[p].loc)};
-		NodeIns wait = {i, 1, races_sync_node(g, OP_WAIT_EVENT, e, s, n->loc)};
+		NodeIns wait = {i, 1, ir_sync_node(g, OP_WAIT_EVENT, e, s, n->loc)};
 		vec_push(&F->ins, rec);
 		vec_push(&F->ins, wait);
 		if (p == NONE)
@@ -90,7 +90,7 @@ syncs_pass(Graph *g, const PassOptions *po, Diag *d)
 	races_walk(g, 0, fix_node, &F);
 	int changed = F.ins.n != 0; /* events are made only with their syncs */
 	if (changed)
-		races_insert(g, &F.ins);
+		ir_insert(g, &F.ins);
 	vec_free(&F.ins);
 	free(F.latest);
 	free(F.start);
@@ -111,7 +111,7 @@ join_into(Graph *g, Hb *h, uint32_t s, int32_t from, uint32_t slot,
 		if (t == s || last == NONE || (int32_t)last + 1 <= from ||
 		    HB_DONE(clock, t, last + 1))
 			continue;
-		NodeIns w = {slot, 0, races_sync_node(g, OP_WAIT_STREAM, t, s, loc)};
+		NodeIns w = {slot, 0, ir_sync_node(g, OP_WAIT_STREAM, t, s, loc)};
 		vec_push(ins, w);
 		hb_join(h, clock, hb_clock(h, t));
 	}
@@ -144,7 +144,7 @@ syncs_join_pass(Graph *g, const PassOptions *po, Diag *d)
 	hb_free(&h);
 	int changed = ins.n != 0;
 	if (changed)
-		races_insert(g, &ins);
+		ir_insert(g, &ins);
 	vec_free(&ins);
 	return changed ? 1 : PASS_SAME;
 }

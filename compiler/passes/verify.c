@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "sgc.h"
+#include "passes.h"
 
 #define FAIL(...) verify_fail(g, after, __VA_ARGS__)
 

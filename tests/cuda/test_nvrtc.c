@@ -19,6 +19,9 @@
 #include <nvrtc.h>
 
 #include "sgc.h"
+#include "backend.h"
+#include "interp.h"
+#include "passes.h"
 
 #ifndef SGRT_INCLUDE /* runtime/: the device helpers and kernel library, sgk/ */
 #define SGRT_INCLUDE "runtime"

@@ -18,6 +18,9 @@
 #include <cmocka.h>
 
 #include "sgc.h"
+#include "backend.h"
+#include "interp.h"
+#include "passes.h"
 
 typedef struct {
 	Diag d;

@@ -20,6 +20,9 @@
 #include "init.h"
 #include "safetensors.h"
 #include "sgc.h"
+#include "backend.h"
+#include "interp.h"
+#include "passes.h"
 
 /* Every f16 and bf16 value converts to float and back unchanged. */
 static void

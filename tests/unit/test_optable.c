@@ -18,6 +18,9 @@
 #include <cmocka.h>
 
 #include "sgc.h"
+#include "backend.h"
+#include "interp.h"
+#include "passes.h"
 
 /* The shape rules and interpreters ops.def names (as ops.c declares them). */
 #define X(e, name, opnds, nres, attrs, shape, interp, flags, grad, emit, kernel) \

@@ -23,6 +23,9 @@
 #include <cmocka.h>
 
 #include "sgc.h"
+#include "backend.h"
+#include "interp.h"
+#include "passes.h"
 
 typedef struct {
 	Module m;

@@ -22,6 +22,9 @@
 #include <cmocka.h>
 
 #include "sgc.h"
+#include "backend.h"
+#include "interp.h"
+#include "passes.h"
 
 typedef struct {
 	Module m;
@@ -170,7 +173,7 @@ test_fusion(void **state)
 	assert_int_not_equal(fi.region[b], fi.region[s]);
 	for (NodeId i = 0; i < t->g->nodes.n; i++) {
 		uint32_t tg;
-		if (races_sync(&t->g->nodes.v[i], &tg) >= 0)
+		if (ir_sync_of(&t->g->nodes.v[i], &tg) >= 0)
 			assert_int_equal(fi.region[i], NONE);
 	}
 	fusion_free(&fi);
