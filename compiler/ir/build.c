@@ -292,6 +292,10 @@ rebuild(Graph *g, const NodeIns *v, const uint32_t *ord, uint32_t nins)
 			vec_push(&out, v[ord[k]].n);
 		if (slot < nn && !(g->nodes.v[slot].flags & NF_DEAD))
 			vec_push(&out, g->nodes.v[slot]);
+		else if (slot < nn) /* dropped: its results have no definition
+		                       (unless a live node makes them, set below) */
+			for (uint32_t j = 0; j < g->nodes.v[slot].nres; j++)
+				g->vals.v[g->nodes.v[slot].res[j]].def = NONE;
 	}
 	vec_free(&g->nodes);
 	g->nodes.v = out.v;

@@ -155,6 +155,16 @@ verify_graph(Graph *g, const char *after)
 	}
 	if (in_block)
 		FAIL("derived backward block is never closed");
+	/* and no value claims a definition that does not make it (the nodes
+	 * a rebuild drops leave their results without one) */
+	for (ValId r = 0; r < g->vals.n; r++) {
+		const Value *v = &g->vals.v[r];
+		if (v->kind != VK_NODE || v->def == NONE || defined[r])
+			continue;
+		const Node *d = v->def < g->nodes.n ? &g->nodes.v[v->def] : NULL;
+		if (!d || !(d->flags & NF_DEAD) || v->resno >= d->nres || d->res[v->resno] != r)
+			FAIL("'%%%s' points at node %u, which does not make it", v->name, v->def);
+	}
 	for (uint32_t i = 0; i < g->rets.n; i++)
 		if (g->rets.v[i] >= g->vals.n || !defined[g->rets.v[i]])
 			FAIL("return of an undefined value");
