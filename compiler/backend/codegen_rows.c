@@ -338,26 +338,19 @@ cg_use_library(CgGraph *G, const char *file)
 }
 
 /* softmax, log_softmax, layer_norm, rms_norm over the last dim through the
- * row kernels of sgk_rows.cuh: f16, bf16, f32 whose input is in memory
- * (no pointwise producer fused in at -O2).  0, with nothing emitted,
- * otherwise. */
+ * row kernels of sgk_rows.cuh, where kernel_choice chose them (f16, bf16,
+ * f32 whose input is in memory: no pointwise producer fused in at -O2).
+ * 0, with nothing emitted, otherwise. */
 static int
 rows_library(CgGraph *G, const Node *n)
 {
 	Cg *c = G->c;
+	if (!G->s->rows_lib[n - G->g->nodes.v]) /* kernel_choice's choice */
+		return 0;
 	const Type *x = cg_otype(G, n, 0);
 	DType dt = (DType)x->dt;
-	if (dt != DT_F16 && dt != DT_BF16 && dt != DT_F32)
-		return 0;
-	if ((G->prologue && G->prologue[n - G->g->nodes.v] >= 0) ||
-	    cg_epilogue(G, (NodeId)(n - G->g->nodes.v)) >= 0)
-		return 0;
-	if (x->rank < 1 || x->d[x->rank - 1] < 1 || x->d[x->rank - 1] > INT32_MAX)
-		return 0;
 	int64_t len = x->d[x->rank - 1], rows = type_numel(x) / len;
 	int soft = n->op == OP_SOFTMAX || n->op == OP_LOG_SOFTMAX;
-	if (soft && shape_norm_dim(ir_attr_int(n, "dim", -1), x->rank) != x->rank - 1)
-		return 0;
 	cg_use_library(G, "sgk_rows.cuh");
 	const char *t = cg_ctype(dt), *rv = G->vname[n->res[0]];
 	const char *xv = G->vname[n->opnd[0].v], *s = cg_num(c, cg_stream(n));
@@ -465,19 +458,18 @@ cg_norm(CgGraph *G, const Node *n)
  * sg_launch_cross_entropy_lse, then one block checks the targets (a trap
  * with the .sg line, as the other kernels), counts them and, forward,
  * writes the mean loss (with a fused consumer); backward,
- * sg_launch_cross_entropy_bwd.  0, with nothing emitted, otherwise. */
+ * sg_launch_cross_entropy_bwd.  kernel_choice chose it (passes/kernels.c,
+ * rows_library); 0, with nothing emitted, otherwise. */
 static int
 ce_library(CgGraph *G, const Node *n, int bwd)
 {
 	Cg *c = G->c;
-	const Type *x = cg_otype(G, n, bwd), *t = cg_otype(G, n, bwd + 1);
+	if (!G->s->rows_lib[n - G->g->nodes.v]) /* kernel_choice's choice */
+		return 0;
+	const Type *x = cg_otype(G, n, bwd);
 	DType dt = (DType)x->dt;
 	int64_t outer, len, inner;
 	cg_around(x, x->rank >= 2 ? 1 : 0, &outer, &len, &inner);
-	if ((dt != DT_F16 && dt != DT_BF16 && dt != DT_F32) || inner != 1 || outer < 1 ||
-	    len < 1 || len > INT32_MAX || t->dt != DT_I64 ||
-	    cg_vtype(G, n->res[0])->dt != dt || (bwd && cg_otype(G, n, 0)->dt != dt))
-		return 0;
 	cg_use_library(G, "sgk_rows.cuh");
 	const char *ct = cg_ctype(dt), *s = cg_num(c, cg_stream(n));
 	const char *xv = G->vname[n->opnd[bwd].v], *tv = G->vname[n->opnd[bwd + 1].v];
@@ -528,9 +520,7 @@ cg_rows_norm_backward(CgGraph *G, const Node *n)
 	Cg *c = G->c;
 	const Type *x = cg_otype(G, n, 1);
 	DType dt = (DType)x->dt;
-	if ((dt != DT_F16 && dt != DT_BF16 && dt != DT_F32) || x->rank < 1 ||
-	    x->d[x->rank - 1] < 1 || x->d[x->rank - 1] > INT32_MAX ||
-	    cg_otype(G, n, 0)->dt != dt || (n->nopnd > 2 && cg_otype(G, n, 2)->dt != dt))
+	if (!G->s->rows_lib[n - G->g->nodes.v]) /* kernel_choice's choice */
 		return 0;
 	int64_t len = x->d[x->rank - 1], rows = type_numel(x) / len;
 	if (rows == 0)

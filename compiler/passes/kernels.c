@@ -866,6 +866,51 @@ kernel_activation(const Node *a)
 
 /* ------------------------------------------------------------------ the pass */
 
+/* Whether the kernel library's row kernels (sgk_rows.cuh) take row op n:
+ * f16, bf16 or f32 along the last dim; softmax, log_softmax and the norms
+ * with their input in memory (no pointwise producer or consumer fused
+ * in); cross_entropy (and its backward) with the class dim last, i64
+ * targets and a result of the logits' dtype; the norms' backward with
+ * every operand of x's dtype. */
+static int
+rows_library(const Graph *g, const Sched *s, NodeId i)
+{
+	const Node *n = &g->nodes.v[i];
+	int em = op_table[n->op].emit, bwd = n->op == OP_CROSS_ENTROPY_BACKWARD;
+	int nbwd = n->op == OP_LAYER_NORM_BACKWARD || n->op == OP_RMS_NORM_BACKWARD;
+	if (em != EM_SOFTMAX && em != EM_NORM && em != EM_CROSS_ENTROPY && !bwd && !nbwd)
+		return 0;
+	const Type *x = otype(g, n, bwd || nbwd ? 1 : 0);
+	DType dt = (DType)x->dt;
+	if (dt != DT_F16 && dt != DT_BF16 && dt != DT_F32)
+		return 0;
+	if (nbwd)
+		return x->rank >= 1 && x->d[x->rank - 1] >= 1 && x->d[x->rank - 1] <= INT32_MAX &&
+		       otype(g, n, 0)->dt == dt && (n->nopnd <= 2 || otype(g, n, 2)->dt == dt);
+	if (em == EM_CROSS_ENTROPY || bwd) {
+		const Type *t = otype(g, n, bwd + 1);
+		int cd = x->rank >= 2 ? 1 : 0; /* the class dim */
+		int64_t outer = 1, len = 1, inner = 1;
+		for (int k = 0; k < x->rank; k++) {
+			if (k < cd)
+				outer *= x->d[k];
+			else if (k == cd)
+				len = x->d[k];
+			else
+				inner *= x->d[k];
+		}
+		return inner == 1 && outer >= 1 && len >= 1 && len <= INT32_MAX &&
+		       t->dt == DT_I64 && g->vals.v[n->res[0]].type.dt == dt &&
+		       (!bwd || otype(g, n, 0)->dt == dt);
+	}
+	if (type_numel(x) == 0 || s->prologue[i] >= 0 || s->epilogue[i] >= 0)
+		return 0;
+	if (x->rank < 1 || x->d[x->rank - 1] < 1 || x->d[x->rank - 1] > INT32_MAX)
+		return 0;
+	return em != EM_SOFTMAX ||
+	       shape_norm_dim(ir_attr_int(n, "dim", -1), x->rank) == x->rank - 1;
+}
+
 int
 kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d)
 {
@@ -878,12 +923,15 @@ kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d)
 		fold_all(&G, &s->groups);
 		arena_free(G.tmp);
 	}
-	/* The attention nodes the flash kernels take, with the layouts folded. */
+	/* The attention nodes the flash kernels take, with the layouts folded;
+	 * the row ops the library's row kernels take. */
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		const Node *n = &g->nodes.v[i];
 		Flash f;
 		if (!(n->flags & NF_DEAD) && (n->op == OP_SDPA || n->op == OP_SDPA_BACKWARD))
 			s->flash[i] = (uint8_t)kernel_flash(g, s->fold, n, n->op == OP_SDPA_BACKWARD, &f);
+		else if (!(n->flags & NF_DEAD) && n->op < OP__N)
+			s->rows_lib[i] = (uint8_t)rows_library(g, s, i);
 	}
 	return 1;
 }

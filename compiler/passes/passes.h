@@ -295,6 +295,9 @@ typedef struct Sched {
 	/* kernel_choice */
 	uint8_t *flash;       /* per node: an attention node the flash kernels
 	                         take (else the fallback kernels) */
+	uint8_t *rows_lib;    /* per node: a row op (softmax, log_softmax, a
+	                         norm, cross_entropy, their backward) the kernel
+	                         library's row kernels take (else generated ones) */
 	KernelFold *fold;     /* NULL below -O2 */
 	/* memplan */
 	MemPlan plan;

@@ -115,6 +115,7 @@ sched_get(Graph *g, int opt_level)
 	s->reg = arena_alloc(a, g->vals.n + 1);
 	s->softmax_bwd = arena_alloc(a, (g->nodes.n + 1) * sizeof *s->softmax_bwd);
 	s->flash = arena_alloc(a, g->nodes.n + 1);
+	s->rows_lib = arena_alloc(a, g->nodes.n + 1);
 	find_classes(g, s);
 	find_uses(g, s);
 	g->sched = s;
@@ -598,6 +599,8 @@ note(FILE *f, void *ctx, NodeId i)
 		        g->vals.v[g->nodes.v[F->prod[i]].res[0]].name), sep = ", ";
 	if (s->flash[i])
 		fprintf(f, "%sflash attention", sep), sep = ", ";
+	if (s->rows_lib[i])
+		fprintf(f, "%slibrary row kernels", sep), sep = ", ";
 	if (s->softmax_bwd[i])
 		fprintf(f, "%s%ssoftmax backward kernel", sep, s->softmax_bwd[i]->log ? "log_" : ""),
 		sep = ", ";
