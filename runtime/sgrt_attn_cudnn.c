@@ -94,6 +94,18 @@ enum {
 
 /* ------------------------------------------------------------------ loading */
 
+int
+sgrt_dlsyms(void *lib, const SgrtSym *sym, size_t n, void *table)
+{
+	for (size_t i = 0; i < n; i++) {
+		void *p = dlsym(lib, sym[i].name);
+		if (!p)
+			return 0;
+		memcpy((char *)table + sym[i].off, &p, sizeof p);
+	}
+	return 1;
+}
+
 static void
 unload(Cudnn *c)
 {
@@ -114,7 +126,7 @@ unload(Cudnn *c)
 static Cudnn *
 load(SgrtModel *m)
 {
-	static const struct { const char *name; size_t off; } sym[] = {
+	static const SgrtSym sym[] = {
 		{"cudnnGetVersion", offsetof(Fns, GetVersion)},
 		{"cudnnCreate", offsetof(Fns, Create)},
 		{"cudnnDestroy", offsetof(Fns, Destroy)},
@@ -140,13 +152,9 @@ load(SgrtModel *m)
 		return NULL;
 	}
 	c->lib = lib;
-	for (size_t i = 0; i < sizeof sym / sizeof sym[0]; i++) {
-		void *p = dlsym(lib, sym[i].name);
-		if (!p) {
-			unload(c);
-			return NULL;
-		}
-		memcpy((char *)&c->f + sym[i].off, &p, sizeof p);
+	if (!sgrt_dlsyms(lib, sym, sizeof sym / sizeof sym[0], &c->f)) {
+		unload(c);
+		return NULL;
 	}
 	c->ws = calloc((size_t)m->nstreams, sizeof *c->ws);
 	c->ws_bytes = calloc((size_t)m->nstreams, sizeof *c->ws_bytes);

@@ -17,7 +17,6 @@
  * model's, one buffer per stream, grown when a plan is made (never while
  * the stream is being captured into a CUDA graph: declined then).
  */
-#include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,7 +148,7 @@ sgrt_conv_release(SgrtModel *m)
 static Conv *
 load(SgrtModel *m)
 {
-	static const struct { const char *name; size_t off; } sym[] = {
+	static const SgrtSym sym[] = {
 		{"cudnnSetStream", offsetof(Fns, SetStream)},
 		{"cudnnCreateTensorDescriptor", offsetof(Fns, CreateTensor)},
 		{"cudnnSetTensor4dDescriptor", offsetof(Fns, SetTensor4d)},
@@ -182,13 +181,9 @@ load(SgrtModel *m)
 	if (!c)
 		return NULL;
 	c->h = h;
-	for (size_t i = 0; i < sizeof sym / sizeof sym[0]; i++) {
-		void *p = dlsym(lib, sym[i].name);
-		if (!p) {
-			free(c);
-			return NULL;
-		}
-		memcpy((char *)&c->f + sym[i].off, &p, sizeof p);
+	if (!sgrt_dlsyms(lib, sym, sizeof sym / sizeof sym[0], &c->f)) {
+		free(c);
+		return NULL;
 	}
 	c->ws = calloc((size_t)m->nstreams, sizeof *c->ws);
 	c->ws_bytes = calloc((size_t)m->nstreams, sizeof *c->ws_bytes);

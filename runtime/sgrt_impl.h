@@ -78,6 +78,15 @@ void sgrt_cudnn_release(SgrtModel *m);
 /* The dlopen'ed cuDNN library and the model's cudnnHandle_t (*handle),
  * loaded on first use; NULL when unavailable. */
 void *sgrt_cudnn_lib(SgrtModel *m, void **handle);
+/* One entry point of a dlopen'ed library and where its pointer goes in a
+ * table of function pointers. */
+typedef struct {
+	const char *name;
+	size_t off;
+} SgrtSym;
+/* Looks the n symbols up in lib, each stored at table + its off; 0 when
+ * one is missing. */
+int sgrt_dlsyms(void *lib, const SgrtSym *sym, size_t n, void *table);
 
 /* ------------------------------------------------------------------ sgrt_conv_cudnn.c */
 
