@@ -457,19 +457,22 @@ cg_stmt_text(Cg *c, Graph *g, const Node *n)
 		line++, len--;
 	while (len && (line[len - 1] == ' ' || line[len - 1] == '\t'))
 		len--;
-	CgStr s = {0};
+	const char *made = n->flags & NF_USER ? NULL : cg_node_text(c, g, n);
+	/* at most two bytes a source byte (a `/` after `*` gets a blank) */
+	char *out = arena_alloc(c->a, 2 * len + (made ? strlen(made) + 10 : 0) + 1), *q = out;
 	for (size_t i = 0; i < len; i++) {
 		unsigned char ch = (unsigned char)line[i];
 		if (ch == '/' && i && line[i - 1] == '*')
-			cg_str_addf(&s, " /"); /* no end of a block comment */
+			*q++ = ' ', *q++ = '/'; /* no end of a block comment */
 		else if (ch == '\\' || ch < 0x20 || ch > 0x7e)
-			cg_str_addf(&s, "?"); /* no line splice, nothing unprintable */
+			*q++ = '?'; /* no line splice, nothing unprintable */
 		else
-			cg_str_addf(&s, "%c", ch);
+			*q++ = (char)ch;
 	}
-	if (!(n->flags & NF_USER))
-		cg_str_addf(&s, "  [sgc: %s]", cg_node_text(c, g, n));
-	return cg_str_done(c, &s);
+	if (made)
+		q += sprintf(q, "  [sgc: %s]", made);
+	*q = 0;
+	return out;
 }
 
 /* ------------------------------------------------------------------ dtypes */
