@@ -60,16 +60,6 @@ find_section(const char *section, size_t *len)
 	return NULL;
 }
 
-const char *
-cg_section(const char *section)
-{
-	size_t len;
-	const char *t = find_section(section, &len);
-	if (!t)
-		ICE("no template section '%s'", section);
-	return t;
-}
-
 /* The value bound to key (len bytes), or NULL. */
 static const char *
 lookup(const CgBind *b, const char *key, size_t len)

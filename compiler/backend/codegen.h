@@ -70,8 +70,6 @@ const char *cg_kernel(CgGraph *G, const char *section, const CgBind *b);
 char *cg_subst(Cg *c, const char *text, const CgBind *b);
 #define CG_SUBST(c, text, ...) \
 	cg_subst((c), (text), (const CgBind[]){__VA_ARGS__, {NULL, NULL}})
-/* The raw text of a section (for tables such as pointwise.tbl). */
-const char *cg_section(const char *section);
 
 /* printf into the compilation's arena. */
 char *cg_fmt(Cg *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
