@@ -7,8 +7,9 @@ the GPU machine: torch 2.x with transformers, nvcc, no network).
 For each of LlamaForCausalLM (grouped-query heads: 4 query over 2
 key/value), MistralForCausalLM (multi-query: 1 key/value head, a sliding
 window of 4 keys shorter than the sequence, so a real mask) and
-Qwen2ForCausalLM (q/k/v biases), each at a tiny config built from a config
-object (no download), f32:
+Qwen2ForCausalLM (q/k/v biases) and GPT2LMHeadModel (tied LM head,
+Conv1D projections), each at a tiny config built from a config object (no
+download), f32:
 
   1. fx2sg --trace=export --loss cross_entropy --optimizer 'adamw(lr=...)'
      of a wrapper giving the logits as [B*T, vocab], with random token ids;
@@ -24,7 +25,7 @@ absolute error of the last step's loss and of the params after 3 steps,
 with PASS or FAIL; exit 0 when all passed.  Environment: SGC (the sgc
 binary), SGRT_FLAGS (nvcc flags to link libsgrt), NVCC.
 
-The module factories (llama, mistral, qwen2) are also fx2sg's
+The module factories (llama, mistral, qwen2, gpt2) are also fx2sg's
 MODULE_SPEC targets: tests/gpu/models_llama.py:llama.
 """
 import os
@@ -80,7 +81,19 @@ def qwen2():
     return _make("Qwen2ForCausalLM", "Qwen2Config", num_key_value_heads=2)
 
 
-MODELS = {"llama": llama, "mistral": mistral, "qwen2": qwen2}
+def gpt2():
+    """GPT2LMHeadModel: learned positions, Conv1D (addmm) projections,
+    GELU(tanh), the LM head tied to the token embedding; dropouts at 0 so
+    that the eager steps are deterministic."""
+    import transformers
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4,
+                                  n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
+                                  attn_pdrop=0.0, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    return Logits(transformers.GPT2LMHeadModel(cfg).float().eval())
+
+
+MODELS = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "gpt2": gpt2}
 
 
 def sh(cmd, log, timeout=600, env=None):
