@@ -284,8 +284,7 @@ void cg_free_tmp(CgGraph *G, const Node *n, const char *var);
 char *cg_store(Cg *c, DType dt, const char *v);   /* sg_st_DT(sg_to_DT(v)) */
 const char *cg_acc_type(DType dt);  /* float, or double for f64 */
 const char *cg_acc_conv(DType dt);  /* sg_opf, or sg_opd for f64 */
-/* x viewed as [outer, len, inner] around dim d; the offset of row o. */
-void cg_around(const Type *x, int d, int64_t *outer, int64_t *len, int64_t *inner);
+/* The offset of row o of an [outer, len, inner] view (type_around). */
 char *cg_row_base(Cg *c, int64_t outer, int64_t len, int64_t inner);
 /* Broadcast batch dims (all but the last two) of nop operands: shape and
  * per-operand element strides (0 where broadcast); returns the rank. */

@@ -85,13 +85,8 @@ cg_collective(CgGraph *G, const Node *n)
 	const char *rv = n->nres ? G->vname[n->res[0]] : xv;
 	int64_t count = type_numel(x), w = G->world;
 	int d = x->rank ? shape_norm_dim(ir_attr_int(n, "dim", 0), x->rank) : 0;
-	int64_t outer = 1, inner = 1, dsz = x->rank ? x->d[d] : 1;
-	for (int k = 0; k < x->rank; k++) {
-		if (k < d)
-			outer *= x->d[k];
-		else if (k > d)
-			inner *= x->d[k];
-	}
+	int64_t outer, dsz, inner;
+	type_around(x, d, &outer, &dsz, &inner);
 	if (count == 0)
 		return 1;
 	switch (n->op) {

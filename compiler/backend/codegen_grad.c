@@ -188,7 +188,7 @@ ce_backward(CgGraph *G, const Node *n)
 	const Type *x = cg_otype(G, n, 1), *t = cg_otype(G, n, 2);
 	DType dt = (DType)x->dt;
 	int64_t outer, len, inner;
-	cg_around(x, x->rank >= 2 ? 1 : 0, &outer, &len, &inner);
+	type_around(x, x->rank >= 2 ? 1 : 0, &outer, &len, &inner);
 	int64_t nout = outer * inner;
 	if (nout == 0 || len == 0)
 		return;

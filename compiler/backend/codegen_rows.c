@@ -299,21 +299,6 @@ cg_reduce(CgGraph *G, const Node *n)
 	return 1;
 }
 
-/* x as [outer, len, inner] around dim d. */
-void
-cg_around(const Type *x, int d, int64_t *outer, int64_t *len, int64_t *inner)
-{
-	*outer = *len = *inner = 1;
-	for (int i = 0; i < x->rank; i++) {
-		if (i < d)
-			*outer *= x->d[i];
-		else if (i == d)
-			*len = x->d[i];
-		else
-			*inner *= x->d[i];
-	}
-}
-
 /* The offset of row o of an [outer, len, inner] view. */
 char *
 cg_row_base(Cg *c, int64_t outer, int64_t len, int64_t inner)
@@ -386,7 +371,7 @@ cg_softmax(CgGraph *G, const Node *n)
 	DType dt = (DType)x->dt;
 	int d = x->rank ? shape_norm_dim(ir_attr_int(n, "dim", -1), x->rank) : 0;
 	int64_t outer, len, inner;
-	cg_around(x, d, &outer, &len, &inner);
+	type_around(x, d, &outer, &len, &inner);
 	int64_t nout = outer * inner;
 	if (nout == 0 || len == 0)
 		return 1;
@@ -469,7 +454,7 @@ ce_library(CgGraph *G, const Node *n, int bwd)
 	const Type *x = cg_otype(G, n, bwd);
 	DType dt = (DType)x->dt;
 	int64_t outer, len, inner;
-	cg_around(x, x->rank >= 2 ? 1 : 0, &outer, &len, &inner);
+	type_around(x, x->rank >= 2 ? 1 : 0, &outer, &len, &inner);
 	cg_use_library(G, "sgk_rows.cuh");
 	const char *ct = cg_ctype(dt), *s = cg_num(c, cg_stream(n));
 	const char *xv = G->vname[n->opnd[bwd].v], *tv = G->vname[n->opnd[bwd + 1].v];
@@ -551,7 +536,7 @@ cg_cross_entropy(CgGraph *G, const Node *n)
 	const Type *x = cg_otype(G, n, 0), *t = cg_otype(G, n, 1);
 	DType dt = (DType)x->dt, rdt = (DType)cg_vtype(G, n->res[0])->dt;
 	int64_t outer, len, inner;
-	cg_around(x, x->rank >= 2 ? 1 : 0, &outer, &len, &inner);
+	type_around(x, x->rank >= 2 ? 1 : 0, &outer, &len, &inner);
 	int64_t nout = outer * inner;
 	const char *acc = cg_acc_type(dt);
 	const char *ov = G->vname[n->res[0]];

@@ -104,6 +104,33 @@ ir_compiler_made(const Node *n)
 	return (n->flags & NF_BACKWARD) || !(n->flags & NF_USER);
 }
 
+int
+ir_backward_block(const Graph *g, NodeId *bw, NodeId *end)
+{
+	*bw = *end = NONE;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		if (n->op == OP_BACKWARD && (n->flags & NF_BACKWARD))
+			*bw = i;
+		else if (n->op == OP_BACKWARD_END && *bw != NONE && *end == NONE)
+			*end = i;
+	}
+	if (*end == NONE)
+		*bw = NONE;
+	return *bw != NONE;
+}
+
+int
+ir_block_derived(const Graph *g, NodeId bw, NodeId end)
+{
+	for (NodeId i = bw + 1; i < end; i++)
+		if (!(g->nodes.v[i].flags & (NF_DEAD | NF_USER)))
+			return 1;
+	return 0;
+}
+
 /* ------------------------------------------------------------------ building */
 
 /* A fresh local event; the printer declares it with the others. */

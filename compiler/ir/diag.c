@@ -87,22 +87,15 @@ sgr(const Diag *d, const char *code)
 static void
 show_source(Diag *d, Loc at)
 {
-	if (!d->src || at.line == 0)
+	size_t n;
+	const char *line = diag_line(d, at.line, &n);
+	if (!line)
 		return;
-	if (!d->linestart)
-		build_lines(d);
-	if (at.line > d->nlines)
-		return;
-	size_t start = d->linestart[at.line - 1], end = start;
-	while (end < d->srclen && d->src[end] != '\n')
-		end++;
-	if (end > start && d->src[end - 1] == '\r')
-		end--;
 	size_t col = at.col ? at.col - 1 : 0; /* bytes into the line */
-	if (col > end - start)
-		col = end - start;
+	if (col > n)
+		col = n;
 	/* Cut long lines to a window around the caret. */
-	size_t from = 0, to = end - start;
+	size_t from = 0, to = n;
 	if (to > SHOW_MAX) {
 		from = col > SHOW_MAX / 2 ? col - SHOW_MAX / 2 : 0;
 		to = from + SHOW_MAX < to ? from + SHOW_MAX : to;
@@ -111,12 +104,12 @@ show_source(Diag *d, Loc at)
 	int w = at.line > 99999 ? snprintf(NULL, 0, "%u", at.line) + 1 : 5;
 	fprintf(d->out, "%*u | ", w, at.line);
 	for (size_t i = from; i < to; i++) {
-		unsigned char c = (unsigned char)d->src[start + i];
+		unsigned char c = (unsigned char)line[i];
 		fputc(c == '\t' || (c >= 0x20 && c < 0x7f) ? c : '?', d->out);
 	}
 	fprintf(d->out, "\n%*s | ", w, "");
 	for (size_t i = from; i < col; i++)
-		fputc(d->src[start + i] == '\t' ? '\t' : ' ', d->out);
+		fputc(line[i] == '\t' ? '\t' : ' ', d->out);
 	sgr(d, "1;32");
 	fputc('^', d->out);
 	size_t len = at.len;

@@ -117,6 +117,8 @@ typedef struct {
 
 int64_t type_numel(const Type *t);
 int type_same_shape(const Type *a, const Type *b);
+/* t viewed as [outer, len, inner] around dim d (len 1 for a scalar). */
+void type_around(const Type *t, int d, int64_t *outer, int64_t *len, int64_t *inner);
 
 /* ------------------------------------------------------------------ diag.c */
 
@@ -698,6 +700,12 @@ ir_access(const Node *n, uint32_t k)
 	return inplace && k == 0 ? RACC_WRITE : RACC_READ;
 }
 int ir_compiler_made(const Node *n); /* NF_BACKWARD or not NF_USER */
+/* The derived backward block: its `backward` node *bw and its end *end
+ * (both NONE when the graph has none); 1 when there is one. */
+int ir_backward_block(const Graph *g, NodeId *bw, NodeId *end);
+/* Whether this compilation derived the block (bw, end): it holds
+ * compiler-made nodes, where a written block holds the user's only. */
+int ir_block_derived(const Graph *g, NodeId bw, NodeId end);
 /* A fresh local event called base0, base1, ... */
 uint32_t ir_event_new(Graph *g, const char *base);
 /* A fresh value name from base (its ".N" suffixes stripped); outside a

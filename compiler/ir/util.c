@@ -399,6 +399,20 @@ type_numel(const Type *t)
 	return n;
 }
 
+void
+type_around(const Type *t, int d, int64_t *outer, int64_t *len, int64_t *inner)
+{
+	*outer = *len = *inner = 1;
+	for (int i = 0; i < t->rank; i++) {
+		if (i < d)
+			*outer *= t->d[i];
+		else if (i == d)
+			*len = t->d[i];
+		else
+			*inner *= t->d[i];
+	}
+}
+
 int
 type_same_shape(const Type *a, const Type *b)
 {

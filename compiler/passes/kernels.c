@@ -889,16 +889,8 @@ rows_library(const Graph *g, const Sched *s, NodeId i)
 		       otype(g, n, 0)->dt == dt && (n->nopnd <= 2 || otype(g, n, 2)->dt == dt);
 	if (em == EM_CROSS_ENTROPY || bwd) {
 		const Type *t = otype(g, n, bwd + 1);
-		int cd = x->rank >= 2 ? 1 : 0; /* the class dim */
-		int64_t outer = 1, len = 1, inner = 1;
-		for (int k = 0; k < x->rank; k++) {
-			if (k < cd)
-				outer *= x->d[k];
-			else if (k == cd)
-				len = x->d[k];
-			else
-				inner *= x->d[k];
-		}
+		int64_t outer, len, inner;
+		type_around(x, x->rank >= 2 ? 1 : 0, &outer, &len, &inner); /* the class dim */
 		return inner == 1 && outer >= 1 && len >= 1 && len <= INT32_MAX &&
 		       t->dt == DT_I64 && g->vals.v[n->res[0]].type.dt == dt &&
 		       (!bwd || otype(g, n, 0)->dt == dt);

@@ -37,9 +37,8 @@ typedef struct {
 	int32_t *maxacc;  /* nbuf x ns: last access position per stream */
 } Build;
 
-/* Bytes of a buffer of type t, rounded up to the alignment. */
-static uint64_t
-buf_size(const Type *t)
+uint64_t
+memplan_buf_size(const Type *t)
 {
 	uint64_t n = (uint64_t)type_numel(t) * (uint64_t)dtype_size((DType)t->dt);
 	return (n + ALIGN - 1) / ALIGN * ALIGN;
@@ -65,7 +64,7 @@ make_buffers(Build *B)
 			continue;
 		MemBuf b = {.v = v, .stream = g->nodes.v[d].stream,
 		            .alloc = d, .last = d, .release = NONE,
-		            .size = buf_size(&val->type)};
+		            .size = memplan_buf_size(&val->type)};
 		b.where = kept[v] ? MEM_OUTPUT : val->type.host ? MEM_HOST : MEM_DEVICE;
 		mp->bufof[v] = mp->nbuf;
 		mp->buf[mp->nbuf++] = b;

@@ -194,44 +194,6 @@ typedef struct {
 	uint64_t *cur;     /* nn: the liveness curve */
 } Off;
 
-static uint64_t
-arena_size(const Type *t)
-{
-	return (type_bytes(t) + 255) / 256 * 256;
-}
-
-/* The derived block: bw and end, or NONE. */
-static void
-find_block(Off *O)
-{
-	Graph *g = O->g;
-	O->bw = O->end = NONE;
-	for (NodeId i = 0; i < g->nodes.n; i++) {
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD)
-			continue;
-		if (n->op == OP_BACKWARD && (n->flags & NF_BACKWARD))
-			O->bw = i;
-		else if (n->op == OP_BACKWARD_END && O->bw != NONE && O->end == NONE)
-			O->end = i;
-	}
-	if (O->end == NONE)
-		O->bw = NONE;
-}
-
-/* Whether this compilation derived the block: it holds compiler-made
- * nodes (a written block holds the user's only). */
-static int
-derived_here(const Off *O)
-{
-	for (NodeId i = O->bw + 1; i < O->end; i++) {
-		const Node *n = &O->g->nodes.v[i];
-		if (!(n->flags & NF_DEAD) && !(n->flags & NF_USER))
-			return 1;
-	}
-	return 0;
-}
-
 /* Why value v cannot be offloaded, or NULL. */
 static const char *
 unfit(Off *O, ValId v, const uint8_t *aliased, const uint8_t *ret)
@@ -390,7 +352,7 @@ curve(Off *O)
 	for (ValId v = 0; v < g->vals.n; v++) {
 		if (O->skip[v])
 			continue;
-		uint64_t s = arena_size(&g->vals.v[v].type);
+		uint64_t s = memplan_buf_size(&g->vals.v[v].type);
 		NodeId a = g->vals.v[v].def, b = O->lastacc[v];
 		uint32_t ci = O->cand[v];
 		if (ci != NONE && O->cands.v[ci].chosen) {
@@ -433,7 +395,7 @@ curve_add(Off *O, NodeId a, NodeId b, uint64_t s)
 static void
 relax_del(Off *O, Cand *c, NodeId want, uint64_t peak)
 {
-	uint64_t s = arena_size(&O->g->vals.v[c->v].type);
+	uint64_t s = memplan_buf_size(&O->g->vals.v[c->v].type);
 	NodeId d = c->lastf + 1;
 	while (d < want && O->cur[d] + s <= peak)
 		d++;
@@ -446,7 +408,7 @@ relax_del(Off *O, Cand *c, NodeId want, uint64_t peak)
 static void
 relax_gate(Off *O, Cand *c, NodeId want, uint64_t peak)
 {
-	uint64_t s = arena_size(&O->g->vals.v[c->v].type);
+	uint64_t s = memplan_buf_size(&O->g->vals.v[c->v].type);
 	NodeId gt = c->firstb;
 	while (gt > want && O->cur[gt - 1] + s <= peak)
 		gt--;
@@ -819,7 +781,7 @@ offload_pass(Graph *g, const PassOptions *po, Diag *d)
 		out_of_memory(0);
 	for (uint32_t i = 0; i < g->rets.n; i++)
 		ret[g->rets.v[i]] = 1;
-	find_block(&O);
+	ir_backward_block(g, &O.bw, &O.end);
 	scan_accesses(&O, aliased);
 	tmp = xmalloc((O.cands.n + 1) * sizeof *tmp);
 	if (O.bw != NONE) {
@@ -830,7 +792,7 @@ offload_pass(Graph *g, const PassOptions *po, Diag *d)
 	take_marks(&O, aliased, ret);
 	int placed = 0;
 	if (O.bw != NONE) {
-		if (po->offload == OFFLOAD_AUTO && derived_here(&O))
+		if (po->offload == OFFLOAD_AUTO && ir_block_derived(g, O.bw, O.end))
 			choose_auto(&O, aliased, ret, tmp);
 		placed = emit(&O, tmp, before);
 	}

@@ -181,6 +181,8 @@ typedef struct {
 	int opt_level;
 } MemPlan;
 void memplan_build(Graph *g, int opt_level, MemPlan *mp);
+/* Bytes of a buffer of type t in the arena, rounded up to its alignment. */
+uint64_t memplan_buf_size(const Type *t);
 /* memplan_build with def[v] as value v's defining node (NONE: no buffer)
  * instead of its Value's (sched_kernel_graph). */
 void memplan_build_at(Graph *g, const NodeId *def, int opt_level, MemPlan *mp);

@@ -55,29 +55,6 @@ typedef struct {
 	NodeId *first, *lastf, *last;
 	VEC(Remat) r;
 } Rm;
-/* The derived block's backward node and its end, or 0. */
-static int
-find_block(const Graph *g, NodeId *bw, NodeId *end)
-{
-	*bw = *end = NONE;
-	for (NodeId i = 0; i < g->nodes.n; i++) {
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD)
-			continue;
-		if (n->op == OP_BACKWARD && (n->flags & NF_BACKWARD))
-			*bw = i;
-		else if (n->op == OP_BACKWARD_END && *bw != NONE && *end == NONE)
-			*end = i;
-	}
-	if (*end == NONE)
-		return 0;
-	/* derived here: the block holds compiler-made nodes */
-	for (NodeId i = *bw + 1; i < *end; i++)
-		if (!(g->nodes.v[i].flags & (NF_DEAD | NF_USER)))
-			return 1;
-	return 0;
-}
-
 /* Whether operand value u of a recomputed node stays valid until
  * backward: kept anyway, in device memory, never written. */
 static int
@@ -161,13 +138,6 @@ find(Rm *R)
 	}
 }
 
-static uint64_t
-bytes(const Graph *g, ValId v)
-{
-	const Type *t = &g->vals.v[v].type;
-	return ((uint64_t)type_numel(t) * dtype_size((DType)t->dt) + 255) / 256 * 256;
-}
-
 /* The device peak of values made by nodes, each live from its definition
  * to its last access (the memory plan without its fragmentation), with
  * the recomputations (with = 1) or without. */
@@ -186,8 +156,9 @@ estimate(Rm *R, int with)
 			const Remat *r = &R->r.v[j];
 			const Node *p = &g->nodes.v[r->def];
 			last[r->v] = r->lastf; /* the copy's life is added below */
-			diff[r->first] += (int64_t)bytes(g, r->v);
-			diff[r->lastb + 1] -= (int64_t)bytes(g, r->v);
+			int64_t sz = (int64_t)memplan_buf_size(&g->vals.v[r->v].type);
+			diff[r->first] += sz;
+			diff[r->lastb + 1] -= sz;
 			for (uint32_t k = 0; k < p->nopnd; k++) {
 				ValId u = p->opnd[k].v;
 				if (p->opnd[k].kind == OK_VAL && g->vals.v[u].kind == VK_NODE &&
@@ -199,8 +170,9 @@ estimate(Rm *R, int with)
 		const Value *val = &g->vals.v[v];
 		if (val->kind != VK_NODE || val->def == NONE || val->type.host)
 			continue;
-		diff[val->def] += (int64_t)bytes(g, v);
-		diff[(last[v] < nn ? last[v] : nn) + 1] -= (int64_t)bytes(g, v);
+		int64_t sz = (int64_t)memplan_buf_size(&val->type);
+		diff[val->def] += sz;
+		diff[(last[v] < nn ? last[v] : nn) + 1] -= sz;
 	}
 	int64_t cur = 0, peak = 0;
 	for (NodeId i = 0; i <= nn; i++) {
@@ -256,7 +228,8 @@ remat_pass(Graph *g, const PassOptions *po, Diag *d)
 {
 	(void)d;
 	Rm R = {.g = g};
-	if (po->opt_level < 2 || po->no_remat || !find_block(g, &R.bw, &R.end))
+	if (po->opt_level < 2 || po->no_remat || !ir_backward_block(g, &R.bw, &R.end) ||
+	    !ir_block_derived(g, R.bw, R.end))
 		return PASS_SAME;
 	find(&R);
 	uint64_t before = 0, after = 0;
