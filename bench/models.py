@@ -1,0 +1,118 @@
+"""models.py - the real models of the benchmark table, as fx2sg module
+factories and as the PyTorch side's modules (bench/torch_ref.py).
+
+Each factory builds its model from a config object (no download), in bf16
+with dropout off, wrapped so that it returns what cross_entropy takes:
+
+  gpt2      Hugging Face GPT2LMHeadModel, GPT-2 small (12 layers, d 768,
+            12 heads, vocab 50257), SDPA attention; input_ids [B, T] ->
+            logits [B*T, 50257]
+  llama     Hugging Face LlamaForCausalLM at a 1B-like width (8 layers, d
+            2048, 16 query heads over 4 key/value heads, MLP 5632, vocab
+            32000); input_ids [B, T] -> logits [B*T, 32000]
+  resnet18  torchvision resnet18 (1000 classes), training mode; x [B, 3,
+            224, 224] -> logits [B, 1000]
+  vit_tiny  timm vit_tiny_patch16_224 (1000 classes); x [B, 3, 224, 224]
+            -> logits [B, 1000]
+
+The .sg files under bench/ are these models exported on a machine with
+transformers, torchvision and timm (the GPU machine), at a small example
+size, with the batch and sequence sizes as dims (`--dim`), so that the
+table's sizes are `-D` values (bench/README.md gives the commands):
+
+  python3 bench/models.py export OUTDIR [NAME...]
+"""
+import os
+import subprocess
+import sys
+
+import torch
+import torch.nn as nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+LR = 1e-4
+
+
+class Logits(nn.Module):
+    """A causal LM's logits as [B*T, vocab]."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids):
+        out = self.m(input_ids=input_ids, use_cache=False, return_dict=True)
+        return out.logits.reshape(-1, out.logits.shape[-1])
+
+
+def gpt2():
+    import transformers
+    cfg = transformers.GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                  attn_implementation="sdpa")
+    torch.manual_seed(0)
+    return Logits(transformers.GPT2LMHeadModel(cfg).to(torch.bfloat16))
+
+
+def llama():
+    import transformers
+    cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
+                                   num_hidden_layers=8, num_attention_heads=16,
+                                   num_key_value_heads=4, max_position_embeddings=4096,
+                                   tie_word_embeddings=False, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    return Logits(transformers.LlamaForCausalLM(cfg).to(torch.bfloat16))
+
+
+def resnet18():
+    import torchvision
+    torch.manual_seed(0)
+    return torchvision.models.resnet18(num_classes=1000).to(torch.bfloat16)
+
+
+def vit_tiny():
+    import timm
+    torch.manual_seed(0)
+    return timm.create_model("vit_tiny_patch16_224", num_classes=1000).to(torch.bfloat16)
+
+
+# name: (factory, example input for the export, dims, bench sizes, --train)
+MODELS = {
+    "gpt2": (gpt2, "input_ids=i64[2,64]", ["B=input_ids:0", "T=input_ids:1"],
+             {"B": 8, "T": 1024}, False),
+    "llama": (llama, "input_ids=i64[1,64]", ["B=input_ids:0", "T=input_ids:1"],
+              {"B": 4, "T": 2048}, False),
+    "resnet18": (resnet18, "x=bf16[2,3,224,224]", ["B=x:0"], {"B": 128}, True),
+    "vit_tiny": (vit_tiny, "x=bf16[2,3,224,224]", ["B=x:0"], {"B": 256}, False),
+}
+
+
+def export(outdir, names):
+    os.makedirs(outdir, exist_ok=True)
+    rc = 0
+    for name in names:
+        _, inp, dims, _, train = MODELS[name]
+        sg = os.path.join(outdir, name + ".sg")
+        cmd = [sys.executable, os.path.join(ROOT, "tools", "fx2sg"),
+               "%s:%s" % (os.path.abspath(__file__), name), "-o", sg, "--graph", name,
+               "--input", inp, "--trace", "export", "--loss", "cross_entropy",
+               "--optimizer", "sgd(lr=%g)" % LR]
+        for d in dims:
+            cmd += ["--dim", d]
+        if train:
+            cmd.append("--train")
+        print("+ " + " ".join(cmd[1:]), flush=True)
+        r = subprocess.run(cmd)
+        print("%s: fx2sg exited %d" % (name, r.returncode), flush=True)
+        rc = rc or r.returncode
+    return rc
+
+
+def main():
+    if len(sys.argv) < 3 or sys.argv[1] != "export":
+        sys.exit(__doc__)
+    sys.exit(export(sys.argv[2], sys.argv[3:] or list(MODELS)))
+
+
+if __name__ == "__main__":
+    main()
