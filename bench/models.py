@@ -17,8 +17,11 @@ with dropout off, wrapped so that it returns what cross_entropy takes:
 
 The .sg files under bench/ are these models exported on a machine with
 transformers, torchvision and timm (the GPU machine), at a small example
-size, with the batch and sequence sizes as dims (`--dim`), so that the
-table's sizes are `-D` values (bench/README.md gives the commands):
+size, with the batch size as a dim (`--dim`), so that the table's batch is
+a `-D` value.  The language models are exported at the table's sizes:
+their position ids and causal masks are computed from B and T at export
+(torch.export makes them constants of that size, which fx2sg refuses to
+rescale).  bench/README.md gives the commands:
 
   python3 bench/models.py export OUTDIR [NAME...]
 """
@@ -78,9 +81,9 @@ def vit_tiny():
 
 # name: (factory, example input for the export, dims, bench sizes, --train)
 MODELS = {
-    "gpt2": (gpt2, "input_ids=i64[2,64]", ["B=input_ids:0", "T=input_ids:1"],
+    "gpt2": (gpt2, "input_ids=i64[8,1024]", [],
              {"B": 8, "T": 1024}, False),
-    "llama": (llama, "input_ids=i64[1,64]", ["B=input_ids:0", "T=input_ids:1"],
+    "llama": (llama, "input_ids=i64[4,2048]", [],
               {"B": 4, "T": 2048}, False),
     "resnet18": (resnet18, "x=bf16[2,3,224,224]", ["B=x:0"], {"B": 128}, True),
     "vit_tiny": (vit_tiny, "x=bf16[2,3,224,224]", ["B=x:0"], {"B": 256}, False),
