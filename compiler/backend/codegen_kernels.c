@@ -150,7 +150,6 @@ typedef struct {
 	Type shape;         /* every node's output shape */
 	int64_t n;
 	int vec;            /* > 1: vectorised variant */
-	int inplace;        /* the group writes an operand (no __restrict__) */
 	const char *ind;    /* indentation of the body's lines */
 	FILE *body;
 	char *btext;
@@ -445,7 +444,10 @@ pw_node(Pw *p, const Node *n)
 	        ind, pname(p, r, 1), cg_dtname(rdt), reg(p, r));
 }
 
-/* The kernel's parameter list and the launch's argument list. */
+/* The kernel's parameter list and the launch's argument list.  No
+ * __restrict__: a result may be written over an operand, by an in-place
+ * op or where the memory plan gives it a dying operand's bytes (MemBuf
+ * .inplace); each thread reads an element before it writes it. */
 static void
 pw_signature(Pw *p, char **params, char **args)
 {
@@ -454,9 +456,8 @@ pw_signature(Pw *p, char **params, char **args)
 	for (uint32_t k = 0; k < p->params.n; k++) {
 		ValId v = p->params.v[k];
 		const char *ct = cg_ctype((DType)cg_vtype(p->G, v)->dt);
-		const char *restrict_ = p->inplace ? "" : "__restrict__ ";
-		cg_str_itemf(&ps, ", ", "%s%s *%s%s", p->param_out[k] ? "" : "const ", ct,
-		             restrict_, pname(p, v, 0));
+		cg_str_itemf(&ps, ", ", "%s%s *%s", p->param_out[k] ? "" : "const ", ct,
+		             pname(p, v, 0));
 		cg_str_itemf(&as, ", ", "%s", p->G->vname[v]);
 	}
 	*params = cg_str_done(c, &ps);
@@ -565,7 +566,6 @@ cg_pointwise(CgGraph *G, const CgGroup *grp)
 	Pw p = {.G = G, .c = c, .grp = grp, .ind = "\t\t"};
 	p.shape = group_shape(G, grp);
 	p.n = type_numel(&p.shape);
-	p.inplace = (op_table[n0->op].flags & OPF_INPLACE) != 0;
 	if (p.n == 0)
 		return;
 	char *params, *args, *body, *loads = "", *stores = "", *vbody = "";

@@ -15,6 +15,13 @@
  * (which is what sync_dealloc, rule 8, gives); on another stream it takes
  * an event path after every use: rule 7.  -O0 reuses nothing.
  *
+ * One exception, in place: B's producer is an elementwise kernel (each
+ * element of B made from the elements of its same-shaped operands at the
+ * same index) whose operand A, of B's type and stream, dies there (every
+ * other access happens before it).  B then takes A's bytes (MemBuf
+ * .inplace), as PyTorch's in-place ops and XLA's buffer donation do: the
+ * kernel reads each element of A before it writes the same element of B.
+ *
  * memplan_verify checks a plan without the vector clocks: it builds the
  * happens-before relation as explicit reachability (an ancestor bitset per
  * node over program-order, event, wait_stream and synchronize edges) and
@@ -31,6 +38,8 @@ enum { ALIGN = 256, VERIFY_MAX = MEMPLAN_VERIFY_MAX };
 typedef struct {
 	Graph *g;
 	const NodeId *def; /* per value: its defining node, or NULL: g's */
+	const uint8_t *ew; /* per node: an elementwise kernel, or NULL: none */
+	uint8_t *taken;    /* per buffer: a later buffer took its bytes in place */
 	MemPlan *mp;
 	Hb h;
 	ValId *root;
@@ -63,7 +72,7 @@ make_buffers(Build *B)
 		    d >= g->nodes.n || (g->nodes.v[d].flags & NF_DEAD))
 			continue;
 		MemBuf b = {.v = v, .stream = g->nodes.v[d].stream,
-		            .alloc = d, .last = d, .release = NONE,
+		            .alloc = d, .last = d, .release = NONE, .inplace = NONE,
 		            .size = memplan_buf_size(&val->type)};
 		b.where = kept[v] ? MEM_OUTPUT : val->type.host ? MEM_HOST : MEM_DEVICE;
 		mp->bufof[v] = mp->nbuf;
@@ -420,14 +429,63 @@ cand_update(Build *B, uint32_t b, const uint32_t *placed, uint32_t np, Cand *c)
 	}
 }
 
+/* The operand buffer whose bytes buffer b may take in place (see the top),
+ * or NONE: b's producer is an elementwise kernel, and the operand is of
+ * b's value's type, on its stream, not taken yet, accessed last there and
+ * before it on every other stream. */
+static uint32_t
+inplace_source(Build *B, uint32_t b)
+{
+	const MemBuf *x = &B->mp->buf[b];
+	const Graph *g = B->g;
+	if (!B->ew || !B->ew[x->alloc])
+		return NONE;
+	const Node *n = &g->nodes.v[x->alloc];
+	const Type *t = &g->vals.v[x->v].type;
+	if (n->op >= OP__N || !(op_table[n->op].flags & OPF_POINTWISE))
+		return NONE;
+	const int32_t *clk = hb_before(&B->h, x->alloc);
+	uint32_t ns = g->streams.n;
+	for (uint32_t k = 0; k < n->nopnd; k++) {
+		if (n->opnd[k].kind != OK_VAL)
+			continue;
+		ValId v = n->opnd[k].v;
+		uint32_t a = B->mp->bufof[v];
+		if (a == NONE || a == b || B->taken[a] || B->root[v] != v)
+			continue;
+		const MemBuf *y = &B->mp->buf[a];
+		const Type *u = &g->vals.v[v].type;
+		if (y->where != x->where || y->stream != x->stream || y->size != x->size ||
+		    u->dt != t->dt || u->rank != t->rank ||
+		    memcmp(u->d, t->d, t->rank * sizeof *t->d) != 0)
+			continue;
+		const int32_t *acc = B->maxacc + (size_t)a * ns;
+		uint32_t s = 0;
+		while (s < ns && (s == x->stream ? acc[s] == (int32_t)x->alloc + 1
+		                                 : acc[s] < 0 || HB_DONE(clk, s, acc[s])))
+			s++;
+		if (s == ns)
+			return a;
+	}
+	return NONE;
+}
+
 /* First fit of buffer b among the placed buffers of its arena that may be
  * live with it (the plan is the same as comparing b with every placed
- * buffer and scanning their spans in order of offset). */
+ * buffer and scanning their spans in order of offset), or the bytes of
+ * the operand it takes in place. */
 static void
 place(Build *B, uint32_t b, const uint32_t *placed, uint32_t np, Cand *c)
 {
 	MemBuf *x = &B->mp->buf[b];
 	cand_update(B, b, placed, np, c);
+	uint32_t a = inplace_source(B, b);
+	if (a != NONE) {
+		B->taken[a] = 1;
+		x->inplace = a;
+		x->offset = B->mp->buf[a].offset;
+		return;
+	}
 	x->offset = tr_first_fit(&c->tree, x->size);
 }
 
@@ -496,22 +554,26 @@ place_arena(Build *B, int where, uint64_t *peak)
 void
 memplan_build(Graph *g, int opt_level, MemPlan *mp)
 {
-	memplan_build_at(g, NULL, opt_level, mp);
+	memplan_build_at(g, NULL, NULL, opt_level, mp);
 }
 
 void
-memplan_build_at(Graph *g, const NodeId *def, int opt_level, MemPlan *mp)
+memplan_build_at(Graph *g, const NodeId *def, const uint8_t *ew, int opt_level,
+                 MemPlan *mp)
 {
 	memset(mp, 0, sizeof *mp);
 	mp->opt_level = opt_level;
 	uint32_t nv = g->vals.n;
-	Build B = {.g = g, .def = def, .mp = mp};
+	Build B = {.g = g, .def = def, .ew = ew, .mp = mp};
 	B.root = xmalloc((nv + 1) * sizeof *B.root);
 	mp->buf = xmalloc((nv + 1) * sizeof *mp->buf);
 	mp->bufof = xmalloc((nv + 1) * sizeof *mp->bufof);
 	ir_alias_roots(g, B.root);
 	make_buffers(&B);
 	B.maxacc = xmalloc(((size_t)mp->nbuf * g->streams.n + 1) * sizeof *B.maxacc);
+	B.taken = calloc(mp->nbuf + 1, 1);
+	if (!B.taken)
+		out_of_memory(0);
 	find_accesses(&B);
 	hb_init(&B.h, g);
 	for (NodeId i = 0; i < g->nodes.n; i++)
@@ -527,6 +589,7 @@ memplan_build_at(Graph *g, const NodeId *def, int opt_level, MemPlan *mp)
 	hb_free(&B.h);
 	free(B.root);
 	free(B.maxacc);
+	free(B.taken);
 }
 
 /* Frees a plan. */
@@ -659,7 +722,13 @@ pair_ok(Graph *g, const MemPlan *mp, const Reach *R, const NodeId *acc,
 		a = b;
 		b = u;
 	}
+	/* in place: y's producer reads x there for the last time (it is one
+	 * of x's accesses), x of y's size and stream */
+	int inplace = y->inplace == a && x->size == y->size && x->offset == y->offset &&
+	              x->stream == y->stream;
 	for (uint32_t j = from[a]; j < from[a + 1]; j++) {
+		if (inplace && acc[j] == y->alloc)
+			continue;
 		if (!reaches(R, acc[j], y->alloc) || acc[j] == y->alloc) {
 			snprintf(why, 256, "'%%%s' [%" PRIu64 ", %" PRIu64 ") and '%%%s' [%"
 			         PRIu64 ", %" PRIu64 ") share memory, but '%%%s' is accessed by "
@@ -748,6 +817,33 @@ memplan_report(FILE *f, Graph *g, const MemPlan *mp)
 	}
 }
 
+/* Per node: the node at which a fused group runs (its first member) when
+ * the group is a kernel of its own whose members are all elementwise ops
+ * with results of one shape, so that each thread reads its operands of
+ * that shape at the index it writes (memplan_build_at's ew). */
+static uint8_t *
+elementwise_kernels(const Graph *g, const Sched *s, Arena *a)
+{
+	uint8_t *ew = arena_alloc(a, g->nodes.n + 1);
+	memset(ew, 0, g->nodes.n + 1);
+	for (uint32_t k = 0; k < s->groups.n; k++) {
+		const FuseGroup *grp = &s->groups.v[k];
+		if (grp->into != NONE || grp->after != NONE)
+			continue;
+		const Type *t0 = &g->vals.v[g->nodes.v[grp->nodes[0]].res[0]].type;
+		uint32_t j = 0;
+		for (; j < grp->n; j++) {
+			const Node *n = &g->nodes.v[grp->nodes[j]];
+			const Type *t = &g->vals.v[n->res[0]].type;
+			if (n->op >= OP__N || !(op_table[n->op].flags & OPF_POINTWISE) ||
+			    t->rank != t0->rank || memcmp(t->d, t0->d, t->rank * sizeof *t->d) != 0)
+				break;
+		}
+		ew[grp->nodes[0]] = j == grp->n;
+	}
+	return ew;
+}
+
 /* Pass `memplan`: the plan over the program as its kernels run it
  * (sched_kernel_graph: each fused group one node, values kept in
  * registers and folded views without memory), stored on g->sched; the
@@ -760,9 +856,10 @@ memplan_pass(Graph *g, const PassOptions *po, Diag *d)
 	Arena *a = arena_new();
 	Graph f;
 	NodeId *def = sched_kernel_graph(g, s, a, &f);
+	uint8_t *ew = elementwise_kernels(g, s, a);
 	if (s->planned)
 		memplan_free(&s->plan);
-	memplan_build_at(&f, def, po->opt_level >= 2 ? 2 : 0, &s->plan);
+	memplan_build_at(&f, def, ew, po->opt_level >= 2 ? 2 : 0, &s->plan);
 	s->planned = 1;
 	s->unchecked = po->test_drop_sync != 0;
 	arena_free(a);

@@ -172,6 +172,9 @@ typedef struct {
 	NodeId last;      /* its last access */
 	NodeId release;   /* its sync_dealloc, else its last access */
 	uint64_t size, offset;
+	uint32_t inplace; /* the buffer whose bytes it takes at its producer,
+	                     an elementwise kernel reading that buffer for the
+	                     last time at the element it writes; NONE: none */
 } MemBuf;
 typedef struct {
 	MemBuf *buf;
@@ -184,8 +187,12 @@ void memplan_build(Graph *g, int opt_level, MemPlan *mp);
 /* Bytes of a buffer of type t in the arena, rounded up to its alignment. */
 uint64_t memplan_buf_size(const Type *t);
 /* memplan_build with def[v] as value v's defining node (NONE: no buffer)
- * instead of its Value's (sched_kernel_graph). */
-void memplan_build_at(Graph *g, const NodeId *def, int opt_level, MemPlan *mp);
+ * instead of its Value's (sched_kernel_graph), and ew[i] set for the nodes
+ * that are elementwise kernels (each result element computed from the
+ * operand elements of the same shape at its own index only: a result may
+ * take such an operand's bytes where the operand dies; ew NULL: none). */
+void memplan_build_at(Graph *g, const NodeId *def, const uint8_t *ew, int opt_level,
+                      MemPlan *mp);
 void memplan_free(MemPlan *mp);
 /* The independent checker: explicit happens-before reachability; returns
  * 0 (with a reason in why[256]) if two buffers that may be live at once

@@ -629,7 +629,9 @@ note(FILE *f, void *ctx, NodeId i)
 		fputs(" (", f);
 		print_bytes(f, b->size);
 		ValId r = N->reuses[s->plan.bufof[v]];
-		if (r != NONE)
+		if (b->inplace != NONE)
+			fprintf(f, ", in place of %%%s", g->vals.v[s->plan.buf[b->inplace].v].name);
+		else if (r != NONE)
 			fprintf(f, ", reuses %%%s", g->vals.v[r].name);
 		fputc(')', f);
 		sep = ", ";

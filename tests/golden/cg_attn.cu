@@ -44,7 +44,7 @@ k_attn_bf16_20_chunk2_q3(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ ou
 // cg_attn.sg:32: %sq   = square(%yf)
 // (x0 = %p, x1 = %yf, x2 = %sq)
 static __global__ void __launch_bounds__(256)
-k_attn_bf16_31_cast_yf(const sg_bf16 *__restrict__ x0, float *__restrict__ x1, float *__restrict__ x2)
+k_attn_bf16_31_cast_yf(const sg_bf16 *x0, float *x1, float *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -61,7 +61,7 @@ k_attn_bf16_31_cast_yf(const sg_bf16 *__restrict__ x0, float *__restrict__ x1, f
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_bf16_31_cast_yf is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_attn_bf16_31_cast_yf_vec(const sg_bf16 *__restrict__ x0, float *__restrict__ x1, float *__restrict__ x2)
+k_attn_bf16_31_cast_yf_vec(const sg_bf16 *x0, float *x1, float *x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -120,7 +120,7 @@ k_attn_bf16_33_expand_grad_sq_2(const float *__restrict__ x, float *__restrict__
 // cg_attn.sg:31: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=bf16)]
 // (x0 = %grad.sq.2, x1 = %yf, x2 = %grad.p)
 static __global__ void __launch_bounds__(256)
-k_attn_bf16_33_div_grad_sq(const float *__restrict__ x0, const float *__restrict__ x1, sg_bf16 *__restrict__ x2)
+k_attn_bf16_33_div_grad_sq(const float *x0, const float *x1, sg_bf16 *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -141,7 +141,7 @@ k_attn_bf16_33_div_grad_sq(const float *__restrict__ x0, const float *__restrict
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_bf16_33_div_grad_sq is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_attn_bf16_33_div_grad_sq_vec(const float *__restrict__ x0, const float *__restrict__ x1, sg_bf16 *__restrict__ x2)
+k_attn_bf16_33_div_grad_sq_vec(const float *x0, const float *x1, sg_bf16 *x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -253,7 +253,7 @@ k_attn_f16_53_transpose_att4(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ 
 // cg_attn.sg:57: %sq   = square(%yf)
 // (x0 = %p, x1 = %yf, x2 = %sq)
 static __global__ void __launch_bounds__(256)
-k_attn_f16_56_cast_yf(const sg_f16 *__restrict__ x0, float *__restrict__ x1, float *__restrict__ x2)
+k_attn_f16_56_cast_yf(const sg_f16 *x0, float *x1, float *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -270,7 +270,7 @@ k_attn_f16_56_cast_yf(const sg_f16 *__restrict__ x0, float *__restrict__ x1, flo
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_f16_56_cast_yf is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_attn_f16_56_cast_yf_vec(const sg_f16 *__restrict__ x0, float *__restrict__ x1, float *__restrict__ x2)
+k_attn_f16_56_cast_yf_vec(const sg_f16 *x0, float *x1, float *x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -297,7 +297,7 @@ k_attn_f16_56_cast_yf_vec(const sg_f16 *__restrict__ x0, float *__restrict__ x1,
 // cg_attn.sg:56: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=f16)]
 // (x0 = %grad.sq.2, x1 = %yf, x2 = %grad.p)
 static __global__ void __launch_bounds__(256)
-k_attn_f16_58_div_grad_sq(const float *__restrict__ x0, const float *__restrict__ x1, sg_f16 *__restrict__ x2)
+k_attn_f16_58_div_grad_sq(const float *x0, const float *x1, sg_f16 *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -318,7 +318,7 @@ k_attn_f16_58_div_grad_sq(const float *__restrict__ x0, const float *__restrict_
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_f16_58_div_grad_sq is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_attn_f16_58_div_grad_sq_vec(const float *__restrict__ x0, const float *__restrict__ x1, sg_f16 *__restrict__ x2)
+k_attn_f16_58_div_grad_sq_vec(const float *x0, const float *x1, sg_f16 *x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -405,7 +405,7 @@ k_attn_f32_72_transpose_q(const float *__restrict__ x, float *__restrict__ out)
 // cg_attn.sg:78: %y    = mul(%att3, 2.0)
 // (x0 = %att3, x1 = %y)
 static __global__ void __launch_bounds__(256)
-k_attn_f32_78_mul_y(const float *__restrict__ x0, float *__restrict__ x1)
+k_attn_f32_78_mul_y(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -419,7 +419,7 @@ k_attn_f32_78_mul_y(const float *__restrict__ x0, float *__restrict__ x1)
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_f32_78_mul_y is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_attn_f32_78_mul_y_vec(const float *__restrict__ x0, float *__restrict__ x1)
+k_attn_f32_78_mul_y_vec(const float *x0, float *x1)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {

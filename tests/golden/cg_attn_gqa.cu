@@ -43,7 +43,7 @@ k_gqa_bf16_30_transpose_att4(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict_
 // cg_attn_gqa.sg:31: %yf   = cast(%att4, dtype=f32)
 // (x0 = %att4, x1 = %yf)
 static __global__ void __launch_bounds__(256)
-k_gqa_bf16_31_cast_yf(const sg_bf16 *__restrict__ x0, float *__restrict__ x1)
+k_gqa_bf16_31_cast_yf(const sg_bf16 *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 65536;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -55,7 +55,7 @@ k_gqa_bf16_31_cast_yf(const sg_bf16 *__restrict__ x0, float *__restrict__ x1)
 // cg_attn_gqa.sg:32: %sq   = square(%yf)
 // (x0 = %yf, x1 = %sq)
 static __global__ void __launch_bounds__(256)
-k_gqa_bf16_32_square_sq(const float *__restrict__ x0, float *__restrict__ x1)
+k_gqa_bf16_32_square_sq(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 65536;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -107,7 +107,7 @@ k_gqa_bf16_33_expand_grad_sq_2(const float *__restrict__ x, float *__restrict__ 
 // cg_attn_gqa.sg:33: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 65536)]
 // (x0 = %grad.sq.2, x1 = %grad.sq)
 static __global__ void __launch_bounds__(256)
-k_gqa_bf16_33_div_grad_sq(const float *__restrict__ x0, float *__restrict__ x1)
+k_gqa_bf16_33_div_grad_sq(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 65536;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -119,7 +119,7 @@ k_gqa_bf16_33_div_grad_sq(const float *__restrict__ x0, float *__restrict__ x1)
 // cg_attn_gqa.sg:32: %sq   = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)]
 // (x0 = %yf, x1 = %grad.yf.1)
 static __global__ void __launch_bounds__(256)
-k_gqa_bf16_32_mul_grad_yf_1(const float *__restrict__ x0, float *__restrict__ x1)
+k_gqa_bf16_32_mul_grad_yf_1(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 65536;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -131,7 +131,7 @@ k_gqa_bf16_32_mul_grad_yf_1(const float *__restrict__ x0, float *__restrict__ x1
 // cg_attn_gqa.sg:32: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)]
 // (x0 = %grad.sq, x1 = %grad.yf.1, x2 = %grad.yf)
 static __global__ void __launch_bounds__(256)
-k_gqa_bf16_32_mul_grad_yf(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
+k_gqa_bf16_32_mul_grad_yf(const float *x0, const float *x1, float *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 65536;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -144,7 +144,7 @@ k_gqa_bf16_32_mul_grad_yf(const float *__restrict__ x0, const float *__restrict_
 // cg_attn_gqa.sg:31: %yf   = cast(%att4, dtype=f32)  [sgc: %grad.att4 = cast(%grad.yf, dtype=bf16)]
 // (x0 = %grad.yf, x1 = %grad.att4)
 static __global__ void __launch_bounds__(256)
-k_gqa_bf16_31_cast_grad_att4(const float *__restrict__ x0, sg_bf16 *__restrict__ x1)
+k_gqa_bf16_31_cast_grad_att4(const float *x0, sg_bf16 *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 65536;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -210,7 +210,7 @@ k_gqa_bf16_20_transpose_grad_wq_3(const sg_bf16 *__restrict__ x, sg_bf16 *__rest
 // cg_attn_gqa.sg:45: %yf   = cast(%att, dtype=f32)
 // (x0 = %att, x1 = %yf)
 static __global__ void __launch_bounds__(256)
-k_mqa_f16_45_cast_yf(const sg_f16 *__restrict__ x0, float *__restrict__ x1)
+k_mqa_f16_45_cast_yf(const sg_f16 *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 65536;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -222,7 +222,7 @@ k_mqa_f16_45_cast_yf(const sg_f16 *__restrict__ x0, float *__restrict__ x1)
 // cg_attn_gqa.sg:45: %yf   = cast(%att, dtype=f32)  [sgc: %grad.att = cast(%grad.yf, dtype=f16)]
 // (x0 = %grad.yf, x1 = %grad.att)
 static __global__ void __launch_bounds__(256)
-k_mqa_f16_45_cast_grad_att(const float *__restrict__ x0, sg_f16 *__restrict__ x1)
+k_mqa_f16_45_cast_grad_att(const float *x0, sg_f16 *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 65536;
 	     i += (int)gridDim.x * blockDim.x) {

@@ -26,7 +26,7 @@ k_coll_21_all_gather_blocks_g1(const sg_bf16 *__restrict__ x, sg_bf16 *__restric
 // cg_coll.sg:26: %m = mul(%x, 2.0)
 // (x0 = %x, x1 = %m)
 static __global__ void __launch_bounds__(256)
-k_coll_26_mul_m(const float *__restrict__ x0, float *__restrict__ x1)
+k_coll_26_mul_m(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 512;
 	     i += (int)gridDim.x * blockDim.x) {

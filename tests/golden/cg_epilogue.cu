@@ -21,7 +21,7 @@
 /* The pointwise ops after %m, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_20_ep_m2(const float *__restrict__ v_s, float *__restrict__ v_z, sg_i64 i, const float r0)
+k_epilogue_20_ep_m2(const float *v_s, float *v_z, sg_i64 i, const float r0)
 {
 	const float r1 = sg_to_f32(sgk_mul_f(r0, (float)2.0));
 	const float r2 = sg_ld(v_s[i]);
@@ -30,7 +30,7 @@ k_epilogue_20_ep_m2(const float *__restrict__ v_s, float *__restrict__ v_z, sg_i
 }
 // cg_epilogue.sg:19: %m = mean(%x, dims=[1])
 static __global__ void __launch_bounds__(256)
-k_epilogue_19_mean_m(const float *__restrict__ x, const float *__restrict__ v_s, float *__restrict__ v_z)
+k_epilogue_19_mean_m(const float *__restrict__ x, const float *v_s, float *v_z)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -48,7 +48,7 @@ k_epilogue_19_mean_m(const float *__restrict__ x, const float *__restrict__ v_s,
 /* The pointwise ops after %cs, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_23_ep_ch(sg_bf16 *__restrict__ v_ch, sg_i64 i, const float r0)
+k_epilogue_23_ep_ch(sg_bf16 *v_ch, sg_i64 i, const float r0)
 {
 	const float r1 = sg_to_bf16(sgk_mul_f(r0, (float)0.5));
 	v_ch[i] = sg_st_bf16(r1);
@@ -58,7 +58,7 @@ k_epilogue_23_ep_ch(sg_bf16 *__restrict__ v_ch, sg_i64 i, const float r0)
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
 static __global__ void __launch_bounds__(256)
-k_epilogue_22_sum_cs(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out, sg_bf16 *__restrict__ v_ch)
+k_epilogue_22_sum_cs(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out, sg_bf16 *v_ch)
 {
 	__shared__ float part[8][33];
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
@@ -80,7 +80,7 @@ k_epilogue_22_sum_cs(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out, s
 /* The element i of %sq, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
-k_epilogue_24_elem_d(const float *__restrict__ v_big, const float *__restrict__ v_big2, sg_i64 i)
+k_epilogue_24_elem_d(const float *v_big, const float *v_big2, sg_i64 i)
 {
 	const float r0 = sg_ld(v_big[i]);
 	const float r1 = sg_ld(v_big2[i]);
@@ -92,7 +92,7 @@ k_epilogue_24_elem_d(const float *__restrict__ v_big, const float *__restrict__ 
 /* The pointwise ops after %ms, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_27_ep_rmse(float *__restrict__ v_rmse, sg_i64 i, const float r0)
+k_epilogue_27_ep_rmse(float *v_rmse, sg_i64 i, const float r0)
 {
 	const float r1 = sg_to_f32(sgk_sqrt_f(r0));
 	v_rmse[i] = sg_st_f32(r1);
@@ -100,7 +100,7 @@ k_epilogue_27_ep_rmse(float *__restrict__ v_rmse, sg_i64 i, const float r0)
 // cg_epilogue.sg:26: %ms = mean(%sq)
 /* Stage 1 of mean: each block reduces a strided part into part[block]. */
 static __global__ void __launch_bounds__(256)
-k_epilogue_26_mean_part_ms(const float *__restrict__ v_big, const float *__restrict__ v_big2, float *__restrict__ part)
+k_epilogue_26_mean_part_ms(const float *v_big, const float *v_big2, float *__restrict__ part)
 {
 	float acc = 0;
 	for (sg_i64 r = (sg_i64)blockIdx.x * 256 + threadIdx.x; r < 65536;
@@ -112,7 +112,7 @@ k_epilogue_26_mean_part_ms(const float *__restrict__ v_big, const float *__restr
 }
 /* Stage 2 of mean: one block reduces the 256 parts. */
 static __global__ void __launch_bounds__(256)
-k_epilogue_26_mean_final_ms(const float *__restrict__ part, float *__restrict__ v_rmse)
+k_epilogue_26_mean_final_ms(const float *__restrict__ part, float *v_rmse)
 {
 	float acc = 0;
 	for (int r = threadIdx.x; r < 256; r += 256)
@@ -125,14 +125,14 @@ k_epilogue_26_mean_final_ms(const float *__restrict__ part, float *__restrict__ 
 /* The pointwise ops after %v, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_29_ep_sd(float *__restrict__ v_sd, sg_i64 i, const float r0)
+k_epilogue_29_ep_sd(float *v_sd, sg_i64 i, const float r0)
 {
 	const float r1 = sg_to_f32(sgk_sqrt_f(r0));
 	v_sd[i] = sg_st_f32(r1);
 }
 // cg_epilogue.sg:28: %v = var(%x, dims=[1])
 static __global__ void __launch_bounds__(256)
-k_epilogue_28_var_v(const float *__restrict__ x, float *__restrict__ v_sd)
+k_epilogue_28_var_v(const float *__restrict__ x, float *v_sd)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -158,14 +158,14 @@ k_epilogue_28_var_v(const float *__restrict__ x, float *__restrict__ v_sd)
 /* The pointwise ops after %sm, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_31_ep_sm3(float *__restrict__ v_sm3, sg_i64 i, const float r0)
+k_epilogue_31_ep_sm3(float *v_sm3, sg_i64 i, const float r0)
 {
 	const float r1 = sg_to_f32(sgk_mul_f(r0, (float)3.0));
 	v_sm3[i] = sg_st_f32(r1);
 }
 // cg_epilogue.sg:30: %sm = softmax(%x)
 static __global__ void __launch_bounds__(256)
-k_epilogue_30_softmax_sm(const float *__restrict__ x, float *__restrict__ v_sm3)
+k_epilogue_30_softmax_sm(const float *__restrict__ x, float *v_sm3)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -191,14 +191,14 @@ k_epilogue_30_softmax_sm(const float *__restrict__ x, float *__restrict__ v_sm3)
 /* The pointwise ops after %ls, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_33_ep_nl(sg_bf16 *__restrict__ v_nl, sg_i64 i, const float r0)
+k_epilogue_33_ep_nl(sg_bf16 *v_nl, sg_i64 i, const float r0)
 {
 	const float r1 = sg_to_bf16(sgk_neg_f(r0));
 	v_nl[i] = sg_st_bf16(r1);
 }
 // cg_epilogue.sg:32: %ls = log_softmax(%h)
 static __global__ void __launch_bounds__(256)
-k_epilogue_32_log_softmax_ls(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ v_nl)
+k_epilogue_32_log_softmax_ls(const sg_bf16 *__restrict__ x, sg_bf16 *v_nl)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -224,14 +224,14 @@ k_epilogue_32_log_softmax_ls(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict_
 /* The pointwise ops after %ln, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_35_ep_g(sg_bf16 *__restrict__ v_g, sg_i64 i, const float r0)
+k_epilogue_35_ep_g(sg_bf16 *v_g, sg_i64 i, const float r0)
 {
 	const float r1 = sg_to_bf16(sgk_gelu_f(r0));
 	v_g[i] = sg_st_bf16(r1);
 }
 // cg_epilogue.sg:34: %ln = layer_norm(%h, %w)
 static __global__ void __launch_bounds__(256)
-k_epilogue_34_layer_norm_ln(const sg_bf16 *__restrict__ x, const sg_bf16 *__restrict__ w, sg_bf16 *__restrict__ v_g)
+k_epilogue_34_layer_norm_ln(const sg_bf16 *__restrict__ x, const sg_bf16 *__restrict__ w, sg_bf16 *v_g)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -259,7 +259,7 @@ k_epilogue_34_layer_norm_ln(const sg_bf16 *__restrict__ x, const sg_bf16 *__rest
 /* The pointwise ops after %rn, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_37_ep_ry(const float *__restrict__ v_y, float *__restrict__ v_ry, sg_i64 i, const float r0)
+k_epilogue_37_ep_ry(const float *v_y, float *v_ry, sg_i64 i, const float r0)
 {
 	const float r1 = sg_ld(v_y[i]);
 	const float r2 = sg_to_f32(sgk_mul_f(r0, r1));
@@ -267,7 +267,7 @@ k_epilogue_37_ep_ry(const float *__restrict__ v_y, float *__restrict__ v_ry, sg_
 }
 // cg_epilogue.sg:36: %rn = rms_norm(%x)
 static __global__ void __launch_bounds__(256)
-k_epilogue_36_rms_norm_rn(const float *__restrict__ x, const float *__restrict__ v_y, float *__restrict__ v_ry)
+k_epilogue_36_rms_norm_rn(const float *__restrict__ x, const float *v_y, float *v_ry)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -291,7 +291,7 @@ k_epilogue_36_rms_norm_rn(const float *__restrict__ x, const float *__restrict__
 /* The pointwise ops after %ce, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_39_ep_ce2(float *__restrict__ v_ce2, sg_i64 i, const float r0)
+k_epilogue_39_ep_ce2(float *v_ce2, sg_i64 i, const float r0)
 {
 	const float r1 = sg_to_f32(sgk_mul_f(r0, (float)0.5));
 	v_ce2[i] = sg_st_f32(r1);
@@ -303,7 +303,7 @@ k_epilogue_39_ep_ce2(float *__restrict__ v_ce2, sg_i64 i, const float r0)
  * the mean of lse - x[target] over them. */
 static __global__ void __launch_bounds__(256)
 k_epilogue_38_cross_entropy_loss_ce(const float *__restrict__ x, const sg_i64 *__restrict__ target,
-        float *__restrict__ lse, float *__restrict__ v_ce2)
+        float *__restrict__ lse, float *v_ce2)
 {
 	float s = 0;
 	float c = 0;
@@ -327,7 +327,7 @@ k_epilogue_38_cross_entropy_loss_ce(const float *__restrict__ x, const sg_i64 *_
 /* The pointwise ops after %cb, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_41_ep_cb1(sg_bf16 *__restrict__ v_cb1, sg_i64 i, const float r0)
+k_epilogue_41_ep_cb1(sg_bf16 *v_cb1, sg_i64 i, const float r0)
 {
 	const float r1 = sg_to_bf16(sgk_add_f(r0, (float)1.0));
 	v_cb1[i] = sg_st_bf16(r1);
@@ -339,7 +339,7 @@ k_epilogue_41_ep_cb1(sg_bf16 *__restrict__ v_cb1, sg_i64 i, const float r0)
  * the mean of lse - x[target] over them. */
 static __global__ void __launch_bounds__(256)
 k_epilogue_40_cross_entropy_loss_cb(const sg_bf16 *__restrict__ x, const sg_i64 *__restrict__ target,
-        float *__restrict__ lse, sg_bf16 *__restrict__ v_cb1)
+        float *__restrict__ lse, sg_bf16 *v_cb1)
 {
 	float s = 0;
 	float c = 0;
@@ -363,7 +363,7 @@ k_epilogue_40_cross_entropy_loss_cb(const sg_bf16 *__restrict__ x, const sg_i64 
 /* The pointwise ops after %mse, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_epilogue_43_ep_mse2(float *__restrict__ v_mse2, sg_i64 i, const float r0)
+k_epilogue_43_ep_mse2(float *v_mse2, sg_i64 i, const float r0)
 {
 	const float r1 = sg_to_f32(sgk_mul_f(r0, (float)2.0));
 	v_mse2[i] = sg_st_f32(r1);
@@ -383,7 +383,7 @@ k_epilogue_42_mse_loss_part_mse(const float *__restrict__ a, const float *__rest
 }
 /* Stage 2 of mse_loss: one block reduces the 12 parts. */
 static __global__ void __launch_bounds__(256)
-k_epilogue_42_mse_loss_final_mse(const float *__restrict__ part, float *__restrict__ v_mse2)
+k_epilogue_42_mse_loss_final_mse(const float *__restrict__ part, float *v_mse2)
 {
 	float acc = 0;
 	for (int r = threadIdx.x; r < 12; r += 256)

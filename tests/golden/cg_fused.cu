@@ -22,7 +22,7 @@
 // cg_fused.sg:17: %o = add(%z, %yb)
 // (x0 = %x, x1 = %b, x2 = %y, x3 = %yb, x4 = %o)
 static __global__ void __launch_bounds__(256)
-k_fused_13_add_h(const float *__restrict__ x0, const float *__restrict__ x1, const sg_bf16 *__restrict__ x2, float *__restrict__ x3, float *__restrict__ x4)
+k_fused_13_add_h(const float *x0, const float *x1, const sg_bf16 *x2, float *x3, float *x4)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -47,7 +47,7 @@ k_fused_13_add_h(const float *__restrict__ x0, const float *__restrict__ x1, con
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_fused_13_add_h is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_fused_13_add_h_vec(const float *__restrict__ x0, const float *__restrict__ x1, const sg_bf16 *__restrict__ x2, float *__restrict__ x3, float *__restrict__ x4)
+k_fused_13_add_h_vec(const float *x0, const float *x1, const sg_bf16 *x2, float *x3, float *x4)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -78,14 +78,14 @@ k_fused_13_add_h_vec(const float *__restrict__ x0, const float *__restrict__ x1,
 /* The pointwise ops after %s, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_fused_19_ep_n(float *__restrict__ v_n, sg_i64 i, const float r0)
+k_fused_19_ep_n(float *v_n, sg_i64 i, const float r0)
 {
 	const float r1 = sg_to_f32(sgk_neg_f(r0));
 	v_n[i] = sg_st_f32(r1);
 }
 // cg_fused.sg:18: %s = sum(%o, dims=[1])
 static __global__ void __launch_bounds__(256)
-k_fused_18_sum_s(const float *__restrict__ x, float *__restrict__ v_n)
+k_fused_18_sum_s(const float *__restrict__ x, float *v_n)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -103,7 +103,7 @@ k_fused_18_sum_s(const float *__restrict__ x, float *__restrict__ v_n)
 /* The element i of %c, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
-k_fused_20_elem_c(const float *__restrict__ v_x, sg_i64 i)
+k_fused_20_elem_c(const float *v_x, sg_i64 i)
 {
 	const float r0 = sg_ld(v_x[i]);
 	const float r1 = sg_to_f32(sgk_mul_f(r0, (float)0.125));
@@ -111,7 +111,7 @@ k_fused_20_elem_c(const float *__restrict__ v_x, sg_i64 i)
 }
 // cg_fused.sg:21: %sm = softmax(%c)
 static __global__ void __launch_bounds__(256)
-k_fused_21_softmax_sm(const float *__restrict__ v_x, float *__restrict__ out)
+k_fused_21_softmax_sm(const float *v_x, float *__restrict__ out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -160,7 +160,7 @@ k_fused_22_sum_cs(const float *__restrict__ x, float *__restrict__ out)
 /* The element i of %sq, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
-k_fused_23_elem_d(const float *__restrict__ v_x, const float *__restrict__ v_yb, sg_i64 i)
+k_fused_23_elem_d(const float *v_x, const float *v_yb, sg_i64 i)
 {
 	const float r0 = sg_ld(v_x[i]);
 	const float r1 = sg_ld(v_yb[i]);
@@ -170,7 +170,7 @@ k_fused_23_elem_d(const float *__restrict__ v_x, const float *__restrict__ v_yb,
 }
 // cg_fused.sg:25: %ms = mean(%sq)
 static __global__ void __launch_bounds__(1024)
-k_fused_25_mean_ms(const float *__restrict__ v_x, const float *__restrict__ v_yb, float *__restrict__ out)
+k_fused_25_mean_ms(const float *v_x, const float *v_yb, float *__restrict__ out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 1 + threadIdx.x / 1024;
 	const int t = threadIdx.x % 1024;

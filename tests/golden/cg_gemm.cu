@@ -26,7 +26,7 @@ k_gemm_43_transpose_kt(const float *__restrict__ x, float *__restrict__ out)
 // cg_gemm.sg:45: %e7 = exp(%kt)
 // (x0 = %kt, x1 = %e7)
 static __global__ void __launch_bounds__(256)
-k_gemm_45_exp_e7(const float *__restrict__ x0, float *__restrict__ x1)
+k_gemm_45_exp_e7(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 480;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -46,7 +46,7 @@ k_gemm_46_transpose_st(const float *__restrict__ x, float *__restrict__ out)
 // cg_gemm.sg:54: mul_(%u, 2.0)
 // (x0 = %u, x1 = %u.1)
 static __global__ void __launch_bounds__(256)
-k_gemm_54_mul_u_1(const float *__restrict__ x0, float *__restrict__ x1)
+k_gemm_54_mul_u_1(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 480;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -58,7 +58,7 @@ k_gemm_54_mul_u_1(const float *__restrict__ x0, float *__restrict__ x1)
 // cg_gemm.sg:64: %a4 = gelu(%l4)
 // (x0 = %l4, x1 = %a4)
 static __global__ void __launch_bounds__(256)
-k_gemm_64_gelu_a4(const float *__restrict__ x0, float *__restrict__ x1)
+k_gemm_64_gelu_a4(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 320;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -70,7 +70,7 @@ k_gemm_64_gelu_a4(const float *__restrict__ x0, float *__restrict__ x1)
 // cg_gemm.sg:66: %a5 = relu(%l5)
 // (x0 = %l5, x1 = %a5)
 static __global__ void __launch_bounds__(256)
-k_gemm_66_relu_a5(const float *__restrict__ x0, float *__restrict__ x1)
+k_gemm_66_relu_a5(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 320;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -83,7 +83,7 @@ k_gemm_66_relu_a5(const float *__restrict__ x0, float *__restrict__ x1)
 // cg_gemm.sg:69: %m6 = mul(%a6, 2.0)
 // (x0 = %l6, x1 = %m6)
 static __global__ void __launch_bounds__(256)
-k_gemm_68_relu_a6(const float *__restrict__ x0, float *__restrict__ x1)
+k_gemm_68_relu_a6(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 320;
 	     i += (int)gridDim.x * blockDim.x) {

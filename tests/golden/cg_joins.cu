@@ -18,7 +18,7 @@
 // cg_joins.sg:17: %y = exp(%x)
 // (x0 = %x, x1 = %y)
 static __global__ void __launch_bounds__(256)
-k_joins_17_exp_y(const float *__restrict__ x0, float *__restrict__ x1)
+k_joins_17_exp_y(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -30,7 +30,7 @@ k_joins_17_exp_y(const float *__restrict__ x0, float *__restrict__ x1)
 // cg_joins.sg:20: %z = neg(%y)
 // (x0 = %y.1, x1 = %z)
 static __global__ void __launch_bounds__(256)
-k_joins_20_neg_z(const float *__restrict__ x0, float *__restrict__ x1)
+k_joins_20_neg_z(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -42,7 +42,7 @@ k_joins_20_neg_z(const float *__restrict__ x0, float *__restrict__ x1)
 // cg_joins.sg:24: %u = abs(%z)
 // (x0 = %z.1, x1 = %u)
 static __global__ void __launch_bounds__(256)
-k_joins_24_abs_u(const float *__restrict__ x0, float *__restrict__ x1)
+k_joins_24_abs_u(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {

@@ -43,7 +43,7 @@ k_lookup_15_embedding_e(const sg_i64 *__restrict__ idx, const float *__restrict_
 #line 16 "cg_line.sg"
 static __global__ void __launch_bounds__(256)
 #line 16 "cg_line.sg"
-k_lookup_16_relu_r(const float *__restrict__ x0, float *__restrict__ x1)
+k_lookup_16_relu_r(const float *x0, float *x1)
 #line 16 "cg_line.sg"
 {
 #line 16 "cg_line.sg"

@@ -35,7 +35,7 @@ k_adamw_bf16_19_sum_s(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 /* The pointwise ops after %m, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_adamw_bf16_21_ep_loss(const sg_bf16 *__restrict__ v_s, sg_bf16 *__restrict__ v_loss, sg_i64 i, const float r0)
+k_adamw_bf16_21_ep_loss(const sg_bf16 *v_s, sg_bf16 *v_loss, sg_i64 i, const float r0)
 {
 	const float r1 = sg_ld(v_s[0]);
 	const float r2 = sg_to_bf16(sgk_add_f(r0, r1));
@@ -56,7 +56,7 @@ k_adamw_bf16_20_mse_loss_part_m(const sg_bf16 *__restrict__ a, const sg_bf16 *__
 }
 /* Stage 2 of mse_loss: one block reduces the 2 parts. */
 static __global__ void __launch_bounds__(256)
-k_adamw_bf16_20_mse_loss_final_m(const float *__restrict__ part, const sg_bf16 *__restrict__ v_s, sg_bf16 *__restrict__ v_loss)
+k_adamw_bf16_20_mse_loss_final_m(const float *__restrict__ part, const sg_bf16 *v_s, sg_bf16 *v_loss)
 {
 	float acc = 0;
 	for (int r = threadIdx.x; r < 2; r += 256)
@@ -78,7 +78,7 @@ k_adamw_bf16_22_ones_grad_loss(sg_bf16 *__restrict__ out)
 // cg_optim.sg:20: %m = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)]
 // (x0 = %h, x1 = %y, x2 = %grad.loss, x3 = %grad.h)
 static __global__ void __launch_bounds__(256)
-k_adamw_bf16_20_sub_grad_h_1(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, const sg_bf16 *__restrict__ x2, sg_bf16 *__restrict__ x3)
+k_adamw_bf16_20_sub_grad_h_1(const sg_bf16 *x0, const sg_bf16 *x1, const sg_bf16 *x2, sg_bf16 *x3)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 288;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -208,7 +208,7 @@ k_adamw_f16_unfused_35_ones_grad_loss(sg_f16 *__restrict__ out)
 // cg_optim.sg:34: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)]
 // (x0 = %h, x1 = %y, x2 = %grad.loss, x3 = %grad.h)
 static __global__ void __launch_bounds__(256)
-k_adamw_f16_unfused_34_sub_grad_h_1(const sg_f16 *__restrict__ x0, const sg_f16 *__restrict__ x1, const sg_f16 *__restrict__ x2, sg_f16 *__restrict__ x3)
+k_adamw_f16_unfused_34_sub_grad_h_1(const sg_f16 *x0, const sg_f16 *x1, const sg_f16 *x2, sg_f16 *x3)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 288;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -330,7 +330,7 @@ k_adamw_f32_48_ones_grad_loss(float *__restrict__ out)
 // cg_optim.sg:47: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)]
 // (x0 = %h, x1 = %y, x2 = %grad.loss, x3 = %grad.h)
 static __global__ void __launch_bounds__(256)
-k_adamw_f32_47_sub_grad_h_1(const float *__restrict__ x0, const float *__restrict__ x1, const float *__restrict__ x2, float *__restrict__ x3)
+k_adamw_f32_47_sub_grad_h_1(const float *x0, const float *x1, const float *x2, float *x3)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 288;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -580,7 +580,7 @@ adamw_bf16_create(adamw_bf16_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 7168; /* the static memory plan's peak */
+	cfg.arena_bytes = 6400; /* the static memory plan's peak */
 	adamw_bf16_model *M = (adamw_bf16_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -732,16 +732,16 @@ adamw_bf16_run(adamw_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_optim.sg:20: %m = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)] */
 
 	/* cg_optim.sg:20: %m = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)] */
-	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 1024); /* 576 bytes of the arena */
+	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 0); /* 576 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_20_sub_grad_h_1", 20,
 	            k_adamw_bf16_20_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
 	/* cg_optim.sg:19: %s = sum(%c)  [sgc: %grad.c.1 = reshape(%grad.loss, shape=[1])] */
-	v_grad_c_1 = (sg_bf16 *)SGRT_AT(rt, 0); /* 2 bytes of the arena */
+	v_grad_c_1 = (sg_bf16 *)SGRT_AT(rt, 1024); /* 2 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_c_1, v_grad_loss, 2, "reshape_grad.c.1", 19));
 
 	/* cg_optim.sg:19: %s = sum(%c)  [sgc: %grad.c = expand(%grad.c.1, shape=[37])] */
-	v_grad_c = (sg_bf16 *)SGRT_AT(rt, 256); /* 74 bytes of the arena */
+	v_grad_c = (sg_bf16 *)SGRT_AT(rt, 768); /* 74 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_expand_grad_c", 19,
 	            k_adamw_bf16_19_expand_grad_c<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_c_1, v_grad_c));
 
@@ -757,7 +757,7 @@ adamw_bf16_run(adamw_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_optim.sg:18: %h = linear(%x, %w, %b)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
-	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 1792); /* 5328 bytes of the arena */
+	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 768); /* 5328 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -771,7 +771,7 @@ adamw_bf16_run(adamw_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_optim.sg:18: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)] */
-	v_grad_b = (sg_bf16 *)SGRT_AT(rt, 0); /* 144 bytes of the arena */
+	v_grad_b = (sg_bf16 *)SGRT_AT(rt, 6144); /* 144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_18_sum_grad_b", 18,
 	            k_adamw_bf16_18_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
@@ -869,7 +869,7 @@ adamw_f16_unfused_create(adamw_f16_unfused_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 7168; /* the static memory plan's peak */
+	cfg.arena_bytes = 6400; /* the static memory plan's peak */
 	adamw_f16_unfused_model *M = (adamw_f16_unfused_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1004,7 +1004,7 @@ adamw_f16_unfused_run(adamw_f16_unfused_model *M, void *const *io, const cudaEve
 	/* cg_optim.sg:34: %loss = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)] */
 
 	/* cg_optim.sg:34: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)] */
-	v_grad_h = (sg_f16 *)SGRT_AT(rt, 1024); /* 576 bytes of the arena */
+	v_grad_h = (sg_f16 *)SGRT_AT(rt, 0); /* 576 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_34_sub_grad_h_1", 34,
 	            k_adamw_f16_unfused_34_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
@@ -1012,7 +1012,7 @@ adamw_f16_unfused_run(adamw_f16_unfused_model *M, void *const *io, const cudaEve
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_optim.sg:33: %h = linear(%x, %w, %b)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
-	v_grad_w = (sg_f16 *)SGRT_AT(rt, 1792); /* 5328 bytes of the arena */
+	v_grad_w = (sg_f16 *)SGRT_AT(rt, 768); /* 5328 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1026,7 +1026,7 @@ adamw_f16_unfused_run(adamw_f16_unfused_model *M, void *const *io, const cudaEve
 	}
 
 	/* cg_optim.sg:33: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)] */
-	v_grad_b = (sg_f16 *)SGRT_AT(rt, 0); /* 144 bytes of the arena */
+	v_grad_b = (sg_f16 *)SGRT_AT(rt, 6144); /* 144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_33_sum_grad_b", 33,
 	            k_adamw_f16_unfused_33_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
@@ -1120,7 +1120,7 @@ adamw_f32_create(adamw_f32_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 13568; /* the static memory plan's peak */
+	cfg.arena_bytes = 12544; /* the static memory plan's peak */
 	adamw_f32_model *M = (adamw_f32_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1255,7 +1255,7 @@ adamw_f32_run(adamw_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_optim.sg:47: %loss = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)] */
 
 	/* cg_optim.sg:47: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)] */
-	v_grad_h = (float *)SGRT_AT(rt, 1536); /* 1152 bytes of the arena */
+	v_grad_h = (float *)SGRT_AT(rt, 0); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_47_sub_grad_h_1", 47,
 	            k_adamw_f32_47_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
@@ -1263,7 +1263,7 @@ adamw_f32_run(adamw_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_optim.sg:46: %h = linear(%x, %w, %b)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
-	v_grad_w = (float *)SGRT_AT(rt, 2816); /* 10656 bytes of the arena */
+	v_grad_w = (float *)SGRT_AT(rt, 1280); /* 10656 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1277,7 +1277,7 @@ adamw_f32_run(adamw_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_optim.sg:46: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)] */
-	v_grad_b = (float *)SGRT_AT(rt, 0); /* 288 bytes of the arena */
+	v_grad_b = (float *)SGRT_AT(rt, 12032); /* 288 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_sum_grad_b", 46,
 	            k_adamw_f32_46_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
@@ -1371,7 +1371,7 @@ sgd_bf16_create(sgd_bf16_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 7168; /* the static memory plan's peak */
+	cfg.arena_bytes = 6400; /* the static memory plan's peak */
 	sgd_bf16_model *M = (sgd_bf16_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1500,7 +1500,7 @@ sgd_bf16_run(sgd_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_optim.sg:60: %loss = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)] */
 
 	/* cg_optim.sg:60: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)] */
-	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 1024); /* 576 bytes of the arena */
+	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 0); /* 576 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_20_sub_grad_h_1", 60,
 	            k_adamw_bf16_20_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
@@ -1508,7 +1508,7 @@ sgd_bf16_run(sgd_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_optim.sg:59: %h = linear(%x, %w, %b)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
-	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 1792); /* 5328 bytes of the arena */
+	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 768); /* 5328 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1522,7 +1522,7 @@ sgd_bf16_run(sgd_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_optim.sg:59: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)] */
-	v_grad_b = (sg_bf16 *)SGRT_AT(rt, 0); /* 144 bytes of the arena */
+	v_grad_b = (sg_bf16 *)SGRT_AT(rt, 6144); /* 144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_18_sum_grad_b", 59,
 	            k_adamw_bf16_18_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
@@ -1612,7 +1612,7 @@ sgd_f16_unfused_create(sgd_f16_unfused_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 7168; /* the static memory plan's peak */
+	cfg.arena_bytes = 6400; /* the static memory plan's peak */
 	sgd_f16_unfused_model *M = (sgd_f16_unfused_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1741,7 +1741,7 @@ sgd_f16_unfused_run(sgd_f16_unfused_model *M, void *const *io, const cudaEvent_t
 	/* cg_optim.sg:73: %loss = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)] */
 
 	/* cg_optim.sg:73: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)] */
-	v_grad_h = (sg_f16 *)SGRT_AT(rt, 1024); /* 576 bytes of the arena */
+	v_grad_h = (sg_f16 *)SGRT_AT(rt, 0); /* 576 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_34_sub_grad_h_1", 73,
 	            k_adamw_f16_unfused_34_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
@@ -1749,7 +1749,7 @@ sgd_f16_unfused_run(sgd_f16_unfused_model *M, void *const *io, const cudaEvent_t
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_optim.sg:72: %h = linear(%x, %w, %b)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
-	v_grad_w = (sg_f16 *)SGRT_AT(rt, 1792); /* 5328 bytes of the arena */
+	v_grad_w = (sg_f16 *)SGRT_AT(rt, 768); /* 5328 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1763,7 +1763,7 @@ sgd_f16_unfused_run(sgd_f16_unfused_model *M, void *const *io, const cudaEvent_t
 	}
 
 	/* cg_optim.sg:72: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)] */
-	v_grad_b = (sg_f16 *)SGRT_AT(rt, 0); /* 144 bytes of the arena */
+	v_grad_b = (sg_f16 *)SGRT_AT(rt, 6144); /* 144 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f16_unfused_33_sum_grad_b", 72,
 	            k_adamw_f16_unfused_33_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 
@@ -1847,7 +1847,7 @@ sgd_f32_wd_create(sgd_f32_wd_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 13568; /* the static memory plan's peak */
+	cfg.arena_bytes = 12544; /* the static memory plan's peak */
 	sgd_f32_wd_model *M = (sgd_f32_wd_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1974,7 +1974,7 @@ sgd_f32_wd_run(sgd_f32_wd_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_optim.sg:86: %loss = mse_loss(%h, %y)  [sgc: %grad.h.2 = mul(%grad.h.1, 0.006944444444444444)] */
 
 	/* cg_optim.sg:86: %loss = mse_loss(%h, %y)  [sgc: %grad.h = mul(%grad.h.2, %grad.loss)] */
-	v_grad_h = (float *)SGRT_AT(rt, 1536); /* 1152 bytes of the arena */
+	v_grad_h = (float *)SGRT_AT(rt, 0); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_47_sub_grad_h_1", 86,
 	            k_adamw_f32_47_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
@@ -1982,7 +1982,7 @@ sgd_f32_wd_run(sgd_f32_wd_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_optim.sg:85: %h = linear(%x, %w, %b)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
-	v_grad_w = (float *)SGRT_AT(rt, 2816); /* 10656 bytes of the arena */
+	v_grad_w = (float *)SGRT_AT(rt, 1280); /* 10656 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1996,7 +1996,7 @@ sgd_f32_wd_run(sgd_f32_wd_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_optim.sg:85: %h = linear(%x, %w, %b)  [sgc: %grad.b = sum(%grad.h, dims=[0], keepdim=false)] */
-	v_grad_b = (float *)SGRT_AT(rt, 0); /* 288 bytes of the arena */
+	v_grad_b = (float *)SGRT_AT(rt, 12032); /* 288 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_f32_46_sum_grad_b", 85,
 	            k_adamw_f32_46_sum_grad_b<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_h, v_grad_b));
 

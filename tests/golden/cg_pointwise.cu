@@ -18,7 +18,7 @@
 // cg_pointwise.sg:13: %a = mul(%x, %r)
 // (x0 = %x, x1 = %r, x2 = %a)
 static __global__ void __launch_bounds__(256)
-k_pointwise_13_mul_a(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
+k_pointwise_13_mul_a(const float *x0, const float *x1, float *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -31,7 +31,7 @@ k_pointwise_13_mul_a(const float *__restrict__ x0, const float *__restrict__ x1,
 // cg_pointwise.sg:14: %b = add(%a, 0.5)
 // (x0 = %a, x1 = %b)
 static __global__ void __launch_bounds__(256)
-k_pointwise_14_add_b(const float *__restrict__ x0, float *__restrict__ x1)
+k_pointwise_14_add_b(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -43,7 +43,7 @@ k_pointwise_14_add_b(const float *__restrict__ x0, float *__restrict__ x1)
 // cg_pointwise.sg:15: %e = exp(%b)
 // (x0 = %b, x1 = %e)
 static __global__ void __launch_bounds__(256)
-k_pointwise_15_exp_e(const float *__restrict__ x0, float *__restrict__ x1)
+k_pointwise_15_exp_e(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -55,7 +55,7 @@ k_pointwise_15_exp_e(const float *__restrict__ x0, float *__restrict__ x1)
 // cg_pointwise.sg:16: %g = gelu(%e, approximate="tanh")
 // (x0 = %e, x1 = %g)
 static __global__ void __launch_bounds__(256)
-k_pointwise_16_gelu_g(const float *__restrict__ x0, float *__restrict__ x1)
+k_pointwise_16_gelu_g(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -67,7 +67,7 @@ k_pointwise_16_gelu_g(const float *__restrict__ x0, float *__restrict__ x1)
 // cg_pointwise.sg:17: %s = sub(1.0, %h)
 // (x0 = %h, x1 = %s)
 static __global__ void __launch_bounds__(256)
-k_pointwise_17_sub_s(const sg_bf16 *__restrict__ x0, sg_bf16 *__restrict__ x1)
+k_pointwise_17_sub_s(const sg_bf16 *x0, sg_bf16 *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -79,7 +79,7 @@ k_pointwise_17_sub_s(const sg_bf16 *__restrict__ x0, sg_bf16 *__restrict__ x1)
 // cg_pointwise.sg:18: %hb = mul(%s, %h)
 // (x0 = %s, x1 = %h, x2 = %hb)
 static __global__ void __launch_bounds__(256)
-k_pointwise_18_mul_hb(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, sg_bf16 *__restrict__ x2)
+k_pointwise_18_mul_hb(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -92,7 +92,7 @@ k_pointwise_18_mul_hb(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict_
 // cg_pointwise.sg:19: %q = div(%i, 3)
 // (x0 = %i, x1 = %q)
 static __global__ void __launch_bounds__(256)
-k_pointwise_19_div_q(const sg_i64 *__restrict__ x0, float *__restrict__ x1)
+k_pointwise_19_div_q(const sg_i64 *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -104,7 +104,7 @@ k_pointwise_19_div_q(const sg_i64 *__restrict__ x0, float *__restrict__ x1)
 // cg_pointwise.sg:20: %p = pow(%i, 2)
 // (x0 = %i, x1 = %p)
 static __global__ void __launch_bounds__(256)
-k_pointwise_20_pow_p(const sg_i64 *__restrict__ x0, sg_i64 *__restrict__ x1)
+k_pointwise_20_pow_p(const sg_i64 *x0, sg_i64 *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -116,7 +116,7 @@ k_pointwise_20_pow_p(const sg_i64 *__restrict__ x0, sg_i64 *__restrict__ x1)
 // cg_pointwise.sg:21: %w = where(%m, %x, -1.0)
 // (x0 = %m, x1 = %x, x2 = %w)
 static __global__ void __launch_bounds__(256)
-k_pointwise_21_where_w(const sg_bool *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
+k_pointwise_21_where_w(const sg_bool *x0, const float *x1, float *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -129,7 +129,7 @@ k_pointwise_21_where_w(const sg_bool *__restrict__ x0, const float *__restrict__
 // cg_pointwise.sg:22: %lt = lt(%h, 0.1)
 // (x0 = %h, x1 = %lt)
 static __global__ void __launch_bounds__(256)
-k_pointwise_22_lt_lt(const sg_bf16 *__restrict__ x0, sg_bool *__restrict__ x1)
+k_pointwise_22_lt_lt(const sg_bf16 *x0, sg_bool *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -141,7 +141,7 @@ k_pointwise_22_lt_lt(const sg_bf16 *__restrict__ x0, sg_bool *__restrict__ x1)
 // cg_pointwise.sg:23: %c = clamp(%x, min=-0.5, max=0.5)
 // (x0 = %x, x1 = %c)
 static __global__ void __launch_bounds__(256)
-k_pointwise_23_clamp_c(const float *__restrict__ x0, float *__restrict__ x1)
+k_pointwise_23_clamp_c(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -153,7 +153,7 @@ k_pointwise_23_clamp_c(const float *__restrict__ x0, float *__restrict__ x1)
 // cg_pointwise.sg:24: %ci = clamp(%i, min=1)
 // (x0 = %i, x1 = %ci)
 static __global__ void __launch_bounds__(256)
-k_pointwise_24_clamp_ci(const sg_i64 *__restrict__ x0, sg_i64 *__restrict__ x1)
+k_pointwise_24_clamp_ci(const sg_i64 *x0, sg_i64 *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -165,7 +165,7 @@ k_pointwise_24_clamp_ci(const sg_i64 *__restrict__ x0, sg_i64 *__restrict__ x1)
 // cg_pointwise.sg:25: %t = cast(%x, dtype=i32)
 // (x0 = %x, x1 = %t)
 static __global__ void __launch_bounds__(256)
-k_pointwise_25_cast_t(const float *__restrict__ x0, sg_i32 *__restrict__ x1)
+k_pointwise_25_cast_t(const float *x0, sg_i32 *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -177,7 +177,7 @@ k_pointwise_25_cast_t(const float *__restrict__ x0, sg_i32 *__restrict__ x1)
 // cg_pointwise.sg:26: %f = cast(%i, dtype=f16)
 // (x0 = %i, x1 = %f)
 static __global__ void __launch_bounds__(256)
-k_pointwise_26_cast_f(const sg_i64 *__restrict__ x0, sg_f16 *__restrict__ x1)
+k_pointwise_26_cast_f(const sg_i64 *x0, sg_f16 *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -189,7 +189,7 @@ k_pointwise_26_cast_f(const sg_i64 *__restrict__ x0, sg_f16 *__restrict__ x1)
 // cg_pointwise.sg:27: %mx = maximum(%x, %w)
 // (x0 = %x, x1 = %w, x2 = %mx)
 static __global__ void __launch_bounds__(256)
-k_pointwise_27_maximum_mx(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
+k_pointwise_27_maximum_mx(const float *x0, const float *x1, float *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {

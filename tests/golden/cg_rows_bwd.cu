@@ -20,7 +20,7 @@
 /* The pointwise ops after %ce, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_rows_f32_25_ep_loss(float *__restrict__ v_loss, sg_i64 i, const float r0)
+k_rows_f32_25_ep_loss(float *v_loss, sg_i64 i, const float r0)
 {
 	const float r1 = sg_to_f32(sgk_mul_f(r0, (float)0.5));
 	v_loss[i] = sg_st_f32(r1);
@@ -32,7 +32,7 @@ k_rows_f32_25_ep_loss(float *__restrict__ v_loss, sg_i64 i, const float r0)
  * the mean of lse - x[target] over them. */
 static __global__ void __launch_bounds__(256)
 k_rows_f32_24_cross_entropy_loss_ce(const float *__restrict__ x, const sg_i64 *__restrict__ target,
-        float *__restrict__ lse, float *__restrict__ v_loss)
+        float *__restrict__ lse, float *v_loss)
 {
 	float s = 0;
 	float c = 0;
@@ -63,7 +63,7 @@ k_rows_f32_26_ones_grad_loss(float *__restrict__ out)
 // cg_rows_bwd.sg:25: %loss = mul(%ce, 0.5)  [sgc: %grad.ce = mul(%grad.loss, 0.5)]
 // (x0 = %grad.loss, x1 = %grad.ce)
 static __global__ void __launch_bounds__(256)
-k_rows_f32_25_mul_grad_ce(const float *__restrict__ x0, float *__restrict__ x1)
+k_rows_f32_25_mul_grad_ce(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -129,7 +129,7 @@ k_rows_f32_23_sgd_update(float *__restrict__ p, const float *__restrict__ g, con
 /* The element i of %grad.q.2, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
-k_rows_f32_22_elem_grad_q_2(const float *__restrict__ v_grad_r, const float *__restrict__ v_grad_q_1, sg_i64 i)
+k_rows_f32_22_elem_grad_q_2(const float *v_grad_r, const float *v_grad_q_1, sg_i64 i)
 {
 	const float r0 = sg_ld(v_grad_r[i]);
 	const float r1 = sg_ld(v_grad_q_1[i]);
@@ -141,7 +141,7 @@ k_rows_f32_22_elem_grad_q_2(const float *__restrict__ v_grad_r, const float *__r
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
 static __global__ void __launch_bounds__(256)
-k_rows_f32_22_sum_grad_q(const float *__restrict__ v_grad_r, const float *__restrict__ v_grad_q_1, float *__restrict__ out)
+k_rows_f32_22_sum_grad_q(const float *v_grad_r, const float *v_grad_q_1, float *__restrict__ out)
 {
 	__shared__ float part[8][33];
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
@@ -162,7 +162,7 @@ k_rows_f32_22_sum_grad_q(const float *__restrict__ v_grad_r, const float *__rest
 /* The element i of %grad.g.2, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
-k_rows_f32_21_elem_grad_g_2(const float *__restrict__ v_grad_n, const float *__restrict__ v_grad_g_1, sg_i64 i)
+k_rows_f32_21_elem_grad_g_2(const float *v_grad_n, const float *v_grad_g_1, sg_i64 i)
 {
 	const float r0 = sg_ld(v_grad_n[i]);
 	const float r1 = sg_ld(v_grad_g_1[i]);
@@ -174,7 +174,7 @@ k_rows_f32_21_elem_grad_g_2(const float *__restrict__ v_grad_n, const float *__r
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
 static __global__ void __launch_bounds__(256)
-k_rows_f32_21_sum_grad_g(const float *__restrict__ v_grad_n, const float *__restrict__ v_grad_g_1, float *__restrict__ out)
+k_rows_f32_21_sum_grad_g(const float *v_grad_n, const float *v_grad_g_1, float *__restrict__ out)
 {
 	__shared__ float part[8][33];
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
@@ -217,7 +217,7 @@ k_rows_f32_21_sum_grad_b(const float *__restrict__ x, float *__restrict__ out)
 /* The pointwise ops after %ce, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_rows_bf16_44_ep_loss(sg_bf16 *__restrict__ v_loss, sg_i64 i, const float r0)
+k_rows_bf16_44_ep_loss(sg_bf16 *v_loss, sg_i64 i, const float r0)
 {
 	const float r1 = sg_to_bf16(sgk_mul_f(r0, (float)2.0));
 	v_loss[i] = sg_st_bf16(r1);
@@ -229,7 +229,7 @@ k_rows_bf16_44_ep_loss(sg_bf16 *__restrict__ v_loss, sg_i64 i, const float r0)
  * the mean of lse - x[target] over them. */
 static __global__ void __launch_bounds__(256)
 k_rows_bf16_43_cross_entropy_loss_ce(const sg_bf16 *__restrict__ x, const sg_i64 *__restrict__ target,
-        float *__restrict__ lse, sg_bf16 *__restrict__ v_loss)
+        float *__restrict__ lse, sg_bf16 *v_loss)
 {
 	float s = 0;
 	float c = 0;
@@ -260,7 +260,7 @@ k_rows_bf16_45_ones_grad_loss(sg_bf16 *__restrict__ out)
 // cg_rows_bwd.sg:44: %loss = mul(%ce, 2.0)  [sgc: %grad.ce = mul(%grad.loss, 2.0)]
 // (x0 = %grad.loss, x1 = %grad.ce)
 static __global__ void __launch_bounds__(256)
-k_rows_bf16_44_mul_grad_ce(const sg_bf16 *__restrict__ x0, sg_bf16 *__restrict__ x1)
+k_rows_bf16_44_mul_grad_ce(const sg_bf16 *x0, sg_bf16 *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -326,7 +326,7 @@ k_rows_bf16_42_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 /* The element i of %grad.q.2, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
-k_rows_bf16_41_elem_grad_q_2(const sg_bf16 *__restrict__ v_grad_r, const sg_bf16 *__restrict__ v_grad_q_1, sg_i64 i)
+k_rows_bf16_41_elem_grad_q_2(const sg_bf16 *v_grad_r, const sg_bf16 *v_grad_q_1, sg_i64 i)
 {
 	const float r0 = sg_ld(v_grad_r[i]);
 	const float r1 = sg_ld(v_grad_q_1[i]);
@@ -338,7 +338,7 @@ k_rows_bf16_41_elem_grad_q_2(const sg_bf16 *__restrict__ v_grad_r, const sg_bf16
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
 static __global__ void __launch_bounds__(256)
-k_rows_bf16_41_sum_grad_q(const sg_bf16 *__restrict__ v_grad_r, const sg_bf16 *__restrict__ v_grad_q_1, sg_bf16 *__restrict__ out)
+k_rows_bf16_41_sum_grad_q(const sg_bf16 *v_grad_r, const sg_bf16 *v_grad_q_1, sg_bf16 *__restrict__ out)
 {
 	__shared__ float part[8][33];
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
@@ -359,7 +359,7 @@ k_rows_bf16_41_sum_grad_q(const sg_bf16 *__restrict__ v_grad_r, const sg_bf16 *_
 /* The element i of %grad.g.2, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
-k_rows_bf16_40_elem_grad_g_2(const sg_bf16 *__restrict__ v_grad_n, const sg_bf16 *__restrict__ v_grad_g_1, sg_i64 i)
+k_rows_bf16_40_elem_grad_g_2(const sg_bf16 *v_grad_n, const sg_bf16 *v_grad_g_1, sg_i64 i)
 {
 	const float r0 = sg_ld(v_grad_n[i]);
 	const float r1 = sg_ld(v_grad_g_1[i]);
@@ -371,7 +371,7 @@ k_rows_bf16_40_elem_grad_g_2(const sg_bf16 *__restrict__ v_grad_n, const sg_bf16
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
  * warps split the reduced elements, then combine through shared memory. */
 static __global__ void __launch_bounds__(256)
-k_rows_bf16_40_sum_grad_g(const sg_bf16 *__restrict__ v_grad_n, const sg_bf16 *__restrict__ v_grad_g_1, sg_bf16 *__restrict__ out)
+k_rows_bf16_40_sum_grad_g(const sg_bf16 *v_grad_n, const sg_bf16 *v_grad_g_1, sg_bf16 *__restrict__ out)
 {
 	__shared__ float part[8][33];
 	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
@@ -392,7 +392,7 @@ k_rows_bf16_40_sum_grad_g(const sg_bf16 *__restrict__ v_grad_n, const sg_bf16 *_
 /* The element i of %lt, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
-k_soft_f32_63_elem_lt(const float *__restrict__ v_l, const float *__restrict__ v_t, sg_i64 i)
+k_soft_f32_63_elem_lt(const float *v_l, const float *v_t, sg_i64 i)
 {
 	const float r0 = sg_ld(v_l[i]);
 	const float r1 = sg_ld(v_t[i]);
@@ -401,7 +401,7 @@ k_soft_f32_63_elem_lt(const float *__restrict__ v_l, const float *__restrict__ v
 }
 // cg_rows_bwd.sg:64: %loss = mean(%lt)
 static __global__ void __launch_bounds__(256)
-k_soft_f32_64_mean_loss(const float *__restrict__ v_l, const float *__restrict__ v_t, float *__restrict__ out)
+k_soft_f32_64_mean_loss(const float *v_l, const float *v_t, float *__restrict__ out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 1 + threadIdx.x / 256;
 	const int t = threadIdx.x % 256;
@@ -427,7 +427,7 @@ k_soft_f32_64_expand_grad_lt_2(const float *__restrict__ x, float *__restrict__ 
 // cg_rows_bwd.sg:63: %lt = mul(%l, %t)  [sgc: %grad.l = mul(%grad.lt, %t)]
 // (x0 = %grad.lt.2, x1 = %t, x2 = %grad.l)
 static __global__ void __launch_bounds__(256)
-k_soft_f32_64_div_grad_lt(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
+k_soft_f32_64_div_grad_lt(const float *x0, const float *x1, float *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -444,7 +444,7 @@ k_soft_f32_64_div_grad_lt(const float *__restrict__ x0, const float *__restrict_
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_soft_f32_64_div_grad_lt is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_soft_f32_64_div_grad_lt_vec(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
+k_soft_f32_64_div_grad_lt_vec(const float *x0, const float *x1, float *x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 256;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -498,7 +498,7 @@ k_soft_f32_61_sgd_update(float *__restrict__ p, const float *__restrict__ g, con
 /* The element i of %lt, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
-k_soft_bf16_80_elem_lt(const sg_bf16 *__restrict__ v_l, const sg_bf16 *__restrict__ v_t, sg_i64 i)
+k_soft_bf16_80_elem_lt(const sg_bf16 *v_l, const sg_bf16 *v_t, sg_i64 i)
 {
 	const float r0 = sg_ld(v_l[i]);
 	const float r1 = sg_ld(v_t[i]);
@@ -507,7 +507,7 @@ k_soft_bf16_80_elem_lt(const sg_bf16 *__restrict__ v_l, const sg_bf16 *__restric
 }
 // cg_rows_bwd.sg:81: %loss = mean(%lt)
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_81_mean_loss(const sg_bf16 *__restrict__ v_l, const sg_bf16 *__restrict__ v_t, sg_bf16 *__restrict__ out)
+k_soft_bf16_81_mean_loss(const sg_bf16 *v_l, const sg_bf16 *v_t, sg_bf16 *__restrict__ out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 1 + threadIdx.x / 256;
 	const int t = threadIdx.x % 256;
@@ -533,7 +533,7 @@ k_soft_bf16_81_expand_grad_lt_2(const sg_bf16 *__restrict__ x, sg_bf16 *__restri
 // cg_rows_bwd.sg:80: %lt = mul(%l, %t)  [sgc: %grad.l = mul(%grad.lt, %t)]
 // (x0 = %grad.lt.2, x1 = %t, x2 = %grad.l)
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_81_div_grad_lt(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, sg_bf16 *__restrict__ x2)
+k_soft_bf16_81_div_grad_lt(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -550,7 +550,7 @@ k_soft_bf16_81_div_grad_lt(const sg_bf16 *__restrict__ x0, const sg_bf16 *__rest
 /* 8 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_soft_bf16_81_div_grad_lt is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_81_div_grad_lt_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, sg_bf16 *__restrict__ x2)
+k_soft_bf16_81_div_grad_lt_vec(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 128;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -591,7 +591,7 @@ k_soft_bf16_79_sum_grad_z_1(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__
 // cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z = sub(%grad.l, %grad.z.3)]
 // (x0 = %l, x1 = %grad.z.1, x2 = %grad.l, x3 = %grad.z)
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_79_exp_grad_z_2(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, const sg_bf16 *__restrict__ x2, sg_bf16 *__restrict__ x3)
+k_soft_bf16_79_exp_grad_z_2(const sg_bf16 *x0, const sg_bf16 *x1, const sg_bf16 *x2, sg_bf16 *x3)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -611,7 +611,7 @@ k_soft_bf16_79_exp_grad_z_2(const sg_bf16 *__restrict__ x0, const sg_bf16 *__res
 /* 8 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_soft_bf16_79_exp_grad_z_2 is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_79_exp_grad_z_2_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, const sg_bf16 *__restrict__ x2, sg_bf16 *__restrict__ x3)
+k_soft_bf16_79_exp_grad_z_2_vec(const sg_bf16 *x0, const sg_bf16 *x1, const sg_bf16 *x2, sg_bf16 *x3)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 128;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -667,7 +667,7 @@ k_soft_bf16_78_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 /* The element i of %grad.h.1, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
-k_soft_bf16_77_elem_grad_h_1(const sg_bf16 *__restrict__ v_grad_p, const sg_bf16 *__restrict__ v_p, sg_i64 i)
+k_soft_bf16_77_elem_grad_h_1(const sg_bf16 *v_grad_p, const sg_bf16 *v_p, sg_i64 i)
 {
 	const float r0 = sg_ld(v_grad_p[i]);
 	const float r1 = sg_ld(v_p[i]);
@@ -676,7 +676,7 @@ k_soft_bf16_77_elem_grad_h_1(const sg_bf16 *__restrict__ v_grad_p, const sg_bf16
 }
 // cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h.2 = sum(%grad.h.1, dims=[1], keepdim=true)]
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_77_sum_grad_h_2(const sg_bf16 *__restrict__ v_grad_p, const sg_bf16 *__restrict__ v_p, sg_bf16 *__restrict__ out)
+k_soft_bf16_77_sum_grad_h_2(const sg_bf16 *v_grad_p, const sg_bf16 *v_p, sg_bf16 *__restrict__ out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -694,7 +694,7 @@ k_soft_bf16_77_sum_grad_h_2(const sg_bf16 *__restrict__ v_grad_p, const sg_bf16 
 // cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h = mul(%p, %grad.h.3)]
 // (x0 = %grad.p, x1 = %grad.h.2, x2 = %p, x3 = %grad.h)
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_77_sub_grad_h_3(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, const sg_bf16 *__restrict__ x2, sg_bf16 *__restrict__ x3)
+k_soft_bf16_77_sub_grad_h_3(const sg_bf16 *x0, const sg_bf16 *x1, const sg_bf16 *x2, sg_bf16 *x3)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -712,7 +712,7 @@ k_soft_bf16_77_sub_grad_h_3(const sg_bf16 *__restrict__ x0, const sg_bf16 *__res
 /* 8 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_soft_bf16_77_sub_grad_h_3 is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_soft_bf16_77_sub_grad_h_3_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, const sg_bf16 *__restrict__ x2, sg_bf16 *__restrict__ x3)
+k_soft_bf16_77_sub_grad_h_3_vec(const sg_bf16 *x0, const sg_bf16 *x1, const sg_bf16 *x2, sg_bf16 *x3)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 128;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -946,12 +946,12 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_rows_f32_26_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_rows_bwd.sg:25: %loss = mul(%ce, 0.5)  [sgc: %grad.ce = mul(%grad.loss, 0.5)] */
-	v_grad_ce = (float *)SGRT_AT(rt, 12544); /* 4 bytes of the arena */
+	v_grad_ce = (float *)SGRT_AT(rt, 12288); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_25_mul_grad_ce", 25,
 	            k_rows_f32_25_mul_grad_ce<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_ce));
 
 	/* cg_rows_bwd.sg:24: %ce = cross_entropy(%o, %t)  [sgc: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)] */
-	v_grad_o = (float *)SGRT_AT(rt, 12800); /* 1536 bytes of the arena */
+	v_grad_o = (float *)SGRT_AT(rt, 12544); /* 1536 bytes of the arena */
 	float *tmp_lse_24_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_24_2, 68, 0, 24));
 	SGRT_KERNEL(rt, 0, "k_rows_f32_24_cross_entropy_lse_grad_o", 24,
@@ -966,7 +966,7 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
 	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: %grad.w = matmul(%grad.w.1, %r)] */
-	v_grad_w = (float *)SGRT_AT(rt, 14336); /* 6144 bytes of the arena */
+	v_grad_w = (float *)SGRT_AT(rt, 14080); /* 6144 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1318,12 +1318,12 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_rows_bf16_45_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_rows_bwd.sg:44: %loss = mul(%ce, 2.0)  [sgc: %grad.ce = mul(%grad.loss, 2.0)] */
-	v_grad_ce = (sg_bf16 *)SGRT_AT(rt, 6400); /* 2 bytes of the arena */
+	v_grad_ce = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_44_mul_grad_ce", 44,
 	            k_rows_bf16_44_mul_grad_ce<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_ce));
 
 	/* cg_rows_bwd.sg:43: %ce = cross_entropy(%o, %t)  [sgc: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)] */
-	v_grad_o = (sg_bf16 *)SGRT_AT(rt, 6656); /* 768 bytes of the arena */
+	v_grad_o = (sg_bf16 *)SGRT_AT(rt, 6400); /* 768 bytes of the arena */
 	float *tmp_lse_43_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_43_2, 68, 0, 43));
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_43_cross_entropy_lse_grad_o", 43,
@@ -1338,7 +1338,7 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
 	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: %grad.w = matmul(%grad.w.1, %r)] */
-	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 7424); /* 3072 bytes of the arena */
+	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 7168); /* 3072 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1515,7 +1515,7 @@ soft_f32_create(soft_f32_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 28672; /* the static memory plan's peak */
+	cfg.arena_bytes = 24576; /* the static memory plan's peak */
 	soft_f32_model *M = (soft_f32_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1676,7 +1676,7 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:64: %loss = mean(%lt)  [sgc: %grad.lt = div(%grad.lt.2, 1024)] */
 
 	/* cg_rows_bwd.sg:63: %lt = mul(%l, %t)  [sgc: %grad.l = mul(%grad.lt, %t)] */
-	v_grad_l = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
+	v_grad_l = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
 	if (((uintptr_t)v_grad_lt_2 % 16) == 0 && ((uintptr_t)v_t % 16) == 0 && ((uintptr_t)v_grad_l % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_soft_f32_64_div_grad_lt_vec", 64,
 		            k_soft_f32_64_div_grad_lt_vec<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_lt_2, v_t, v_grad_l));
@@ -1685,7 +1685,7 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_soft_f32_64_div_grad_lt<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_lt_2, v_t, v_grad_l));
 
 	/* cg_rows_bwd.sg:62: %l = log_softmax(%z)  [sgc: %grad.z.1 = sum(%grad.l, dims=[1], keepdim=true)] */
-	v_grad_z = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
+	v_grad_z = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_62_log_softmax_backward_grad_z_1", 62,
 	            SGRT_CHECK_CUDA(rt, sg_launch_softmax_bwd<float>(v_l, v_grad_l, v_grad_z, 16, 64, 1, sgrt_stream(rt, 0)), 62));
 
@@ -1700,7 +1700,7 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_z through their operand layout) */
 
 	/* cg_rows_bwd.sg:61: %z = linear(%p, %w2)  [sgc: %grad.w2 = matmul(%grad.w2.1, %p)] */
-	v_grad_w2 = (float *)SGRT_AT(rt, 12288); /* 16384 bytes of the arena */
+	v_grad_w2 = (float *)SGRT_AT(rt, 4096); /* 16384 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1714,7 +1714,7 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:61: %z = linear(%p, %w2)  [sgc: %grad.p = matmul(%grad.z, %w2)] */
-	v_grad_p = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
+	v_grad_p = (float *)SGRT_AT(rt, 20480); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1736,7 +1736,7 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (computed inside the kernel of line 60) */
 
 	/* cg_rows_bwd.sg:60: %p = softmax(%h)  [sgc: %grad.h.2 = sum(%grad.h.1, dims=[1], keepdim=true)] */
-	v_grad_h = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
+	v_grad_h = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_60_softmax_backward_grad_h_2", 60,
 	            SGRT_CHECK_CUDA(rt, sg_launch_softmax_bwd<float>(v_p, v_grad_p, v_grad_h, 16, 64, 0, sgrt_stream(rt, 0)), 60));
 
@@ -1749,7 +1749,7 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_rows_bwd.sg:59: %h = linear(%x, %w)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
-	v_grad_w = (float *)SGRT_AT(rt, 8192); /* 16384 bytes of the arena */
+	v_grad_w = (float *)SGRT_AT(rt, 4096); /* 16384 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1842,7 +1842,7 @@ soft_bf16_create(soft_bf16_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 14592; /* the static memory plan's peak */
+	cfg.arena_bytes = 12288; /* the static memory plan's peak */
 	soft_bf16_model *M = (soft_bf16_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -2005,7 +2005,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:81: %loss = mean(%lt)  [sgc: %grad.lt = div(%grad.lt.2, 1024)] */
 
 	/* cg_rows_bwd.sg:80: %lt = mul(%l, %t)  [sgc: %grad.l = mul(%grad.lt, %t)] */
-	v_grad_l = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
+	v_grad_l = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
 	if (((uintptr_t)v_grad_lt_2 % 16) == 0 && ((uintptr_t)v_t % 16) == 0 && ((uintptr_t)v_grad_l % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_soft_bf16_81_div_grad_lt_vec", 81,
 		            k_soft_bf16_81_div_grad_lt_vec<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_lt_2, v_t, v_grad_l));
@@ -2014,7 +2014,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_soft_bf16_81_div_grad_lt<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_lt_2, v_t, v_grad_l));
 
 	/* cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z.1 = sum(%grad.l, dims=[1], keepdim=true)] */
-	v_grad_z_1 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 32 bytes of the arena */
+	v_grad_z_1 = (sg_bf16 *)SGRT_AT(rt, 0); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_79_sum_grad_z_1", 79,
 	            k_soft_bf16_79_sum_grad_z_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_l, v_grad_z_1));
 
@@ -2023,7 +2023,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z.3 = mul(%grad.z.2, %grad.z.1)] */
 
 	/* cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z = sub(%grad.l, %grad.z.3)] */
-	v_grad_z = (sg_bf16 *)SGRT_AT(rt, 4352); /* 2048 bytes of the arena */
+	v_grad_z = (sg_bf16 *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
 	if (((uintptr_t)v_l % 16) == 0 && ((uintptr_t)v_grad_l % 16) == 0 && ((uintptr_t)v_grad_z % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_soft_bf16_79_exp_grad_z_2_vec", 79,
 		            k_soft_bf16_79_exp_grad_z_2_vec<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_l, v_grad_z_1, v_grad_l, v_grad_z));
@@ -2035,7 +2035,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_z through their operand layout) */
 
 	/* cg_rows_bwd.sg:78: %z = linear(%p, %w2)  [sgc: %grad.w2 = matmul(%grad.w2.1, %p)] */
-	v_grad_w2 = (sg_bf16 *)SGRT_AT(rt, 6400); /* 8192 bytes of the arena */
+	v_grad_w2 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 8192 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -2078,7 +2078,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h.3 = sub(%grad.p, %grad.h.2)] */
 
 	/* cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h = mul(%p, %grad.h.3)] */
-	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 2304); /* 2048 bytes of the arena */
+	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
 	if (((uintptr_t)v_grad_p % 16) == 0 && ((uintptr_t)v_p % 16) == 0 && ((uintptr_t)v_grad_h % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_soft_bf16_77_sub_grad_h_3_vec", 77,
 		            k_soft_bf16_77_sub_grad_h_3_vec<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_p, v_grad_h_2, v_p, v_grad_h));
@@ -2090,7 +2090,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_rows_bwd.sg:76: %h = linear(%x, %w)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
-	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 4352); /* 8192 bytes of the arena */
+	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 2048); /* 8192 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);

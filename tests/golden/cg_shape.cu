@@ -122,7 +122,7 @@ k_shape_23_arange_ar(sg_i64 *__restrict__ out)
 // cg_shape.sg:25: %tf = cast(%tab, dtype=f32)
 // (x0 = %tab, x1 = %tf)
 static __global__ void __launch_bounds__(256)
-k_shape_25_cast_tf(const sg_i64 *__restrict__ x0, float *__restrict__ x1)
+k_shape_25_cast_tf(const sg_i64 *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 12;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -157,7 +157,7 @@ k_shape_27_gather_g(const float *__restrict__ x, const sg_i64 *__restrict__ idx,
 // cg_shape.sg:30: add_(%acc, %x)
 // (x0 = %acc, x1 = %x, x2 = %acc.1)
 static __global__ void __launch_bounds__(256)
-k_shape_30_add_acc_1(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
+k_shape_30_add_acc_1(const float *x0, const float *x1, float *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 24;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -170,7 +170,7 @@ k_shape_30_add_acc_1(const float *__restrict__ x0, const float *__restrict__ x1,
 // cg_shape.sg:31: mul_(%acc, 0.5)
 // (x0 = %acc.1, x1 = %acc.2)
 static __global__ void __launch_bounds__(256)
-k_shape_31_mul_acc_2(const float *__restrict__ x0, float *__restrict__ x1)
+k_shape_31_mul_acc_2(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 24;
 	     i += (int)gridDim.x * blockDim.x) {

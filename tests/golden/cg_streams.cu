@@ -18,7 +18,7 @@
 // cg_streams.sg:11: %y = exp(%x)
 // (x0 = %x, x1 = %y)
 static __global__ void __launch_bounds__(256)
-k_streams_11_exp_y(const float *__restrict__ x0, float *__restrict__ x1)
+k_streams_11_exp_y(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -30,7 +30,7 @@ k_streams_11_exp_y(const float *__restrict__ x0, float *__restrict__ x1)
 // cg_streams.sg:15: %z = neg(%y)
 // (x0 = %y.2, x1 = %z)
 static __global__ void __launch_bounds__(256)
-k_streams_15_neg_z(const float *__restrict__ x0, float *__restrict__ x1)
+k_streams_15_neg_z(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -42,7 +42,7 @@ k_streams_15_neg_z(const float *__restrict__ x0, float *__restrict__ x1)
 // cg_streams.sg:16: %u = abs(%z)
 // (x0 = %z, x1 = %u)
 static __global__ void __launch_bounds__(256)
-k_streams_16_abs_u(const float *__restrict__ x0, float *__restrict__ x1)
+k_streams_16_abs_u(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -54,7 +54,7 @@ k_streams_16_abs_u(const float *__restrict__ x0, float *__restrict__ x1)
 // cg_streams.sg:19: %w = add(%u, %y)
 // (x0 = %u.1, x1 = %y, x2 = %w)
 static __global__ void __launch_bounds__(256)
-k_streams_19_add_w(const float *__restrict__ x0, const float *__restrict__ x1, float *__restrict__ x2)
+k_streams_19_add_w(const float *x0, const float *x1, float *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1000;
 	     i += (int)gridDim.x * blockDim.x) {
