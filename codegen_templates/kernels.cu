@@ -79,6 +79,50 @@ ${name}(${xparams}, ${oparams})
 		acc = ${op}()(acc, part[k][lane]);
 	${put}
 }
+//@ reduce_cols_part
+${comment}
+/* Stage 1 of a column reduction with few columns: block (x, y) reduces
+ * its 32 columns over the y-th of ${nsplit} slices of ${chunk} rows into
+ * part[y][column] (the 8 warps split the slice, four rows at a time). */
+static __global__ void __launch_bounds__(256)
+${name}(${xparams}, ${acc} *__restrict__ part)
+{
+	__shared__ ${acc} sh[8][33];
+	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+	const sg_i64 o = (sg_i64)blockIdx.x * 32 + lane;
+	const sg_i64 r0 = (sg_i64)blockIdx.y * ${chunk};
+	const sg_i64 r1 = r0 + ${chunk} < ${nred} ? r0 + ${chunk} : ${nred};
+	${acc} acc = ${init};
+	if (o < ${nout}) {
+		sg_i64 r = r0 + w;
+		for (; r + 24 < r1; r += 32) {
+			const ${acc} a0 = ${load0}, a1 = ${load1}, a2 = ${load2}, a3 = ${load3};
+			acc = ${op}()(acc, ${op}()(${op}()(a0, a1), ${op}()(a2, a3)));
+		}
+		for (; r < r1; r += 8)
+			acc = ${op}()(acc, ${load0});
+	}
+	sh[w][lane] = acc;
+	__syncthreads();
+	if (w != 0 || o >= ${nout})
+		return;
+	for (int k = 1; k < 8; k++)
+		acc = ${op}()(acc, sh[k][lane]);
+	part[(sg_i64)blockIdx.y * ${nout} + o] = acc;
+}
+//@ reduce_cols_final
+/* Stage 2: each thread combines the ${nsplit} parts of one column. */
+static __global__ void __launch_bounds__(256)
+${name}(const ${acc} *__restrict__ part, ${oparams})
+{
+	const sg_i64 o = (sg_i64)blockIdx.x * 256 + threadIdx.x;
+	if (o >= ${nout})
+		return;
+	${acc} acc = ${init};
+	for (int k = 0; k < ${nsplit}; k++)
+		acc = ${op}()(acc, part[(sg_i64)k * ${nout} + o]);
+	${put}
+}
 //@ reduce_var
 ${comment}
 static __global__ void __launch_bounds__(${block})

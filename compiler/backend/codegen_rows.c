@@ -181,6 +181,54 @@ reduce_two_stage(CgGraph *G, const Node *n, const char *what, const char *params
 	cg_free_tmp(G, n, tmp);
 }
 
+/* A column reduction (the outputs the innermost elements) with too few
+ * columns to fill the GPU one block per 32 of them, over many rows (a
+ * bias's or a norm weight's gradient: 2048 columns of 16384 rows): the
+ * rows split into slices, a part per slice and column, then one kernel
+ * combining the parts.  0, with nothing emitted, when one block per 32
+ * columns is enough. */
+enum { COLS_BLOCKS = 1024, COLS_MIN_CHUNK = 256 };
+static int
+reduce_cols_split(CgGraph *G, const Node *n, const CgInput *in, const RowOut *ro,
+                  const char *acc, const char *op, const char *init, const char *cv,
+                  int nr, const int64_t *rs, const int64_t *rst, int64_t nout, int64_t nred,
+                  const char *finish)
+{
+	Cg *c = G->c;
+	int64_t xblocks = (nout + 31) / 32, nsplit = COLS_BLOCKS / xblocks;
+	if (nsplit > nred / COLS_MIN_CHUNK)
+		nsplit = nred / COLS_MIN_CHUNK;
+	if (nsplit < 2)
+		return 0;
+	int64_t chunk = (nred + nsplit - 1) / nsplit;
+	nsplit = (nred + chunk - 1) / chunk;
+	const char *ld[4];
+	for (int k = 0; k < 4; k++) { /* rows r, r + 8, r + 16, r + 24 */
+		char *off = cg_index(c, k ? cg_fmt(c, "(r + %d)", 8 * k) : "r", nr, rs, rst, 0);
+		ld[k] = cg_fmt(c, "%s(%s)", cv, cg_fmt(c, in->fmt, cg_fmt(c, "o + %s", off)));
+	}
+	char *tmp = cg_alloc_tmp(G, n, acc, nsplit * nout * (int64_t)(strcmp(acc, "float") ? 8 : 4),
+	                         "cols");
+	const char *k1 = CG_KERNEL(G, "kernels.cu:reduce_cols_part", {"comment", cg_comment(G, n)},
+	        {"name", cg_kernel_name(G, n, cg_fmt(c, "%s_part", op_name(n->op)))},
+	        {"xparams", in->params}, {"acc", acc}, {"init", init},
+	        {"nout", cg_num(c, nout)}, {"nred", cg_num(c, nred)},
+	        {"nsplit", cg_num(c, nsplit)}, {"chunk", cg_num(c, chunk)}, {"op", op},
+	        {"load0", ld[0]}, {"load1", ld[1]}, {"load2", ld[2]}, {"load3", ld[3]});
+	const char *k2 = CG_KERNEL(G, "kernels.cu:reduce_cols_final",
+	        {"name", cg_kernel_name(G, n, cg_fmt(c, "%s_final", op_name(n->op)))},
+	        {"acc", acc}, {"oparams", ro->params}, {"init", init},
+	        {"nout", cg_num(c, nout)}, {"nsplit", cg_num(c, nsplit)}, {"op", op},
+	        {"put", row_put(c, ro, "o", finish)});
+	CG_EMIT(G->body, "host.cu:launch", {"s", cg_num(c, cg_stream(n))},
+	        {"kname", k1}, {"line", cg_num(c, n->loc.line)},
+	        {"grid", cg_fmt(c, "dim3(%lld, %lld)", (long long)xblocks, (long long)nsplit)},
+	        {"block", "256"}, {"smem", "0"}, {"args", cg_fmt(c, "%s, %s", in->args, tmp)});
+	cg_launch(G, n, k2, (nout + 255) / 256, 256, 0, cg_fmt(c, "%s, %s", tmp, ro->args));
+	cg_free_tmp(G, n, tmp);
+	return 1;
+}
+
 /* v / n in type acc ("float" or "double"): a division by a zero count
  * (the mean of nothing, the variance of one element) is NaN, written as
  * such rather than as a constant division by zero. */
@@ -276,6 +324,9 @@ cg_reduce(CgGraph *G, const Node *n)
 		return 1;
 	}
 	char *base = cg_index(c, "o", nk, ks, kst, 0);
+	if (strcmp(base, "o") == 0 && nout > 1 &&
+	    reduce_cols_split(G, n, &in, &ro, acc, op, init, cv, nr, rs, rst, nout, nred, finish))
+		return 1;
 	if (strcmp(base, "o") == 0 && nout > 1) {
 		/* The outputs are the innermost elements: read them coalesced. */
 		char *ld = cg_fmt(c, in.fmt, cg_fmt(c, "o + %s", roff));
