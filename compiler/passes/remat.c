@@ -247,6 +247,11 @@ company_fits(Rm *R, const Remat *r, NodeId b, const uint8_t *moved, NodeId *hois
 	    g->vals.v[B->res[0]].type.host ||
 	    !type_same_shape(&g->vals.v[B->res[0]].type, &g->vals.v[v].type))
 		return 0;
+	/* the tanh gelu_backward of a product: cuBLASLt's DGELU epilogue
+	 * (kernels.c) computes it with the product instead */
+	if (B->opnd[0].kind == OK_VAL && g->vals.v[B->opnd[0].v].kind == VK_NODE &&
+	    kernel_dgelu_pair(g, &g->nodes.v[g->vals.v[B->opnd[0].v].def], B))
+		return 0;
 	for (uint32_t k = 0; k < B->nopnd; k++) {
 		if (B->opnd[k].kind != OK_VAL)
 			continue;
