@@ -761,6 +761,23 @@ one_matrix(const Graph *g, const Node *p)
 	return kernel_matmul_batch(a, b, &brank, bshape, st) == 1 || b->rank <= 2;
 }
 
+/* 1 when matmul p has batch dims and reads a folded transpose as its
+ * first operand: codegen_gemm.c then issues it batched, not as one
+ * matrix. */
+static int
+batched_view(Kc *G, const Node *p)
+{
+	int trans = 0;
+	if (p->op != OP_MATMUL || p->opnd[0].kind != OK_VAL)
+		return 0;
+	for (ValId v = p->opnd[0].v; G->fold->src[v] != NONE; v = G->fold->src[v])
+		trans ^= G->fold->trans[v] == 1;
+	const Type *a = otype(G->g, p, 0), *b = otype(G->g, p, 1);
+	int64_t bshape[SG_MAXRANK], st[2][SG_MAXRANK];
+	int brank;
+	return trans && kernel_matmul_batch(a, b, &brank, bshape, st) > 1;
+}
+
 int
 kernel_dgelu_pair(const Graph *g, const Node *p, const Node *b)
 {
@@ -881,7 +898,7 @@ fold_epilogue(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
 	NodeId A = sole_use(G, v), next = next_sole_use(G, P, v);
 	int aux = 0;
 	if (A == NONE) { /* p read by others too: the aux form, p keeping its memory */
-		if (g->vals.v[v].offload || !one_matrix(g, p))
+		if (g->vals.v[v].offload || !one_matrix(g, p) || batched_view(G, p))
 			return;
 		A = next_reader(G, P, v);
 		aux = 1;
@@ -896,7 +913,7 @@ fold_epilogue(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
 		return;
 	if (epi == KEPI_DGELU) { /* (runs at p: nothing between need be inert) */
 		ValId f = a->opnd[1].kind == OK_VAL ? a->opnd[1].v : NONE;
-		if (!kernel_dgelu_pair(g, p, a) || f == NONE || f == v || !aux_operand(G, f, t) ||
+		if (!kernel_dgelu_pair(g, p, a) || batched_view(G, p) || f == NONE || f == v || !aux_operand(G, f, t) ||
 		    (g->vals.v[f].kind == VK_NODE && g->vals.v[f].def > P) ||
 		    !source_stays(G, f, P, A))
 			return;
