@@ -117,6 +117,7 @@ ${?batch}		g.stride_a = ${stride_a};
 ${?batch}		g.stride_b = ${stride_b};
 ${?bias}		g.bias = ${bias};
 ${?epilogue}		g.epilogue = ${epilogue};
+${?aux}		g.aux = ${aux};
 		SGRT_TRY(sgrt_gemm(rt, ${s}, &g, ${a}, ${b}, ${c}, "${kname}", ${line}));
 	}
 //@ all_reduce

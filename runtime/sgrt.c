@@ -219,6 +219,7 @@ setup(SgrtModel *m, const SgrtConfig *cfg)
 	                                   : SGRT_DEFAULT_WORKSPACE;
 	m->sync_ops = env_flag("SGRT_SYNC");
 	m->allow_tf32 = env_flag("SGRT_ALLOW_TF32");
+	m->no_epilogue = env_flag("SGRT_NO_EPILOGUE");
 	m->world = 1;
 	return SGRT_OK;
 }

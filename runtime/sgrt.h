@@ -256,11 +256,21 @@ typedef struct {
 	const void *bias;     /* NULL, or n elements added to every row */
 	int epilogue;         /* SGRT_EPI_*: an activation of D (after the
 	                         bias) in cuBLASLt's epilogue; not for f64 */
+	void *aux;            /* SGRT_EPI_GELU_AUX: where the pre-activation
+	                         goes; SGRT_EPI_DGELU: the pre-activation read;
+	                         m x n, row stride ldaux (0: n); not batched */
+	int64_t ldaux;
 } SgrtGemm;
 
 /* SgrtGemm.epilogue.  SGRT_EPI_GELU is the tanh form, as PyTorch's
- * gelu(approximate="tanh"); cuBLASLt has no exact (erf) GELU. */
-enum { SGRT_EPI_NONE, SGRT_EPI_RELU, SGRT_EPI_GELU };
+ * gelu(approximate="tanh"); cuBLASLt has no exact (erf) GELU.
+ * SGRT_EPI_GELU_AUX: D = gelu(P) with P = A @ B + bias also stored to aux;
+ * SGRT_EPI_DGELU: D = gelu_backward(A @ B, aux) = (A @ B) * gelu'(aux)
+ * (no bias), both tanh forms.  When cuBLASLt declines an epilogue (no
+ * algorithm, an aux row stride that is no multiple of 8, or
+ * SGRT_NO_EPILOGUE=1), the product runs without it and a kernel of
+ * libsgrt applies it: the same result, one more kernel. */
+enum { SGRT_EPI_NONE, SGRT_EPI_RELU, SGRT_EPI_GELU, SGRT_EPI_GELU_AUX, SGRT_EPI_DGELU };
 
 /* Runs one matmul on stream s (f32 accumulation for 16-bit types; no TF32
  * unless SGRT_ALLOW_TF32=1), traced as a kernel named name. */

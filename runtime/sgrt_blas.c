@@ -12,6 +12,12 @@
  * algorithm that cuBLASLt's heuristic picked, made on first use and reused
  * by every later call.  Concurrent streams must not share a workspace, so
  * each stream gets its own, allocated on its first product.
+ *
+ * Activation epilogues (SGRT_EPI_*) that cuBLASLt declines, whether its
+ * rules forbid them (an aux row stride that is no multiple of 8), its
+ * heuristic finds no algorithm, or SGRT_NO_EPILOGUE=1 says so, run as a
+ * plan without them (the bias kept) followed by sgrt_blas_dev.cu's
+ * kernel: the plan remembers the decision (GemmPlan.by_kernel).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +30,8 @@
  * zeroed before it is filled. */
 typedef struct {
 	int dtype, trans_a, trans_b, bias, epilogue, tf32;
-	int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
-	uint32_t align_a, align_b, align_c, align_bias;
+	int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c, ldaux;
+	uint32_t align_a, align_b, align_c, align_bias, align_aux;
 } GemmKey;
 
 typedef struct {
@@ -33,7 +39,20 @@ typedef struct {
 	cublasLtMatmulDesc_t op;
 	cublasLtMatrixLayout_t la, lb, lc; /* cuBLAS's A (our B), B (our A), C */
 	cublasLtMatmulAlgo_t algo;
+	int by_kernel;    /* the epilogue declined: run by libsgrt's kernel */
 } GemmPlan;
+
+/* (sgrt_blas_dev.cu, which is C++, knows these values by number) */
+_Static_assert(SGRT_F32 == 1 && SGRT_F16 == 2 && SGRT_BF16 == 3, "dtypes");
+_Static_assert(SGRT_EPI_RELU == 1 && SGRT_EPI_GELU == 2 && SGRT_EPI_GELU_AUX == 3 &&
+               SGRT_EPI_DGELU == 4, "epilogues");
+
+/* 1 for the epilogues with an aux matrix. */
+static int
+has_aux(int epilogue)
+{
+	return epilogue == SGRT_EPI_GELU_AUX || epilogue == SGRT_EPI_DGELU;
+}
 
 int
 sgrt_check_cublas(SgrtModel *m, int status, const char *call, int sgline)
@@ -105,6 +124,10 @@ make_key(const SgrtModel *m, const SgrtGemm *g, const void *a, const void *b,
 	k->align_b = alignment(b);
 	k->align_c = alignment(c);
 	k->align_bias = g->bias ? alignment(g->bias) : 0;
+	if (has_aux(g->epilogue)) {
+		k->ldaux = g->ldaux ? g->ldaux : g->n;
+		k->align_aux = alignment(g->aux);
+	}
 }
 
 /* A column-major rows x cols layout with leading dimension ld, batched
@@ -137,15 +160,19 @@ epilogue_of(int bias, int act)
 		return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
 	case SGRT_EPI_GELU:
 		return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+	case SGRT_EPI_GELU_AUX:
+		return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+	case SGRT_EPI_DGELU:
+		return CUBLASLT_EPILOGUE_DGELU;
 	default:
 		return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 	}
 }
 
 /* The operation descriptor: compute type, transposes, the epilogue (bias,
- * activation). */
+ * activation unless by_kernel, aux). */
 static int
-op_desc(SgrtModel *m, GemmPlan *p, const void *bias, int sgline)
+op_desc(SgrtModel *m, GemmPlan *p, const void *bias, const void *aux, int sgline)
 {
 	const GemmKey *k = &p->key;
 	cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
@@ -164,10 +191,19 @@ op_desc(SgrtModel *m, GemmPlan *p, const void *bias, int sgline)
 	         CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), sgline);
 	CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 	         CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), sgline);
-	if (k->bias || k->epilogue) {
-		int32_t epi = epilogue_of(k->bias, k->epilogue);
+	int act = p->by_kernel ? SGRT_EPI_NONE : k->epilogue;
+	if (k->bias || act) {
+		int32_t epi = epilogue_of(k->bias, act);
 		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 		         CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), sgline);
+	}
+	if (has_aux(act)) {
+		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
+		         CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
+		         sgline);
+		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
+		         CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &k->ldaux,
+		         sizeof k->ldaux), sgline);
 	}
 	if (k->bias)
 		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
@@ -176,9 +212,11 @@ op_desc(SgrtModel *m, GemmPlan *p, const void *bias, int sgline)
 	return SGRT_OK;
 }
 
-/* Asks the heuristic for the best algorithm within the workspace. */
+/* Asks the heuristic for the best algorithm within the workspace;
+ * *declined: it has none, or rejects the description, for a plan with an
+ * activation epilogue (declined NULL: an error instead). */
 static int
-pick_algo(SgrtModel *m, GemmPlan *p, int sgline)
+pick_algo(SgrtModel *m, GemmPlan *p, int *declined, int sgline)
 {
 	const GemmKey *k = &p->key;
 	cublasLtMatmulPreference_t pref = NULL;
@@ -212,14 +250,23 @@ pick_algo(SgrtModel *m, GemmPlan *p, int sgline)
 		    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->align_c,
 		    sizeof k->align_c), "cublasLtMatmulPreferenceSetAttribute",
 		    sgline);
-	if (!rc)
-		rc = sgrt_check_cublas(m, cublasLtMatmulAlgoGetHeuristic(
+	if (!rc) {
+		cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
 		    (cublasLtHandle_t)m->lt, p->op, p->la, p->lb, p->lc, p->lc,
-		    pref, 1, &res, &nres), "cublasLtMatmulAlgoGetHeuristic",
-		    sgline);
+		    pref, 1, &res, &nres);
+		if (declined && st == CUBLAS_STATUS_NOT_SUPPORTED)
+			nres = 0; /* (the epilogue's description rejected) */
+		else
+			rc = sgrt_check_cublas(m, st, "cublasLtMatmulAlgoGetHeuristic",
+			                       sgline);
+	}
 	cublasLtMatmulPreferenceDestroy(pref);
 	if (rc)
 		return rc;
+	if (nres < 1 && declined) {
+		*declined = 1;
+		return SGRT_OK;
+	}
 	if (nres < 1)
 		return sgrt_fail(m, SGRT_ECUBLAS, sgline,
 		                 "cuBLASLt has no algorithm for a %lldx%lldx%lld "
@@ -243,15 +290,28 @@ plan_free(GemmPlan *p)
 		cublasLtMatmulDescDestroy(p->op);
 }
 
-/* Builds the plan for key k (descriptors and algorithm). */
+/* 1 when cuBLASLt's rules leave epilogue act of key k to the kernel: an
+ * aux row stride that is no multiple of 8 (cublasLt.h), or
+ * SGRT_NO_EPILOGUE. */
 static int
-plan_build(SgrtModel *m, GemmPlan *p, const void *bias, int sgline)
+act_by_kernel(const SgrtModel *m, const GemmKey *k)
+{
+	if (!k->epilogue)
+		return 0;
+	return m->no_epilogue || (has_aux(k->epilogue) && k->ldaux % 8 != 0);
+}
+
+/* Builds the plan for key k (descriptors and algorithm); an activation
+ * epilogue the heuristic declines goes to the kernel (by_kernel). */
+static int
+plan_build(SgrtModel *m, GemmPlan *p, const void *bias, const void *aux, int sgline)
 {
 	const GemmKey *k = &p->key;
 	cudaDataType_t t = CUDA_R_32F;
-	int size;
+	int size, declined = 0;
 
 	cuda_type(k->dtype, &t, &size);
+	p->by_kernel = act_by_kernel(m, k);
 	/* cuBLAS A = our B: stored k x n (n x k when trans_b) row-major. */
 	SGRT_TRY(layout(m, &p->la, t, k->trans_b ? k->k : k->n,
 	                k->trans_b ? k->n : k->k, k->ldb, k, k->stride_b, sgline));
@@ -260,14 +320,21 @@ plan_build(SgrtModel *m, GemmPlan *p, const void *bias, int sgline)
 	                k->trans_a ? k->k : k->m, k->lda, k, k->stride_a, sgline));
 	SGRT_TRY(layout(m, &p->lc, t, k->n, k->m, k->ldc, k, k->stride_c,
 	                sgline));
-	SGRT_TRY(op_desc(m, p, bias, sgline));
-	return pick_algo(m, p, sgline);
+	SGRT_TRY(op_desc(m, p, bias, aux, sgline));
+	SGRT_TRY(pick_algo(m, p, k->epilogue && !p->by_kernel ? &declined : NULL, sgline));
+	if (!declined)
+		return SGRT_OK;
+	cublasLtMatmulDescDestroy(p->op); /* again, without the activation */
+	p->op = NULL;
+	p->by_kernel = 1;
+	SGRT_TRY(op_desc(m, p, bias, aux, sgline));
+	return pick_algo(m, p, NULL, sgline);
 }
 
 /* The plan for key k, made on first use. */
 static int
-find_plan(SgrtModel *m, const GemmKey *k, const void *bias, GemmPlan **out,
-          int sgline)
+find_plan(SgrtModel *m, const GemmKey *k, const void *bias, const void *aux,
+          GemmPlan **out, int sgline)
 {
 	GemmPlan *plans = m->plans;
 	int i, rc;
@@ -287,7 +354,7 @@ find_plan(SgrtModel *m, const GemmKey *k, const void *bias, GemmPlan **out,
 	}
 	memset(&plans[m->nplans], 0, sizeof *plans);
 	plans[m->nplans].key = *k;
-	rc = plan_build(m, &plans[m->nplans], bias, sgline);
+	rc = plan_build(m, &plans[m->nplans], bias, aux, sgline);
 	if (rc) {
 		plan_free(&plans[m->nplans]);
 		return rc;
@@ -331,13 +398,45 @@ check_gemm(SgrtModel *m, int s, const SgrtGemm *g, int sgline)
 		                 "bad matmul shape %lldx%lldx%lld (batch %lld)",
 		                 (long long)g->m, (long long)g->n, (long long)g->k,
 		                 (long long)g->batch);
-	if (g->epilogue < SGRT_EPI_NONE || g->epilogue > SGRT_EPI_GELU)
+	if (g->epilogue < SGRT_EPI_NONE || g->epilogue > SGRT_EPI_DGELU)
 		return sgrt_fail(m, SGRT_EUSAGE, sgline, "bad matmul epilogue %d",
 		                 g->epilogue);
 	if (g->epilogue && g->dtype == SGRT_F64)
 		return sgrt_fail(m, SGRT_EUNSUPPORTED, sgline,
 		                 "matmul epilogues are not supported for f64");
+	if (has_aux(g->epilogue) &&
+	    (!g->aux || g->batch > 1 || (g->ldaux && g->ldaux < g->n) ||
+	     (g->epilogue == SGRT_EPI_DGELU && g->bias)))
+		return sgrt_fail(m, SGRT_EUSAGE, sgline,
+		                 "a matmul's GELU epilogue needs an aux matrix of m x n, "
+		                 "no batch and, for its backward, no bias");
 	return SGRT_OK;
+}
+
+/* The declined epilogue of product g (key k, written to c) by libsgrt's
+ * kernel, after it on stream s. */
+static int
+epilogue_kernel(SgrtModel *m, int s, const SgrtGemm *g, const GemmKey *k, void *c,
+                int sgline)
+{
+#ifdef SGRT_HAVE_BLAS_DEV
+	if (k->batch > 1 && k->stride_c != k->m * k->ldc)
+		return sgrt_fail(m, SGRT_EUNSUPPORTED, sgline,
+		                 "cuBLASLt declined the epilogue of a batched matmul "
+		                 "whose batch items are not packed");
+	int h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, "sgrt_gemm_epilogue", sgline);
+	SGRT_CHECK_CUDA(m, (cudaError_t)sgrt_blas_epilogue(g->dtype, g->epilogue, c,
+	                k->ldc, g->aux, k->ldaux, k->m * k->batch, k->n,
+	                m->stream[s]), sgline);
+	return sgrt_op_end(m, h);
+#else
+	(void)k;
+	(void)c;
+	(void)s;
+	return sgrt_fail(m, SGRT_EUNSUPPORTED, sgline,
+	                 "cuBLASLt declined a matmul's epilogue %d and libsgrt was "
+	                 "built without nvcc (no kernel to run it)", g->epilogue);
+#endif
 }
 
 int
@@ -354,7 +453,7 @@ sgrt_gemm(SgrtModel *m, int s, const SgrtGemm *g, const void *a,
 	SGRT_TRY(check_gemm(m, s, g, sgline));
 	SGRT_TRY(ready(m, s, sgline));
 	make_key(m, g, a, b, c, &key);
-	SGRT_TRY(find_plan(m, &key, g->bias, &p, sgline));
+	SGRT_TRY(find_plan(m, &key, g->bias, g->aux, &p, sgline));
 	if (alpha == 0 && beta == 0)
 		alpha = 1;
 	if (g->dtype != SGRT_F64) {
@@ -367,11 +466,16 @@ sgrt_gemm(SgrtModel *m, int s, const SgrtGemm *g, const void *a,
 		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 		         CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
 		         sizeof g->bias), sgline);
+	if (has_aux(g->epilogue) && !p->by_kernel)
+		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
+		         CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
+		         sizeof g->aux), sgline);
 	h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, name ? name : "matmul", sgline);
 	CHECK_LT(m, cublasLtMatmul((cublasLtHandle_t)m->lt, p->op, pa, b, p->la,
 	         a, p->lb, pb, c, p->lc, c, p->lc, &p->algo, m->ws[s],
 	         m->ws_bytes, m->stream[s]), sgline);
-	return sgrt_op_end(m, h);
+	SGRT_TRY(sgrt_op_end(m, h));
+	return p->by_kernel ? epilogue_kernel(m, s, g, &key, c, sgline) : SGRT_OK;
 }
 
 void

@@ -123,6 +123,12 @@ void sgrt_symm_release(SgrtModel *m);
 
 /* ------------------------------------------------------------------ sgrt_symm_dev.cu */
 
+/* sgrt_blas_dev.cu (built by nvcc; SGRT_HAVE_BLAS_DEV): SgrtGemm epilogue
+ * act (SGRT_EPI_*) of dtype (f32, f16, bf16) by a kernel on stream s,
+ * over D (rows x cols, row stride ldc) and aux; a cudaError_t. */
+int sgrt_blas_epilogue(int dtype, int act, void *d, int64_t ldc, void *aux,
+                       int64_t ldaux, int64_t rows, int64_t cols, cudaStream_t s);
+
 /* The device half of symmetric memory, built by nvcc (docs/runtime.md).
  * NCCL results and CUDA errors as int; devcomm is an ncclDevComm, win an
  * ncclWindow_t.  A one-shot launch has at most SGRT_SYMM_CTAS CTAs and
@@ -196,6 +202,8 @@ struct SgrtModel {
 	void *plans;               /* GemmPlan[] */
 	int nplans, capplans;
 	int allow_tf32;
+	int no_epilogue;           /* SGRT_NO_EPILOGUE: every activation epilogue
+	                              by libsgrt's kernel (tests) */
 
 	/* cuDNN (sgrt_attn_cudnn.c): loaded on first use. */
 	void *cudnn;               /* its Cudnn, or NULL */

@@ -338,6 +338,11 @@ const char *cg_fold_var(CgGraph *G, ValId v);
 NodeId cg_fold_out(CgGraph *G, ValId v);
 /* 1 when node i is a view whose result an attention kernel writes. */
 int cg_fold_written(CgGraph *G, NodeId i);
+/* For a product i with the DGELU epilogue, its gelu_backward (whose
+ * result it writes); NONE otherwise.  cg_fold_by_product: 1 for that
+ * gelu_backward. */
+NodeId cg_fold_dgelu(CgGraph *G, NodeId i);
+int cg_fold_by_product(CgGraph *G, NodeId i);
 /* For an attention forward i, the backward that reads its o and
  * log-sum-exp instead of computing them again; for that backward, the
  * forward; NONE otherwise. */

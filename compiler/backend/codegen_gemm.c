@@ -52,7 +52,7 @@ typedef struct {
 	DType dt;
 	int ta, tb, epi;
 	int64_t m, n, k, batch, sa, sb;
-	const char *bias, *a, *b, *out;
+	const char *bias, *a, *b, *out, *aux;
 } Gemm;
 
 /* One sgrt_gemm statement. */
@@ -60,13 +60,15 @@ static void
 gemm(CgGraph *G, const Node *n, const char *kname, const Gemm *q)
 {
 	Cg *c = G->c;
-	static const char *epi[] = {"", "SGRT_EPI_RELU", "SGRT_EPI_GELU"};
+	static const char *epi[] = {"", "SGRT_EPI_RELU", "SGRT_EPI_GELU", "SGRT_EPI_GELU_AUX",
+	                            "SGRT_EPI_DGELU"};
 	CG_EMIT(G->body, "host.cu:gemm", {"dtype", cg_sgrt_dtype(q->dt)},
 	        {"trans_a", q->ta ? "1" : ""}, {"trans_b", q->tb ? "1" : "0"},
 	        {"m", cg_num(c, q->m)}, {"n", cg_num(c, q->n)}, {"k", cg_num(c, q->k)},
 	        {"ldb", ""}, {"batch", q->batch > 1 ? cg_num(c, q->batch) : ""},
 	        {"stride_a", cg_num(c, q->sa)}, {"stride_b", cg_num(c, q->sb)},
 	        {"bias", q->bias ? q->bias : ""}, {"epilogue", epi[q->epi]},
+	        {"aux", q->aux ? q->aux : ""},
 	        {"s", cg_num(c, cg_stream(n))}, {"a", q->a}, {"b", q->b}, {"c", q->out},
 	        {"kname", kname}, {"line", cg_num(c, n->loc.line)});
 }
@@ -90,9 +92,9 @@ operand(CgGraph *G, ValId v)
 }
 
 /* matmul n into value out (its result, or the activation of epilogue
- * epi), named kname. */
+ * epi with aux matrix aux), named kname. */
 static int
-matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *kname)
+matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, const char *kname)
 {
 	const Type *a = cg_otype(G, n, 0), *b = cg_otype(G, n, 1), *r = cg_vtype(G, n->res[0]);
 	DType dt = (DType)r->dt;
@@ -104,7 +106,7 @@ matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *kname)
 	int brank;
 	int64_t nb = kernel_matmul_batch(a, b, &brank, bshape, st);
 	Gemm q = {.dt = dt, .ta = oa.trans, .tb = ob.trans, .epi = epi, .m = m, .n = nn,
-	          .k = k, .a = oa.var, .b = ob.var, .out = rv};
+	          .k = k, .a = oa.var, .b = ob.var, .out = rv, .aux = aux};
 	if (type_numel(r) == 0)
 		return 1;
 	if (k == 0) {
@@ -127,6 +129,8 @@ matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *kname)
 			ICE("a folded transpose needs its batch expanded");
 		q.b = expand_batch(G, n, ob.var, b, brank, bshape, st[1], "b");
 	}
+	if (aux)
+		ICE("an aux epilogue on a batched product");
 	q.batch = nb;
 	q.sa = na == 1 ? 0 : m * k;
 	q.sb = nbb == 1 ? 0 : k * nn;
@@ -142,7 +146,7 @@ matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *kname)
 int
 cg_matmul(CgGraph *G, const Node *n)
 {
-	return matmul_into(G, n, n->res[0], 0, cg_kernel_name(G, n, "matmul"));
+	return matmul_into(G, n, n->res[0], 0, NULL, cg_kernel_name(G, n, "matmul"));
 }
 
 /* out += bias broadcast over rows (f64, whose cuBLASLt products take no
@@ -164,7 +168,7 @@ add_bias(CgGraph *G, const Node *n, DType dt, const char *bias, const char *out,
 
 /* linear n = x @ w^T + b into value out (see matmul_into). */
 static int
-linear_into(CgGraph *G, const Node *n, ValId out, int epi, const char *kname)
+linear_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, const char *kname)
 {
 	const Type *x = cg_otype(G, n, 0), *w = cg_otype(G, n, 1), *r = cg_vtype(G, n->res[0]);
 	DType dt = (DType)r->dt;
@@ -186,7 +190,7 @@ linear_into(CgGraph *G, const Node *n, ValId out, int epi, const char *kname)
 	/* w is stored [nout, k]; a folded transpose of [k, nout] is read as is */
 	Gemm q = {.dt = dt, .ta = ox.trans, .tb = !ow.trans, .epi = epi, .m = rows,
 	          .n = nout, .k = k, .bias = epilogue ? bias : NULL, .a = ox.var,
-	          .b = ow.var, .out = rv};
+	          .b = ow.var, .out = rv, .aux = aux};
 	gemm(G, n, kname, &q);
 	if (bias && !epilogue)
 		add_bias(G, n, dt, bias, rv, type_numel(r), nout);
@@ -197,7 +201,7 @@ linear_into(CgGraph *G, const Node *n, ValId out, int epi, const char *kname)
 int
 cg_linear(CgGraph *G, const Node *n)
 {
-	return linear_into(G, n, n->res[0], 0, cg_kernel_name(G, n, "linear"));
+	return linear_into(G, n, n->res[0], 0, NULL, cg_kernel_name(G, n, "linear"));
 }
 
 int
@@ -205,7 +209,7 @@ cg_gemm_stmt(CgGraph *G, NodeId i)
 {
 	const KernelFold *F = G->fold;
 	Graph *g = G->g;
-	static const char *act[] = {"", "relu", "gelu"};
+	static const char *act[] = {"", "relu", "gelu", "gelu", "dgelu"};
 	if (!F)
 		return -1;
 	NodeId r = F->view[i] ? F->last[g->nodes.v[i].res[0]] : NONE; /* its last reader */
@@ -224,20 +228,34 @@ cg_gemm_stmt(CgGraph *G, NodeId i)
 		        "its strides) */\n", cg_fold_var(G, g->nodes.v[i].res[0]));
 		return 1;
 	}
-	if (F->act[i] != NONE) {
+	/* (DGELU runs at the product, the others at the activation) */
+	NodeId P = NONE;
+	if (F->act[i] != NONE && F->epi[i] == KEPI_DGELU) {
+		P = i;
+	} else if (F->act[i] != NONE) {
+		const Node *a = &g->nodes.v[F->act[i]];
 		fprintf(G->body, "\t/* (run at line %u, with its %s as cuBLASLt's epilogue) */\n",
-		        g->nodes.v[F->act[i]].loc.line, op_name(g->nodes.v[F->act[i]].op));
+		        a->loc.line, op_name(a->op));
 		return 1;
+	} else if (F->prod[i] != NONE && F->epi[F->prod[i]] == KEPI_DGELU) {
+		fprintf(G->body, "\t/* (computed by the product of line %u, as cuBLASLt's DGELU "
+		        "epilogue) */\n", g->nodes.v[F->prod[i]].loc.line);
+		return 1;
+	} else {
+		P = F->prod[i];
 	}
-	NodeId P = F->prod[i];
 	if (P == NONE)
 		return -1;
-	const Node *p = &g->nodes.v[P];
-	int epi = kernel_activation(&g->nodes.v[i]);
+	const Node *p = &g->nodes.v[P], *a = &g->nodes.v[F->act[P]];
+	int epi = F->epi[P];
 	const char *kname = cg_kernel_name(G, p, cg_fmt(G->c, "%s_%s", op_name(p->op), act[epi]));
-	ValId out = g->nodes.v[i].res[0];
-	return p->op == OP_MATMUL ? matmul_into(G, p, out, epi, kname)
-	                          : linear_into(G, p, out, epi, kname);
+	ValId out = a->res[0];
+	/* GELU_AUX: the product's own result is the aux matrix it writes;
+	 * DGELU: gelu_backward's pre-activation, read */
+	const char *aux = epi == KEPI_GELU_AUX ? G->vname[p->res[0]]
+	                  : epi == KEPI_DGELU ? G->vname[a->opnd[1].v] : NULL;
+	return p->op == OP_MATMUL ? matmul_into(G, p, out, epi, aux, kname)
+	                          : linear_into(G, p, out, epi, aux, kname);
 }
 
 const char *
@@ -260,6 +278,20 @@ int
 cg_fold_written(CgGraph *G, NodeId i)
 {
 	return G->fold && G->fold->outview[i];
+}
+
+NodeId
+cg_fold_dgelu(CgGraph *G, NodeId i)
+{
+	const KernelFold *F = G->fold;
+	return F && F->act[i] != NONE && F->epi[i] == KEPI_DGELU ? F->act[i] : NONE;
+}
+
+int
+cg_fold_by_product(CgGraph *G, NodeId i)
+{
+	const KernelFold *F = G->fold;
+	return F && F->prod[i] != NONE && F->epi[F->prod[i]] == KEPI_DGELU;
 }
 
 NodeId

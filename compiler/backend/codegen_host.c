@@ -537,8 +537,11 @@ node_stmt(CgGraph *G, NodeId i, int already_ordered)
 	int line = (int)n->loc.line;
 	CG_EMIT(G->body, "host.cu:comment", {"where", cg_where(c, n)},
 	        {"text", cg_stmt_text(c, g, n)}, {"mark", cg_line_mark(c, n->loc.line)});
-	if (!cg_fold_written(G, i)) /* else bound at its attention node */
+	if (!cg_fold_written(G, i) && !cg_fold_by_product(G, i)) /* else bound at its
+	                                                             attention node, product */
 		bind_results(G, i);
+	if (cg_fold_dgelu(G, i) != NONE) /* writes its gelu_backward's result */
+		bind_results(G, cg_fold_dgelu(G, i));
 	for (uint32_t j = 0; j < n->nres && !cg_fold_written(G, i); j++)
 		if (cg_fold_out(G, n->res[j]) != NONE) /* written through views */
 			bind_results(G, cg_fold_out(G, n->res[j]));

@@ -20,8 +20,19 @@
  *   - Epilogues.  relu(p) or gelu(p, approximate="tanh") of a product p
  *     that nothing else uses, right after it on its stream, is computed
  *     by cuBLASLt's RELU(_BIAS) / GELU(_BIAS) epilogue: the product writes
- *     the activation's result and p gets no memory.  cuBLASLt's GELU is
- *     the tanh form, so the exact (erf) gelu stays a kernel of its own.
+ *     the activation's result and p gets no memory.  When other nodes read
+ *     p too (backward's gelu_backward(dg, p), the recomputed gelu(p)), the
+ *     tanh gelu right after it is GELU_AUX(_BIAS): the product writes the
+ *     gelu's result and p both.  In backward, gelu_backward(dg, f,
+ *     approximate="tanh") right after the product dg that nothing else
+ *     uses is DGELU with f as the aux matrix: the product writes the
+ *     gradient and dg gets no memory.  Both only for products whose rows
+ *     are flattened into one matrix (aux has no batch) of f16, bf16 or
+ *     f32; the rest of cuBLASLt's rules (aux row stride a multiple of 8)
+ *     and its heuristic are libsgrt's to check at run time, which falls
+ *     back to the plain product and a kernel of its own.  cuBLASLt's GELU
+ *     is the tanh form, so the exact (erf) gelu stays a kernel of its own
+ *     (remat.c fuses its recomputation with its derivative instead).
  *   - Attention layouts (docs/codegen.md, "-O2: attention").  A transpose
  *     or permute keeping the last dim whose uses are q, k, v (dout)
  *     operands of attention nodes is read by the flash kernels through
@@ -719,23 +730,94 @@ pair_attention(Kc *G, NodeId B)
 	try_pair(G, A, B);
 }
 
-/* The activation (relu, gelu tanh) of epilogue code for node a, or 0. */
+/* The epilogue (KEPI_RELU, KEPI_GELU, KEPI_DGELU) node a can be of a
+ * product whose result it reads as operand 0, or KEPI_NONE. */
 static int
 activation(const Node *a)
 {
 	if (a->op == OP_RELU)
-		return 1;
-	const Attr *ap = a->op == OP_GELU ? ir_attr(a, "approximate") : NULL;
-	return ap && ap->s && strcmp(ap->s, "tanh") == 0 ? 2 : 0;
+		return KEPI_RELU;
+	if (a->op != OP_GELU && a->op != OP_GELU_BACKWARD)
+		return KEPI_NONE;
+	const Attr *ap = ir_attr(a, "approximate");
+	if (!ap || !ap->s || strcmp(ap->s, "tanh") != 0)
+		return KEPI_NONE;
+	return a->op == OP_GELU ? KEPI_GELU : KEPI_DGELU;
 }
 
-/* The one node using value v (del aside) when it comes right after node
- * p on its stream with nothing but del/offload between; NONE otherwise. */
+/* 1 when product p runs as one matrix (its batch dims flattened into
+ * its rows, as codegen_gemm.c does), of a dtype the aux epilogues take. */
+static int
+one_matrix(const Graph *g, const Node *p)
+{
+	DType dt = (DType)g->vals.v[p->res[0]].type.dt;
+	if (dt != DT_F16 && dt != DT_BF16 && dt != DT_F32)
+		return 0;
+	if (p->op == OP_LINEAR)
+		return 1;
+	const Type *a = otype(g, p, 0), *b = otype(g, p, 1);
+	int64_t bshape[SG_MAXRANK], st[2][SG_MAXRANK];
+	int brank;
+	return kernel_matmul_batch(a, b, &brank, bshape, st) == 1 || b->rank <= 2;
+}
+
+/* 1 when matmul p has batch dims and reads a folded transpose as its
+ * first operand: codegen_gemm.c then issues it batched, not as one
+ * matrix. */
+static int
+batched_view(Kc *G, const Node *p)
+{
+	int trans = 0;
+	if (p->op != OP_MATMUL || p->opnd[0].kind != OK_VAL)
+		return 0;
+	for (ValId v = p->opnd[0].v; G->fold->src[v] != NONE; v = G->fold->src[v])
+		trans ^= G->fold->trans[v] == 1;
+	const Type *a = otype(G->g, p, 0), *b = otype(G->g, p, 1);
+	int64_t bshape[SG_MAXRANK], st[2][SG_MAXRANK];
+	int brank;
+	return trans && kernel_matmul_batch(a, b, &brank, bshape, st) > 1;
+}
+
+int
+kernel_dgelu_pair(const Graph *g, const Node *p, const Node *b)
+{
+	return p->op < OP__N && is_product(p->op) && p->nres == 1 && b->nopnd == 2 &&
+	       activation(b) == KEPI_DGELU && b->opnd[0].kind == OK_VAL &&
+	       b->opnd[0].v == p->res[0] && (p->op != OP_LINEAR || p->nopnd == 2) &&
+	       one_matrix(g, p);
+}
+
+/* The node right after product p on its stream (nothing but del/offload
+ * between) when it reads p's result v as operand 0; NONE otherwise. */
 static NodeId
-next_sole_use(Kc *G, NodeId p, ValId v)
+next_reader(Kc *G, NodeId p, ValId v)
 {
 	Graph *g = G->g;
-	NodeId use = NONE;
+	for (NodeId i = p + 1; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD || n->op == OP_DEL || n->op == OP_OFFLOAD)
+			continue;
+		return n->nopnd >= 1 && n->opnd[0].kind == OK_VAL && n->opnd[0].v == v ? i : NONE;
+	}
+	return NONE;
+}
+
+/* 1 when value f (gelu_backward's pre-activation) is in device memory of
+ * its own class as the product's result, for the DGELU aux matrix. */
+static int
+aux_operand(Kc *G, ValId f, const Type *t)
+{
+	const Type *ft = vtype(G->g, f);
+	return !ft->host && !G->ingroup_only[f] && ft->dt == t->dt && type_same_shape(ft, t) &&
+	       (G->fold->src[f] == NONE);
+}
+
+/* The one node using value v (del aside), or NONE. */
+static NodeId
+sole_use(Kc *G, ValId v)
+{
+	Graph *g = G->g;
+	NodeId use = NONE, p = g->vals.v[v].def;
 	for (uint32_t u = G->uat[v]; u < G->uat[v + 1]; u++) {
 		NodeId i = G->unode[u];
 		if (g->nodes.v[i].op == OP_DEL || i <= p)
@@ -744,6 +826,17 @@ next_sole_use(Kc *G, NodeId p, ValId v)
 			return NONE;
 		use = i;
 	}
+	return use;
+}
+
+/* The one node using value v (del aside) when it comes right after node
+ * p, v's definition, on its stream with nothing but del/offload between;
+ * NONE otherwise. */
+static NodeId
+next_sole_use(Kc *G, NodeId p, ValId v)
+{
+	Graph *g = G->g;
+	NodeId use = sole_use(G, v);
 	for (NodeId i = p + 1; use != NONE && i < use; i++) {
 		const Node *n = &g->nodes.v[i];
 		if (!(n->flags & NF_DEAD) && n->op != OP_DEL && n->op != OP_OFFLOAD)
@@ -798,15 +891,37 @@ fold_epilogue(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
 	ValId v = p->res[0];
 	const Type *t = vtype(G->g, v);
 	const Type *k = otype(G->g, p, p->op == OP_LINEAR ? 1 : 0);
-	if (t->dt == DT_F64 || type_numel(t) == 0 || k->d[k->rank - 1] == 0 ||
-	    !lone_temp(G, nclass, v))
+	if (t->dt == DT_F64 || type_numel(t) == 0 || k->d[k->rank - 1] == 0)
 		return;
-	NodeId A = next_sole_use(G, P, v);
+	if (!lone_temp(G, nclass, v))
+		return;
+	NodeId A = sole_use(G, v), next = next_sole_use(G, P, v);
+	int aux = 0;
+	if (A == NONE) { /* p read by others too: the aux form, p keeping its memory */
+		if (g->vals.v[v].offload || !one_matrix(g, p) || batched_view(G, p))
+			return;
+		A = next_reader(G, P, v);
+		aux = 1;
+	}
 	if (A == NONE)
 		return;
 	const Node *a = &g->nodes.v[A];
-	int gi = G->group[A];
-	if (a->op >= OP__N || !activation(a) || a->nopnd != 1 || a->stream != p->stream ||
+	int gi = G->group[A], epi = a->op < OP__N ? activation(a) : KEPI_NONE;
+	if (aux && epi == KEPI_GELU)
+		epi = KEPI_GELU_AUX;
+	else if (aux)
+		return;
+	if (epi == KEPI_DGELU) { /* (runs at p: nothing between need be inert) */
+		ValId f = a->opnd[1].kind == OK_VAL ? a->opnd[1].v : NONE;
+		if (!kernel_dgelu_pair(g, p, a) || batched_view(G, p) || f == NONE || f == v || !aux_operand(G, f, t) ||
+		    (g->vals.v[f].kind == VK_NODE && g->vals.v[f].def > P) ||
+		    !source_stays(G, f, P, A))
+			return;
+	} else if (!aux && A != next) {
+		return;
+	}
+	if (a->op >= OP__N || !epi || a->nopnd != (epi == KEPI_DGELU ? 2u : 1u) ||
+	    a->stream != p->stream ||
 	    G->ingroup_only[a->res[0]] || vtype(G->g, a->res[0])->host ||
 	    vtype(G->g, a->res[0])->dt != t->dt || G->prologue[A] >= 0 ||
 	    (gi >= 0 && (groups->v[gi].n != 1 || groups->v[gi].into != NONE ||
@@ -816,8 +931,10 @@ fold_epilogue(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
 		drop_group(G, groups, gi);
 	G->fold->act[P] = A;
 	G->fold->prod[A] = P;
-	G->ingroup_only[v] = 1; /* no memory */
-	for (uint32_t q = 0; q < p->nopnd; q++)
+	G->fold->epi[P] = (uint8_t)epi;
+	if (epi != KEPI_GELU_AUX)
+		G->ingroup_only[v] = 1; /* no memory */
+	for (uint32_t q = 0; q < p->nopnd && epi != KEPI_DGELU; q++)
 		if (p->opnd[q].kind == OK_VAL)
 			extend_use(G, sched_operand_root(G->s, p->opnd[q].v), A, p->stream);
 }
@@ -834,6 +951,7 @@ fold_all(Kc *G, FuseGroups *groups)
 	F->view = arena_alloc(a, g->nodes.n + 1);
 	F->act = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->act);
 	F->prod = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->prod);
+	F->epi = arena_alloc(a, g->nodes.n + 1);
 	F->out = arena_alloc(a, (g->vals.n + 1) * sizeof *F->out);
 	F->outview = arena_alloc(a, g->nodes.n + 1);
 	F->pair = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->pair);
@@ -857,12 +975,6 @@ fold_all(Kc *G, FuseGroups *groups)
 	drop_empty_groups(G, groups);
 }
 
-
-int
-kernel_activation(const Node *a)
-{
-	return activation(a);
-}
 
 /* ------------------------------------------------------------------ the pass */
 

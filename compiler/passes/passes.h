@@ -266,6 +266,12 @@ typedef struct {
 	int log;
 } SoftmaxBwd;
 
+/* A product's cuBLASLt epilogue (KernelFold.epi; runtime/sgrt.h's
+ * SGRT_EPI_* by number): relu, gelu (tanh), gelu writing the product's
+ * own result too (the pre-activation, which other nodes read), and the
+ * tanh gelu_backward of the product at a pre-activation. */
+enum { KEPI_NONE, KEPI_RELU, KEPI_GELU, KEPI_GELU_AUX, KEPI_DGELU };
+
 /* kernel_choice's decisions (-O2). */
 typedef struct {
 	ValId *src;       /* per value: a folded view's source, or NONE */
@@ -277,6 +283,7 @@ typedef struct {
 	                     epilogue, or NONE */
 	NodeId *prod;     /* per node: the product an activation is the
 	                     epilogue of, or NONE */
+	uint8_t *epi;     /* per product with act: its epilogue, KEPI_* */
 	ValId *out;       /* per value: an attention result (or a view of
 	                     one) written through the view making out[v], or
 	                     NONE */
@@ -346,8 +353,10 @@ void sched_print(FILE *f, Graph *g);
 
 /* kernels.c: the kernel choice. */
 int kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d);
-/* relu (1) or gelu(tanh) (2) as cuBLASLt epilogue code for node a, or 0. */
-int kernel_activation(const Node *a);
+/* 1 when b = gelu_backward(p's result, f, approximate="tanh") can be the
+ * DGELU epilogue of product p as far as the two nodes go (no bias, one
+ * matrix, a dtype cuBLASLt takes); kernel_choice checks the rest. */
+int kernel_dgelu_pair(const Graph *g, const Node *p, const Node *b);
 /* The batch items of t (the product of all but its last two dims); the
  * broadcast batch of a matmul of a and b: its rank, item count and each
  * operand's element strides (0 where broadcast). */

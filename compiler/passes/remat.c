@@ -31,6 +31,17 @@
  * derived in this compilation: a written `backward(...) { }` block (as
  * --emit=ir prints it, with the recomputations) is taken as it is.
  * --dump-after=remat lists what was recomputed and the two peaks.
+ *
+ * A copy gets company when backward has a pointwise node B of the copy's
+ * shape reading one of its operands on the copy's stream a little later
+ * (gelu's derivative: `%grad.h = gelu_backward(%grad.a, %h)` beside
+ * `%a.re = gelu(%h)`): B moves to right after the copy, and the node D
+ * making B's other operand (`%grad.a = matmul(%grad.o, %w2)`) to right
+ * before it, so that fusion makes the copy and B one kernel reading %h
+ * once.  Only when nothing in between is a sync op or work of another
+ * stream, nothing B passes writes in place what B reads, nothing D passes
+ * what D reads, and D reads only values made before the copy and not %a
+ * (the moves then change no value).  --dump-after=remat names B beside the value.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -39,10 +50,13 @@
 
 /* One recomputation: v (made by node def, read last in forward by node
  * lastf) is read first in backward by node first, last by node lastb; its
- * copy goes before first. */
+ * copy goes before first.  beside: the backward pointwise node moved to
+ * right after the copy (NONE: none), with hoist, the node making its
+ * other operand, moved to right before it (NONE: none). */
 typedef struct {
 	ValId v;
 	NodeId def, lastf, first, lastb;
+	NodeId beside, hoist;
 } Remat;
 
 /* What the pass looks at: per value its class root, whether the class
@@ -131,7 +145,7 @@ find(Rm *R)
 				ok = operand_kept(g, n->opnd[k].v, R->root, R->written) &&
 				     !R->cand[n->opnd[k].v];
 		if (ok) {
-			Remat r = {v, i, R->lastf[v], R->first[v], R->last[v]};
+			Remat r = {v, i, R->lastf[v], R->first[v], R->last[v], NONE, NONE};
 			vec_push(&R->r, r);
 			R->cand[v] = 1;
 		}
@@ -150,10 +164,17 @@ estimate(Rm *R, int with)
 	NodeId *last = xmalloc(((size_t)g->vals.n + 1) * sizeof *last);
 	if (!diff)
 		out_of_memory(0);
+	NodeId *at = xmalloc(((size_t)nn + 1) * sizeof *at); /* where each node runs */
 	memcpy(last, R->last, g->vals.n * sizeof *last);
+	for (NodeId i = 0; i < nn; i++)
+		at[i] = i;
 	if (with)
 		for (uint32_t j = 0; j < R->r.n; j++) {
 			const Remat *r = &R->r.v[j];
+			if (r->hoist != NONE)
+				at[r->hoist] = r->first;
+			if (r->beside != NONE)
+				at[r->beside] = r->first;
 			const Node *p = &g->nodes.v[r->def];
 			last[r->v] = r->lastf; /* the copy's life is added below */
 			int64_t sz = (int64_t)memplan_buf_size(&g->vals.v[r->v].type);
@@ -171,7 +192,7 @@ estimate(Rm *R, int with)
 		if (val->kind != VK_NODE || val->def == NONE || val->type.host)
 			continue;
 		int64_t sz = (int64_t)memplan_buf_size(&val->type);
-		diff[val->def] += sz;
+		diff[at[val->def]] += sz;
 		diff[(last[v] < nn ? last[v] : nn) + 1] -= sz;
 	}
 	int64_t cur = 0, peak = 0;
@@ -182,10 +203,163 @@ estimate(Rm *R, int with)
 	}
 	free(diff);
 	free(last);
+	free(at);
 	return (uint64_t)peak;
 }
 
-/* Inserts the copies and points backward's reads at them. */
+/* ------------------------------------------------------------------ company */
+
+/* How far (in nodes) from a copy its company may be moved. */
+enum { BESIDE_MAX = 64 };
+
+/* 1 when value u is there before node `at`: not made by a node, or made
+ * before it. */
+static int
+made_before(const Graph *g, ValId u, NodeId at)
+{
+	const Value *val = &g->vals.v[u];
+	return val->kind != VK_NODE || val->def < at;
+}
+
+/* 1 when node n reads value u's class (a root in root[]). */
+static int
+reads_root(const Rm *R, const Node *n, ValId r)
+{
+	for (uint32_t k = 0; k < n->nopnd; k++)
+		if (n->opnd[k].kind == OK_VAL && R->root[n->opnd[k].v] == r)
+			return 1;
+	return 0;
+}
+
+/* Whether B (node b) can join the copy of r as its company (see the top),
+ * with *hoist the node making B's other operand when that comes after the
+ * copy's place. */
+static int
+company_fits(Rm *R, const Remat *r, NodeId b, const uint8_t *moved, NodeId *hoist)
+{
+	Graph *g = R->g;
+	const Node *B = &g->nodes.v[b], *F = &g->nodes.v[r->first];
+	ValId v = r->v;
+	*hoist = NONE;
+	if (B->op >= OP__N || !(op_table[B->op].flags & OPF_POINTWISE) ||
+	    (op_table[B->op].flags & OPF_INPLACE) || B->nres != 1 || moved[b] ||
+	    B->stream != F->stream || b <= r->first || b - r->first > BESIDE_MAX ||
+	    g->vals.v[B->res[0]].type.host ||
+	    !type_same_shape(&g->vals.v[B->res[0]].type, &g->vals.v[v].type))
+		return 0;
+	/* the tanh gelu_backward of a product: cuBLASLt's DGELU epilogue
+	 * (kernels.c) computes it with the product instead */
+	if (B->opnd[0].kind == OK_VAL && g->vals.v[B->opnd[0].v].kind == VK_NODE &&
+	    kernel_dgelu_pair(g, &g->nodes.v[g->vals.v[B->opnd[0].v].def], B))
+		return 0;
+	for (uint32_t k = 0; k < B->nopnd; k++) {
+		if (B->opnd[k].kind != OK_VAL)
+			continue;
+		ValId u = B->opnd[k].v;
+		if (u == v)
+			return 0;
+		if (made_before(g, u, r->first))
+			continue;
+		NodeId d = g->vals.v[u].def;
+		if ((*hoist != NONE && *hoist != d) || moved[d])
+			return 0;
+		*hoist = d;
+	}
+	if (*hoist != NONE) {
+		const Node *D = &g->nodes.v[*hoist];
+		if (D->op >= OP__N || D->stream != F->stream || ir_sync_of(D, &(uint32_t){0}) >= 0)
+			return 0;
+		for (uint32_t k = 0; k < D->nopnd; k++)
+			if (D->opnd[k].kind == OK_VAL &&
+			    (D->opnd[k].v == v || ir_access(D, k) == RACC_WRITE ||
+			     !made_before(g, D->opnd[k].v, r->first)))
+				return 0;
+	}
+	/* What lies between: same stream, no sync op, no in-place write of
+	 * what B reads, nor, before D, of what D reads. */
+	for (NodeId i = r->first; i < b; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD || i == *hoist)
+			continue;
+		if (n->stream != F->stream || n->op == OP_SYNC_DEALLOC ||
+		    ir_sync_of(n, &(uint32_t){0}) >= 0)
+			return 0;
+		for (uint32_t k = 0; k < n->nopnd; k++) {
+			if (ir_access(n, k) != RACC_WRITE)
+				continue;
+			ValId w = R->root[n->opnd[k].v];
+			if (reads_root(R, B, w) ||
+			    (*hoist != NONE && i < *hoist && reads_root(R, &g->nodes.v[*hoist], w)))
+				return 0;
+		}
+	}
+	return 1;
+}
+
+/* Finds each copy's company: per value read by a recomputed node, the
+ * copy reading it (opof), then one walk over backward.  1 when some copy
+ * got company. */
+static int
+find_company(Rm *R)
+{
+	int any = 0;
+	Graph *g = R->g;
+	uint32_t *opof = xmalloc(((size_t)g->vals.n + 1) * sizeof *opof);
+	uint8_t *moved = calloc((size_t)g->nodes.n + 1, 1);
+	if (!moved)
+		out_of_memory(0);
+	for (ValId v = 0; v < g->vals.n; v++)
+		opof[v] = NONE;
+	for (uint32_t j = 0; j < R->r.n; j++) {
+		const Node *p = &g->nodes.v[R->r.v[j].def];
+		for (uint32_t k = 0; k < p->nopnd; k++)
+			if (p->opnd[k].kind == OK_VAL && opof[p->opnd[k].v] == NONE)
+				opof[p->opnd[k].v] = j;
+	}
+	for (NodeId i = R->bw + 1; i < R->end; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		for (uint32_t k = 0; k < n->nopnd; k++) {
+			if (n->opnd[k].kind != OK_VAL || opof[n->opnd[k].v] == NONE)
+				continue;
+			Remat *r = &R->r.v[opof[n->opnd[k].v]];
+			NodeId d;
+			if (r->beside != NONE || !company_fits(R, r, i, moved, &d))
+				continue;
+			r->beside = i;
+			r->hoist = d;
+			moved[i] = 1;
+			if (d != NONE)
+				moved[d] = 1;
+			any = 1;
+			break;
+		}
+	}
+	free(opof);
+	free(moved);
+	return any;
+}
+
+/* No copy gets company. */
+static void
+drop_company(Rm *R)
+{
+	for (uint32_t j = 0; j < R->r.n; j++)
+		R->r.v[j].beside = R->r.v[j].hoist = NONE;
+}
+
+/* Node i moved to before `slot` (its old place dropped). */
+static void
+move_node(Graph *g, NodeInsVec *ins, NodeId i, NodeId slot)
+{
+	NodeIns in = {slot, 0, g->nodes.v[i]};
+	g->nodes.v[i].flags |= NF_DEAD;
+	vec_push(ins, in);
+}
+
+/* Inserts the copies (with their company) and points backward's reads at
+ * them. */
 static void
 rewrite(Rm *R)
 {
@@ -209,8 +383,12 @@ rewrite(Rm *R)
 		n.res[0] = c;
 		to[r->v] = c;
 		g->vals.v[r->v].saved = 0;
+		if (r->hoist != NONE)
+			move_node(g, &ins, r->hoist, r->first);
 		NodeIns in = {r->first, 0, n};
 		vec_push(&ins, in);
+		if (r->beside != NONE)
+			move_node(g, &ins, r->beside, r->first);
 	}
 	for (NodeId i = R->bw + 1; i < g->nodes.n; i++) {
 		Node *n = &g->nodes.v[i];
@@ -239,13 +417,26 @@ remat_pass(Graph *g, const PassOptions *po, Diag *d)
 		after = estimate(&R, 1);
 		keep = after < before;
 	}
+	if (keep && find_company(&R)) {
+		uint64_t with = estimate(&R, 1);
+		if (with < before)
+			after = with;
+		else
+			drop_company(&R);
+	}
 	if (R.r.n && po->dump_after && (strcmp(po->dump_after, "remat") == 0 ||
 	                                strcmp(po->dump_after, "all") == 0)) {
 		fprintf(stderr, "# remat: %u value%s to recompute in backward, estimated device "
 		        "peak %" PRIu64 " -> %" PRIu64 " bytes: %s\n", R.r.n, R.r.n == 1 ? "" : "s",
 		        before, after, keep ? "done" : "not done");
-		for (uint32_t j = 0; j < R.r.n; j++)
-			fprintf(stderr, "#   %%%s\n", g->vals.v[R.r.v[j].v].name);
+		for (uint32_t j = 0; j < R.r.n; j++) {
+			const Remat *r = &R.r.v[j];
+			fprintf(stderr, "#   %%%s", g->vals.v[r->v].name);
+			if (r->beside != NONE)
+				fprintf(stderr, " (with %%%s beside it)",
+				        g->vals.v[g->nodes.v[r->beside].res[0]].name);
+			fputc('\n', stderr);
+		}
 	}
 	if (keep)
 		rewrite(&R);

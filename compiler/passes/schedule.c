@@ -334,13 +334,37 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 		NodeId A = F->act[i];
 		if (A == NONE)
 			continue;
-		/* the product runs at its activation, writing its result */
+		/* the product runs at its activation, writing its result (and,
+		 * GELU_AUX, its own: the pre-activation); DGELU runs at the
+		 * product, writing gelu_backward's result and reading its
+		 * pre-activation (operand 1) */
 		Node h = *n;
-		h.res = f->nodes.v[A].res;
+		Node *act = &f->nodes.v[A];
+		h.res = act->res;
 		h.nres = 1;
 		def[n->res[0]] = NONE;
+		if (F->epi[i] == KEPI_DGELU) {
+			Opnd *ops = arena_alloc(a, (h.nopnd + 2) * sizeof *ops);
+			memcpy(ops, h.opnd, h.nopnd * sizeof *ops);
+			ops[h.nopnd] = act->opnd[1];
+			ops[h.nopnd].v = sched_operand_root(s, ops[h.nopnd].v);
+			h.nopnd++;
+			h.opnd = ops;
+			def[act->res[0]] = i;
+			act->flags |= NF_DEAD;
+			*n = h;
+			continue;
+		}
+		if (F->epi[i] == KEPI_GELU_AUX) {
+			ValId *res = arena_alloc(a, 3 * sizeof *res);
+			res[0] = act->res[0];
+			res[1] = n->res[0];
+			h.res = res;
+			h.nres = 2;
+			def[n->res[0]] = A;
+		}
 		n->flags |= NF_DEAD;
-		f->nodes.v[A] = h;
+		*act = h;
 	}
 }
 
@@ -590,10 +614,16 @@ note(FILE *f, void *ctx, NodeId i)
 		        F->trans[n->res[0]] == 2 ? " (strided)" : ""), sep = ", ";
 	if (F && F->outview[i])
 		fprintf(f, "%swritten by attention", sep), sep = ", ";
-	if (F && F->act[i] != NONE)
-		fprintf(f, "%sruns at %%%s with its %s as epilogue", sep,
+	if (F && F->act[i] != NONE && F->epi[i] == KEPI_DGELU)
+		fprintf(f, "%swrites %%%s with its gelu_backward as epilogue (DGELU of %%%s)", sep,
 		        g->vals.v[g->nodes.v[F->act[i]].res[0]].name,
-		        op_name(g->nodes.v[F->act[i]].op)), sep = ", ";
+		        g->vals.v[g->nodes.v[F->act[i]].opnd[1].v].name), sep = ", ";
+	else if (F && F->act[i] != NONE)
+		fprintf(f, "%sruns at %%%s with its %s as epilogue%s", sep,
+		        g->vals.v[g->nodes.v[F->act[i]].res[0]].name,
+		        op_name(g->nodes.v[F->act[i]].op),
+		        F->epi[i] == KEPI_GELU_AUX ? " (GELU_AUX: writes this value too)" : ""),
+		sep = ", ";
 	if (F && F->prod[i] != NONE)
 		fprintf(f, "%sepilogue of %%%s", sep,
 		        g->vals.v[g->nodes.v[F->prod[i]].res[0]].name), sep = ", ";

@@ -22,6 +22,25 @@ check "gpt: sgc run recomputes too" grep -q "^# remat: 2 values .*: done" run.tx
 check "gpt without remat: exit 0" test $? -eq 0
 check "gpt: the same bytes with and without remat" cmp -s on.st off.st
 
+# A copy with company (remat.c): tests/golden/remat_mlp.sg moves
+# %grad.h1 = gelu_backward(%grad.a1, %h1) and the product making %grad.a1
+# next to %a1.re = gelu(%h1), which fusion makes one kernel; three SGD
+# steps give the same bytes as without remat.
+"$SGC" check "$root/tests/golden/remat_mlp.sg" --dump-after=all 2>dump.txt
+check "remat_mlp: %a1.re has company" grep -q "^#   %a1 (with %grad.h1 beside it)" dump.txt
+g1=$(sed -n 's/^ *%a1.re = gelu(%h1)  # group \([0-9]*\).*/\1/p' dump.txt | head -n 1)
+g2=$(sed -n 's/^ *%grad.h1 = gelu_backward(%grad.a1, %h1)  # group \([0-9]*\).*/\1/p' dump.txt | head -n 1)
+check "remat_mlp: gelu and gelu_backward in one group ($g1 = $g2)" test -n "$g1" -a "$g1" = "$g2"
+st write x.st "x=64x32:$(python3 -c 'print(",".join(str((i*37%101-50)/40) for i in range(2048)))')"
+"$SGC" run "$root/tests/golden/remat_mlp.sg" --inputs x.st --steps 3 --out mon.st
+check "remat_mlp with remat: exit 0" test $? -eq 0
+"$SGC" run "$root/tests/golden/remat_mlp.sg" --inputs x.st --steps 3 --out moff.st --no-remat
+check "remat_mlp without remat: exit 0" test $? -eq 0
+check "remat_mlp: the same bytes with and without remat" cmp -s mon.st moff.st
+"$SGC" check "$root/bench/transformer.sg" --dump-after=remat 2>dump.txt
+check "transformer: every recomputed GELU has its derivative beside it" \
+	test "$(grep -c '^#   %l[0-7].g (with %grad.l[0-7].f beside it)' dump.txt)" = 8
+
 # The planned peak (sgc check --memory, the arena the code reserves) is
 # lower with the recomputation on the 8-layer transformer.
 peak() { "$SGC" check "$root/bench/transformer.sg" --memory "$@" |

@@ -22,6 +22,10 @@
 # they are compiled by `run` (the GPU machine has many cores), or here too
 # with COMPILE=1.
 #
+# The gelu programs (tests/golden/*gelu_epilogue*.sg) also run their O2
+# driver with SGRT_NO_EPILOGUE=1 (variant noepi): every matmul epilogue
+# then runs as libsgrt's fallback (the plain product and its kernel).
+#
 # run: runs every driver and compares its --out with the interpreter's
 # (compare.py: tolerances by dtype), runs the O2 and graph drivers under
 # compute-sanitizer memcheck, racecheck and synccheck, benches a few
@@ -200,11 +204,21 @@ compile_all() {
 # ------------------------------------------------------------------ run
 
 # Runs one driver variant; leaves got$steps.safetensors and the log.
+# Variant noepi is the O2 driver with SGRT_NO_EPILOGUE=1.
 run_one() {
-	local t=$1 v=$2 steps=$3
-	timeout 120 "$t/$v" --inputs "$t/inputs.safetensors" --out "$t/got-$v.safetensors" \
-		--steps "$steps" >"$t/$v.log" 2>&1
+	local t=$1 v=$2 steps=$3 bin=$2 noepi=0
+	[ "$v" = noepi ] && bin=O2 noepi=1
+	SGRT_NO_EPILOGUE=$noepi timeout 120 "$t/$bin" --inputs "$t/inputs.safetensors" \
+		--out "$t/got-$v.safetensors" --steps "$steps" >"$t/$v.log" 2>&1
 	echo $? >"$t/$v.rc"
+}
+
+# The variants (name:steps) program id runs.
+variants_of() {
+	case $1 in
+	*gelu_epilogue*) echo O0:1 O2:2 graph:3 noepi:2 ;;
+	*) echo O0:1 O2:2 graph:3 ;;
+	esac
 }
 
 # One compute-sanitizer tool on one driver.
@@ -249,19 +263,19 @@ run() {
 		nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
 		echo "NCCL: $nccl"
 	} >"$report"
-	export -f run_one sanitize_one
+	export -f run_one sanitize_one variants_of
 	local id file graph list=$dir/compare.list
 	: >"$list"
 	while read -r id file graph; do
-		echo "$dir/t/$id O0 1"
-		echo "$dir/t/$id O2 2"
-		echo "$dir/t/$id graph 3"
+		for vs in $(variants_of "$id"); do
+			echo "$dir/t/$id ${vs%:*} ${vs#*:}"
+		done
 	done <"$dir/programs" | xargs -P "$jobs" -L 1 bash -c 'run_one "$1" "$2" "$3"' _
 	local runfail=0
 	while read -r id file graph; do
-		for vs in O0:1 O2:2 graph:3; do
+		for vs in $(variants_of "$id"); do
 			local v=${vs%:*} s=${vs#*:} t=$dir/t/$id
-			if [ ! -x "$t/$v" ]; then
+			if [ ! -x "$t/${v/noepi/O2}" ]; then
 				echo "FAIL $id/$v: not built ($(head -c 300 "$t/$v.nvcc" 2>/dev/null))"
 				runfail=$((runfail + 1))
 			elif [ "$(cat "$t/$v.rc")" != 0 ]; then

@@ -415,6 +415,131 @@ gemm_case(SgrtModel *m, int dtype, int ta, int tb, int64_t M, int64_t N,
 	free(bv);
 }
 
+/* gelu(x, approximate="tanh") and its derivative, in double. */
+static double
+gelu_tanh(double x)
+{
+	return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+static double
+dgelu_tanh(double x)
+{
+	double t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+	return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 *
+	       (1 + 3 * 0.044715 * x * x);
+}
+
+/* One GELU_AUX (dgelu 0: D = gelu(A @ B + bias), aux = A @ B + bias) or
+ * DGELU (D = (A @ B) * gelu'(aux)) product, M x N x K, checked against a
+ * double reference on the rounded inputs; the epilogue by cuBLASLt or,
+ * for an N that is no multiple of 8 or under SGRT_NO_EPILOGUE=1, by
+ * libsgrt's kernel: the same results either way. */
+static void
+gelu_case(SgrtModel *m, int dtype, int dgelu, int64_t M, int64_t N, int64_t K, int bias)
+{
+	size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N, i;
+	double *A = (double *)malloc(na * 8), *B = (double *)malloc(nb * 8);
+	double *X = (double *)malloc(nc * 8), *D = (double *)malloc(nc * 8);
+	double *P = (double *)malloc(nc * 8), *bv = (double *)malloc(N * 8);
+	double errd = 0, erra = 0, tol = dtype == SGRT_F32 ? 1e-4 : 3e-2;
+	char *dev = (char *)sgrt_arena(m);
+	void *da = dev, *db = dev + (1 << 20), *dc = dev + (2 << 20);
+	void *dbias = dev + (3 << 20), *daux = dev + (3 << 20) + (256 << 10);
+	SgrtGemm g;
+	int64_t r, c, k;
+
+	srand(99);
+	for (i = 0; i < na; i++)
+		A[i] = round_to(dtype, 2 * (rand() / (double)RAND_MAX - 0.5));
+	for (i = 0; i < nb; i++)
+		B[i] = round_to(dtype, rand() / (double)RAND_MAX - 0.5);
+	for (i = 0; i < nc; i++)
+		X[i] = round_to(dtype, 4 * (rand() / (double)RAND_MAX - 0.5));
+	for (i = 0; i < (size_t)N; i++)
+		bv[i] = round_to(dtype, rand() / (double)RAND_MAX - 0.5);
+	upload_as(dtype, da, A, na);
+	upload_as(dtype, db, B, nb);
+	upload_as(dtype, dbias, bv, N);
+	upload_as(dtype, daux, X, nc); /* DGELU's pre-activation; overwritten by GELU_AUX */
+	memset(&g, 0, sizeof g);
+	g.dtype = dtype;
+	g.m = M;
+	g.n = N;
+	g.k = K;
+	g.bias = bias ? dbias : NULL;
+	g.epilogue = dgelu ? SGRT_EPI_DGELU : SGRT_EPI_GELU_AUX;
+	g.aux = daux;
+	CHECK_OK(sgrt_gemm(m, 0, &g, da, db, dc, NULL, 50), m);
+	download_as(dtype, D, dc, nc);
+	download_as(dtype, P, daux, nc);
+	for (r = 0; r < M; r++)
+		for (c = 0; c < N; c++) {
+			double s = 0;
+			for (k = 0; k < K; k++)
+				s += A[r * K + k] * B[k * N + c];
+			s += bias ? bv[c] : 0;
+			double want = dgelu ? s * dgelu_tanh(X[r * N + c]) : gelu_tanh(s);
+			double e = fabs(D[r * N + c] - want) / (1 + fabs(want));
+			errd = e > errd ? e : errd;
+			e = fabs(P[r * N + c] - (dgelu ? X[r * N + c] : s)) / (1 + fabs(s));
+			erra = e > erra ? e : erra;
+		}
+	if (errd > tol || erra > tol)
+		fprintf(stderr, "  gelu epilogue dtype %d dgelu %d %lldx%lldx%lld bias %d: "
+		        "max error %g (aux %g)\n", dtype, dgelu, (long long)M, (long long)N,
+		        (long long)K, bias, errd, erra);
+	CHECK(errd <= tol && erra <= tol);
+	free(A);
+	free(B);
+	free(X);
+	free(D);
+	free(P);
+	free(bv);
+}
+
+/* The GELU epilogues of training: by cuBLASLt, then (odd N, or
+ * SGRT_NO_EPILOGUE=1) by libsgrt's kernel, which is one more kernel. */
+static void
+test_gemm_gelu(void)
+{
+	static const int dts[] = { SGRT_F32, SGRT_BF16, SGRT_F16 };
+	for (int forced = 0; forced < 2; forced++) {
+		if (forced)
+			setenv("SGRT_NO_EPILOGUE", "1", 1);
+		SgrtModel *m = new_model("gelu.sg");
+		cudaStream_t cs;
+		cudaStreamCreate(&cs);
+		CHECK_OK(sgrt_call_begin(m, cs), m);
+		for (int d = 0; d < 3; d++) {
+			gelu_case(m, dts[d], 0, 48, 64, 32, 1);
+			gelu_case(m, dts[d], 0, 48, 64, 32, 0);
+			gelu_case(m, dts[d], 1, 48, 64, 32, 0);
+			gelu_case(m, dts[d], 0, 20, 37, 24, 1); /* aux ld 37: the kernel */
+			gelu_case(m, dts[d], 1, 20, 37, 24, 0);
+		}
+		CHECK_OK(sgrt_call_end(m), m);
+		/* 15 products, and a kernel for each epilogue cuBLASLt left */
+		int k = sgrt_kernel_count(m);
+		fprintf(stderr, "  gelu epilogues%s: %d kernels for 15 products\n",
+		        forced ? " (SGRT_NO_EPILOGUE=1)" : "", k);
+		CHECK(forced ? k == 30 : k >= 21 && k <= 30);
+		cudaStreamDestroy(cs);
+		sgrt_destroy(m);
+		unsetenv("SGRT_NO_EPILOGUE");
+	}
+	/* DGELU takes no bias, and both need the aux matrix. */
+	SgrtModel *m = new_model("gelu.sg");
+	SgrtGemm g;
+	memset(&g, 0, sizeof g);
+	g.dtype = SGRT_BF16;
+	g.m = g.n = g.k = 8;
+	g.epilogue = SGRT_EPI_DGELU;
+	CHECK(sgrt_gemm(m, 0, &g, sgrt_arena(m), sgrt_arena(m), sgrt_arena(m), NULL, 51) ==
+	      SGRT_EUSAGE);
+	sgrt_destroy(m);
+}
+
 static void
 test_gemm(void)
 {
@@ -1179,6 +1304,7 @@ main(void)
 	test_streams();
 	test_memory();
 	test_gemm();
+	test_gemm_gelu();
 	test_errors();
 	test_nccl();
 	test_trace();
