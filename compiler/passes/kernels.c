@@ -764,18 +764,19 @@ link_chain(Kc *G, ValId v, const NodeId *chain, int nch, int clear)
 	}
 }
 
-/* Result j of attention node P written through the longest chain of
- * single-use views after it (transpose back, reshape) that the flash
- * kernels can write with strides: the views make no copy and only the
- * chain's last value gets memory; that value. */
+/* Value v, a result of attention node P (or the cat of its results),
+ * written through the longest chain of single-use views after it
+ * (transpose back, reshape) that the flash kernels can write with
+ * strides: the views make no copy and only the chain's last value gets
+ * memory; that value (NONE: v is not a temporary of its own). */
 static ValId
-fold_output(Kc *G, const uint32_t *nclass, NodeId P, uint32_t j)
+fold_output(Kc *G, const uint32_t *nclass, NodeId P, ValId v)
 {
 	Graph *g = G->g;
 	const Node *p = &g->nodes.v[P];
 	NodeId chain[SG_MAXRANK];
 	int nch = 0, bwd = p->op == OP_SDPA_BACKWARD;
-	ValId v = p->res[j], c = v;
+	ValId c = v;
 	if (!lone_temp(G, nclass, c))
 		return NONE;
 	while (nch < SG_MAXRANK) {
@@ -836,6 +837,7 @@ fold_cat(Kc *G, const uint32_t *nclass, NodeId P, const ValId *ends, uint32_t n)
 	F->outview[X] = 1;
 	for (uint32_t j = 0; j < n; j++)
 		G->ingroup_only[ends[j]] = 1; /* no memory */
+	fold_output(G, nclass, P, x->res[0]); /* and on through views of the cat */
 }
 
 /* The results of attention node P written through views (fold_output),
@@ -849,7 +851,7 @@ fold_outputs(Kc *G, const uint32_t *nclass, NodeId P)
 	    p->nres > 3 || G->group[P] >= 0 || !flash_fits(G, p, p->op == OP_SDPA_BACKWARD))
 		return;
 	for (uint32_t j = 0; j < p->nres; j++)
-		ends[j] = fold_output(G, nclass, P, j);
+		ends[j] = fold_output(G, nclass, P, p->res[j]);
 	fold_cat(G, nclass, P, ends, p->nres);
 }
 
