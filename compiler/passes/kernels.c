@@ -30,11 +30,14 @@
  *     strides (out, outview); each checked with kernel_flash.  An
  *     attention backward is paired with its forward (pair) and reads its
  *     o and log-sum-exp instead of running it again.
- *   - Slices for attention.  A chunk or split whose every part reaches
- *     only q, k, v (dout) operands of attention nodes through such views
+ *   - Slices.  A chunk or split whose every part reaches only q, k, v
+ *     (dout) operands of attention nodes through such views
  *     (reshape, squeeze, transpose, permute keeping the last dim) is not
  *     copied: each part is a strided slice of its source at an offset
- *     (trans 3), e.g. the q, k and v of a fused qkv linear.  The other way,
+ *     (trans 3), e.g. the q, k and v of a fused qkv linear; a part sliced
+ *     along the last dim may also be read by a product (directly or
+ *     through a folded reshape) as a matrix with a row stride (cuBLASLt's
+ *     ld, takes_slice).  The other way,
  *     a cat whose operands are the results of one attention backward (dq,
  *     dk, dv through their views) is not copied either: the kernel writes
  *     each into its slice of the cat's result (out; the cat is an outview),
@@ -503,6 +506,49 @@ takes_view(Kc *G, const Node *p, uint32_t k, int trans)
 	return nb == 1 || own == nb || own == 1;
 }
 
+/* 1 when product p can read its operand k, value y (part x of chunk or
+ * split X, or a reshape of it keeping the last dim), as a slice of X's
+ * source: X slices the last dim (the rows keep one stride, cuBLASLt's
+ * ld), the product reads the operand's rows as one matrix (linear's x; a
+ * matmul's operand of at least two dims with no batch, or a's rows
+ * flattened), and the slice and its rows start 16-byte aligned. */
+static int
+takes_slice(Kc *G, NodeId X, ValId x, ValId y, const Node *p, uint32_t k)
+{
+	const Graph *g = G->g;
+	const Type *t = vtype(g, x), *ty = vtype(g, y), *s = otype(g, &g->nodes.v[X], 0);
+	int dim;
+	int64_t start = part_start(g, &g->nodes.v[X], x, &dim), es = dtype_size((DType)t->dt);
+	if (p->op >= OP__N || !is_product(p->op) || k > 1 || t->rank < 2 || ty->rank < 2 ||
+	    dim != t->rank - 1 || ty->d[ty->rank - 1] != t->d[dim] || start * es % 16 ||
+	    s->d[dim] * es % 16)
+		return 0;
+	if (p->op == OP_LINEAR)
+		return k == 0;
+	const Type *a = otype(g, p, 0), *b = otype(g, p, 1);
+	int64_t bshape[SG_MAXRANK], st[2][SG_MAXRANK];
+	int brank;
+	return a->rank >= 2 && b->rank >= 2 &&
+	       (kernel_matmul_batch(a, b, &brank, bshape, st) == 1 || (k == 0 && b->rank == 2));
+}
+
+/* 1 when node n reading part x of chunk or split X as its operand k is
+ * a product that takes the slice, or a folded reshape whose every use
+ * is one (takes_slice). */
+static int
+reads_slice(Kc *G, NodeId X, ValId x, const Node *n, uint32_t k)
+{
+	if (!G->fold->view[n - G->g->nodes.v] || !same_bytes(n))
+		return takes_slice(G, X, x, x, n, k);
+	ValId y = n->res[0];
+	for (uint32_t u = G->uat[y]; u < G->uat[y + 1]; u++) {
+		const Node *p = &G->g->nodes.v[G->unode[u]];
+		if (p->op != OP_DEL && !takes_slice(G, X, x, y, p, G->uk[u]))
+			return 0;
+	}
+	return 1;
+}
+
 /* 1 when operand k of node n is one the flash kernels read through
  * strides (q, k, v, and the backward's dout). */
 static int
@@ -586,12 +632,15 @@ uses_fold(Kc *G, NodeId X, ValId x, int trans, NodeId *last, int *attn)
 		NodeId l = i;
 		if (n->stream != g->nodes.v[X].stream)
 			return 0;
-		if (F->view[i] && (!trans || (trans == 2 && views_attn(G, n)))) {
+		if (F->view[i] && (!trans || (trans >= 2 && views_attn(G, n)))) {
 			l = view_last(F, n);
 			*attn &= views_attn(G, n);
 		} else if (trans != 1 && attn_operand(n, k)) {
 			; /* read through strides */
-		} else if (trans == 2 || n->op >= OP__N || !is_product(n->op) ||
+		} else if (trans == 3 && reads_slice(G, X, x, n, k)) {
+			l = F->view[i] ? view_last(F, n) : i;
+			*attn = 0;
+		} else if (trans >= 2 || n->op >= OP__N || !is_product(n->op) ||
 		           !takes_view(G, n, k, trans)) {
 			return 0;
 		} else {
@@ -706,7 +755,7 @@ fold_view(Kc *G, const uint32_t *nclass, NodeId X)
 	for (uint32_t j = 0; j < n->nres; j++) {
 		ValId x = n->res[j];
 		if (!lone_temp(G, nclass, x) || st->dt != vtype(G->g, x)->dt ||
-		    !uses_fold(G, X, x, trans == 3 ? 2 : trans, &l, &attn) || (trans == 3 && !attn))
+		    !uses_fold(G, X, x, trans, &l, &attn))
 			return;
 		if (last == NONE || l > last)
 			last = l;

@@ -19,10 +19,13 @@ linear of a param %x (batch 2, 2 heads), causal, o's heads merged back:
   qkv_split  split(sizes=, dim=2), reshape, permute (torch.export's GPT-2)
   qkv_unbind reshape to [B, T, 3, H, D], permute, split into parts of one,
              squeeze (torch.export's timm ViT)
-returning the loss, o, grad.x and grad.wqkv: -O2 reads q, k, v as strided
-slices of the linear's result and writes dq, dk, dv into the slices of
-the backward cat's buffer, so check also fails when the trace shows a
-chunk, split or cat kernel (a copy left).  expected: `sgc run` (the CPU
+  qkv_side   qkv_chunk with v also read by a linear (param %wv) added to
+             the output: the products read v's slice with a row stride
+returning the loss, o, grad.x and grad.wqkv (and grad.wv): -O2 reads q,
+k, v as strided slices of the linear's result and writes dq, dk, dv into
+the slices of the backward cat's buffer, so check also fails when the
+trace shows a chunk, split or cat kernel (a copy left; qkv_side's cat
+stays, its v operand being a sum).  expected: `sgc run` (the CPU
 interpreter).  DIR/cases lists the names.
 
 check compares DIR/NAME/got-VARIANT.safetensors with expected and prints
@@ -37,7 +40,7 @@ import sys
 
 B, T = 1, 80  # T: not a multiple of the kernels' tiles (B = 2: cg_attn_gqa.sg in run_gpu_tests.sh)
 CASES = ["gqa16_4", "mqa16_1", "bool_mask", "float_mask", "causal_mask",
-         "qkv_chunk", "qkv_split", "qkv_unbind"]
+         "qkv_chunk", "qkv_split", "qkv_unbind", "qkv_side"]
 # |got - exp| <= atol + rtol |exp|, by dtype: outputs and gradients of
 # 16-bit attention (f32 accumulation) against the interpreter's; F32 is
 # the loss, a sum over o of 16-bit rounding differences.  The qkv cases'
@@ -52,8 +55,10 @@ def program_qkv(case, dt, hd):
     lines = ["dim B = %d" % b, "dim T = %d" % T, "dim H = %d" % h, "dim D = %d" % hd,
              "dim C = %d" % c, "dim C3 = %d" % (3 * c), "", "graph %s {" % case,
              "  param %%x : %s[B, T, C]" % dt, "  param %%wqkv : %s[C3, C]" % dt,
-             "  input %%r : %s[B, T, C]" % dt, "",
-             "  %qkv = linear(%x, %wqkv)"]
+             "  input %%r : %s[B, T, C]" % dt]
+    if case == "qkv_side":
+        lines.append("  param %%wv : %s[C, C]" % dt)
+    lines += ["", "  %qkv = linear(%x, %wqkv)"]
     if case == "qkv_unbind":
         lines += ["  %r5 = reshape(%qkv, shape=[B, T, 3, H, D])",
                   "  %p5 = permute(%r5, dims=[2, 0, 3, 1, 4])",
@@ -61,18 +66,23 @@ def program_qkv(case, dt, hd):
                   "  %q = squeeze(%u0, dim=0)", "  %k = squeeze(%u1, dim=0)",
                   "  %v = squeeze(%u2, dim=0)"]
     else:
-        part = ("chunk(%qkv, chunks=3, dim=2)" if case == "qkv_chunk"
-                else "split(%qkv, sizes=[C, C, C], dim=2)")
+        part = ("split(%qkv, sizes=[C, C, C], dim=2)" if case == "qkv_split"
+                else "chunk(%qkv, chunks=3, dim=2)")
         lines.append("  %%q3, %%k3, %%v3 = %s" % part)
         for t in "qkv":
             lines.append("  %%%s4 = reshape(%%%s3, shape=[B, T, H, D])" % (t, t))
-            lines.append("  %%%s = transpose(%%%s4, dim0=1, dim1=2)" % (t, t)
-                         if case == "qkv_chunk" else
-                         "  %%%s = permute(%%%s4, dims=[0, 2, 1, 3])" % (t, t))
+            lines.append("  %%%s = permute(%%%s4, dims=[0, 2, 1, 3])" % (t, t)
+                         if case == "qkv_split" else
+                         "  %%%s = transpose(%%%s4, dim0=1, dim1=2)" % (t, t))
     lines += ["  %o = scaled_dot_product_attention(%q, %k, %v, causal=true)",
               "  %o4 = transpose(%o, dim0=1, dim1=2)",
-              "  %o3 = reshape(%o4, shape=[B, T, C])",
-              "  %w = mul(%o3, %r)", "  %wf = cast(%w, dtype=f32)", "  %loss = sum(%wf)",
+              "  %o3 = reshape(%o4, shape=[B, T, C])"]
+    if case == "qkv_side":
+        lines += ["  %side = linear(%v3, %wv)", "  %y = add(%o3, %side)",
+                  "  %w = mul(%y, %r)"]
+    else:
+        lines.append("  %w = mul(%o3, %r)")
+    lines += ["  %wf = cast(%w, dtype=f32)", "  %loss = sum(%wf)",
               "  backward(%loss)", "  return %loss, %o", "}"]
     return "\n".join(lines) + "\n"
 
@@ -181,6 +191,8 @@ def check(d, name, variant):
         if not np.all(err <= atol + rtol * np.abs(e)):
             why = why or "%s beyond tolerance (atol %g, rtol %g)" % (n, atol, rtol)
     att, copies = ran(os.path.join(t, "trace-%s.json" % variant))
+    if name.startswith("qkv_side"):
+        copies = [c for c in copies if "_cat" not in c]
     if name.startswith("qkv_") and copies:
         why = why or "copies of q, k, v or dq, dk, dv ran: %s" % ", ".join(copies)
     print("%s %s %s: max |error| %s (ran: %s)%s" % (
