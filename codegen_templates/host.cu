@@ -111,6 +111,7 @@ ${?trans_a}		g.trans_a = ${trans_a};
 		g.m = ${m};
 		g.n = ${n};
 		g.k = ${k};
+${?lda}		g.lda = ${lda};
 ${?ldb}		g.ldb = ${ldb};
 ${?batch}		g.batch = ${batch};
 ${?batch}		g.stride_a = ${stride_a};

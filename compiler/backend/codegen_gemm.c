@@ -51,7 +51,7 @@ expand_batch(CgGraph *G, const Node *n, const char *var, const Type *t, int bran
 typedef struct {
 	DType dt;
 	int ta, tb, epi;
-	int64_t m, n, k, batch, sa, sb;
+	int64_t m, n, k, batch, sa, sb, lda, ldb; /* ld 0: packed */
 	const char *bias, *a, *b, *out, *aux;
 } Gemm;
 
@@ -65,7 +65,8 @@ gemm(CgGraph *G, const Node *n, const char *kname, const Gemm *q)
 	CG_EMIT(G->body, "host.cu:gemm", {"dtype", cg_sgrt_dtype(q->dt)},
 	        {"trans_a", q->ta ? "1" : ""}, {"trans_b", q->tb ? "1" : "0"},
 	        {"m", cg_num(c, q->m)}, {"n", cg_num(c, q->n)}, {"k", cg_num(c, q->k)},
-	        {"ldb", ""}, {"batch", q->batch > 1 ? cg_num(c, q->batch) : ""},
+	        {"lda", q->lda ? cg_num(c, q->lda) : ""}, {"ldb", q->ldb ? cg_num(c, q->ldb) : ""},
+	        {"batch", q->batch > 1 ? cg_num(c, q->batch) : ""},
 	        {"stride_a", cg_num(c, q->sa)}, {"stride_b", cg_num(c, q->sb)},
 	        {"bias", q->bias ? q->bias : ""}, {"epilogue", epi[q->epi]},
 	        {"aux", q->aux ? q->aux : ""},
@@ -73,22 +74,37 @@ gemm(CgGraph *G, const Node *n, const char *kname, const Gemm *q)
 	        {"kname", kname}, {"line", cg_num(c, n->loc.line)});
 }
 
-/* An operand as the product reads it: the variable holding its bytes and
- * whether they hold it with its last two dims swapped (a folded view). */
+/* An operand as the product reads it: the variable holding its bytes (at
+ * an offset for a slice), whether they hold it with its last two dims
+ * swapped (a folded view) and its row stride (a slice, else 0). */
 typedef struct {
 	const char *var;
 	int trans;
+	int64_t ld;
 } Operand;
 
 static Operand
 operand(CgGraph *G, ValId v)
 {
-	int t = 0;
+	int t = 0, slice = 0;
+	ValId x = v;
 	while (G->fold && G->fold->src[v] != NONE) {
-		t ^= G->fold->trans[v];
+		if (G->fold->trans[v] == 3)
+			slice = 1;
+		else
+			t ^= G->fold->trans[v];
 		v = G->fold->src[v];
 	}
-	return (Operand){G->vname[v], t};
+	Operand o = {G->vname[v], t, 0};
+	if (slice) { /* kernel_choice's takes_slice: rows of one stride */
+		int64_t st[SG_MAXRANK], off;
+		const Type *xt = cg_vtype(G, x);
+		if (t || !sched_fold_strides(G->g, G->fold, x, st, &off) || st[xt->rank - 1] != 1)
+			ICE("a product reads a slice it cannot take");
+		o.var = cg_fmt(G->c, "%s + %lld", o.var, (long long)off);
+		o.ld = st[xt->rank - 2];
+	}
+	return o;
 }
 
 /* matmul n into value out (its result, or the activation of epilogue
@@ -106,7 +122,8 @@ matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, cons
 	int brank;
 	int64_t nb = kernel_matmul_batch(a, b, &brank, bshape, st);
 	Gemm q = {.dt = dt, .ta = oa.trans, .tb = ob.trans, .epi = epi, .m = m, .n = nn,
-	          .k = k, .a = oa.var, .b = ob.var, .out = rv, .aux = aux};
+	          .k = k, .lda = oa.ld, .ldb = ob.ld, .a = oa.var, .b = ob.var, .out = rv,
+	          .aux = aux};
 	if (type_numel(r) == 0)
 		return 1;
 	if (k == 0) {
@@ -119,6 +136,8 @@ matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, cons
 		return 1;
 	}
 	int64_t na = kernel_batch_numel(a), nbb = kernel_batch_numel(b);
+	if (oa.ld || ob.ld)
+		ICE("a batched product reads a slice");
 	if (na != nb && na != 1) {
 		if (oa.trans)
 			ICE("a folded transpose needs its batch expanded");
@@ -189,7 +208,7 @@ linear_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, cons
 	int epilogue = bias && dt != DT_F64;
 	/* w is stored [nout, k]; a folded transpose of [k, nout] is read as is */
 	Gemm q = {.dt = dt, .ta = ox.trans, .tb = !ow.trans, .epi = epi, .m = rows,
-	          .n = nout, .k = k, .bias = epilogue ? bias : NULL, .a = ox.var,
+	          .n = nout, .k = k, .lda = ox.ld, .bias = epilogue ? bias : NULL, .a = ox.var,
 	          .b = ow.var, .out = rv, .aux = aux};
 	gemm(G, n, kname, &q);
 	if (bias && !epilogue)

@@ -543,8 +543,9 @@ node_stmt(CgGraph *G, NodeId i, int already_ordered)
 	if (cg_fold_dgelu(G, i) != NONE) /* writes its gelu_backward's result */
 		bind_results(G, cg_fold_dgelu(G, i));
 	for (uint32_t j = 0; j < n->nres && !cg_fold_written(G, i); j++)
-		if (cg_fold_out(G, n->res[j]) != NONE) /* written through views */
-			bind_results(G, cg_fold_out(G, n->res[j]));
+		if (cg_fold_out(G, n->res[j]) != NONE && /* written through views */
+		    (j == 0 || cg_fold_out(G, n->res[j]) != cg_fold_out(G, n->res[j - 1])))
+			bind_results(G, cg_fold_out(G, n->res[j])); /* (a cat once) */
 	int ep = cg_epilogue(G, i); /* a consumer fused in: its kernel writes them */
 	for (uint32_t k = 0; ep >= 0 && k < G->groups->v[ep].n; k++)
 		bind_results(G, G->groups->v[ep].nodes[k]);

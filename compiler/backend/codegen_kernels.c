@@ -707,7 +707,10 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 		    n->loc.line);
 	const char *var[8];
 	for (int k = 0; k < f.nt; k++) /* the variables holding their bytes */
-		var[k] = f.t[k].v != NONE ? cg_fold_var(G, f.t[k].v) : NULL;
+		var[k] = f.t[k].v == NONE ? NULL
+		         : f.t[k].off ? cg_fmt(c, "%s + %lld", cg_fold_var(G, f.t[k].v),
+		                               (long long)f.t[k].off)
+		                      : cg_fold_var(G, f.t[k].v);
 	const Type *q = f.t[0].t;
 	DType dt = (DType)q->dt;
 	const Attr *sa = ir_attr(n, "scale");

@@ -41,6 +41,19 @@
  *     strides (out, outview); each checked with kernel_flash.  An
  *     attention backward is paired with its forward (pair) and reads its
  *     o and log-sum-exp instead of running it again.
+ *   - Slices.  A chunk or split whose every part reaches only q, k, v
+ *     (dout) operands of attention nodes through such views
+ *     (reshape, squeeze, transpose, permute keeping the last dim) is not
+ *     copied: each part is a strided slice of its source at an offset
+ *     (trans 3), e.g. the q, k and v of a fused qkv linear; a part sliced
+ *     along the last dim may also be read by a product (directly or
+ *     through a folded reshape) as a matrix with a row stride (cuBLASLt's
+ *     ld, takes_slice).  The other way,
+ *     a cat whose operands are the results of one attention backward (dq,
+ *     dk, dv through their views) is not copied either: the kernel writes
+ *     each into its slice of the cat's result (out; the cat is an outview),
+ *     which the memory plan allocates at the attention node.  A reshape
+ *     of a strided value is a view when its strides allow (view_strides).
  */
 #include <math.h>
 #include <string.h>
@@ -66,6 +79,8 @@ typedef struct {
 	NodeId *wnode;    /*   releasing it, wnode[wat[r] .. wat[r+1]) */
 	NodeId *lastfwd;  /* per value: the last attention forward reading it
 	                     as q (while walking the graph), or NONE */
+	uint8_t *attn_only; /* per value: a folded view whose uses are, through
+	                     folded views, only attention operands */
 } Kc;
 
 static const Type *
@@ -207,10 +222,14 @@ flash_tensor(const Graph *g, const KernelFold *F, Flash *f, ValId v, const Type 
 	x->t = v != NONE ? &g->vals.v[v].type : t;
 	x->nm = nm;
 	x->v = v;
-	if (v != NONE)
-		return sched_fold_strides(g, F, v, x->st);
-	row_strides(t, x->st);
-	return 1;
+	x->off = 0;
+	if (v == NONE) {
+		row_strides(t, x->st);
+		return 1;
+	}
+	/* A slice starts 16-byte aligned (cuDNN's and the kernels' loads). */
+	return sched_fold_strides(g, F, v, x->st, &x->off) &&
+	       x->off * (int64_t)dtype_size((DType)x->t->dt) % 16 == 0;
 }
 
 /* The flash call of attention node n (bwd: its backward), checked: 0 when
@@ -277,21 +296,83 @@ row_major(const Type *t, const int64_t *st)
 	return 1;
 }
 
+/* The strides (bst) of type b viewing the elements of type a, laid out
+ * with strides ast, in row-major order (a reshape): 0 when no strides
+ * can (PyTorch's view rule: each run of a's dims that is contiguous in
+ * memory splits or merges only within itself). */
+static int
+view_strides(const Type *a, const int64_t *ast, const Type *b, int64_t *bst)
+{
+	row_strides(b, bst);
+	if (row_major(a, ast))
+		return 1;
+	if (type_numel(a) == 0 || a->rank == 0)
+		return 0;
+	int vd = b->rank - 1;
+	int64_t base = ast[a->rank - 1], tn = 1, vn = 1;
+	for (int td = a->rank - 1; td >= 0; td--) {
+		tn *= a->d[td];
+		if (td > 0 && (a->d[td - 1] == 1 || ast[td - 1] == tn * base))
+			continue; /* the run goes on */
+		while (vd >= 0 && (vn < tn || b->d[vd] == 1)) {
+			bst[vd] = vn * base;
+			vn *= b->d[vd--];
+		}
+		if (vn != tn)
+			return 0;
+		if (td > 0)
+			base = ast[td - 1], tn = vn = 1;
+	}
+	return vd == -1;
+}
+
+/* The element offset, along its dim *dim, of part v of node n: a result
+ * of a chunk or split, or an operand of a cat. */
+static int64_t
+part_start(const Graph *g, const Node *n, ValId v, int *dim)
+{
+	int64_t start = 0;
+	int cat = n->op == OP_CAT;
+	uint32_t np = cat ? n->nopnd : n->nres;
+	const Type *whole = cat ? &g->vals.v[n->res[0]].type : otype(g, n, 0);
+	*dim = shape_norm_dim(ir_attr_int(n, "dim", 0), whole->rank);
+	for (uint32_t j = 0; j < np; j++) {
+		ValId p = cat ? n->opnd[j].v : n->res[j];
+		if (p == v)
+			break;
+		start += g->vals.v[p].type.d[*dim];
+	}
+	return start;
+}
+
+/* 1 for the nodes whose parts are slices of one tensor along a dim. */
+static int
+is_parts(int op)
+{
+	return op == OP_CHUNK || op == OP_SPLIT || op == OP_CAT;
+}
+
 int
-sched_fold_strides(const Graph *g, const KernelFold *F, ValId v, int64_t *st)
+sched_fold_strides(const Graph *g, const KernelFold *F, ValId v, int64_t *st, int64_t *off)
 {
 	const Type *t = &g->vals.v[v].type;
 	ValId s = F ? F->src[v] : NONE, w = F ? F->out[v] : NONE, o = s != NONE ? s : w;
 	int64_t ost[SG_MAXRANK];
-	int perm[SG_MAXRANK];
+	int perm[SG_MAXRANK], dim;
 	row_strides(t, st);
+	*off = 0;
 	if (o == NONE)
 		return 1;
 	const Node *n = &g->nodes.v[g->vals.v[s != NONE ? v : w].def];
-	if (!sched_fold_strides(g, F, o, ost))
+	if (!sched_fold_strides(g, F, o, ost, off))
 		return 0;
 	if (same_bytes(n))
-		return row_major(&g->vals.v[o].type, ost);
+		return view_strides(&g->vals.v[o].type, ost, t, st);
+	if (is_parts(n->op)) { /* v is a slice of o */
+		*off += part_start(g, n, v, &dim) * ost[dim];
+		memcpy(st, ost, (size_t)t->rank * sizeof *st);
+		return 1;
+	}
 	view_perm(g, n, perm);
 	for (int d = 0; d < t->rank; d++) {
 		if (s != NONE)
@@ -301,7 +382,6 @@ sched_fold_strides(const Graph *g, const KernelFold *F, ValId v, int64_t *st)
 	}
 	return 1;
 }
-
 
 /* 1 when the flash kernels take attention node n with the layouts folded
  * so far. */
@@ -437,6 +517,49 @@ takes_view(Kc *G, const Node *p, uint32_t k, int trans)
 	return nb == 1 || own == nb || own == 1;
 }
 
+/* 1 when product p can read its operand k, value y (part x of chunk or
+ * split X, or a reshape of it keeping the last dim), as a slice of X's
+ * source: X slices the last dim (the rows keep one stride, cuBLASLt's
+ * ld), the product reads the operand's rows as one matrix (linear's x; a
+ * matmul's operand of at least two dims with no batch, or a's rows
+ * flattened), and the slice and its rows start 16-byte aligned. */
+static int
+takes_slice(Kc *G, NodeId X, ValId x, ValId y, const Node *p, uint32_t k)
+{
+	const Graph *g = G->g;
+	const Type *t = vtype(g, x), *ty = vtype(g, y), *s = otype(g, &g->nodes.v[X], 0);
+	int dim;
+	int64_t start = part_start(g, &g->nodes.v[X], x, &dim), es = dtype_size((DType)t->dt);
+	if (p->op >= OP__N || !is_product(p->op) || k > 1 || t->rank < 2 || ty->rank < 2 ||
+	    dim != t->rank - 1 || ty->d[ty->rank - 1] != t->d[dim] || start * es % 16 ||
+	    s->d[dim] * es % 16)
+		return 0;
+	if (p->op == OP_LINEAR)
+		return k == 0;
+	const Type *a = otype(g, p, 0), *b = otype(g, p, 1);
+	int64_t bshape[SG_MAXRANK], st[2][SG_MAXRANK];
+	int brank;
+	return a->rank >= 2 && b->rank >= 2 &&
+	       (kernel_matmul_batch(a, b, &brank, bshape, st) == 1 || (k == 0 && b->rank == 2));
+}
+
+/* 1 when node n reading part x of chunk or split X as its operand k is
+ * a product that takes the slice, or a folded reshape whose every use
+ * is one (takes_slice). */
+static int
+reads_slice(Kc *G, NodeId X, ValId x, const Node *n, uint32_t k)
+{
+	if (!G->fold->view[n - G->g->nodes.v] || !same_bytes(n))
+		return takes_slice(G, X, x, x, n, k);
+	ValId y = n->res[0];
+	for (uint32_t u = G->uat[y]; u < G->uat[y + 1]; u++) {
+		const Node *p = &G->g->nodes.v[G->unode[u]];
+		if (p->op != OP_DEL && !takes_slice(G, X, x, y, p, G->uk[u]))
+			return 0;
+	}
+	return 1;
+}
+
 /* 1 when operand k of node n is one the flash kernels read through
  * strides (q, k, v, and the backward's dout). */
 static int
@@ -477,17 +600,40 @@ keeps_last(Kc *G, const Node *n)
 	return r >= 2 && view_perm(G->g, n, perm) && perm[r - 1] == r - 1;
 }
 
-/* Whether every use of x, the result of view node X, is an operand of a
- * product that takes it (trans 2: of an attention node; or, when the view
- * keeps the bytes, the source of a folded view), on X's stream; *last:
- * the last node reading it. */
+/* The last node reading the results of folded node n (through views). */
+static NodeId
+view_last(const KernelFold *F, const Node *n)
+{
+	NodeId last = NONE;
+	for (uint32_t j = 0; j < n->nres; j++)
+		if (last == NONE || (F->last[n->res[j]] != NONE && F->last[n->res[j]] > last))
+			last = F->last[n->res[j]];
+	return last;
+}
+
+/* 1 when every result of folded node n is read only by attention. */
 static int
-uses_fold(Kc *G, NodeId X, ValId x, int trans, NodeId *last)
+views_attn(Kc *G, const Node *n)
+{
+	for (uint32_t j = 0; j < n->nres; j++)
+		if (!G->attn_only[n->res[j]])
+			return 0;
+	return 1;
+}
+
+/* Whether every use of x, the result of view node X, is an operand of a
+ * product that takes it (trans 2: of an attention node, or a folded view
+ * read only by attention; or, when the view keeps the bytes, the source
+ * of a folded view or an attention operand), on X's stream; *last: the
+ * last node reading it; *attn: whether only attention reads it. */
+static int
+uses_fold(Kc *G, NodeId X, ValId x, int trans, NodeId *last, int *attn)
 {
 	Graph *g = G->g;
 	KernelFold *F = G->fold;
 	int uses = 0;
 	*last = NONE;
+	*attn = 1;
 	for (uint32_t u = G->uat[x]; u < G->uat[x + 1]; u++) {
 		NodeId i = G->unode[u];
 		uint32_t k = G->uk[u];
@@ -497,12 +643,20 @@ uses_fold(Kc *G, NodeId X, ValId x, int trans, NodeId *last)
 		NodeId l = i;
 		if (n->stream != g->nodes.v[X].stream)
 			return 0;
-		if (F->view[i] && !trans)
-			l = F->last[n->res[0]];
-		else if (trans == 2 ? !attn_operand(n, k)
-		                    : n->op >= OP__N || !is_product(n->op) ||
-		                      !takes_view(G, n, k, trans))
+		if (F->view[i] && (!trans || (trans >= 2 && views_attn(G, n)))) {
+			l = view_last(F, n);
+			*attn &= views_attn(G, n);
+		} else if (trans != 1 && attn_operand(n, k)) {
+			; /* read through strides */
+		} else if (trans == 3 && reads_slice(G, X, x, n, k)) {
+			l = F->view[i] ? view_last(F, n) : i;
+			*attn = 0;
+		} else if (trans >= 2 || n->op >= OP__N || !is_product(n->op) ||
+		           !takes_view(G, n, k, trans)) {
 			return 0;
+		} else {
+			*attn = 0;
+		}
 		uses++;
 		if (*last == NONE || l > *last)
 			*last = l;
@@ -534,17 +688,53 @@ extend_use(Kc *G, ValId s, NodeId last, uint32_t stream)
 		cl->last_on[stream] = last;
 }
 
-/* 1 when every attention node reading x (the result of view node X, now
- * marked folded) still takes the flash kernels. */
+/* 1 when every attention node reading a result of folded node X,
+ * directly or through the folded views after it, still takes the flash
+ * kernels. */
 static int
-attn_fits(Kc *G, NodeId X, ValId x)
+attn_fits(Kc *G, NodeId X)
 {
-	for (uint32_t u = G->uat[x]; u < G->uat[x + 1]; u++) {
-		const Node *n = &G->g->nodes.v[G->unode[u]];
-		if (G->unode[u] > X && (n->op == OP_SDPA || n->op == OP_SDPA_BACKWARD) &&
-		    !flash_fits(G, n, n->op == OP_SDPA_BACKWARD))
-			return 0;
+	const Node *x = &G->g->nodes.v[X];
+	for (uint32_t j = 0; j < x->nres; j++) {
+		ValId r = x->res[j];
+		for (uint32_t u = G->uat[r]; u < G->uat[r + 1]; u++) {
+			NodeId i = G->unode[u];
+			const Node *n = &G->g->nodes.v[i];
+			if (i <= X)
+				continue;
+			if (G->fold->view[i] ? !attn_fits(G, i)
+			                     : (n->op == OP_SDPA || n->op == OP_SDPA_BACKWARD) &&
+			                               !flash_fits(G, n, n->op == OP_SDPA_BACKWARD))
+				return 0;
+		}
 	}
+	return 1;
+}
+
+/* Marks node X folded, its results views of s (trans) read until `last`;
+ * undone (0) when an attention node reading them no longer fits. */
+static int
+mark_view(Kc *G, NodeId X, ValId s, int trans, NodeId last, int attn)
+{
+	KernelFold *F = G->fold;
+	const Node *n = &G->g->nodes.v[X];
+	F->view[X] = 1;
+	for (uint32_t j = 0; j < n->nres; j++) {
+		F->src[n->res[j]] = s;
+		F->trans[n->res[j]] = (uint8_t)trans;
+		F->last[n->res[j]] = last;
+	}
+	if (!attn_fits(G, X)) {
+		F->view[X] = 0;
+		for (uint32_t j = 0; j < n->nres; j++)
+			F->src[n->res[j]] = F->last[n->res[j]] = NONE;
+		return 0;
+	}
+	for (uint32_t j = 0; j < n->nres; j++) {
+		G->ingroup_only[n->res[j]] = 1; /* no memory */
+		G->attn_only[n->res[j]] = (uint8_t)attn;
+	}
+	extend_use(G, s, last, n->stream);
 	return 1;
 }
 
@@ -553,14 +743,15 @@ static void
 fold_view(Kc *G, const uint32_t *nclass, NodeId X)
 {
 	Graph *g = G->g;
-	KernelFold *F = G->fold;
 	const Node *n = &g->nodes.v[X];
-	int trans;
-	NodeId last;
-	if (n->flags & NF_DEAD || n->op >= OP__N || n->nres != 1 || n->nopnd < 1 ||
+	int trans, attn = 0, parts = n->op == OP_CHUNK || n->op == OP_SPLIT;
+	NodeId last = NONE, l;
+	if (n->flags & NF_DEAD || n->op >= OP__N || (n->nres != 1 && !parts) || n->nopnd < 1 ||
 	    n->opnd[0].kind != OK_VAL || G->group[X] >= 0 || G->prologue[X] >= 0)
 		return;
-	if (same_bytes(n))
+	if (parts)
+		trans = 3; /* slices read by attention through strides */
+	else if (same_bytes(n))
 		trans = 0;
 	else if ((n->op == OP_TRANSPOSE || n->op == OP_PERMUTE) && swaps_last2(G, n))
 		trans = 1;
@@ -568,23 +759,39 @@ fold_view(Kc *G, const uint32_t *nclass, NodeId X)
 		trans = 2; /* read by attention through strides */
 	else
 		return;
-	ValId x = n->res[0], s = n->opnd[0].v;
+	ValId s = n->opnd[0].v;
 	const Type *st = vtype(G->g, s);
-	if (!lone_temp(G, nclass, x) || st->host || st->dt >= DT__N || G->ingroup_only[s] ||
-	    st->dt != vtype(G->g, x)->dt || !uses_fold(G, X, x, trans, &last) ||
-	    !source_stays(G, s, X, last))
+	if (st->host || st->dt >= DT__N || G->ingroup_only[s])
 		return;
-	F->view[X] = 1;
-	F->src[x] = s;
-	F->trans[x] = (uint8_t)trans;
-	F->last[x] = last;
-	if (trans == 2 && !attn_fits(G, X, x)) {
-		F->view[X] = 0;
-		F->src[x] = F->last[x] = NONE;
-		return;
+	for (uint32_t j = 0; j < n->nres; j++) {
+		ValId x = n->res[j];
+		if (!lone_temp(G, nclass, x) || st->dt != vtype(G->g, x)->dt ||
+		    !uses_fold(G, X, x, trans, &l, &attn))
+			return;
+		if (last == NONE || l > last)
+			last = l;
 	}
-	G->ingroup_only[x] = 1; /* no memory */
-	extend_use(G, s, last, n->stream);
+	if (source_stays(G, s, X, last))
+		mark_view(G, X, s, trans, last, attn);
+}
+
+/* The one node using value c (del aside; as its operand *k unless k is
+ * NULL), or NONE. */
+static NodeId
+sole_use(Kc *G, ValId c, uint32_t *k)
+{
+	NodeId use = NONE;
+	for (uint32_t u = G->uat[c]; u < G->uat[c + 1]; u++) {
+		NodeId i = G->unode[u];
+		if (G->g->nodes.v[i].op == OP_DEL || i <= G->g->vals.v[c].def)
+			continue;
+		if (use != NONE)
+			return NONE;
+		use = i;
+		if (k)
+			*k = G->uk[u];
+	}
+	return use;
 }
 
 /* The view node that is the one use (del aside) of value c, a view that
@@ -595,16 +802,9 @@ sole_view_use(Kc *G, ValId c, uint32_t stream)
 {
 	Graph *g = G->g;
 	KernelFold *F = G->fold;
-	NodeId use = NONE;
-	for (uint32_t u = G->uat[c]; u < G->uat[c + 1]; u++) {
-		NodeId i = G->unode[u];
-		if (g->nodes.v[i].op == OP_DEL || i <= g->vals.v[c].def)
-			continue;
-		if (use != NONE || G->uk[u] != 0)
-			return NONE;
-		use = i;
-	}
-	if (use == NONE)
+	uint32_t k;
+	NodeId use = sole_use(G, c, &k);
+	if (use == NONE || k != 0)
 		return NONE;
 	const Node *n = &g->nodes.v[use];
 	if (n->stream != stream || n->op >= OP__N || n->nres != 1 || G->group[use] >= 0 ||
@@ -626,20 +826,21 @@ link_chain(Kc *G, ValId v, const NodeId *chain, int nch, int clear)
 	}
 }
 
-/* Result j of attention node P written through the longest chain of
- * single-use views after it (transpose back, reshape) that the flash
- * kernels can write with strides: the views make no copy and only the
- * chain's last value gets memory. */
-static void
-fold_output(Kc *G, const uint32_t *nclass, NodeId P, uint32_t j)
+/* Value v, a result of attention node P (or the cat of its results),
+ * written through the longest chain of single-use views after it
+ * (transpose back, reshape) that the flash kernels can write with
+ * strides: the views make no copy and only the chain's last value gets
+ * memory; that value (NONE: v is not a temporary of its own). */
+static ValId
+fold_output(Kc *G, const uint32_t *nclass, NodeId P, ValId v)
 {
 	Graph *g = G->g;
 	const Node *p = &g->nodes.v[P];
 	NodeId chain[SG_MAXRANK];
 	int nch = 0, bwd = p->op == OP_SDPA_BACKWARD;
-	ValId v = p->res[j], c = v;
+	ValId c = v;
 	if (!lone_temp(G, nclass, c))
-		return;
+		return NONE;
 	while (nch < SG_MAXRANK) {
 		NodeId Y = sole_view_use(G, c, p->stream);
 		if (Y == NONE || !lone_temp(G, nclass, g->nodes.v[Y].res[0]))
@@ -658,18 +859,62 @@ fold_output(Kc *G, const uint32_t *nclass, NodeId P, uint32_t j)
 		G->ingroup_only[v] = 1; /* no memory */
 		v = g->nodes.v[chain[t]].res[0];
 	}
+	return v;
 }
 
-/* The results of attention node P written through views (fold_output). */
+/* The cat whose operands are ends[0..n) (the values attention node P's
+ * results are written as), each once and nothing else, written by P into
+ * its slices (see the top of the file). */
+static void
+fold_cat(Kc *G, const uint32_t *nclass, NodeId P, const ValId *ends, uint32_t n)
+{
+	Graph *g = G->g;
+	KernelFold *F = G->fold;
+	const Node *p = &g->nodes.v[P];
+	uint32_t k;
+	if (n < 2 || ends[0] == NONE)
+		return;
+	NodeId X = sole_use(G, ends[0], &k);
+	const Node *x = X != NONE ? &g->nodes.v[X] : NULL;
+	if (!x || x->op != OP_CAT || x->nopnd != n || x->stream != p->stream ||
+	    G->group[X] >= 0 || G->prologue[X] >= 0 || !lone_temp(G, nclass, x->res[0]) ||
+	    vtype(g, x->res[0])->dt != vtype(g, ends[0])->dt)
+		return;
+	for (uint32_t j = 0; j < n; j++) {
+		ValId e = x->opnd[j].v;
+		uint32_t m = 0;
+		for (uint32_t i = 0; i < n; i++)
+			m += ends[i] == e;
+		if (x->opnd[j].kind != OK_VAL || m != 1 || sole_use(G, e, &k) != X ||
+		    !lone_temp(G, nclass, e))
+			return;
+	}
+	for (uint32_t j = 0; j < n; j++)
+		F->out[ends[j]] = x->res[0];
+	if (!flash_fits(G, p, p->op == OP_SDPA_BACKWARD)) {
+		for (uint32_t j = 0; j < n; j++)
+			F->out[ends[j]] = NONE;
+		return;
+	}
+	F->outview[X] = 1;
+	for (uint32_t j = 0; j < n; j++)
+		G->ingroup_only[ends[j]] = 1; /* no memory */
+	fold_output(G, nclass, P, x->res[0]); /* and on through views of the cat */
+}
+
+/* The results of attention node P written through views (fold_output),
+ * and into a cat of them (fold_cat). */
 static void
 fold_outputs(Kc *G, const uint32_t *nclass, NodeId P)
 {
 	const Node *p = &G->g->nodes.v[P];
+	ValId ends[3];
 	if (p->flags & NF_DEAD || (p->op != OP_SDPA && p->op != OP_SDPA_BACKWARD) ||
-	    G->group[P] >= 0 || !flash_fits(G, p, p->op == OP_SDPA_BACKWARD))
+	    p->nres > 3 || G->group[P] >= 0 || !flash_fits(G, p, p->op == OP_SDPA_BACKWARD))
 		return;
 	for (uint32_t j = 0; j < p->nres; j++)
-		fold_output(G, nclass, P, j);
+		ends[j] = fold_output(G, nclass, P, p->res[j]);
+	fold_cat(G, nclass, P, ends, p->nres);
 }
 
 /* 1 when attention nodes a and b take the same causal and scale. */
@@ -812,23 +1057,6 @@ aux_operand(Kc *G, ValId f, const Type *t)
 	       (G->fold->src[f] == NONE);
 }
 
-/* The one node using value v (del aside), or NONE. */
-static NodeId
-sole_use(Kc *G, ValId v)
-{
-	Graph *g = G->g;
-	NodeId use = NONE, p = g->vals.v[v].def;
-	for (uint32_t u = G->uat[v]; u < G->uat[v + 1]; u++) {
-		NodeId i = G->unode[u];
-		if (g->nodes.v[i].op == OP_DEL || i <= p)
-			continue;
-		if (use != NONE)
-			return NONE;
-		use = i;
-	}
-	return use;
-}
-
 /* The one node using value v (del aside) when it comes right after node
  * p, v's definition, on its stream with nothing but del/offload between;
  * NONE otherwise. */
@@ -836,7 +1064,7 @@ static NodeId
 next_sole_use(Kc *G, NodeId p, ValId v)
 {
 	Graph *g = G->g;
-	NodeId use = sole_use(G, v);
+	NodeId use = sole_use(G, v, NULL);
 	for (NodeId i = p + 1; use != NONE && i < use; i++) {
 		const Node *n = &g->nodes.v[i];
 		if (!(n->flags & NF_DEAD) && n->op != OP_DEL && n->op != OP_OFFLOAD)
@@ -895,7 +1123,7 @@ fold_epilogue(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
 		return;
 	if (!lone_temp(G, nclass, v))
 		return;
-	NodeId A = sole_use(G, v), next = next_sole_use(G, P, v);
+	NodeId A = sole_use(G, v, NULL), next = next_sole_use(G, P, v);
 	int aux = 0;
 	if (A == NONE) { /* p read by others too: the aux form, p keeping its memory */
 		if (g->vals.v[v].offload || !one_matrix(g, p) || batched_view(G, p))
@@ -956,6 +1184,7 @@ fold_all(Kc *G, FuseGroups *groups)
 	F->outview = arena_alloc(a, g->nodes.n + 1);
 	F->pair = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->pair);
 	G->lastfwd = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *G->lastfwd);
+	G->attn_only = arena_alloc(G->tmp, g->vals.n + 1);
 	uint32_t *nclass = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *nclass);
 	for (ValId v = 0; v < g->vals.n; v++) {
 		F->src[v] = F->last[v] = F->out[v] = G->lastfwd[v] = NONE;

@@ -276,18 +276,21 @@ enum { KEPI_NONE, KEPI_RELU, KEPI_GELU, KEPI_GELU_AUX, KEPI_DGELU };
 typedef struct {
 	ValId *src;       /* per value: a folded view's source, or NONE */
 	uint8_t *trans;   /* per value: the view swaps src's last two dims (1),
-	                     or is read by attention through strides (2) */
+	                     is read by attention through strides (2) or is a
+	                     part of a chunk or split, a slice of src (3) */
 	NodeId *last;     /* per value: the last product reading a folded view */
-	uint8_t *view;    /* per node: a folded view (no buffer, no kernel) */
+	uint8_t *view;    /* per node: a folded view, or a chunk or split of
+	                     folded slices (no buffer, no kernel) */
 	NodeId *act;      /* per node: the activation a product runs as its
 	                     epilogue, or NONE */
 	NodeId *prod;     /* per node: the product an activation is the
 	                     epilogue of, or NONE */
 	uint8_t *epi;     /* per product with act: its epilogue, KEPI_* */
 	ValId *out;       /* per value: an attention result (or a view of
-	                     one) written through the view making out[v], or
-	                     NONE */
-	uint8_t *outview; /* per node: such a view (no kernel) */
+	                     one) written through the view making out[v] (or
+	                     into its slice of out[v], the cat it is part of),
+	                     or NONE */
+	uint8_t *outview; /* per node: such a view or cat (no kernel) */
 	NodeId *pair;     /* per node: the attention backward that reuses
 	                     this forward's o and log-sum-exp, and back; NONE */
 } KernelFold;
@@ -341,9 +344,11 @@ NodeId *sched_kernel_graph(const Graph *g, const Sched *s, Arena *a, Graph *f);
 ValId sched_operand_root(const Sched *s, ValId v);
 ValId sched_out_end(const Sched *s, ValId v);
 /* The element strides (st[rank of v]) of v's elements in the memory of
- * its folded source or written value: row-major unless v is a folded view
- * or written through one; 0 when they cannot be expressed as strides. */
-int sched_fold_strides(const Graph *g, const KernelFold *F, ValId v, int64_t *st);
+ * its folded source or written value, from element *off of it: row-major
+ * from 0 unless v is a folded view or slice or written through one; 0
+ * when they cannot be expressed as strides. */
+int sched_fold_strides(const Graph *g, const KernelFold *F, ValId v, int64_t *st,
+                       int64_t *off);
 /* The verifier's part (verify.c): groups on one stream and one fusion
  * region in program order, links consistent, the plan's buffers sharing
  * bytes never live together (an internal error naming `after`). */
@@ -376,6 +381,7 @@ typedef struct {
 	ValId v;
 	const char *nm;
 	int64_t st[SG_MAXRANK];
+	int64_t off;          /* its first element in that memory */
 	int64_t s[2], sr;
 } FlashT;
 /* A flash call: the batch [nb0, nb1], the sizes and its tensors (q, k, v,

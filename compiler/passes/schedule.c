@@ -293,16 +293,22 @@ plan_attention(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def,
 		ops[p->nopnd++].v = sched_out_end(s, g->nodes.v[s->fold->pair[P]].res[0]);
 		p->opnd = ops;
 	}
+	uint32_t nres = 0;
 	for (uint32_t j = 0; j < p->nres; j++) {
 		ValId v = p->res[j];
 		while (s->fold->out[v] != NONE) {
 			def[v] = NONE;
 			v = s->fold->out[v];
 		}
-		res[j] = v;
+		uint32_t k = 0;
+		while (k < nres && res[k] != v)
+			k++;
+		if (k == nres) /* (a cat's slices: its result once) */
+			res[nres++] = v;
 		def[v] = P;
 	}
 	p->res = res;
+	p->nres = nres;
 }
 
 /* The copy f for kernel_choice's decisions: folded views make no buffer
@@ -316,7 +322,8 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 		Node *n = &f->nodes.v[i];
 		if (F->view[i]) { /* no buffer, no access */
 			n->flags |= NF_DEAD;
-			def[n->res[0]] = NONE;
+			for (uint32_t j = 0; j < n->nres; j++)
+				def[n->res[j]] = NONE;
 			continue;
 		}
 		if (F->outview[i]) { /* written by its attention node */
@@ -504,11 +511,20 @@ check_fold(Graph *g, const Sched *s, const char *after)
 		                   g->nodes.v[p].stream != n->stream)))
 			FAIL("node %u (line %u): its epilogue or attention pair is inconsistent",
 			     g->name, after, i, n->loc.line);
-		if ((F->view[i] || F->outview[i]) &&
-		    (n->nres != 1 || (F->view[i] && (F->src[n->res[0]] == NONE ||
-		                                     !s->reg[n->res[0]]))))
+		int parts = n->op == OP_CHUNK || n->op == OP_SPLIT;
+		if ((F->view[i] || F->outview[i]) && n->nres != 1 && !(F->view[i] && parts))
 			FAIL("node %u (line %u): a folded view without its source", g->name, after,
 			     i, n->loc.line);
+		for (uint32_t j = 0; F->view[i] && j < n->nres; j++)
+			if (F->src[n->res[j]] != n->opnd[0].v || !s->reg[n->res[j]] ||
+			    (F->trans[n->res[j]] == 3) != parts)
+				FAIL("node %u (line %u): a folded view without its source", g->name,
+				     after, i, n->loc.line);
+		/* A cat written by attention: each operand written into its slice. */
+		for (uint32_t k = 0; F->outview[i] && n->op == OP_CAT && k < n->nopnd; k++)
+			if (F->out[n->opnd[k].v] != n->res[0] || !s->reg[n->opnd[k].v])
+				FAIL("node %u (line %u): a cat written by attention with an operand "
+				     "not written into it", g->name, after, i, n->loc.line);
 	}
 }
 
@@ -609,11 +625,13 @@ note(FILE *f, void *ctx, NodeId i)
 		sep = ", ";
 	}
 	if (F && F->view[i])
-		fprintf(f, "%sview of %%%s%s", sep, g->vals.v[F->src[n->res[0]]].name,
+		fprintf(f, "%s%s of %%%s%s", sep, F->trans[n->res[0]] == 3 ? "slices" : "view",
+		        g->vals.v[F->src[n->res[0]]].name,
 		        F->trans[n->res[0]] == 1 ? " (transposed)" :
-		        F->trans[n->res[0]] == 2 ? " (strided)" : ""), sep = ", ";
+		        F->trans[n->res[0]] >= 2 ? " (strided)" : ""), sep = ", ";
 	if (F && F->outview[i])
-		fprintf(f, "%swritten by attention", sep), sep = ", ";
+		fprintf(f, "%swritten by attention%s", sep, n->op == OP_CAT ? " into its slices" : ""),
+		sep = ", ";
 	if (F && F->act[i] != NONE && F->epi[i] == KEPI_DGELU)
 		fprintf(f, "%swrites %%%s with its gelu_backward as epilogue (DGELU of %%%s)", sep,
 		        g->vals.v[g->nodes.v[F->act[i]].res[0]].name,

@@ -16,30 +16,6 @@
 #endif
 #include "sgk/sgk_device.cuh"
 #include "sgk/sgk_attention.cuh"
-// cg_attn.sg:20: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)
-static __global__ void __launch_bounds__(256)
-k_attn_bf16_20_chunk0_q3(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = x[(i / 128) * 384 + i % 128];
-}
-// cg_attn.sg:20: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)
-static __global__ void __launch_bounds__(256)
-k_attn_bf16_20_chunk1_q3(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = x[(i / 128) * 384 + i % 128 + 128];
-}
-// cg_attn.sg:20: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)
-static __global__ void __launch_bounds__(256)
-k_attn_bf16_20_chunk2_q3(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = x[(i / 128) * 384 + i % 128 + 256];
-}
 // cg_attn.sg:31: %yf   = cast(%p, dtype=f32)
 // cg_attn.sg:32: %sq   = square(%yf)
 // (x0 = %p, x1 = %yf, x2 = %sq)
@@ -193,54 +169,6 @@ k_attn_bf16_30_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 	     i += stride)
 		k_attn_bf16_30_sgd_update_one(p[i], g[i]);
 }
-// cg_attn.sg:20: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)]
-static __global__ void __launch_bounds__(256)
-k_attn_bf16_20_cat0_grad_qkv(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[(i / 128) * 384 + i % 128] = x[i];
-}
-// cg_attn.sg:20: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)]
-static __global__ void __launch_bounds__(256)
-k_attn_bf16_20_cat1_grad_qkv(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[(i / 128) * 384 + i % 128 + 128] = x[i];
-}
-// cg_attn.sg:20: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)]
-static __global__ void __launch_bounds__(256)
-k_attn_bf16_20_cat2_grad_qkv(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[(i / 128) * 384 + i % 128 + 256] = x[i];
-}
-// cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)
-static __global__ void __launch_bounds__(256)
-k_attn_f16_45_chunk0_q3(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = x[(i / 128) * 384 + i % 128];
-}
-// cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)
-static __global__ void __launch_bounds__(256)
-k_attn_f16_45_chunk1_q3(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = x[(i / 128) * 384 + i % 128 + 128];
-}
-// cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)
-static __global__ void __launch_bounds__(256)
-k_attn_f16_45_chunk2_q3(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[i] = x[(i / 128) * 384 + i % 128 + 256];
-}
 // cg_attn.sg:53: %att4 = transpose(%att, dim0=1, dim1=2)
 static __global__ void __launch_bounds__(256)
 k_attn_f16_53_transpose_att4(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ out)
@@ -369,30 +297,6 @@ k_attn_f16_55_sgd_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g, c
 	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_attn_f16_55_sgd_update_one(p[i], g[i]);
-}
-// cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)]
-static __global__ void __launch_bounds__(256)
-k_attn_f16_45_cat0_grad_qkv(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[(i / 128) * 384 + i % 128] = x[i];
-}
-// cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)]
-static __global__ void __launch_bounds__(256)
-k_attn_f16_45_cat1_grad_qkv(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[(i / 128) * 384 + i % 128 + 128] = x[i];
-}
-// cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)]
-static __global__ void __launch_bounds__(256)
-k_attn_f16_45_cat2_grad_qkv(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ out)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
-	     i += (int)gridDim.x * blockDim.x)
-		out[(i / 128) * 384 + i % 128 + 256] = x[i];
 }
 // cg_attn.sg:72: %q    = transpose(%q4, dim0=1, dim1=2)
 static __global__ void __launch_bounds__(256)
@@ -671,9 +575,6 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_wqkv = (sg_bf16 *)io[2];
 	sg_bf16 *v_wo = (sg_bf16 *)io[3];
 	sg_bf16 *v_qkv = NULL;
-	sg_bf16 *v_q3 = NULL;
-	sg_bf16 *v_k3 = NULL;
-	sg_bf16 *v_v3 = NULL;
 	sg_bf16 *v_att4 = NULL;
 	sg_bf16 *v_p = NULL;
 	float *v_yf = NULL;
@@ -685,9 +586,6 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_p = NULL;
 	sg_bf16 *v_grad_wo = NULL;
 	sg_bf16 *v_grad_att3 = NULL;
-	sg_bf16 *v_grad_v3 = NULL;
-	sg_bf16 *v_grad_k3 = NULL;
-	sg_bf16 *v_grad_q3 = NULL;
 	sg_bf16 *v_grad_qkv = NULL;
 	sg_bf16 *v_grad_wqkv = NULL;
 
@@ -705,56 +603,48 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_attn.sg:20: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2) */
-	v_q3 = (sg_bf16 *)SGRT_AT(rt, 98304); /* 32768 bytes of the arena */
-	v_k3 = (sg_bf16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
-	v_v3 = (sg_bf16 *)SGRT_AT(rt, 163840); /* 32768 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_attn_bf16_20_chunk0_q3", 20,
-	            k_attn_bf16_20_chunk0_q3<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_qkv, v_q3));
-	SGRT_KERNEL(rt, 0, "k_attn_bf16_20_chunk1_q3", 20,
-	            k_attn_bf16_20_chunk1_q3<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_qkv, v_k3));
-	SGRT_KERNEL(rt, 0, "k_attn_bf16_20_chunk2_q3", 20,
-	            k_attn_bf16_20_chunk2_q3<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_qkv, v_v3));
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:21: %q4   = reshape(%q3, shape=[B, T, NH, HD]) */
-	/* (not copied: the attention kernels read v_q3 through their strides) */
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:22: %k4   = reshape(%k3, shape=[B, T, NH, HD]) */
-	/* (not copied: the attention kernels read v_k3 through their strides) */
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:23: %v4   = reshape(%v3, shape=[B, T, NH, HD]) */
-	/* (not copied: the attention kernels read v_v3 through their strides) */
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:24: %q    = transpose(%q4, dim0=1, dim1=2) */
-	/* (not copied: the attention kernels read v_q3 through their strides) */
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:25: %k    = transpose(%k4, dim0=1, dim1=2) */
-	/* (not copied: the attention kernels read v_k3 through their strides) */
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:26: %v    = transpose(%v4, dim0=1, dim1=2) */
-	/* (not copied: the attention kernels read v_v3 through their strides) */
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:27: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true) */
-	v_att4 = (sg_bf16 *)SGRT_AT(rt, 0); /* 32768 bytes of the arena */
+	v_att4 = (sg_bf16 *)SGRT_AT(rt, 98304); /* 32768 bytes of the arena */
 	float *tmp_lse_27 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_27, 1024, 0, 27));
 	{
 		/* flash attention (sgk_attention.cuh): q, k, v as [nb0, nb1, rows, dim]. */
 		SgFlashParams fp;
 		sg_flash_params_init(&fp, 2, 2, 64, 64, 64, 64, (float)0.125, 1);
-		fp.q = v_q3;
-		fp.k = v_k3;
-		fp.v = v_v3;
+		fp.q = v_qkv;
+		fp.k = v_qkv + 128;
+		fp.v = v_qkv + 256;
 		fp.o = v_att4;
 		fp.lse = tmp_lse_27;
-		fp.q_s0 = 8192;
+		fp.q_s0 = 24576;
 		fp.q_s1 = 64;
-		fp.q_sr = 128;
-		fp.k_s0 = 8192;
+		fp.q_sr = 384;
+		fp.k_s0 = 24576;
 		fp.k_s1 = 64;
-		fp.k_sr = 128;
-		fp.v_s0 = 8192;
+		fp.k_sr = 384;
+		fp.v_s0 = 24576;
 		fp.v_s1 = 64;
-		fp.v_sr = 128;
+		fp.v_sr = 384;
 		fp.o_s1 = 64;
 		fp.o_sr = 128;
 		/* cuDNN's fused attention first; the kernels when it declines. */
@@ -772,7 +662,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_att4 through their operand layout) */
 
 	/* cg_attn.sg:30: %p    = linear(%att3, %wo) */
-	v_p = (sg_bf16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
+	v_p = (sg_bf16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -785,10 +675,10 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_attn.sg:31: %yf   = cast(%p, dtype=f32) */
-	v_yf = (float *)SGRT_AT(rt, 196608); /* 65536 bytes of the arena */
+	v_yf = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
 
 	/* cg_attn.sg:32: %sq   = square(%yf) */
-	v_sq = (float *)SGRT_AT(rt, 262144); /* 65536 bytes of the arena */
+	v_sq = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
 	if (((uintptr_t)v_p % 8) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_sq % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_bf16_31_cast_yf_vec", 31,
 		            k_attn_bf16_31_cast_yf_vec<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_p, v_yf, v_sq));
@@ -803,16 +693,16 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:34: backward(%loss) */
 
 	/* cg_attn.sg:34: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
-	v_grad_loss = (float *)SGRT_AT(rt, 32768); /* 4 bytes of the arena */
+	v_grad_loss = (float *)SGRT_AT(rt, 131072); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_34_ones_grad_loss", 34,
 	            k_attn_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_attn.sg:33: %loss = mean(%sq)  [sgc: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1])] */
-	v_grad_sq_1 = (float *)SGRT_AT(rt, 33024); /* 4 bytes of the arena */
+	v_grad_sq_1 = (float *)SGRT_AT(rt, 131328); /* 4 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_sq_1, v_grad_loss, 4, "reshape_grad.sq.1", 33));
 
 	/* cg_attn.sg:33: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128])] */
-	v_grad_sq_2 = (float *)SGRT_AT(rt, 262144); /* 65536 bytes of the arena */
+	v_grad_sq_2 = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_expand_grad_sq_2", 33,
 	            k_attn_bf16_33_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_1, v_grad_sq_2));
 
@@ -823,7 +713,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:32: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)] */
 
 	/* cg_attn.sg:31: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=bf16)] */
-	v_grad_p = (sg_bf16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
+	v_grad_p = (sg_bf16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
 	if (((uintptr_t)v_grad_sq_2 % 16) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_grad_p % 8) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_bf16_33_div_grad_sq_vec", 33,
 		            k_attn_bf16_33_div_grad_sq_vec<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_p));
@@ -841,7 +731,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
 	/* cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: %grad.wo = matmul(%grad.wo.3, %grad.wo.2)] */
-	v_grad_wo = (sg_bf16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
+	v_grad_wo = (sg_bf16 *)SGRT_AT(rt, 163840); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -880,43 +770,44 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
 	/* cg_attn.sg:27: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=false)] */
-	v_grad_q3 = (sg_bf16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
-	v_grad_k3 = (sg_bf16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
-	v_grad_v3 = (sg_bf16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
+	v_grad_qkv = (sg_bf16 *)SGRT_AT(rt, 229376); /* 98304 bytes of the arena */
 	float *tmp_delta_27 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_delta_27, 1024, 0, 27));
 	{
 		/* flash attention (sgk_attention.cuh): q, k, v as [nb0, nb1, rows, dim]. */
 		SgFlashParams fp;
 		sg_flash_params_init(&fp, 2, 2, 64, 64, 64, 64, (float)0.125, 1);
-		fp.q = v_q3;
-		fp.k = v_k3;
-		fp.v = v_v3;
+		fp.q = v_qkv;
+		fp.k = v_qkv + 128;
+		fp.v = v_qkv + 256;
 		fp.o = v_att4;
 		fp.lse = tmp_lse_27;
-		fp.q_s0 = 8192;
+		fp.q_s0 = 24576;
 		fp.q_s1 = 64;
-		fp.q_sr = 128;
-		fp.k_s0 = 8192;
+		fp.q_sr = 384;
+		fp.k_s0 = 24576;
 		fp.k_s1 = 64;
-		fp.k_sr = 128;
-		fp.v_s0 = 8192;
+		fp.k_sr = 384;
+		fp.v_s0 = 24576;
 		fp.v_s1 = 64;
-		fp.v_sr = 128;
+		fp.v_sr = 384;
 		fp.o_s1 = 64;
 		fp.o_sr = 128;
 		fp.do_s1 = 64;
 		fp.do_sr = 128;
+		fp.dq_s0 = 24576;
 		fp.dq_s1 = 64;
-		fp.dq_sr = 128;
+		fp.dq_sr = 384;
+		fp.dk_s0 = 24576;
 		fp.dk_s1 = 64;
-		fp.dk_sr = 128;
+		fp.dk_sr = 384;
+		fp.dv_s0 = 24576;
 		fp.dv_s1 = 64;
-		fp.dv_sr = 128;
+		fp.dv_sr = 384;
 		fp.dout = v_grad_att3;
-		fp.dq = v_grad_q3;
-		fp.dk = v_grad_k3;
-		fp.dv = v_grad_v3;
+		fp.dq = v_grad_qkv;
+		fp.dk = v_grad_qkv + 128;
+		fp.dv = v_grad_qkv + 256;
 		fp.delta = tmp_delta_27;
 		/* cuDNN's fused attention first; the kernels when it declines. */
 		SgrtSdpa sd;
@@ -929,31 +820,25 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_27, 0, 27));
 
 	/* cg_attn.sg:26: %v    = transpose(%v4, dim0=1, dim1=2)  [sgc: %grad.v4 = transpose(%grad.v, dim0=1, dim1=2)] */
-	/* (not copied: the attention kernel wrote v_grad_v3 through its strides) */
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:25: %k    = transpose(%k4, dim0=1, dim1=2)  [sgc: %grad.k4 = transpose(%grad.k, dim0=1, dim1=2)] */
-	/* (not copied: the attention kernel wrote v_grad_k3 through its strides) */
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:24: %q    = transpose(%q4, dim0=1, dim1=2)  [sgc: %grad.q4 = transpose(%grad.q, dim0=1, dim1=2)] */
-	/* (not copied: the attention kernel wrote v_grad_q3 through its strides) */
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:23: %v4   = reshape(%v3, shape=[B, T, NH, HD])  [sgc: %grad.v3 = reshape(%grad.v4, shape=[2, 64, 128])] */
-	/* (not copied: the attention kernel wrote v_grad_v3 through its strides) */
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:22: %k4   = reshape(%k3, shape=[B, T, NH, HD])  [sgc: %grad.k3 = reshape(%grad.k4, shape=[2, 64, 128])] */
-	/* (not copied: the attention kernel wrote v_grad_k3 through its strides) */
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:21: %q4   = reshape(%q3, shape=[B, T, NH, HD])  [sgc: %grad.q3 = reshape(%grad.q4, shape=[2, 64, 128])] */
-	/* (not copied: the attention kernel wrote v_grad_q3 through its strides) */
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:20: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)] */
-	v_grad_qkv = (sg_bf16 *)SGRT_AT(rt, 98304); /* 98304 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_attn_bf16_20_cat0_grad_qkv", 20,
-	            k_attn_bf16_20_cat0_grad_qkv<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_q3, v_grad_qkv));
-	SGRT_KERNEL(rt, 0, "k_attn_bf16_20_cat1_grad_qkv", 20,
-	            k_attn_bf16_20_cat1_grad_qkv<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_k3, v_grad_qkv));
-	SGRT_KERNEL(rt, 0, "k_attn_bf16_20_cat2_grad_qkv", 20,
-	            k_attn_bf16_20_cat2_grad_qkv<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_v3, v_grad_qkv));
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:19: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv.1 = reshape(%grad.qkv, shape=[128, 384])] */
 	/* (not copied: the products read v_grad_qkv through their operand layout) */
@@ -1140,9 +1025,6 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_f16 *v_wqkv = (sg_f16 *)io[3];
 	sg_f16 *v_wo = (sg_f16 *)io[4];
 	sg_f16 *v_qkv = NULL;
-	sg_f16 *v_q3 = NULL;
-	sg_f16 *v_k3 = NULL;
-	sg_f16 *v_v3 = NULL;
 	sg_f16 *v_att = NULL;
 	sg_f16 *v_att4 = (sg_f16 *)io[2];
 	sg_f16 *v_p = NULL;
@@ -1155,9 +1037,6 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_f16 *v_grad_p = NULL;
 	sg_f16 *v_grad_wo = NULL;
 	sg_f16 *v_grad_att3 = NULL;
-	sg_f16 *v_grad_v3 = NULL;
-	sg_f16 *v_grad_k3 = NULL;
-	sg_f16 *v_grad_q3 = NULL;
 	sg_f16 *v_grad_qkv = NULL;
 	sg_f16 *v_grad_wqkv = NULL;
 
@@ -1175,56 +1054,48 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2) */
-	v_q3 = (sg_f16 *)SGRT_AT(rt, 98304); /* 32768 bytes of the arena */
-	v_k3 = (sg_f16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
-	v_v3 = (sg_f16 *)SGRT_AT(rt, 163840); /* 32768 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_attn_f16_45_chunk0_q3", 45,
-	            k_attn_f16_45_chunk0_q3<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_qkv, v_q3));
-	SGRT_KERNEL(rt, 0, "k_attn_f16_45_chunk1_q3", 45,
-	            k_attn_f16_45_chunk1_q3<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_qkv, v_k3));
-	SGRT_KERNEL(rt, 0, "k_attn_f16_45_chunk2_q3", 45,
-	            k_attn_f16_45_chunk2_q3<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_qkv, v_v3));
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:46: %q4   = reshape(%q3, shape=[B, T, NH, HD]) */
-	/* (not copied: the attention kernels read v_q3 through their strides) */
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:47: %k4   = reshape(%k3, shape=[B, T, NH, HD]) */
-	/* (not copied: the attention kernels read v_k3 through their strides) */
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:48: %v4   = reshape(%v3, shape=[B, T, NH, HD]) */
-	/* (not copied: the attention kernels read v_v3 through their strides) */
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:49: %q    = transpose(%q4, dim0=1, dim1=2) */
-	/* (not copied: the attention kernels read v_q3 through their strides) */
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:50: %k    = transpose(%k4, dim0=1, dim1=2) */
-	/* (not copied: the attention kernels read v_k3 through their strides) */
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:51: %v    = transpose(%v4, dim0=1, dim1=2) */
-	/* (not copied: the attention kernels read v_v3 through their strides) */
+	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:52: %att  = scaled_dot_product_attention(%q, %k, %v, scale=0.1) */
-	v_att = (sg_f16 *)SGRT_AT(rt, 0); /* 32768 bytes of the arena */
+	v_att = (sg_f16 *)SGRT_AT(rt, 98304); /* 32768 bytes of the arena */
 	float *tmp_lse_52 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_52, 1024, 0, 52));
 	{
 		/* flash attention (sgk_attention.cuh): q, k, v as [nb0, nb1, rows, dim]. */
 		SgFlashParams fp;
 		sg_flash_params_init(&fp, 2, 2, 64, 64, 64, 64, (float)0.1, 0);
-		fp.q = v_q3;
-		fp.k = v_k3;
-		fp.v = v_v3;
+		fp.q = v_qkv;
+		fp.k = v_qkv + 128;
+		fp.v = v_qkv + 256;
 		fp.o = v_att;
 		fp.lse = tmp_lse_52;
-		fp.q_s0 = 8192;
+		fp.q_s0 = 24576;
 		fp.q_s1 = 64;
-		fp.q_sr = 128;
-		fp.k_s0 = 8192;
+		fp.q_sr = 384;
+		fp.k_s0 = 24576;
 		fp.k_s1 = 64;
-		fp.k_sr = 128;
-		fp.v_s0 = 8192;
+		fp.k_sr = 384;
+		fp.v_s0 = 24576;
 		fp.v_s1 = 64;
-		fp.v_sr = 128;
+		fp.v_sr = 384;
 		/* cuDNN's fused attention first; the kernels when it declines. */
 		SgrtSdpa sd;
 		SGRT_SDPA_FROM_FLASH(&sd, &fp, SGRT_F16);
@@ -1241,7 +1112,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_att4 through their operand layout) */
 
 	/* cg_attn.sg:55: %p    = linear(%att3, %wo) */
-	v_p = (sg_f16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
+	v_p = (sg_f16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1254,10 +1125,10 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_attn.sg:56: %yf   = cast(%p, dtype=f32) */
-	v_yf = (float *)SGRT_AT(rt, 196608); /* 65536 bytes of the arena */
+	v_yf = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
 
 	/* cg_attn.sg:57: %sq   = square(%yf) */
-	v_sq = (float *)SGRT_AT(rt, 262144); /* 65536 bytes of the arena */
+	v_sq = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
 	if (((uintptr_t)v_p % 8) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_sq % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_f16_56_cast_yf_vec", 56,
 		            k_attn_f16_56_cast_yf_vec<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_p, v_yf, v_sq));
@@ -1272,16 +1143,16 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:59: backward(%loss) */
 
 	/* cg_attn.sg:59: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
-	v_grad_loss = (float *)SGRT_AT(rt, 32768); /* 4 bytes of the arena */
+	v_grad_loss = (float *)SGRT_AT(rt, 131072); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_34_ones_grad_loss", 59,
 	            k_attn_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_attn.sg:58: %loss = mean(%sq)  [sgc: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1])] */
-	v_grad_sq_1 = (float *)SGRT_AT(rt, 33024); /* 4 bytes of the arena */
+	v_grad_sq_1 = (float *)SGRT_AT(rt, 131328); /* 4 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_grad_sq_1, v_grad_loss, 4, "reshape_grad.sq.1", 58));
 
 	/* cg_attn.sg:58: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128])] */
-	v_grad_sq_2 = (float *)SGRT_AT(rt, 262144); /* 65536 bytes of the arena */
+	v_grad_sq_2 = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_expand_grad_sq_2", 58,
 	            k_attn_bf16_33_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_1, v_grad_sq_2));
 
@@ -1292,7 +1163,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:57: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)] */
 
 	/* cg_attn.sg:56: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=f16)] */
-	v_grad_p = (sg_f16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
+	v_grad_p = (sg_f16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
 	if (((uintptr_t)v_grad_sq_2 % 16) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_grad_p % 8) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_f16_58_div_grad_sq_vec", 58,
 		            k_attn_f16_58_div_grad_sq_vec<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_p));
@@ -1310,7 +1181,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
 	/* cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: %grad.wo = matmul(%grad.wo.3, %grad.wo.2)] */
-	v_grad_wo = (sg_f16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
+	v_grad_wo = (sg_f16 *)SGRT_AT(rt, 163840); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1349,41 +1220,42 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
 	/* cg_attn.sg:52: %att  = scaled_dot_product_attention(%q, %k, %v, scale=0.1)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, scale=0.1, enable_gqa=false)] */
-	v_grad_q3 = (sg_f16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
-	v_grad_k3 = (sg_f16 *)SGRT_AT(rt, 65536); /* 32768 bytes of the arena */
-	v_grad_v3 = (sg_f16 *)SGRT_AT(rt, 32768); /* 32768 bytes of the arena */
+	v_grad_qkv = (sg_f16 *)SGRT_AT(rt, 229376); /* 98304 bytes of the arena */
 	float *tmp_delta_52 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_delta_52, 1024, 0, 52));
 	{
 		/* flash attention (sgk_attention.cuh): q, k, v as [nb0, nb1, rows, dim]. */
 		SgFlashParams fp;
 		sg_flash_params_init(&fp, 2, 2, 64, 64, 64, 64, (float)0.1, 0);
-		fp.q = v_q3;
-		fp.k = v_k3;
-		fp.v = v_v3;
+		fp.q = v_qkv;
+		fp.k = v_qkv + 128;
+		fp.v = v_qkv + 256;
 		fp.o = v_att;
 		fp.lse = tmp_lse_52;
-		fp.q_s0 = 8192;
+		fp.q_s0 = 24576;
 		fp.q_s1 = 64;
-		fp.q_sr = 128;
-		fp.k_s0 = 8192;
+		fp.q_sr = 384;
+		fp.k_s0 = 24576;
 		fp.k_s1 = 64;
-		fp.k_sr = 128;
-		fp.v_s0 = 8192;
+		fp.k_sr = 384;
+		fp.v_s0 = 24576;
 		fp.v_s1 = 64;
-		fp.v_sr = 128;
+		fp.v_sr = 384;
 		fp.do_s1 = 64;
 		fp.do_sr = 128;
+		fp.dq_s0 = 24576;
 		fp.dq_s1 = 64;
-		fp.dq_sr = 128;
+		fp.dq_sr = 384;
+		fp.dk_s0 = 24576;
 		fp.dk_s1 = 64;
-		fp.dk_sr = 128;
+		fp.dk_sr = 384;
+		fp.dv_s0 = 24576;
 		fp.dv_s1 = 64;
-		fp.dv_sr = 128;
+		fp.dv_sr = 384;
 		fp.dout = v_grad_att3;
-		fp.dq = v_grad_q3;
-		fp.dk = v_grad_k3;
-		fp.dv = v_grad_v3;
+		fp.dq = v_grad_qkv;
+		fp.dk = v_grad_qkv + 128;
+		fp.dv = v_grad_qkv + 256;
 		fp.delta = tmp_delta_52;
 		/* cuDNN's fused attention first; the kernels when it declines. */
 		SgrtSdpa sd;
@@ -1396,31 +1268,25 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_52, 0, 52));
 
 	/* cg_attn.sg:51: %v    = transpose(%v4, dim0=1, dim1=2)  [sgc: %grad.v4 = transpose(%grad.v, dim0=1, dim1=2)] */
-	/* (not copied: the attention kernel wrote v_grad_v3 through its strides) */
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:50: %k    = transpose(%k4, dim0=1, dim1=2)  [sgc: %grad.k4 = transpose(%grad.k, dim0=1, dim1=2)] */
-	/* (not copied: the attention kernel wrote v_grad_k3 through its strides) */
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:49: %q    = transpose(%q4, dim0=1, dim1=2)  [sgc: %grad.q4 = transpose(%grad.q, dim0=1, dim1=2)] */
-	/* (not copied: the attention kernel wrote v_grad_q3 through its strides) */
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:48: %v4   = reshape(%v3, shape=[B, T, NH, HD])  [sgc: %grad.v3 = reshape(%grad.v4, shape=[2, 64, 128])] */
-	/* (not copied: the attention kernel wrote v_grad_v3 through its strides) */
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:47: %k4   = reshape(%k3, shape=[B, T, NH, HD])  [sgc: %grad.k3 = reshape(%grad.k4, shape=[2, 64, 128])] */
-	/* (not copied: the attention kernel wrote v_grad_k3 through its strides) */
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:46: %q4   = reshape(%q3, shape=[B, T, NH, HD])  [sgc: %grad.q3 = reshape(%grad.q4, shape=[2, 64, 128])] */
-	/* (not copied: the attention kernel wrote v_grad_q3 through its strides) */
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:45: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3, dim=2)] */
-	v_grad_qkv = (sg_f16 *)SGRT_AT(rt, 98304); /* 98304 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_attn_f16_45_cat0_grad_qkv", 45,
-	            k_attn_f16_45_cat0_grad_qkv<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_q3, v_grad_qkv));
-	SGRT_KERNEL(rt, 0, "k_attn_f16_45_cat1_grad_qkv", 45,
-	            k_attn_f16_45_cat1_grad_qkv<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_k3, v_grad_qkv));
-	SGRT_KERNEL(rt, 0, "k_attn_f16_45_cat2_grad_qkv", 45,
-	            k_attn_f16_45_cat2_grad_qkv<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_v3, v_grad_qkv));
+	/* (not copied: the attention kernel wrote v_grad_qkv through its strides) */
 
 	/* cg_attn.sg:44: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv.1 = reshape(%grad.qkv, shape=[128, 384])] */
 	/* (not copied: the products read v_grad_qkv through their operand layout) */

@@ -11,7 +11,9 @@
 # libsgrt (without NCCL) in DIR/build, cJSON in DIR/lib, and the cases of
 # tests/gpu/attention_cases.py (bf16 and f16, head dims 64 and 128: GQA
 # 16/4 causal, MQA 16/1, a bool mask with GQA, a float mask, a causal
-# mask built from aranges that -O2 makes causal=true; forward and
+# mask built from aranges that -O2 makes causal=true; q, k, v as strided
+# slices of one fused qkv linear through chunk, split or timm's unbind,
+# with dq, dk, dv written into the backward cat's buffer; forward and
 # backward) with their expected outputs from `sgc run`.  run: `sgc -O2
 # --main` and nvcc build each driver, which runs with cuDNN
 # (PyTorch's wheel) and with SGRT_CUDNN_LIB=/nonexistent (the kernel
