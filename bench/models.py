@@ -16,9 +16,13 @@ with dropout off, wrapped so that it returns what cross_entropy takes:
             -> logits [B, 1000]
 
 The .sg files under bench/ are these models exported on a machine with
-transformers, torchvision and timm (the GPU machine), at a small example
-size, with the batch and sequence sizes as dims (`--dim`), so that the
-table's sizes are `-D` values (bench/README.md gives the commands):
+transformers, torchvision and timm (the GPU machine), with the batch as a
+dim (`--dim`), so that the table's sizes are `-D` values; the language
+models at their table's T (their positions are computed from T at
+export), the image models at a small example batch.  Consts (a causal
+mask, position ids) go to OUTDIR/NAME.consts.safetensors, which the
+bench reads; params are initialised from the drivers' --seed
+(bench/README.md gives the commands):
 
   python3 bench/models.py export OUTDIR [NAME...]
 """
@@ -77,33 +81,59 @@ def vit_tiny():
 
 
 # name: (factory, example input for the export, dims, bench sizes, --train)
+# (the language models are exported at their table's T, with the batch
+# alone a dim: their positions are computed from T at export)
 MODELS = {
-    "gpt2": (gpt2, "input_ids=i64[2,64]", ["B=input_ids:0", "T=input_ids:1"],
+    "gpt2": (gpt2, "input_ids=i64[1,1024]", ["B=input_ids:0"],
              {"B": 8, "T": 1024}, False),
-    "llama": (llama, "input_ids=i64[1,64]", ["B=input_ids:0", "T=input_ids:1"],
+    "llama": (llama, "input_ids=i64[1,2048]", ["B=input_ids:0"],
               {"B": 4, "T": 2048}, False),
     "resnet18": (resnet18, "x=bf16[2,3,224,224]", ["B=x:0"], {"B": 128}, True),
     "vit_tiny": (vit_tiny, "x=bf16[2,3,224,224]", ["B=x:0"], {"B": 256}, False),
 }
 
 
+def keep_consts(sg, params, out):
+    """The consts of the exported graph sg (a causal mask, position ids:
+    values that the drivers' --seed initialisation would spoil) from
+    fx2sg's params file, into out (bench/torch_ref.py reads it; params
+    are left to --seed).  Nothing is written when there are none."""
+    import re
+    sys.path.insert(0, HERE)
+    from torch_ref import st_load, st_save
+    with open(sg) as f:
+        names = set(re.findall(r"^\s*const\s+%(\S+)\s*:", f.read(), re.M))
+    consts = {k: v for k, v in st_load(params).items() if k in names}
+    size = sum(v.numel() * v.element_size() for v in consts.values())
+    if consts:
+        st_save(out, consts)
+        print("%s: %d consts, %d bytes" % (out, len(consts), size), flush=True)
+
+
 def export(outdir, names):
+    import tempfile
     os.makedirs(outdir, exist_ok=True)
     rc = 0
     for name in names:
         _, inp, dims, _, train = MODELS[name]
         sg = os.path.join(outdir, name + ".sg")
-        cmd = [sys.executable, os.path.join(ROOT, "tools", "fx2sg"),
-               "%s:%s" % (os.path.abspath(__file__), name), "-o", sg, "--graph", name,
-               "--input", inp, "--trace", "export", "--loss", "cross_entropy",
-               "--optimizer", "sgd(lr=%g)" % LR]
-        for d in dims:
-            cmd += ["--dim", d]
-        if train:
-            cmd.append("--train")
-        print("+ " + " ".join(cmd[1:]), flush=True)
-        r = subprocess.run(cmd)
-        print("%s: fx2sg exited %d" % (name, r.returncode), flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            params = os.path.join(tmp, name + ".safetensors")
+            cmd = [sys.executable, os.path.join(ROOT, "tools", "fx2sg"),
+                   "%s:%s" % (os.path.abspath(__file__), name), "-o", sg,
+                   "--params", params, "--graph", name, "--input", inp,
+                   "--trace", "export", "--loss", "cross_entropy",
+                   "--optimizer", "sgd(lr=%g)" % LR]
+            for d in dims:
+                cmd += ["--dim", d]
+            if train:
+                cmd.append("--train")
+            print("+ " + " ".join(cmd[1:]), flush=True)
+            r = subprocess.run(cmd)
+            print("%s: fx2sg exited %d" % (name, r.returncode), flush=True)
+            if r.returncode == 0:
+                keep_consts(sg, params, os.path.join(outdir, name +
+                                                     ".consts.safetensors"))
         rc = rc or r.returncode
     return rc
 

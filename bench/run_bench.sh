@@ -21,7 +21,7 @@
 #
 # Environment: PYTHON (an interpreter with torch; default: the first of
 # python3 and /usr/bin/python3 that imports it), NVCC, BENCH_BUDGET_S
-# (seconds the whole run may take, default 450: PyTorch's share is what
+# (seconds the whole run may take, default 520: PyTorch's share is what
 # is left after sgc's), BENCH_ONLY (space-separated programs),
 # BENCH_NO_BIN=1 (prepare: do not keep driver binaries, to carry less),
 # BENCH_PACK=1 (prepare: keep them as gpu/bin.tgz, a third of the size;
@@ -151,9 +151,11 @@ prepare_compile() {
 			"$name" "$ms" "$min" "$cpu" "$what" >>"$G/compile.json.tmp"
 		dims=$("$PY" bench/torch_ref.py --small-dims "$name")
 		# (a budget for full size offloads nothing at small dims:
-		# there, offload whatever lowers the peak)
+		# there, offload whatever lowers the peak; a real model's
+		# full-size -D flags give way to the small dims)
 		local sflags
-		sflags=$(echo " $flags" | sed 's/ --offload-budget=[0-9]*/ --offload=auto/')
+		sflags=$(echo " $flags" | sed -e 's/ --offload-budget=[0-9]*/ --offload=auto/' \
+			-e 's/ -D [A-Za-z_][A-Za-z0-9_]*=[0-9]*//g')
 		for tag in native f32; do
 			[ -f "$G/check/${sg%.sg}_$tag.sg" ] || continue
 			# shellcheck disable=SC2086
@@ -259,7 +261,10 @@ run_small_checks() {
 		for tag in native f32; do
 			bin=$(driver "$name.small_$tag") || continue
 			base=$G/check/${sg%.sg}_$tag
-			if ! timeout 120 "$bin" --params "$base.params.safetensors" \
+			local params=()
+			[ -f "$base.params.safetensors" ] &&
+				params=(--params "$base.params.safetensors")
+			if ! timeout 120 "$bin" "${params[@]}" \
 				--inputs "$base.inputs.safetensors" \
 				--out "$d/$name.$tag.safetensors" >"$d/log" 2>&1; then
 				echo "FAIL $name ($tag): the driver failed: $(tail -n 3 "$d/log" | tr '\n' ' ')"
@@ -287,8 +292,13 @@ run_bench_all() {
 		# tracing inside a capture)
 		[[ " $flags " == *" --cuda-graph "* ]] ||
 			trace=(--trace "$TR/$name.json")
-		timeout 240 "$bin" --inputs "$IN/$name.safetensors" --bench "$iters" \
-			"${trace[@]}" >/tmp/sgbench.out 2>/tmp/sgbench.err
+		# (a real model's exported consts, when there are any; its
+		# params come from --seed)
+		local params=()
+		[ -f "$IN/$name.params.safetensors" ] &&
+			params=(--params "$IN/$name.params.safetensors")
+		timeout 240 "$bin" --inputs "$IN/$name.safetensors" "${params[@]}" \
+			--bench "$iters" "${trace[@]}" >/tmp/sgbench.out 2>/tmp/sgbench.err
 		local rc=$?
 		line=$(grep '^{"graph"' /tmp/sgbench.out | tail -n 1)
 		if [ $rc = 0 ] && [ -n "$line" ]; then
@@ -342,10 +352,13 @@ run() {
 	echo "== where each driver's time goes (one traced call)" | tee -a "$OUTD/log.txt"
 	"$PY" bench/torch_ref.py --trace-summary "$TR" | tee "$OUTD/trace_summary.txt" >>"$OUTD/log.txt"
 	tar -czf "$OUTD/traces.tar.gz" -C "$TR" . 2>/dev/null
-	local left=$(( ${BENCH_BUDGET_S:-450} - (SECONDS - t_start) - 15 ))
+	local left=$(( ${BENCH_BUDGET_S:-520} - (SECONDS - t_start) - 15 ))
 	[ $left -gt 30 ] || left=30
 	echo "== PyTorch, at most $left s ($((SECONDS - t_start)) s)" | tee -a "$OUTD/log.txt"
+	# (--budget-s: a variant that may not finish in what is left is
+	# skipped and named; timeout is the backstop)
 	PYTHONUNBUFFERED=1 timeout "$left" "$PY" bench/torch_ref.py \
+		--budget-s $((left - 10)) \
 		${BENCH_ONLY:+--only "${BENCH_ONLY// /,}"} \
 		${BENCH_TORCH_VARIANTS:+--variants "$BENCH_TORCH_VARIANTS"} \
 		--json "$OUTD/torch.json" >/dev/null 2>>"$OUTD/log.txt" ||
