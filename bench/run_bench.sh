@@ -24,8 +24,8 @@
 # (seconds the whole run may take, default 520: PyTorch's share is what
 # is left after sgc's), BENCH_ONLY (space-separated programs),
 # BENCH_NO_BIN=1 (prepare: do not keep driver binaries, to carry less),
-# BENCH_PACK=1 (prepare: keep them as gpu/bin.tgz, a third of the size;
-# run unpacks it),
+# BENCH_PACK=1 (prepare: keep them and the .cu files as gpu/bin.txz, a
+# sixth of the size; run unpacks it),
 # BENCH_TORCH_VARIANTS (run: comma-separated PyTorch variants, e.g.
 # eager,eager_opt_in_bwd,eager_save_on_cpu; default all), BENCH_BUILD
 # (the build directory, default build-bench; carry BENCH_BUILD/gpu).
@@ -193,8 +193,10 @@ prepare_drivers() {
 	done
 	[ "${BENCH_NO_BIN:-0}" = 1 ] && rm -f "$G"/bin/*
 	echo "drivers built: $(ls "$G/bin" | wc -l), failed: $fails"
+	# (xz: a sixth of the size of the drivers and sources, half of
+	# gzip's, so that 40 drivers stay inside what a device call carries)
 	if [ "${BENCH_PACK:-0}" = 1 ]; then
-		tar -czf "$G/bin.tgz" -C "$G" bin && rm -rf "$G/bin"
+		tar -cJf "$G/bin.txz" -C "$G" bin cu && rm -rf "$G/bin" "$G/cu"
 	fi
 }
 
@@ -317,8 +319,11 @@ run() {
 	IN=${BENCH_INPUTS:-/tmp/sgbench_inputs}
 	mkdir -p "$OUTD" "$IN"
 	[ -d "$G" ] || die "$G is missing: run 'bench/run_bench.sh prepare' first (and carry it)"
-	if [ -f "$G/bin.tgz" ] && [ ! -d "$G/bin" ]; then
-		tar -xzf "$G/bin.tgz" -C "$G" || die "unpacking $G/bin.tgz failed"
+	if [ -f "$G/bin.txz" ] && [ ! -d "$G/bin" ]; then
+		# (Python's tarfile where tar has no xz)
+		tar -xJf "$G/bin.txz" -C "$G" 2>/dev/null ||
+			"$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+				"$G/bin.txz" "$G" || die "unpacking $G/bin.txz failed"
 	fi
 	# libcjson from here; libcublasLt from the CUDA of nvcc, else the
 	# one PyTorch's wheels bring

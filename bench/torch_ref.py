@@ -476,8 +476,9 @@ def run_model(w, dry, one):
             f(x, t).backward()
             with torch.no_grad():
                 for p in ps:
-                    p.add_(p.grad, alpha=-lr)
-                    p.grad = None
+                    if p.grad is not None:
+                        p.add_(p.grad, alpha=-lr)
+                        p.grad = None
         return step
 
     one("eager", lambda: make(False))
@@ -646,15 +647,17 @@ def train_step(w, P, fwd, in_bwd=False, on_cpu=False):
     return step
 
 
-def run_workload(w, log, dry=False, only=None, t_end=None):
+def run_workload(w, log, dry=False, only=None, t_end=None, out=None,
+                 dump=lambda: None):
     """Every PyTorch variant of workload w at full size, on the GPU (dry:
     at the --check size on the CPU, to try the code where there is no
     GPU); only: the names of the variants to run (None: all); t_end: the
     time.time() by which the run must end (a variant whose w.est_s does
-    not fit in what is left is skipped, and says so)."""
+    not fit in what is left is skipped, and says so); out: the dict the
+    results go into, dump() called after each variant."""
     dev = "cpu" if dry else "cuda"
     d = dims_of(w, dry)
-    out = {}
+    out = {} if out is None else out
 
     def fresh():
         gen = torch.Generator(device=dev)
@@ -691,6 +694,7 @@ def run_workload(w, log, dry=False, only=None, t_end=None):
             out[name] = {"error": repr(ex)[:300]}
         out[name]["wall_s"] = round(time.time() - t0, 1)
         log("  %-22s %s" % (name, out[name]))
+        dump()
         if not dry:
             torch.cuda.synchronize()
 
@@ -849,9 +853,10 @@ def cmd_run(args):
     t_end = time.time() + args.budget_s if args.budget_s else None
     for name in names:
         log(name)
-        res[name] = run_workload(WORKLOADS[name], log, args.dry,
-                                 args.variants.split(",") if args.variants
-                                 else None, t_end)
+        res[name] = {}
+        run_workload(WORKLOADS[name], log, args.dry,
+                     args.variants.split(",") if args.variants else None,
+                     t_end, res[name], dump)
         dump()
     print_torch_table(res)
 
