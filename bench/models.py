@@ -6,10 +6,10 @@ with dropout off, wrapped so that it returns what cross_entropy takes:
 
   gpt2      Hugging Face GPT2LMHeadModel, GPT-2 small (12 layers, d 768,
             12 heads, vocab 50257), SDPA attention; input_ids [B, T] ->
-            logits [B*T, 50257]
+            logits [B, 50257, T]
   llama     Hugging Face LlamaForCausalLM at a 1B-like width (8 layers, d
             2048, 16 query heads over 4 key/value heads, MLP 5632, vocab
-            32000); input_ids [B, T] -> logits [B*T, 32000]
+            32000); input_ids [B, T] -> logits [B, 32000, T]
   resnet18  torchvision resnet18 (1000 classes), training mode; x [B, 3,
             224, 224] -> logits [B, 1000]
   vit_tiny  timm vit_tiny_patch16_224 (1000 classes); x [B, 3, 224, 224]
@@ -39,7 +39,10 @@ LR = 1e-4
 
 
 class Logits(nn.Module):
-    """A causal LM's logits as [B*T, vocab]."""
+    """A causal LM's logits as [B, vocab, T]: the class dim second, as
+    cross_entropy takes it, so that the target is [B, T].  (As [B*T,
+    vocab] the target would be [B*T], which a dim cannot express: fx2sg
+    refuses --dim B then.)"""
 
     def __init__(self, m):
         super().__init__()
@@ -47,7 +50,7 @@ class Logits(nn.Module):
 
     def forward(self, input_ids):
         out = self.m(input_ids=input_ids, use_cache=False, return_dict=True)
-        return out.logits.reshape(-1, out.logits.shape[-1])
+        return out.logits.transpose(1, 2)
 
 
 def gpt2():

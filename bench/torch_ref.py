@@ -430,7 +430,7 @@ class Model:
                    for k, t, s in self.decls(d).values() if k != "input")
 
     def io_bytes(self, d):
-        """The inputs, the logits [len(target), classes] and the loss."""
+        """The inputs, the logits (classes a target) and the loss."""
         dec = self.decls(d)
         ins = sum(math.prod(s) * torch.empty((), dtype=t).element_size()
                   for k, t, s in dec.values() if k == "input")
