@@ -16,12 +16,16 @@ with dropout off, wrapped so that it returns what cross_entropy takes:
             -> logits [B, 1000]
 
 The .sg files under bench/ are these models exported on a machine with
-transformers, torchvision and timm (the GPU machine), at a small example
-size, with the batch size as a dim (`--dim`), so that the table's batch is
-a `-D` value.  The language models are exported at the table's sizes:
-their position ids and causal masks are computed from B and T at export
-(torch.export makes them constants of that size, which fx2sg refuses to
-rescale).  bench/README.md gives the commands:
+transformers, torchvision and timm (the GPU machine).  The image models
+have the batch as a dim (`--dim`), exported at a small example batch, so
+that the table's batch is a `-D` value.  The language models are exported
+at the table's sizes: their position ids and causal masks are computed
+from B and T at export (torch.export makes them constants of that size,
+which fx2sg refuses to rescale: `'const %expand : bool[1, 1, 1024, 1024]'
+changes with B`).  Consts (a causal mask, position ids, rotary
+frequencies, BatchNorm's running statistics) go to
+OUTDIR/NAME.consts.safetensors, which the bench reads; params are
+initialised from the drivers' --seed (bench/README.md gives the commands):
 
   python3 bench/models.py export OUTDIR [NAME...]
 """
@@ -38,7 +42,8 @@ LR = 1e-4
 
 
 class Logits(nn.Module):
-    """A causal LM's logits as [B*T, vocab]."""
+    """A causal LM's logits as [B*T, vocab], as language-model training
+    code hands them to cross_entropy."""
 
     def __init__(self, m):
         super().__init__()
@@ -80,6 +85,7 @@ def vit_tiny():
 
 
 # name: (factory, example input for the export, dims, bench sizes, --train)
+# (the language models at their table's sizes, without dims: see above)
 MODELS = {
     "gpt2": (gpt2, "input_ids=i64[8,1024]", [],
              {"B": 8, "T": 1024}, False),
@@ -90,23 +96,47 @@ MODELS = {
 }
 
 
+def keep_consts(sg, params, out):
+    """The consts of the exported graph sg (a causal mask, position ids:
+    values that the drivers' --seed initialisation would spoil) from
+    fx2sg's params file, into out (bench/torch_ref.py reads it; params
+    are left to --seed).  Nothing is written when there are none."""
+    import re
+    sys.path.insert(0, HERE)
+    from torch_ref import st_load, st_save
+    with open(sg) as f:
+        names = set(re.findall(r"^\s*const\s+%(\S+)\s*:", f.read(), re.M))
+    consts = {k: v for k, v in st_load(params).items() if k in names}
+    size = sum(v.numel() * v.element_size() for v in consts.values())
+    if consts:
+        st_save(out, consts)
+        print("%s: %d consts, %d bytes" % (out, len(consts), size), flush=True)
+
+
 def export(outdir, names):
+    import tempfile
     os.makedirs(outdir, exist_ok=True)
     rc = 0
     for name in names:
         _, inp, dims, _, train = MODELS[name]
         sg = os.path.join(outdir, name + ".sg")
-        cmd = [sys.executable, os.path.join(ROOT, "tools", "fx2sg"),
-               "%s:%s" % (os.path.abspath(__file__), name), "-o", sg, "--graph", name,
-               "--input", inp, "--trace", "export", "--loss", "cross_entropy",
-               "--optimizer", "sgd(lr=%g)" % LR]
-        for d in dims:
-            cmd += ["--dim", d]
-        if train:
-            cmd.append("--train")
-        print("+ " + " ".join(cmd[1:]), flush=True)
-        r = subprocess.run(cmd)
-        print("%s: fx2sg exited %d" % (name, r.returncode), flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            params = os.path.join(tmp, name + ".safetensors")
+            cmd = [sys.executable, os.path.join(ROOT, "tools", "fx2sg"),
+                   "%s:%s" % (os.path.abspath(__file__), name), "-o", sg,
+                   "--params", params, "--graph", name, "--input", inp,
+                   "--trace", "export", "--loss", "cross_entropy",
+                   "--optimizer", "sgd(lr=%g)" % LR]
+            for d in dims:
+                cmd += ["--dim", d]
+            if train:
+                cmd.append("--train")
+            print("+ " + " ".join(cmd[1:]), flush=True)
+            r = subprocess.run(cmd)
+            print("%s: fx2sg exited %d" % (name, r.returncode), flush=True)
+            if r.returncode == 0:
+                keep_consts(sg, params, os.path.join(outdir, name +
+                                                     ".consts.safetensors"))
         rc = rc or r.returncode
     return rc
 

@@ -21,11 +21,11 @@
 #
 # Environment: PYTHON (an interpreter with torch; default: the first of
 # python3 and /usr/bin/python3 that imports it), NVCC, BENCH_BUDGET_S
-# (seconds the whole run may take, default 450: PyTorch's share is what
+# (seconds the whole run may take, default 520: PyTorch's share is what
 # is left after sgc's), BENCH_ONLY (space-separated programs),
 # BENCH_NO_BIN=1 (prepare: do not keep driver binaries, to carry less),
-# BENCH_PACK=1 (prepare: keep them as gpu/bin.tgz, a third of the size;
-# run unpacks it),
+# BENCH_PACK=1 (prepare: keep them and the .cu files as gpu/bin.txz, a
+# sixth of the size; run unpacks it),
 # BENCH_TORCH_VARIANTS (run: comma-separated PyTorch variants, e.g.
 # eager,eager_opt_in_bwd,eager_save_on_cpu; default all), BENCH_BUILD
 # (the build directory, default build-bench; carry BENCH_BUILD/gpu).
@@ -151,9 +151,11 @@ prepare_compile() {
 			"$name" "$ms" "$min" "$cpu" "$what" >>"$G/compile.json.tmp"
 		dims=$("$PY" bench/torch_ref.py --small-dims "$name")
 		# (a budget for full size offloads nothing at small dims:
-		# there, offload whatever lowers the peak)
+		# there, offload whatever lowers the peak; a real model's
+		# full-size -D flags give way to the small dims)
 		local sflags
-		sflags=$(echo " $flags" | sed 's/ --offload-budget=[0-9]*/ --offload=auto/')
+		sflags=$(echo " $flags" | sed -e 's/ --offload-budget=[0-9]*/ --offload=auto/' \
+			-e 's/ -D [A-Za-z_][A-Za-z0-9_]*=[0-9]*//g')
 		for tag in native f32; do
 			[ -f "$G/check/${sg%.sg}_$tag.sg" ] || continue
 			# shellcheck disable=SC2086
@@ -191,8 +193,10 @@ prepare_drivers() {
 	done
 	[ "${BENCH_NO_BIN:-0}" = 1 ] && rm -f "$G"/bin/*
 	echo "drivers built: $(ls "$G/bin" | wc -l), failed: $fails"
+	# (xz: a sixth of the size of the drivers and sources, half of
+	# gzip's, so that 40 drivers stay inside what a device call carries)
 	if [ "${BENCH_PACK:-0}" = 1 ]; then
-		tar -czf "$G/bin.tgz" -C "$G" bin && rm -rf "$G/bin"
+		tar -cJf "$G/bin.txz" -C "$G" bin cu && rm -rf "$G/bin" "$G/cu"
 	fi
 }
 
@@ -259,7 +263,10 @@ run_small_checks() {
 		for tag in native f32; do
 			bin=$(driver "$name.small_$tag") || continue
 			base=$G/check/${sg%.sg}_$tag
-			if ! timeout 120 "$bin" --params "$base.params.safetensors" \
+			local params=()
+			[ -f "$base.params.safetensors" ] &&
+				params=(--params "$base.params.safetensors")
+			if ! timeout 120 "$bin" "${params[@]}" \
 				--inputs "$base.inputs.safetensors" \
 				--out "$d/$name.$tag.safetensors" >"$d/log" 2>&1; then
 				echo "FAIL $name ($tag): the driver failed: $(tail -n 3 "$d/log" | tr '\n' ' ')"
@@ -287,8 +294,13 @@ run_bench_all() {
 		# tracing inside a capture)
 		[[ " $flags " == *" --cuda-graph "* ]] ||
 			trace=(--trace "$TR/$name.json")
-		timeout 240 "$bin" --inputs "$IN/$name.safetensors" --bench "$iters" \
-			"${trace[@]}" >/tmp/sgbench.out 2>/tmp/sgbench.err
+		# (a real model's exported consts, when there are any; its
+		# params come from --seed)
+		local params=()
+		[ -f "$IN/$name.params.safetensors" ] &&
+			params=(--params "$IN/$name.params.safetensors")
+		timeout 240 "$bin" --inputs "$IN/$name.safetensors" "${params[@]}" \
+			--bench "$iters" "${trace[@]}" >/tmp/sgbench.out 2>/tmp/sgbench.err
 		local rc=$?
 		line=$(grep '^{"graph"' /tmp/sgbench.out | tail -n 1)
 		if [ $rc = 0 ] && [ -n "$line" ]; then
@@ -307,8 +319,11 @@ run() {
 	IN=${BENCH_INPUTS:-/tmp/sgbench_inputs}
 	mkdir -p "$OUTD" "$IN"
 	[ -d "$G" ] || die "$G is missing: run 'bench/run_bench.sh prepare' first (and carry it)"
-	if [ -f "$G/bin.tgz" ] && [ ! -d "$G/bin" ]; then
-		tar -xzf "$G/bin.tgz" -C "$G" || die "unpacking $G/bin.tgz failed"
+	if [ -f "$G/bin.txz" ] && [ ! -d "$G/bin" ]; then
+		# (Python's tarfile where tar has no xz)
+		tar -xJf "$G/bin.txz" -C "$G" 2>/dev/null ||
+			"$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+				"$G/bin.txz" "$G" || die "unpacking $G/bin.txz failed"
 	fi
 	# libcjson from here; libcublasLt from the CUDA of nvcc, else the
 	# one PyTorch's wheels bring
@@ -342,10 +357,13 @@ run() {
 	echo "== where each driver's time goes (one traced call)" | tee -a "$OUTD/log.txt"
 	"$PY" bench/torch_ref.py --trace-summary "$TR" | tee "$OUTD/trace_summary.txt" >>"$OUTD/log.txt"
 	tar -czf "$OUTD/traces.tar.gz" -C "$TR" . 2>/dev/null
-	local left=$(( ${BENCH_BUDGET_S:-450} - (SECONDS - t_start) - 15 ))
+	local left=$(( ${BENCH_BUDGET_S:-520} - (SECONDS - t_start) - 15 ))
 	[ $left -gt 30 ] || left=30
 	echo "== PyTorch, at most $left s ($((SECONDS - t_start)) s)" | tee -a "$OUTD/log.txt"
+	# (--budget-s: a variant that may not finish in what is left is
+	# skipped and named; timeout is the backstop)
 	PYTHONUNBUFFERED=1 timeout "$left" "$PY" bench/torch_ref.py \
+		--budget-s $((left - 10)) \
 		${BENCH_ONLY:+--only "${BENCH_ONLY// /,}"} \
 		${BENCH_TORCH_VARIANTS:+--variants "$BENCH_TORCH_VARIANTS"} \
 		--json "$OUTD/torch.json" >/dev/null 2>>"$OUTD/log.txt" ||

@@ -338,10 +338,173 @@ class TwoBranch:
         return 4 * d["B"] * d["D"] * 4          # xa, xb in; a15, b15 out
 
 
+# ---------------------------------------------------------------- real models
+# The models of bench/models.py, exported to bench/NAME.sg by fx2sg with the
+# batch as `dim B` (the sequence length of the language models is fixed at
+# export).  The sgc side reads everything it needs from the .sg file (its
+# inputs' names, dtypes and shapes); its params come from the driver's (and
+# `sgc run`'s) --seed initialisation, the same on both, and its consts too
+# unless bench/NAME.consts.safetensors holds them (models.py export writes
+# it: a causal mask or position ids that random values would spoil).  The
+# PyTorch side builds the module with the models.py factory, which imports
+# transformers, torchvision or timm only then.
+
+SG_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16,
+             "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32,
+             "bool": torch.bool}
+
+
+def sg_decls(path, d):
+    """The inputs, params and consts of the .sg file at path, at dims d
+    (over the file's own `dim` lines): {name: (kind, dtype, shape)}."""
+    import re
+    dims, out = {}, {}
+    with open(path) as f:
+        text = f.read()
+    for m in re.finditer(r"^\s*dim\s+(\w+)\s*=\s*(\d+)", text, re.M):
+        dims[m.group(1)] = int(m.group(2))
+    dims.update(d)
+    for m in re.finditer(r"^\s*(input|param|const)\s+%(\S+)\s*:\s*(\w+)\[([^\]]*)\]",
+                         text, re.M):
+        shape = []
+        for e in (x.strip() for x in m.group(4).split(",") if x.strip()):
+            if not re.fullmatch(r"[\w\s+*/()-]+", e):
+                raise ValueError("%s: shape '%s' of %s" % (path, e, m.group(2)))
+            shape.append(int(eval(e.replace("/", "//"), {"__builtins__": {}},
+                                  dict(dims))))
+        out[m.group(2)] = (m.group(1), SG_DTYPES[m.group(3)], shape)
+    return out
+
+
+class Model:
+    """A real model of bench/models.py: cross_entropy on random targets,
+    SGD at models.LR (the exported `optimizer` statement)."""
+    dtype = torch.bfloat16
+
+    def __init__(self, name, classes, small, iters, est_s, check=True):
+        import models
+        self.name, self.classes, self.small = name, classes, small
+        self.sgfile = name + ".sg"
+        self.dims = dict(models.MODELS[name][3])
+        self.train = ("sgd", models.LR)
+        self.iters, self.warm = iters, 3
+        self.est_s = est_s          # seconds each PyTorch variant may take
+        self.small_check = check    # `sgc run` at the small dims, here
+
+    def path(self):
+        return os.path.join(HERE, self.sgfile)
+
+    def decls(self, d):
+        return sg_decls(self.path(), d)
+
+    def make(self, d, dt, dev, gen, check=False):
+        """Random inputs: floats N(0, 1), integers (token ids, targets) in
+        [0, classes).  No params: both sides initialise them from --seed."""
+        inputs = {}
+        for name, (kind, t, shape) in self.decls(d).items():
+            if kind != "input":
+                continue
+            if t.is_floating_point:
+                inputs[name] = randn(shape, t, dev, gen)
+            else:
+                inputs[name] = torch.randint(0, self.classes, shape,
+                                             generator=gen, device=dev,
+                                             dtype=t)
+        return inputs, {}
+
+    def consts(self, d):
+        """bench/NAME.consts.safetensors at dims d (a const exported with
+        the batch at 1, expanded along it), or {} without the file."""
+        f = os.path.join(HERE, self.name + ".consts.safetensors")
+        if not os.path.exists(f):
+            return {}
+        dec, out = self.decls(d), {}
+        for k, v in st_load(f).items():
+            if k in dec and list(v.shape) != dec[k][2]:
+                v = v.expand(dec[k][2])
+            out[k] = v.contiguous()
+        return out
+
+    def param_bytes(self, d):
+        return sum(math.prod(s) * torch.empty((), dtype=t).element_size()
+                   for k, t, s in self.decls(d).values() if k != "input")
+
+    def io_bytes(self, d):
+        """The inputs, the logits (classes a target) and the loss."""
+        dec = self.decls(d)
+        ins = sum(math.prod(s) * torch.empty((), dtype=t).element_size()
+                  for k, t, s in dec.values() if k == "input")
+        n = math.prod(dec["target"][2]) if "target" in dec else 0
+        return ins + 2 * n * self.classes + 4
+
+    def work(self, d):
+        return (None, 0)
+
+
+def run_model(w, dry, one):
+    """Eager and torch.compile of the models.py module: a step is the
+    logits, cross_entropy against the target, backward, and SGD.  Returns
+    why it did not run (no .sg, or the module's package missing), or
+    None."""
+    import copy
+    import models
+    if not os.path.exists(w.path()):
+        return "no bench/%s (export it: python3 bench/models.py export " \
+            "bench %s)" % (w.sgfile, w.name)
+    try:
+        cpu = models.MODELS[w.name][0]()
+    except ImportError as ex:
+        return "cannot build the module: %s" % ex
+    dev = "cpu" if dry else "cuda"
+    d = dims_of(w, dry)
+    lr = w.train[1]
+
+    def make(comp):
+        m = copy.deepcopy(cpu).to(dev).train()
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(0)
+        I, _ = w.make(d, w.dtype, dev, gen)
+        t = I.pop("target")
+        (x,) = I.values()
+        ps = [p for p in m.parameters() if p.requires_grad]
+
+        def loss(x, t):
+            return F.cross_entropy(m(x), t)
+        f = torch.compile(loss) if comp else loss
+
+        def step():
+            f(x, t).backward()
+            with torch.no_grad():
+                for p in ps:
+                    if p.grad is not None:
+                        p.add_(p.grad, alpha=-lr)
+                        p.grad = None
+        return step
+
+    one("eager", lambda: make(False))
+    if not dry:
+        one("compile", lambda: make(True))
+    del cpu
+    return None
+
+
 # (in the order the GPU run takes them: the cheap ones first, so that a
 # run stopped by its time limit still has most rows)
-WORKLOADS = {w.name: w for w in (EwChain(), TwoBranch(), Mlp(torch.float32),
-                                 Mlp(torch.bfloat16), Mlp8(), Transformer())}
+# The real models last, cheapest first: each variant's est_s is the most
+# it is given (torch.compile's compile time included); a variant that
+# would not finish in the time left is skipped, named in the table.
+WORKLOADS = {w.name: w for w in (
+    EwChain(), TwoBranch(), Mlp(torch.float32), Mlp(torch.bfloat16), Mlp8(),
+    Transformer(),
+    Model("vit_tiny", 1000, {"B": 2}, 10, {"eager": 30, "compile": 90}),
+    Model("resnet18", 1000, {"B": 2}, 10, {"eager": 30, "compile": 120}),
+    # (the language models are exported at their table's sizes, so there
+    # are no small dims: no `sgc run` check here, whose 8192 or 8192
+    # tokens would take many minutes on the CPU; models_llama.py checks
+    # the same exports at small configs against PyTorch)
+    Model("gpt2", 50257, {}, 10, {"eager": 40, "compile": 120}, check=False),
+    Model("llama", 32000, {}, 10, {"eager": 50, "compile": 150},
+          check=False))}
 
 # The benchmark programs: name, .sg file, sgc flags, workload, and the
 # PyTorch figures it is compared with: eager and the reference (torch.compile,
@@ -364,13 +527,24 @@ PROGRAMS = [
      "compile_opt_in_bwd", "fused"),
     ("transformer", "transformer.sg", [], "transformer", "eager", "compile",
      "time_mem"),
-    # offloading (docs/offload.md): the 60%-less-memory set written out,
-    # and --offload=auto at a budget whose copies the forward hides; both
-    # against sgc's transformer row and PyTorch's save_on_cpu
+    # offloading (docs/offload.md): the set of 48 values written out, and
+    # --offload=auto at the budgets whose plans lower the transformer's
+    # peak by 15% and by 20% (`sgc check --memory`: device arena 6.98 GB
+    # without offloading, 5.64 GB at 5 700 000 000, 5.37 GB at
+    # 5 400 000 000); each against sgc's transformer row, and PyTorch's
+    # save_on_cpu
     ("transformer_offload", "transformer_offload.sg", [], "transformer",
      "eager", "eager_save_on_cpu", "offload"),
-    ("transformer_off7500", "transformer.sg", ["--offload-budget=7500000000"],
-     "transformer", "eager", "eager_save_on_cpu", "offload"),
+    ("transformer_off85", "transformer.sg", ["--offload-budget=5700000000"],
+     "transformer", "eager", "eager_save_on_cpu", "offload_peak15"),
+    ("transformer_off80", "transformer.sg", ["--offload-budget=5400000000"],
+     "transformer", "eager", "eager_save_on_cpu", "offload_peak20"),
+    # the real models (bench/models.py), against torch.compile of the same
+    # module
+    ("vit_tiny", "vit_tiny.sg", [], "vit_tiny", "eager", "compile", "time_mem"),
+    ("resnet18", "resnet18.sg", [], "resnet18", "eager", "compile", "time_mem"),
+    ("gpt2", "gpt2.sg", [], "gpt2", "eager", "compile", "time_mem"),
+    ("llama", "llama.sg", [], "llama", "eager", "compile", "time_mem"),
 ]
 
 
@@ -415,6 +589,11 @@ def bench(fn, iters=20, warm=5, base=0):
         ts.append(s.elapsed_time(e))
     ts.sort()
     peak = (torch.cuda.max_memory_allocated() - base) / 2 ** 30 if cuda else 0
+    if cuda and hasattr(fn, "peak_bytes"):
+        # a CUDA graph's replay allocates nothing: its intermediates sit
+        # in the graph's private pool, which the allocator counts as free
+        # once the capture ends (graphed() gives its own peak)
+        peak = fn.peak_bytes / 2 ** 30
     return {"ms": round(ts[len(ts) // 2], 4), "ms_min": round(ts[0], 4),
             "peak_gib": round(peak, 3)}
 
@@ -470,13 +649,17 @@ def train_step(w, P, fwd, in_bwd=False, on_cpu=False):
     return step
 
 
-def run_workload(w, log, dry=False, only=None):
+def run_workload(w, log, dry=False, only=None, t_end=None, out=None,
+                 dump=lambda: None):
     """Every PyTorch variant of workload w at full size, on the GPU (dry:
     at the --check size on the CPU, to try the code where there is no
-    GPU); only: the names of the variants to run (None: all)."""
+    GPU); only: the names of the variants to run (None: all); t_end: the
+    time.time() by which the run must end (a variant whose w.est_s does
+    not fit in what is left is skipped, and says so); out: the dict the
+    results go into, dump() called after each variant."""
     dev = "cpu" if dry else "cuda"
     d = dims_of(w, dry)
-    out = {}
+    out = {} if out is None else out
 
     def fresh():
         gen = torch.Generator(device=dev)
@@ -487,11 +670,22 @@ def run_workload(w, log, dry=False, only=None):
         if only and name not in only:
             return
         t0 = time.time()
+        need = getattr(w, "est_s", {}).get(name, 0)
+        if t_end is not None and need and t0 + need > t_end:
+            out[name] = {"skipped": "%.0f s left of the run's budget, the "
+                         "variant may take %d s" % (t_end - t0, need)}
+            log("  %-22s %s" % (name, out[name]))
+            return
         if hasattr(torch, "_dynamo"):
             torch._dynamo.reset()
         gc.collect()    # hooks and optimizers of a variant make cycles
         base = 0
         if not dry:
+            # cuBLAS keeps a workspace per stream from its first product
+            # on; freed here, each variant's peak counts its own, as
+            # sgc's counts its cuBLASLt workspaces
+            if hasattr(torch._C, "_cuda_clearCublasWorkspaces"):
+                torch._C._cuda_clearCublasWorkspaces()
             torch.cuda.empty_cache()
             base = torch.cuda.memory_allocated()
         try:
@@ -502,12 +696,19 @@ def run_workload(w, log, dry=False, only=None):
             out[name] = {"error": repr(ex)[:300]}
         out[name]["wall_s"] = round(time.time() - t0, 1)
         log("  %-22s %s" % (name, out[name]))
+        dump()
         if not dry:
             torch.cuda.synchronize()
 
     if w.name == "two_branch":
         if not dry:
             run_two_branch(w, fresh, one)
+        return out
+    if isinstance(w, Model):
+        why = run_model(w, dry, one)
+        if why:
+            log("  " + why)
+            out.update({"eager": {"skipped": why}, "compile": {"skipped": why}})
         return out
     if w.train is None:
         def eager():
@@ -540,7 +741,8 @@ def run_workload(w, log, dry=False, only=None):
 def run_two_branch(w, fresh, one):
     """One stream and two streams, eager and as CUDA-graph replay, as in
     ../shared/bench/torch_baselines2.py.  Each variant makes its own
-    tensors, so that its peak counts the weights and inputs."""
+    tensors, so that its peak counts the weights and inputs; a graph's
+    peak also counts its private pool (bench: held_bytes)."""
     s1 = torch.cuda.Stream()
 
     def fn_one(I, P):
@@ -559,7 +761,9 @@ def run_two_branch(w, fresh, one):
             cur.wait_stream(s1)
         return f
 
-    def graphed(fn):
+    def graphed(mk):
+        I, P = fresh()
+        fn = mk(I, P)
         cs = torch.cuda.Stream()
         cs.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(cs):
@@ -568,13 +772,25 @@ def run_two_branch(w, fresh, one):
         torch.cuda.current_stream().wait_stream(cs)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
+            # (host calls only: inside the capture, after it has freed
+            # the cuBLAS workspaces, which the graph's pool gets again)
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
             fn()
-        return g.replay
+
+        def replay():
+            g.replay()
+        # the replay's memory: the weights and inputs it reads, and the
+        # graph's pool, which is what the capture allocated at most (its
+        # intermediates, outputs and cuBLAS workspaces)
+        replay.peak_bytes = nbytes(I) + nbytes(P) + \
+            torch.cuda.max_memory_allocated() - before
+        return replay
 
     one("eager_one_stream", lambda: fn_one(*fresh()))
     one("eager_two_streams", lambda: fn_two(*fresh()))
-    one("graph_one_stream", lambda: graphed(fn_one(*fresh())))
-    one("graph_two_streams", lambda: graphed(fn_two(*fresh())))
+    one("graph_one_stream", lambda: graphed(fn_one))
+    one("graph_two_streams", lambda: graphed(fn_two))
 
 
 def run_limits(log):
@@ -636,11 +852,13 @@ def cmd_run(args):
         log("limits")
         res["limits"] = run_limits(log)
         dump()
+    t_end = time.time() + args.budget_s if args.budget_s else None
     for name in names:
         log(name)
-        res[name] = run_workload(WORKLOADS[name], log, args.dry,
-                                 args.variants.split(",") if args.variants
-                                 else None)
+        res[name] = {}
+        run_workload(WORKLOADS[name], log, args.dry,
+                     args.variants.split(",") if args.variants else None,
+                     t_end, res[name], dump)
         dump()
     print_torch_table(res)
 
@@ -651,7 +869,8 @@ def print_torch_table(res):
     print("| --- | --- | --- | --- |")
     for name in WORKLOADS:
         for var, r in res.get(name, {}).items():
-            print("| %s | %s | %s | %s |" % (name, var, r.get("ms", r.get("error")),
+            print("| %s | %s | %s | %s |" % (name, var, r.get(
+                "ms", r.get("error", r.get("skipped"))),
                                             r.get("peak_gib", "")))
     print("limits: %s" % res.get("limits"))
 
@@ -666,6 +885,14 @@ def cmd_make_inputs(args):
         if only and prog not in only:
             continue
         w = WORKLOADS[wname]
+        if isinstance(w, Model):
+            if not os.path.exists(w.path()):
+                continue
+            # (its consts, when exported: the driver's --params)
+            C = w.consts(dims_of(w, False))
+            if C:
+                st_save(os.path.join(args.make_inputs,
+                                     prog + ".params.safetensors"), C)
         gen = torch.Generator(device=dev)
         gen.manual_seed(1)
         I, P = w.make(dims_of(w, False), w.dtype, dev, gen)
@@ -677,7 +904,7 @@ def cmd_make_inputs(args):
 # ---------------------------------------------------------------- check
 
 
-def sgc_run(sgc, src_text, dims, params, inputs, tmp, tag):
+def sgc_run(sgc, src_text, dims, params, inputs, tmp, tag, timeout=None):
     """`sgc run` of the program text at dims; the returned dict of --out."""
     sg = os.path.join(tmp, tag + ".sg")
     with open(sg, "w") as f:
@@ -690,7 +917,7 @@ def sgc_run(sgc, src_text, dims, params, inputs, tmp, tag):
     cmd = [sgc, "run", sg, "--params", pp, "--inputs", ip, "--out", op]
     for k, v in dims.items():
         cmd += ["-D", "%s=%d" % (k, v)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError("sgc run failed (%d): %s" % (r.returncode,
                                                         r.stderr[-2000:]))
@@ -759,6 +986,73 @@ def check_program(sgc, prog, sgfile, wname, as_f32, tmp):
     return fails
 
 
+def check_model(sgc, w, tmp):
+    """A real model at its small dims with `sgc run` (no PyTorch module
+    here to compare with: transformers, torchvision and timm are on the
+    GPU machine only): its loss must be finite and near ln(classes), as a
+    randomly initialised classifier's is.  Keeps, for the GPU machine's
+    driver check, the inputs, the consts (the params file: params come
+    from --seed on both sides) and what sgc run returned, less the params
+    over 64 KiB (a language model's weights or logits would not fit in
+    what is carried).  Returns (failures, what was checked)."""
+    d = dims_of(w, True)
+    with open(w.path()) as f:
+        text = f.read()
+    gen = torch.Generator()
+    gen.manual_seed(7)
+    I, _ = w.make(d, w.dtype, "cpu", gen)
+    tag = "%s_native" % w.sgfile[:-3]
+    got = sgc_run(sgc, text, d, w.consts(d), I, tmp, tag,
+                  timeout=int(os.environ.get("BENCH_CHECK_TIMEOUT", "900")))
+    dec = w.decls(d)
+    keep = {k: v for k, v in got.items()
+            if v.numel() * v.element_size() <= (64 << 10 if k in dec
+                                                else 16 << 20)}
+    st_save(os.path.join(tmp, tag + ".out.safetensors"), keep)
+    loss = got.get("loss")
+    want = math.log(w.classes)
+    if loss is None:
+        return ["%s: no 'loss' in sgc's output" % tag], ""
+    lv = loss.float().item()
+    what = "%s: loss %.4f at %s (ln %d = %.2f); %d of %d tensors kept" % (
+        tag, lv, " ".join("%s=%d" % kv for kv in d.items()), w.classes, want,
+        len(keep), len(got))
+    if not (0.5 * want <= lv <= 1.5 * want):
+        return ["%s: loss %r, not near ln(%d) = %.2f" % (tag, lv, w.classes,
+                                                          want)], what
+    return [], what
+
+
+def cmd_check_models(args, only, tmp):
+    """cmd_check's real-model rows; (checks, failures)."""
+    n, fails = 0, []
+    for prog, sgfile, flags, wname, _, _, _ in PROGRAMS:
+        w = WORKLOADS[wname]
+        if not isinstance(w, Model) or (only and prog not in only):
+            continue
+        if not os.path.exists(w.path()):
+            print("skip %s: no bench/%s" % (prog, sgfile))
+            continue
+        if not w.small_check and not os.environ.get("BENCH_CHECK_ALL"):
+            print("skip %s: sgc run at %s takes too long here "
+                  "(BENCH_CHECK_ALL=1 runs it); no small-dims check" % (
+                      prog, dims_of(w, True)))
+            continue
+        n += 1
+        t0 = time.time()
+        try:
+            f, what = check_model(args.sgc_bin, w, tmp)
+        except Exception as ex:
+            f, what = ["%s: %s" % (prog, str(ex)[-600:])], ""
+        print("%-4s %s (sgc run only, %.0f s)%s" % (
+            "ok" if not f else "FAIL", prog, time.time() - t0,
+            ": " + what if what else ""))
+        for line in f[:6]:
+            print("     " + line)
+        fails += f
+    return n, fails
+
+
 def cmd_check(args):
     only = set(args.only.split(",")) if args.only else None
     fails, n = [], 0
@@ -767,7 +1061,8 @@ def cmd_check(args):
         os.makedirs(tmp, exist_ok=True)
         seen = set()
         for prog, sgfile, flags, wname, _, _, _ in PROGRAMS:
-            if flags or (only and prog not in only) or sgfile in seen:
+            if flags or (only and prog not in only) or sgfile in seen or \
+                    isinstance(WORKLOADS[wname], Model):
                 continue
             seen.add(sgfile)
             modes = [True, False] if WORKLOADS[wname].dtype == torch.bfloat16 \
@@ -786,6 +1081,9 @@ def cmd_check(args):
                 if len(f) > 6:
                     print("     ... and %d more" % (len(f) - 6))
                 fails += f
+        k, f = cmd_check_models(args, only, tmp)
+        n += k
+        fails += f
     print("%d checks, %d failures" % (n, len(fails)))
     return 1 if fails else 0
 
@@ -826,6 +1124,48 @@ def load_checks(path):
     return out
 
 
+# The reference columns' names in the table.
+REF_NAMES = {
+    "compile": "torch.compile", "eager": "eager",
+    "compile_opt_in_bwd": "torch.compile, optimizer in backward",
+    "eager_opt_in_bwd": "eager, optimizer in backward",
+    "graph_one_stream": "CUDA graph replay, 1 stream",
+    "graph_two_streams": "CUDA graph replay, 2 streams",
+    "eager_save_on_cpu": "eager with save_on_cpu",
+}
+
+# What limits each row (the table's footnotes; docs/performance.md): the
+# ceiling its time is held against, as far as the workload's shape says
+# it; the trace summary of the same run says where the time went.
+LIMITED_BY = {
+    "ew_chain": "HBM bandwidth (one pass over 5 x 1 GiB; 'of limit' is "
+                "against the device copy)",
+    "two_branch_1s": "kernel launches: 32 products of 64x1024x1024 f32, "
+                     "each too small to fill the GPU, one after another",
+    "two_branch": "kernel launches, two chains overlapped on two streams",
+    "two_branch_1s_cg": "the chain's latency (launches removed by the graph)",
+    "two_branch_cg": "the two chains' latency, overlapped",
+    "mlp_f32": "f32 matrix products without TF32 (CUDA cores)",
+    "mlp_bf16": "bf16 matrix products (tensor cores)",
+    "mlp8_adamw_unfused": "bf16 products; AdamW's pass over params and "
+                          "state (memory)",
+    "mlp8_adamw": "bf16 products; AdamW's pass fused into backward",
+    "transformer": "bf16 products (92% of the FLOPs) and causal attention",
+    "transformer_offload": "the host link: 6.24 GB out during forward and "
+                           "back during backward",
+    "transformer_off85": "the host link while copies outlast the forward; "
+                         "else as transformer",
+    "transformer_off80": "the host link while copies outlast the forward; "
+                         "else as transformer",
+    "vit_tiny": "memory traffic and launches: d = 192 products are small "
+                "(197 tokens x 256 images)",
+    "resnet18": "cuDNN convolutions (bf16) and batch norm's memory traffic",
+    "gpt2": "bf16 products, and the 50257-wide logits' softmax and "
+            "cross_entropy (memory)",
+    "llama": "bf16 products (GQA attention, SiLU-gated MLP)",
+}
+
+
 def table_rows(sgc, tr, ct, checks):
     """The table's rows (lists of cells) and notes on missed targets."""
     lim = tr.get("limits", {})
@@ -835,9 +1175,16 @@ def table_rows(sgc, tr, ct, checks):
         d = dims_of(w, False)
         s = sgc.get(prog, {})
         t = tr.get(wname, {})
-        if rkey not in t and rkey.startswith("compile") and \
-                "eager" + rkey[7:] in t:
-            rkey = "eager" + rkey[7:]   # a run without torch.compile
+        fell = None
+        if "ms" not in t.get(rkey, {}) and rkey.startswith("compile") and \
+                "ms" in t.get("eager" + rkey[7:], {}):
+            # a run without torch.compile, or one that skipped it (a note
+            # says why): eager is the reference, and the column says so
+            if rkey in t:
+                fell = t[rkey].get("skipped") or t[rkey].get("error")
+                notes.append("%s: PyTorch %s not measured (target not "
+                             "judged): %s" % (prog, REF_NAMES[rkey], fell))
+            rkey = "eager" + rkey[7:]
         eg, rf = t.get(ekey, {}), t.get(rkey, {})
         ms = s.get("ms_median")
         # sgc's peak_bytes counts what the model holds; the driver's
@@ -859,6 +1206,8 @@ def table_rows(sgc, tr, ct, checks):
         cms = c.get("ms")
         met, why = judge(target, prog, ms, gib, rms, rgib, rate, limit, sgc,
                          (w, d))
+        if fell:
+            met, why = "-", ""
         # (judged on CPU time where measured: the wall time of a shared
         # development machine counts its other work too)
         jms = c.get("cpu_ms", cms)
@@ -866,16 +1215,25 @@ def table_rows(sgc, tr, ct, checks):
             met, why = "no", (why + "; " if why else "") + \
                 "compile %.0f ms >= 100" % jms
         err = s.get("error")
-        if (met != "yes" or target in ("offload", "fused")) and why \
-                and not err:
+        if (met != "yes" or target.startswith("offload") or
+                target == "fused") and why and not err:
             notes.append("%s: %s" % (prog, why))
+        if not s and not os.path.exists(os.path.join(HERE, sgfile)):
+            notes.append("%s: bench/%s is missing: not run (python3 "
+                         "bench/models.py export bench %s on the GPU "
+                         "machine)" % (prog, sgfile, wname))
+        for key in dict.fromkeys((ekey, rkey)) if ekey != rkey else ():
+            why_t = t.get(key, {}).get("skipped") or t.get(key, {}).get("error")
+            if why_t and os.path.exists(os.path.join(HERE, sgfile)):
+                notes.append("%s: PyTorch %s not measured: %s" % (
+                    prog, REF_NAMES.get(key, key), why_t))
         chk = checks.get(prog, "-")
         if chk == "FAIL":
             notes.append("%s: the driver failed the small-dims check: its "
                          "figures are not results" % prog)
         rows.append([prog, fmt(ms, 3) if not err else "error",
                      fmt(gib), fmt(eg.get("ms"), 3), fmt(eg.get("peak_gib")),
-                     fmt(rms, 3), fmt(rgib), rkey,
+                     fmt(rms, 3), fmt(rgib), REF_NAMES.get(rkey, rkey),
                      fmt(ratio), fmt(mratio),
                      ("%s %s" % (fmt(rate, 1), unit)) if rate else "-",
                      fmt(pct, 0) + ("%" if pct else ""), met,
@@ -907,6 +1265,25 @@ def judge_offload(ms, sgc, prog, w, d):
             base["ms_median"], ms, 100 * (tr - 1))
 
 
+def judge_offload_peak(ms, gib, sgc, prog, pct, w, d):
+    """Offloading at a budget (issue item 4): the peak (the table's: with
+    params, inputs and outputs) at least pct% below sgc's transformer
+    row's, in at most 3% more time.  The issue asks it at 15%; the 20%
+    row is judged by the same rule, for the figures."""
+    base = sgc.get("transformer", {})
+    if base.get("ms_median") is None or "peak_bytes" not in base or \
+            gib is None:
+        return "-", "no transformer row to compare with"
+    g0 = (base["peak_bytes"] + w.io_bytes(d)) / 2 ** 30
+    tr, gr = ms / base["ms_median"], gib / g0
+    ok = tr <= 1.03 and gr <= 1 - pct / 100.0
+    return ("yes" if ok else "no"), \
+        "peak %.2f -> %.2f GiB (%.1f%% less; target %d%%), time %.3f -> " \
+        "%.3f ms (%+.1f%%; target at most +3%%)" % (
+            g0, gib, 100 * (1 - gr), pct, base["ms_median"], ms,
+            100 * (tr - 1))
+
+
 def judge_fused(ms, gib, rgib, sgc, w, d):
     """Optimizer in backward (issue 7): the peak at most PyTorch's own
     optimizer-in-backward peak (its -28%), in no more time than
@@ -931,6 +1308,8 @@ def judge(target, prog, ms, gib, rms, rgib, rate, limit, sgc, wd):
         return "-", "not measured"
     if target == "offload":
         return judge_offload(ms, sgc, prog, *wd)
+    if target.startswith("offload_peak"):
+        return judge_offload_peak(ms, gib, sgc, prog, int(target[12:]), *wd)
     if target == "fused":
         return judge_fused(ms, gib, rgib, sgc, *wd)
     if target == "bw95":
@@ -961,8 +1340,9 @@ def judge(target, prog, ms, gib, rms, rgib, rate, limit, sgc, wd):
 
 
 HEAD = ["program", "sgc ms", "sgc GiB", "eager ms", "eager GiB", "ref ms",
-        "ref GiB", "ref", "time / ref", "mem / ref", "sgc rate", "of limit",
-        "target met", "sgc compile ms (wall, CPU)", "GPU check"]
+        "ref GiB", "compared with (ref)", "time / ref", "mem / ref",
+        "sgc rate", "of limit", "target met", "sgc compile ms (wall, CPU)",
+        "GPU check"]
 
 
 def cmd_table(args):
@@ -991,6 +1371,18 @@ def cmd_table(args):
     if notes:
         lines.append("")
         lines += ["- " + n for n in notes]
+    lines += ["", "Peaks, both with params: sgc GiB is the driver's peak_bytes "
+              "(arena, params, consts, optimizer state, scratch, cuBLASLt "
+              "workspaces) plus the graph's inputs and outputs; PyTorch's is "
+              "max_memory_allocated above what was allocated before the "
+              "variant made its params and inputs (so: params, inputs, "
+              "outputs, gradients, activations, optimizer state, cuBLAS "
+              "workspaces, freed before each variant); a CUDA graph's is "
+              "its weights and inputs plus its private pool (the capture's "
+              "peak). Pinned host memory counts on neither side.",
+              "", "What limits each row:"]
+    lines += ["- %s: %s" % (p[0], LIMITED_BY[p[0]]) for p in PROGRAMS
+              if p[0] in LIMITED_BY]
     text = "\n".join(lines)
     print(text)
     if args.md:
@@ -1180,11 +1572,31 @@ def cmd_trace_summary(args):
     return 0
 
 
+def program_flags(w, flags):
+    """A program's sgc flags at full size: a real model's .sg has its
+    export's batch, so its table sizes are -D flags (the dims it
+    declares)."""
+    if not isinstance(w, Model):
+        return flags
+    import re
+    with open(w.path()) as f:
+        have = set(re.findall(r"^\s*dim\s+(\w+)", f.read(), re.M))
+    return ["-D %s=%d" % kv for kv in w.dims.items() if kv[0] in have] + flags
+
+
 def cmd_programs(args):
+    """One line a program whose .sg is here (a missing one is named on
+    stderr: the language models' .sg files are exported on the GPU
+    machine)."""
     for prog, sgfile, flags, wname, _, _, _ in PROGRAMS:
         w = WORKLOADS[wname]
+        if not os.path.exists(os.path.join(HERE, sgfile)):
+            print("%s: bench/%s is missing (python3 bench/models.py export "
+                  "bench %s, where transformers is): not run" %
+                  (prog, sgfile, wname), file=sys.stderr)
+            continue
         it = 200 if wname == "two_branch" else max(w.iters, 10)
-        print(" ".join([prog, sgfile, str(it)] + flags))
+        print(" ".join([prog, sgfile, str(it)] + program_flags(w, flags)))
 
 
 def main():
@@ -1193,6 +1605,9 @@ def main():
     ap.add_argument("--json", help="write the PyTorch results here")
     ap.add_argument("--variants", help="comma-separated PyTorch variants to "
                     "run (eager, compile, eager_opt_in_bwd, ...; default all)")
+    ap.add_argument("--budget-s", type=float, help="seconds the run may "
+                    "take: a variant that may not fit in what is left is "
+                    "skipped (the real models' est_s)")
     ap.add_argument("--dry", action="store_true",
                     help="run the PyTorch code at small dims on the CPU")
     ap.add_argument("--make-inputs", metavar="DIR")
