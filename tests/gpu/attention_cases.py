@@ -26,7 +26,8 @@ k, v as strided slices of the linear's result and writes dq, dk, dv into
 the slices of the backward cat's buffer, so check also fails when the
 trace shows a chunk, split or cat kernel (a copy left; qkv_side's cat
 stays, its v operand being a sum).  expected: `sgc run` (the CPU
-interpreter).  DIR/cases lists the names.
+interpreter).  DIR/cases lists the names.  ATTN_CASES (space-separated
+case names) generates only those.
 
 check compares DIR/NAME/got-VARIANT.safetensors with expected and prints
 `PASS|FAIL NAME VARIANT: max |error| per tensor (ran: ...)`, ran from
@@ -123,7 +124,7 @@ def gen(d, sgc):
     names = []
     for dt in ("bf16", "f16"):
         for hd in (64, 128):
-            for case in CASES:
+            for case in os.environ.get("ATTN_CASES", " ".join(CASES)).split():
                 name = "%s_%s_d%d" % (case, dt, hd)
                 t = os.path.join(d, name)
                 os.makedirs(t, exist_ok=True)
