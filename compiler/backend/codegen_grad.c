@@ -34,6 +34,8 @@ norm_backward(CgGraph *G, const Node *n)
 	if (nout == 0)
 		return;
 	int hw = n->nopnd > 2;
+	if (n->nres > 1)
+		ICE("norm_backward: the weight's gradient outside the kernel library");
 	const char *ct = cg_ctype(dt), *acc = cg_acc_type(dt), *opc = cg_acc_conv(dt);
 	char *params = cg_fmt(c, "const %s *__restrict__ g, const %s *__restrict__ x, %s%s%s"
 	                      "%s *__restrict__ out", ct, ct, hw ? "const " : "",

@@ -32,7 +32,9 @@ interp_gelu_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 /* dx of layer_norm (mean-centred) or rms_norm over the last dim: with
  * xhat the normalised x and gh = g * w,
  *   layer_norm: rstd * (gh - mean(gh) - xhat * mean(gh * xhat))
- *   rms_norm:   rstd * (gh - xhat * mean(gh * xhat)). */
+ *   rms_norm:   rstd * (gh - xhat * mean(gh * xhat));
+ * with a second and third result, the weight's gradient (the sum of
+ * g * xhat over the rows) and the bias's (the sum of g). */
 int
 interp_norm_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
@@ -43,6 +45,10 @@ interp_norm_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 	int64_t len = x->shape[x->rank - 1], rows = len ? x->numel / len : 0;
 	double *xh = xmalloc((size_t)(len + 1) * sizeof *xh);
 	double *gh = xmalloc((size_t)(len + 1) * sizeof *gh);
+	double *dw = xmalloc((size_t)(len + 1) * sizeof *dw);
+	double *db = xmalloc((size_t)(len + 1) * sizeof *db);
+	memset(dw, 0, (size_t)(len + 1) * sizeof *dw);
+	memset(db, 0, (size_t)(len + 1) * sizeof *db);
 	for (int64_t r = 0; r < rows; r++) {
 		int64_t base = r * len;
 		double mean = 0, var = 0, mg = 0, mgx = 0;
@@ -56,6 +62,8 @@ interp_norm_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 		double rstd = 1.0 / sqrt(var / (double)len + eps);
 		for (int64_t j = 0; j < len; j++) {
 			xh[j] = (interp_getf(x, base + j) - mean) * rstd;
+			dw[j] += interp_getf(g, base + j) * xh[j];
+			db[j] += interp_getf(g, base + j);
 			gh[j] = interp_getf(g, base + j) * (w ? interp_getf(w, j) : 1.0);
 			mg += gh[j];
 			mgx += gh[j] * xh[j];
@@ -65,8 +73,16 @@ interp_norm_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 		for (int64_t j = 0; j < len; j++)
 			interp_setf(out[0], base + j, rstd * (gh[j] - mg - xh[j] * mgx));
 	}
+	for (int64_t j = 0; j < len; j++) {
+		if (n->nres > 1)
+			interp_setf(out[1], j, dw[j]);
+		if (n->nres > 2)
+			interp_setf(out[2], j, db[j]);
+	}
 	free(xh);
 	free(gh);
+	free(dw);
+	free(db);
 	return 0;
 }
 
