@@ -33,13 +33,14 @@ interp_gelu_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
  * xhat the normalised x and gh = g * w,
  *   layer_norm: rstd * (gh - mean(gh) - xhat * mean(gh * xhat))
  *   rms_norm:   rstd * (gh - xhat * mean(gh * xhat));
- * with a second and third result, the weight's gradient (the sum of
+ * plus the residual operand (rounded once); with a second and third result, the weight's gradient (the sum of
  * g * xhat over the rows) and the bias's (the sum of g). */
 int
 interp_norm_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
 	(void)I;
-	Tensor *g = in[0], *x = in[1], *w = n->nopnd > 2 ? in[2] : NULL;
+	int wi = ir_norm_bwd_weight(n), ri = ir_norm_bwd_residual(n);
+	Tensor *g = in[0], *x = in[1], *w = wi > 0 ? in[wi] : NULL, *res = ri > 0 ? in[ri] : NULL;
 	double eps = ir_attr_float(n, "eps", 1e-5);
 	int rms = n->op == OP_RMS_NORM_BACKWARD;
 	int64_t len = x->shape[x->rank - 1], rows = len ? x->numel / len : 0;
@@ -71,7 +72,8 @@ interp_norm_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 		mg = rms ? 0 : mg / (double)len;
 		mgx /= (double)len;
 		for (int64_t j = 0; j < len; j++)
-			interp_setf(out[0], base + j, rstd * (gh[j] - mg - xh[j] * mgx));
+			interp_setf(out[0], base + j, rstd * (gh[j] - mg - xh[j] * mgx) +
+			            (res ? interp_getf(res, base + j) : 0.0));
 	}
 	for (int64_t j = 0; j < len; j++) {
 		if (n->nres > 1)

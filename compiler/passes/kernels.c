@@ -887,7 +887,8 @@ rows_library(const Graph *g, const Sched *s, NodeId i)
 		return 0;
 	if (nbwd)
 		return x->rank >= 1 && x->d[x->rank - 1] >= 1 && x->d[x->rank - 1] <= INT32_MAX &&
-		       otype(g, n, 0)->dt == dt && (n->nopnd <= 2 || otype(g, n, 2)->dt == dt);
+		       otype(g, n, 0)->dt == dt && otype(g, n, n->nopnd - 1)->dt == dt &&
+		       otype(g, n, 2 < n->nopnd ? 2 : 1)->dt == dt;
 	if (em == EM_CROSS_ENTROPY || bwd) {
 		const Type *t = otype(g, n, bwd + 1);
 		int64_t outer, len, inner;

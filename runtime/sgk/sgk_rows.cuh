@@ -510,7 +510,8 @@ sgk_norm_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__res
  * computed again from x (as the forward, with eps), plus add when it is
  * not NULL (a gradient summed into dx), and the column partial sums of
  * dy * xhat (dw) and dy (db) into part[2][P][C] in one pass over dy and
- * x.  The grid's P row groups (TPR threads each) take rows p, p + P, ...
+ * x (part may be NULL: dx alone).  The grid's P row groups (TPR threads
+ * each) take rows p, p + P, ...
  * in turn; every group of a warp runs the same count of turns (past the
  * end on the last row, storing and summing nothing), since the row
  * reductions shuffle across the warp.  Each thread keeps its columns'
@@ -534,7 +535,7 @@ sgk_norm_bwd_fused_k(const T *__restrict__ dy, const T *__restrict__ x, const T 
 #pragma unroll
 		for (int e = 0; e < VEC; e++)
 			aw[k][e] = ab[k][e] = 0;
-	if constexpr (NV == 0)
+	if (NV == 0 && part)
 		for (int c = t * VEC; c < C; c += TPR * VEC)
 			for (int e = 0; e < VEC; e++)
 				pw[c + e] = pb[c + e] = 0;
@@ -595,7 +596,7 @@ sgk_norm_bwd_fused_k(const T *__restrict__ dy, const T *__restrict__ x, const T 
 #pragma unroll
 				for (int e = 0; e < VEC; e++) {
 					f[e] = (f[e] - mu) * rs;
-					if (live) {
+					if (live && part) {
 						if constexpr (NV > 0) {
 							aw[k][e] += g[e] * f[e];
 							ab[k][e] += g[e];
@@ -650,9 +651,9 @@ sgk_norm_bwd_fused_k(const T *__restrict__ dy, const T *__restrict__ x, const T 
 			}
 		}
 	}
-	if constexpr (NV > 0) {
+	if (NV > 0 && part) {
 #pragma unroll
-		for (int k = 0; k < NV; k++) {
+		for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
 			const int c = (t + k * TPR) * VEC;
 			if (c >= C)
 				continue;
@@ -1143,7 +1144,8 @@ static size_t sg_layer_norm_bwd_fused_workspace(long long rows, int C)
 /* dx, dw, db of layer_norm (rms = 0) or rms_norm (rms = 1) in one pass
  * over dy and x (the statistics again from x with eps), then one small
  * kernel summing the row groups' column sums in a fixed order.  w, add,
- * dw, db may be NULL; add (of dx's shape) is summed into dx. */
+ * dw, db may be NULL (work too when both are); add (of dx's shape) is
+ * summed into dx. */
 template <class T>
 static cudaError_t sg_launch_layer_norm_bwd_fused(const T *dy, const T *x, const T *w,
                                                   const T *add, T *dx, T *dw, T *db, void *work,
@@ -1158,14 +1160,15 @@ static cudaError_t sg_launch_layer_norm_bwd_fused(const T *dy, const T *x, const
 	cudaError_t e = sgk_norm_fused_dispatch<sgk_vw<T>::V>(C, vec, [&](auto cfg) {
 		typedef decltype(cfg) K;
 		P = sgk_norm_fused_parts(rows, K::TPR);
+		A *part = dw || db ? (A *)work : (A *)0;
 		const dim3 g((unsigned)(P / (SGK_ROW_THREADS(K::TPR) / K::TPR)));
 		if (rms)
 			sgk_norm_bwd_fused_k<T, K::VEC, K::TPR, K::NV, true>
-			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, add, dx, (A *)work,
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, add, dx, part,
 			                                                   rows, C, eps);
 		else
 			sgk_norm_bwd_fused_k<T, K::VEC, K::TPR, K::NV, false>
-			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, add, dx, (A *)work,
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, add, dx, part,
 			                                                   rows, C, eps);
 		return sgk_launched();
 	});

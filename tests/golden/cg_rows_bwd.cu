@@ -842,7 +842,7 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: del %grad.w] */
 
-	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.n, %grad.q = rms_norm_backward(%grad.r, %n, %q, eps=1e-06)] */
+	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.n, %grad.q = rms_norm_backward(%grad.r, %n, %q, eps=1e-06, residual=false)] */
 	v_grad_n = (float *)SGRT_AT(rt, 12288); /* 4096 bytes of the arena */
 	v_grad_q = (float *)SGRT_AT(rt, 16384); /* 256 bytes of the arena */
 	void *tmp_norm_parts_22 = NULL;
@@ -857,7 +857,7 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: del %grad.q] */
 
-	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.h, %grad.g, %grad.b = layer_norm_backward(%grad.n, %h, %g, eps=1e-05)] */
+	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.h, %grad.g, %grad.b = layer_norm_backward(%grad.n, %h, %g, eps=1e-05, residual=false)] */
 	v_grad_h = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
 	v_grad_g = (float *)SGRT_AT(rt, 8192); /* 256 bytes of the arena */
 	v_grad_b = (float *)SGRT_AT(rt, 8448); /* 256 bytes of the arena */
@@ -1190,7 +1190,7 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: del %grad.w] */
 
-	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.n, %grad.q = rms_norm_backward(%grad.r, %n, %q, eps=1e-06)] */
+	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.n, %grad.q = rms_norm_backward(%grad.r, %n, %q, eps=1e-06, residual=false)] */
 	v_grad_n = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2048 bytes of the arena */
 	v_grad_q = (sg_bf16 *)SGRT_AT(rt, 8192); /* 128 bytes of the arena */
 	void *tmp_norm_parts_41 = NULL;
@@ -1205,7 +1205,7 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: del %grad.q] */
 
-	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.h, %grad.g = layer_norm_backward(%grad.n, %h, %g, eps=1e-05)] */
+	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.h, %grad.g = layer_norm_backward(%grad.n, %h, %g, eps=1e-05, residual=false)] */
 	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
 	v_grad_g = (sg_bf16 *)SGRT_AT(rt, 4096); /* 128 bytes of the arena */
 	void *tmp_norm_parts_40 = NULL;

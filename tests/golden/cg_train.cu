@@ -413,7 +413,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_train_19_sub_grad_n_1", 19,
 	            k_train_19_sub_grad_n_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_n, v_y, v_grad_loss, v_grad_n));
 
-	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.o, %grad.g = layer_norm_backward(%grad.n, %o, %g, eps=1e-05)] */
+	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.o, %grad.g = layer_norm_backward(%grad.n, %o, %g, eps=1e-05, residual=false)] */
 	v_grad_o = (float *)SGRT_AT(rt, 2560); /* 512 bytes of the arena */
 	v_grad_g = (float *)SGRT_AT(rt, 3072); /* 64 bytes of the arena */
 	void *tmp_norm_parts_18 = NULL;
