@@ -420,6 +420,50 @@ SGK_DEV void sgk_norm_stats(const T *xr, int C, int t, float eps, A *part, A *mu
 	*rs = (A)1 / sgk_sqrt(var + (A)eps);
 }
 
+/* The last pass of a norm backward over a row at base: dx = rstd * (g -
+ * mean(g) - xhat * mean(g * xhat)) (s1, s2 those means; RMS: no mean(g)),
+ * plus add when it is not NULL, stored when live; xhat and g = dy * w
+ * from the registers xv, gv (NV > 0) or loaded again. */
+template <int VEC, int TPR, int NV, bool RMS, class T, class A>
+SGK_DEV void sgk_norm_dx_pass(const T *dy, const T *x, const T *w, const T *add, T *dx,
+                              sgk_i64 base, int C, int t, bool live, A mu, A rs, A s1, A s2,
+                              const A (&xv)[NV > 0 ? NV : 1][VEC],
+                              const A (&gv)[NV > 0 ? NV : 1][VEC])
+{
+	const int nk = NV > 0 ? NV : (C + TPR * VEC - 1) / (TPR * VEC);
+#pragma unroll
+	for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
+		for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
+			const int c = (t + kk * TPR) * VEC;
+			if (c >= C || !live)
+				continue;
+			A f[VEC], g[VEC], a[VEC];
+			if constexpr (NV > 0) {
+#pragma unroll
+				for (int e = 0; e < VEC; e++) {
+					f[e] = xv[k][e];
+					g[e] = gv[k][e];
+				}
+			} else {
+				A wf[VEC];
+				sgk_ldrow<VEC>(x + base + c, f);
+				sgk_ldrow<VEC>(dy + base + c, g);
+				sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
+#pragma unroll
+				for (int e = 0; e < VEC; e++) {
+					f[e] = (f[e] - mu) * rs;
+					g[e] *= wf[e];
+				}
+			}
+			sgk_ldw<VEC>(add ? add + base + c : add, a, (A)0);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				g[e] = rs * (g[e] - (RMS ? (A)0 : s1) - f[e] * s2) + a[e];
+			sgk_strow<VEC>(dx + base + c, g);
+		}
+	}
+}
+
 /* dx of layer_norm (or RMS) from dy, x, w and the saved mean and rstd
  * (computed again from x with eps when rstd is NULL):
  * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w. */
@@ -472,38 +516,8 @@ sgk_norm_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__res
 	if (!RMS)
 		s1 = sgk_row_sum<TPR>(s1, part) / C;
 	s2 = sgk_row_sum<TPR>(s2, part) / C;
-	/* Pass 2: dx. */
-#pragma unroll
-	for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
-		for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
-			const int c = (t + kk * TPR) * VEC;
-			if (c >= C)
-				continue;
-			A f[VEC], g[VEC];
-			if constexpr (NV > 0) {
-#pragma unroll
-				for (int e = 0; e < VEC; e++) {
-					f[e] = xv[k][e];
-					g[e] = gv[k][e];
-				}
-			} else {
-				A wf[VEC];
-				sgk_ldrow<VEC>(x + base + c, f);
-				sgk_ldrow<VEC>(dy + base + c, g);
-				sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
-#pragma unroll
-				for (int e = 0; e < VEC; e++) {
-					f[e] = (f[e] - mu) * rs;
-					g[e] *= wf[e];
-				}
-			}
-#pragma unroll
-			for (int e = 0; e < VEC; e++)
-				g[e] = rs * (g[e] - (RMS ? (A)0 : s1) - f[e] * s2);
-			if (live)
-				sgk_strow<VEC>(dx + base + c, g);
-		}
-	}
+	sgk_norm_dx_pass<VEC, TPR, NV, RMS>(dy, x, w, (const T *)0, dx, base, C, t, live, mu, rs, s1,
+	                                    s2, xv, gv);
 }
 
 /* The fused norm backward: dx of layer_norm (or RMS) with the statistics
@@ -618,38 +632,8 @@ sgk_norm_bwd_fused_k(const T *__restrict__ dy, const T *__restrict__ x, const T 
 		if (!RMS)
 			s1 = sgk_row_sum<TPR>(s1, sh) / C;
 		s2 = sgk_row_sum<TPR>(s2, sh) / C;
-		/* Pass 2: dx (+ add). */
-#pragma unroll
-		for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
-			for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
-				const int c = (t + kk * TPR) * VEC;
-				if (c >= C || !live)
-					continue;
-				A f[VEC], g[VEC], a[VEC];
-				if constexpr (NV > 0) {
-#pragma unroll
-					for (int e = 0; e < VEC; e++) {
-						f[e] = xv[k][e];
-						g[e] = gv[k][e];
-					}
-				} else {
-					A wf[VEC];
-					sgk_ldrow<VEC>(x + base + c, f);
-					sgk_ldrow<VEC>(dy + base + c, g);
-					sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
-#pragma unroll
-					for (int e = 0; e < VEC; e++) {
-						f[e] = (f[e] - mu) * rs;
-						g[e] *= wf[e];
-					}
-				}
-				sgk_ldw<VEC>(add ? add + base + c : add, a, (A)0);
-#pragma unroll
-				for (int e = 0; e < VEC; e++)
-					g[e] = rs * (g[e] - (RMS ? (A)0 : s1) - f[e] * s2) + a[e];
-				sgk_strow<VEC>(dx + base + c, g);
-			}
-		}
+		sgk_norm_dx_pass<VEC, TPR, NV, RMS>(dy, x, w, add, dx, base, C, t, live, mu, rs, s1, s2,
+		                                    xv, gv);
 	}
 	if (NV > 0 && part) {
 #pragma unroll
