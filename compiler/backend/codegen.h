@@ -277,9 +277,12 @@ char *cg_comment(CgGraph *G, const Node *n);      /* "// f.sg:3: ..." */
 void cg_launch(CgGraph *G, const Node *n, const char *kname, int64_t grid,
                int block, int64_t smem, const char *args);
 /* A scratch buffer for node n on its stream: declared, allocated; its
- * variable's name.  cg_free_tmp releases it. */
+ * variable's name.  cg_free_tmp releases it.  cg_alloc_tmp_expr: of the
+ * bytes a C expression gives (a library's workspace function). */
 char *cg_alloc_tmp(CgGraph *G, const Node *n, const char *type, int64_t bytes,
                    const char *what);
+char *cg_alloc_tmp_expr(CgGraph *G, const Node *n, const char *type, const char *bytes,
+                        const char *what);
 void cg_free_tmp(CgGraph *G, const Node *n, const char *var);
 char *cg_store(Cg *c, DType dt, const char *v);   /* sg_st_DT(sg_to_DT(v)) */
 const char *cg_acc_type(DType dt);  /* float, or double for f64 */

@@ -23,7 +23,7 @@ var(CgGraph *G, const Node *n, int k)
 	return G->vname[n->opnd[k].v];
 }
 
-/* layer_norm_backward, rms_norm_backward (g, x, w?). */
+/* layer_norm_backward, rms_norm_backward (g, x, w?, r?): dx (plus r). */
 static void
 norm_backward(CgGraph *G, const Node *n)
 {
@@ -33,13 +33,22 @@ norm_backward(CgGraph *G, const Node *n)
 	int64_t len = x->d[x->rank - 1], nout = len ? type_numel(x) / len : 0;
 	if (nout == 0)
 		return;
-	int hw = n->nopnd > 2;
+	int wi = ir_norm_bwd_weight(n), ri = ir_norm_bwd_residual(n), hw = wi > 0;
+	if (n->nres > 1)
+		ICE("norm_backward: the weight's gradient outside the kernel library");
 	const char *ct = cg_ctype(dt), *acc = cg_acc_type(dt), *opc = cg_acc_conv(dt);
-	char *params = cg_fmt(c, "const %s *__restrict__ g, const %s *__restrict__ x, %s%s%s"
-	                      "%s *__restrict__ out", ct, ct, hw ? "const " : "",
-	                      hw ? ct : "", hw ? " *__restrict__ w, " : "", ct);
-	char *args = cg_fmt(c, "%s, %s, %s%s%s", var(G, n, 0), var(G, n, 1),
-	                    hw ? var(G, n, 2) : "", hw ? ", " : "", G->vname[n->res[0]]);
+	char *params = cg_fmt(c, "const %s *__restrict__ g, const %s *__restrict__ x, ", ct, ct);
+	char *args = cg_fmt(c, "%s, %s, ", var(G, n, 0), var(G, n, 1));
+	if (hw) {
+		params = cg_fmt(c, "%sconst %s *__restrict__ w, ", params, ct);
+		args = cg_fmt(c, "%s%s, ", args, var(G, n, wi));
+	}
+	if (ri > 0) {
+		params = cg_fmt(c, "%sconst %s *__restrict__ res, ", params, ct);
+		args = cg_fmt(c, "%s%s, ", args, var(G, n, ri));
+	}
+	params = cg_fmt(c, "%s%s *__restrict__ out", params, ct);
+	args = cg_fmt(c, "%s%s", args, G->vname[n->res[0]]);
 	CgRows rg = cg_rows(nout, len);
 	int layer = n->op == OP_LAYER_NORM_BACKWARD;
 	double eps = ir_attr_float(n, "eps", layer ? 1e-5 : 1e-6);
@@ -51,7 +60,9 @@ norm_backward(CgGraph *G, const Node *n)
 	        {"acc", acc}, {"opc", opc}, {"layer", layer ? "1" : ""},
 	        {"eps", cg_lit_float(c, dt == DT_F64 ? eps : (double)(float)eps, dt != DT_F64)},
 	        {"wmul", hw ? cg_fmt(c, " * %s(sg_ld(w[r]))", opc) : ""},
-	        {"store", cg_store(c, dt, "rstd * (gh - mg - xh * mgx)")});
+	        {"store", cg_store(c, dt, ri > 0 ? cg_fmt(c, "rstd * (gh - mg - xh * mgx) + "
+	                                                 "%s(sg_ld(res[base + r]))", opc)
+	                                         : "rstd * (gh - mg - xh * mgx)")});
 	cg_launch(G, n, kname, rg.grid, rg.block, 0, args);
 }
 

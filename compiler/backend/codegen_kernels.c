@@ -115,7 +115,8 @@ cg_launch(CgGraph *G, const Node *n, const char *kname, int64_t grid, int block,
 /* A temporary for a kernel's scratch: declared, allocated, and the name
  * returned; free_tmp releases it. */
 char *
-cg_alloc_tmp(CgGraph *G, const Node *n, const char *type, int64_t bytes, const char *what)
+cg_alloc_tmp_expr(CgGraph *G, const Node *n, const char *type, const char *bytes,
+                  const char *what)
 {
 	Cg *c = G->c;
 	char *base = cg_fmt(c, "tmp_%s_%u", what, n->loc.line), *var = base;
@@ -123,9 +124,15 @@ cg_alloc_tmp(CgGraph *G, const Node *n, const char *type, int64_t bytes, const c
 		var = cg_fmt(c, "%s_%d", base, k);
 	map_put(&G->kernames, var, strlen(var), 1);
 	fprintf(G->body, "\t%s *%s = NULL;\n", type, var);
-	CG_EMIT(G->body, "host.cu:alloc", {"var", var}, {"bytes", cg_num(c, bytes)},
+	CG_EMIT(G->body, "host.cu:alloc", {"var", var}, {"bytes", bytes},
 	        {"s", cg_num(c, cg_stream(n))}, {"line", cg_num(c, n->loc.line)});
 	return var;
+}
+
+char *
+cg_alloc_tmp(CgGraph *G, const Node *n, const char *type, int64_t bytes, const char *what)
+{
+	return cg_alloc_tmp_expr(G, n, type, cg_num(G->c, bytes), what);
 }
 
 void

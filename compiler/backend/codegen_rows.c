@@ -547,9 +547,49 @@ cg_rows_ce_backward(CgGraph *G, const Node *n)
 	return ce_library(G, n, 1);
 }
 
-/* layer_norm_backward, rms_norm_backward (g, x, w?) through the kernel
- * library (sg_launch_layer_norm_bwd_x: the statistics again from x, dx in
- * one row kernel) for f16, bf16, f32; 0, with nothing emitted, otherwise. */
+/* dx (plus the residual operand), dw and (layer_norm) db of a norm
+ * backward with the weight's gradient or a residual:
+ * sg_launch_layer_norm_bwd_fused, through a workspace of the row groups'
+ * column sums when it gives dw; no rows: zero dw and db. */
+static void
+norm_backward_fused(CgGraph *G, const Node *n, int64_t rows, int64_t len, double eps)
+{
+	Cg *c = G->c;
+	DType dt = (DType)cg_otype(G, n, 1)->dt;
+	const char *ct = cg_ctype(dt);
+	int wi = ir_norm_bwd_weight(n), ri = ir_norm_bwd_residual(n);
+	const char *dw = n->nres > 1 ? G->vname[n->res[1]] : "NULL";
+	const char *db = n->nres > 2 ? G->vname[n->res[2]] : "NULL", *work = "NULL";
+	if (rows == 0) {
+		for (uint32_t i = 1; i < n->nres; i++)
+			cg_zero(G, n, G->vname[n->res[i]], len * dtype_size(dt));
+		return;
+	}
+	cg_use_library(G, "sgk_rows.cuh");
+	if (n->nres > 1)
+		work = cg_alloc_tmp_expr(G, n, "void", cg_fmt(c, "sg_layer_norm_bwd_fused_workspace<%s>"
+		                         "(%lld, %lld)", ct, (long long)rows, (long long)len),
+		                         "norm_parts");
+	CG_EMIT(G->body, "host.cu:lib_call", {"s", cg_num(c, cg_stream(n))},
+	        {"kname", cg_kernel_name(G, n, op_name(n->op))}, {"line", cg_num(c, n->loc.line)},
+	        {"call", cg_fmt(c, "sg_launch_layer_norm_bwd_fused<%s>(%s, %s, %s, %s, %s, %s, %s, "
+	                        "%s, %lld, %lld, %s, %d, sgrt_stream(rt, %d))", ct,
+	                        G->vname[n->opnd[0].v], G->vname[n->opnd[1].v],
+	                        wi > 0 ? G->vname[n->opnd[wi].v] : "NULL",
+	                        ri > 0 ? G->vname[n->opnd[ri].v] : "NULL", G->vname[n->res[0]],
+	                        dw, db, work, (long long)rows, (long long)len,
+	                        cg_lit_float(c, (double)(float)eps, 1),
+	                        n->op == OP_RMS_NORM_BACKWARD, cg_stream(n))});
+	if (n->nres > 1)
+		cg_free_tmp(G, n, work);
+}
+
+/* layer_norm_backward, rms_norm_backward (g, x, w?, r?) through the
+ * kernel library for f16, bf16, f32 (and f64 with the weight's gradient):
+ * sg_launch_layer_norm_bwd_x for dx alone (the statistics again from x,
+ * dx in one row kernel); with dw (and db) or a residual r,
+ * sg_launch_layer_norm_bwd_fused (dx plus r, and the row groups' column
+ * sums in one pass, then their sum); 0, with nothing emitted, otherwise. */
 int
 cg_rows_norm_backward(CgGraph *G, const Node *n)
 {
@@ -559,18 +599,22 @@ cg_rows_norm_backward(CgGraph *G, const Node *n)
 	if (!G->s->rows_lib[n - G->g->nodes.v]) /* kernel_choice's choice */
 		return 0;
 	int64_t len = x->d[x->rank - 1], rows = type_numel(x) / len;
-	if (rows == 0)
-		return 1;
 	int rms = n->op == OP_RMS_NORM_BACKWARD;
 	double eps = ir_attr_float(n, "eps", rms ? 1e-6 : 1e-5);
-	const char *s = cg_num(c, cg_stream(n));
+	const char *s = cg_num(c, cg_stream(n)), *ct = cg_ctype(dt);
+	if (n->nres > 1 || ir_norm_bwd_residual(n) > 0) {
+		norm_backward_fused(G, n, rows, len, eps);
+		return 1;
+	}
+	if (rows == 0)
+		return 1;
 	cg_use_library(G, "sgk_rows.cuh");
 	CG_EMIT(G->body, "host.cu:lib_call", {"s", s},
 	        {"kname", cg_kernel_name(G, n, op_name(n->op))}, {"line", cg_num(c, n->loc.line)},
 	        {"call", cg_fmt(c, "sg_launch_layer_norm_bwd_x<%s>(%s, %s, %s, %s, %lld, %lld, %s, "
-	                        "%d, sgrt_stream(rt, %s))", cg_ctype(dt), G->vname[n->opnd[0].v],
+	                        "%d, sgrt_stream(rt, %s))", ct, G->vname[n->opnd[0].v],
 	                        G->vname[n->opnd[1].v],
-	                        n->nopnd > 2 ? G->vname[n->opnd[2].v] : "NULL",
+	                        ir_norm_bwd_weight(n) > 0 ? G->vname[n->opnd[2].v] : "NULL",
 	                        G->vname[n->res[0]], (long long)rows, (long long)len,
 	                        cg_lit_float(c, (double)(float)eps, 1), rms, s)});
 	return 1;

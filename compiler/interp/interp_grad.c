@@ -32,17 +32,24 @@ interp_gelu_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 /* dx of layer_norm (mean-centred) or rms_norm over the last dim: with
  * xhat the normalised x and gh = g * w,
  *   layer_norm: rstd * (gh - mean(gh) - xhat * mean(gh * xhat))
- *   rms_norm:   rstd * (gh - xhat * mean(gh * xhat)). */
+ *   rms_norm:   rstd * (gh - xhat * mean(gh * xhat));
+ * plus the residual operand (rounded once); with a second and third result, the weight's gradient (the sum of
+ * g * xhat over the rows) and the bias's (the sum of g). */
 int
 interp_norm_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
 	(void)I;
-	Tensor *g = in[0], *x = in[1], *w = n->nopnd > 2 ? in[2] : NULL;
+	int wi = ir_norm_bwd_weight(n), ri = ir_norm_bwd_residual(n);
+	Tensor *g = in[0], *x = in[1], *w = wi > 0 ? in[wi] : NULL, *res = ri > 0 ? in[ri] : NULL;
 	double eps = ir_attr_float(n, "eps", 1e-5);
 	int rms = n->op == OP_RMS_NORM_BACKWARD;
 	int64_t len = x->shape[x->rank - 1], rows = len ? x->numel / len : 0;
 	double *xh = xmalloc((size_t)(len + 1) * sizeof *xh);
 	double *gh = xmalloc((size_t)(len + 1) * sizeof *gh);
+	double *dw = xmalloc((size_t)(len + 1) * sizeof *dw);
+	double *db = xmalloc((size_t)(len + 1) * sizeof *db);
+	memset(dw, 0, (size_t)(len + 1) * sizeof *dw);
+	memset(db, 0, (size_t)(len + 1) * sizeof *db);
 	for (int64_t r = 0; r < rows; r++) {
 		int64_t base = r * len;
 		double mean = 0, var = 0, mg = 0, mgx = 0;
@@ -56,6 +63,8 @@ interp_norm_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 		double rstd = 1.0 / sqrt(var / (double)len + eps);
 		for (int64_t j = 0; j < len; j++) {
 			xh[j] = (interp_getf(x, base + j) - mean) * rstd;
+			dw[j] += interp_getf(g, base + j) * xh[j];
+			db[j] += interp_getf(g, base + j);
 			gh[j] = interp_getf(g, base + j) * (w ? interp_getf(w, j) : 1.0);
 			mg += gh[j];
 			mgx += gh[j] * xh[j];
@@ -63,10 +72,19 @@ interp_norm_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 		mg = rms ? 0 : mg / (double)len;
 		mgx /= (double)len;
 		for (int64_t j = 0; j < len; j++)
-			interp_setf(out[0], base + j, rstd * (gh[j] - mg - xh[j] * mgx));
+			interp_setf(out[0], base + j, rstd * (gh[j] - mg - xh[j] * mgx) +
+			            (res ? interp_getf(res, base + j) : 0.0));
+	}
+	for (int64_t j = 0; j < len; j++) {
+		if (n->nres > 1)
+			interp_setf(out[1], j, dw[j]);
+		if (n->nres > 2)
+			interp_setf(out[2], j, db[j]);
 	}
 	free(xh);
 	free(gh);
+	free(dw);
+	free(db);
 	return 0;
 }
 

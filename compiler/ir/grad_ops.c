@@ -5,8 +5,12 @@
  * operands as any rule does:
  *
  *   gelu_backward(%g, %x, approximate=)        -> x's type
- *   layer_norm_backward(%g, %x, %w?, eps=)     -> x's type (dx)
- *   rms_norm_backward(%g, %x, %w?, eps=)       -> x's type (dx)
+ *   %dx[, %dw[, %db]] = layer_norm_backward(%g, %x, %w?, %r?, eps=,
+ *                   residual=)
+ *   %dx[, %dw] = rms_norm_backward(%g, %x, %w?, %r?, eps=, residual=)
+ *                                              -> dx of x's type (plus %r,
+ *                                              there with residual=true);
+ *                                              dw, db (with %w) of w's
  *   %dq, %dk, %dv = scaled_dot_product_attention_backward(%g, %q, %k, %v,
  *                   causal=, scale=)           -> at the broadcast batch shape
  *   embedding_backward(%g, %idx, rows=V)       -> [V, D]
@@ -94,7 +98,10 @@ shape_gelu_backward(Graph *g, Node *n, Diag *d)
 	return result(g, n, d, 0, (DType)t->dt, t->d, t->rank);
 }
 
-/* layer_norm_backward, rms_norm_backward: g and x of one type, w [D]. */
+/* layer_norm_backward, rms_norm_backward: g and x of one type, w [D], with
+ * residual=true a last operand of x's type summed into dx; dx, and with w
+ * the weight's gradient (sum of g * xhat over the rows) and for
+ * layer_norm the bias's (sum of g), as many as the statement names. */
 int
 shape_norm_backward(Graph *g, Node *n, Diag *d)
 {
@@ -103,11 +110,26 @@ shape_norm_backward(Graph *g, Node *n, Diag *d)
 	const Type *x = ot(g, n, 1);
 	if (x->rank == 0)
 		return bad(g, n, d, "expects a tensor with at least one dim");
-	if (n->nopnd > 2) {
-		const Type *w = ot(g, n, 2);
+	int r = ir_norm_bwd_residual(n), wi = ir_norm_bwd_weight(n);
+	if (r == 1)
+		return bad(g, n, d, "residual=true needs the gradient summed into dx "
+		           "as the last operand");
+	if (r > 0 && !like(g, n, d, r, 1, "gradient summed into dx"))
+		return 0;
+	uint32_t most = wi < 0 ? 1 : n->op == OP_RMS_NORM_BACKWARD ? 2 : 3;
+	if (n->nres < 1 || n->nres > most)
+		return most == 1 ? bad(g, n, d, "gives 1 result without a weight, but the "
+		                       "statement names %u", n->nres)
+		                 : bad(g, n, d, "gives 1 to %u results, but the statement "
+		                       "names %u", most, n->nres);
+	if (wi > 0) {
+		const Type *w = ot(g, n, wi);
 		if (w->rank != 1 || w->d[0] != x->d[x->rank - 1] || w->dt != x->dt)
 			return bad(g, n, d, "the weight must be [%lld] of the input's dtype",
 			           (long long)x->d[x->rank - 1]);
+		for (uint32_t i = 1; i < n->nres; i++)
+			if (!result(g, n, d, i, (DType)w->dt, w->d, 1))
+				return 0;
 	}
 	return result(g, n, d, 0, (DType)x->dt, x->d, x->rank);
 }

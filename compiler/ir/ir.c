@@ -124,6 +124,18 @@ ir_attr_float(const Node *n, const char *name, double dflt)
 	return a ? a->f : dflt;
 }
 
+int
+ir_norm_bwd_residual(const Node *n)
+{
+	return ir_attr_int(n, "residual", 0) ? (int)n->nopnd - 1 : -1;
+}
+
+int
+ir_norm_bwd_weight(const Node *n)
+{
+	return (int)n->nopnd - (ir_norm_bwd_residual(n) >= 0) > 2 ? 2 : -1;
+}
+
 const Type *
 ir_type(const Graph *g, const Opnd *o)
 {

@@ -612,6 +612,11 @@ const Attr *ir_attr(const Node *n, const char *name);
 int64_t ir_attr_int(const Node *n, const char *name, int64_t dflt);
 double ir_attr_float(const Node *n, const char *name, double dflt);
 const Type *ir_type(const Graph *g, const Opnd *o); /* NULL unless OK_VAL */
+/* Operands of layer_norm_backward, rms_norm_backward (g, x, w?, r?): the
+ * index of the weight, and of the gradient summed into dx (residual=true:
+ * the last operand); -1 when absent. */
+int ir_norm_bwd_weight(const Node *n);
+int ir_norm_bwd_residual(const Node *n);
 /* Free the heap arrays and maps of an AST and of a module's graphs (the
  * rest lives in the arena). */
 void ast_free(AstFile *f);

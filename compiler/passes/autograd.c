@@ -630,9 +630,34 @@ choose_acc_stream(Grad *G, Slot *sl, uint32_t stream)
 	}
 }
 
+/* Whether contribution v, dx of a norm backward just made, takes the
+ * slot's gradient so far as its residual operand (residual=true: the
+ * backward adds it to dx in its own kernel, as a pre-norm block's
+ * residual stream needs) instead of an add after it.  Only in a graph with
+ * the default stream alone: choose_acc_stream moves chains of adds. */
+static int
+fuse_residual(Grad *G, const Slot *sl, ValId v)
+{
+	NewVal *nv = newval(G, v);
+	if (G->g->streams.n != 1 || !nv)
+		return 0;
+	Node *n = &G->out.v[nv->at];
+	if ((n->op != OP_LAYER_NORM_BACKWARD && n->op != OP_RMS_NORM_BACKWARD) ||
+	    n->res[0] != v || ir_norm_bwd_residual(n) >= 0)
+		return 0;
+	Opnd *o = arena_alloc(G->a, ((size_t)n->nopnd + 2) * sizeof *o);
+	memcpy(o, n->opnd, n->nopnd * sizeof *o);
+	o[n->nopnd++] = grad_v(sl->grad);
+	n->opnd = o;
+	grad_set(n, "residual", 1);
+	check_shape(G, n);
+	return 1;
+}
+
 /* Adds contribution v to slot s, in the order backward makes them: the
  * first is taken as it is, later ones are summed on the slot's
- * accumulation stream (rule 4; default while none is chosen). */
+ * accumulation stream (rule 4; default while none is chosen), by the
+ * norm backward that made v when fuse_residual lets it. */
 static void
 contribute(Grad *G, uint32_t s, ValId v)
 {
@@ -648,7 +673,7 @@ contribute(Grad *G, uint32_t s, ValId v)
 	}
 	if (!sl->acc_fixed && stream_of(G, v) != 0)
 		choose_acc_stream(G, sl, stream_of(G, v));
-	if (sl->grad == NONE) {
+	if (sl->grad == NONE || fuse_residual(G, sl, v)) {
 		sl->grad = v;
 		return;
 	}

@@ -471,28 +471,26 @@ GRAD_RULE_DEF(grad_softmax)
  * sum(grad) (both summed by the pass). */
 GRAD_RULE_DEF(grad_norm)
 {
-	ValId g = gout[0];
-	Opnd x = grad_arg(G, n, 0);
+	Opnd o[3] = {grad_v(gout[0]), grad_arg(G, n, 0)};
+	int no = 2;
+	if (n->nopnd > 1)
+		o[no++] = grad_arg(G, n, 1);
+	/* dx, and the weight's and bias's gradients in the same op (one pass
+	 * over g and x: sgk_rows.cuh's sg_launch_layer_norm_bwd_fused) */
+	uint32_t nres = n->nopnd > 2 && need[2] ? 3 : n->nopnd > 1 && need[1] ? 2 : 1;
+	if (!need[0] && nres == 1)
+		return 1;
+	grad_target(G, n, need[0] ? 0 : 1);
 	int back = n->op == OP_LAYER_NORM ? OP_LAYER_NORM_BACKWARD : OP_RMS_NORM_BACKWARD;
-	if (need[0]) {
-		grad_target(G, n, 0);
-		Opnd o[3] = {V(g), x};
-		int no = 2;
-		if (n->nopnd > 1)
-			o[no++] = grad_arg(G, n, 1);
-		Node *m = grad_node(G, back, o, no);
-		grad_copyattr(m, "eps", ir_attr(n, "eps"));
-		gin[0] = grad_end(G, m, 1);
-	}
-	if (n->nopnd > 1 && need[1]) {
-		grad_target(G, n, 1);
-		Node *m = grad_node(G, n->op, &x, 1);
-		grad_copyattr(m, "eps", ir_attr(n, "eps"));
-		ValId xhat = grad_end(G, m, 1);
-		gin[1] = grad_op2(G, OP_MUL, V(g), V(xhat));
-	}
-	if (n->nopnd > 2 && need[2])
-		gin[2] = g;
+	Node *m = grad_node(G, back, o, no);
+	grad_copyattr(m, "eps", ir_attr(n, "eps"));
+	grad_end(G, m, nres);
+	if (need[0])
+		gin[0] = m->res[0];
+	if (nres > 1 && need[1])
+		gin[1] = m->res[1];
+	if (nres > 2)
+		gin[2] = m->res[2];
 	return 1;
 }
 

@@ -1212,7 +1212,8 @@ fold_all(Kc *G, FuseGroups *groups)
  * with their input in memory (no pointwise producer or consumer fused
  * in); cross_entropy (and its backward) with the class dim last, i64
  * targets and a result of the logits' dtype; the norms' backward with
- * every operand of x's dtype. */
+ * every operand of x's dtype (f64 too when it gives the weight's
+ * gradient: only the library computes that). */
 static int
 rows_library(const Graph *g, const Sched *s, NodeId i)
 {
@@ -1223,11 +1224,12 @@ rows_library(const Graph *g, const Sched *s, NodeId i)
 		return 0;
 	const Type *x = otype(g, n, bwd || nbwd ? 1 : 0);
 	DType dt = (DType)x->dt;
-	if (dt != DT_F16 && dt != DT_BF16 && dt != DT_F32)
+	if (dt != DT_F16 && dt != DT_BF16 && dt != DT_F32 && !(nbwd && n->nres > 1 && dt == DT_F64))
 		return 0;
 	if (nbwd)
 		return x->rank >= 1 && x->d[x->rank - 1] >= 1 && x->d[x->rank - 1] <= INT32_MAX &&
-		       otype(g, n, 0)->dt == dt && (n->nopnd <= 2 || otype(g, n, 2)->dt == dt);
+		       otype(g, n, 0)->dt == dt && otype(g, n, n->nopnd - 1)->dt == dt &&
+		       otype(g, n, 2 < n->nopnd ? 2 : 1)->dt == dt;
 	if (em == EM_CROSS_ENTROPY || bwd) {
 		const Type *t = otype(g, n, bwd + 1);
 		int64_t outer, len, inner;

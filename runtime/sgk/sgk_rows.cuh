@@ -37,6 +37,13 @@
  *   sg_launch_layer_norm_bwd_x<T>(dy, x, w, dx, rows, C, eps, rms, stream)
  *       dx alone, with mean and rstd computed again from x (as the forward
  *       does, with eps): for a backward that has no saved statistics.
+ *   sg_layer_norm_bwd_fused_workspace<T>(rows, C)  bytes of workspace for:
+ *   sg_launch_layer_norm_bwd_fused<T>(dy, x, w, add, dx, dw, db, work,
+ *                                     rows, C, eps, rms, stream)
+ *       dx (plus add, when not NULL), dw and db (either may be NULL) in
+ *       one pass over dy and x, the statistics again from x: each row
+ *       group sums its columns of dy * xhat and dy into work, a second
+ *       kernel sums the groups in a fixed order.
  *   sg_launch_cross_entropy_fwd<T>(x, target, lse, loss, rows, C, stream)
  *       x [rows, C] logits, target int64 [rows] class indices (-100 is
  *       ignored, as PyTorch's ignore_index); lse: A[rows + 1], gets the
@@ -413,6 +420,50 @@ SGK_DEV void sgk_norm_stats(const T *xr, int C, int t, float eps, A *part, A *mu
 	*rs = (A)1 / sgk_sqrt(var + (A)eps);
 }
 
+/* The last pass of a norm backward over a row at base: dx = rstd * (g -
+ * mean(g) - xhat * mean(g * xhat)) (s1, s2 those means; RMS: no mean(g)),
+ * plus add when it is not NULL, stored when live; xhat and g = dy * w
+ * from the registers xv, gv (NV > 0) or loaded again. */
+template <int VEC, int TPR, int NV, bool RMS, class T, class A>
+SGK_DEV void sgk_norm_dx_pass(const T *dy, const T *x, const T *w, const T *add, T *dx,
+                              sgk_i64 base, int C, int t, bool live, A mu, A rs, A s1, A s2,
+                              const A (&xv)[NV > 0 ? NV : 1][VEC],
+                              const A (&gv)[NV > 0 ? NV : 1][VEC])
+{
+	const int nk = NV > 0 ? NV : (C + TPR * VEC - 1) / (TPR * VEC);
+#pragma unroll
+	for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
+		for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
+			const int c = (t + kk * TPR) * VEC;
+			if (c >= C || !live)
+				continue;
+			A f[VEC], g[VEC], a[VEC];
+			if constexpr (NV > 0) {
+#pragma unroll
+				for (int e = 0; e < VEC; e++) {
+					f[e] = xv[k][e];
+					g[e] = gv[k][e];
+				}
+			} else {
+				A wf[VEC];
+				sgk_ldrow<VEC>(x + base + c, f);
+				sgk_ldrow<VEC>(dy + base + c, g);
+				sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
+#pragma unroll
+				for (int e = 0; e < VEC; e++) {
+					f[e] = (f[e] - mu) * rs;
+					g[e] *= wf[e];
+				}
+			}
+			sgk_ldw<VEC>(add ? add + base + c : add, a, (A)0);
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				g[e] = rs * (g[e] - (RMS ? (A)0 : s1) - f[e] * s2) + a[e];
+			sgk_strow<VEC>(dx + base + c, g);
+		}
+	}
+}
+
 /* dx of layer_norm (or RMS) from dy, x, w and the saved mean and rstd
  * (computed again from x with eps when rstd is NULL):
  * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w. */
@@ -465,37 +516,164 @@ sgk_norm_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__res
 	if (!RMS)
 		s1 = sgk_row_sum<TPR>(s1, part) / C;
 	s2 = sgk_row_sum<TPR>(s2, part) / C;
-	/* Pass 2: dx. */
+	sgk_norm_dx_pass<VEC, TPR, NV, RMS>(dy, x, w, (const T *)0, dx, base, C, t, live, mu, rs, s1,
+	                                    s2, xv, gv);
+}
+
+/* The fused norm backward: dx of layer_norm (or RMS) with the statistics
+ * computed again from x (as the forward, with eps), plus add when it is
+ * not NULL (a gradient summed into dx), and the column partial sums of
+ * dy * xhat (dw) and dy (db) into part[2][P][C] in one pass over dy and
+ * x (part may be NULL: dx alone).  The grid's P row groups (TPR threads
+ * each) take rows p, p + P, ...
+ * in turn; every group of a warp runs the same count of turns (past the
+ * end on the last row, storing and summing nothing), since the row
+ * reductions shuffle across the warp.  Each thread keeps its columns'
+ * sums in registers (NV > 0), or in its group's part rows (NV == 0). */
+template <class T, int VEC, int TPR, int NV, bool RMS>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
+sgk_norm_bwd_fused_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
+                     const T *__restrict__ add, T *__restrict__ dx,
+                     typename sgk_acc<T>::type *__restrict__ part, sgk_i64 rows, int C, float eps)
+{
+	typedef typename sgk_acc<T>::type A;
+	__shared__ A sh[32];
+	const int G = SGK_ROW_THREADS(TPR) / TPR, t = threadIdx.x % TPR;
+	const sgk_i64 P = (sgk_i64)gridDim.x * G, p = (sgk_i64)blockIdx.x * G + threadIdx.x / TPR;
+	A *pw = part + p * C, *pb = part + (P + p) * C;
+	const int nk = NV > 0 ? NV : (C + TPR * VEC - 1) / (TPR * VEC);
+	A aw[NV > 0 ? NV : 1][VEC], ab[NV > 0 ? NV : 1][VEC];
+	A xv[NV > 0 ? NV : 1][VEC], gv[NV > 0 ? NV : 1][VEC];
 #pragma unroll
-	for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
-		for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
-			const int c = (t + kk * TPR) * VEC;
-			if (c >= C)
-				continue;
-			A f[VEC], g[VEC];
-			if constexpr (NV > 0) {
+	for (int k = 0; k < (NV > 0 ? NV : 1); k++)
 #pragma unroll
-				for (int e = 0; e < VEC; e++) {
-					f[e] = xv[k][e];
-					g[e] = gv[k][e];
+		for (int e = 0; e < VEC; e++)
+			aw[k][e] = ab[k][e] = 0;
+	if (NV == 0 && part)
+		for (int c = t * VEC; c < C; c += TPR * VEC)
+			for (int e = 0; e < VEC; e++)
+				pw[c + e] = pb[c + e] = 0;
+	const sgk_i64 turns = (rows + P - 1) / P;
+	for (sgk_i64 i = 0; i < turns; i++) {
+		const bool live = p + i * P < rows;
+		const sgk_i64 base = (live ? p + i * P : rows - 1) * C;
+		A mu = 0, rs;
+		if constexpr (NV > 0) {
+			/* x and dy into registers, the statistics from them */
+			A s = 0, var = 0;
+#pragma unroll
+			for (int k = 0; k < NV; k++) {
+				const int c = (t + k * TPR) * VEC;
+				if (c >= C)
+					continue;
+				sgk_ldrow<VEC>(x + base + c, xv[k]);
+				sgk_ldrow<VEC>(dy + base + c, gv[k]);
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					s += xv[k][e];
+			}
+			if (!RMS)
+				mu = sgk_row_sum<TPR>(s, sh) / C;
+#pragma unroll
+			for (int k = 0; k < NV; k++) {
+				if ((t + k * TPR) * VEC >= C)
+					continue;
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					var += (xv[k][e] - mu) * (xv[k][e] - mu);
+			}
+			rs = (A)1 / sgk_sqrt(sgk_row_sum<TPR>(var, sh) / C + (A)eps);
+		} else {
+			sgk_norm_stats<VEC, TPR, RMS>(x + base, C, t, eps, sh, &mu, &rs);
+		}
+		/* Pass 1: xhat, g = dy * w and their row sums; dy * xhat and dy
+		 * summed into the columns. */
+		A s1 = 0, s2 = 0;
+#pragma unroll
+		for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
+			for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
+				const int c = (t + kk * TPR) * VEC;
+				if (c >= C)
+					continue;
+				A f[VEC], g[VEC], wf[VEC];
+				if constexpr (NV > 0) {
+#pragma unroll
+					for (int e = 0; e < VEC; e++) {
+						f[e] = xv[k][e];
+						g[e] = gv[k][e];
+					}
+				} else {
+					sgk_ldrow<VEC>(x + base + c, f);
+					sgk_ldrow<VEC>(dy + base + c, g);
 				}
-			} else {
-				A wf[VEC];
-				sgk_ldrow<VEC>(x + base + c, f);
-				sgk_ldrow<VEC>(dy + base + c, g);
 				sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
 #pragma unroll
 				for (int e = 0; e < VEC; e++) {
 					f[e] = (f[e] - mu) * rs;
+					if (live && part) {
+						if constexpr (NV > 0) {
+							aw[k][e] += g[e] * f[e];
+							ab[k][e] += g[e];
+						} else {
+							pw[c + e] += g[e] * f[e];
+							pb[c + e] += g[e];
+						}
+					}
 					g[e] *= wf[e];
+					s1 += g[e];
+					s2 += g[e] * f[e];
+					if constexpr (NV > 0) {
+						xv[k][e] = f[e];
+						gv[k][e] = g[e];
+					}
 				}
 			}
-#pragma unroll
-			for (int e = 0; e < VEC; e++)
-				g[e] = rs * (g[e] - (RMS ? (A)0 : s1) - f[e] * s2);
-			if (live)
-				sgk_strow<VEC>(dx + base + c, g);
 		}
+		if (!RMS)
+			s1 = sgk_row_sum<TPR>(s1, sh) / C;
+		s2 = sgk_row_sum<TPR>(s2, sh) / C;
+		sgk_norm_dx_pass<VEC, TPR, NV, RMS>(dy, x, w, add, dx, base, C, t, live, mu, rs, s1, s2,
+		                                    xv, gv);
+	}
+	if (NV > 0 && part) {
+#pragma unroll
+		for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c >= C)
+				continue;
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				pw[c + e] = aw[k][e];
+				pb[c + e] = ab[k][e];
+			}
+		}
+	}
+}
+
+/* dw (blockIdx.y 0) or db (1) from the P groups' partial sums part[2][P][C],
+ * summed in a fixed order: 32 columns a block, 16 threads down each. */
+template <class T>
+__global__ void __launch_bounds__(512)
+sgk_norm_parts_sum_k(const typename sgk_acc<T>::type *__restrict__ part, int P, int C,
+                     T *__restrict__ dw, T *__restrict__ db)
+{
+	typedef typename sgk_acc<T>::type A;
+	__shared__ A sh[16][33];
+	T *out = blockIdx.y ? db : dw;
+	const int c = blockIdx.x * 32 + threadIdx.x;
+	if (!out)
+		return;
+	const A *src = part + (sgk_i64)blockIdx.y * P * C;
+	A s = 0;
+	if (c < C)
+		for (int p = threadIdx.y; p < P; p += 16)
+			s += src[(sgk_i64)p * C + c];
+	sh[threadIdx.y][threadIdx.x] = s;
+	__syncthreads();
+	if (threadIdx.y == 0 && c < C) {
+		for (int k = 1; k < 16; k++)
+			s += sh[k][threadIdx.x];
+		out[c] = sgk_cvt<T>(s);
 	}
 }
 
@@ -882,6 +1060,107 @@ static cudaError_t sg_launch_layer_norm_bwd_x(const T *dy, const T *x, const T *
 			                                                   (const A *)0, dx, rows, C, eps);
 		return sgk_launched();
 	});
+}
+
+/* The fused backward's configuration for rows of C elements: at most a
+ * few vectors a thread (it also keeps their column sums), more threads a
+ * row instead; NV = 0 (the row walked in memory) past 1024 vectors. */
+template <int V, class F>
+static auto sgk_norm_fused_dispatch(int C, bool vec, F f)
+{
+	if (vec && V > 1) {
+		const int nv = (C + V - 1) / V;
+		if (nv <= 32)
+			return f(SgkRowCfg<V, 32, 1>());
+		if (nv <= 64)
+			return f(SgkRowCfg<V, 32, 2>());
+		if (nv <= 256)
+			return f(SgkRowCfg<V, 128, 2>());
+		if (nv <= 512)
+			return f(SgkRowCfg<V, 256, 2>());
+		if (nv <= 1024)
+			return f(SgkRowCfg<V, 512, 2>());
+		return f(SgkRowCfg<V, 1024, 0>());
+	}
+	if (C <= 32)
+		return f(SgkRowCfg<1, 32, 1>());
+	if (C <= 128)
+		return f(SgkRowCfg<1, 32, 4>());
+	if (C <= 1024)
+		return f(SgkRowCfg<1, 256, 4>());
+	if (C <= 4096)
+		return f(SgkRowCfg<1, 1024, 4>());
+	return f(SgkRowCfg<1, 1024, 0>());
+}
+
+/* Row groups of the fused norm backward: one a row up to SGK_NORM_PARTS
+ * (then a group takes several rows), rounded up to whole blocks of
+ * SGK_ROW_THREADS(tpr) / tpr groups; the same for every device, so dw and
+ * db are summed in the same order everywhere. */
+#define SGK_NORM_PARTS 1024
+static inline long long sgk_norm_fused_parts(long long rows, int tpr)
+{
+	const long long gpb = tpr > 32 ? 1 : 128 / tpr;
+	const long long p = rows < SGK_NORM_PARTS ? (rows > 0 ? rows : 1) : SGK_NORM_PARTS;
+	return (p + gpb - 1) / gpb * gpb;
+}
+
+/* The threads a row sg_launch_layer_norm_bwd_fused uses for rows of C. */
+template <class T>
+static int sgk_norm_fused_tpr(int C, bool vec)
+{
+	return sgk_norm_fused_dispatch<sgk_vw<T>::V>(C, vec, [](auto cfg) {
+		return (int)decltype(cfg)::TPR;
+	});
+}
+
+/* Bytes of workspace sg_launch_layer_norm_bwd_fused needs (the column
+ * partial sums of both gradients, any alignment of the pointers). */
+template <class T>
+static size_t sg_layer_norm_bwd_fused_workspace(long long rows, int C)
+{
+	const long long p1 = sgk_norm_fused_parts(rows, sgk_norm_fused_tpr<T>(C, true));
+	const long long p2 = sgk_norm_fused_parts(rows, sgk_norm_fused_tpr<T>(C, false));
+	return (size_t)2 * (size_t)(p1 > p2 ? p1 : p2) * (size_t)C *
+	       sizeof(typename sgk_acc<T>::type);
+}
+
+/* dx, dw, db of layer_norm (rms = 0) or rms_norm (rms = 1) in one pass
+ * over dy and x (the statistics again from x with eps), then one small
+ * kernel summing the row groups' column sums in a fixed order.  w, add,
+ * dw, db may be NULL (work too when both are); add (of dx's shape) is
+ * summed into dx. */
+template <class T>
+static cudaError_t sg_launch_layer_norm_bwd_fused(const T *dy, const T *x, const T *w,
+                                                  const T *add, T *dx, T *dw, T *db, void *work,
+                                                  long long rows, int C, float eps, int rms,
+                                                  cudaStream_t stream)
+{
+	typedef typename sgk_acc<T>::type A;
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	const bool vec = sgk_rows_vec<T>(C, dy, x, w, dx) && sgk_rows_vec<T>(C, add);
+	long long P = 0;
+	cudaError_t e = sgk_norm_fused_dispatch<sgk_vw<T>::V>(C, vec, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		P = sgk_norm_fused_parts(rows, K::TPR);
+		A *part = dw || db ? (A *)work : (A *)0;
+		const dim3 g((unsigned)(P / (SGK_ROW_THREADS(K::TPR) / K::TPR)));
+		if (rms)
+			sgk_norm_bwd_fused_k<T, K::VEC, K::TPR, K::NV, true>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, add, dx, part,
+			                                                   rows, C, eps);
+		else
+			sgk_norm_bwd_fused_k<T, K::VEC, K::TPR, K::NV, false>
+			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, add, dx, part,
+			                                                   rows, C, eps);
+		return sgk_launched();
+	});
+	if (e != cudaSuccess || (!dw && !db))
+		return e;
+	sgk_norm_parts_sum_k<T><<<dim3((unsigned)((C + 31) / 32), 2), dim3(32, 16), 0, stream>>>(
+	        (const A *)work, (int)P, C, dw, db);
+	return sgk_launched();
 }
 
 /* lse[r] = logsumexp of row r, for r < rows. */

@@ -125,94 +125,6 @@ k_rows_f32_23_sgd_update(float *__restrict__ p, const float *__restrict__ g, con
 	     i += stride)
 		k_rows_f32_23_sgd_update_one(p[i], g[i]);
 }
-// cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.q.2 = mul(%grad.r, %grad.q.1)]
-/* The element i of %grad.q.2, computed where the kernel after it reads it
- * (a pointwise producer fused into its consumer at -O2). */
-static __device__ __forceinline__ __attribute__((unused)) float
-k_rows_f32_22_elem_grad_q_2(const float *v_grad_r, const float *v_grad_q_1, sg_i64 i)
-{
-	const float r0 = sg_ld(v_grad_r[i]);
-	const float r1 = sg_ld(v_grad_q_1[i]);
-	const float r2 = sg_to_f32(sgk_mul_f(r0, r1));
-	return r2;
-}
-// cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)]
-/* A reduction whose outputs are the innermost elements: the 32 threads of
- * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
- * warps split the reduced elements, then combine through shared memory. */
-static __global__ void __launch_bounds__(256)
-k_rows_f32_22_sum_grad_q(const float *v_grad_r, const float *v_grad_q_1, float *__restrict__ out)
-{
-	__shared__ float part[8][33];
-	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-	const sg_i64 o = (sg_i64)blockIdx.x * 32 + lane;
-	float acc = 0;
-	if (o < 64)
-		for (sg_i64 r = w; r < 16; r += 8)
-			acc = sgk_add_op()(acc, sg_opf(k_rows_f32_22_elem_grad_q_2(v_grad_r, v_grad_q_1, o + r * 64)));
-	part[w][lane] = acc;
-	__syncthreads();
-	if (w != 0 || o >= 64)
-		return;
-	for (int k = 1; k < 8; k++)
-		acc = sgk_add_op()(acc, part[k][lane]);
-	out[o] = sg_st_f32(sg_to_f32(acc));
-}
-// cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)]
-/* The element i of %grad.g.2, computed where the kernel after it reads it
- * (a pointwise producer fused into its consumer at -O2). */
-static __device__ __forceinline__ __attribute__((unused)) float
-k_rows_f32_21_elem_grad_g_2(const float *v_grad_n, const float *v_grad_g_1, sg_i64 i)
-{
-	const float r0 = sg_ld(v_grad_n[i]);
-	const float r1 = sg_ld(v_grad_g_1[i]);
-	const float r2 = sg_to_f32(sgk_mul_f(r0, r1));
-	return r2;
-}
-// cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)]
-/* A reduction whose outputs are the innermost elements: the 32 threads of
- * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
- * warps split the reduced elements, then combine through shared memory. */
-static __global__ void __launch_bounds__(256)
-k_rows_f32_21_sum_grad_g(const float *v_grad_n, const float *v_grad_g_1, float *__restrict__ out)
-{
-	__shared__ float part[8][33];
-	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-	const sg_i64 o = (sg_i64)blockIdx.x * 32 + lane;
-	float acc = 0;
-	if (o < 64)
-		for (sg_i64 r = w; r < 16; r += 8)
-			acc = sgk_add_op()(acc, sg_opf(k_rows_f32_21_elem_grad_g_2(v_grad_n, v_grad_g_1, o + r * 64)));
-	part[w][lane] = acc;
-	__syncthreads();
-	if (w != 0 || o >= 64)
-		return;
-	for (int k = 1; k < 8; k++)
-		acc = sgk_add_op()(acc, part[k][lane]);
-	out[o] = sg_st_f32(sg_to_f32(acc));
-}
-// cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.b = sum(%grad.n, dims=[0], keepdim=false)]
-/* A reduction whose outputs are the innermost elements: the 32 threads of
- * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
- * warps split the reduced elements, then combine through shared memory. */
-static __global__ void __launch_bounds__(256)
-k_rows_f32_21_sum_grad_b(const float *__restrict__ x, float *__restrict__ out)
-{
-	__shared__ float part[8][33];
-	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-	const sg_i64 o = (sg_i64)blockIdx.x * 32 + lane;
-	float acc = 0;
-	if (o < 64)
-		for (sg_i64 r = w; r < 16; r += 8)
-			acc = sgk_add_op()(acc, sg_opf(sg_ld(x[o + r * 64])));
-	part[w][lane] = acc;
-	__syncthreads();
-	if (w != 0 || o >= 64)
-		return;
-	for (int k = 1; k < 8; k++)
-		acc = sgk_add_op()(acc, part[k][lane]);
-	out[o] = sg_st_f32(sg_to_f32(acc));
-}
 // cg_rows_bwd.sg:44: %loss = mul(%ce, 2.0)
 /* The pointwise ops after %ce, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
@@ -321,72 +233,6 @@ k_rows_bf16_42_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
 		k_rows_bf16_42_sgd_update_one(p[i], g[i]);
-}
-// cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.q.2 = mul(%grad.r, %grad.q.1)]
-/* The element i of %grad.q.2, computed where the kernel after it reads it
- * (a pointwise producer fused into its consumer at -O2). */
-static __device__ __forceinline__ __attribute__((unused)) float
-k_rows_bf16_41_elem_grad_q_2(const sg_bf16 *v_grad_r, const sg_bf16 *v_grad_q_1, sg_i64 i)
-{
-	const float r0 = sg_ld(v_grad_r[i]);
-	const float r1 = sg_ld(v_grad_q_1[i]);
-	const float r2 = sg_to_bf16(sgk_mul_f(r0, r1));
-	return r2;
-}
-// cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)]
-/* A reduction whose outputs are the innermost elements: the 32 threads of
- * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
- * warps split the reduced elements, then combine through shared memory. */
-static __global__ void __launch_bounds__(256)
-k_rows_bf16_41_sum_grad_q(const sg_bf16 *v_grad_r, const sg_bf16 *v_grad_q_1, sg_bf16 *__restrict__ out)
-{
-	__shared__ float part[8][33];
-	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-	const sg_i64 o = (sg_i64)blockIdx.x * 32 + lane;
-	float acc = 0;
-	if (o < 64)
-		for (sg_i64 r = w; r < 16; r += 8)
-			acc = sgk_add_op()(acc, sg_opf(k_rows_bf16_41_elem_grad_q_2(v_grad_r, v_grad_q_1, o + r * 64)));
-	part[w][lane] = acc;
-	__syncthreads();
-	if (w != 0 || o >= 64)
-		return;
-	for (int k = 1; k < 8; k++)
-		acc = sgk_add_op()(acc, part[k][lane]);
-	out[o] = sg_st_bf16(sg_to_bf16(acc));
-}
-// cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)]
-/* The element i of %grad.g.2, computed where the kernel after it reads it
- * (a pointwise producer fused into its consumer at -O2). */
-static __device__ __forceinline__ __attribute__((unused)) float
-k_rows_bf16_40_elem_grad_g_2(const sg_bf16 *v_grad_n, const sg_bf16 *v_grad_g_1, sg_i64 i)
-{
-	const float r0 = sg_ld(v_grad_n[i]);
-	const float r1 = sg_ld(v_grad_g_1[i]);
-	const float r2 = sg_to_bf16(sgk_mul_f(r0, r1));
-	return r2;
-}
-// cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)]
-/* A reduction whose outputs are the innermost elements: the 32 threads of
- * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
- * warps split the reduced elements, then combine through shared memory. */
-static __global__ void __launch_bounds__(256)
-k_rows_bf16_40_sum_grad_g(const sg_bf16 *v_grad_n, const sg_bf16 *v_grad_g_1, sg_bf16 *__restrict__ out)
-{
-	__shared__ float part[8][33];
-	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-	const sg_i64 o = (sg_i64)blockIdx.x * 32 + lane;
-	float acc = 0;
-	if (o < 64)
-		for (sg_i64 r = w; r < 16; r += 8)
-			acc = sgk_add_op()(acc, sg_opf(k_rows_bf16_40_elem_grad_g_2(v_grad_n, v_grad_g_1, o + r * 64)));
-	part[w][lane] = acc;
-	__syncthreads();
-	if (w != 0 || o >= 64)
-		return;
-	for (int k = 1; k < 8; k++)
-		acc = sgk_add_op()(acc, part[k][lane]);
-	out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
 // cg_rows_bwd.sg:63: %lt = mul(%l, %t)
 /* The element i of %lt, computed where the kernel after it reads it
@@ -883,10 +729,8 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_w = NULL;
 	float *v_grad_r = NULL;
 	float *v_grad_n = NULL;
-	float *v_grad_q_1 = NULL;
 	float *v_grad_q = NULL;
 	float *v_grad_h = NULL;
-	float *v_grad_g_1 = NULL;
 	float *v_grad_g = NULL;
 	float *v_grad_b = NULL;
 	float *v_grad_w0 = NULL;
@@ -998,23 +842,14 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: del %grad.w] */
 
-	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.n = rms_norm_backward(%grad.r, %n, %q, eps=1e-06)] */
+	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.n, %grad.q = rms_norm_backward(%grad.r, %n, %q, eps=1e-06, residual=false)] */
 	v_grad_n = (float *)SGRT_AT(rt, 12288); /* 4096 bytes of the arena */
+	v_grad_q = (float *)SGRT_AT(rt, 16384); /* 256 bytes of the arena */
+	void *tmp_norm_parts_22 = NULL;
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_22, sg_layer_norm_bwd_fused_workspace<float>(16, 64), 0, 22));
 	SGRT_KERNEL(rt, 0, "k_rows_f32_22_rms_norm_backward_grad_n", 22,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<float>(v_grad_r, v_n, v_q, v_grad_n, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 22));
-
-	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.q.1 = rms_norm(%n, eps=1e-06)] */
-	v_grad_q_1 = (float *)SGRT_AT(rt, 16384); /* 4096 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_22_rms_norm_grad_q_1", 22,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_n, NULL, NULL, v_grad_q_1, NULL, NULL, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 22));
-
-	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.q.2 = mul(%grad.r, %grad.q.1)] */
-	/* (computed inside the kernel of line 22) */
-
-	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)] */
-	v_grad_q = (float *)SGRT_AT(rt, 4096); /* 256 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_22_sum_grad_q", 22,
-	            k_rows_f32_22_sum_grad_q<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_r, v_grad_q_1, v_grad_q));
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_fused<float>(v_grad_r, v_n, v_q, NULL, v_grad_n, v_grad_q, NULL, tmp_norm_parts_22, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 22));
+	SGRT_TRY(sgrt_free_async(rt, tmp_norm_parts_22, 0, 22));
 
 	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 22,
@@ -1022,28 +857,15 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: del %grad.q] */
 
-	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.h = layer_norm_backward(%grad.n, %h, %g, eps=1e-05)] */
+	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.h, %grad.g, %grad.b = layer_norm_backward(%grad.n, %h, %g, eps=1e-05, residual=false)] */
 	v_grad_h = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
+	v_grad_g = (float *)SGRT_AT(rt, 8192); /* 256 bytes of the arena */
+	v_grad_b = (float *)SGRT_AT(rt, 8448); /* 256 bytes of the arena */
+	void *tmp_norm_parts_21 = NULL;
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_21, sg_layer_norm_bwd_fused_workspace<float>(16, 64), 0, 21));
 	SGRT_KERNEL(rt, 0, "k_rows_f32_21_layer_norm_backward_grad_h", 21,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<float>(v_grad_n, v_h, v_g, v_grad_h, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 21));
-
-	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.g.1 = layer_norm(%h, eps=1e-05)] */
-	v_grad_g_1 = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_21_layer_norm_grad_g_1", 21,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_h, NULL, NULL, v_grad_g_1, NULL, NULL, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 21));
-
-	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)] */
-	/* (computed inside the kernel of line 21) */
-
-	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)] */
-	v_grad_g = (float *)SGRT_AT(rt, 0); /* 256 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_21_sum_grad_g", 21,
-	            k_rows_f32_21_sum_grad_g<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_n, v_grad_g_1, v_grad_g));
-
-	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.b = sum(%grad.n, dims=[0], keepdim=false)] */
-	v_grad_b = (float *)SGRT_AT(rt, 256); /* 256 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_21_sum_grad_b", 21,
-	            k_rows_f32_21_sum_grad_b<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_n, v_grad_b));
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_fused<float>(v_grad_n, v_h, v_g, NULL, v_grad_h, v_grad_g, v_grad_b, tmp_norm_parts_21, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 21));
+	SGRT_TRY(sgrt_free_async(rt, tmp_norm_parts_21, 0, 21));
 
 	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 21,
@@ -1256,10 +1078,8 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_w = NULL;
 	sg_bf16 *v_grad_r = NULL;
 	sg_bf16 *v_grad_n = NULL;
-	sg_bf16 *v_grad_q_1 = NULL;
 	sg_bf16 *v_grad_q = NULL;
 	sg_bf16 *v_grad_h = NULL;
-	sg_bf16 *v_grad_g_1 = NULL;
 	sg_bf16 *v_grad_g = NULL;
 	sg_bf16 *v_grad_w0 = NULL;
 
@@ -1370,23 +1190,14 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: del %grad.w] */
 
-	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.n = rms_norm_backward(%grad.r, %n, %q, eps=1e-06)] */
+	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.n, %grad.q = rms_norm_backward(%grad.r, %n, %q, eps=1e-06, residual=false)] */
 	v_grad_n = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2048 bytes of the arena */
+	v_grad_q = (sg_bf16 *)SGRT_AT(rt, 8192); /* 128 bytes of the arena */
+	void *tmp_norm_parts_41 = NULL;
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_41, sg_layer_norm_bwd_fused_workspace<sg_bf16>(16, 64), 0, 41));
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_rms_norm_backward_grad_n", 41,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<sg_bf16>(v_grad_r, v_n, v_q, v_grad_n, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 41));
-
-	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.q.1 = rms_norm(%n, eps=1e-06)] */
-	v_grad_q_1 = (sg_bf16 *)SGRT_AT(rt, 8192); /* 2048 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_rms_norm_grad_q_1", 41,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_n, NULL, NULL, v_grad_q_1, NULL, NULL, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 41));
-
-	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.q.2 = mul(%grad.r, %grad.q.1)] */
-	/* (computed inside the kernel of line 41) */
-
-	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.q = sum(%grad.q.2, dims=[0], keepdim=false)] */
-	v_grad_q = (sg_bf16 *)SGRT_AT(rt, 2048); /* 128 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_sum_grad_q", 41,
-	            k_rows_bf16_41_sum_grad_q<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_r, v_grad_q_1, v_grad_q));
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_fused<sg_bf16>(v_grad_r, v_n, v_q, NULL, v_grad_n, v_grad_q, NULL, tmp_norm_parts_41, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 41));
+	SGRT_TRY(sgrt_free_async(rt, tmp_norm_parts_41, 0, 41));
 
 	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 41,
@@ -1394,23 +1205,14 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 
 	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: del %grad.q] */
 
-	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.h = layer_norm_backward(%grad.n, %h, %g, eps=1e-05)] */
+	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.h, %grad.g = layer_norm_backward(%grad.n, %h, %g, eps=1e-05, residual=false)] */
 	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
+	v_grad_g = (sg_bf16 *)SGRT_AT(rt, 4096); /* 128 bytes of the arena */
+	void *tmp_norm_parts_40 = NULL;
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_40, sg_layer_norm_bwd_fused_workspace<sg_bf16>(16, 64), 0, 40));
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_40_layer_norm_backward_grad_h", 40,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<sg_bf16>(v_grad_n, v_h, v_g, v_grad_h, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 40));
-
-	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.g.1 = layer_norm(%h, eps=1e-05)] */
-	v_grad_g_1 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_rows_bf16_40_layer_norm_grad_g_1", 40,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_h, NULL, NULL, v_grad_g_1, NULL, NULL, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 40));
-
-	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)] */
-	/* (computed inside the kernel of line 40) */
-
-	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)] */
-	v_grad_g = (sg_bf16 *)SGRT_AT(rt, 0); /* 128 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_rows_bf16_40_sum_grad_g", 40,
-	            k_rows_bf16_40_sum_grad_g<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_n, v_grad_g_1, v_grad_g));
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_fused<sg_bf16>(v_grad_n, v_h, v_g, NULL, v_grad_h, v_grad_g, NULL, tmp_norm_parts_40, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 40));
+	SGRT_TRY(sgrt_free_async(rt, tmp_norm_parts_40, 0, 40));
 
 	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 40,

@@ -78,39 +78,6 @@ k_train_19_sub_grad_n_1(const float *x0, const float *x1, const float *x2, float
 		x3[i] = sg_st_f32(r5);
 	}
 }
-// cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)]
-/* The element i of %grad.g.2, computed where the kernel after it reads it
- * (a pointwise producer fused into its consumer at -O2). */
-static __device__ __forceinline__ __attribute__((unused)) float
-k_train_18_elem_grad_g_2(const float *v_grad_n, const float *v_grad_g_1, sg_i64 i)
-{
-	const float r0 = sg_ld(v_grad_n[i]);
-	const float r1 = sg_ld(v_grad_g_1[i]);
-	const float r2 = sg_to_f32(sgk_mul_f(r0, r1));
-	return r2;
-}
-// cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)]
-/* A reduction whose outputs are the innermost elements: the 32 threads of
- * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
- * warps split the reduced elements, then combine through shared memory. */
-static __global__ void __launch_bounds__(256)
-k_train_18_sum_grad_g(const float *v_grad_n, const float *v_grad_g_1, float *__restrict__ out)
-{
-	__shared__ float part[8][33];
-	const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-	const sg_i64 o = (sg_i64)blockIdx.x * 32 + lane;
-	float acc = 0;
-	if (o < 16)
-		for (sg_i64 r = w; r < 8; r += 8)
-			acc = sgk_add_op()(acc, sg_opf(k_train_18_elem_grad_g_2(v_grad_n, v_grad_g_1, o + r * 16)));
-	part[w][lane] = acc;
-	__syncthreads();
-	if (w != 0 || o >= 16)
-		return;
-	for (int k = 1; k < 8; k++)
-		acc = sgk_add_op()(acc, part[k][lane]);
-	out[o] = sg_st_f32(sg_to_f32(acc));
-}
 /* AdamW's step count (f32, as PyTorch keeps it) and the step's bias
  * corrections: sc[0] = -lr / (1 - beta1^step), sc[1] = sqrt(1 - beta2^step). */
 static __global__ void
@@ -377,7 +344,6 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_loss = NULL;
 	float *v_grad_n = NULL;
 	float *v_grad_o = NULL;
-	float *v_grad_g_1 = NULL;
 	float *v_grad_g = NULL;
 	float *v_grad_w2 = NULL;
 	float *v_grad_a = NULL;
@@ -447,23 +413,14 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_train_19_sub_grad_n_1", 19,
 	            k_train_19_sub_grad_n_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_n, v_y, v_grad_loss, v_grad_n));
 
-	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.o = layer_norm_backward(%grad.n, %o, %g, eps=1e-05)] */
+	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.o, %grad.g = layer_norm_backward(%grad.n, %o, %g, eps=1e-05, residual=false)] */
 	v_grad_o = (float *)SGRT_AT(rt, 3072); /* 512 bytes of the arena */
+	v_grad_g = (float *)SGRT_AT(rt, 3584); /* 64 bytes of the arena */
+	void *tmp_norm_parts_18 = NULL;
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_18, sg_layer_norm_bwd_fused_workspace<float>(8, 16), 0, 18));
 	SGRT_KERNEL(rt, 0, "k_train_18_layer_norm_backward_grad_o", 18,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_x<float>(v_grad_n, v_o, v_g, v_grad_o, 8, 16, (float)1e-05, 0, sgrt_stream(rt, 0)), 18));
-
-	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.g.1 = layer_norm(%o, eps=1e-05)] */
-	v_grad_g_1 = (float *)SGRT_AT(rt, 3584); /* 512 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_train_18_layer_norm_grad_g_1", 18,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_o, NULL, NULL, v_grad_g_1, NULL, NULL, 8, 16, (float)1e-05, 0, sgrt_stream(rt, 0)), 18));
-
-	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.g.2 = mul(%grad.n, %grad.g.1)] */
-	/* (computed inside the kernel of line 18) */
-
-	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.g = sum(%grad.g.2, dims=[0], keepdim=false)] */
-	v_grad_g = (float *)SGRT_AT(rt, 2048); /* 64 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_train_18_sum_grad_g", 18,
-	            k_train_18_sum_grad_g<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_n, v_grad_g_1, v_grad_g));
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_fused<float>(v_grad_n, v_o, v_g, NULL, v_grad_o, v_grad_g, NULL, tmp_norm_parts_18, 8, 16, (float)1e-05, 0, sgrt_stream(rt, 0)), 18));
+	SGRT_TRY(sgrt_free_async(rt, tmp_norm_parts_18, 0, 18));
 
 	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: adamw_update_(%g, %grad.g, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.01)] */
 	SGRT_KERNEL(rt, 0, "k_train_18_adamw_step", 18,

@@ -184,6 +184,21 @@ case("rms_norm", {"x": R(3, 5), "w": R(5)}, "%o = rms_norm(%x, %w)",
      lambda P: rms(P["x"], P["w"]), f32=True)
 case("rms_norm no weight", {"x": R(2, 2, 4)}, "%o = rms_norm(%x, eps=0.001)",
      lambda P: rms(P["x"], eps=0.001))
+# the weight's and bias's gradients come from the norm's backward op
+# itself (one op for dx, dw, db): with x an input (no dx wanted), 3-d, and
+# after a residual add whose sum another norm reads too
+case("layer_norm affine of an input", {"w": R(7), "b": R(7)},
+     "%o = layer_norm(%x, %w, %b, eps=0.001)",
+     lambda P: F.layer_norm(P["x"], (7,), P["w"], P["b"], eps=0.001),
+     inputs={"x": R(2, 3, 7)}, f32=True)
+case("rms_norm weight of an input", {"w": R(7)}, "%o = rms_norm(%x, %w)",
+     lambda P: rms(P["x"], P["w"]), inputs={"x": R(3, 2, 7)}, f32=True)
+case("layer_norm after residual", {"x": R(2, 3, 6), "p": R(2, 3, 6), "w": R(6), "b": R(6),
+                                   "v": R(6)},
+     "%x1 = add(%x, %p)\n%h = layer_norm(%x1, %w, %b)\n%h2 = rms_norm(%x1, %v)\n"
+     "%o = add(%h, %h2)",
+     lambda P: F.layer_norm(P["x"] + P["p"], (6,), P["w"], P["b"]) +
+     rms(P["x"] + P["p"], P["v"]), f32=True)
 
 # ---------------------------------------------------------------- linear algebra
 MM = [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)),

@@ -277,6 +277,51 @@ static void run_size(long rows, int C, int off, const char *dump)
 				d.tensor("db", hdb, {C});
 			d.close();
 		}
+
+		/* The fused backward: dx plus a residual (y as it), dw and db
+		 * from the row groups' column sums, the statistics again from x;
+		 * then dx alone through it (no workspace). */
+		KtBuf<T> dw2, db2;
+		dw2.alloc(C + off);
+		db2.alloc(C + off);
+		dw2.poison();
+		db2.poison();
+		dx.poison();
+		KT_CUDA(cudaMalloc(&work, sg_layer_norm_bwd_fused_workspace<T>(rows, C)));
+		e = sg_launch_layer_norm_bwd_fused<T>(dy.d + off, x.d + off, affine ? w.d + off : 0,
+		                                      y.d + off, dx.d + off, dw2.d + off,
+		                                      rms ? 0 : db2.d + off, work, rows, C, (float)eps,
+		                                      rms, 0);
+		KT_CHECK(e == cudaSuccess, "%s %s bwd_fused launch: %s", name, kn, cudaGetErrorString(e));
+		KT_CUDA(cudaDeviceSynchronize());
+		cudaFree(work);
+		dx.get();
+		dw2.get();
+		std::vector<double> hdx3 = hv(dx, n), hdw2 = hv(dw2, C), rsum(n);
+		for (size_t i = 0; i < n; i++)
+			rsum[i] = ref2[i] + hy[i];
+		snprintf(what, sizeof what, "%s dx + residual (fused)", kn);
+		report(what, name, kt_err(hdx3.data(), stored<T>(rsum).data(), n), dxtol * 2);
+		/* dw is the sum of dy * xhat whether or not the norm has a weight */
+		snprintf(what, sizeof what, "%s dw (fused)", kn);
+		report(what, name, kt_err(hdw2.data(), stored<T>(rdw).data(), C), tol<T>() * 2);
+		if (!rms) {
+			db2.get();
+			std::vector<double> hdb2 = hv(db2, C);
+			snprintf(what, sizeof what, "%s db (fused)", kn);
+			report(what, name, kt_err(hdb2.data(), stored<T>(rdb).data(), C), tol<T>() * 2);
+		}
+		dx.poison();
+		e = sg_launch_layer_norm_bwd_fused<T>(dy.d + off, x.d + off, affine ? w.d + off : 0,
+		                                      (const T *)0, dx.d + off, (T *)0, (T *)0,
+		                                      (void *)0, rows, C, (float)eps, rms, 0);
+		KT_CHECK(e == cudaSuccess, "%s %s bwd_fused dx launch: %s", name, kn,
+		         cudaGetErrorString(e));
+		KT_CUDA(cudaDeviceSynchronize());
+		dx.get();
+		std::vector<double> hdx4 = hv(dx, n);
+		snprintf(what, sizeof what, "%s dx (fused, alone)", kn);
+		report(what, name, kt_err(hdx4.data(), stored<T>(ref2).data(), n), dxtol);
 	}
 
 	/* cross_entropy */
