@@ -28,6 +28,7 @@ OUTDIR/NAME.consts.safetensors, which the bench reads; params are
 initialised from the drivers' --seed (bench/README.md gives the commands):
 
   python3 bench/models.py export OUTDIR [NAME...]
+  python3 bench/models.py llama-consts bench/llama.consts.safetensors
 """
 import os
 import subprocess
@@ -105,12 +106,33 @@ def keep_consts(sg, params, out):
     sys.path.insert(0, HERE)
     from torch_ref import st_load, st_save
     with open(sg) as f:
-        names = set(re.findall(r"^\s*const\s+%(\S+)\s*:", f.read(), re.M))
-    consts = {k: v for k, v in st_load(params).items() if k in names}
+        text = f.read()
+    names = set(re.findall(r"^\s*const\s+%(\S+)\s*:", text, re.M))
+    # only those a statement reads (a causal mask fx2sg turned into
+    # causal=true is dead: 8-17 MB left out)
+    used = {n for n in names
+            if re.search(r"^\s*%.*=.*%" + re.escape(n) + r"\b", text, re.M)}
+    consts = {k: v for k, v in st_load(params).items() if k in used}
     size = sum(v.numel() * v.element_size() for v in consts.values())
     if consts:
         st_save(out, consts)
         print("%s: %d consts, %d bytes" % (out, len(consts), size), flush=True)
+
+
+def llama_consts(out):
+    """bench/llama.consts.safetensors as HF's LlamaRotaryEmbedding and
+    LlamaModel compute them for llama() at the table's T (rope_theta
+    10000, head dim 128; positions 0..T-1 as float, [1, 1, T]; the
+    frequencies kept in bf16 like the module's buffers after .to(bf16)).
+    The export's own file could not be brought back from the GPU machine
+    (it held the 16.8 MB causal mask that the graph does not read)."""
+    sys.path.insert(0, HERE)
+    from torch_ref import st_save
+    hd, T = 2048 // 16, MODELS["llama"][3]["T"]
+    inv = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    st_save(out, {"m.model.rotary_emb.inv_freq": inv.to(torch.bfloat16),
+                  "m.model.rotary_emb.original_inv_freq": inv.to(torch.bfloat16),
+                  "to_3": torch.arange(T, dtype=torch.float32).reshape(1, 1, T)})
 
 
 def export(outdir, names):
@@ -142,6 +164,8 @@ def export(outdir, names):
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "llama-consts":
+        return llama_consts(sys.argv[2])
     if len(sys.argv) < 3 or sys.argv[1] != "export":
         sys.exit(__doc__)
     sys.exit(export(sys.argv[2], sys.argv[3:] or list(MODELS)))
