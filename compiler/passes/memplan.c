@@ -820,7 +820,10 @@ memplan_report(FILE *f, Graph *g, const MemPlan *mp)
 /* Per node: the node at which a fused group runs (its first member) when
  * the group is a kernel of its own whose members are all elementwise ops
  * with results of one shape, so that each thread reads its operands of
- * that shape at the index it writes (memplan_build_at's ew). */
+ * that shape at the index it writes (memplan_build_at's ew), and that
+ * stores one result: the kernel stores a result where the member making
+ * it is computed, and a later member may still load an operand at that
+ * element (a gelu recomputed beside its gelu_backward stores both). */
 static uint8_t *
 elementwise_kernels(const Graph *g, const Sched *s, Arena *a)
 {
@@ -831,15 +834,16 @@ elementwise_kernels(const Graph *g, const Sched *s, Arena *a)
 		if (grp->into != NONE || grp->after != NONE)
 			continue;
 		const Type *t0 = &g->vals.v[g->nodes.v[grp->nodes[0]].res[0]].type;
-		uint32_t j = 0;
+		uint32_t j = 0, stored = 0;
 		for (; j < grp->n; j++) {
 			const Node *n = &g->nodes.v[grp->nodes[j]];
 			const Type *t = &g->vals.v[n->res[0]].type;
 			if (n->op >= OP__N || !(op_table[n->op].flags & OPF_POINTWISE) ||
 			    t->rank != t0->rank || memcmp(t->d, t0->d, t->rank * sizeof *t->d) != 0)
 				break;
+			stored += !s->reg[n->res[0]];
 		}
-		ew[grp->nodes[0]] = j == grp->n;
+		ew[grp->nodes[0]] = j == grp->n && stored == 1;
 	}
 	return ew;
 }
