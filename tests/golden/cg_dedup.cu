@@ -634,7 +634,7 @@ dedup_run(dedup_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_dedup.sg:19: %c1 = gelu(%q) */
 
 	/* cg_dedup.sg:20: %c = add(%c1, 2.0) */
-	v_c = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
+	v_c = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
 
 	/* cg_dedup.sg:21: %d1 = gelu(%z) */
 
@@ -647,7 +647,7 @@ dedup_run(dedup_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_dedup_19_gelu_c1<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_q, v_c, v_z, v_d));
 
 	/* cg_dedup.sg:23: %t = matmul(%c, %w) */
-	v_t = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
+	v_t = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -786,7 +786,7 @@ dedup_run(dedup_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_dedup.sg:86: %e62 = exp(%e61) */
 
 	/* cg_dedup.sg:87: %e63 = exp(%e62) */
-	v_e63 = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
+	v_e63 = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
 	if (((uintptr_t)v_t % 16) == 0 && ((uintptr_t)v_e63 % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_dedup_24_exp_e0_vec", 24,
 		            k_dedup_24_exp_e0_vec<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_t, v_e63));
