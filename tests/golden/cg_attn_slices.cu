@@ -21,7 +21,7 @@
 // cg_attn_slices.sg:32: %sq   = square(%yf)
 // (x0 = %att3, x1 = %side, x2 = %yf, x3 = %sq)
 static __global__ void __launch_bounds__(256)
-k_attn_slices_30_add_y(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, float *__restrict__ x2, float *__restrict__ x3)
+k_attn_slices_30_add_y(const sg_bf16 *x0, const sg_bf16 *x1, float *x2, float *x3)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -41,7 +41,7 @@ k_attn_slices_30_add_y(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_slices_30_add_y is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_attn_slices_30_add_y_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, float *__restrict__ x2, float *__restrict__ x3)
+k_attn_slices_30_add_y_vec(const sg_bf16 *x0, const sg_bf16 *x1, float *x2, float *x3)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -103,7 +103,7 @@ k_attn_slices_33_expand_grad_sq_2(const float *__restrict__ x, float *__restrict
 // cg_attn_slices.sg:31: %yf   = cast(%y, dtype=f32)  [sgc: %grad.y = cast(%grad.yf, dtype=bf16)]
 // (x0 = %grad.sq.2, x1 = %yf, x2 = %grad.y)
 static __global__ void __launch_bounds__(256)
-k_attn_slices_33_div_grad_sq(const float *__restrict__ x0, const float *__restrict__ x1, sg_bf16 *__restrict__ x2)
+k_attn_slices_33_div_grad_sq(const float *x0, const float *x1, sg_bf16 *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -124,7 +124,7 @@ k_attn_slices_33_div_grad_sq(const float *__restrict__ x0, const float *__restri
 /* 4 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_slices_33_div_grad_sq is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_attn_slices_33_div_grad_sq_vec(const float *__restrict__ x0, const float *__restrict__ x1, sg_bf16 *__restrict__ x2)
+k_attn_slices_33_div_grad_sq_vec(const float *x0, const float *x1, sg_bf16 *x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 4096;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -179,7 +179,7 @@ k_attn_slices_29_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__
 // cg_attn_slices.sg:22: %v4   = reshape(%v3, shape=[B, T, NH, HD])  [sgc: %grad.v3.2 = add(%grad.v3, %grad.v3.1)]
 // (x0 = %grad.v3, x1 = %grad.v3.1, x2 = %grad.v3.2)
 static __global__ void __launch_bounds__(256)
-k_attn_slices_22_add_grad_v3_2(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, sg_bf16 *__restrict__ x2)
+k_attn_slices_22_add_grad_v3_2(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16384;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -194,7 +194,7 @@ k_attn_slices_22_add_grad_v3_2(const sg_bf16 *__restrict__ x0, const sg_bf16 *__
 /* 8 elements a thread through aligned vector loads and stores (the
  * launch checks the alignment; k_attn_slices_22_add_grad_v3_2 is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_attn_slices_22_add_grad_v3_2_vec(const sg_bf16 *__restrict__ x0, const sg_bf16 *__restrict__ x1, sg_bf16 *__restrict__ x2)
+k_attn_slices_22_add_grad_v3_2_vec(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 2048;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -629,7 +629,7 @@ attn_slices_run(attn_slices_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernel wrote v_grad_v3_1 through its strides) */
 
 	/* cg_attn_slices.sg:22: %v4   = reshape(%v3, shape=[B, T, NH, HD])  [sgc: %grad.v3.2 = add(%grad.v3, %grad.v3.1)] */
-	v_grad_v3_2 = (sg_bf16 *)SGRT_AT(rt, 0); /* 32768 bytes of the arena */
+	v_grad_v3_2 = (sg_bf16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
 	if (((uintptr_t)v_grad_v3 % 16) == 0 && ((uintptr_t)v_grad_v3_1 % 16) == 0 && ((uintptr_t)v_grad_v3_2 % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_slices_22_add_grad_v3_2_vec", 22,
 		            k_attn_slices_22_add_grad_v3_2_vec<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_v3, v_grad_v3_1, v_grad_v3_2));
@@ -644,7 +644,7 @@ attn_slices_run(attn_slices_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernel wrote v_grad_q3 through its strides) */
 
 	/* cg_attn_slices.sg:19: %q3, %k3, %v3 = chunk(%qkv, chunks=3, dim=2)  [sgc: %grad.qkv = cat(%grad.q3, %grad.k3, %grad.v3.2, dim=2)] */
-	v_grad_qkv = (sg_bf16 *)SGRT_AT(rt, 32768); /* 98304 bytes of the arena */
+	v_grad_qkv = (sg_bf16 *)SGRT_AT(rt, 0); /* 98304 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_slices_19_cat0_grad_qkv", 19,
 	            k_attn_slices_19_cat0_grad_qkv<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_q3, v_grad_qkv));
 	SGRT_KERNEL(rt, 0, "k_attn_slices_19_cat1_grad_qkv", 19,
@@ -662,7 +662,7 @@ attn_slices_run(attn_slices_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_qkv through their operand layout) */
 
 	/* cg_attn_slices.sg:18: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv = matmul(%grad.wqkv.3, %grad.wqkv.2)] */
-	v_grad_wqkv = (sg_bf16 *)SGRT_AT(rt, 131072); /* 98304 bytes of the arena */
+	v_grad_wqkv = (sg_bf16 *)SGRT_AT(rt, 98304); /* 98304 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
