@@ -34,28 +34,17 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 import stio  # noqa: E402
+from models import Logits  # noqa: E402  (the benchmark's wrapper: logits as [B*T, vocab])
 
 B, T, VOCAB, LR, STEPS = 2, 8, 64, 1e-3, 3
 TOL = 1e-4  # f32: loss and params after 3 AdamW steps
-
-
-class Logits(nn.Module):
-    """The causal LM's logits as [B*T, vocab] (what cross_entropy takes)."""
-
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, input_ids):
-        out = self.m(input_ids=input_ids, use_cache=False, return_dict=True)
-        return out.logits.reshape(-1, out.logits.shape[-1])
 
 
 def _make(cls_name, cfg_name, **kw):
