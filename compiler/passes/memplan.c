@@ -456,8 +456,7 @@ inplace_source(Build *B, uint32_t b)
 		const MemBuf *y = &B->mp->buf[a];
 		const Type *u = &g->vals.v[v].type;
 		if (y->where != x->where || y->stream != x->stream || y->size != x->size ||
-		    u->dt != t->dt || u->rank != t->rank ||
-		    memcmp(u->d, t->d, t->rank * sizeof *t->d) != 0)
+		    u->dt != t->dt || !type_same_shape(u, t))
 			continue;
 		const int32_t *acc = B->maxacc + (size_t)a * ns;
 		uint32_t s = 0;
@@ -839,7 +838,7 @@ elementwise_kernels(const Graph *g, const Sched *s, Arena *a)
 			const Node *n = &g->nodes.v[grp->nodes[j]];
 			const Type *t = &g->vals.v[n->res[0]].type;
 			if (n->op >= OP__N || !(op_table[n->op].flags & OPF_POINTWISE) ||
-			    t->rank != t0->rank || memcmp(t->d, t0->d, t->rank * sizeof *t->d) != 0)
+			    !type_same_shape(t, t0))
 				break;
 			stored += !s->reg[n->res[0]];
 		}
