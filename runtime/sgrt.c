@@ -199,8 +199,9 @@ setup(SgrtModel *m, const SgrtConfig *cfg)
 	m->stream_name = calloc(cfg->nstreams + 1, sizeof *m->stream_name);
 	m->join = calloc(cfg->nstreams + 1, sizeof *m->join);
 	m->ws = calloc(cfg->nstreams + 1, sizeof *m->ws);
+	m->ws_have = calloc(cfg->nstreams + 1, sizeof *m->ws_have);
 	m->event = calloc(cfg->nevents ? cfg->nevents : 1, sizeof *m->event);
-	if (!m->stream || !m->stream_name || !m->join || !m->ws || !m->event)
+	if (!m->stream || !m->stream_name || !m->join || !m->ws || !m->ws_have || !m->event)
 		return sgrt_fail(m, SGRT_ENOMEM, 0, "out of memory");
 	/* Counted only now, so that sgrt_destroy never walks a NULL array. */
 	m->nstreams = cfg->nstreams + 1;
@@ -290,6 +291,7 @@ sgrt_destroy(SgrtModel *m)
 	free(m->stream_name);
 	free(m->join);
 	free(m->ws);
+	free(m->ws_have);
 	free(m->event);
 	free(m->graph);
 	free(m->sgfile);

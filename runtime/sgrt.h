@@ -69,8 +69,9 @@ typedef struct {
 	int nevents;                     /* local events */
 	const char *const *event_names;  /* [nevents], or NULL */
 	size_t arena_bytes;              /* the static memory plan's size */
-	size_t workspace_bytes;          /* cuBLASLt workspace per stream;
-	                                    0: SGRT_DEFAULT_WORKSPACE */
+	size_t workspace_bytes;          /* the most cuBLASLt workspace a
+	                                    stream may grow to; 0:
+	                                    SGRT_DEFAULT_WORKSPACE */
 } SgrtConfig;
 
 #define SGRT_DEFAULT_WORKSPACE ((size_t)32 << 20)
@@ -289,7 +290,7 @@ typedef struct {
 	int dtype;                     /* SGRT_BF16 or SGRT_F16 */
 	int causal;
 	float scale;
-	int64_t b, h, h_kv, l, s, e, ev; /* only h_kv == h runs */
+	int64_t b, h, h_kv, l, s, e, ev; /* h a multiple of h_kv */
 	const void *q, *k, *v;
 	void *o;
 	float *lse;

@@ -65,7 +65,7 @@ typedef struct {
 /* What makes two attentions the same plan (memcmp; zeroed first). */
 typedef struct {
 	int bwd, dtype, causal;
-	int64_t b, h, l, s, d, dv;
+	int64_t b, h, h_kv, l, s, d, dv;
 	int64_t st[8][4];      /* q k v o do dq dk dv: [b, h, rows, dim] */
 } Key;
 
@@ -399,7 +399,7 @@ shape(const Key *k, int i, int t, int64_t *dim, int64_t *st)
 	int kv = i == 1 || i == 2 || i == 6 || i == 7;
 	int ev = i == 2 || i == 3 || i == 4 || i == 7;
 	int64_t r = kv ? k->s : k->l, c = ev ? k->dv : k->d;
-	int64_t d4[4] = {k->b, k->h, t ? c : r, t ? r : c};
+	int64_t d4[4] = {k->b, kv ? k->h_kv : k->h, t ? c : r, t ? r : c};
 	memcpy(dim, d4, sizeof d4);
 	memcpy(st, k->st[i], 4 * sizeof *st);
 	if (t) {
@@ -431,6 +431,25 @@ scores(Build *b, const Key *k, cudnnBackendDescriptor_t q, cudnnBackendDescripto
 	pointwise(b, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, 0, row, col, NULL, keep);
 	pointwise(b, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, 0, s, neginf, keep, y);
 	return y;
+}
+
+/* dK or dV (x, of `cols` columns) = p @ y: when every query head has its
+ * own key/value head, straight into x; with grouped heads (h = g h_kv)
+ * into a virtual [b, h, s, cols] of every query head's share, then summed
+ * into x's h_kv heads by a reduction (cuDNN frontend's GQA form). */
+static void
+kv_grad(Build *b, const Key *k, cudnnBackendDescriptor_t p, cudnnBackendDescriptor_t y,
+        cudnnBackendDescriptor_t x, int64_t cols)
+{
+	if (k->h_kv == k->h) {
+		matmul(b, p, y, x);
+		return;
+	}
+	int64_t full[4] = {k->b, k->h, k->s, cols};
+	cudnnBackendDescriptor_t per =
+	        virt(b, k->dtype == SGRT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, full);
+	matmul(b, p, y, per);
+	reduction(b, CUDNN_REDUCE_TENSOR_ADD, per, x);
 }
 
 /* The operations of k's graph into b; *pre: the backward's bytes before
@@ -483,7 +502,7 @@ build_graph(Build *b, const Key *k, size_t *pre)
 	cudnnBackendDescriptor_t p = pw_new(b, CUDNN_POINTWISE_EXP, s, NULL, ls);
 	cudnnBackendDescriptor_t pt = tensor(b, 0, io, sl, slt, 0);
 	reshape(b, p, pt);
-	matmul(b, pt, x[4], x[7]);
+	kv_grad(b, k, pt, x[4], x[7], k->dv);
 	/* dS = P (dO V^T - sum) scale; dK = dS^T Q. */
 	cudnnBackendDescriptor_t dp = virt(b, f, ls);
 	matmul(b, x[4], x[2], dp);
@@ -492,7 +511,7 @@ build_graph(Build *b, const Key *k, size_t *pre)
 	cudnnBackendDescriptor_t ds = pw_new(b, CUDNN_POINTWISE_MUL, dp, scale, ls);
 	cudnnBackendDescriptor_t dst = tensor(b, 0, io, sl, slt, 0);
 	reshape(b, ds, dst);
-	matmul(b, dst, x[0], x[6]);
+	kv_grad(b, k, dst, x[0], x[6], k->d);
 	/* dQ = dS K, accumulated in f32 (after the row sums), then copied. */
 	shape(k, 1, 0, dim, st);
 	cudnnBackendDescriptor_t kk = tensor(b, 0, io, dim, st, 0);
@@ -559,10 +578,10 @@ make_plan(Cudnn *c, const Key *k, Plan *out)
 	/* SGRT_CUDNN_DEBUG=1: why a graph was declined, on stderr. */
 	const char *dbg = getenv("SGRT_CUDNN_DEBUG");
 	if (!got && dbg && *dbg && *dbg != '0')
-		fprintf(stderr, "sgrt_sdpa: %s %s b=%lld h=%lld l=%lld s=%lld d=%lld declined: %s "
+		fprintf(stderr, "sgrt_sdpa: %s %s b=%lld h=%lld h_kv=%lld l=%lld s=%lld d=%lld declined: %s "
 		        "(status %d: %s, at %s %ld; %lld engine configs, %d ops)\n",
 		        k->bwd ? "backward" : "forward", k->dtype == SGRT_BF16 ? "bf16" : "f16",
-		        (long long)k->b, (long long)k->h, (long long)k->l, (long long)k->s,
+		        (long long)k->b, (long long)k->h, (long long)k->h_kv, (long long)k->l, (long long)k->s,
 		        (long long)k->d, b.ok ? "no engine config made a plan" : "graph rejected",
 		        b.fail_status, c->f.GetErrorString((cudnnStatus_t)b.fail_status),
 		        b.fail_what < 0 ? "creating descriptor type" : b.fail_what ? "attribute"
@@ -583,23 +602,26 @@ make_key(const SgrtSdpa *a, int bwd, Key *k)
 	const int64_t *st[8] = {a->q_st, a->k_st, a->v_st, a->o_st,
 	                        a->do_st, a->dq_st, a->dk_st, a->dv_st};
 	memset(k, 0, sizeof *k);
-	if ((a->dtype != SGRT_BF16 && a->dtype != SGRT_F16) || a->h_kv != a->h ||
-	    a->b < 1 || a->h < 1 || a->l < 1 || a->s < 1 || a->e < 1 || a->ev < 1)
+	if ((a->dtype != SGRT_BF16 && a->dtype != SGRT_F16) || a->h_kv < 1 ||
+	    a->h % a->h_kv != 0 || a->b < 1 || a->h < 1 || a->l < 1 || a->s < 1 || a->e < 1 ||
+	    a->ev < 1)
 		return 0;
 	k->bwd = bwd;
 	k->dtype = a->dtype;
 	k->causal = a->causal != 0;
-	k->b = a->b, k->h = a->h, k->l = a->l, k->s = a->s, k->d = a->e, k->dv = a->ev;
+	k->b = a->b, k->h = a->h, k->h_kv = a->h_kv, k->l = a->l, k->s = a->s, k->d = a->e;
+	k->dv = a->ev;
 	for (int i = 0; i < (bwd ? 8 : 4); i++) {
-		int64_t rows = i == 1 || i == 2 || i == 6 || i == 7 ? a->s : a->l;
+		int kv = i == 1 || i == 2 || i == 6 || i == 7;
+		int64_t rows = kv ? a->s : a->l, heads = kv ? a->h_kv : a->h;
 		memcpy(k->st[i], st[i], sizeof k->st[i]);
 		if (k->st[i][3] != 1)
 			return 0;
 		/* A size-1 dim's stride does not matter: make it packed. */
-		if (a->h == 1)
+		if (heads == 1)
 			k->st[i][1] = rows * k->st[i][2];
 		if (a->b == 1)
-			k->st[i][0] = a->h * k->st[i][1];
+			k->st[i][0] = heads * k->st[i][1];
 		for (int d = 0; d < 3; d++)
 			if (k->st[i][d] <= 0)
 				return 0;

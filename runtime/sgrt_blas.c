@@ -11,7 +11,13 @@
  * alignments, bias, epilogue) gets a plan: the descriptors and the
  * algorithm that cuBLASLt's heuristic picked, made on first use and reused
  * by every later call.  Concurrent streams must not share a workspace, so
- * each stream gets its own, allocated on its first product.
+ * each stream gets its own: the heuristic may use up to ws_bytes (32 MiB
+ * unless the model's configuration says otherwise), and a stream's
+ * workspace is grown to what its products' algorithms need, no more (most
+ * need none).  Growing is a stream synchronisation and a cudaMalloc, so
+ * during a CUDA-graph capture it cannot happen: a product whose algorithm
+ * needs more than the stream has then gets a plan of its own limited to
+ * what the stream has (GemmKey.ws_limit).
  *
  * Activation epilogues (SGRT_EPI_*) that cuBLASLt declines, whether its
  * rules forbid them (an aux row stride that is no multiple of 8), its
@@ -30,6 +36,7 @@
  * zeroed before it is filled. */
 typedef struct {
 	int dtype, trans_a, trans_b, bias, epilogue, tf32;
+	uint64_t ws_limit; /* 0: ws_bytes; else this (a plan made while capturing) */
 	int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c, ldaux;
 	uint32_t align_a, align_b, align_c, align_bias, align_aux;
 } GemmKey;
@@ -39,6 +46,7 @@ typedef struct {
 	cublasLtMatmulDesc_t op;
 	cublasLtMatrixLayout_t la, lb, lc; /* cuBLAS's A (our B), B (our A), C */
 	cublasLtMatmulAlgo_t algo;
+	size_t ws_need;   /* the workspace the algorithm needs */
 	int by_kernel;    /* the epilogue declined: run by libsgrt's kernel */
 } GemmPlan;
 
@@ -221,7 +229,7 @@ pick_algo(SgrtModel *m, GemmPlan *p, int *declined, int sgline)
 	const GemmKey *k = &p->key;
 	cublasLtMatmulPreference_t pref = NULL;
 	cublasLtMatmulHeuristicResult_t res;
-	uint64_t ws = m->ws_bytes;
+	uint64_t ws = k->ws_limit ? k->ws_limit : m->ws_bytes;
 	int nres = 0, rc;
 
 	memset(&res, 0, sizeof res);
@@ -273,6 +281,7 @@ pick_algo(SgrtModel *m, GemmPlan *p, int *declined, int sgline)
 		                 "matmul", (long long)k->m, (long long)k->n,
 		                 (long long)k->k);
 	p->algo = res.algo;
+	p->ws_need = res.workspaceSize;
 	return SGRT_OK;
 }
 
@@ -363,20 +372,55 @@ find_plan(SgrtModel *m, const GemmKey *k, const void *bias, const void *aux,
 	return SGRT_OK;
 }
 
-/* The handle, and stream s's workspace, made on first use. */
+/* The handle, made on first use. */
 static int
-ready(SgrtModel *m, int s, int sgline)
+ready(SgrtModel *m, int sgline)
 {
 	if (!m->lt) {
 		cublasLtHandle_t h;
 		CHECK_LT(m, cublasLtCreate(&h), sgline);
 		m->lt = h;
 	}
-	if (!m->ws[s]) {
-		SGRT_CHECK_CUDA(m, cudaMalloc(&m->ws[s], m->ws_bytes), sgline);
-		sgrt_mem_account(m, (long long)m->ws_bytes);
-	}
 	return SGRT_OK;
+}
+
+/* Stream s's workspace grown to `need` bytes (outside a capture: the
+ * caller made sure); what ran on the stream is waited for first. */
+static int
+grow_workspace(SgrtModel *m, int s, size_t need, int sgline)
+{
+	if (need <= m->ws_have[s])
+		return SGRT_OK;
+	if (m->ws[s]) {
+		SGRT_CHECK_CUDA(m, cudaStreamSynchronize(m->stream[s]), sgline);
+		SGRT_CHECK_CUDA(m, cudaFree(m->ws[s]), sgline);
+		sgrt_mem_account(m, -(long long)m->ws_have[s]);
+		m->ws[s] = NULL;
+		m->ws_have[s] = 0;
+	}
+	SGRT_CHECK_CUDA(m, cudaMalloc(&m->ws[s], need), sgline);
+	sgrt_mem_account(m, (long long)need);
+	m->ws_have[s] = need;
+	return SGRT_OK;
+}
+
+/* The plan for key k on stream s with the workspace it needs: grown when
+ * it needs more than the stream has, or, during a capture, the plan of an
+ * algorithm within what the stream has. */
+static int
+plan_for_stream(SgrtModel *m, int s, GemmKey *k, const void *bias, const void *aux,
+                GemmPlan **out, int sgline)
+{
+	int cap = 0;
+
+	SGRT_TRY(find_plan(m, k, bias, aux, out, sgline));
+	if ((*out)->ws_need <= m->ws_have[s])
+		return SGRT_OK;
+	SGRT_TRY(sgrt_capturing(m, s, &cap, sgline));
+	if (!cap)
+		return grow_workspace(m, s, (*out)->ws_need, sgline);
+	k->ws_limit = m->ws_have[s] ? m->ws_have[s] : 1; /* 1 byte: none */
+	return find_plan(m, k, bias, aux, out, sgline);
 }
 
 /* SGRT_EUSAGE when the product's description cannot be right. */
@@ -451,9 +495,9 @@ sgrt_gemm(SgrtModel *m, int s, const SgrtGemm *g, const void *a,
 	int h;
 
 	SGRT_TRY(check_gemm(m, s, g, sgline));
-	SGRT_TRY(ready(m, s, sgline));
+	SGRT_TRY(ready(m, sgline));
 	make_key(m, g, a, b, c, &key);
-	SGRT_TRY(find_plan(m, &key, g->bias, g->aux, &p, sgline));
+	SGRT_TRY(plan_for_stream(m, s, &key, g->bias, g->aux, &p, sgline));
 	if (alpha == 0 && beta == 0)
 		alpha = 1;
 	if (g->dtype != SGRT_F64) {
@@ -473,7 +517,7 @@ sgrt_gemm(SgrtModel *m, int s, const SgrtGemm *g, const void *a,
 	h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, name ? name : "matmul", sgline);
 	CHECK_LT(m, cublasLtMatmul((cublasLtHandle_t)m->lt, p->op, pa, b, p->la,
 	         a, p->lb, pb, c, p->lc, c, p->lc, &p->algo, m->ws[s],
-	         m->ws_bytes, m->stream[s]), sgline);
+	         m->ws_have[s], m->stream[s]), sgline);
 	SGRT_TRY(sgrt_op_end(m, h));
 	return p->by_kernel ? epilogue_kernel(m, s, g, &key, c, sgline) : SGRT_OK;
 }

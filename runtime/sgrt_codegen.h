@@ -43,7 +43,8 @@ void sgrt_cg_add_kernels(SgrtModel *m, int n);
 		(sd)->causal = (fp)->causal;                                  \
 		(sd)->scale = (fp)->scale;                                    \
 		(sd)->b = (fp)->nb0;                                          \
-		(sd)->h = (sd)->h_kv = (fp)->nb1;                             \
+		(sd)->h = (fp)->nb1;                                          \
+		(sd)->h_kv = (fp)->nb1 / ((fp)->kv_group > 1 ? (fp)->kv_group : 1); \
 		(sd)->l = (fp)->L, (sd)->s = (fp)->S;                         \
 		(sd)->e = (fp)->D, (sd)->ev = (fp)->Dv;                       \
 		(sd)->q = (fp)->q, (sd)->k = (fp)->k, (sd)->v = (fp)->v;      \

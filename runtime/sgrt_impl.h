@@ -197,8 +197,9 @@ struct SgrtModel {
 
 	/* cuBLASLt (types of sgrt_blas.c). */
 	void *lt;                  /* cublasLtHandle_t */
-	void **ws;                 /* [nstreams] workspaces, made on first use */
-	size_t ws_bytes;
+	void **ws;                 /* [nstreams] workspaces, grown to need */
+	size_t *ws_have;           /* [nstreams] their bytes */
+	size_t ws_bytes;           /* the most a product's algorithm may use */
 	void *plans;               /* GemmPlan[] */
 	int nplans, capplans;
 	int allow_tf32;

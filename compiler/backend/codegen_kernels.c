@@ -739,9 +739,9 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 		delta = cg_alloc_tmp(G, n, "float", rows * 4, "delta");
 	if (!lse)
 		ICE("attention backward before its paired forward");
-	/* f16 and bf16 try cuDNN first (sgrt_sdpa), these kernels the fallback;
-	 * grouped-query heads only these (the cuDNN graph has one head count). */
-	int cd = (dt == DT_F16 || dt == DT_BF16) && f.group == 1, fw = !bwd || pair == NONE;
+	/* f16 and bf16 try cuDNN first (sgrt_sdpa, grouped-query heads too),
+	 * these kernels the fallback. */
+	int cd = dt == DT_F16 || dt == DT_BF16, fw = !bwd || pair == NONE;
 	CG_EMIT(G->body, "host.cu:flash", {"nb0", cg_num(c, f.nb[0])}, {"nb1", cg_num(c, f.nb[1])},
 	        {"l", cg_num(c, f.L)}, {"slen", cg_num(c, f.S)}, {"e", cg_num(c, f.E)},
 	        {"ev", cg_num(c, f.Ev)}, {"scale", cg_lit_float(c, (double)(float)scale, 1)},

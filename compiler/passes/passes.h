@@ -118,6 +118,11 @@ int races_check_writes(Graph *g, const PassOptions *po, Diag *d);
  * out becomes scaled_dot_product_attention (before autograd). */
 int attention_pass(Graph *g, const PassOptions *po, Diag *d);
 
+/* pad.c: pass `pad_products` (-O2): a product whose result rows are
+ * misaligned for cuBLASLt (N columns, N no multiple of 16 bytes) computes
+ * N + P columns of a zero-padded weight, its result their first N. */
+int pad_products_pass(Graph *g, const PassOptions *po, Diag *d);
+
 /* ------------------------------------------------------------------ syncs.c */
 
 /* Pass `backward_syncs` (rule 3): a compiler-made node that reads (or

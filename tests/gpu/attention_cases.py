@@ -194,6 +194,8 @@ def check(d, name, variant):
     att, copies = ran(os.path.join(t, "trace-%s.json" % variant))
     if name.startswith("qkv_side"):
         copies = [c for c in copies if "_cat" not in c]
+    if variant == "cudnn" and name.split("_")[0] in ("gqa16", "mqa16") and "[cudnn]" not in att:
+        why = why or "grouped heads did not run on cuDNN"
     if name.startswith("qkv_") and copies:
         why = why or "copies of q, k, v or dq, dk, dv ran: %s" % ", ".join(copies)
     print("%s %s %s: max |error| %s (ran: %s)%s" % (
