@@ -85,6 +85,15 @@ name_values(CgGraph *G)
 		G->vname[v] = name;
 	}
 	map_free(&used);
+	/* A folded view keeping its source's bytes (kernel_choice: reshape,
+	 * squeeze, unsqueeze) is its source's pointer. */
+	for (ValId v = 0; G->fold && v < g->vals.n; v++) {
+		ValId r = v;
+		while (G->fold->src[r] != NONE && G->fold->trans[r] == 0)
+			r = G->fold->src[r];
+		if (r != v && G->fold->src[r] == NONE)
+			G->vname[v] = G->vname[r];
+	}
 }
 
 /* The classes of the passes' storage analysis (StoreClass), each with

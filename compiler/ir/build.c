@@ -375,3 +375,22 @@ ir_insert(Graph *g, NodeInsVec *ins)
 	}
 	ins->n = 0;
 }
+
+uint32_t *
+ir_use_counts(const Graph *g)
+{
+	uint32_t *uses = calloc(g->vals.n + 1, sizeof *uses);
+	if (!uses)
+		out_of_memory(0);
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		for (uint32_t j = 0; j < n->nopnd; j++)
+			if (n->opnd[j].kind == OK_VAL)
+				uses[n->opnd[j].v]++;
+	}
+	for (uint32_t i = 0; i < g->rets.n; i++)
+		uses[g->rets.v[i]]++;
+	return uses;
+}

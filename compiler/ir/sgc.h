@@ -705,6 +705,9 @@ ir_access(const Node *n, uint32_t k)
 	return inplace && k == 0 ? RACC_WRITE : RACC_READ;
 }
 int ir_compiler_made(const Node *n); /* NF_BACKWARD or not NF_USER */
+/* Readers of each value (operands of live nodes, and returns), a calloc'd
+ * array of vals.n + 1 the caller frees. */
+uint32_t *ir_use_counts(const Graph *g);
 /* The derived backward block: its `backward` node *bw and its end *end
  * (both NONE when the graph has none); 1 when there is one. */
 int ir_backward_block(const Graph *g, NodeId *bw, NodeId *end);

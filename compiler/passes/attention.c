@@ -320,19 +320,7 @@ attention_pass(Graph *g, const PassOptions *po, Diag *d)
 	(void)d;
 	if (po->opt_level < 2)
 		return PASS_SAME;
-	Att A = {.g = g, .uses = calloc(g->vals.n + 1, sizeof *A.uses)};
-	if (!A.uses)
-		out_of_memory(0);
-	for (uint32_t i = 0; i < g->nodes.n; i++) {
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD)
-			continue;
-		for (uint32_t j = 0; j < n->nopnd; j++)
-			if (n->opnd[j].kind == OK_VAL)
-				A.uses[n->opnd[j].v]++;
-	}
-	for (uint32_t i = 0; i < g->rets.n; i++)
-		A.uses[g->rets.v[i]]++;
+	Att A = {.g = g, .uses = ir_use_counts(g)};
 	int changed = 0;
 	for (uint32_t i = 0; i < g->nodes.n; i++) {
 		Node *n = &g->nodes.v[i];

@@ -81,6 +81,8 @@ typedef struct {
 	                     as q (while walking the graph), or NONE */
 	uint8_t *attn_only; /* per value: a folded view whose uses are, through
 	                     folded views, only attention operands */
+	int plain;        /* fold_view's second sweep: views keeping the bytes
+	                     may be read by any kernel (reads_bytes) */
 } Kc;
 
 static const Type *
@@ -621,6 +623,18 @@ views_attn(Kc *G, const Node *n)
 	return 1;
 }
 
+/* 1 when node i reads operand k as memory in a kernel or call of its
+ * own (no fused group around it, no in-place write of it): what a view
+ * keeping its source's bytes can give it as the source's pointer. */
+static int
+reads_bytes(Kc *G, NodeId i, uint32_t k)
+{
+	const Node *n = &G->g->nodes.v[i];
+	return n->op < OP__N && ir_access(n, k) == RACC_READ && G->group[i] < 0 &&
+	       G->prologue[i] < 0 && G->epilogue[i] < 0 && n->op != OP_OFFLOAD &&
+	       !(op_table[n->op].flags & OPF_COLLECTIVE);
+}
+
 /* Whether every use of x, the result of view node X, is an operand of a
  * product that takes it (trans 2: of an attention node, or a folded view
  * read only by attention; or, when the view keeps the bytes, the source
@@ -651,6 +665,8 @@ uses_fold(Kc *G, NodeId X, ValId x, int trans, NodeId *last, int *attn)
 		} else if (trans == 3 && reads_slice(G, X, x, n, k)) {
 			l = F->view[i] ? view_last(F, n) : i;
 			*attn = 0;
+		} else if (trans == 0 && G->plain && reads_bytes(G, i, k)) {
+			*attn = 0; /* the source's bytes, through its pointer */
 		} else if (trans >= 2 || n->op >= OP__N || !is_product(n->op) ||
 		           !takes_view(G, n, k, trans)) {
 			return 0;
@@ -1199,6 +1215,14 @@ fold_all(Kc *G, FuseGroups *groups)
 		fold_outputs(G, nclass, i);
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		pair_attention(G, i);
+	/* Then a reshape (squeeze, unsqueeze) that none of the above took,
+	 * read by any kernel: its source's pointer (codegen_host.c). */
+	G->plain = 1;
+	for (NodeId i = g->nodes.n; i-- > 0;)
+		if (!F->view[i] && !F->outview[i] && same_bytes(&g->nodes.v[i]) &&
+		    F->out[g->nodes.v[i].res[0]] == NONE)
+			fold_view(G, nclass, i);
+	G->plain = 0;
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		fold_epilogue(G, groups, nclass, i);
 	drop_empty_groups(G, groups);

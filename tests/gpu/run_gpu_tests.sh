@@ -35,7 +35,8 @@
 # Environment: SGC_BUILD=DIR reuses a configured build directory for sgc
 # and libsgrt; JOBS (default: the CPU count) bounds parallel work;
 # SANITIZE=0 skips the sanitizers; DEADLINE (default 270) is the seconds
-# `run` may take: the sanitizers get what is left.
+# `run` may take: the sanitizers get what is left; SAN_SHARD=i/n runs
+# only the i-th of n interleaved parts of the sanitizer list.
 
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -332,6 +333,13 @@ run() {
 			echo "$dir/t/$id O2 racecheck 2"
 			echo "$dir/t/$id O2 synccheck 2"
 		done <"$dir/programs" >>"$dir/san.list"
+		# SAN_SHARD=i/n: the i-th of n interleaved parts of the list (the
+		# sanitizers over several calls when one has not the time).
+		if [ -n "${SAN_SHARD:-}" ]; then
+			awk -v i="${SAN_SHARD%/*}" -v n="${SAN_SHARD#*/}" '(NR - 1) % n == i - 1' \
+				"$dir/san.list" >"$dir/san.part" && mv "$dir/san.part" "$dir/san.list"
+			echo "sanitizers: shard $SAN_SHARD, $(wc -l <"$dir/san.list") runs" >>"$report"
+		fi
 		timeout $((left - 10)) xargs -P "$jobs" -L 1 bash -c 'sanitize_one "$1" "$2" "$3" "$4"' _ <"$dir/san.list"
 		local sok=0 sbad=0
 		for rc in "$dir"/t/*/san-*.rc; do
