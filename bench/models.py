@@ -2,7 +2,9 @@
 factories and as the PyTorch side's modules (bench/torch_ref.py).
 
 Each factory builds its model from a config object (no download), in bf16
-with dropout off, wrapped so that it returns what cross_entropy takes:
+with dropout off, wrapped so that it returns what cross_entropy takes (the
+exported training step returns the loss alone, `--loss-only`, as
+bench/torch_ref.py's step does):
 
   gpt2      Hugging Face GPT2LMHeadModel, GPT-2 small (12 layers, d 768,
             12 heads, vocab 50257), SDPA attention; input_ids [B, T] ->
@@ -147,7 +149,7 @@ def export(outdir, names):
             cmd = [sys.executable, os.path.join(ROOT, "tools", "fx2sg"),
                    "%s:%s" % (os.path.abspath(__file__), name), "-o", sg,
                    "--params", params, "--graph", name, "--input", inp,
-                   "--trace", "export", "--loss", "cross_entropy",
+                   "--trace", "export", "--loss", "cross_entropy", "--loss-only",
                    "--optimizer", "sgd(lr=%g)" % LR]
             for d in dims:
                 cmd += ["--dim", d]

@@ -897,6 +897,41 @@ def check_wrapped(S, fx2sg):
         why = None if "reads param 'w'" in str(e) else "message: %s" % e
     S.report("error: a no_grad region reading a param", why)
 
+def check_loss_only(S):
+    """--loss-only: the training step returns the loss alone (no module
+    output), the same loss and gradients as with the outputs returned;
+    without --loss it is a usage error."""
+    base = ["%s:mlp" % os.path.join(HERE, "test_fx2sg.py"), "--trace", "fx", "--seed", "7",
+            "--input", "x=f32[4,16]", "--loss", "cross_entropy"]
+    got = {}
+    for tag, extra in (("both", []), ("loss", ["--loss-only"])):
+        sg, par, inp = S.path("lo_%s.sg" % tag), S.path("lo_%s.p" % tag), S.path("lo_%s.i" % tag)
+        pr = main_fx2sg(*(base + extra + ["-o", sg, "--params", par, "--save-inputs", inp]))
+        if pr.returncode != 0:
+            S.report("--loss-only export (%s)" % tag, "fx2sg exited %d: %s" % (pr.returncode,
+                                                                             pr.stderr))
+            return
+        ret = [l.strip() for l in open(sg) if l.strip().startswith("return ")]
+        want = "return %loss" if extra else "return %out, %loss"
+        if ret != [want]:
+            S.report("--loss-only export (%s)" % tag, "returns %s, expected '%s'" % (ret, want))
+            return
+        got[tag], why = sgc_run(S, sg, par, inp, S.path("lo_%s.o" % tag))
+        if why:
+            S.report("--loss-only run (%s)" % tag, why)
+            return
+    why = "out" in got["loss"] and "the module output is still returned" or None
+    for n in sorted(got["both"]):
+        if n != "out" and not why:
+            why = n not in got["loss"] and "%s missing" % n or compare(got["loss"][n],
+                                                                       got["both"][n], 0, 0)
+    S.report("--loss-only: the loss and gradients alone, equal", why)
+    pr = main_fx2sg(*(base[:-2] + ["--loss-only", "-o", S.path("lo_bad.sg")]))
+    S.report("--loss-only without --loss: a usage error",
+             None if pr.returncode == 2 and "--loss-only needs --loss" in pr.stderr else
+             "exit %d: %s" % (pr.returncode, pr.stderr))
+
+
 def main():
     global stio, compare, FX
     sys.path.insert(0, HERE)
@@ -913,6 +948,7 @@ def main():
     check_api(S, fx2sg)
     check_errors(S, fx2sg)
     check_cli_outputs(S)
+    check_loss_only(S)
     check_dims(S)
     check_wrapped(S, fx2sg)
     check_resnet_train(S)
