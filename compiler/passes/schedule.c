@@ -334,9 +334,18 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 			plan_attention(g, s, a, f, def, i);
 			continue;
 		}
-		if (n->flags & NF_DEAD || F->prod[i] != NONE ||
-		    (n->op != OP_MATMUL && n->op != OP_LINEAR))
+		if (n->flags & NF_DEAD || F->prod[i] != NONE)
 			continue;
+		if (n->op != OP_MATMUL && n->op != OP_LINEAR) {
+			/* a kernel reading a view that keeps its source's bytes
+			 * (kernel_choice's reads_bytes) reads the source */
+			for (uint32_t k = 0; k < n->nopnd; k++)
+				if (n->opnd[k].kind == OK_VAL && F->src[n->opnd[k].v] != NONE) {
+					plan_operands(s, a, n);
+					break;
+				}
+			continue;
+		}
 		plan_operands(s, a, n);
 		NodeId A = F->act[i];
 		if (A == NONE)
