@@ -17,8 +17,10 @@
  *
  * One exception, in place: B's producer is an elementwise kernel (each
  * element of B made from the elements of its same-shaped operands at the
- * same index) whose operand A, of B's type and stream, dies there (every
- * other access happens before it).  B then takes A's bytes (MemBuf
+ * same index; or the kernel library's cross_entropy backward, whose
+ * gradient element i is made from logit i and the row's saved lse) whose
+ * operand A, of B's type and stream, dies there (every other access
+ * happens before it).  B then takes A's bytes (MemBuf
  * .inplace), as PyTorch's in-place ops and XLA's buffer donation do: the
  * kernel reads each element of A before it writes the same element of B.
  *
@@ -442,7 +444,8 @@ inplace_source(Build *B, uint32_t b)
 		return NONE;
 	const Node *n = &g->nodes.v[x->alloc];
 	const Type *t = &g->vals.v[x->v].type;
-	if (n->op >= OP__N || !(op_table[n->op].flags & OPF_POINTWISE))
+	int xent = n->op == OP_CROSS_ENTROPY_BACKWARD; /* its logits, by flat index */
+	if (n->op >= OP__N || (!(op_table[n->op].flags & OPF_POINTWISE) && !xent))
 		return NONE;
 	const int32_t *clk = hb_before(&B->h, x->alloc);
 	uint32_t ns = g->streams.n;
@@ -456,7 +459,8 @@ inplace_source(Build *B, uint32_t b)
 		const MemBuf *y = &B->mp->buf[a];
 		const Type *u = &g->vals.v[v].type;
 		if (y->where != x->where || y->stream != x->stream || y->size != x->size ||
-		    u->dt != t->dt || !type_same_shape(u, t))
+		    u->dt != t->dt || (xent ? k != 1 || type_numel(u) != type_numel(t)
+		                            : !type_same_shape(u, t)))
 			continue;
 		const int32_t *acc = B->maxacc + (size_t)a * ns;
 		uint32_t s = 0;
@@ -844,6 +848,11 @@ elementwise_kernels(const Graph *g, const Sched *s, Arena *a)
 		}
 		ew[grp->nodes[0]] = j == grp->n && stored == 1;
 	}
+	/* The library's cross_entropy backward: each thread loads the logits'
+	 * elements it then stores the gradient of (from the saved row lse). */
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		if (g->nodes.v[i].op == OP_CROSS_ENTROPY_BACKWARD && s->rows_lib[i])
+			ew[i] = 1;
 	return ew;
 }
 

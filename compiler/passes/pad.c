@@ -21,6 +21,19 @@
  *     %y.pad = linear(%x, %w.pad, ...)
  *     %y     = slice(%y.pad, dim=-1, end=N)
  *
+ * When the result reaches nothing but cross_entropy's logits (through a
+ * reshape keeping the last dim: a language model's head in a training
+ * step that returns the loss), the result keeps its padded columns and a
+ * linear's bias gets -inf there (its bias, or zeros, cat -inf): the pad
+ * classes' probabilities are exactly 0, so the loss and every gradient
+ * equal the unpadded ones, and neither the slice nor its gradient (a cat
+ * with zeros) is copied:
+ *
+ *     %b.pad  = cat(zeros(shape=[N]), full(shape=[P], value=-inf))
+ *     %y.pad  = linear(%x, %w.pad, %b.pad)
+ *     %r      = reshape(%y.pad, shape=[rows, N + P])
+ *     %loss   = cross_entropy(%r, %t)
+ *
  * It runs before autograd, so the backward's products are padded too:
  * slice's gradient is the padded dy, and the weight's gradient is the
  * first N rows of the padded weight's.  The values are equal to the
@@ -29,6 +42,8 @@
  * pass over each, far less than the slow kernels.  One walk over the
  * nodes: linear in the graph.
  */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
@@ -40,6 +55,8 @@ typedef struct {
 	Graph *g;
 	Diag *d;
 	NodeInsVec ins;
+	uint32_t *uses; /* readers of each value (ir_use_counts) */
+	NodeId *user;   /* a node reading each value (the one, when uses is 1) */
 } Pad;
 
 /* Attribute `name` of n, marked set. */
@@ -69,6 +86,38 @@ put(Pad *P, Node n, const char *base, NodeId slot, uint32_t rank, ValId res)
 	return res;
 }
 
+/* A creation node (zeros, or full of value) of shape d[rank], dtype dt,
+ * before node at; its value. */
+static ValId
+creation(Pad *P, const Node *at, NodeId slot, int op, const int64_t *d, int rank, int dt,
+         double value, const char *base)
+{
+	Graph *g = P->g;
+	Node z = ir_node_make(g, op, 0, 1, at->stream, 0, at->loc);
+	Attr *sh = attr_set(&z, "shape");
+	sh->nints = (uint32_t)rank;
+	sh->ints = arena_alloc(g->mod->arena, ((size_t)rank + 1) * sizeof *sh->ints);
+	memcpy(sh->ints, d, (size_t)rank * sizeof *d);
+	attr_set(&z, "dtype")->i = dt;
+	if (op == OP_FULL) {
+		Attr *v = attr_set(&z, "value");
+		v->f = value;
+		v->num_kind = OK_FLOAT;
+	}
+	return put(P, z, base, slot, 0, NONE);
+}
+
+/* cat(a, b, dim) before node at, named after base. */
+static ValId
+cat2(Pad *P, const Node *at, NodeId slot, ValId a, ValId b, int dim, const char *base)
+{
+	Node c = ir_node_make(P->g, OP_CAT, 2, 1, at->stream, 0, at->loc);
+	c.opnd[0] = (Opnd){.kind = OK_VAL, .v = a, .loc = at->loc};
+	c.opnd[1] = (Opnd){.kind = OK_VAL, .v = b, .loc = at->loc};
+	attr_set(&c, "dim")->i = dim;
+	return put(P, c, base, slot, 0, NONE);
+}
+
 /* v with `pad` zeros appended along dim (a weight or a bias), before
  * node at. */
 static ValId
@@ -77,19 +126,76 @@ padded(Pad *P, const Node *at, NodeId slot, ValId v, int dim, int64_t pad)
 	Graph *g = P->g;
 	Type t = g->vals.v[v].type;
 	const char *name = g->vals.v[v].name;
-	Node z = ir_node_make(g, OP_ZEROS, 0, 1, at->stream, 0, at->loc);
-	Attr *sh = attr_set(&z, "shape");
-	sh->nints = (uint32_t)t.rank;
-	sh->ints = arena_alloc(g->mod->arena, ((size_t)t.rank + 1) * sizeof *sh->ints);
-	for (int j = 0; j < t.rank; j++)
-		sh->ints[j] = j == dim ? pad : t.d[j];
-	attr_set(&z, "dtype")->i = t.dt;
-	ValId zv = put(P, z, "pad_zeros", slot, 0, NONE);
-	Node c = ir_node_make(g, OP_CAT, 2, 1, at->stream, 0, at->loc);
-	c.opnd[0] = (Opnd){.kind = OK_VAL, .v = v, .loc = at->loc};
-	c.opnd[1] = (Opnd){.kind = OK_VAL, .v = zv, .loc = at->loc};
-	attr_set(&c, "dim")->i = dim;
-	return put(P, c, arena_printf(g->mod->arena, "%s_padded", name), slot, 0, NONE);
+	t.d[dim] = pad;
+	ValId z = creation(P, at, slot, OP_ZEROS, t.d, t.rank, t.dt, 0, "pad_zeros");
+	return cat2(P, at, slot, v, z, dim, arena_printf(g->mod->arena, "%s_padded", name));
+}
+
+/* The cross_entropy node whose logits are the result v of a product with
+ * N columns, directly or through one reshape keeping the last dim, each
+ * its value's only reader (nor returned), on the product's stream; *view:
+ * the reshape or NONE.  NONE when v is read otherwise. */
+static NodeId
+ce_logits(Pad *P, ValId v, int64_t N, uint32_t s, NodeId *view)
+{
+	Graph *g = P->g;
+	*view = NONE;
+	for (int hop = 0; hop < 2; hop++) {
+		if (P->uses[v] != 1 || P->user[v] == NONE)
+			return NONE;
+		NodeId u = P->user[v];
+		const Node *n = &g->nodes.v[u];
+		if (n->stream != s || n->flags & (NF_DEAD | NF_BACKWARD) || n->opnd[0].kind != OK_VAL ||
+		    n->opnd[0].v != v)
+			return NONE;
+		if (n->op == OP_CROSS_ENTROPY)
+			return g->vals.v[v].type.rank == 2 ? u : NONE;
+		const Type *r = &g->vals.v[n->res[0]].type;
+		if (hop || n->op != OP_RESHAPE || r->rank < 1 || r->d[r->rank - 1] != N)
+			return NONE;
+		*view = u;
+		v = n->res[0];
+	}
+	return NONE;
+}
+/* Linear node i whose result reaches only cross_entropy node ce (through
+ * reshape node view, or NONE): its weight padded with zero rows, its bias
+ * with -inf, its result and the reshape N + pad columns wide. */
+static int
+pad_logits(Pad *P, NodeId i, NodeId ce, NodeId view, int64_t N, int64_t pad)
+{
+	Graph *g = P->g;
+	Arena *ar = g->mod->arena;
+	Node *n = &g->nodes.v[i];
+	int dt = g->vals.v[n->res[0]].type.dt;
+	ValId wp = padded(P, n, i, n->opnd[1].v, 0, pad);
+	ValId b = n->nopnd > 2 ? n->opnd[2].v : NONE;
+	if (b == NONE)
+		b = creation(P, n, i, OP_ZEROS, &N, 1, dt, 0, "pad_bias");
+	ValId inf = creation(P, n, i, OP_FULL, &pad, 1, dt, -INFINITY, "pad_ninf");
+	ValId bp = cat2(P, n, i, b, inf, 0, "pad_bias");
+	n = &g->nodes.v[i];
+	Opnd *o = arena_alloc(ar, 3 * sizeof *o);
+	o[0] = n->opnd[0];
+	o[1] = (Opnd){.kind = OK_VAL, .v = wp, .loc = n->loc};
+	o[2] = (Opnd){.kind = OK_VAL, .v = bp, .loc = n->loc};
+	n->opnd = o;
+	n->nopnd = 3;
+	if (!op_table[n->op].shape(g, n, P->d))
+		ICE("pad_products: the padded '%s' fails its shape rule", op_name(n->op));
+	if (view != NONE) {
+		Node *r = &g->nodes.v[view];
+		Attr *sh = attr_set(r, "shape");
+		int64_t *d = arena_alloc(ar, ((size_t)sh->nints + 1) * sizeof *d);
+		memcpy(d, sh->ints, sh->nints * sizeof *d);
+		d[sh->nints - 1] = N + pad;
+		sh->ints = d;
+		if (!op_table[r->op].shape(g, r, P->d))
+			ICE("pad_products: the padded reshape fails its shape rule");
+	}
+	if (!op_table[g->nodes.v[ce].op].shape(g, &g->nodes.v[ce], P->d))
+		ICE("pad_products: cross_entropy of the padded logits fails its shape rule");
+	return 1;
 }
 
 /* Pads product node i when its result's rows are misaligned (see the
@@ -117,6 +223,10 @@ pad_product(Pad *P, NodeId i)
 	if (lin ? w.d[0] != N : w.d[1] != N)
 		return 0;
 	int64_t pad = align - N % align;
+	NodeId view = NONE;
+	NodeId ce = lin ? ce_logits(P, n->res[0], N, n->stream, &view) : NONE;
+	if (ce != NONE)
+		return pad_logits(P, i, ce, view, N, pad);
 	ValId wp = padded(P, n, i, n->opnd[1].v, lin ? 0 : 1, pad);
 	ValId bp = NONE;
 	if (lin && n->nopnd > 2) {
@@ -149,7 +259,14 @@ pad_products_pass(Graph *g, const PassOptions *po, Diag *d)
 {
 	if (po->opt_level < 2)
 		return PASS_SAME;
-	Pad P = {.g = g, .d = d};
+	Pad P = {.g = g, .d = d, .uses = ir_use_counts(g),
+	         .user = xmalloc(((size_t)g->vals.n + 1) * sizeof *P.user)};
+	for (ValId v = 0; v <= g->vals.n; v++)
+		P.user[v] = NONE;
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		for (uint32_t k = 0; k < g->nodes.v[i].nopnd; k++)
+			if (!(g->nodes.v[i].flags & NF_DEAD) && g->nodes.v[i].opnd[k].kind == OK_VAL)
+				P.user[g->nodes.v[i].opnd[k].v] = i;
 	int changed = 0;
 	uint32_t nn = g->nodes.n;
 	for (NodeId i = 0; i < nn; i++) {
@@ -161,5 +278,7 @@ pad_products_pass(Graph *g, const PassOptions *po, Diag *d)
 	if (changed)
 		ir_insert(g, &P.ins);
 	vec_free(&P.ins);
+	free(P.uses);
+	free(P.user);
 	return changed ? 1 : PASS_SAME;
 }

@@ -813,12 +813,14 @@ sgk_xent_loss_k(const T *__restrict__ x, const long long *__restrict__ tgt,
 	}
 }
 
-/* dx = (exp(x - lse) - onehot(target)) * dloss / count per row. */
+/* dx = (exp(x - lse) - onehot(target)) * dloss / count per row.  dx may
+ * be x (sgc's memory plan puts it there when the logits die here): each
+ * thread loads the elements it then stores, so neither is __restrict__. */
 template <class T, int VEC, int TPR>
 __global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
-sgk_xent_bwd_k(const T *__restrict__ x, const long long *__restrict__ tgt,
+sgk_xent_bwd_k(const T *x, const long long *__restrict__ tgt,
                const typename sgk_acc<T>::type *__restrict__ lse, const T *__restrict__ dloss,
-               T *__restrict__ dx, sgk_i64 rows, int C)
+               T *dx, sgk_i64 rows, int C)
 {
 	typedef typename sgk_acc<T>::type A;
 	int t;
