@@ -27,7 +27,7 @@ static const struct {
 	{"sema", NULL, 0},                      /* parse + semantic analysis: sema.c */
 	{"functionalize", functionalize_pass, 0}, /* functionalize.c: before autograd */
 	{"attention", attention_pass, 0},       /* attention.c: hand-written attention fused (-O2) */
-	{"fold_gelu", fold_gelu_pass, 0},       /* gelu.c: hand-written tanh GELU as one op (-O2) */
+	{"fold_ops", fold_ops_pass, 0},         /* fold_ops.c: hand-written GELU, RMS norm as ops (-O2) */
 	{"pad_products", pad_products_pass, 0}, /* pad.c: misaligned products padded (-O2) */
 	{"autograd", autograd_run, 0},
 	{"remat", remat_pass, 0},               /* remat.c: cheap activations recomputed */

@@ -123,9 +123,10 @@ int attention_pass(Graph *g, const PassOptions *po, Diag *d);
  * N + P columns of a zero-padded weight, its result their first N. */
 int pad_products_pass(Graph *g, const PassOptions *po, Diag *d);
 
-/* gelu.c: pass `fold_gelu` (-O2): the tanh GELU written out by hand
- * (Hugging Face's gelu_new) becomes gelu(approximate="tanh"). */
-int fold_gelu_pass(Graph *g, const PassOptions *po, Diag *d);
+/* fold_ops.c: pass `fold_ops` (-O2): the tanh GELU (Hugging Face's
+ * gelu_new) and RMS norm (LlamaRMSNorm) written out by hand become
+ * gelu(approximate="tanh") and rms_norm. */
+int fold_ops_pass(Graph *g, const PassOptions *po, Diag *d);
 
 /* ------------------------------------------------------------------ syncs.c */
 
