@@ -16,7 +16,11 @@
  *     no sync_dealloc) until the last product reading it, which the plan
  *     (sched_kernel_graph) and the release points (StoreClass.release)
  *     account for.  A view with any other use, or used on another stream,
- *     keeps its copy.
+ *     keeps its copy, unless plain kernels read it (a second sweep, after
+ *     the attention layouts took theirs): a view keeping the bytes read by
+ *     kernels of their own (no fused group, no collective, no in-place
+ *     write: reads_bytes) is its source's pointer (codegen_host.c), the
+ *     memory plan reading the source there (schedule.c's fold_plan).
  *   - Epilogues.  relu(p) or gelu(p, approximate="tanh") of a product p
  *     that nothing else uses, right after it on its stream, is computed
  *     by cuBLASLt's RELU(_BIAS) / GELU(_BIAS) epilogue: the product writes
