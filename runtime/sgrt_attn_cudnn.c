@@ -755,16 +755,7 @@ sgrt_sdpa(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, const char *name, int
 		SGRT_TRY(sgrt_capturing(m, s, &cap, sgline));
 		if (cap)
 			return SGRT_SDPA_DECLINED; /* no allocation during a capture */
-		if (c->ws[s]) {
-			SGRT_CHECK_CUDA(m, cudaStreamSynchronize(m->stream[s]), sgline);
-			SGRT_CHECK_CUDA(m, cudaFree(c->ws[s]), sgline);
-			sgrt_mem_account(m, -(long long)c->ws_bytes[s]);
-			c->ws[s] = NULL;
-			c->ws_bytes[s] = 0;
-		}
-		SGRT_CHECK_CUDA(m, cudaMalloc(&c->ws[s], need), sgline);
-		c->ws_bytes[s] = need;
-		sgrt_mem_account(m, (long long)need);
+		SGRT_TRY(sgrt_grow_stream_buffer(m, s, &c->ws[s], &c->ws_bytes[s], need, sgline));
 	}
 	return sgrt_sdpa_exec(m, s, a, bwd, c->ws[s], c->ws_bytes[s], name, sgline);
 }

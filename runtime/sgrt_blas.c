@@ -384,26 +384,6 @@ ready(SgrtModel *m, int sgline)
 	return SGRT_OK;
 }
 
-/* Stream s's workspace grown to `need` bytes (outside a capture: the
- * caller made sure); what ran on the stream is waited for first. */
-static int
-grow_workspace(SgrtModel *m, int s, size_t need, int sgline)
-{
-	if (need <= m->ws_have[s])
-		return SGRT_OK;
-	if (m->ws[s]) {
-		SGRT_CHECK_CUDA(m, cudaStreamSynchronize(m->stream[s]), sgline);
-		SGRT_CHECK_CUDA(m, cudaFree(m->ws[s]), sgline);
-		sgrt_mem_account(m, -(long long)m->ws_have[s]);
-		m->ws[s] = NULL;
-		m->ws_have[s] = 0;
-	}
-	SGRT_CHECK_CUDA(m, cudaMalloc(&m->ws[s], need), sgline);
-	sgrt_mem_account(m, (long long)need);
-	m->ws_have[s] = need;
-	return SGRT_OK;
-}
-
 /* The plan for key k on stream s with the workspace it needs: grown when
  * it needs more than the stream has, or, during a capture, the plan of an
  * algorithm within what the stream has. */
@@ -418,7 +398,8 @@ plan_for_stream(SgrtModel *m, int s, GemmKey *k, const void *bias, const void *a
 		return SGRT_OK;
 	SGRT_TRY(sgrt_capturing(m, s, &cap, sgline));
 	if (!cap)
-		return grow_workspace(m, s, (*out)->ws_need, sgline);
+		return sgrt_grow_stream_buffer(m, s, &m->ws[s], &m->ws_have[s], (*out)->ws_need,
+		                               sgline);
 	k->ws_limit = m->ws_have[s] ? m->ws_have[s] : 1; /* 1 byte: none */
 	return find_plan(m, k, bias, aux, out, sgline);
 }

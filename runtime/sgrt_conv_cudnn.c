@@ -335,16 +335,7 @@ sgrt_conv2d(SgrtModel *m, int s, int dir, int dtype, const long long *g, const v
 	if (p->ws > c->ws_bytes[s]) {
 		if (cap)
 			return SGRT_CONV_DECLINED;
-		if (c->ws[s]) {
-			SGRT_CHECK_CUDA(m, cudaStreamSynchronize(m->stream[s]), sgline);
-			SGRT_CHECK_CUDA(m, cudaFree(c->ws[s]), sgline);
-			sgrt_mem_account(m, -(long long)c->ws_bytes[s]);
-			c->ws[s] = NULL;
-			c->ws_bytes[s] = 0;
-		}
-		SGRT_CHECK_CUDA(m, cudaMalloc(&c->ws[s], p->ws), sgline);
-		c->ws_bytes[s] = p->ws;
-		sgrt_mem_account(m, (long long)p->ws);
+		SGRT_TRY(sgrt_grow_stream_buffer(m, s, &c->ws[s], &c->ws_bytes[s], p->ws, sgline));
 	}
 	float one = 1.0f, zero = 0.0f;
 	double done = 1.0, dzero = 0.0;

@@ -31,6 +31,12 @@ void sgrt_ptrmap_free(SgrtPtrMap *pm);
 
 /* Device bytes the model gained (or, negative, gave back). */
 void sgrt_mem_account(SgrtModel *m, long long delta);
+/* Stream s's buffer *buf of *have bytes grown to `need` (nothing when it
+ * has that much): what ran on the stream is waited for, the old buffer
+ * freed, a new one made, both counted.  Not during a CUDA-graph capture:
+ * the callers decline or plan within what they have then. */
+int sgrt_grow_stream_buffer(SgrtModel *m, int s, void **buf, size_t *have, size_t need,
+                            int sgline);
 /* Frees every buffer the model still owns (at sgrt_destroy). */
 void sgrt_mem_release(SgrtModel *m);
 

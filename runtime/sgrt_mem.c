@@ -310,3 +310,21 @@ sgrt_memset(SgrtModel *m, int s, void *dst, int byte, size_t bytes,
 	                sgline);
 	return sgrt_op_end(m, h);
 }
+
+int
+sgrt_grow_stream_buffer(SgrtModel *m, int s, void **buf, size_t *have, size_t need, int sgline)
+{
+	if (need <= *have)
+		return SGRT_OK;
+	if (*buf) {
+		SGRT_CHECK_CUDA(m, cudaStreamSynchronize(m->stream[s]), sgline);
+		SGRT_CHECK_CUDA(m, cudaFree(*buf), sgline);
+		sgrt_mem_account(m, -(long long)*have);
+		*buf = NULL;
+		*have = 0;
+	}
+	SGRT_CHECK_CUDA(m, cudaMalloc(buf, need), sgline);
+	sgrt_mem_account(m, (long long)need);
+	*have = need;
+	return SGRT_OK;
+}

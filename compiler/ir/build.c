@@ -394,3 +394,56 @@ ir_use_counts(const Graph *g)
 		uses[g->rets.v[i]]++;
 	return uses;
 }
+
+Attr *
+ir_attr_set(Node *n, const char *name)
+{
+	int k = op_attr_index(n->op, name);
+	if (k < 0)
+		ICE("op '%s' has no attribute '%s'", op_name(n->op), name);
+	n->attr[k].set = 1;
+	return &n->attr[k];
+}
+
+Node *
+ir_sole_def(Graph *g, const uint32_t *uses, const Opnd *o, int op, uint32_t s)
+{
+	if (o->kind != OK_VAL || uses[o->v] != 1)
+		return NULL;
+	const Value *v = &g->vals.v[o->v];
+	if (v->kind != VK_NODE)
+		return NULL;
+	Node *n = &g->nodes.v[v->def];
+	if (n->op != op || (n->flags & (NF_DEAD | NF_BACKWARD)) || n->stream != s)
+		return NULL;
+	return n;
+}
+
+int
+ir_literal(const Opnd *o, double *x)
+{
+	if (o->kind == OK_FLOAT)
+		*x = o->f;
+	else if (o->kind == OK_INT)
+		*x = (double)o->i;
+	else
+		return 0;
+	return 1;
+}
+
+void
+ir_node_become(Graph *g, Node *n, int op, const Opnd *ops, uint32_t nops)
+{
+	Arena *ar = g->mod->arena;
+	const OpInfo *oi = &op_table[op];
+	Opnd *o = arena_alloc(ar, ((size_t)nops + 1) * sizeof *o);
+	memcpy(o, ops, nops * sizeof *o);
+	Attr *a = arena_alloc(ar, ((size_t)oi->nattr + 1) * sizeof *a);
+	for (uint32_t j = 0; j < oi->nattr; j++)
+		attr_default(ar, &oi->attr[j], &a[j]);
+	n->op = (uint16_t)op;
+	n->opnd = o;
+	n->nopnd = (uint16_t)nops;
+	n->attr = a;
+	n->nattr = (uint16_t)oi->nattr;
+}

@@ -708,6 +708,17 @@ int ir_compiler_made(const Node *n); /* NF_BACKWARD or not NF_USER */
 /* Readers of each value (operands of live nodes, and returns), a calloc'd
  * array of vals.n + 1 the caller frees. */
 uint32_t *ir_use_counts(const Graph *g);
+/* Attribute `name` of n (an ICE when n's op has none), marked set. */
+Attr *ir_attr_set(Node *n, const char *name);
+/* The node defining operand o when o is a value with one reader (uses:
+ * ir_use_counts), made by op on stream s, live and not in the backward
+ * block; else NULL. */
+Node *ir_sole_def(Graph *g, const uint32_t *uses, const Opnd *o, int op, uint32_t s);
+/* 1 with *x when operand o is a number literal (int or float). */
+int ir_literal(const Opnd *o, double *x);
+/* Node n turned into op over operands ops[nops] (arena copies), every
+ * attribute at its default: the pattern passes' rewrite in place. */
+void ir_node_become(Graph *g, Node *n, int op, const Opnd *ops, uint32_t nops);
 /* The derived backward block: its `backward` node *bw and its end *end
  * (both NONE when the graph has none); 1 when there is one. */
 int ir_backward_block(const Graph *g, NodeId *bw, NodeId *end);

@@ -40,28 +40,7 @@ typedef struct {
 static Node *
 single_def(const Att *A, const Opnd *o, int op, uint32_t s)
 {
-	if (o->kind != OK_VAL || A->uses[o->v] != 1)
-		return NULL;
-	const Value *v = &A->g->vals.v[o->v];
-	if (v->kind != VK_NODE)
-		return NULL;
-	Node *n = &A->g->nodes.v[v->def];
-	if (n->op != op || (n->flags & (NF_DEAD | NF_BACKWARD)) || n->stream != s)
-		return NULL;
-	return n;
-}
-
-/* A scalar literal operand's value. */
-static int
-literal(const Opnd *o, double *x)
-{
-	if (o->kind == OK_FLOAT)
-		*x = o->f;
-	else if (o->kind == OK_INT)
-		*x = (double)o->i;
-	else
-		return 0;
-	return 1;
+	return ir_sole_def(A->g, A->uses, o, op, s);
 }
 
 /* Whether add node a has the scores first (else second): the operand
@@ -147,7 +126,7 @@ rewrite(Att *A, Node *n)
 		chain = &mk->opnd[c];
 		mask = &mk->opnd[1 - c];
 	} else if ((mk = single_def(A, &sm->opnd[0], OP_WHERE, s)) && mk->opnd[0].kind == OK_VAL &&
-	           literal(&mk->opnd[2], &x) && x == -INFINITY) {
+	           ir_literal(&mk->opnd[2], &x) && x == -INFINITY) {
 		chain = &mk->opnd[1];
 		mask = &mk->opnd[0];
 	} else {
@@ -156,13 +135,13 @@ rewrite(Att *A, Node *n)
 	/* The scale: mul by a literal (either side) or div by one. */
 	double scale = 1.0;
 	Node *sc = single_def(A, chain, OP_MUL, s);
-	if (sc && literal(&sc->opnd[1], &x) && sc->opnd[0].kind == OK_VAL) {
+	if (sc && ir_literal(&sc->opnd[1], &x) && sc->opnd[0].kind == OK_VAL) {
 		chain = &sc->opnd[0];
 		scale = x;
-	} else if (sc && literal(&sc->opnd[0], &x) && sc->opnd[1].kind == OK_VAL) {
+	} else if (sc && ir_literal(&sc->opnd[0], &x) && sc->opnd[1].kind == OK_VAL) {
 		chain = &sc->opnd[1];
 		scale = x;
-	} else if ((sc = single_def(A, chain, OP_DIV, s)) && literal(&sc->opnd[1], &x) &&
+	} else if ((sc = single_def(A, chain, OP_DIV, s)) && ir_literal(&sc->opnd[1], &x) &&
 	           sc->opnd[0].kind == OK_VAL && x != 0) {
 		chain = &sc->opnd[0];
 		scale = 1.0 / x;
@@ -185,24 +164,13 @@ rewrite(Att *A, Node *n)
 	/* where's mask keeps (bool); add's is added (the query's dtype). */
 	if (mask && (mk->op == OP_WHERE) != (ir_type(g, mask)->dt == DT_BOOL))
 		return 0;
-	Arena *ar = g->mod->arena;
-	Opnd *o = arena_alloc(ar, 4 * sizeof *o);
-	o[0] = *q, o[1] = *k, o[2] = *v;
+	Opnd o[4] = {*q, *k, *v};
 	if (mask)
 		o[3] = *mask;
-	const OpInfo *oi = &op_table[OP_SDPA];
-	Attr *a = arena_alloc(ar, oi->nattr * sizeof *a);
-	for (uint32_t j = 0; j < oi->nattr; j++)
-		attr_default(ar, &oi->attr[j], &a[j]);
-	int si = op_attr_index(OP_SDPA, "scale");
-	a[si].set = 1;
-	a[si].f = scale;
-	a[si].num_kind = OK_FLOAT;
-	n->op = OP_SDPA;
-	n->opnd = o;
-	n->nopnd = mask ? 4 : 3;
-	n->attr = a;
-	n->nattr = (uint16_t)oi->nattr;
+	ir_node_become(g, n, OP_SDPA, o, mask ? 4 : 3);
+	Attr *sa = ir_attr_set(n, "scale");
+	sa->f = scale;
+	sa->num_kind = OK_FLOAT;
 	Node *gone[5] = {sm, mk, sc, mm, tr};
 	for (int j = 0; j < 5; j++)
 		if (gone[j])

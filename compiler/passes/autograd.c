@@ -163,27 +163,16 @@ grad_node(Grad *G, int op, const Opnd *ops, int nops)
 	return n;
 }
 
-/* The attribute slot called name of n (which must have it). */
-static Attr *
-attr_slot(Node *n, const char *name)
-{
-	int i = op_attr_index(n->op, name);
-	if (i < 0)
-		ICE("%s has no attribute '%s'", op_name(n->op), name);
-	n->attr[i].set = 1;
-	return &n->attr[i];
-}
-
 void
 grad_set(Node *n, const char *name, int64_t i)
 {
-	attr_slot(n, name)->i = i;
+	ir_attr_set(n, name)->i = i;
 }
 
 void
 grad_setf(Node *n, const char *name, double f)
 {
-	Attr *a = attr_slot(n, name);
+	Attr *a = ir_attr_set(n, name);
 	a->f = f;
 	a->num_kind = OK_FLOAT;
 }
@@ -191,13 +180,13 @@ grad_setf(Node *n, const char *name, double f)
 void
 grad_sets(Node *n, const char *name, const char *s)
 {
-	attr_slot(n, name)->s = s;
+	ir_attr_set(n, name)->s = s;
 }
 
 void
 grad_setints(Grad *G, Node *n, const char *name, const int64_t *v, int nv)
 {
-	Attr *a = attr_slot(n, name);
+	Attr *a = ir_attr_set(n, name);
 	a->ints = arena_alloc(G->a, ((size_t)nv + 1) * sizeof *a->ints);
 	for (int i = 0; i < nv; i++)
 		a->ints[i] = v[i];
@@ -207,7 +196,7 @@ grad_setints(Grad *G, Node *n, const char *name, const int64_t *v, int nv)
 void
 grad_copyattr(Node *n, const char *name, const Attr *src)
 {
-	Attr *a = attr_slot(n, name);
+	Attr *a = ir_attr_set(n, name);
 	uint8_t type = a->type;
 	*a = *src;
 	a->type = type;

@@ -93,20 +93,10 @@ new_node(Graph *g, int op, uint32_t nopnd, uint32_t nres, uint32_t s, Loc loc)
 	return n;
 }
 
-static Attr *
-attr_of(Node *n, const char *name)
-{
-	int i = op_attr_index(n->op, name);
-	if (i < 0)
-		ICE("%s has no attribute '%s'", op_name(n->op), name);
-	n->attr[i].set = 1;
-	return &n->attr[i];
-}
-
 static void
 set_ints(Graph *g, Node *n, const char *name, const int64_t *v, uint32_t nv)
 {
-	Attr *a = attr_of(n, name);
+	Attr *a = ir_attr_set(n, name);
 	a->ints = arena_alloc(g->mod->arena, ((size_t)nv + 1) * sizeof *a->ints);
 	memcpy(a->ints, v, nv * sizeof *v);
 	a->nints = nv;
@@ -341,7 +331,7 @@ emit_bucket(Bk *B, Bucket *x)
 	Node ar = new_node(g, OP_ALL_REDUCE, 1, 1, x->comm, loc);
 	set_opnd(&ar, 0, bucket);
 	ar.res[0] = avg;
-	attr_of(&ar, "op")->s = "avg";
+	ir_attr_set(&ar, "op")->s = "avg";
 	put(B, ar, x->flush, 2);
 	Node sp = new_node(g, OP_SPLIT, 1, k, x->stream, loc);
 	set_opnd(&sp, 0, avg);

@@ -58,15 +58,7 @@ typedef struct {
 static Node *
 only(const Gl *G, const Opnd *o, int op, uint32_t s)
 {
-	if (o->kind != OK_VAL || G->uses[o->v] != 1)
-		return NULL;
-	const Value *v = &G->g->vals.v[o->v];
-	if (v->kind != VK_NODE)
-		return NULL;
-	Node *n = &G->g->nodes.v[v->def];
-	if (n->op != op || (n->flags & (NF_DEAD | NF_BACKWARD)) || n->stream != s)
-		return NULL;
-	return n;
+	return ir_sole_def(G->g, G->uses, o, op, s);
 }
 
 /* Whether operand o is the number c (to float precision, as the printed
@@ -75,11 +67,7 @@ static int
 is_num(const Opnd *o, double c)
 {
 	double x;
-	if (o->kind == OK_FLOAT)
-		x = o->f;
-	else if (o->kind == OK_INT)
-		x = (double)o->i;
-	else
+	if (!ir_literal(o, &x))
 		return 0;
 	return fabs(x - c) <= 1e-6 * fabs(c);
 }
@@ -172,22 +160,8 @@ rewrite(Gl *G, Node *y)
 		const Type *xt = ir_type(G->g, x), *yt = &G->g->vals.v[y->res[0]].type;
 		if (!dtype_is_float((DType)xt->dt) || xt->dt != yt->dt || !type_same_shape(xt, yt))
 			continue;
-		Graph *g = G->g;
-		Arena *ar = g->mod->arena;
-		const OpInfo *oi = &op_table[OP_GELU];
-		Attr *a = arena_alloc(ar, oi->nattr * sizeof *a);
-		for (uint32_t j = 0; j < oi->nattr; j++)
-			attr_default(ar, &oi->attr[j], &a[j]);
-		int ai = op_attr_index(OP_GELU, "approximate");
-		a[ai].set = 1;
-		a[ai].s = "tanh";
-		Opnd *o = arena_alloc(ar, sizeof *o);
-		*o = *x;
-		y->op = OP_GELU;
-		y->opnd = o;
-		y->nopnd = 1;
-		y->attr = a;
-		y->nattr = (uint16_t)oi->nattr;
+		ir_node_become(G->g, y, OP_GELU, x, 1);
+		ir_attr_set(y, "approximate")->s = "tanh";
 		for (int j = 0; j < ng; j++)
 			gone[j]->flags |= NF_DEAD;
 		return 1;
@@ -271,22 +245,9 @@ rewrite_rms(Gl *G, Node *y)
 			if (x != t)
 				gone[ng++] = tc;
 			gone[ng++] = r, gone[ng++] = a, gone[ng++] = m, gone[ng++] = p;
-			Arena *ar = g->mod->arena;
-			const OpInfo *oi = &op_table[OP_RMS_NORM];
-			Attr *at = arena_alloc(ar, oi->nattr * sizeof *at);
-			for (uint32_t j = 0; j < oi->nattr; j++)
-				attr_default(ar, &oi->attr[j], &at[j]);
-			int ei = op_attr_index(OP_RMS_NORM, "eps");
-			at[ei].set = 1;
-			at[ei].f = eps;
-			Opnd *o = arena_alloc(ar, 2 * sizeof *o);
-			o[0] = *x;
-			o[1] = *w;
-			y->op = OP_RMS_NORM;
-			y->opnd = o;
-			y->nopnd = 2;
-			y->attr = at;
-			y->nattr = (uint16_t)oi->nattr;
+			Opnd o[2] = {*x, *w};
+			ir_node_become(g, y, OP_RMS_NORM, o, 2);
+			ir_attr_set(y, "eps")->f = eps;
 			for (int j = 0; j < ng; j++)
 				gone[j]->flags |= NF_DEAD;
 			return 1;

@@ -87,22 +87,11 @@ finish(Fn *F, Node *n, const char *base)
 	return r;
 }
 
-/* Attribute `name` of n, marked set. */
-static Attr *
-attr_of(Node *n, const char *name)
-{
-	int k = op_attr_index(n->op, name);
-	if (k < 0)
-		ICE("op '%s' has no attribute '%s'", op_name(n->op), name);
-	n->attr[k].set = 1;
-	return &n->attr[k];
-}
-
 /* n's `shape=` attribute from type t. */
 static void
 set_shape(Fn *F, Node *n, const Type *t)
 {
-	Attr *a = attr_of(n, "shape");
+	Attr *a = ir_attr_set(n, "shape");
 	a->nints = t->rank;
 	a->ints = arena_alloc(F->g->mod->arena, (t->rank + 1) * sizeof *a->ints);
 	for (int j = 0; j < t->rank; j++)
@@ -119,7 +108,7 @@ unary_after(Fn *F, const Node *at, NodeId i, int op, ValId v, const Type *t,
 	n.opnd[0].v = v;
 	n.opnd[0].loc = at->loc;
 	if (op == OP_CAST)
-		attr_of(&n, "dtype")->i = t->dt;
+		ir_attr_set(&n, "dtype")->i = t->dt;
 	else if (op == OP_EXPAND)
 		set_shape(F, &n, t);
 	ValId r = finish(F, &n, base);
@@ -169,9 +158,9 @@ out_of_place(Fn *F, NodeId i, const char *base)
 		m = ir_node_make(g, n->op == OP_ZERO_ ? OP_ZEROS : OP_FULL, 0, 1, n->stream,
 		               n->flags, n->loc);
 		set_shape(F, &m, &t);
-		attr_of(&m, "dtype")->i = t.dt;
+		ir_attr_set(&m, "dtype")->i = t.dt;
 		if (n->op == OP_FILL_)
-			*attr_of(&m, "value") = *ir_attr(n, "value");
+			*ir_attr_set(&m, "value") = *ir_attr(n, "value");
 		break;
 	default: /* a collective in place */
 		m = ir_node_make(g, n->op, 1, 1, n->stream, n->flags, n->loc);
@@ -370,7 +359,7 @@ bn_node(Graph *g, Diag *d, const Node *at, int op, Opnd a, Opnd b, int nopnd,
 		n.res[i] = ir_value_derived(g, base, 0, at->loc);
 	if (op == OP_VAR_MEAN) {
 		Type x = g->vals.v[a.v].type;
-		Attr *dims = attr_of(&n, "dims");
+		Attr *dims = ir_attr_set(&n, "dims");
 		dims->ints = arena_alloc(g->mod->arena, (size_t)(x.rank + 1) * sizeof *dims->ints);
 		dims->nints = 0;
 		for (int k = 0; k < x.rank; k++)
@@ -408,7 +397,7 @@ bn_updates(Graph *g, Diag *d)
 		if (n->op != OP_BATCH_NORM || (n->flags & (NF_DEAD | NF_BACKWARD)) ||
 		    !ir_attr_int(n, "training", 0) || ir_attr_float(n, "momentum", 0) == 0)
 			continue;
-		Attr *mo = attr_of(n, "momentum");
+		Attr *mo = ir_attr_set(n, "momentum");
 		double m = mo->f;
 		mo->f = 0;
 		Node at = *n;

@@ -59,17 +59,6 @@ typedef struct {
 	NodeId *user;   /* a node reading each value (the one, when uses is 1) */
 } Pad;
 
-/* Attribute `name` of n, marked set. */
-static Attr *
-attr_set(Node *n, const char *name)
-{
-	int k = op_attr_index(n->op, name);
-	if (k < 0)
-		ICE("pad_products: '%s' has no attribute '%s'", op_name(n->op), name);
-	n->attr[k].set = 1;
-	return &n->attr[k];
-}
-
 /* Types node n by its shape rule with a fresh result named after base,
  * and queues it before node slot (after it: rank 1). */
 static ValId
@@ -94,13 +83,13 @@ creation(Pad *P, const Node *at, NodeId slot, int op, const int64_t *d, int rank
 {
 	Graph *g = P->g;
 	Node z = ir_node_make(g, op, 0, 1, at->stream, 0, at->loc);
-	Attr *sh = attr_set(&z, "shape");
+	Attr *sh = ir_attr_set(&z, "shape");
 	sh->nints = (uint32_t)rank;
 	sh->ints = arena_alloc(g->mod->arena, ((size_t)rank + 1) * sizeof *sh->ints);
 	memcpy(sh->ints, d, (size_t)rank * sizeof *d);
-	attr_set(&z, "dtype")->i = dt;
+	ir_attr_set(&z, "dtype")->i = dt;
 	if (op == OP_FULL) {
-		Attr *v = attr_set(&z, "value");
+		Attr *v = ir_attr_set(&z, "value");
 		v->f = value;
 		v->num_kind = OK_FLOAT;
 	}
@@ -114,7 +103,7 @@ cat2(Pad *P, const Node *at, NodeId slot, ValId a, ValId b, int dim, const char 
 	Node c = ir_node_make(P->g, OP_CAT, 2, 1, at->stream, 0, at->loc);
 	c.opnd[0] = (Opnd){.kind = OK_VAL, .v = a, .loc = at->loc};
 	c.opnd[1] = (Opnd){.kind = OK_VAL, .v = b, .loc = at->loc};
-	attr_set(&c, "dim")->i = dim;
+	ir_attr_set(&c, "dim")->i = dim;
 	return put(P, c, base, slot, 0, NONE);
 }
 
@@ -185,7 +174,7 @@ pad_logits(Pad *P, NodeId i, NodeId ce, NodeId view, int64_t N, int64_t pad)
 		ICE("pad_products: the padded '%s' fails its shape rule", op_name(n->op));
 	if (view != NONE) {
 		Node *r = &g->nodes.v[view];
-		Attr *sh = attr_set(r, "shape");
+		Attr *sh = ir_attr_set(r, "shape");
 		int64_t *d = arena_alloc(ar, ((size_t)sh->nints + 1) * sizeof *d);
 		memcpy(d, sh->ints, sh->nints * sizeof *d);
 		d[sh->nints - 1] = N + pad;
@@ -247,9 +236,9 @@ pad_product(Pad *P, NodeId i)
 		ICE("pad_products: the padded '%s' fails its shape rule", op_name(n->op));
 	Node s = ir_node_make(g, OP_SLICE, 1, 1, n->stream, 0, n->loc);
 	s.opnd[0] = (Opnd){.kind = OK_VAL, .v = yp, .loc = n->loc};
-	attr_set(&s, "dim")->i = y.rank - 1;
-	attr_set(&s, "start")->i = 0;
-	attr_set(&s, "end")->i = N;
+	ir_attr_set(&s, "dim")->i = y.rank - 1;
+	ir_attr_set(&s, "start")->i = 0;
+	ir_attr_set(&s, "end")->i = N;
 	put(P, s, yname, i + 1, 0, yv);
 	return 1;
 }

@@ -29,11 +29,15 @@ open("in.st", "wb").write(struct.pack("<Q", len(hb)) + hb + t + x)
 PY
 }
 inputs 160x128
-"$SGC" run "$g" --inputs in.st --steps 2 --out o2.st
-check "-O2 run: exit 0" test $? -eq 0
-"$SGC" run -O0 "$g" --inputs in.st --steps 2 --out o0.st
-check "-O0 run: exit 0" test $? -eq 0
-check "the same bytes padded and not (loss, params, gradients)" cmp -s o2.st o0.st
+# Two steps of $g on in.st at -O2 and -O0: the same bytes.
+same_bytes() {
+	"$SGC" run "$g" --inputs in.st --steps 2 --out o2.st
+	check "$1 -O2 run: exit 0" test $? -eq 0
+	"$SGC" run -O0 "$g" --inputs in.st --steps 2 --out o0.st
+	check "$1 -O0 run: exit 0" test $? -eq 0
+	check "$1: the same bytes padded and not (loss, params, gradients)" cmp -s o2.st o0.st
+}
+same_bytes products
 
 # A language model's head: logits read only by cross_entropy keep their
 # padded columns, -inf in the bias, nothing sliced.
@@ -43,11 +47,7 @@ check "bw_pad_logits: the head is 1008 wide with a -inf bias" \
 	grep -q '^  %y = linear(%x, %w_padded, %pad_bias.1)' dump.txt
 check "bw_pad_logits: nothing sliced" test "$(grep -c 'slice(' dump.txt)" = 0
 inputs 4x40x128
-"$SGC" run "$g" --inputs in.st --steps 2 --out l2.st
-check "head -O2 run: exit 0" test $? -eq 0
-"$SGC" run -O0 "$g" --inputs in.st --steps 2 --out l0.st
-check "head -O0 run: exit 0" test $? -eq 0
-check "head: the same bytes padded and not (loss, gradient)" cmp -s l2.st l0.st
+same_bytes head
 
 # GPT-2's tied language-model head (bench/gpt2.sg, 50257 words): padded,
 # its gradient products too; the hidden products (768, 2304, 3072
