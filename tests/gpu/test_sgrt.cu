@@ -14,7 +14,9 @@
  *   for r in 0 1; do RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r ./test_sgrt_gpu &
  *   done; wait
  */
+#include <execinfo.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1367,10 +1369,29 @@ test_ranks(void)
 	sgrt_destroy(m);
 }
 
+/* A crash names the test it was in and prints the stack (addresses to
+ * resolve with addr2line -e test_sgrt_gpu). */
+static const char *current_test = "start";
+
+static void
+on_crash(int sig)
+{
+	void *frames[48];
+	int n = backtrace(frames, 48);
+	fprintf(stderr, "signal %d in %s\n", sig, current_test);
+	backtrace_symbols_fd(frames, n, 2);
+	_exit(128 + sig);
+}
+
+#define RUN(t) (current_test = #t, fprintf(stderr, "-- %s\n", #t), t())
+
 int
 main(void)
 {
 	int ndev = 0;
+
+	signal(SIGSEGV, on_crash);
+	signal(SIGABRT, on_crash);
 
 	/* Before this process touches CUDA: the fault test forks. */
 	test_fault();
@@ -1384,15 +1405,15 @@ main(void)
 		       nfail);
 		return nfail ? 1 : 0;
 	}
-	test_streams();
-	test_memory();
-	test_gemm();
-	test_gemm_workspace();
-	test_gemm_gelu();
-	test_errors();
-	test_nccl();
-	test_trace();
-	test_driver();
+	RUN(test_streams);
+	RUN(test_memory);
+	RUN(test_gemm);
+	RUN(test_gemm_workspace);
+	RUN(test_gemm_gelu);
+	RUN(test_errors);
+	RUN(test_nccl);
+	RUN(test_trace);
+	RUN(test_driver);
 	printf("%d passed, %d failed\n", npass, nfail);
 	return nfail ? 1 : 0;
 }
