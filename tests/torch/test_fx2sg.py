@@ -627,6 +627,40 @@ def lm_logits():
     return LMLogits()
 
 
+class SizeMasked(nn.Module):
+    """Attention as Hugging Face's SDPA path calls it under torch.export:
+    positions broadcast over the batch and a causal mask [B, 1, T, T]
+    computed from the sizes alone, bool or float (0, and the dtype's
+    lowest value where a key is masked)."""
+
+    def __init__(self, float_mask, vocab=10, d=16, heads=2, t=16):
+        super().__init__()
+        self.float_mask, self.heads = float_mask, heads
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(t, d)
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, vocab)
+
+    def forward(self, tok):
+        b, t = tok.shape
+        h = self.tok(tok) + self.pos(torch.arange(t)[None].expand(b, t))
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2)
+                   for z in self.qkv(h).chunk(3, dim=-1))
+        keep = torch.ones(t, t, dtype=torch.bool).tril()[None, None].expand(b, 1, t, t)
+        mask = torch.zeros(b, 1, t, t).masked_fill(~keep, torch.finfo(torch.float32).min) \
+            if self.float_mask else keep
+        a = llama_sample.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(a.transpose(1, 2).reshape(b, t, -1))
+
+
+def size_masked_bool():
+    torch.manual_seed(9)
+    return SizeMasked(False)
+
+
+def size_masked_float():
+    torch.manual_seed(9)
+    return SizeMasked(True)
+
+
 def dims_case(S, name, factory, flag, dims, at, needles, loss=None):
     """fx2sg --dim at the size of `flag`; `sgc run -D` at the sizes `at`
     must give PyTorch's outputs at those sizes (with a loss: the loss and
@@ -723,12 +757,26 @@ def check_dims(S):
               None),
              ("lm_logits", lm_logits, "idx=i64[4,16]", ["B=idx:0", "T=idx:1"], {"B": 2, "T": 7},
               ["input %target : i64[B, T]", "!const %_tensor"], "cross_entropy"),
+             # SDPA with a causal mask of the sizes: causal=true, no const
+             ("size_masked_bool", size_masked_bool, "tok=i64[2,6]", ["B=tok:0", "T=tok:1"],
+              {"B": 3, "T": 9}, ["causal=true", "arange(end=T)", "shape=[B, T]", "!const %"],
+              None),
+             ("size_masked_float", size_masked_float, "tok=i64[2,6]", ["B=tok:0", "T=tok:1"],
+              {"B": 1, "T": 4}, ["causal=true", "!const %"], None),
              # samples/llama.py (is_causal, or its fallback's causal mask):
              # rotary positions as floats
              ("llama", llama, "tok=i64[2,6]", ["B=tok:0", "T=tok:1"], {"B": 3, "T": 4},
               ["arange(end=T, dtype=f32)", "!const %_tensor"], None)]
     for c in cases:
         dims_case(S, *c)
+    # Without --dim too, the causal mask that became causal=true is not
+    # declared (nor written to the params file); the positions stay a const.
+    ex = FX.export(size_masked_bool(), {"tok": torch.randint(0, 10, (2, 6))})
+    consts = [l.split()[1] for l in ex.sg.splitlines() if l.strip().startswith("const ")]
+    S.report("causal mask const of SDPA not declared",
+             None if "causal=true" in ex.sg and len(consts) == 1 and
+             sorted(ex.params) == sorted([n for n, _ in size_masked_bool().named_parameters()]
+                                         + [consts[0][1:]]) else "consts %s, params %s:\n%s" % (consts, list(ex.params), ex.sg))
     for label, fn, needle in (("error: --dim, a slice end of T - 1", _shift, "end="),
                               ("error: --dim, a const of T elements", _squares, "const")):
         try:
