@@ -19,7 +19,8 @@
  * attention's bool mask that is the causal pattern built from aranges,
  * ge(unsqueeze(arange(end=T), dim=1), arange(end=S)), becomes causal=true
  * (the causal flash path; a constant mask that torch.export folds is
- * recognised by tools/fx2sg).  A key and value repeated along the heads
+ * recognised by tools/fx2sg), and the mask's nodes that nothing else
+ * reads are dropped.  A key and value repeated along the heads
  * (Hugging Face's repeat_kv: unsqueeze, expand, reshape) are read
  * unrepeated with enable_gqa=true, the copies gone.  One walk over the
  * nodes: linear in the graph.
@@ -219,6 +220,27 @@ causal_mask(const Graph *g, const Opnd *m, int64_t t, int64_t s)
 	return index_along(g, row, 0, t) && index_along(g, col, 1, s);
 }
 
+/* Marks dead the node defining operand o of a removed read, then in turn
+ * those defining its operands, each once nothing else reads it: a causal
+ * mask's comparison, unsqueezes and aranges (pure, without gradients)
+ * once causal=true replaces the mask, so that no kernel computes them. */
+static void
+drop_unread(Att *A, const Opnd *o)
+{
+	if (o->kind != OK_VAL || --A->uses[o->v] != 0)
+		return;
+	const Value *v = &A->g->vals.v[o->v];
+	if (v->kind != VK_NODE)
+		return;
+	Node *n = &A->g->nodes.v[v->def];
+	if ((n->flags & NF_DEAD) || n->nres != 1 ||
+	    (n->op != OP_GE && n->op != OP_LE && n->op != OP_UNSQUEEZE && n->op != OP_ARANGE))
+		return;
+	n->flags |= NF_DEAD;
+	for (uint32_t j = 0; j < n->nopnd; j++)
+		drop_unread(A, &n->opnd[j]);
+}
+
 /* The key or value that operand o repeats along the heads, as Hugging
  * Face's repeat_kv writes it (unsqueeze(x, dim=-3), expand to [..., Hkv,
  * n, S, D], reshape to [..., Hkv * n, S, D]; a contiguous may follow),
@@ -303,6 +325,7 @@ attention_pass(Graph *g, const PassOptions *po, Diag *d)
 			if (causal_mask(g, &n->opnd[3], q->d[q->rank - 2], k->d[k->rank - 2])) {
 				n->nopnd = 3;
 				n->attr[op_attr_index(OP_SDPA, "causal")].i = 1;
+				drop_unread(&A, &n->opnd[3]);
 				changed = 1;
 			}
 		}

@@ -19,16 +19,23 @@ download), f32:
   3. PyTorch eager: 3 steps of torch.optim.AdamW with the same settings
      on the same params, inputs and targets.
 
+Then llama_dims and gpt2_dims: Llama and GPT-2 with their logits as [B,
+vocab, T] (targets [B, T]), exported as above at B=2, T=8 with `--dim
+B=input_ids:0 --dim T=input_ids:1` (positions and causal masks become
+statements that follow the dims), run by `sgc run -D B=3 -D T=13` and by
+the CUDA that `sgc -D B=3 -D T=13` generates, against eager at B=3, T=13.
+
 It prints how the attention was exported (grouped-query heads kept,
 causal, masked) and, per model and per path (cpu, gpu), the largest
 absolute error of the last step's loss and of the params after 3 steps,
 with PASS or FAIL; exit 0 when all passed.  Environment: SGC (the sgc
 binary), SGRT_FLAGS (nvcc flags to link libsgrt), NVCC.
 
-The module factories (llama, mistral, qwen2, gpt2) are also fx2sg's
-MODULE_SPEC targets: tests/gpu/models_llama.py:llama.
+The module factories (llama, mistral, qwen2, gpt2, llama_bvt, gpt2_bvt)
+are also fx2sg's MODULE_SPEC targets: tests/gpu/models_llama.py:llama.
 """
 import os
+import re
 import subprocess
 import sys
 import time
@@ -82,7 +89,35 @@ def gpt2():
     return Logits(transformers.GPT2LMHeadModel(cfg).float().eval())
 
 
-MODELS = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "gpt2": gpt2}
+class LogitsBVT(torch.nn.Module):
+    """A causal LM's logits as [B, vocab, T] (cross_entropy's class dim 1,
+    targets [B, T]): --dim can name B and T in the loss's target, which a
+    flattened [B*T] one (a product of dims) cannot."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids):
+        return self.m.m(input_ids=input_ids, use_cache=False,
+                        return_dict=True).logits.transpose(1, 2)
+
+
+def llama_bvt():
+    return LogitsBVT(llama())
+
+
+def gpt2_bvt():
+    return LogitsBVT(gpt2())
+
+
+MODELS = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "gpt2": gpt2,
+          "llama_bvt": llama_bvt, "gpt2_bvt": gpt2_bvt}
+# The runs: each model at B, T; NAME_dims: NAME_bvt exported with --dim
+# B=input_ids:0 --dim T=input_ids:1 at B, T, run (sgc run -D, the CUDA
+# compiled with -D) and compared with eager at DIMS_AT.
+RUNS = ["llama", "mistral", "qwen2", "gpt2", "llama_dims", "gpt2_dims"]
+DIMS_AT = {"B": 3, "T": 13}
 
 
 def sh(cmd, log, timeout=600, env=None):
@@ -150,29 +185,46 @@ def run_model(name, work):
     os.makedirs(d, exist_ok=True)
     sg, par, ids, inp = (os.path.join(d, f) for f in ("m.sg", "p.safetensors",
                                                        "ids.safetensors", "in.safetensors"))
+    dims = name.endswith("_dims")
+    model = name[:-len("_dims")] + "_bvt" if dims else name
     gen = torch.Generator().manual_seed(1)
     stio.save(ids, {"input_ids": torch.randint(0, VOCAB, (B, T), generator=gen)})
     t0 = time.time()
-    rc = sh([sys.executable, os.path.join(ROOT, "tools", "fx2sg"),
-             "%s:%s" % (os.path.abspath(__file__), name), "-o", sg, "--params", par,
-             "--inputs-from", ids, "--save-inputs", inp, "--trace", "export",
-             "--loss", "cross_entropy", "--optimizer", "adamw(lr=%g)" % LR, "--seed", "3"],
-            os.path.join(d, "fx2sg.log"))
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "fx2sg"),
+           "%s:%s" % (os.path.abspath(__file__), model), "-o", sg, "--params", par,
+           "--inputs-from", ids, "--save-inputs", inp, "--trace", "export",
+           "--loss", "cross_entropy", "--optimizer", "adamw(lr=%g)" % LR, "--seed", "3"]
+    dflags = []
+    if dims:
+        cmd += ["--dim", "B=input_ids:0", "--dim", "T=input_ids:1"]
+        dflags = [x for k, v in DIMS_AT.items() for x in ("-D", "%s=%d" % (k, v))]
+    rc = sh(cmd, os.path.join(d, "fx2sg.log"))
     if rc != 0:
         print("FAIL %s export: fx2sg exited %d\n%s" % (name, rc, tail(os.path.join(d, "fx2sg.log"))))
         return False
     print("%s: exported in %.1f s: %s" % (name, time.time() - t0, attention_form(sg)))
     params, inputs = stio.load(par), stio.load(inp)
-    loss, want = eager(name, params, inputs)
+    if dims:
+        # the program at other sizes: inputs and targets of [B, T] there
+        text = open(sg).read()
+        print("%s: %s; %d arange statements, consts: %s" % (
+            name, ", ".join(l for l in text.splitlines() if l.startswith("dim ")),
+            text.count("= arange("), " ".join(re.findall(r"^\s*const\s+(%\S+)", text, re.M))
+            or "none"))
+        shape = (DIMS_AT["B"], DIMS_AT["T"])
+        inputs = {"input_ids": torch.randint(0, VOCAB, shape, generator=gen),
+                  "target": torch.randint(0, VOCAB, shape, generator=gen)}
+        stio.save(inp, inputs)
+    loss, want = eager(model, params, inputs)
     ok = True
     # The CPU interpreter.
     out = os.path.join(d, "cpu.safetensors")
     rc = sh([sgc, "run", sg, "--params", par, "--inputs", inp, "--out", out,
-             "--steps", str(STEPS)], os.path.join(d, "cpu.log"))
+             "--steps", str(STEPS)] + dflags, os.path.join(d, "cpu.log"))
     got = stio.load(out) if rc == 0 else None
     # The generated CUDA.
     cu, exe = os.path.join(d, "m.cu"), os.path.join(d, "m")
-    rc2 = sh([sgc, sg, "-O2", "--main", "-o", cu], os.path.join(d, "sgc.log"))
+    rc2 = sh([sgc, sg, "-O2", "--main", "-o", cu] + dflags, os.path.join(d, "sgc.log"))
     rc2 = rc2 or sh([nvcc, "-arch=sm_90", "-std=c++17", "-O2", "-cudart", "shared", cu, "-o", exe]
                     + flags, os.path.join(d, "nvcc.log"))
     gout = os.path.join(d, "gpu.safetensors")
@@ -205,7 +257,7 @@ def main():
     if not args:
         sys.exit(__doc__)
     work = args[0]
-    names = args[1:] or list(MODELS)
+    names = args[1:] or RUNS
     ok = True
     for n in names:
         try:

@@ -589,54 +589,196 @@ def _shift(m, x, y):
     return x[:, :-1] * 2        # the slice's end is T - 1
 
 
-def _arange(m, x, y):
-    return x + torch.arange(x.shape[1])    # a const of T elements
+def _squares(m, x, y):
+    return x + torch.arange(x.shape[1]) ** 2    # a const of T elements, not positions
+
+
+class Positions(nn.Module):
+    """Positions (arange, broadcast over the batch) and a 0 / -inf causal
+    float mask over [T, T], made from the sizes alone."""
+
+    def forward(self, x):
+        t = x.shape[1]
+        mask = torch.zeros(t, t).masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(),
+                                             float("-inf"))
+        pos = torch.arange(t).float()[None].expand(x.shape[0], t)
+        return (x * pos[..., None]).softmax(1) @ x.transpose(1, 2) + mask
+
+
+def positions():
+    return Positions()
+
+
+class LMLogits(nn.Module):
+    """samples/gpt.py's GPT with its logits as [B, vocab, T] (cross_entropy's
+    class dim 1): a loss target [B, T] that --dim can name (a flattened
+    [B*T] one, a product of dims, it cannot)."""
+
+    def __init__(self):
+        super().__init__()
+        self.m = gpt()
+
+    def forward(self, idx):
+        b, t = idx.shape
+        return self.m(idx).view(b, t, -1).transpose(1, 2)
+
+
+def lm_logits():
+    return LMLogits()
+
+
+class SizeMasked(nn.Module):
+    """Attention as Hugging Face's SDPA path calls it under torch.export:
+    positions broadcast over the batch and a causal mask [B, 1, T, T]
+    computed from the sizes alone, bool or float (0, and the dtype's
+    lowest value where a key is masked)."""
+
+    def __init__(self, float_mask, vocab=10, d=16, heads=2, t=16):
+        super().__init__()
+        self.float_mask, self.heads = float_mask, heads
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(t, d)
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, vocab)
+
+    def forward(self, tok):
+        b, t = tok.shape
+        h = self.tok(tok) + self.pos(torch.arange(t)[None].expand(b, t))
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2)
+                   for z in self.qkv(h).chunk(3, dim=-1))
+        keep = torch.ones(t, t, dtype=torch.bool).tril()[None, None].expand(b, 1, t, t)
+        mask = torch.zeros(b, 1, t, t).masked_fill(~keep, torch.finfo(torch.float32).min) \
+            if self.float_mask else keep
+        a = llama_sample.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(a.transpose(1, 2).reshape(b, t, -1))
+
+
+def size_masked_bool():
+    torch.manual_seed(9)
+    return SizeMasked(False)
+
+
+def size_masked_float():
+    torch.manual_seed(9)
+    return SizeMasked(True)
+
+
+def dims_case(S, name, factory, flag, dims, at, needles, loss=None):
+    """fx2sg --dim at the size of `flag`; `sgc run -D` at the sizes `at`
+    must give PyTorch's outputs at those sizes (with a loss: the loss and
+    the gradients), and exactly what the program fx2sg exports at those
+    sizes gives."""
+    here = os.path.join(HERE, "test_fx2sg.py")
+    label = "--dim %s: %s" % (" ".join(dims), name)
+    base = name + "." + "_".join(d.split("=")[0] for d in dims)
+    sg, par = S.path(base + ".dim.sg"), S.path(base + ".dim.p")
+    iname, ty = flag.split("=", 1)
+    args = [here + ":" + name, "-o", sg, "--params", par, "--input", flag]
+    args += [x for d in dims for x in ("--dim", d)] + (["--loss", loss] if loss else [])
+    pr = main_fx2sg(*args)
+    if pr.returncode != 0:
+        S.report(label, "fx2sg exited %d: %s" % (pr.returncode, pr.stderr))
+        return
+    text = open(sg).read()
+    miss = [n for n in needles if (n[1:] in text) == n.startswith("!")]
+    if miss:
+        S.report(label, "%s:\n%s" % ("; ".join("lacks " + n if n[0] != "!" else "has " + n[1:]
+                                                for n in miss), text))
+        return
+    dt, shape = FX.parse_type(ty)
+    shape = list(shape)
+    for d in dims:
+        dn, _, ax = FX.parse_dim(d)
+        shape[ax] = at[dn]
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randint(0, 10, shape, generator=gen) if dt == torch.int64 else \
+        torch.randn(shape, generator=gen)
+    module = factory().eval()
+    ins = {iname: x}
+    if loss:
+        with torch.no_grad():
+            y = module(x)
+        ins["target"] = torch.randint(0, y.shape[1], y.shape[:1] + y.shape[2:], generator=gen)
+    inp, o = S.path(base + ".dim.i"), S.path(base + ".dim.o")
+    stio.save(inp, ins)
+    cmd = [S.sgc, "run", sg, "--params", par, "--inputs", inp, "--out", o]
+    cmd += [x for d, v in at.items() for x in ("-D", "%s=%d" % (d, v))]
+    pr = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if pr.returncode != 0:
+        S.report(label, "sgc run -D exited %d: %s\n%s" % (pr.returncode, pr.stderr, text))
+        return
+    got = stio.load(o)
+    if not loss:
+        with torch.no_grad():
+            exp = {"out": module(x)}
+    else:
+        lv = F.cross_entropy(module(x), ins["target"])
+        lv.backward()
+        exp = {"loss": lv.detach()}
+        exp.update(("grad." + n, p.grad) for n, p in module.named_parameters())
+    why = None
+    for n, e in exp.items():
+        why = why or (compare(got[n], e, atol=1e-5, rtol=1e-4) if n in got else "no " + n)
+        why = why and "%s: %s" % (n, why)
+    S.report(label + " at " + " ".join("%s=%d" % kv for kv in at.items()), why)
+    # The program fx2sg exports at those sizes, run by sgc: the same values.
+    sg2, par2, o2 = S.path(base + ".at.sg"), S.path(base + ".at.p"), S.path(base + ".at.o")
+    pr = main_fx2sg(*(args[:1] + ["-o", sg2, "--params", par2, "--input",
+                                  "%s=%s" % (iname, FX.type_text(FX.SG_OF[dt], shape))] +
+                      (["--loss", loss] if loss else [])))
+    ran, why = (None, "fx2sg exited %d: %s" % (pr.returncode, pr.stderr)) if pr.returncode \
+        else sgc_run(S, sg2, par2, inp, o2)
+    for n in exp:
+        # the values exactly; the gradients up to rounding (the program
+        # keeps whole-dim slices and masks by where(keep, x, -inf), whose
+        # backward sums in another order)
+        tol = 1e-6 if n.startswith("grad.") else 0
+        why = why or compare(got[n], ran[n], atol=tol, rtol=tol)
+        why = why and "%s: %s" % (n, why)
+    S.report(label + ": as exported at those sizes", why)
 
 
 def check_dims(S):
     """--dim NAME=INPUT:AXIS: the program declares the dim, uses it where
     the size flows (and not where a literal merely equals it: the MLP's
     output size 8 and the block's head size 8 equal the batch) and
-    `sgc run -D` at other sizes matches PyTorch at those sizes."""
-    here = os.path.join(HERE, "test_fx2sg.py")
-    gen = torch.Generator().manual_seed(11)
-    cases = [("mlp", mlp, ["x=f32[8,16]"], ["B=x:0"], {"B": 3},
-              ["dim B = 8", "input %x : f32[B, 16]", "%fc2.weight : f32[8, 32]"]),
-             ("attention", attention, ["x=f32[8,6,16]"], ["B=x:0", "T=x:1"], {"B": 3, "T": 5},
-              ["dim B = 8", "dim T = 6", "input %x : f32[B, T, 16]", "[B, T, 2, 8]"])]
-    for name, factory, flags, dims, at, needles in cases:
-        label = "--dim %s: %s" % (" ".join(dims), name)
-        sg, par = S.path(name + ".dim.sg"), S.path(name + ".dim.p")
-        args = [here + ":" + name, "-o", sg, "--params", par]
-        args += [x for f in flags for x in ("--input", f)]
-        args += [x for d in dims for x in ("--dim", d)]
-        pr = main_fx2sg(*args)
-        if pr.returncode != 0:
-            S.report(label, "fx2sg exited %d: %s" % (pr.returncode, pr.stderr))
-            continue
-        text = open(sg).read()
-        miss = [n for n in needles if n not in text]
-        if miss:
-            S.report(label, "lacks %s:\n%s" % (miss, text))
-            continue
-        shape = list(FX.parse_type(flags[0].split("=", 1)[1])[1])
-        for d in dims:
-            dn, _, ax = FX.parse_dim(d)
-            shape[ax] = at[dn]
-        x = torch.randn(shape, generator=gen)
-        inp, o = S.path(name + ".dim.i"), S.path(name + ".dim.o")
-        stio.save(inp, {"x": x})
-        cmd = [S.sgc, "run", sg, "--params", par, "--inputs", inp, "--out", o]
-        cmd += [x for d, v in at.items() for x in ("-D", "%s=%d" % (d, v))]
-        pr = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        if pr.returncode != 0:
-            S.report(label, "sgc run -D exited %d: %s\n%s" % (pr.returncode, pr.stderr, text))
-            continue
-        with torch.no_grad():
-            exp = factory().eval()(x)
-        S.report(label, compare(stio.load(o)["out"], exp, atol=1e-5, rtol=1e-4))
+    `sgc run -D` at other sizes matches PyTorch at those sizes.  Language
+    models' positions and causal masks, constants of the sizes alone,
+    become statements (arange, ge) that follow the dims."""
+    cases = [("mlp", mlp, "x=f32[8,16]", ["B=x:0"], {"B": 3},
+              ["dim B = 8", "input %x : f32[B, 16]", "%fc2.weight : f32[8, 32]"], None),
+             ("attention", attention, "x=f32[8,6,16]", ["B=x:0", "T=x:1"], {"B": 3, "T": 5},
+              ["dim B = 8", "dim T = 6", "input %x : f32[B, T, 16]", "[B, T, 2, 8]"], None),
+             # positions broadcast over B, a float causal mask
+             ("positions", positions, "x=f32[4,6,6]", ["B=x:0", "T=x:1"], {"B": 2, "T": 5},
+              ["arange(end=T, dtype=f32)", "shape=[B, T, 1]", "ge(", "!const %_tensor"], None),
+             # samples/gpt.py: positions, hand-written causal attention
+             ("gpt", gpt, "idx=i64[4,16]", ["B=idx:0", "T=idx:1"], {"B": 3, "T": 11},
+              ["arange(end=T)", "ge(", "!const %_tensor"], None),
+             ("gpt", gpt, "idx=i64[4,16]", ["T=idx:1"], {"T": 9}, ["dim T = 16", "!const %_tensor"],
+              None),
+             ("lm_logits", lm_logits, "idx=i64[4,16]", ["B=idx:0", "T=idx:1"], {"B": 2, "T": 7},
+              ["input %target : i64[B, T]", "!const %_tensor"], "cross_entropy"),
+             # SDPA with a causal mask of the sizes: causal=true, no const
+             ("size_masked_bool", size_masked_bool, "tok=i64[2,6]", ["B=tok:0", "T=tok:1"],
+              {"B": 3, "T": 9}, ["causal=true", "arange(end=T)", "shape=[B, T]", "!const %"],
+              None),
+             ("size_masked_float", size_masked_float, "tok=i64[2,6]", ["B=tok:0", "T=tok:1"],
+              {"B": 1, "T": 4}, ["causal=true", "!const %"], None),
+             # samples/llama.py (is_causal, or its fallback's causal mask):
+             # rotary positions as floats
+             ("llama", llama, "tok=i64[2,6]", ["B=tok:0", "T=tok:1"], {"B": 3, "T": 4},
+              ["arange(end=T, dtype=f32)", "!const %_tensor"], None)]
+    for c in cases:
+        dims_case(S, *c)
+    # Without --dim too, the causal mask that became causal=true is not
+    # declared (nor written to the params file); the positions stay a const.
+    ex = FX.export(size_masked_bool(), {"tok": torch.randint(0, 10, (2, 6))})
+    consts = [l.split()[1] for l in ex.sg.splitlines() if l.strip().startswith("const ")]
+    S.report("causal mask const of SDPA not declared",
+             None if "causal=true" in ex.sg and len(consts) == 1 and
+             sorted(ex.params) == sorted([n for n, _ in size_masked_bool().named_parameters()]
+                                         + [consts[0][1:]]) else "consts %s, params %s:\n%s" % (consts, list(ex.params), ex.sg))
     for label, fn, needle in (("error: --dim, a slice end of T - 1", _shift, "end="),
-                              ("error: --dim, a const of T elements", _arange, "const")):
+                              ("error: --dim, a const of T elements", _squares, "const")):
         try:
             FX.export(Fn(fn), {"x": g(4, 6), "y": g(1)}, dims={"T": [("x", 1)]})
             S.report(label, "exported without an error")
@@ -647,7 +789,8 @@ def check_dims(S):
                              ("cli: --dim axis out of range", "B=x:2", "2 axes"),
                              ("cli: --dim syntax", "B", "NAME=INPUT:AXIS"),
                              ("cli: --dim reserved name", "f32=x:0", "cannot name a dim")):
-        pr = main_fx2sg(here + ":mlp", "-o", S.path("e.sg"), "--input", "x=f32[8,16]",
+        pr = main_fx2sg(os.path.join(HERE, "test_fx2sg.py:mlp"), "-o", S.path("e.sg"),
+                        "--input", "x=f32[8,16]",
                         "--dim", d)
         S.report(label, None if pr.returncode == 2 and needle in pr.stderr else
                  "exit %d: %s" % (pr.returncode, pr.stderr))
