@@ -438,15 +438,11 @@ static void run_norm_bwd(long rows, int C, int off)
 	         off);
 	const size_t n = (size_t)rows * C;
 	KtBuf<T> x, dy, ad, dx, w, dw, db, dw2, db2;
-	x.alloc(n + off);
-	dy.alloc(n + off);
-	ad.alloc(n + off);
-	dx.alloc(n + off);
-	w.alloc(C + off);
-	dw.alloc(C + off);
-	db.alloc(C + off);
-	dw2.alloc(C + off);
-	db2.alloc(C + off);
+	KtBuf<T> *rowbufs[] = {&x, &dy, &ad, &dx}, *colbufs[] = {&w, &dw, &db, &dw2, &db2};
+	for (KtBuf<T> *b : rowbufs)
+		b->alloc(n + off);
+	for (KtBuf<T> *b : colbufs)
+		b->alloc(C + off);
 	/* uniform values (cheap at 33M elements), a mean away from 0 */
 	x.fill([] { return kt_unif(-3, 4); });
 	dy.fill([] { return kt_unif(-2, 2); });
@@ -560,8 +556,9 @@ static void run_norm_bwd(long rows, int C, int off)
 	}
 	cudaFree(work);
 	cudaFree(stats);
-	KtBuf<T> *all[] = {&x, &dy, &ad, &dx, &w, &dw, &db, &dw2, &db2};
-	for (KtBuf<T> *b : all)
+	for (KtBuf<T> *b : rowbufs)
+		b->release();
+	for (KtBuf<T> *b : colbufs)
 		b->release();
 }
 
