@@ -32,8 +32,8 @@
  *   sg_launch_layer_norm_bwd<T>(dy, x, w, mean, rstd, dx, dw, db, work,
  *                               rows, C, rms, stream)
  *       dx (may be NULL), dw and db (NULL when not wanted; db ignored for
- *       rms).  work: sg_layer_norm_bwd_workspace bytes, needed when dw or
- *       db is wanted.  dw and db are summed over rows in a fixed order.
+ *       rms) from the saved mean and rstd.  work:
+ *       sg_layer_norm_bwd_workspace bytes, needed when dw or db is wanted.
  *   sg_launch_layer_norm_bwd_x<T>(dy, x, w, dx, rows, C, eps, rms, stream)
  *       dx alone, with mean and rstd computed again from x (as the forward
  *       does, with eps): for a backward that has no saved statistics.
@@ -41,9 +41,11 @@
  *   sg_launch_layer_norm_bwd_fused<T>(dy, x, w, add, dx, dw, db, work,
  *                                     rows, C, eps, rms, stream)
  *       dx (plus add, when not NULL), dw and db (either may be NULL) in
- *       one pass over dy and x, the statistics again from x: each row
- *       group sums its columns of dy * xhat and dy into work, a second
- *       kernel sums the groups in a fixed order.
+ *       one pass over dy and x, the statistics again from x.
+ *       All three are one kernel (sgk_norm_bwd_k): a fixed count of row
+ *       groups, each taking every P-th row and summing its columns of
+ *       dy * xhat and dy, written once into work; a second kernel sums
+ *       the groups in a fixed order.
  *   sg_launch_cross_entropy_fwd<T>(x, target, lse, loss, rows, C, stream)
  *       x [rows, C] logits, target int64 [rows] class indices (-100 is
  *       ignored, as PyTorch's ignore_index); lse: A[rows + 1], gets the
@@ -420,234 +422,283 @@ SGK_DEV void sgk_norm_stats(const T *xr, int C, int t, float eps, A *part, A *mu
 	*rs = (A)1 / sgk_sqrt(var + (A)eps);
 }
 
-/* The last pass of a norm backward over a row at base: dx = rstd * (g -
- * mean(g) - xhat * mean(g * xhat)) (s1, s2 those means; RMS: no mean(g)),
- * plus add when it is not NULL, stored when live; xhat and g = dy * w
- * from the registers xv, gv (NV > 0) or loaded again. */
-template <int VEC, int TPR, int NV, bool RMS, class T, class A>
-SGK_DEV void sgk_norm_dx_pass(const T *dy, const T *x, const T *w, const T *add, T *dx,
-                              sgk_i64 base, int C, int t, bool live, A mu, A rs, A s1, A s2,
-                              const A (&xv)[NV > 0 ? NV : 1][VEC],
-                              const A (&gv)[NV > 0 ? NV : 1][VEC])
+/* Sums the N (1 or 2) values v over the TPR threads of a row, every
+ * thread getting the sums: the lanes of a warp (TPR <= 32), or the block
+ * through sh, __shared__ slots that no thread may still be reading (the
+ * callers alternate between two, so one barrier a sum is enough). */
+template <int TPR, int N, class A>
+SGK_DEV void sgk_norm_sum(A (&v)[N], A (*sh)[2])
 {
-	const int nk = NV > 0 ? NV : (C + TPR * VEC - 1) / (TPR * VEC);
 #pragma unroll
-	for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
-		for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
-			const int c = (t + kk * TPR) * VEC;
-			if (c >= C || !live)
-				continue;
-			A f[VEC], g[VEC], a[VEC];
-			if constexpr (NV > 0) {
+	for (int i = 0; i < N; i++)
+		v[i] = sgk_group_sum<(TPR < 32 ? TPR : 32)>(v[i]);
+	if (TPR <= 32)
+		return;
+	const int lane = threadIdx.x & 31;
+	if (lane == 0)
 #pragma unroll
-				for (int e = 0; e < VEC; e++) {
-					f[e] = xv[k][e];
-					g[e] = gv[k][e];
-				}
-			} else {
-				A wf[VEC];
-				sgk_ldrow<VEC>(x + base + c, f);
-				sgk_ldrow<VEC>(dy + base + c, g);
-				sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
+		for (int i = 0; i < N; i++)
+			sh[threadIdx.x >> 5][i] = v[i];
+	__syncthreads();
 #pragma unroll
-				for (int e = 0; e < VEC; e++) {
-					f[e] = (f[e] - mu) * rs;
-					g[e] *= wf[e];
-				}
-			}
-			sgk_ldw<VEC>(add ? add + base + c : add, a, (A)0);
-#pragma unroll
-			for (int e = 0; e < VEC; e++)
-				g[e] = rs * (g[e] - (RMS ? (A)0 : s1) - f[e] * s2) + a[e];
-			sgk_strow<VEC>(dx + base + c, g);
-		}
-	}
+	for (int i = 0; i < N; i++)
+		v[i] = sgk_group_sum<32>(lane < TPR / 32 ? sh[lane][i] : (A)0);
 }
 
-/* dx of layer_norm (or RMS) from dy, x, w and the saved mean and rstd
- * (computed again from x with eps when rstd is NULL):
- * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w. */
-template <class T, int VEC, int TPR, int NV, bool RMS>
-__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
-sgk_norm_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
-               const typename sgk_acc<T>::type *__restrict__ mean,
-               const typename sgk_acc<T>::type *__restrict__ rstd, T *__restrict__ dx,
-               sgk_i64 rows, int C, float eps)
+/* Elements of A in one 16-byte unit of a VEC-vector's column sums (the
+ * whole vector when it is shorter), and the units of a vector. */
+template <int VEC, class A> struct sgk_norm_unit {
+	enum { U = VEC * sizeof(A) >= 16 ? 16 / sizeof(A) : VEC, NU = VEC / U };
+};
+
+/* The norm backward of the rows p, p + P, ... with each row in registers
+ * (NV vectors a thread, kept as loaded): w stays in registers and the
+ * thread's columns' sums of dy * xhat and dy in its own shared memory
+ * slots (16 bytes a load; registers would not leave room for the rest)
+ * across the rows, and the next row's x, dy and add (and saved
+ * statistics) are loaded while this one is worked on.  A row: the mean
+ * and rstd from x unless saved (two sums), xhat and g = dy * w, the sums
+ * of g and g * xhat (one sum of the pair), dx. */
+template <int VEC, int TPR, int NV, bool RMS, class T, class A>
+SGK_DEV void sgk_norm_bwd_regs(const T *__restrict__ dy, const T *__restrict__ x,
+                               const T *__restrict__ w, const T *__restrict__ add,
+                               const A *__restrict__ mean, const A *__restrict__ rstd,
+                               T *__restrict__ dx, A *__restrict__ part, sgk_i64 rows, int C,
+                               float eps, sgk_i64 P, sgk_i64 p, int t)
 {
-	typedef typename sgk_acc<T>::type A;
-	__shared__ A part[32];
-	int t;
-	SGK_ROW_BEGIN(TPR, t, r, live, rows);
-	const sgk_i64 base = r * C;
-	A mu = 0, rs;
-	if (rstd) {
-		mu = RMS ? (A)0 : mean[r];
-		rs = rstd[r];
-	} else {
-		sgk_norm_stats<VEC, TPR, RMS>(x + base, C, t, eps, part, &mu, &rs);
-	}
-	A s1 = 0, s2 = 0;
-	A xv[NV > 0 ? NV : 1][VEC], gv[NV > 0 ? NV : 1][VEC];
-	const int nk = NV > 0 ? NV : (C + TPR * VEC - 1) / (TPR * VEC);
-	/* Pass 1: g and xhat (kept when NV > 0), their sums. */
+	enum { U = sgk_norm_unit<VEC, A>::U, NU = sgk_norm_unit<VEC, A>::NU };
+	enum { NT = SGK_ROW_THREADS(TPR) };
+	typedef sgk_reg<U, A> AU;
+	extern __shared__ __align__(16) unsigned char sgk_norm_smem[];
+	/* acc[j][k][u][thread]: j 0 for dw, 1 for db */
+	AU *acc = reinterpret_cast<AU *>(sgk_norm_smem) + threadIdx.x;
+	__shared__ A sh[2][32][2];
+	int q = 0;
+	A nmu = 0, nrs = 0;
+	sgk_reg<VEC, T> wr[NV], nx[NV], ng[NV], na[NV];
 #pragma unroll
-	for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
-		for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
-			const int c = (t + kk * TPR) * VEC;
+	for (int k = 0; k < NV; k++) {
+		const int c = (t + k * TPR) * VEC;
+		if (w && c < C)
+			wr[k] = sgk_ldv<VEC>(w + c);
+		else
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				wr[k].v[e] = sgk_cvt<T>(1.0f);
+#pragma unroll
+		for (int j = 0; j < 2 * NU; j++)
+#pragma unroll
+			for (int i = 0; i < U; i++)
+				acc[((j / NU * NV + k) * NU + j % NU) * NT].v[i] = 0;
+	}
+	/* Row r's vectors into nx, ng, na (and its statistics when saved). */
+	auto load = [&](sgk_i64 r) {
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
 			if (c >= C)
 				continue;
-			A f[VEC], g[VEC], wf[VEC];
-			sgk_ldrow<VEC>(x + base + c, f);
-			sgk_ldrow<VEC>(dy + base + c, g);
-			sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
-#pragma unroll
-			for (int e = 0; e < VEC; e++) {
-				f[e] = (f[e] - mu) * rs;
-				g[e] *= wf[e];
-				s1 += g[e];
-				s2 += g[e] * f[e];
-				if constexpr (NV > 0) {
-					xv[k][e] = f[e];
-					gv[k][e] = g[e];
-				}
-			}
+			nx[k] = sgk_ldv<VEC>(x + r * C + c);
+			ng[k] = sgk_ldv<VEC>(dy + r * C + c);
+			if (add)
+				na[k] = sgk_ldv<VEC>(add + r * C + c);
 		}
-	}
-	if (!RMS)
-		s1 = sgk_row_sum<TPR>(s1, part) / C;
-	s2 = sgk_row_sum<TPR>(s2, part) / C;
-	sgk_norm_dx_pass<VEC, TPR, NV, RMS>(dy, x, w, (const T *)0, dx, base, C, t, live, mu, rs, s1,
-	                                    s2, xv, gv);
-}
-
-/* The fused norm backward: dx of layer_norm (or RMS) with the statistics
- * computed again from x (as the forward, with eps), plus add when it is
- * not NULL (a gradient summed into dx), and the column partial sums of
- * dy * xhat (dw) and dy (db) into part[2][P][C] in one pass over dy and
- * x (part may be NULL: dx alone).  The grid's P row groups (TPR threads
- * each) take rows p, p + P, ...
- * in turn; every group of a warp runs the same count of turns (past the
- * end on the last row, storing and summing nothing), since the row
- * reductions shuffle across the warp.  Each thread keeps its columns'
- * sums in registers (NV > 0), or in its group's part rows (NV == 0). */
-template <class T, int VEC, int TPR, int NV, bool RMS>
-__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
-sgk_norm_bwd_fused_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
-                     const T *__restrict__ add, T *__restrict__ dx,
-                     typename sgk_acc<T>::type *__restrict__ part, sgk_i64 rows, int C, float eps)
-{
-	typedef typename sgk_acc<T>::type A;
-	__shared__ A sh[32];
-	const int G = SGK_ROW_THREADS(TPR) / TPR, t = threadIdx.x % TPR;
-	const sgk_i64 P = (sgk_i64)gridDim.x * G, p = (sgk_i64)blockIdx.x * G + threadIdx.x / TPR;
-	A *pw = part + p * C, *pb = part + (P + p) * C;
-	const int nk = NV > 0 ? NV : (C + TPR * VEC - 1) / (TPR * VEC);
-	A aw[NV > 0 ? NV : 1][VEC], ab[NV > 0 ? NV : 1][VEC];
-	A xv[NV > 0 ? NV : 1][VEC], gv[NV > 0 ? NV : 1][VEC];
+		if (rstd) {
+			nmu = RMS ? (A)0 : mean[r];
+			nrs = rstd[r];
+		}
+	};
+	if (p < rows)
+		load(p);
+	for (sgk_i64 r = p; r < rows; r += P) {
+		sgk_reg<VEC, T> xr[NV], gr[NV], ar[NV];
+		A mu = nmu, rs = nrs;
 #pragma unroll
-	for (int k = 0; k < (NV > 0 ? NV : 1); k++)
+		for (int k = 0; k < NV; k++) {
+			xr[k] = nx[k];
+			gr[k] = ng[k];
+			ar[k] = na[k];
+		}
+		if (r + P < rows)
+			load(r + P);
+		if (!rstd) {
+			A s[1] = {0}, var[1] = {0};
+			if (!RMS) {
 #pragma unroll
-		for (int e = 0; e < VEC; e++)
-			aw[k][e] = ab[k][e] = 0;
-	if (NV == 0 && part)
-		for (int c = t * VEC; c < C; c += TPR * VEC)
-			for (int e = 0; e < VEC; e++)
-				pw[c + e] = pb[c + e] = 0;
-	const sgk_i64 turns = (rows + P - 1) / P;
-	for (sgk_i64 i = 0; i < turns; i++) {
-		const bool live = p + i * P < rows;
-		const sgk_i64 base = (live ? p + i * P : rows - 1) * C;
-		A mu = 0, rs;
-		if constexpr (NV > 0) {
-			/* x and dy into registers, the statistics from them */
-			A s = 0, var = 0;
+				for (int k = 0; k < NV; k++) {
+					if ((t + k * TPR) * VEC >= C)
+						continue;
 #pragma unroll
-			for (int k = 0; k < NV; k++) {
-				const int c = (t + k * TPR) * VEC;
-				if (c >= C)
-					continue;
-				sgk_ldrow<VEC>(x + base + c, xv[k]);
-				sgk_ldrow<VEC>(dy + base + c, gv[k]);
-#pragma unroll
-				for (int e = 0; e < VEC; e++)
-					s += xv[k][e];
+					for (int e = 0; e < VEC; e++)
+						s[0] += sgk_tof(xr[k].v[e]);
+				}
+				sgk_norm_sum<TPR>(s, sh[q]);
+				q ^= 1;
+				mu = s[0] / C;
 			}
-			if (!RMS)
-				mu = sgk_row_sum<TPR>(s, sh) / C;
 #pragma unroll
 			for (int k = 0; k < NV; k++) {
 				if ((t + k * TPR) * VEC >= C)
 					continue;
 #pragma unroll
-				for (int e = 0; e < VEC; e++)
-					var += (xv[k][e] - mu) * (xv[k][e] - mu);
-			}
-			rs = (A)1 / sgk_sqrt(sgk_row_sum<TPR>(var, sh) / C + (A)eps);
-		} else {
-			sgk_norm_stats<VEC, TPR, RMS>(x + base, C, t, eps, sh, &mu, &rs);
-		}
-		/* Pass 1: xhat, g = dy * w and their row sums; dy * xhat and dy
-		 * summed into the columns. */
-		A s1 = 0, s2 = 0;
-#pragma unroll
-		for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
-			for (int kk = NV > 0 ? k : 0; kk < (NV > 0 ? k + 1 : nk); kk++) {
-				const int c = (t + kk * TPR) * VEC;
-				if (c >= C)
-					continue;
-				A f[VEC], g[VEC], wf[VEC];
-				if constexpr (NV > 0) {
-#pragma unroll
-					for (int e = 0; e < VEC; e++) {
-						f[e] = xv[k][e];
-						g[e] = gv[k][e];
-					}
-				} else {
-					sgk_ldrow<VEC>(x + base + c, f);
-					sgk_ldrow<VEC>(dy + base + c, g);
-				}
-				sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
-#pragma unroll
 				for (int e = 0; e < VEC; e++) {
-					f[e] = (f[e] - mu) * rs;
-					if (live && part) {
-						if constexpr (NV > 0) {
-							aw[k][e] += g[e] * f[e];
-							ab[k][e] += g[e];
-						} else {
-							pw[c + e] += g[e] * f[e];
-							pb[c + e] += g[e];
-						}
-					}
-					g[e] *= wf[e];
-					s1 += g[e];
-					s2 += g[e] * f[e];
-					if constexpr (NV > 0) {
-						xv[k][e] = f[e];
-						gv[k][e] = g[e];
-					}
+					const A d = sgk_tof(xr[k].v[e]) - mu;
+					var[0] += d * d;
 				}
+			}
+			sgk_norm_sum<TPR>(var, sh[q]);
+			q ^= 1;
+			rs = (A)1 / sgk_sqrt(var[0] / C + (A)eps);
+		}
+		/* xhat, g; the column sums; the row sums of g and g * xhat */
+		A s[2] = {0, 0};
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			if ((t + k * TPR) * VEC >= C)
+				continue;
+#pragma unroll
+			for (int u = 0; u < NU; u++) {
+				AU aw = acc[(k * NU + u) * NT], ab = acc[((NV + k) * NU + u) * NT];
+#pragma unroll
+				for (int i = 0; i < U; i++) {
+					const int e = u * U + i;
+					const A f = (sgk_tof(xr[k].v[e]) - mu) * rs, d = sgk_tof(gr[k].v[e]);
+					const A g = d * sgk_tof(wr[k].v[e]);
+					aw.v[i] += d * f;
+					ab.v[i] += d;
+					s[0] += g;
+					s[1] += g * f;
+				}
+				acc[(k * NU + u) * NT] = aw;
+				acc[((NV + k) * NU + u) * NT] = ab;
+			}
+		}
+		sgk_norm_sum<TPR>(s, sh[q]);
+		q ^= 1;
+		const A s1 = RMS ? (A)0 : s[0] / C, s2 = s[1] / C;
+		if (!dx)
+			continue;
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c >= C)
+				continue;
+			A o[VEC];
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				const A f = (sgk_tof(xr[k].v[e]) - mu) * rs;
+				const A g = sgk_tof(gr[k].v[e]) * sgk_tof(wr[k].v[e]);
+				o[e] = rs * (g - s1 - f * s2) + (add ? sgk_tof(ar[k].v[e]) : (A)0);
+			}
+			sgk_strow<VEC>(dx + r * C + c, o);
+		}
+	}
+	if (!part)
+		return;
+#pragma unroll
+	for (int k = 0; k < NV; k++) {
+		const int c = (t + k * TPR) * VEC;
+		if (c >= C)
+			continue;
+#pragma unroll
+		for (int e = 0; e < VEC; e++) {
+			part[p * C + c + e] = acc[(k * NU + e / U) * NT].v[e % U];
+			part[(P + p) * C + c + e] = acc[((NV + k) * NU + e / U) * NT].v[e % U];
+		}
+	}
+}
+
+/* The norm backward of the rows p, p + P, ... walking each row in memory
+ * (rows too long for registers): the statistics unless saved, then the
+ * row sums of g and g * xhat with the column sums kept in the group's
+ * rows of part, then dx. */
+template <int VEC, int TPR, bool RMS, class T, class A>
+SGK_DEV void sgk_norm_bwd_walk(const T *__restrict__ dy, const T *__restrict__ x,
+                               const T *__restrict__ w, const T *__restrict__ add,
+                               const A *__restrict__ mean, const A *__restrict__ rstd,
+                               T *__restrict__ dx, A *__restrict__ part, sgk_i64 rows, int C,
+                               float eps, sgk_i64 P, sgk_i64 p, int t)
+{
+	__shared__ A sh[32];
+	A *pw = part ? part + p * C : part, *pb = part ? part + (P + p) * C : part;
+	if (part)
+		for (int c = t * VEC; c < C; c += TPR * VEC)
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				pw[c + e] = pb[c + e] = 0;
+	for (sgk_i64 r = p; r < rows; r += P) {
+		const T *xr = x + r * C, *gr = dy + r * C;
+		A mu = 0, rs;
+		if (rstd) {
+			mu = RMS ? (A)0 : mean[r];
+			rs = rstd[r];
+		} else {
+			sgk_norm_stats<VEC, TPR, RMS>(xr, C, t, eps, sh, &mu, &rs);
+		}
+		A s1 = 0, s2 = 0;
+		for (int c = t * VEC; c < C; c += TPR * VEC) {
+			A f[VEC], g[VEC], wf[VEC];
+			sgk_ldrow<VEC>(xr + c, f);
+			sgk_ldrow<VEC>(gr + c, g);
+			sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				f[e] = (f[e] - mu) * rs;
+				if (part) {
+					pw[c + e] += g[e] * f[e];
+					pb[c + e] += g[e];
+				}
+				g[e] *= wf[e];
+				s1 += g[e];
+				s2 += g[e] * f[e];
 			}
 		}
 		if (!RMS)
 			s1 = sgk_row_sum<TPR>(s1, sh) / C;
 		s2 = sgk_row_sum<TPR>(s2, sh) / C;
-		sgk_norm_dx_pass<VEC, TPR, NV, RMS>(dy, x, w, add, dx, base, C, t, live, mu, rs, s1, s2,
-		                                    xv, gv);
-	}
-	if (NV > 0 && part) {
-#pragma unroll
-		for (int k = 0; k < (NV > 0 ? NV : 1); k++) {
-			const int c = (t + k * TPR) * VEC;
-			if (c >= C)
-				continue;
+		for (int c = t * VEC; dx && c < C; c += TPR * VEC) {
+			A f[VEC], g[VEC], wf[VEC], a[VEC];
+			sgk_ldrow<VEC>(xr + c, f);
+			sgk_ldrow<VEC>(gr + c, g);
+			sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
+			sgk_ldw<VEC>(add ? add + r * C + c : add, a, (A)0);
 #pragma unroll
 			for (int e = 0; e < VEC; e++) {
-				pw[c + e] = aw[k][e];
-				pb[c + e] = ab[k][e];
+				f[e] = (f[e] - mu) * rs;
+				g[e] = rs * (g[e] * wf[e] - (RMS ? (A)0 : s1) - f[e] * s2) + a[e];
 			}
+			sgk_strow<VEC>(dx + r * C + c, g);
 		}
 	}
+}
+
+/* Blocks of a norm backward kernel an SM must hold at once: registers
+ * for 512 threads or more at 128 a thread (64 for 1024-thread blocks). */
+#define SGK_NORM_MINB(TPR) (SGK_ROW_THREADS(TPR) >= 512 ? 1 : 512 / SGK_ROW_THREADS(TPR))
+
+/* The norm backward: dx of layer_norm (or RMS) = rstd * (g - mean(g) -
+ * xhat * mean(g * xhat)), g = dy * w, plus add when it is not NULL (a
+ * gradient summed in before the one rounding), with the saved mean and
+ * rstd (rstd not NULL) or the statistics computed again from x (as the
+ * forward, with eps); and, when part is not NULL, each of the grid's P
+ * row groups' column sums of dy * xhat (for dw) and dy (db) into
+ * part[2][P][C].  dx may be NULL (the column sums alone).  A group (TPR
+ * threads: a warp, or the block) takes rows p, p + P, ... */
+template <class T, int VEC, int TPR, int NV, bool RMS>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR), SGK_NORM_MINB(TPR))
+sgk_norm_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
+               const T *__restrict__ add, const typename sgk_acc<T>::type *__restrict__ mean,
+               const typename sgk_acc<T>::type *__restrict__ rstd, T *__restrict__ dx,
+               typename sgk_acc<T>::type *__restrict__ part, sgk_i64 rows, int C, float eps)
+{
+	const int G = SGK_ROW_THREADS(TPR) / TPR, t = threadIdx.x % TPR;
+	const sgk_i64 P = (sgk_i64)gridDim.x * G, p = (sgk_i64)blockIdx.x * G + threadIdx.x / TPR;
+	if constexpr (NV > 0)
+		sgk_norm_bwd_regs<VEC, TPR, NV, RMS>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps,
+		                                     P, p, t);
+	else
+		sgk_norm_bwd_walk<VEC, TPR, RMS>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps, P,
+		                                 p, t);
 }
 
 /* dw (blockIdx.y 0) or db (1) from the P groups' partial sums part[2][P][C],
@@ -666,6 +717,7 @@ sgk_norm_parts_sum_k(const typename sgk_acc<T>::type *__restrict__ part, int P, 
 	const A *src = part + (sgk_i64)blockIdx.y * P * C;
 	A s = 0;
 	if (c < C)
+#pragma unroll 8
 		for (int p = threadIdx.y; p < P; p += 16)
 			s += src[(sgk_i64)p * C + c];
 	sh[threadIdx.y][threadIdx.x] = s;
@@ -675,65 +727,6 @@ sgk_norm_parts_sum_k(const typename sgk_acc<T>::type *__restrict__ part, int P, 
 			s += sh[k][threadIdx.x];
 		out[c] = sgk_cvt<T>(s);
 	}
-}
-
-/* Column partial sums for dw (sum of dy * xhat) and db (sum of dy) over
- * the rows of chunk blockIdx.y: part[0][chunk][C] and part[1][chunk][C]. */
-template <class T, int VEC, bool RMS>
-__global__ void __launch_bounds__(256)
-sgk_norm_colgrad_k(const T *__restrict__ dy, const T *__restrict__ x,
-                   const typename sgk_acc<T>::type *__restrict__ mean,
-                   const typename sgk_acc<T>::type *__restrict__ rstd, sgk_i64 rows, int C,
-                   sgk_i64 rpc, typename sgk_acc<T>::type *__restrict__ part)
-{
-	typedef typename sgk_acc<T>::type A;
-	const int c = (blockIdx.x * 256 + threadIdx.x) * VEC;
-	if (c >= C)
-		return;
-	const sgk_i64 r0 = blockIdx.y * rpc, r1 = r0 + rpc < rows ? r0 + rpc : rows;
-	A dw[VEC], db[VEC];
-#pragma unroll
-	for (int e = 0; e < VEC; e++)
-		dw[e] = db[e] = 0;
-#pragma unroll 4
-	for (sgk_i64 r = r0; r < r1; r++) {
-		A f[VEC], g[VEC];
-		sgk_ldrow<VEC>(x + r * C + c, f);
-		sgk_ldrow<VEC>(dy + r * C + c, g);
-		const A mu = RMS ? (A)0 : mean[r], rs = rstd[r];
-#pragma unroll
-		for (int e = 0; e < VEC; e++) {
-			dw[e] += g[e] * ((f[e] - mu) * rs);
-			db[e] += g[e];
-		}
-	}
-	const sgk_i64 nchunk = gridDim.y;
-#pragma unroll
-	for (int e = 0; e < VEC; e++) {
-		part[blockIdx.y * (sgk_i64)C + c + e] = dw[e];
-		part[(nchunk + blockIdx.y) * (sgk_i64)C + c + e] = db[e];
-	}
-}
-
-/* dw, db (either may be NULL) from the chunks' partial sums, in order. */
-template <class T>
-__global__ void __launch_bounds__(256)
-sgk_norm_colgrad_finish_k(const typename sgk_acc<T>::type *__restrict__ part, int nchunk, int C,
-                          T *__restrict__ dw, T *__restrict__ db)
-{
-	typedef typename sgk_acc<T>::type A;
-	const int c = blockIdx.x * 256 + threadIdx.x;
-	if (c >= C)
-		return;
-	A sw = 0, sb = 0;
-	for (int k = 0; k < nchunk; k++) {
-		sw += part[(sgk_i64)k * C + c];
-		sb += part[(sgk_i64)(nchunk + k) * C + c];
-	}
-	if (dw)
-		dw[c] = sgk_cvt<T>(sw);
-	if (db)
-		db[c] = sgk_cvt<T>(sb);
 }
 
 /* ------------------------------------------------------------------ cross_entropy */
@@ -973,102 +966,11 @@ static cudaError_t sg_launch_layer_norm_fwd(const T *x, const T *w, const T *b, 
 	});
 }
 
-/* Row chunks of the column sums of a norm backward. */
-static inline int sgk_norm_nchunk(long long rows)
-{
-	return (int)(rows < 128 ? (rows > 0 ? rows : 1) : 128);
-}
-
-/* Bytes of workspace sg_launch_layer_norm_bwd needs for dw and db. */
-template <class T>
-static size_t sg_layer_norm_bwd_workspace(long long rows, int C)
-{
-	return (size_t)2 * sgk_norm_nchunk(rows) * (size_t)C * sizeof(typename sgk_acc<T>::type);
-}
-
-/* dx by rows, then dw and db by columns through `work` (in a fixed
- * order), of layer_norm or rms_norm. */
-template <class T>
-static cudaError_t sg_launch_layer_norm_bwd(const T *dy, const T *x, const T *w,
-                                            const typename sgk_acc<T>::type *mean,
-                                            const typename sgk_acc<T>::type *rstd, T *dx, T *dw,
-                                            T *db, void *work, long long rows, int C, int rms,
-                                            cudaStream_t stream)
-{
-	typedef typename sgk_acc<T>::type A;
-	if (rows <= 0 || C <= 0)
-		return cudaSuccess;
-	bool vec = sgk_rows_vec<T>(C, dy, x, w, dx);
-	cudaError_t e = cudaSuccess;
-	if (dx)
-		e = sgk_row_dispatch<sgk_vw<T>::V>(C, vec, true, [&](auto cfg) {
-			typedef decltype(cfg) K;
-			dim3 g = sgk_row_grid(rows, K::TPR);
-			if (rms)
-				sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, true>
-				        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, mean, rstd, dx,
-				                                                   rows, C, 0.0f);
-			else
-				sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, false>
-				        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, mean, rstd, dx,
-				                                                   rows, C, 0.0f);
-			return sgk_launched();
-		});
-	if (e != cudaSuccess || (!dw && (rms || !db)))
-		return e;
-	const int nchunk = sgk_norm_nchunk(rows);
-	const long long rpc = (rows + nchunk - 1) / nchunk;
-	A *part = (A *)work;
-	const int V = sgk_vw<T>::V;
-	const bool cvec = sgk_rows_vec<T>(C, dy, x);
-	const int per = cvec ? V : 1;
-	dim3 g((unsigned)((C / per + 255) / 256), (unsigned)nchunk);
-	if (rms && cvec)
-		sgk_norm_colgrad_k<T, V, true><<<g, 256, 0, stream>>>(dy, x, mean, rstd, rows, C, rpc, part);
-	else if (rms)
-		sgk_norm_colgrad_k<T, 1, true><<<g, 256, 0, stream>>>(dy, x, mean, rstd, rows, C, rpc, part);
-	else if (cvec)
-		sgk_norm_colgrad_k<T, V, false><<<g, 256, 0, stream>>>(dy, x, mean, rstd, rows, C, rpc, part);
-	else
-		sgk_norm_colgrad_k<T, 1, false><<<g, 256, 0, stream>>>(dy, x, mean, rstd, rows, C, rpc, part);
-	if ((e = sgk_launched()) != cudaSuccess)
-		return e;
-	sgk_norm_colgrad_finish_k<T><<<(C + 255) / 256, 256, 0, stream>>>(part, nchunk, C, dw,
-	                                                                   rms ? (T *)0 : db);
-	return sgk_launched();
-}
-
-/* dx alone of layer_norm (rms = 0) or rms_norm (rms = 1), the row
- * statistics computed again from x with eps (nothing saved). */
-template <class T>
-static cudaError_t sg_launch_layer_norm_bwd_x(const T *dy, const T *x, const T *w, T *dx,
-                                              long long rows, int C, float eps, int rms,
-                                              cudaStream_t stream)
-{
-	typedef typename sgk_acc<T>::type A;
-	if (rows <= 0 || C <= 0)
-		return cudaSuccess;
-	bool vec = sgk_rows_vec<T>(C, dy, x, w, dx);
-	return sgk_row_dispatch<sgk_vw<T>::V>(C, vec, true, [&](auto cfg) {
-		typedef decltype(cfg) K;
-		dim3 g = sgk_row_grid(rows, K::TPR);
-		if (rms)
-			sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, true>
-			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, (const A *)0,
-			                                                   (const A *)0, dx, rows, C, eps);
-		else
-			sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, false>
-			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, (const A *)0,
-			                                                   (const A *)0, dx, rows, C, eps);
-		return sgk_launched();
-	});
-}
-
-/* The fused backward's configuration for rows of C elements: at most a
- * few vectors a thread (it also keeps their column sums), more threads a
- * row instead; NV = 0 (the row walked in memory) past 1024 vectors. */
+/* The norm backward's configuration for rows of C elements: at most two
+ * vectors a thread (it also keeps w and their column sums), more threads
+ * a row instead; NV = 0 (the row walked in memory) past 1024 vectors. */
 template <int V, class F>
-static auto sgk_norm_fused_dispatch(int C, bool vec, F f)
+static auto sgk_norm_bwd_dispatch(int C, bool vec, F f)
 {
 	if (vec && V > 1) {
 		const int nv = (C + V - 1) / V;
@@ -1095,23 +997,26 @@ static auto sgk_norm_fused_dispatch(int C, bool vec, F f)
 	return f(SgkRowCfg<1, 1024, 0>());
 }
 
-/* Row groups of the fused norm backward: one a row up to SGK_NORM_PARTS
- * (then a group takes several rows), rounded up to whole blocks of
- * SGK_ROW_THREADS(tpr) / tpr groups; the same for every device, so dw and
- * db are summed in the same order everywhere. */
-#define SGK_NORM_PARTS 1024
-static inline long long sgk_norm_fused_parts(long long rows, int tpr)
+/* Row groups of the norm backward: 64K threads' worth (about as many as
+ * an H200 holds at once at 128 registers a thread: each group runs
+ * through its rows in one wave) and at least 128, at most one a row,
+ * rounded up to whole blocks of SGK_ROW_THREADS(tpr) / tpr groups; the
+ * same for every device, so dw and db are summed in the same order
+ * everywhere. */
+static inline long long sgk_norm_bwd_parts(long long rows, int tpr)
 {
 	const long long gpb = tpr > 32 ? 1 : 128 / tpr;
-	const long long p = rows < SGK_NORM_PARTS ? (rows > 0 ? rows : 1) : SGK_NORM_PARTS;
+	long long p = 65536 / tpr < 128 ? 128 : 65536 / tpr;
+	if (p > rows)
+		p = rows > 0 ? rows : 1;
 	return (p + gpb - 1) / gpb * gpb;
 }
 
-/* The threads a row sg_launch_layer_norm_bwd_fused uses for rows of C. */
+/* The threads a row the norm backward uses for rows of C. */
 template <class T>
-static int sgk_norm_fused_tpr(int C, bool vec)
+static int sgk_norm_bwd_tpr(int C, bool vec)
 {
-	return sgk_norm_fused_dispatch<sgk_vw<T>::V>(C, vec, [](auto cfg) {
+	return sgk_norm_bwd_dispatch<sgk_vw<T>::V>(C, vec, [](auto cfg) {
 		return (int)decltype(cfg)::TPR;
 	});
 }
@@ -1121,10 +1026,89 @@ static int sgk_norm_fused_tpr(int C, bool vec)
 template <class T>
 static size_t sg_layer_norm_bwd_fused_workspace(long long rows, int C)
 {
-	const long long p1 = sgk_norm_fused_parts(rows, sgk_norm_fused_tpr<T>(C, true));
-	const long long p2 = sgk_norm_fused_parts(rows, sgk_norm_fused_tpr<T>(C, false));
+	const long long p1 = sgk_norm_bwd_parts(rows, sgk_norm_bwd_tpr<T>(C, true));
+	const long long p2 = sgk_norm_bwd_parts(rows, sgk_norm_bwd_tpr<T>(C, false));
 	return (size_t)2 * (size_t)(p1 > p2 ? p1 : p2) * (size_t)C *
 	       sizeof(typename sgk_acc<T>::type);
+}
+
+/* Bytes of workspace sg_launch_layer_norm_bwd needs for dw and db. */
+template <class T>
+static size_t sg_layer_norm_bwd_workspace(long long rows, int C)
+{
+	return sg_layer_norm_bwd_fused_workspace<T>(rows, C);
+}
+
+/* Dynamic shared memory of the norm backward: the column sums of each
+ * thread's NV vectors when the row is in registers. */
+template <class A, int VEC, int TPR, int NV>
+static constexpr int sgk_norm_smem_bytes()
+{
+	return NV > 0 ? 2 * SGK_ROW_THREADS(TPR) * NV * VEC * (int)sizeof(A) : 0;
+}
+
+/* Every norm backward: sgk_norm_bwd_k over the rows (dx, and the row
+ * groups' column sums into work when dw or db is wanted), then
+ * sgk_norm_parts_sum_k summing the groups in a fixed order. */
+template <class T>
+static cudaError_t sgk_norm_bwd_launch(const T *dy, const T *x, const T *w, const T *add,
+                                       const typename sgk_acc<T>::type *mean,
+                                       const typename sgk_acc<T>::type *rstd, T *dx, T *dw,
+                                       T *db, void *work, long long rows, int C, float eps,
+                                       int rms, cudaStream_t stream)
+{
+	typedef typename sgk_acc<T>::type A;
+	if (rows <= 0 || C <= 0 || (!dx && !dw && !db))
+		return cudaSuccess;
+	const bool vec = sgk_rows_vec<T>(C, dy, x, w, dx) && sgk_rows_vec<T>(C, add);
+	long long P = 0;
+	cudaError_t e = sgk_norm_bwd_dispatch<sgk_vw<T>::V>(C, vec, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		P = sgk_norm_bwd_parts(rows, K::TPR);
+		A *part = dw || db ? (A *)work : (A *)0;
+		const dim3 g((unsigned)(P / (SGK_ROW_THREADS(K::TPR) / K::TPR)));
+		auto *k = rms ? sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, true>
+		              : sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, false>;
+		const int smem = sgk_norm_smem_bytes<A, K::VEC, K::TPR, K::NV>();
+		if (smem > 48 * 1024) {
+			const cudaError_t err = cudaFuncSetAttribute(
+			        k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+			if (err != cudaSuccess)
+				return err;
+		}
+		k<<<g, SGK_ROW_THREADS(K::TPR), smem, stream>>>(dy, x, w, add, mean, rstd, dx, part,
+		                                                rows, C, eps);
+		return sgk_launched();
+	});
+	if (e != cudaSuccess || (!dw && !db))
+		return e;
+	sgk_norm_parts_sum_k<T><<<dim3((unsigned)((C + 31) / 32), 2), dim3(32, 16), 0, stream>>>(
+	        (const A *)work, (int)P, C, dw, db);
+	return sgk_launched();
+}
+
+/* dx, dw and db (db ignored for rms) of layer_norm or rms_norm from the
+ * saved mean and rstd. */
+template <class T>
+static cudaError_t sg_launch_layer_norm_bwd(const T *dy, const T *x, const T *w,
+                                            const typename sgk_acc<T>::type *mean,
+                                            const typename sgk_acc<T>::type *rstd, T *dx, T *dw,
+                                            T *db, void *work, long long rows, int C, int rms,
+                                            cudaStream_t stream)
+{
+	return sgk_norm_bwd_launch<T>(dy, x, w, (const T *)0, mean, rstd, dx, dw, rms ? (T *)0 : db,
+	                              work, rows, C, 0.0f, rms, stream);
+}
+
+/* dx alone of layer_norm (rms = 0) or rms_norm (rms = 1), the row
+ * statistics computed again from x with eps (nothing saved). */
+template <class T>
+static cudaError_t sg_launch_layer_norm_bwd_x(const T *dy, const T *x, const T *w, T *dx,
+                                              long long rows, int C, float eps, int rms,
+                                              cudaStream_t stream)
+{
+	return sgk_norm_bwd_launch<T>(dy, x, w, (const T *)0, 0, 0, dx, (T *)0, (T *)0, (void *)0,
+	                              rows, C, eps, rms, stream);
 }
 
 /* dx, dw, db of layer_norm (rms = 0) or rms_norm (rms = 1) in one pass
@@ -1138,31 +1122,8 @@ static cudaError_t sg_launch_layer_norm_bwd_fused(const T *dy, const T *x, const
                                                   long long rows, int C, float eps, int rms,
                                                   cudaStream_t stream)
 {
-	typedef typename sgk_acc<T>::type A;
-	if (rows <= 0 || C <= 0)
-		return cudaSuccess;
-	const bool vec = sgk_rows_vec<T>(C, dy, x, w, dx) && sgk_rows_vec<T>(C, add);
-	long long P = 0;
-	cudaError_t e = sgk_norm_fused_dispatch<sgk_vw<T>::V>(C, vec, [&](auto cfg) {
-		typedef decltype(cfg) K;
-		P = sgk_norm_fused_parts(rows, K::TPR);
-		A *part = dw || db ? (A *)work : (A *)0;
-		const dim3 g((unsigned)(P / (SGK_ROW_THREADS(K::TPR) / K::TPR)));
-		if (rms)
-			sgk_norm_bwd_fused_k<T, K::VEC, K::TPR, K::NV, true>
-			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, add, dx, part,
-			                                                   rows, C, eps);
-		else
-			sgk_norm_bwd_fused_k<T, K::VEC, K::TPR, K::NV, false>
-			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(dy, x, w, add, dx, part,
-			                                                   rows, C, eps);
-		return sgk_launched();
-	});
-	if (e != cudaSuccess || (!dw && !db))
-		return e;
-	sgk_norm_parts_sum_k<T><<<dim3((unsigned)((C + 31) / 32), 2), dim3(32, 16), 0, stream>>>(
-	        (const A *)work, (int)P, C, dw, db);
-	return sgk_launched();
+	return sgk_norm_bwd_launch<T>(dy, x, w, add, 0, 0, dx, dw, db, work, rows, C, eps, rms,
+	                              stream);
 }
 
 /* lse[r] = logsumexp of row r, for r < rows. */

@@ -3,13 +3,14 @@
 # tests/gpu/kernels/build.sh [OUTDIR] - builds the kernel-library harnesses
 # (test_attention, test_rows, test_elementwise, test_optim) with nvcc for
 # sm_90, in parallel, into OUTDIR (default build-kernels at the repository
-# root).  Exit status 1 when any build failed.
+# root), their fatbins compressed (about 8 MB in all, to carry to the GPU
+# machine).  Exit status 1 when any build failed.
 set -u
 cd "$(dirname "$0")/../../.." || exit 2
 out=${1:-build-kernels}
 mkdir -p "$out"
 nvcc=${NVCC:-nvcc}
-flags="-arch=sm_90 -std=c++17 -O2 -Iruntime/sgk -Itests/gpu/kernels"
+flags="-arch=sm_90 -std=c++17 -O2 -Xfatbin=-compress-all -Iruntime/sgk -Itests/gpu/kernels"
 pids=()
 for t in attention rows elementwise optim; do
 	$nvcc $flags tests/gpu/kernels/test_$t.cu -o "$out/test_$t" >"$out/build_$t.log" 2>&1 &

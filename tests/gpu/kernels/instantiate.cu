@@ -47,6 +47,10 @@ template cudaError_t sg_launch_layer_norm_bwd<SGK_T>(const SGK_T *, const SGK_T 
 template cudaError_t sg_launch_layer_norm_bwd_x<SGK_T>(const SGK_T *, const SGK_T *, const SGK_T *,
                                                        SGK_T *, long long, int, float, int,
                                                        cudaStream_t);
+template cudaError_t sg_launch_layer_norm_bwd_fused<SGK_T>(const SGK_T *, const SGK_T *,
+                                                           const SGK_T *, const SGK_T *, SGK_T *,
+                                                           SGK_T *, SGK_T *, void *, long long,
+                                                           int, float, int, cudaStream_t);
 template cudaError_t sg_launch_cross_entropy_lse<SGK_T>(const SGK_T *, sgk_acc<SGK_T>::type *,
                                                         long long, int, cudaStream_t);
 template cudaError_t sg_launch_cross_entropy_fwd<SGK_T>(const SGK_T *, const long long *,

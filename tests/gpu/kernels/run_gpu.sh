@@ -63,7 +63,7 @@ want() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
 
 want attention && run attention 120 "$bin/test_attention" --dump "$dump"
 want torchbench && run torch 60 python3 tests/gpu/kernels/torch_check.py --bench
-want rows && run rows 60 "$bin/test_rows" --dump "$dump"
+want rows && run rows 120 "$bin/test_rows" --dump "$dump"
 want optim && run optim 40 "$bin/test_optim" --dump "$dump"
 want elementwise && run elementwise 40 "$bin/test_elementwise"
 want torchcheck && run torch 40 python3 tests/gpu/kernels/torch_check.py "$dump"

@@ -6,8 +6,11 @@
  * mean loss with ignored targets) and backward.  Row sizes cover every
  * kernel configuration (sub-warp, warp, block with the row in registers,
  * block walking the row), vectorised and not (odd sizes, misaligned
- * pointers), in f32, bf16, f16 and f64; outputs are poisoned first.  Then
- * bandwidth figures on the H200 against a device copy.
+ * pointers), in f32, bf16, f16 and f64; outputs are poisoned first.  The
+ * norm backward also alone, every launcher and configuration, at the
+ * transformer's shape (16384 x 2048 bf16, not with --quick) and odd ones,
+ * checked row by row.  Then bandwidth figures on the H200 against a
+ * device copy (the norm backward at 16384 x 2048 bf16 first).
  *
  *   test_rows [--dump DIR] [--quick] [--sanitize]
  */
@@ -395,6 +398,250 @@ static void run_size(long rows, int C, int off, const char *dump)
 		t->release();
 }
 
+/* ------------------------------------------------------------------ the norm backward alone */
+
+/* out against ref, rows of C: the worst row's relative error, and the
+ * largest error against the largest reference value, both within t (so
+ * that one wrong row or column is not lost in the norm of the whole). */
+static void report_rows(const char *what, const char *name, const std::vector<double> &out,
+                        const std::vector<double> &ref, long rows, int C, double t)
+{
+	double worst = 0;
+	long at = 0;
+	size_t nan = 0;
+	for (long r = 0; r < rows; r++) {
+		const KtErr e = kt_err(&out[r * C], &ref[r * C], C);
+		nan += e.nan;
+		if (!(e.rel <= worst)) {
+			worst = e.rel;
+			at = r;
+		}
+	}
+	const KtErr all = kt_err(out.data(), ref.data(), (size_t)rows * C);
+	KT_CHECK(nan == 0 && worst <= t && all.maxabs <= t * all.refmax,
+	         "%s %s: worst row %ld rel error %.3e, max abs error %.3e of %.3e (> %.1e; "
+	         "unwritten/NaN %zu)", name, what, at, worst, all.maxabs, all.refmax, t, nan);
+}
+
+/* Every norm backward launcher at rows x C in T (pointers offset by off
+ * elements), for layer_norm and rms_norm with and without w: the fused
+ * one with add and the column sums (dw and db, dw alone, db alone), dx
+ * alone with and without add, sg_launch_layer_norm_bwd_x, and the column
+ * sums alone from saved statistics (no dx); a second run of the column
+ * sums must give the same bits. */
+template <class T>
+static void run_norm_bwd(long rows, int C, int off)
+{
+	typedef typename sgk_acc<T>::type A;
+	char name[96];
+	snprintf(name, sizeof name, "%s norm bwd rows=%ld C=%d off=%d", kt_dt<T>::name(), rows, C,
+	         off);
+	const size_t n = (size_t)rows * C;
+	KtBuf<T> x, dy, ad, dx, w, dw, db, dw2, db2;
+	KtBuf<T> *rowbufs[] = {&x, &dy, &ad, &dx}, *colbufs[] = {&w, &dw, &db, &dw2, &db2};
+	for (KtBuf<T> *b : rowbufs)
+		b->alloc(n + off);
+	for (KtBuf<T> *b : colbufs)
+		b->alloc(C + off);
+	/* uniform values (cheap at 33M elements), a mean away from 0 */
+	x.fill([] { return kt_unif(-3, 4); });
+	dy.fill([] { return kt_unif(-2, 2); });
+	ad.fill([] { return kt_unif(-1, 1); });
+	w.fill([] { return kt_unif(0.5, 1.5); });
+	auto hv = [&](const KtBuf<T> &t, size_t cnt) {
+		return std::vector<double>(t.h.begin() + off, t.h.begin() + off + cnt);
+	};
+	const std::vector<double> hx = hv(x, n), hdy = hv(dy, n), had = hv(ad, n), hw = hv(w, C);
+	std::vector<double> rdx(n), rsum(n), rdw(C), rdb(C), mean(rows), rstd(rows), scratch(n);
+	A *stats;
+	KT_CUDA(cudaMalloc(&stats, 2 * rows * sizeof(A)));
+	void *work;
+	KT_CUDA(cudaMalloc(&work, sg_layer_norm_bwd_fused_workspace<T>(rows, C)));
+	const double t = tol<T>() * 2;
+	char what[96];
+	cudaError_t e;
+	for (int kind = 0; kind < 4; kind++) {
+		const bool rms = kind >= 2, affine = kind % 2 == 0;
+		const char *kn = kind == 0 ? "layer_norm" : kind == 1 ? "layer_norm(no w)"
+		               : kind == 2 ? "rms_norm" : "rms_norm(no w)";
+		const double eps = rms ? 1e-6 : 1e-5;
+		const T *wp = affine ? w.d + off : 0;
+		const std::vector<double> rw = affine ? hw : std::vector<double>();
+		ref_norm_bwd(hx, rw, hdy, rdx, rdw, rdb, rows, C, eps, rms);
+		for (size_t i = 0; i < n; i++)
+			rsum[i] = rdx[i] + had[i];
+		const std::vector<double> sdx = stored<T>(rdx), ssum = stored<T>(rsum);
+		const std::vector<double> sdw = stored<T>(rdw), sdb = stored<T>(rdb);
+		/* dx + add and the column sums: dw and db (layer_norm with w), db
+		 * alone (layer_norm without w), dw alone (rms_norm) or none */
+		T *dwp = kind == 1 || kind == 3 ? (T *)0 : dw.d + off;
+		T *dbp = rms ? (T *)0 : db.d + off;
+		dx.poison();
+		dw.poison();
+		db.poison();
+		e = sg_launch_layer_norm_bwd_fused<T>(dy.d + off, x.d + off, wp, ad.d + off, dx.d + off,
+		                                      dwp, dbp, work, rows, C, (float)eps, rms, 0);
+		KT_CHECK(e == cudaSuccess, "%s %s fused launch: %s", name, kn, cudaGetErrorString(e));
+		KT_CUDA(cudaDeviceSynchronize());
+		dx.get();
+		snprintf(what, sizeof what, "%s dx + add (fused)", kn);
+		report_rows(what, name, hv(dx, n), ssum, rows, C, t);
+		if (dwp) {
+			dw.get();
+			snprintf(what, sizeof what, "%s dw (fused)", kn);
+			report_rows(what, name, hv(dw, C), sdw, 1, C, t);
+		}
+		if (dbp) {
+			db.get();
+			snprintf(what, sizeof what, "%s db (fused)", kn);
+			report_rows(what, name, hv(db, C), sdb, 1, C, t);
+		}
+		/* the same again: the same bits (a fixed order of summation) */
+		if (dwp || dbp) {
+			dw2.poison();
+			db2.poison();
+			e = sg_launch_layer_norm_bwd_fused<T>(dy.d + off, x.d + off, wp, ad.d + off,
+			                                      dx.d + off, dwp ? dw2.d + off : 0,
+			                                      dbp ? db2.d + off : 0, work, rows, C,
+			                                      (float)eps, rms, 0);
+			KT_CHECK(e == cudaSuccess, "%s %s fused launch: %s", name, kn, cudaGetErrorString(e));
+			KT_CUDA(cudaDeviceSynchronize());
+			dw2.get();
+			db2.get();
+			KT_CHECK((!dwp || hv(dw2, C) == hv(dw, C)) && (!dbp || hv(db2, C) == hv(db, C)),
+			         "%s %s: a second run's column sums differ", name, kn);
+		}
+		/* dx alone through the fused launcher: with add (w), without (no w) */
+		dx.poison();
+		e = sg_launch_layer_norm_bwd_fused<T>(dy.d + off, x.d + off, wp,
+		                                      affine ? ad.d + off : 0, dx.d + off, (T *)0,
+		                                      (T *)0, (void *)0, rows, C, (float)eps, rms, 0);
+		KT_CHECK(e == cudaSuccess, "%s %s fused dx launch: %s", name, kn, cudaGetErrorString(e));
+		KT_CUDA(cudaDeviceSynchronize());
+		dx.get();
+		snprintf(what, sizeof what, "%s dx%s (fused, alone)", kn, affine ? " + add" : "");
+		report_rows(what, name, hv(dx, n), affine ? ssum : sdx, rows, C, t);
+		/* dx alone through sg_launch_layer_norm_bwd_x */
+		dx.poison();
+		e = sg_launch_layer_norm_bwd_x<T>(dy.d + off, x.d + off, wp, dx.d + off, rows, C,
+		                                  (float)eps, rms, 0);
+		KT_CHECK(e == cudaSuccess, "%s %s bwd_x launch: %s", name, kn, cudaGetErrorString(e));
+		KT_CUDA(cudaDeviceSynchronize());
+		dx.get();
+		snprintf(what, sizeof what, "%s dx (bwd_x)", kn);
+		report_rows(what, name, hv(dx, n), sdx, rows, C, t);
+		/* dw and db alone from the saved statistics (as the forward's) */
+		ref_norm(hx, std::vector<double>(), std::vector<double>(), scratch, mean, rstd, rows, C,
+		         eps, rms);
+		std::vector<A> hs(2 * rows);
+		for (long r = 0; r < rows; r++) {
+			hs[r] = (A)mean[r];
+			hs[rows + r] = (A)rstd[r];
+		}
+		KT_CUDA(cudaMemcpy(stats, hs.data(), 2 * rows * sizeof(A), cudaMemcpyHostToDevice));
+		dw.poison();
+		db.poison();
+		e = sg_launch_layer_norm_bwd<T>(dy.d + off, x.d + off, wp, rms ? 0 : stats, stats + rows,
+		                                (T *)0, dw.d + off, db.d + off, work, rows, C, rms, 0);
+		KT_CHECK(e == cudaSuccess, "%s %s bwd launch: %s", name, kn, cudaGetErrorString(e));
+		KT_CUDA(cudaDeviceSynchronize());
+		dw.get();
+		snprintf(what, sizeof what, "%s dw (saved statistics)", kn);
+		report_rows(what, name, hv(dw, C), sdw, 1, C, t);
+		if (!rms) {
+			db.get();
+			snprintf(what, sizeof what, "%s db (saved statistics)", kn);
+			report_rows(what, name, hv(db, C), sdb, 1, C, t);
+		}
+	}
+	cudaFree(work);
+	cudaFree(stats);
+	for (KtBuf<T> *b : rowbufs)
+		b->release();
+	for (KtBuf<T> *b : colbufs)
+		b->release();
+}
+
+/* Every configuration of the norm backward once, with rows past a
+ * multiple of the row groups (a group taking two rows), at the
+ * transformer's shape (16384 x 2048 bf16) unless quick. */
+static void run_norm_bwd_cases(bool quick)
+{
+	if (!quick)
+		run_norm_bwd<__nv_bfloat16>(16384, 2048, 0);
+	run_norm_bwd<__nv_bfloat16>(517, 2048, 0);     /* 128 threads a row, 2 vectors */
+	run_norm_bwd<__nv_bfloat16>(3, 2048, 0);       /* fewer rows than groups */
+	run_norm_bwd<__nv_bfloat16>(1, 2048, 0);
+	run_norm_bwd<__nv_bfloat16>(2051, 256, 0);     /* a warp a row, 4 rows a block */
+	run_norm_bwd<__nv_bfloat16>(2053, 512, 0);     /* a warp a row, 2 vectors */
+	run_norm_bwd<__nv_bfloat16>(600, 520, 0);      /* second vectors all past C */
+	run_norm_bwd<__nv_bfloat16>(300, 2050, 0);     /* C not a multiple of 8 */
+	run_norm_bwd<__nv_bfloat16>(300, 2048, 3);     /* misaligned */
+	run_norm_bwd<__nv_bfloat16>(77, 7, 0);
+	run_norm_bwd<__nv_bfloat16>(130, 6000, 0);     /* 512 threads, 64 KB of column sums */
+	run_norm_bwd<__nv_bfloat16>(260, 3000, 0);     /* 256 threads */
+	run_norm_bwd<__nv_bfloat16>(200, 12000, 0);    /* the row walked in memory */
+	run_norm_bwd<__half>(130, 6000, 0);
+	run_norm_bwd<__half>(517, 2048, 0);
+	run_norm_bwd<float>(517, 2048, 0);
+	run_norm_bwd<float>(130, 4000, 0);
+	run_norm_bwd<float>(200, 1001, 1);
+	run_norm_bwd<float>(131, 5000, 0);             /* not vectorised, walked */
+	run_norm_bwd<double>(300, 2048, 0);
+	run_norm_bwd<double>(130, 3000, 1);
+	run_norm_bwd<double>(130, 5000, 0);
+	printf("norm bwd done: %d passed, %d failed so far\n", kt_npass, kt_nfail);
+	fflush(stdout);
+}
+
+/* The norm backward at the transformer's shape: GB/s counting x, dy (and
+ * add) read and dx written once. */
+static void bench_norm_bwd(long rows, int C, double copy_gbps)
+{
+	typedef __nv_bfloat16 T;
+	const size_t n = (size_t)rows * C;
+	T *x, *dy, *ad, *dx, *w, *dw, *db;
+	void *work;
+	KT_CUDA(cudaMalloc(&x, n * sizeof(T)));
+	KT_CUDA(cudaMalloc(&dy, n * sizeof(T)));
+	KT_CUDA(cudaMalloc(&ad, n * sizeof(T)));
+	KT_CUDA(cudaMalloc(&dx, n * sizeof(T)));
+	KT_CUDA(cudaMalloc(&w, C * sizeof(T)));
+	KT_CUDA(cudaMalloc(&dw, C * sizeof(T)));
+	KT_CUDA(cudaMalloc(&db, C * sizeof(T)));
+	KT_CUDA(cudaMalloc(&work, sg_layer_norm_bwd_fused_workspace<T>(rows, C)));
+	{
+		std::vector<T> h(n);
+		for (size_t i = 0; i < n; i++)
+			h[i] = kt_dt<T>::from((double)((i * 2654435761u) % 1000) / 250.0 - 2.0);
+		KT_CUDA(cudaMemcpy(x, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+		KT_CUDA(cudaMemcpy(dy, h.data() + 1, (n - 1) * sizeof(T), cudaMemcpyHostToDevice));
+		KT_CUDA(cudaMemcpy(ad, h.data() + 2, (n - 2) * sizeof(T), cudaMemcpyHostToDevice));
+		KT_CUDA(cudaMemcpy(w, h.data(), C * sizeof(T), cudaMemcpyHostToDevice));
+	}
+	auto line = [&](const char *op, int moved, double ms) {
+		const double gbps = moved * (double)n * sizeof(T) / (ms * 1e-3) / 1e9;
+		printf("PERF norm_bwd %-30s bf16 [%ld, %d]: %.1f us, %.0f GB/s (%.0f%% of copy)\n", op,
+		       rows, C, ms * 1e3, gbps, 100 * gbps / copy_gbps);
+	};
+	line("layer_norm dx+add,dw,db", 4, kt_time([&] {
+		sg_launch_layer_norm_bwd_fused<T>(dy, x, w, ad, dx, dw, db, work, rows, C, 1e-5f, 0, 0);
+	}, 3, 20));
+	line("rms_norm dx+add,dw", 4, kt_time([&] {
+		sg_launch_layer_norm_bwd_fused<T>(dy, x, w, ad, dx, dw, 0, work, rows, C, 1e-6f, 1, 0);
+	}, 3, 20));
+	line("layer_norm dx+add", 4, kt_time([&] {
+		sg_launch_layer_norm_bwd_fused<T>(dy, x, w, ad, dx, 0, 0, 0, rows, C, 1e-5f, 0, 0);
+	}, 3, 20));
+	line("layer_norm dx (bwd_x)", 3, kt_time([&] {
+		sg_launch_layer_norm_bwd_x<T>(dy, x, w, dx, rows, C, 1e-5f, 0, 0);
+	}, 3, 20));
+	KT_CUDA(cudaGetLastError());
+	void *ptrs[] = {x, dy, ad, dx, w, dw, db, work};
+	for (void *p : ptrs)
+		cudaFree(p);
+}
+
 /* Rows for a size: a few hundred thousand elements in all. */
 static long rows_for(int C)
 {
@@ -480,8 +727,14 @@ int main(int argc, char **argv)
 			run_size<float>(5, C, 0, 0);
 			run_size<__nv_bfloat16>(5, C, 0, 0);
 		}
+		/* the norm backward with groups taking two rows (block sums
+		 * through alternating shared slots), registers and walked */
+		run_norm_bwd<__nv_bfloat16>(130, 6000, 0);
+		run_norm_bwd<__nv_bfloat16>(130, 12000, 0);
+		run_norm_bwd<float>(2051, 96, 0);
 		return kt_finish();
 	}
+	run_norm_bwd_cases(quick);
 	for (int C : sizes) {
 		const long rows = rows_for(C);
 		const bool dmp = C == 1000 || C == 50257;
@@ -501,6 +754,7 @@ int main(int argc, char **argv)
 	if (!quick) {
 		const double copy = kt_copy_gbps((size_t)1 << 31);
 		printf("PERF device copy: %.0f GB/s\n", copy);
+		bench_norm_bwd(16384, 2048, copy);
 		bench<__nv_bfloat16>(16384, 4096, copy);
 		bench<float>(16384, 4096, copy);
 		bench<__nv_bfloat16>(8192, 50257, copy);
