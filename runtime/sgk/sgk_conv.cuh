@@ -24,15 +24,22 @@
  *       count_include_pad), 2 adaptive avg (PyTorch's floor/ceil
  *       windows).  Backward gathers per input element (no atomics); max
  *       finds each window's maximum again from x.
+ *   sg_batch_norm_workspace<T>(n, c, inner)   bytes of work for:
  *   sg_launch_batch_norm_fwd<T, S>(x, rm, rv, w, b, y, work, n, c, inner,
  *                                  eps, training, stream)
  *       x [n, c, inner]; rm, rv (S: the running stats' dtype) read in
- *       eval; w, b may be NULL; work: 2 * c A values (mean, rstd).
- *       Training: each channel's mean and biased variance in two passes
- *       over its n * inner values (one block a channel).
+ *       eval; w, b may be NULL.  Training: each channel's n * inner values
+ *       split into slices (about 1024 blocks in all, sgk_bn_chunk), a
+ *       block per channel and slice computing the slice's mean and sum of
+ *       squared deviations (two passes), then a thread per channel
+ *       combining its slices in order (Chan's formula): the mean and the
+ *       biased variance.
  *   sg_launch_batch_norm_bwd<T, S>(dy, x, rm, rv, w, dx, dw, db, work, n,
  *                                  c, inner, eps, training, stream)
- *       dw, db [c] of T; work: 4 * c A values.
+ *       dw, db [c] of T: the statistics again from x, then sum(dy) and
+ *       sum(dy * xhat) split the same way, then dx pointwise.
+ *   The pointwise kernels keep each value's channel as they walk (no
+ *   division a value).
  */
 #ifndef SGK_CONV_CUH
 #define SGK_CONV_CUH
@@ -258,37 +265,124 @@ sgk_pool2d_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, T *__restric
 	}
 }
 
-/* Channel blockIdx.x's mean and rstd: the batch's (two passes over its
- * n * inner values) or the running ones. */
-template <class T, class S>
+/* A thread's walk through channel ch's values of x [n, c, inner]: value
+ * p = q * inner + i (p from p0 by step) at offset (q * c + ch) * inner + i,
+ * kept without a division a step. */
+struct SgkChanWalk {
+	long long off, i, di, doff, inner, skip;
+	__device__ __forceinline__ SgkChanWalk(long long p0, long long step, long long ch, long long c,
+	                    long long inner_)
+	{
+		inner = inner_;
+		i = p0 % inner;
+		off = (p0 / inner * c + ch) * inner + i;
+		di = step % inner;
+		doff = di + step / inner * c * inner;
+		skip = c * inner - inner;
+	}
+	__device__ __forceinline__ void next()
+	{
+		i += di;
+		off += doff;
+		if (i >= inner) {
+			i -= inner;
+			off += skip;
+		}
+	}
+};
+
+/* A grid-stride walk through all of x [n, c, inner] (flat index i from
+ * the thread's, by the grid's threads) keeping each value's channel
+ * without a division a step. */
+struct SgkFlatWalk {
+	long long i, w, ch, dw, dch, inner, c;
+	__device__ __forceinline__ SgkFlatWalk(long long c_, long long inner_)
+	{
+		const long long step = (long long)gridDim.x * blockDim.x;
+		c = c_;
+		inner = inner_;
+		i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+		w = i % inner;
+		ch = i / inner % c;
+		dw = step % inner;
+		dch = step / inner % c;
+	}
+	__device__ __forceinline__ void next()
+	{
+		i += (long long)gridDim.x * blockDim.x;
+		w += dw;
+		ch += dch;
+		if (w >= inner) {
+			w -= inner;
+			ch++;
+		}
+		if (ch >= c)
+			ch -= c;
+	}
+};
+
+/* Training statistics, stage 1: block (ch, y) takes channel ch's values
+ * p in [y * chunk, (y + 1) * chunk) of its m = n * inner, into part[y][ch]:
+ * their mean and sum of squared deviations from it (two passes). */
+template <class T>
 __global__ void __launch_bounds__(256)
-sgk_bn_stats_k(const T *__restrict__ x, const S *__restrict__ rm, const S *__restrict__ rv,
-               typename sgk_acc<T>::type *__restrict__ work, long long n, long long c,
-               long long inner, float eps, int training)
+sgk_bn_stats_part_k(const T *__restrict__ x, typename sgk_acc<T>::type *__restrict__ part,
+                    long long n, long long c, long long inner, long long chunk)
 {
 	typedef typename sgk_acc<T>::type A;
-	__shared__ A part[32];
-	const long long ch = blockIdx.x, m = n * inner;
+	__shared__ A sh[32];
+	const long long ch = blockIdx.x, p0 = (long long)blockIdx.y * chunk, m = n * inner;
+	const long long len = p0 + chunk < m ? chunk : m - p0;
+	A s = 0;
+	SgkChanWalk a(p0 + threadIdx.x, 256, ch, c, inner);
+	for (long long p = threadIdx.x; p < len; p += 256, a.next())
+		s += (A)sgk_tof(x[a.off]);
+	const A mean = sgk_row_sum<256>(s, sh) / (A)len;
+	A q = 0;
+	SgkChanWalk b(p0 + threadIdx.x, 256, ch, c, inner);
+	for (long long p = threadIdx.x; p < len; p += 256, b.next()) {
+		const A d = (A)sgk_tof(x[b.off]) - mean;
+		q += d * d;
+	}
+	q = sgk_row_sum<256>(q, sh);
+	if (threadIdx.x == 0) {
+		part[2 * ((long long)blockIdx.y * c + ch)] = mean;
+		part[2 * ((long long)blockIdx.y * c + ch) + 1] = q;
+	}
+}
+
+/* Stage 2, a thread a channel: its mean and rstd into work[ch], work[c +
+ * ch], in training from the nsplit parts in order (Chan's formula, the
+ * biased variance), in eval the running ones. */
+template <class T, class S>
+__global__ void __launch_bounds__(256)
+sgk_bn_stats_final_k(const S *__restrict__ rm, const S *__restrict__ rv,
+                     const typename sgk_acc<T>::type *__restrict__ part,
+                     typename sgk_acc<T>::type *__restrict__ work, long long m, long long c,
+                     long long chunk, int nsplit, float eps, int training)
+{
+	typedef typename sgk_acc<T>::type A;
+	const long long ch = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (ch >= c)
+		return;
 	A mean, var;
 	if (training) {
-		A s = 0;
-		for (long long p = threadIdx.x; p < m; p += blockDim.x)
-			s += (A)sgk_tof(x[(p / inner * c + ch) * inner + p % inner]);
-		mean = sgk_row_sum<256>(s, part) / (A)m;
-		A q = 0;
-		for (long long p = threadIdx.x; p < m; p += blockDim.x) {
-			A d = (A)sgk_tof(x[(p / inner * c + ch) * inner + p % inner]) - mean;
-			q += d * d;
+		A cnt = 0, q = 0;
+		mean = 0;
+		for (int k = 0; k < nsplit; k++) {
+			const A nk = (A)(k + 1 < nsplit ? chunk : m - (long long)k * chunk);
+			const A d = part[2 * (k * c + ch)] - mean;
+			q += part[2 * (k * c + ch) + 1] + d * d * (cnt * nk / (cnt + nk));
+			mean += d * (nk / (cnt + nk));
+			cnt += nk;
 		}
-		var = sgk_row_sum<256>(q, part) / (A)m;
+		var = q / (A)m;
 	} else {
 		mean = (A)sgk_tof(rm[ch]);
 		var = (A)sgk_tof(rv[ch]);
 	}
-	if (threadIdx.x == 0) {
-		work[ch] = mean;
-		work[c + ch] = (A)1 / sgk_sqrt(var + (A)eps);
-	}
+	work[ch] = mean;
+	work[c + ch] = (A)1 / sgk_sqrt(var + (A)eps);
 }
 
 template <class T>
@@ -298,44 +392,67 @@ sgk_bn_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__restri
              long long c, long long inner)
 {
 	typedef typename sgk_acc<T>::type A;
-	SGK_CONV_LOOP(i, n * c * inner) {
-		long long ch = i / inner % c;
-		A v = ((A)sgk_tof(x[i]) - work[ch]) * work[c + ch];
+	for (SgkFlatWalk f(c, inner); f.i < n * c * inner; f.next()) {
+		const long long ch = f.ch;
+		A v = ((A)sgk_tof(x[f.i]) - work[ch]) * work[c + ch];
 		if (w)
 			v *= (A)sgk_tof(w[ch]);
 		if (b)
 			v += (A)sgk_tof(b[ch]);
-		y[i] = sgk_cvt<T>(v);
+		y[f.i] = sgk_cvt<T>(v);
 	}
 }
 
-/* Channel blockIdx.x's db = sum(dy) and dw = sum(dy * xhat), into dw, db
- * and work[2c..4c). */
+/* Backward, stage 1: block (ch, y) sums dy and dy * xhat over channel
+ * ch's values in the y-th slice of chunk into part[y][ch]. */
 template <class T>
 __global__ void __launch_bounds__(256)
-sgk_bn_bwd_sums_k(const T *__restrict__ dy, const T *__restrict__ x, T *__restrict__ dw,
-                  T *__restrict__ db, typename sgk_acc<T>::type *__restrict__ work, long long n,
-                  long long c, long long inner)
+sgk_bn_bwd_sums_part_k(const T *__restrict__ dy, const T *__restrict__ x,
+                       const typename sgk_acc<T>::type *__restrict__ work,
+                       typename sgk_acc<T>::type *__restrict__ part, long long n, long long c,
+                       long long inner, long long chunk)
 {
 	typedef typename sgk_acc<T>::type A;
-	__shared__ A part[32];
-	const long long ch = blockIdx.x, m = n * inner;
+	__shared__ A sh[32];
+	const long long ch = blockIdx.x, p0 = (long long)blockIdx.y * chunk, m = n * inner;
+	const long long len = p0 + chunk < m ? chunk : m - p0;
 	const A mean = work[ch], rstd = work[c + ch];
 	A sg = 0, sgx = 0;
-	for (long long p = threadIdx.x; p < m; p += blockDim.x) {
-		long long i = (p / inner * c + ch) * inner + p % inner;
-		A gv = (A)sgk_tof(dy[i]);
+	SgkChanWalk a(p0 + threadIdx.x, 256, ch, c, inner);
+	for (long long p = threadIdx.x; p < len; p += 256, a.next()) {
+		const A gv = (A)sgk_tof(dy[a.off]);
 		sg += gv;
-		sgx += gv * ((A)sgk_tof(x[i]) - mean) * rstd;
+		sgx += gv * ((A)sgk_tof(x[a.off]) - mean) * rstd;
 	}
-	sg = sgk_row_sum<256>(sg, part);
-	sgx = sgk_row_sum<256>(sgx, part);
+	sg = sgk_row_sum<256>(sg, sh);
+	sgx = sgk_row_sum<256>(sgx, sh);
 	if (threadIdx.x == 0) {
-		work[2 * c + ch] = sgx;
-		work[3 * c + ch] = sg;
-		dw[ch] = sgk_cvt<T>(sgx);
-		db[ch] = sgk_cvt<T>(sg);
+		part[2 * ((long long)blockIdx.y * c + ch)] = sg;
+		part[2 * ((long long)blockIdx.y * c + ch) + 1] = sgx;
 	}
+}
+
+/* Stage 2, a thread a channel: db = sum(dy) and dw = sum(dy * xhat) from
+ * the nsplit parts in order, into dw, db and work[2c..4c). */
+template <class T>
+__global__ void __launch_bounds__(256)
+sgk_bn_bwd_sums_final_k(const typename sgk_acc<T>::type *__restrict__ part, T *__restrict__ dw,
+                        T *__restrict__ db, typename sgk_acc<T>::type *__restrict__ work,
+                        long long c, int nsplit)
+{
+	typedef typename sgk_acc<T>::type A;
+	const long long ch = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (ch >= c)
+		return;
+	A sg = 0, sgx = 0;
+	for (int k = 0; k < nsplit; k++) {
+		sg += part[2 * (k * c + ch)];
+		sgx += part[2 * (k * c + ch) + 1];
+	}
+	work[2 * c + ch] = sgx;
+	work[3 * c + ch] = sg;
+	dw[ch] = sgk_cvt<T>(sgx);
+	db[ch] = sgk_cvt<T>(sg);
 }
 
 /* dx = w * rstd * (dy - db / M - xhat * dw / M) (training: the batch's
@@ -348,8 +465,8 @@ sgk_bn_bwd_dx_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__re
 {
 	typedef typename sgk_acc<T>::type A;
 	const A m = (A)(n * inner);
-	SGK_CONV_LOOP(i, n * c * inner) {
-		long long ch = i / inner % c;
+	for (SgkFlatWalk f(c, inner); f.i < n * c * inner; f.next()) {
+		const long long ch = f.ch, i = f.i;
 		A rstd = work[c + ch], v = (A)sgk_tof(dy[i]);
 		if (training) {
 			A xh = ((A)sgk_tof(x[i]) - work[ch]) * rstd;
@@ -423,6 +540,49 @@ static cudaError_t sg_launch_pool2d_bwd(const T *dy, const T *x, T *dx, SgConvGe
 	return sgk_launched();
 }
 
+/* The slice of a channel's m = n * inner values a training batch_norm's
+ * block reduces: about 1024 blocks in all, at least 4096 values each (a
+ * function of the sizes alone, so the sums' order is the same on every
+ * GPU). */
+static inline long long sgk_bn_chunk(long long n, long long c, long long inner)
+{
+	long long m = n * inner, ns = c > 0 ? 1024 / c : 1;
+	if (ns > m / 4096)
+		ns = m / 4096;
+	if (ns > 65535)
+		ns = 65535;
+	if (ns < 1)
+		ns = 1;
+	return m > 0 ? (m + ns - 1) / ns : 1;
+}
+
+template <class T>
+static size_t sg_batch_norm_workspace(long long n, long long c, long long inner)
+{
+	const long long chunk = sgk_bn_chunk(n, c, inner), nsplit = (n * inner + chunk - 1) / chunk;
+	return (size_t)(4 + 2 * nsplit) * (size_t)c * sizeof(typename sgk_acc<T>::type);
+}
+
+/* Each channel's mean and rstd into work[0..2c) (the parts after work[4c]). */
+template <class T, class S>
+static cudaError_t sgk_bn_stats(const T *x, const S *rm, const S *rv,
+                                typename sgk_acc<T>::type *work, long long n, long long c,
+                                long long inner, float eps, int training, cudaStream_t stream)
+{
+	const long long m = n * inner, chunk = sgk_bn_chunk(n, c, inner);
+	const int nsplit = training ? (int)((m + chunk - 1) / chunk) : 0;
+	if (training) {
+		sgk_bn_stats_part_k<T><<<dim3((unsigned)c, (unsigned)nsplit), 256, 0, stream>>>(
+			x, work + 4 * c, n, c, inner, chunk);
+		cudaError_t e = sgk_launched();
+		if (e != cudaSuccess)
+			return e;
+	}
+	sgk_bn_stats_final_k<T, S><<<(unsigned)((c + 255) / 256), 256, 0, stream>>>(
+		rm, rv, work + 4 * c, work, m, c, chunk, nsplit, eps, training);
+	return sgk_launched();
+}
+
 template <class T, class S>
 static cudaError_t sg_launch_batch_norm_fwd(const T *x, const S *rm, const S *rv, const T *w,
                                             const T *b, T *y, typename sgk_acc<T>::type *work,
@@ -431,9 +591,7 @@ static cudaError_t sg_launch_batch_norm_fwd(const T *x, const S *rm, const S *rv
 {
 	if (n * c * inner <= 0)
 		return cudaSuccess;
-	sgk_bn_stats_k<T, S><<<(unsigned)c, 256, 0, stream>>>(x, rm, rv, work, n, c, inner, eps,
-	                                                      training);
-	cudaError_t e = sgk_launched();
+	cudaError_t e = sgk_bn_stats<T, S>(x, rm, rv, work, n, c, inner, eps, training, stream);
 	if (e != cudaSuccess)
 		return e;
 	sgk_bn_fwd_k<T><<<sgk_conv_grid(n * c * inner), 256, 0, stream>>>(x, w, b, y, work, n, c,
@@ -450,12 +608,17 @@ static cudaError_t sg_launch_batch_norm_bwd(const T *dy, const T *x, const S *rm
 {
 	if (n * c * inner <= 0)
 		return cudaSuccess;
-	sgk_bn_stats_k<T, S><<<(unsigned)c, 256, 0, stream>>>(x, rm, rv, work, n, c, inner, eps,
-	                                                      training);
-	cudaError_t e = sgk_launched();
+	cudaError_t e = sgk_bn_stats<T, S>(x, rm, rv, work, n, c, inner, eps, training, stream);
 	if (e != cudaSuccess)
 		return e;
-	sgk_bn_bwd_sums_k<T><<<(unsigned)c, 256, 0, stream>>>(dy, x, dw, db, work, n, c, inner);
+	const long long chunk = sgk_bn_chunk(n, c, inner);
+	const int nsplit = (int)((n * inner + chunk - 1) / chunk);
+	sgk_bn_bwd_sums_part_k<T><<<dim3((unsigned)c, (unsigned)nsplit), 256, 0, stream>>>(
+		dy, x, work, work + 4 * c, n, c, inner, chunk);
+	if ((e = sgk_launched()) != cudaSuccess)
+		return e;
+	sgk_bn_bwd_sums_final_k<T><<<(unsigned)((c + 255) / 256), 256, 0, stream>>>(
+		work + 4 * c, dw, db, work, c, nsplit);
 	if ((e = sgk_launched()) != cudaSuccess)
 		return e;
 	sgk_bn_bwd_dx_k<T><<<sgk_conv_grid(n * c * inner), 256, 0, stream>>>(dy, x, w, dx, work, n,
