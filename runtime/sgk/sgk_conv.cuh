@@ -161,11 +161,26 @@ sgk_conv2d_bwd_weight_k(const T *__restrict__ dy, const T *__restrict__ x, T *__
 	}
 }
 
+/* The pools' sizes in the index type I: int when every flat index fits,
+ * so the per-element divisions are 32-bit ones (a 64-bit division by a
+ * value known only at run time costs several times more). */
+template <class I>
+struct SgkPoolGeom {
+	I n, c, h, w, r, s, oh, ow, sh, sw, ph, pw;
+};
+template <class I>
+SGK_DEV SgkPoolGeom<I> sgk_pool_geom(const SgConvGeom &g)
+{
+	SgkPoolGeom<I> p = {(I)g.n, (I)g.c, (I)g.h, (I)g.w, (I)g.r, (I)g.s, (I)g.oh, (I)g.ow,
+	                    (I)g.sh, (I)g.sw, (I)g.ph, (I)g.pw};
+	return p;
+}
+
 /* The window of pool output (oh, ow): rows [h0, h1), cols [w0, w1) of
  * the input, clipped; cnt the divisor. */
-SGK_DEV void sgk_pool_window(const SgConvGeom &g, int mode, long long oh, long long ow,
-                             long long &h0, long long &h1, long long &w0, long long &w1,
-                             long long &cnt)
+template <class I>
+SGK_DEV void sgk_pool_window(const SgkPoolGeom<I> &g, int mode, I oh, I ow, I &h0, I &h1, I &w0,
+                             I &w1, I &cnt)
 {
 	if (mode == 2) {
 		h0 = oh * g.h / g.oh;
@@ -175,7 +190,7 @@ SGK_DEV void sgk_pool_window(const SgConvGeom &g, int mode, long long oh, long l
 		cnt = (h1 - h0) * (w1 - w0);
 		return;
 	}
-	long long hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
+	I hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
 	cnt = g.r * g.s;
 	h0 = hs < 0 ? 0 : hs;
 	w0 = ws < 0 ? 0 : ws;
@@ -184,15 +199,14 @@ SGK_DEV void sgk_pool_window(const SgConvGeom &g, int mode, long long oh, long l
 }
 
 /* The flat index in its plane of window's maximum (-1 if empty). */
-template <class T>
-SGK_DEV long long sgk_pool_argmax(const T *plane, long long W, long long h0, long long h1,
-                                  long long w0, long long w1)
+template <class T, class I>
+SGK_DEV I sgk_pool_argmax(const T *plane, I W, I h0, I h1, I w0, I w1)
 {
 	typedef typename sgk_acc<T>::type A;
-	long long best = -1;
+	I best = -1;
 	A m = -SGK_INF;
-	for (long long h = h0; h < h1; h++)
-		for (long long w = w0; w < w1; w++) {
+	for (I h = h0; h < h1; h++)
+		for (I w = w0; w < w1; w++) {
 			A v = (A)sgk_tof(plane[h * W + w]);
 			if (best < 0 || v > m || v != v) {
 				m = v;
@@ -202,24 +216,30 @@ SGK_DEV long long sgk_pool_argmax(const T *plane, long long W, long long h0, lon
 	return best;
 }
 
-template <class T>
+/* A grid-stride loop over [0, total) in the index type I. */
+#define SGK_POOL_LOOP(I, i, total)                                             \
+	for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < (total);         \
+	     i += (I)(gridDim.x * blockDim.x))
+
+template <class T, class I>
 __global__ void __launch_bounds__(256)
-sgk_pool2d_fwd_k(const T *__restrict__ x, T *__restrict__ y, SgConvGeom g, int mode)
+sgk_pool2d_fwd_k(const T *__restrict__ x, T *__restrict__ y, SgConvGeom geom, int mode)
 {
 	typedef typename sgk_acc<T>::type A;
-	SGK_CONV_LOOP(i, g.n * g.c * g.oh * g.ow) {
-		long long ow = i % g.ow, t = i / g.ow, oh = t % g.oh, pl = t / g.oh;
-		long long h0, h1, w0, w1, cnt;
-		const T *plane = x + pl * g.h * g.w;
+	const SgkPoolGeom<I> g = sgk_pool_geom<I>(geom);
+	SGK_POOL_LOOP(I, i, g.n * g.c * g.oh * g.ow) {
+		I ow = i % g.ow, t = i / g.ow, oh = t % g.oh, pl = t / g.oh;
+		I h0, h1, w0, w1, cnt;
+		const T *plane = x + (long long)pl * g.h * g.w;
 		sgk_pool_window(g, mode, oh, ow, h0, h1, w0, w1, cnt);
 		if (mode == 0) {
-			long long k = sgk_pool_argmax(plane, g.w, h0, h1, w0, w1);
+			I k = sgk_pool_argmax(plane, g.w, h0, h1, w0, w1);
 			y[i] = k < 0 ? sgk_cvt<T>(-SGK_INF) : plane[k];
 			continue;
 		}
 		A acc = 0;
-		for (long long h = h0; h < h1; h++)
-			for (long long w = w0; w < w1; w++)
+		for (I h = h0; h < h1; h++)
+			for (I w = w0; w < w1; w++)
 				acc += (A)sgk_tof(plane[h * g.w + w]);
 		y[i] = sgk_cvt<T>(acc / (A)cnt);
 	}
@@ -227,17 +247,18 @@ sgk_pool2d_fwd_k(const T *__restrict__ x, T *__restrict__ y, SgConvGeom g, int m
 
 /* dx per input element: the outputs whose window holds it (max: whose
  * maximum it is) add their dy (avg: dy / count). */
-template <class T>
+template <class T, class I>
 __global__ void __launch_bounds__(256)
 sgk_pool2d_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, T *__restrict__ dx,
-                 SgConvGeom g, int mode)
+                 SgConvGeom geom, int mode)
 {
 	typedef typename sgk_acc<T>::type A;
-	SGK_CONV_LOOP(i, g.n * g.c * g.h * g.w) {
-		long long iw = i % g.w, t = i / g.w, ih = t % g.h, pl = t / g.h;
-		long long oh0 = 0, oh1 = g.oh, ow0 = 0, ow1 = g.ow;
+	const SgkPoolGeom<I> g = sgk_pool_geom<I>(geom);
+	SGK_POOL_LOOP(I, i, g.n * g.c * g.h * g.w) {
+		I iw = i % g.w, t = i / g.w, ih = t % g.h, pl = t / g.h;
+		I oh0 = 0, oh1 = g.oh, ow0 = 0, ow1 = g.ow;
 		if (mode != 2) {   /* outputs with oh * sh - ph <= ih < oh * sh - ph + r */
-			long long a = ih + g.ph - g.r + 1, bb = iw + g.pw - g.s + 1;
+			I a = ih + g.ph - g.r + 1, bb = iw + g.pw - g.s + 1;
 			oh0 = a <= 0 ? 0 : (a + g.sh - 1) / g.sh;
 			ow0 = bb <= 0 ? 0 : (bb + g.sw - 1) / g.sw;
 			oh1 = (ih + g.ph) / g.sh + 1;
@@ -246,16 +267,16 @@ sgk_pool2d_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, T *__restric
 			ow1 = ow1 < g.ow ? ow1 : g.ow;
 		}
 		A acc = 0;
-		for (long long oh = oh0; oh < oh1; oh++)
-			for (long long ow = ow0; ow < ow1; ow++) {
-				long long h0, h1, w0, w1, cnt;
+		for (I oh = oh0; oh < oh1; oh++)
+			for (I ow = ow0; ow < ow1; ow++) {
+				I h0, h1, w0, w1, cnt;
 				sgk_pool_window(g, mode, oh, ow, h0, h1, w0, w1, cnt);
 				if (ih < h0 || ih >= h1 || iw < w0 || iw >= w1)
 					continue;
-				A gv = (A)sgk_tof(dy[(pl * g.oh + oh) * g.ow + ow]);
+				A gv = (A)sgk_tof(dy[((long long)pl * g.oh + oh) * g.ow + ow]);
 				if (mode == 0) {
-					if (sgk_pool_argmax(x + pl * g.h * g.w, g.w, h0, h1, w0, w1) ==
-					    ih * g.w + iw)
+					if (sgk_pool_argmax(x + (long long)pl * g.h * g.w, g.w, h0, h1, w0,
+					                    w1) == ih * g.w + iw)
 						acc += gv;
 				} else {
 					acc += gv / (A)cnt;
@@ -518,6 +539,14 @@ static cudaError_t sg_launch_conv2d_bwd_weight(const T *dy, const T *x, T *dw, S
 	return sgk_launched();
 }
 
+/* 1 when a pool's flat indices (input and output, plus a grid's worth of
+ * threads) fit an int. */
+static inline int sgk_pool_int(const SgConvGeom &g)
+{
+	const long long lim = (1LL << 31) - (1LL << 24);
+	return g.n * g.c * g.h * g.w < lim && g.n * g.c * g.oh * g.ow < lim;
+}
+
 template <class T>
 static cudaError_t sg_launch_pool2d_fwd(const T *x, T *y, SgConvGeom g, int mode,
                                         cudaStream_t stream)
@@ -525,7 +554,10 @@ static cudaError_t sg_launch_pool2d_fwd(const T *x, T *y, SgConvGeom g, int mode
 	long long count = g.n * g.c * g.oh * g.ow;
 	if (count <= 0)
 		return cudaSuccess;
-	sgk_pool2d_fwd_k<T><<<sgk_conv_grid(count), 256, 0, stream>>>(x, y, g, mode);
+	if (sgk_pool_int(g))
+		sgk_pool2d_fwd_k<T, int><<<sgk_conv_grid(count), 256, 0, stream>>>(x, y, g, mode);
+	else
+		sgk_pool2d_fwd_k<T, long long><<<sgk_conv_grid(count), 256, 0, stream>>>(x, y, g, mode);
 	return sgk_launched();
 }
 
@@ -536,7 +568,11 @@ static cudaError_t sg_launch_pool2d_bwd(const T *dy, const T *x, T *dx, SgConvGe
 	long long count = g.n * g.c * g.h * g.w;
 	if (count <= 0)
 		return cudaSuccess;
-	sgk_pool2d_bwd_k<T><<<sgk_conv_grid(count), 256, 0, stream>>>(dy, x, dx, g, mode);
+	if (sgk_pool_int(g))
+		sgk_pool2d_bwd_k<T, int><<<sgk_conv_grid(count), 256, 0, stream>>>(dy, x, dx, g, mode);
+	else
+		sgk_pool2d_bwd_k<T, long long><<<sgk_conv_grid(count), 256, 0, stream>>>(dy, x, dx, g,
+		                                                                         mode);
 	return sgk_launched();
 }
 
