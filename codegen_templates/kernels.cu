@@ -110,18 +110,67 @@ ${name}(${xparams}, ${acc} *__restrict__ part)
 		acc = ${op}()(acc, sh[k][lane]);
 	part[(sg_i64)blockIdx.y * ${nout} + o] = acc;
 }
-//@ reduce_cols_final
-/* Stage 2: each thread combines the ${nsplit} parts of one column. */
+//@ reduce_split_part
+${comment}
+/* Stage 1 of a reduction with few outputs over many elements: block
+ * (x, y) takes output x's elements r = q * ${inner} + i in the y-th slice
+ * of ${chunk} (consecutive threads read consecutive i; 32-bit index
+ * arithmetic inside the slice) into part[y][x]:
+ * ${what}. */
+static __global__ void __launch_bounds__(256)
+${name}(${xparams}, ${acc} *__restrict__ part)
+{
+	const sg_i64 o = blockIdx.x, base = ${base};
+${?q}	const sg_i64 r0 = (sg_i64)blockIdx.y * ${chunk}, q0 = r0 / ${inner};
+${?q}	const unsigned i0 = (unsigned)(r0 % ${inner});
+${!q}	const sg_i64 r0 = (sg_i64)blockIdx.y * ${chunk};
+	const int len = (int)(r0 + ${chunk} < ${nred} ? ${chunk} : ${nred} - r0);
+	auto at = [&](int j) { /* the slice's element j */
+${?q}		const unsigned k = i0 + (unsigned)j, i = k % ${inner};
+${?q}		const sg_i64 q = q0 + k / ${inner};
+${!q}		const sg_i64 i = r0 + j;
+		return ${load};
+	};
+	${acc} acc = ${init};
+	for (int j = threadIdx.x; j < len; j += 256)
+		acc = ${op}()(acc, at(j));
+	acc = sg_reduce<256>(acc, ${op}());
+${!var}	if (threadIdx.x == 0)
+${!var}		part[(sg_i64)blockIdx.y * ${nout} + o] = acc;
+${?var}	const ${acc} mean = acc / (${acc})len;
+${?var}	${acc} q = 0;
+${?var}	for (int j = threadIdx.x; j < len; j += 256) {
+${?var}		const ${acc} d = at(j) - mean;
+${?var}		q += d * d;
+${?var}	}
+${?var}	q = sg_reduce<256>(q, sg_sum_op());
+${?var}	if (threadIdx.x == 0) {
+${?var}		part[2 * ((sg_i64)blockIdx.y * ${nout} + o)] = mean;
+${?var}		part[2 * ((sg_i64)blockIdx.y * ${nout} + o) + 1] = q;
+${?var}	}
+}
+//@ reduce_parts_final
+/* Stage 2: each thread combines the ${nsplit} parts of one output in
+ * order${how}. */
 static __global__ void __launch_bounds__(256)
 ${name}(const ${acc} *__restrict__ part, ${oparams})
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 256 + threadIdx.x;
 	if (o >= ${nout})
 		return;
-	${acc} acc = ${init};
-	for (int k = 0; k < ${nsplit}; k++)
-		acc = ${op}()(acc, part[(sg_i64)k * ${nout} + o]);
+${!var}	${acc} acc = ${init};
+${!var}	for (int k = 0; k < ${nsplit}; k++)
+${!var}		acc = ${op}()(acc, part[(sg_i64)k * ${nout} + o]);
+${?var}	${acc} n = 0, mean = 0, q = 0;
+${?var}	for (int k = 0; k < ${nsplit}; k++) {
+${?var}		const ${acc} nk = k + 1 < ${nsplit} ? (${acc})${chunk} : (${acc})(${nred} - (sg_i64)k * ${chunk});
+${?var}		const ${acc} mk = part[2 * ((sg_i64)k * ${nout} + o)], d = mk - mean;
+${?var}		q += part[2 * ((sg_i64)k * ${nout} + o) + 1] + d * d * (n * nk / (n + nk));
+${?var}		mean += d * (nk / (n + nk));
+${?var}		n += nk;
+${?var}	}
 	${put}
+${?mean}	mean_out[o] = ${store_mean};
 }
 //@ reduce_var
 ${comment}

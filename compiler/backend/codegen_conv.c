@@ -7,8 +7,9 @@
  * shape kept by the model); when cuDNN is missing or declines, the
  * library's direct kernel runs, and the trace names which one did
  * (`conv2d.cudnn` / `conv2d.direct`).  Pools and batch_norm are the
- * library's kernels; a batch_norm's statistics go to a scratch buffer of
- * 2 (forward) or 4 (backward) floats a channel.
+ * library's kernels; a batch_norm's statistics (and the parts of its
+ * per-channel sums) go to a scratch buffer of the size the library's
+ * sg_batch_norm_workspace gives.
  */
 #include <string.h>
 
@@ -166,7 +167,9 @@ batch_norm(CgGraph *G, const Node *n)
 	int wi = bwd ? 2 : 3;
 	const char *w = wi < (int)n->nopnd ? var(G, n, wi) : cg_fmt(c, "(const %s *)NULL", ct);
 	cg_use_library(G, "sgk_conv.cuh");
-	char *work = cg_alloc_tmp(G, n, acc, (bwd ? 4 : 2) * ch * (dt == DT_F64 ? 8 : 4), "bn");
+	char *work = cg_alloc_tmp_expr(G, n, acc, cg_fmt(c, "sg_batch_norm_workspace<%s>(%lld, %lld, "
+	                               "%lld)", ct, (long long)nb, (long long)ch,
+	                               (long long)inner), "bn");
 	char *call; /* in parentheses: the template's comma inside a macro */
 	if (!bwd) {
 		const char *b = n->nopnd > 4 ? var(G, n, 4) : cg_fmt(c, "(const %s *)NULL", ct);

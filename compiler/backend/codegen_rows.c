@@ -181,6 +181,95 @@ reduce_two_stage(CgGraph *G, const Node *n, const char *what, const char *params
 	cg_free_tmp(G, n, tmp);
 }
 
+/* Stage 2 of a split reduction (kernels.cu:reduce_parts_final): a thread
+ * per output combining its nsplit parts in order, var (FIN_VAR) by Chan's
+ * formula over the slices' means and squared deviations, then put (and,
+ * for var_mean, the mean).  Its kernel's name. */
+static const char *
+parts_final(CgGraph *G, const Node *n, const char *acc, const char *op, const char *init,
+            const RowOut *ro, int64_t nout, int64_t nred, int64_t nsplit, int64_t chunk,
+            int var, const char *put)
+{
+	Cg *c = G->c;
+	int mean = var && n->nres == 2;
+	return CG_KERNEL(G, "kernels.cu:reduce_parts_final",
+	        {"name", cg_kernel_name(G, n, cg_fmt(c, "%s_final", op_name(n->op)))},
+	        {"acc", acc}, {"oparams", mean ? cg_fmt(c, "%s, %s *__restrict__ mean_out",
+	                                                ro->params,
+	                                                cg_ctype((DType)cg_vtype(G, n->res[1])->dt))
+	                                       : ro->params},
+	        {"init", init}, {"nout", cg_num(c, nout)}, {"nred", cg_num(c, nred)},
+	        {"nsplit", cg_num(c, nsplit)}, {"chunk", cg_num(c, chunk)}, {"op", op},
+	        {"var", var ? "1" : ""},
+	        {"how", var ? ": the slices' means and squared deviations by Chan's formula" : ""},
+	        {"put", put}, {"mean", mean ? "1" : ""},
+	        {"store_mean", mean ? cg_store(c, (DType)cg_vtype(G, n->res[1])->dt, "mean") : ""});
+}
+
+/* A reduction with too few outputs to fill the GPU over many elements
+ * each, whose reduced dims end with the innermost ones (batch norm's
+ * statistics and gradients: [N, C, H, W] over [0, 2, 3], 64 outputs of
+ * 401408 elements): each output's elements r = q * inner + i (i over the
+ * trailing reduced dims, contiguous; q over the others) split into
+ * slices of chunk, a block per output and slice writes a part (var: the
+ * slice's mean and sum of squared deviations), then one kernel combines
+ * each output's parts in a fixed order (a single output: from
+ * ONE_OUT_SPLIT elements, as reduce_two_stage).  0, with nothing emitted,
+ * when one block per output is enough. */
+enum { SPLIT_BLOCKS = 1024, SPLIT_MIN_CHUNK = 4096, ONE_OUT_SPLIT = 32768 };
+static int
+reduce_split(CgGraph *G, const Node *n, const CgInput *in, const RowOut *ro, const Type *x,
+             const int *red, const char *base, const char *acc, const char *op,
+             const char *init, const char *cv, int64_t nout, int64_t nred, int var,
+             const char *put)
+{
+	Cg *c = G->c;
+	int64_t st[SG_MAXRANK], inner = 1, qs[SG_MAXRANK], qst[SG_MAXRANK];
+	int d = x->rank, nq = 0;
+	while (d > 0 && red[d - 1])
+		inner *= x->d[--d];
+	int64_t nsplit = SPLIT_BLOCKS / nout;
+	if (nsplit > nred / SPLIT_MIN_CHUNK)
+		nsplit = nred / SPLIT_MIN_CHUNK;
+	if (inner < 32 || nsplit < 2 || (nout == 1 && nred < ONE_OUT_SPLIT))
+		return 0;
+	int64_t chunk = (nred + nsplit - 1) / nsplit;
+	nsplit = (nred + chunk - 1) / chunk;
+	if (chunk + inner >= INT32_MAX)
+		return 0;
+	cg_strides(x, st);
+	for (int k = 0; k < d; k++)
+		if (red[k]) {
+			qs[nq] = x->d[k];
+			qst[nq++] = st[k];
+		}
+	char *qoff = cg_index(c, "q", nq, qs, qst, 0);
+	int hasq = strcmp(qoff, "0") != 0;
+	char *off = hasq ? cg_fmt(c, "base + %s + i", qoff) : "base + i";
+	int64_t width = var ? 2 : 1;
+	char *tmp = cg_alloc_tmp(G, n, acc, width * nsplit * nout *
+	                         (int64_t)(strcmp(acc, "float") ? 8 : 4), "parts");
+	const char *k1 = CG_KERNEL(G, "kernels.cu:reduce_split_part", {"comment", cg_comment(G, n)},
+	        {"name", cg_kernel_name(G, n, cg_fmt(c, "%s_part", op_name(n->op)))},
+	        {"xparams", in->params}, {"acc", acc}, {"init", init}, {"op", op},
+	        {"base", base}, {"inner", cg_num(c, inner)}, {"chunk", cg_num(c, chunk)},
+	        {"nred", cg_num(c, nred)}, {"nout", cg_num(c, nout)}, {"q", hasq ? "1" : ""},
+	        {"load", cg_fmt(c, "%s(%s)", cv, cg_fmt(c, in->fmt, off))}, {"var", var ? "1" : ""},
+	        {"what", var ? "the slice's mean and sum of squared deviations from it (two passes)"
+	                     : "its reduction over the slice"});
+	const char *k2 = parts_final(G, n, acc, op, init, ro, nout, nred, nsplit, chunk, var, put);
+	CG_EMIT(G->body, "host.cu:launch", {"s", cg_num(c, cg_stream(n))},
+	        {"kname", k1}, {"line", cg_num(c, n->loc.line)},
+	        {"grid", cg_fmt(c, "dim3(%lld, %lld)", (long long)nout, (long long)nsplit)},
+	        {"block", "256"}, {"smem", "0"}, {"args", cg_fmt(c, "%s, %s", in->args, tmp)});
+	const char *args = cg_fmt(c, "%s, %s", tmp, ro->args);
+	if (var && n->nres == 2)
+		args = cg_fmt(c, "%s, %s", args, G->vname[n->res[1]]);
+	cg_launch(G, n, k2, (nout + 255) / 256, 256, 0, args);
+	cg_free_tmp(G, n, tmp);
+	return 1;
+}
+
 /* A column reduction (the outputs the innermost elements) with too few
  * columns to fill the GPU one block per 32 of them, over many rows (a
  * bias's or a norm weight's gradient: 2048 columns of 16384 rows): the
@@ -215,11 +304,8 @@ reduce_cols_split(CgGraph *G, const Node *n, const CgInput *in, const RowOut *ro
 	        {"nout", cg_num(c, nout)}, {"nred", cg_num(c, nred)},
 	        {"nsplit", cg_num(c, nsplit)}, {"chunk", cg_num(c, chunk)}, {"op", op},
 	        {"load0", ld[0]}, {"load1", ld[1]}, {"load2", ld[2]}, {"load3", ld[3]});
-	const char *k2 = CG_KERNEL(G, "kernels.cu:reduce_cols_final",
-	        {"name", cg_kernel_name(G, n, cg_fmt(c, "%s_final", op_name(n->op)))},
-	        {"acc", acc}, {"oparams", ro->params}, {"init", init},
-	        {"nout", cg_num(c, nout)}, {"nsplit", cg_num(c, nsplit)}, {"op", op},
-	        {"put", row_put(c, ro, "o", finish)});
+	const char *k2 = parts_final(G, n, acc, op, init, ro, nout, nred, nsplit, chunk, 0,
+	                             row_put(c, ro, "o", finish));
 	CG_EMIT(G->body, "host.cu:launch", {"s", cg_num(c, cg_stream(n))},
 	        {"kname", k1}, {"line", cg_num(c, n->loc.line)},
 	        {"grid", cg_fmt(c, "dim3(%lld, %lld)", (long long)xblocks, (long long)nsplit)},
@@ -287,7 +373,12 @@ cg_reduce(CgGraph *G, const Node *n)
 	char *loadexpr = cg_fmt(c, "%s(%s)", cv, cg_fmt(c, in.fmt, cg_fmt(c, "base + %s", roff)));
 	CgRows rg = cg_rows(nout, nred);
 	const char *kname = cg_kernel_name(G, n, op_name(n->op));
+	char *base = cg_index(c, "o", nk, ks, kst, 0);
 	if (op_table[n->op].finish == FIN_VAR) {
+		char *put = row_put(c, &ro, "o", divide(c, "q", acc, nred - 1));
+		if (reduce_split(G, n, &in, &ro, x, red, base, acc, "sg_sum_op", "0", cv, nout, nred,
+		                 1, put))
+			return 1;
 		int mean = n->nres == 2; /* var_mean */
 		char *params = cg_fmt(c, "%s, %s%s%s%s",
 		                      in.params, ro.params,
@@ -296,9 +387,8 @@ cg_reduce(CgGraph *G, const Node *n)
 		kname = CG_KERNEL(G, "kernels.cu:reduce_var", {"comment", cg_comment(G, n)},
 		        {"name", kname}, {"params", params}, {"block", cg_num(c, rg.block)},
 		        {"rows", cg_num(c, rg.rows)}, {"tpr", cg_num(c, rg.tpr)},
-		        {"nout", cg_num(c, nout)}, {"base", cg_index(c, "o", nk, ks, kst, 0)},
-		        {"acc", acc}, {"nred", cg_num(c, nred)}, {"load", loadexpr},
-		        {"put", row_put(c, &ro, "o", divide(c, "q", acc, nred - 1))},
+		        {"nout", cg_num(c, nout)}, {"base", base},
+		        {"acc", acc}, {"nred", cg_num(c, nred)}, {"load", loadexpr}, {"put", put},
 		        {"mean", mean ? "1" : ""}, {"store_mean", cg_store(c, rdt, "mean")});
 		cg_launch(G, n, kname, rg.grid, rg.block, 0,
 		       mean ? cg_fmt(c, "%s, %s, %s", xv, ov, G->vname[n->res[1]])
@@ -317,13 +407,12 @@ cg_reduce(CgGraph *G, const Node *n)
 	}
 	char *finish = oi->finish == FIN_MEAN ? divide(c, "acc", acc, nred)
 	                                      : "acc";
-	if (nout == 1 && nred >= 32768) {
+	if (nout == 1 && nred >= ONE_OUT_SPLIT) {
 		char *ld = cg_fmt(c, "%s(%s)", cv, cg_fmt(c, in.fmt, "r"));
 		reduce_two_stage(G, n, op_name(n->op), in.params, xv, acc, op, init, ld,
 		                 nred, finish, &ro);
 		return 1;
 	}
-	char *base = cg_index(c, "o", nk, ks, kst, 0);
 	if (strcmp(base, "o") == 0 && nout > 1 &&
 	    reduce_cols_split(G, n, &in, &ro, acc, op, init, cv, nr, rs, rst, nout, nred, finish))
 		return 1;
@@ -339,6 +428,9 @@ cg_reduce(CgGraph *G, const Node *n)
 		cg_launch(G, n, kname, (nout + 31) / 32, 256, 0, cg_fmt(c, "%s, %s", xv, ro.args));
 		return 1;
 	}
+	if (reduce_split(G, n, &in, &ro, x, red, base, acc, op, init, cv, nout, nred, 0,
+	                 row_put(c, &ro, "o", finish)))
+		return 1;
 	kname = CG_KERNEL(G, "kernels.cu:reduce", {"comment", cg_comment(G, n)}, {"name", kname},
 	        {"xparams", in.params}, {"oparams", ro.params},
 	        {"block", cg_num(c, rg.block)}, {"rows", cg_num(c, rg.rows)},
