@@ -29,7 +29,8 @@ It prints how the attention was exported (grouped-query heads kept,
 causal, masked) and, per model and per path (cpu, gpu), the largest
 absolute error of the last step's loss and of the params after 3 steps,
 with PASS or FAIL; exit 0 when all passed.  Environment: SGC (the sgc
-binary), SGRT_FLAGS (nvcc flags to link libsgrt), NVCC.
+binary), SGRT_FLAGS (nvcc flags to link libsgrt), NVCC, MODELS_RUNS (the
+runs to do, space-separated; default all).
 
 The module factories (llama, mistral, qwen2, gpt2, llama_bvt, gpt2_bvt)
 are also fx2sg's MODULE_SPEC targets: tests/gpu/models_llama.py:llama.
@@ -257,7 +258,8 @@ def main():
     if not args:
         sys.exit(__doc__)
     work = args[0]
-    names = args[1:] or RUNS
+    # MODELS_RUNS (space-separated) picks runs when the command line does not
+    names = args[1:] or os.environ.get("MODELS_RUNS", "").split() or RUNS
     ok = True
     for n in names:
         try:
