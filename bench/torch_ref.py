@@ -40,6 +40,7 @@ import gc
 import json
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -430,10 +431,16 @@ class Model:
                    for k, t, s in self.decls(d).values() if k != "input")
 
     def io_bytes(self, d):
-        """The inputs, the logits (classes a target) and the loss."""
+        """The inputs and what the graph returns: the loss alone (exported
+        with --loss-only, as bench/models.py does), or also the logits
+        (classes a target) when its return names more."""
         dec = self.decls(d)
         ins = sum(math.prod(s) * torch.empty((), dtype=t).element_size()
                   for k, t, s in dec.values() if k == "input")
+        with open(self.path()) as f:
+            rets = re.findall(r"^\s*return\s+(.*)$", f.read(), re.M)
+        if rets and rets[-1].split() == ["%loss"]:
+            return ins + 4
         n = math.prod(dec["target"][2]) if "target" in dec else 0
         return ins + 2 * n * self.classes + 4
 
@@ -496,14 +503,14 @@ def run_model(w, dry, one):
 WORKLOADS = {w.name: w for w in (
     EwChain(), TwoBranch(), Mlp(torch.float32), Mlp(torch.bfloat16), Mlp8(),
     Transformer(),
-    Model("vit_tiny", 1000, {"B": 2}, 10, {"eager": 30, "compile": 90}),
-    Model("resnet18", 1000, {"B": 2}, 10, {"eager": 30, "compile": 120}),
+    Model("vit_tiny", 1000, {"B": 2}, 10, {"eager": 30, "compile": 60}),
+    Model("resnet18", 1000, {"B": 2}, 10, {"eager": 30, "compile": 60}),
     # (the language models are exported at their table's sizes, so there
     # are no small dims: no `sgc run` check here, whose 8192 or 8192
     # tokens would take many minutes on the CPU; models_llama.py checks
     # the same exports at small configs against PyTorch)
-    Model("gpt2", 50257, {}, 10, {"eager": 40, "compile": 120}, check=False),
-    Model("llama", 32000, {}, 10, {"eager": 50, "compile": 150},
+    Model("gpt2", 50257, {}, 10, {"eager": 40, "compile": 70}, check=False),
+    Model("llama", 32000, {}, 10, {"eager": 50, "compile": 70},
           check=False))}
 
 # The benchmark programs: name, .sg file, sgc flags, workload, and the
