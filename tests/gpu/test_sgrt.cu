@@ -962,15 +962,35 @@ test_trace(void)
 	fclose(f);
 	j = cJSON_Parse(text);
 	CHECK(j != NULL && cJSON_IsArray(j));
+	/* Each stream's track: "tid" is its index, named by a "thread_name"
+	 * metadata event ("ph": "M"); the ops are "X" slices. */
+	const char *track[8] = {0};
 	cJSON_ArrayForEach(e, j) {
-		const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
-		const char *tid = cJSON_GetObjectItem(e, "tid")->valuestring;
-		const char *cat = cJSON_GetObjectItem(e, "cat")->valuestring;
-		double ts = cJSON_GetObjectItem(e, "ts")->valuedouble;
-		double dur = cJSON_GetObjectItem(e, "dur")->valuedouble;
-		int line = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"),
-		                               "line")->valueint;
-		CHECK(!strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X"));
+		const cJSON *ph = cJSON_GetObjectItem(e, "ph"), *t = cJSON_GetObjectItem(e, "tid");
+		const cJSON *args = cJSON_GetObjectItem(e, "args");
+		const cJSON *nm = args ? cJSON_GetObjectItem(args, "name") : NULL;
+		CHECK(cJSON_IsString(ph) && cJSON_IsNumber(t));
+		if (cJSON_IsString(ph) && !strcmp(ph->valuestring, "M") && cJSON_IsNumber(t) &&
+		    t->valueint >= 0 && t->valueint < 8 && cJSON_IsString(nm))
+			track[t->valueint] = nm->valuestring;
+	}
+	cJSON_ArrayForEach(e, j) {
+		const cJSON *ph = cJSON_GetObjectItem(e, "ph"), *t = cJSON_GetObjectItem(e, "tid");
+		const cJSON *ne = cJSON_GetObjectItem(e, "name"), *ce = cJSON_GetObjectItem(e, "cat");
+		const cJSON *te = cJSON_GetObjectItem(e, "ts"), *de = cJSON_GetObjectItem(e, "dur");
+		const cJSON *le = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "line");
+		if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "X"))
+			continue;
+		CHECK(cJSON_IsString(ne) && cJSON_IsString(ce) && cJSON_IsNumber(te) &&
+		      cJSON_IsNumber(de) && cJSON_IsNumber(le) && cJSON_IsNumber(t) &&
+		      t->valueint >= 0 && t->valueint < 8 && track[t->valueint]);
+		if (!cJSON_IsString(ne) || !cJSON_IsString(ce) || !cJSON_IsNumber(te) ||
+		    !cJSON_IsNumber(de) || !cJSON_IsNumber(le) || !cJSON_IsNumber(t) ||
+		    t->valueint < 0 || t->valueint >= 8 || !track[t->valueint])
+			continue;
+		const char *name = ne->valuestring, *tid = track[t->valueint], *cat = ce->valuestring;
+		double ts = te->valuedouble, dur = de->valuedouble;
+		int line = le->valueint;
 		CHECK(ts >= 0 && dur >= 0);
 		n++;
 		if (!strcmp(name, "spin")) {
