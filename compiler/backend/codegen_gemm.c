@@ -237,6 +237,12 @@ cg_gemm_stmt(CgGraph *G, NodeId i)
 		        "their strides) */\n", G->vname[sched_operand_root(G->s, g->nodes.v[i].res[0])]);
 		return 1;
 	}
+	if (F->view[i] && F->trans[g->nodes.v[i].res[0]] == 0 && r != NONE &&
+	    g->nodes.v[r].op != OP_MATMUL && g->nodes.v[r].op != OP_LINEAR) {
+		fprintf(G->body, "\t/* (not copied: the same bytes as %s, read through its "
+		        "pointer) */\n", G->vname[sched_operand_root(G->s, g->nodes.v[i].res[0])]);
+		return 1;
+	}
 	if (F->view[i]) {
 		fprintf(G->body, "\t/* (not copied: the products read %s through their "
 		        "operand layout) */\n", G->vname[sched_operand_root(G->s, g->nodes.v[i].res[0])]);

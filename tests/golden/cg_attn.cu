@@ -581,7 +581,6 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_sq = NULL;
 	float *v_loss = (float *)io[1];
 	float *v_grad_loss = NULL;
-	float *v_grad_sq_1 = NULL;
 	float *v_grad_sq_2 = NULL;
 	sg_bf16 *v_grad_p = NULL;
 	sg_bf16 *v_grad_wo = NULL;
@@ -698,13 +697,12 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_attn_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_attn.sg:33: %loss = mean(%sq)  [sgc: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1])] */
-	v_grad_sq_1 = (float *)SGRT_AT(rt, 131328); /* 4 bytes of the arena */
-	SGRT_TRY(sgrt_copy(rt, 0, v_grad_sq_1, v_grad_loss, 4, "reshape_grad.sq.1", 33));
+	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
 	/* cg_attn.sg:33: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128])] */
 	v_grad_sq_2 = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_expand_grad_sq_2", 33,
-	            k_attn_bf16_33_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_1, v_grad_sq_2));
+	            k_attn_bf16_33_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_sq_2));
 
 	/* cg_attn.sg:33: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 16384)] */
 
@@ -1032,7 +1030,6 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_sq = NULL;
 	float *v_loss = (float *)io[1];
 	float *v_grad_loss = NULL;
-	float *v_grad_sq_1 = NULL;
 	float *v_grad_sq_2 = NULL;
 	sg_f16 *v_grad_p = NULL;
 	sg_f16 *v_grad_wo = NULL;
@@ -1148,13 +1145,12 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_attn_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_attn.sg:58: %loss = mean(%sq)  [sgc: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1])] */
-	v_grad_sq_1 = (float *)SGRT_AT(rt, 131328); /* 4 bytes of the arena */
-	SGRT_TRY(sgrt_copy(rt, 0, v_grad_sq_1, v_grad_loss, 4, "reshape_grad.sq.1", 58));
+	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
 	/* cg_attn.sg:58: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128])] */
 	v_grad_sq_2 = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_expand_grad_sq_2", 58,
-	            k_attn_bf16_33_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_1, v_grad_sq_2));
+	            k_attn_bf16_33_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_sq_2));
 
 	/* cg_attn.sg:58: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 16384)] */
 

@@ -750,8 +750,12 @@ gqa_bf16_run(gqa_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		fp.v_s0 = 8192;
 		fp.v_s1 = 4096;
 		fp.kv_group = 4;
-		SGRT_KERNEL(rt, 0, "k_gqa_bf16_29_flash_fwd_att", 29,
-		            SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 29));
+		/* cuDNN's fused attention first; the kernels when it declines. */
+		SgrtSdpa sd;
+		SGRT_SDPA_FROM_FLASH(&sd, &fp, SGRT_BF16);
+		SGRT_SDPA_OR(rt, 0, &sd, 0, "k_gqa_bf16_29_flash_fwd_att[cudnn]", 29,
+		             SGRT_KERNEL(rt, 0, "k_gqa_bf16_29_flash_fwd_att[sgk]", 29,
+		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 29)));
 	}
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_29, 0, 29));
 
@@ -853,10 +857,15 @@ gqa_bf16_run(gqa_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		fp.dk = v_grad_k;
 		fp.dv = v_grad_v;
 		fp.delta = tmp_delta_29;
-		SGRT_KERNEL(rt, 0, "k_gqa_bf16_29_flash_fwd_grad_q", 29,
-		            SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 29));
-		SGRT_KERNEL(rt, 0, "k_gqa_bf16_29_flash_bwd_grad_q", 29,
-		            SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 29));
+		/* cuDNN's fused attention first; the kernels when it declines. */
+		SgrtSdpa sd;
+		SGRT_SDPA_FROM_FLASH(&sd, &fp, SGRT_BF16);
+		SGRT_SDPA_OR(rt, 0, &sd, 0, "k_gqa_bf16_29_flash_fwd_grad_q[cudnn]", 29,
+		             SGRT_KERNEL(rt, 0, "k_gqa_bf16_29_flash_fwd_grad_q[sgk]", 29,
+		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 29)));
+		SGRT_SDPA_OR(rt, 0, &sd, 1, "k_gqa_bf16_29_flash_bwd_grad_q[cudnn]", 29,
+		             SGRT_KERNEL(rt, 0, "k_gqa_bf16_29_flash_bwd_grad_q[sgk]", 29,
+		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<sg_bf16>(&fp, sgrt_stream(rt, 0)), 29)));
 	}
 	SGRT_TRY(sgrt_free_async(rt, tmp_delta_29, 0, 29));
 	SGRT_TRY(sgrt_free_async(rt, tmp_o_29, 0, 29));
@@ -1176,8 +1185,12 @@ mqa_f16_run(mqa_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		fp.v_s0 = 4096;
 		fp.v_s1 = 4096;
 		fp.kv_group = 8;
-		SGRT_KERNEL(rt, 0, "k_mqa_f16_44_flash_fwd_att", 44,
-		            SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_f16>(&fp, sgrt_stream(rt, 0)), 44));
+		/* cuDNN's fused attention first; the kernels when it declines. */
+		SgrtSdpa sd;
+		SGRT_SDPA_FROM_FLASH(&sd, &fp, SGRT_F16);
+		SGRT_SDPA_OR(rt, 0, &sd, 0, "k_mqa_f16_44_flash_fwd_att[cudnn]", 44,
+		             SGRT_KERNEL(rt, 0, "k_mqa_f16_44_flash_fwd_att[sgk]", 44,
+		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_f16>(&fp, sgrt_stream(rt, 0)), 44)));
 	}
 	SGRT_TRY(sgrt_free_async(rt, tmp_lse_44, 0, 44));
 
@@ -1267,10 +1280,15 @@ mqa_f16_run(mqa_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		fp.dk = v_grad_k;
 		fp.dv = v_grad_v;
 		fp.delta = tmp_delta_44;
-		SGRT_KERNEL(rt, 0, "k_mqa_f16_44_flash_fwd_grad_k_1", 44,
-		            SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_f16>(&fp, sgrt_stream(rt, 0)), 44));
-		SGRT_KERNEL(rt, 0, "k_mqa_f16_44_flash_bwd_grad_k_1", 44,
-		            SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<sg_f16>(&fp, sgrt_stream(rt, 0)), 44));
+		/* cuDNN's fused attention first; the kernels when it declines. */
+		SgrtSdpa sd;
+		SGRT_SDPA_FROM_FLASH(&sd, &fp, SGRT_F16);
+		SGRT_SDPA_OR(rt, 0, &sd, 0, "k_mqa_f16_44_flash_fwd_grad_k_1[cudnn]", 44,
+		             SGRT_KERNEL(rt, 0, "k_mqa_f16_44_flash_fwd_grad_k_1[sgk]", 44,
+		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_fwd<sg_f16>(&fp, sgrt_stream(rt, 0)), 44)));
+		SGRT_SDPA_OR(rt, 0, &sd, 1, "k_mqa_f16_44_flash_bwd_grad_k_1[cudnn]", 44,
+		             SGRT_KERNEL(rt, 0, "k_mqa_f16_44_flash_bwd_grad_k_1[sgk]", 44,
+		                         SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<sg_f16>(&fp, sgrt_stream(rt, 0)), 44)));
 	}
 	SGRT_TRY(sgrt_free_async(rt, tmp_delta_44, 0, 44));
 	SGRT_TRY(sgrt_free_async(rt, tmp_o_44, 0, 44));

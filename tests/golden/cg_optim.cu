@@ -684,7 +684,6 @@ adamw_bf16_run(adamw_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_loss = (sg_bf16 *)io[2];
 	sg_bf16 *v_grad_loss = NULL;
 	sg_bf16 *v_grad_h = NULL;
-	sg_bf16 *v_grad_c_1 = NULL;
 	sg_bf16 *v_grad_c = NULL;
 	sg_bf16 *v_grad_w = NULL;
 	sg_bf16 *v_grad_b = NULL;
@@ -737,13 +736,12 @@ adamw_bf16_run(adamw_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_adamw_bf16_20_sub_grad_h_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_y, v_grad_loss, v_grad_h));
 
 	/* cg_optim.sg:19: %s = sum(%c)  [sgc: %grad.c.1 = reshape(%grad.loss, shape=[1])] */
-	v_grad_c_1 = (sg_bf16 *)SGRT_AT(rt, 1024); /* 2 bytes of the arena */
-	SGRT_TRY(sgrt_copy(rt, 0, v_grad_c_1, v_grad_loss, 2, "reshape_grad.c.1", 19));
+	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
 	/* cg_optim.sg:19: %s = sum(%c)  [sgc: %grad.c = expand(%grad.c.1, shape=[37])] */
-	v_grad_c = (sg_bf16 *)SGRT_AT(rt, 768); /* 74 bytes of the arena */
+	v_grad_c = (sg_bf16 *)SGRT_AT(rt, 1024); /* 74 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_expand_grad_c", 19,
-	            k_adamw_bf16_19_expand_grad_c<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_c_1, v_grad_c));
+	            k_adamw_bf16_19_expand_grad_c<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_c));
 
 	/* cg_optim.sg:19: %s = sum(%c)  [sgc: adamw_update_(%c, %grad.c, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.1)] */
 	SGRT_KERNEL(rt, 0, "k_adamw_bf16_19_adamw_step", 19,

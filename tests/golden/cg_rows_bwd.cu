@@ -1408,7 +1408,6 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_l = NULL;
 	float *v_loss = (float *)io[2];
 	float *v_grad_loss = NULL;
-	float *v_grad_lt_1 = NULL;
 	float *v_grad_lt_2 = NULL;
 	float *v_grad_l = NULL;
 	float *v_grad_z = NULL;
@@ -1467,13 +1466,12 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_rows_f32_26_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_rows_bwd.sg:64: %loss = mean(%lt)  [sgc: %grad.lt.1 = reshape(%grad.loss, shape=[1, 1])] */
-	v_grad_lt_1 = (float *)SGRT_AT(rt, 256); /* 4 bytes of the arena */
-	SGRT_TRY(sgrt_copy(rt, 0, v_grad_lt_1, v_grad_loss, 4, "reshape_grad.lt.1", 64));
+	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
 	/* cg_rows_bwd.sg:64: %loss = mean(%lt)  [sgc: %grad.lt.2 = expand(%grad.lt.1, shape=[16, 64])] */
 	v_grad_lt_2 = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_f32_64_expand_grad_lt_2", 64,
-	            k_soft_f32_64_expand_grad_lt_2<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_lt_1, v_grad_lt_2));
+	            k_soft_f32_64_expand_grad_lt_2<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_lt_2));
 
 	/* cg_rows_bwd.sg:64: %loss = mean(%lt)  [sgc: %grad.lt = div(%grad.lt.2, 1024)] */
 
@@ -1735,7 +1733,6 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_l = NULL;
 	sg_bf16 *v_loss = (sg_bf16 *)io[2];
 	sg_bf16 *v_grad_loss = NULL;
-	sg_bf16 *v_grad_lt_1 = NULL;
 	sg_bf16 *v_grad_lt_2 = NULL;
 	sg_bf16 *v_grad_l = NULL;
 	sg_bf16 *v_grad_z_1 = NULL;
@@ -1796,13 +1793,12 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_rows_bf16_45_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_rows_bwd.sg:81: %loss = mean(%lt)  [sgc: %grad.lt.1 = reshape(%grad.loss, shape=[1, 1])] */
-	v_grad_lt_1 = (sg_bf16 *)SGRT_AT(rt, 256); /* 2 bytes of the arena */
-	SGRT_TRY(sgrt_copy(rt, 0, v_grad_lt_1, v_grad_loss, 2, "reshape_grad.lt.1", 81));
+	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
 	/* cg_rows_bwd.sg:81: %loss = mean(%lt)  [sgc: %grad.lt.2 = expand(%grad.lt.1, shape=[16, 64])] */
 	v_grad_lt_2 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_81_expand_grad_lt_2", 81,
-	            k_soft_bf16_81_expand_grad_lt_2<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_lt_1, v_grad_lt_2));
+	            k_soft_bf16_81_expand_grad_lt_2<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_lt_2));
 
 	/* cg_rows_bwd.sg:81: %loss = mean(%lt)  [sgc: %grad.lt = div(%grad.lt.2, 1024)] */
 

@@ -1379,7 +1379,7 @@ bn_train_create(bn_train_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 887552; /* the static memory plan's peak */
+	cfg.arena_bytes = 887296; /* the static memory plan's peak */
 	bn_train_model *M = (bn_train_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1478,7 +1478,6 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_rm_3 = NULL;
 	sg_bf16 *v_rv_3 = NULL;
 	sg_bf16 *v_grad_l = NULL;
-	sg_bf16 *v_grad_yt_1 = NULL;
 	sg_bf16 *v_grad_yt_2 = NULL;
 	sg_bf16 *v_grad_y = NULL;
 	sg_bf16 *v_grad_xg = NULL;
@@ -1561,18 +1560,17 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_bn_train_41_ones_grad_l<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_l));
 
 	/* cg_split_reduce.sg:40: %l = mean(%yt)  [sgc: %grad.yt.1 = reshape(%grad.l, shape=[1, 1, 1, 1])] */
-	v_grad_yt_1 = (sg_bf16 *)SGRT_AT(rt, 295936); /* 2 bytes of the arena */
-	SGRT_TRY(sgrt_copy(rt, 0, v_grad_yt_1, v_grad_l, 2, "reshape_grad.yt.1", 40));
+	/* (not copied: the same bytes as v_grad_l, read through its pointer) */
 
 	/* cg_split_reduce.sg:40: %l = mean(%yt)  [sgc: %grad.yt.2 = expand(%grad.yt.1, shape=[8, 16, 33, 35])] */
-	v_grad_yt_2 = (sg_bf16 *)SGRT_AT(rt, 296192); /* 295680 bytes of the arena */
+	v_grad_yt_2 = (sg_bf16 *)SGRT_AT(rt, 295936); /* 295680 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_40_expand_grad_yt_2", 40,
-	            k_bn_train_40_expand_grad_yt_2<<<578, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_yt_1, v_grad_yt_2));
+	            k_bn_train_40_expand_grad_yt_2<<<578, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_l, v_grad_yt_2));
 
 	/* cg_split_reduce.sg:40: %l = mean(%yt)  [sgc: %grad.yt = div(%grad.yt.2, 147840)] */
 
 	/* cg_split_reduce.sg:39: %yt = mul(%y, %t)  [sgc: %grad.y = mul(%grad.yt, %t)] */
-	v_grad_y = (sg_bf16 *)SGRT_AT(rt, 296192); /* 295680 bytes of the arena */
+	v_grad_y = (sg_bf16 *)SGRT_AT(rt, 295936); /* 295680 bytes of the arena */
 	if (((uintptr_t)v_grad_yt_2 % 16) == 0 && ((uintptr_t)v_t % 16) == 0 && ((uintptr_t)v_grad_y % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_bn_train_40_div_grad_yt_vec", 40,
 		            k_bn_train_40_div_grad_yt_vec<<<73, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_yt_2, v_t, v_grad_y));
@@ -1581,7 +1579,7 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_bn_train_40_div_grad_yt<<<578, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_yt_2, v_t, v_grad_y));
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %grad.xg, %grad.w, %grad.b = batch_norm_backward(%grad.y, %xg, %w, training=true, eps=1e-05)] */
-	v_grad_xg = (sg_bf16 *)SGRT_AT(rt, 591872); /* 295680 bytes of the arena */
+	v_grad_xg = (sg_bf16 *)SGRT_AT(rt, 591616); /* 295680 bytes of the arena */
 	float *tmp_bn_38_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_38_2, sg_batch_norm_workspace<sg_bf16>(8, 16, 1155), 0, 38));
 	SGRT_KERNEL(rt, 0, "k_bn_train_38_batch_norm_backward_grad_xg", 38,
@@ -1782,7 +1780,6 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_rm_3 = NULL;
 	float *v_rv_3 = NULL;
 	float *v_grad_l = NULL;
-	float *v_grad_rt_1 = NULL;
 	float *v_grad_rt_2 = NULL;
 	float *v_grad_y = NULL;
 	float *v_grad_xg = NULL;
@@ -1874,13 +1871,12 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_bn_train_f32_58_ones_grad_l<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_l));
 
 	/* cg_split_reduce.sg:57: %l = mean(%rt)  [sgc: %grad.rt.1 = reshape(%grad.l, shape=[1, 1, 1, 1])] */
-	v_grad_rt_1 = (float *)SGRT_AT(rt, 1128704); /* 4 bytes of the arena */
-	SGRT_TRY(sgrt_copy(rt, 0, v_grad_rt_1, v_grad_l, 4, "reshape_grad.rt.1", 57));
+	/* (not copied: the same bytes as v_grad_l, read through its pointer) */
 
 	/* cg_split_reduce.sg:57: %l = mean(%rt)  [sgc: %grad.rt.2 = expand(%grad.rt.1, shape=[5, 32, 41, 43])] */
 	v_grad_rt_2 = (float *)SGRT_AT(rt, 3385344); /* 1128320 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_f32_57_expand_grad_rt_2", 57,
-	            k_bn_train_f32_57_expand_grad_rt_2<<<1102, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_rt_1, v_grad_rt_2));
+	            k_bn_train_f32_57_expand_grad_rt_2<<<1102, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_l, v_grad_rt_2));
 
 	/* cg_split_reduce.sg:57: %l = mean(%rt)  [sgc: %grad.rt = div(%grad.rt.2, 282080)] */
 
