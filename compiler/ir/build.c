@@ -408,7 +408,7 @@ ir_attr_set(Node *n, const char *name)
 Node *
 ir_sole_def(Graph *g, const uint32_t *uses, const Opnd *o, int op, uint32_t s)
 {
-	if (o->kind != OK_VAL || uses[o->v] != 1)
+	if (o->kind != OK_VAL || (uses && uses[o->v] != 1))
 		return NULL;
 	const Value *v = &g->vals.v[o->v];
 	if (v->kind != VK_NODE)

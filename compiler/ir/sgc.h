@@ -711,8 +711,8 @@ uint32_t *ir_use_counts(const Graph *g);
 /* Attribute `name` of n (an ICE when n's op has none), marked set. */
 Attr *ir_attr_set(Node *n, const char *name);
 /* The node defining operand o when o is a value with one reader (uses:
- * ir_use_counts), made by op on stream s, live and not in the backward
- * block; else NULL. */
+ * ir_use_counts; NULL: any number of readers), made by op on stream s,
+ * live and not in the backward block; else NULL. */
 Node *ir_sole_def(Graph *g, const uint32_t *uses, const Opnd *o, int op, uint32_t s);
 /* 1 with *x when operand o is a number literal (int or float). */
 int ir_literal(const Opnd *o, double *x);

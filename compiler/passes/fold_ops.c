@@ -169,19 +169,6 @@ rewrite(Gl *G, Node *y)
 	return 0;
 }
 
-/* The defining node of value operand o (any readers), live, on stream s,
- * of op; else NULL. */
-static Node *
-def_of(const Gl *G, const Opnd *o, int op, uint32_t s)
-{
-	if (o->kind != OK_VAL || G->g->vals.v[o->v].kind != VK_NODE)
-		return NULL;
-	Node *n = &G->g->nodes.v[G->g->vals.v[o->v].def];
-	if (n->op != op || (n->flags & (NF_DEAD | NF_BACKWARD)) || n->stream != s)
-		return NULL;
-	return n;
-}
-
 /* Rewrites y = mul(w, c) when it ends an RMS norm chain (see the top). */
 static int
 rewrite_rms(Gl *G, Node *y)
@@ -233,7 +220,7 @@ rewrite_rms(Gl *G, Node *y)
 			            !same_val(&p->opnd[1], t))
 				continue;
 			/* t: x itself (f32, kept), or cast(x) read by p and h alone */
-			Node *tc = def_of(G, t, OP_CAST, s);
+			Node *tc = ir_sole_def(g, NULL, t, OP_CAST, s); /* (read by p and h) */
 			const Opnd *x = t;
 			if (tc && G->uses[t->v] == (p->op == OP_MUL ? 3u : 2u) && c)
 				x = &tc->opnd[0];

@@ -59,18 +59,26 @@ typedef struct {
 	NodeId *user;   /* a node reading each value (the one, when uses is 1) */
 } Pad;
 
-/* Types node n by its shape rule with a fresh result named after base,
- * and queues it before node slot (after it: rank 1). */
+/* Types node n (its results' types) by its op's shape rule: a failure is
+ * the pass's fault. */
+static void
+retype(Pad *P, Node *n)
+{
+	if (!op_table[n->op].shape(P->g, n, P->d))
+		ICE("pad_products: the padded '%s' fails its shape rule", op_name(n->op));
+}
+
+/* Types node n with result res (NONE: a fresh value named after base)
+ * and queues it before node slot. */
 static ValId
-put(Pad *P, Node n, const char *base, NodeId slot, uint32_t rank, ValId res)
+put(Pad *P, Node n, const char *base, NodeId slot, ValId res)
 {
 	if (res == NONE)
 		res = ir_value_derived(P->g, base, 0, n.loc);
 	n.nres = 1;
 	n.res[0] = res;
-	if (!op_table[n.op].shape(P->g, &n, P->d))
-		ICE("pad_products: the shape rule of '%s' failed", op_name(n.op));
-	NodeIns x = {slot, rank, n};
+	retype(P, &n);
+	NodeIns x = {slot, 0, n};
 	vec_push(&P->ins, x);
 	return res;
 }
@@ -93,7 +101,7 @@ creation(Pad *P, const Node *at, NodeId slot, int op, const int64_t *d, int rank
 		v->f = value;
 		v->num_kind = OK_FLOAT;
 	}
-	return put(P, z, base, slot, 0, NONE);
+	return put(P, z, base, slot, NONE);
 }
 
 /* cat(a, b, dim) before node at, named after base. */
@@ -104,7 +112,7 @@ cat2(Pad *P, const Node *at, NodeId slot, ValId a, ValId b, int dim, const char 
 	c.opnd[0] = (Opnd){.kind = OK_VAL, .v = a, .loc = at->loc};
 	c.opnd[1] = (Opnd){.kind = OK_VAL, .v = b, .loc = at->loc};
 	ir_attr_set(&c, "dim")->i = dim;
-	return put(P, c, base, slot, 0, NONE);
+	return put(P, c, base, slot, NONE);
 }
 
 /* v with `pad` zeros appended along dim (a weight or a bias), before
@@ -170,8 +178,7 @@ pad_logits(Pad *P, NodeId i, NodeId ce, NodeId view, int64_t N, int64_t pad)
 	o[2] = (Opnd){.kind = OK_VAL, .v = bp, .loc = n->loc};
 	n->opnd = o;
 	n->nopnd = 3;
-	if (!op_table[n->op].shape(g, n, P->d))
-		ICE("pad_products: the padded '%s' fails its shape rule", op_name(n->op));
+	retype(P, n);
 	if (view != NONE) {
 		Node *r = &g->nodes.v[view];
 		Attr *sh = ir_attr_set(r, "shape");
@@ -179,11 +186,9 @@ pad_logits(Pad *P, NodeId i, NodeId ce, NodeId view, int64_t N, int64_t pad)
 		memcpy(d, sh->ints, sh->nints * sizeof *d);
 		d[sh->nints - 1] = N + pad;
 		sh->ints = d;
-		if (!op_table[r->op].shape(g, r, P->d))
-			ICE("pad_products: the padded reshape fails its shape rule");
+		retype(P, r);
 	}
-	if (!op_table[g->nodes.v[ce].op].shape(g, &g->nodes.v[ce], P->d))
-		ICE("pad_products: cross_entropy of the padded logits fails its shape rule");
+	retype(P, &g->nodes.v[ce]);
 	return 1;
 }
 
@@ -194,7 +199,8 @@ pad_product(Pad *P, NodeId i)
 {
 	Graph *g = P->g;
 	Node *n = &g->nodes.v[i];
-	if (n->nres != 1 || n->nopnd < 2 || n->opnd[0].kind != OK_VAL || n->opnd[1].kind != OK_VAL)
+	if (n->nres != 1 || n->nopnd < 2 || n->opnd[0].kind != OK_VAL ||
+	    n->opnd[1].kind != OK_VAL || (n->nopnd > 2 && n->opnd[2].kind != OK_VAL))
 		return 0;
 	const Type y = g->vals.v[n->res[0]].type, w = g->vals.v[n->opnd[1].v].type;
 	const Type x = g->vals.v[n->opnd[0].v].type;
@@ -217,12 +223,7 @@ pad_product(Pad *P, NodeId i)
 	if (ce != NONE)
 		return pad_logits(P, i, ce, view, N, pad);
 	ValId wp = padded(P, n, i, n->opnd[1].v, lin ? 0 : 1, pad);
-	ValId bp = NONE;
-	if (lin && n->nopnd > 2) {
-		if (n->opnd[2].kind != OK_VAL)
-			return 0;
-		bp = padded(P, n, i, n->opnd[2].v, 0, pad);
-	}
+	ValId bp = lin && n->nopnd > 2 ? padded(P, n, i, n->opnd[2].v, 0, pad) : NONE;
 	n = &g->nodes.v[i]; /* (values were added, not nodes: n stays) */
 	ValId yv = n->res[0];
 	const char *yname = g->vals.v[yv].name;
@@ -232,14 +233,13 @@ pad_product(Pad *P, NodeId i)
 	ValId yp = ir_value_derived(g, arena_printf(g->mod->arena, "%s_padded", yname), 0, n->loc);
 	n->res[0] = yp;
 	g->vals.v[yp].def = i;
-	if (!op_table[n->op].shape(g, n, P->d))
-		ICE("pad_products: the padded '%s' fails its shape rule", op_name(n->op));
+	retype(P, n);
 	Node s = ir_node_make(g, OP_SLICE, 1, 1, n->stream, 0, n->loc);
 	s.opnd[0] = (Opnd){.kind = OK_VAL, .v = yp, .loc = n->loc};
 	ir_attr_set(&s, "dim")->i = y.rank - 1;
 	ir_attr_set(&s, "start")->i = 0;
 	ir_attr_set(&s, "end")->i = N;
-	put(P, s, yname, i + 1, 0, yv);
+	put(P, s, yname, i + 1, yv);
 	return 1;
 }
 
