@@ -534,15 +534,15 @@ PROGRAMS = [
      "compile_opt_in_bwd", "fused"),
     ("transformer", "transformer.sg", [], "transformer", "eager", "compile",
      "time_mem"),
-    # offloading (docs/offload.md): the set of 48 values written out, and
-    # --offload=auto at the budgets whose plans lower the transformer's
-    # peak by 15% and by 20% (`sgc check --memory`: device arena 6.98 GB
-    # without offloading, 5.64 GB at 5 700 000 000, 5.37 GB at
-    # 5 400 000 000); each against sgc's transformer row, and PyTorch's
-    # save_on_cpu
+    # offloading (docs/offload.md): the set of 55 values written out, and
+    # --offload=auto at the least budgets whose plans lower the
+    # transformer's peak by 15% and by 20% (`sgc check --memory`: device
+    # arena 7.25 GB without offloading, 5.91 GB at 5 900 000 000, 5.64 GB
+    # at 5 400 000 000); each against sgc's transformer row, and
+    # PyTorch's save_on_cpu
     ("transformer_offload", "transformer_offload.sg", [], "transformer",
      "eager", "eager_save_on_cpu", "offload"),
-    ("transformer_off85", "transformer.sg", ["--offload-budget=5700000000"],
+    ("transformer_off85", "transformer.sg", ["--offload-budget=5900000000"],
      "transformer", "eager", "eager_save_on_cpu", "offload_peak15"),
     ("transformer_off80", "transformer.sg", ["--offload-budget=5400000000"],
      "transformer", "eager", "eager_save_on_cpu", "offload_peak20"),
@@ -603,6 +603,25 @@ def bench(fn, iters=20, warm=5, base=0):
         peak = fn.peak_bytes / 2 ** 30
     return {"ms": round(ts[len(ts) // 2], 4), "ms_min": round(ts[0], 4),
             "peak_gib": round(peak, 3)}
+
+
+# BENCH_TORCH_PROFILE=DIR: after timing each variant, its kernels over
+# two more calls (torch.profiler) into DIR/WORKLOAD.VARIANT.txt, to set
+# beside the sgc drivers' traces.
+PROFILE_DIR = os.environ.get("BENCH_TORCH_PROFILE")
+
+
+def profile_kernels(fn, path):
+    """The CUDA kernels of two calls of fn, by total time."""
+    from torch.profiler import profile, ProfilerActivity
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        fn()
+        torch.cuda.synchronize()
+    with open(path, "w") as f:
+        f.write(prof.key_averages().table(sort_by="cuda_time_total",
+                                          row_limit=40, max_name_column_width=90))
 
 
 def train_step(w, P, fwd, in_bwd=False, on_cpu=False):
@@ -696,9 +715,13 @@ def run_workload(w, log, dry=False, only=None, t_end=None, out=None,
             torch.cuda.empty_cache()
             base = torch.cuda.memory_allocated()
         try:
-            out[name] = bench(make_fn(), 2 if dry else iters or w.iters,
+            fn = make_fn()
+            out[name] = bench(fn, 2 if dry else iters or w.iters,
                               1 if dry else warm or w.warm, base)
             out[name]["left_gib"] = round(base / 2 ** 30, 3)
+            if PROFILE_DIR and not dry:
+                profile_kernels(fn, os.path.join(
+                    PROFILE_DIR, "%s.%s.txt" % (w.name, name)))
         except Exception as ex:  # record and go on: one table regardless
             out[name] = {"error": repr(ex)[:300]}
         out[name]["wall_s"] = round(time.time() - t0, 1)
@@ -1543,6 +1566,9 @@ def overlap_lines(ev, t0):
     return lines
 
 
+TOP_OPS = int(os.environ.get("BENCH_TOP_OPS", "8"))
+
+
 def cmd_trace_summary(args):
     """--trace-summary DIR: for each Chrome trace DIR/PROGRAM.json (one call
     of the driver), the span of the call, the busy time of each stream,
@@ -1573,7 +1599,7 @@ def cmd_trace_summary(args):
                 "%s %.3f ms" % (t, b / 1e3) for t, b in sorted(busy.items()))))
         for line in overlap_lines(ev, t0):
             print(line)
-        for k, (n, d) in sorted(by.items(), key=lambda kv: -kv[1][1])[:8]:
+        for k, (n, d) in sorted(by.items(), key=lambda kv: -kv[1][1])[:TOP_OPS]:
             print("  %5.1f%% %9.3f ms  %4dx  %s" % (100 * d / span, d / 1e3,
                                                    n, k))
     return 0

@@ -133,15 +133,24 @@ pool(CgGraph *G, const Node *n)
 	cg_use_library(G, "sgk_conv.cuh");
 	char *geom = geom_text(c, n, x, NULL, y);
 	const char *out = G->vname[n->res[0]];
-	char *call;
+	char *call = NULL;
 	if (!bwd)
 		call = cg_fmt(c, "sg_launch_pool2d_fwd<%s>(%s, %s, %s, %d, sgrt_stream(rt, %s))", ct,
 		              var(G, n, 0), out, geom, mode, s);
-	else
-		call = cg_fmt(c, "sg_launch_pool2d_bwd<%s>(%s, %s, %s, %s, %d, sgrt_stream(rt, %s))",
-		              ct, var(G, n, 0), mode == 0 ? var(G, n, 1) : cg_fmt(c, "(const %s *)NULL", ct),
-		              out, geom, mode, s);
-	lib_call(G, n, op_name(n->op), call);
+	if (!bwd || mode != 0) {
+		if (bwd)
+			call = cg_fmt(c, "sg_launch_pool2d_bwd<%s>(%s, (const %s *)NULL, %s, %s, %d, NULL, "
+			              "sgrt_stream(rt, %s))", ct, var(G, n, 0), ct, out, geom, mode, s);
+		lib_call(G, n, op_name(n->op), call);
+		return;
+	}
+	/* max_pool2d_backward: a byte an output for the windows' argmax */
+	char *work = cg_alloc_tmp_expr(G, n, "void", cg_fmt(c, "sg_pool2d_bwd_workspace(%s, 0)",
+	                               geom), "pool");
+	lib_call(G, n, op_name(n->op),
+	         cg_fmt(c, "sg_launch_pool2d_bwd<%s>(%s, %s, %s, %s, 0, %s, sgrt_stream(rt, %s))", ct,
+	                var(G, n, 0), var(G, n, 1), out, geom, work, s));
+	cg_free_tmp(G, n, work);
 }
 
 /* batch_norm and batch_norm_backward. */

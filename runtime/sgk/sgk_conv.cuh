@@ -18,12 +18,15 @@
  *       the taps that read it); dw: one block per weight element, summing
  *       over the batch and the output positions in a fixed order.
  *   sg_launch_pool2d_fwd<T>(x, y, g, mode, stream)
- *   sg_launch_pool2d_bwd<T>(dy, x, dx, g, mode, stream)
+ *   sg_pool2d_bwd_workspace(g, mode)   bytes of work for:
+ *   sg_launch_pool2d_bwd<T>(dy, x, dx, g, mode, work, stream)
  *       mode 0 max (the window's first maximum, NaN wins, as PyTorch's
  *       CPU kernel), 1 avg (divided by the whole kernel: PyTorch's
  *       count_include_pad), 2 adaptive avg (PyTorch's floor/ceil
  *       windows).  Backward gathers per input element (no atomics); max
- *       finds each window's maximum again from x.
+ *       first records each window's argmax in work, a byte an output
+ *       (windows up to 15 x 15; larger ones, with no work, find it again
+ *       from x per input element).
  *   sg_batch_norm_workspace<T>(n, c, inner)   bytes of work for:
  *   sg_launch_batch_norm_fwd<T, S>(x, rm, rv, w, b, y, work, n, c, inner,
  *                                  eps, training, stream)
@@ -31,13 +34,15 @@
  *       eval; w, b may be NULL.  Training: each channel's n * inner values
  *       split into slices (about 1024 blocks in all, sgk_bn_chunk), a
  *       block per channel and slice computing the slice's mean and sum of
- *       squared deviations (two passes), then a thread per channel
- *       combining its slices in order (Chan's formula): the mean and the
- *       biased variance.
+ *       squared deviations in one pass (Welford), then a thread per
+ *       channel merging its slices in order (Chan's formula): the mean and
+ *       the biased variance.  Then y pointwise: x read twice in all.
  *   sg_launch_batch_norm_bwd<T, S>(dy, x, rm, rv, w, dx, dw, db, work, n,
  *                                  c, inner, eps, training, stream)
- *       dw, db [c] of T: the statistics again from x, then sum(dy) and
- *       sum(dy * xhat) split the same way, then dx pointwise.
+ *       dw, db [c] of T: one pass over x and dy split the same way gives
+ *       the statistics again with sum(dy) and sum(dy * xhat) (dy's mean
+ *       and its co-moment with x, merged as the variance is), then dx
+ *       pointwise: x and dy read twice in all.
  *   The pointwise kernels keep each value's channel as they walk (no
  *   division a value).
  */
@@ -286,6 +291,85 @@ sgk_pool2d_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, T *__restric
 	}
 }
 
+/* The rows (plane, row) of [planes, len] a block row takes: threadIdx.y
+ * walks them by the grid's block rows, threadIdx.x their columns. */
+#define SGK_ROWS_LOOP(row, nrows)                                               \
+	for (int row = blockIdx.x * blockDim.y + threadIdx.y; row < (nrows);        \
+	     row += gridDim.x * blockDim.y)
+
+/* max_pool2d's backward, phase 1: each output's argmax as kh * 16 + kw,
+ * its place in the unclipped window (255: an empty window), one byte an
+ * output, so that phase 2 finds it again without the window's loads.  A
+ * row of threads takes an output row (plane, oh) at a time; SH and SW the
+ * strides when known at compile time (0: g's), so that the divisions by
+ * them are shifts. */
+template <class T, int SH, int SW>
+__global__ void __launch_bounds__(256)
+sgk_maxpool_arg_k(const T *__restrict__ x, unsigned char *__restrict__ arg, SgConvGeom geom)
+{
+	typedef typename sgk_acc<T>::type A;
+	const SgkPoolGeom<int> g = sgk_pool_geom<int>(geom);
+	const int sh = SH ? SH : g.sh, sw = SW ? SW : g.sw;
+	SGK_ROWS_LOOP(row, g.n * g.c * g.oh) {
+		const int oh = row % g.oh, pl = row / g.oh;
+		const T *plane = x + (long long)pl * g.h * g.w;
+		const int hs = oh * sh - g.ph, h0 = hs < 0 ? 0 : hs;
+		const int h1 = hs + g.r < g.h ? hs + g.r : g.h;
+		for (int ow = threadIdx.x; ow < g.ow; ow += blockDim.x) {
+			const int ws = ow * sw - g.pw, w0 = ws < 0 ? 0 : ws;
+			const int w1 = ws + g.s < g.w ? ws + g.s : g.w;
+			int bh = -1, bw = 0;
+			A m = -SGK_INF;
+			for (int h = h0; h < h1; h++)
+				for (int w = w0; w < w1; w++) {
+					const A v = (A)sgk_tof(plane[h * g.w + w]);
+					if (bh < 0 || v > m || v != v) {
+						m = v;
+						bh = h;
+						bw = w;
+					}
+				}
+			arg[(long long)row * g.ow + ow] =
+				bh < 0 ? (unsigned char)255
+				       : (unsigned char)((bh - hs) * 16 + (bw - ws));
+		}
+	}
+}
+
+/* Phase 2, over the input rows (plane, ih) as phase 1 over the output
+ * rows, a thread a column: the dy of the outputs whose recorded argmax it
+ * is, added in the same order as sgk_pool2d_bwd_k's. */
+template <class T, int SH, int SW>
+__global__ void __launch_bounds__(256)
+sgk_maxpool_bwd_k(const T *__restrict__ dy, const unsigned char *__restrict__ arg,
+                  T *__restrict__ dx, SgConvGeom geom)
+{
+	typedef typename sgk_acc<T>::type A;
+	const SgkPoolGeom<int> g = sgk_pool_geom<int>(geom);
+	const int sh = SH ? SH : g.sh, sw = SW ? SW : g.sw;
+	SGK_ROWS_LOOP(row, g.n * g.c * g.h) {
+		const int ih = row % g.h, pl = row / g.h, a = ih + g.ph - g.r + 1;
+		const int oh0 = a <= 0 ? 0 : (a + sh - 1) / sh;
+		const int oh1 = min((ih + g.ph) / sh + 1, g.oh);
+		const long long pbase = (long long)pl * g.oh * g.ow;
+		for (int iw = threadIdx.x; iw < g.w; iw += blockDim.x) {
+			const int bb = iw + g.pw - g.s + 1;
+			const int ow0 = bb <= 0 ? 0 : (bb + sw - 1) / sw;
+			const int ow1 = min((iw + g.pw) / sw + 1, g.ow);
+			A acc = 0;
+			for (int oh = oh0; oh < oh1; oh++)
+				for (int ow = ow0; ow < ow1; ow++) {
+					const long long o = pbase + (long long)oh * g.ow + ow;
+					const int k = arg[o];
+					if (k != 255 && oh * sh - g.ph + (k >> 4) == ih &&
+					    ow * sw - g.pw + (k & 15) == iw)
+						acc += (A)sgk_tof(dy[o]);
+				}
+			dx[(long long)row * g.w + iw] = sgk_cvt<T>(acc);
+		}
+	}
+}
+
 /* A thread's walk through channel ch's values of x [n, c, inner]: value
  * p = q * inner + i (p from p0 by step) at offset (q * c + ch) * inner + i,
  * kept without a division a step. */
@@ -342,143 +426,189 @@ struct SgkFlatWalk {
 	}
 };
 
-/* Training statistics, stage 1: block (ch, y) takes channel ch's values
- * p in [y * chunk, (y + 1) * chunk) of its m = n * inner, into part[y][ch]:
- * their mean and sum of squared deviations from it (two passes). */
-template <class T>
+/* Running moments of a set of pairs (x, y): their count, the means, x's
+ * sum of squared deviations m2 and the co-moment cxy = sum((x - mx) *
+ * (y - my)) (Welford's update, one pass; merge is Chan's formula, so a
+ * block's threads combine in a fixed order).  sum(y * (x - mx)) = cxy. */
+template <class A>
+struct SgkMoments {
+	A n, mx, m2, my, cxy;
+	__device__ __forceinline__ void add(A x, A y)
+	{
+		n += (A)1;
+		const A r = (A)1 / n, dx = x - mx;
+		mx += dx * r;
+		m2 += dx * (x - mx);
+		my += (y - my) * r;
+		cxy += dx * (y - my);
+	}
+	__device__ __forceinline__ void merge(const SgkMoments &o)
+	{
+		const A t = n + o.n;
+		if (o.n == (A)0)
+			return;
+		if (n == (A)0) {
+			*this = o;
+			return;
+		}
+		const A f = n * o.n / t, dx = o.mx - mx, dy = o.my - my;
+		m2 += o.m2 + dx * dx * f;
+		cxy += o.cxy + dx * dy * f;
+		mx += dx * (o.n / t);
+		my += dy * (o.n / t);
+		n = t;
+	}
+};
+
+/* The block's 256 threads' moments merged (warps by shuffles, then the
+ * eight warps in order by warp 0); the result is thread 0's. */
+template <class A>
+SGK_DEV SgkMoments<A> sgk_block_moments(SgkMoments<A> v, SgkMoments<A> *sh)
+{
+	for (int o = 1; o < 32; o <<= 1) {
+		SgkMoments<A> u;
+		u.n = __shfl_down_sync(0xffffffffu, v.n, o);
+		u.mx = __shfl_down_sync(0xffffffffu, v.mx, o);
+		u.m2 = __shfl_down_sync(0xffffffffu, v.m2, o);
+		u.my = __shfl_down_sync(0xffffffffu, v.my, o);
+		u.cxy = __shfl_down_sync(0xffffffffu, v.cxy, o);
+		if (((threadIdx.x & 31) & (2 * o - 1)) == 0)
+			v.merge(u);
+	}
+	if ((threadIdx.x & 31) == 0)
+		sh[threadIdx.x >> 5] = v;
+	__syncthreads();
+	if (threadIdx.x == 0)
+		for (int w = 1; w < 8; w++)
+			v.merge(sh[w]);
+	return v;
+}
+
+/* Stage 1, one pass: block (ch, y) takes channel ch's values p in
+ * [y * chunk, (y + 1) * chunk) of its m = n * inner, into part[y][ch]:
+ * x's mean and sum of squared deviations, and with dy (backward) dy's
+ * mean and sum(dy * (x - mean)).  NPART values a part: 2, or 4 with dy.
+ * VEC values at a time (inner and chunk multiples of VEC, x and dy
+ * aligned to it): their moments, then merged into the thread's. */
+template <class T, int NPART, int VEC>
 __global__ void __launch_bounds__(256)
-sgk_bn_stats_part_k(const T *__restrict__ x, typename sgk_acc<T>::type *__restrict__ part,
-                    long long n, long long c, long long inner, long long chunk)
+sgk_bn_moments_k(const T *__restrict__ x, const T *__restrict__ dy,
+                 typename sgk_acc<T>::type *__restrict__ part, long long n, long long c,
+                 long long inner, long long chunk)
 {
 	typedef typename sgk_acc<T>::type A;
-	__shared__ A sh[32];
+	__shared__ SgkMoments<A> sh[8];
 	const long long ch = blockIdx.x, p0 = (long long)blockIdx.y * chunk, m = n * inner;
-	const long long len = p0 + chunk < m ? chunk : m - p0;
-	A s = 0;
-	SgkChanWalk a(p0 + threadIdx.x, 256, ch, c, inner);
-	for (long long p = threadIdx.x; p < len; p += 256, a.next())
-		s += (A)sgk_tof(x[a.off]);
-	const A mean = sgk_row_sum<256>(s, sh) / (A)len;
-	A q = 0;
-	SgkChanWalk b(p0 + threadIdx.x, 256, ch, c, inner);
-	for (long long p = threadIdx.x; p < len; p += 256, b.next()) {
-		const A d = (A)sgk_tof(x[b.off]) - mean;
-		q += d * d;
+	const long long len = (p0 + chunk < m ? chunk : m - p0) / VEC;
+	SgkMoments<A> v = {0, 0, 0, 0, 0};
+	SgkChanWalk a(p0 / VEC + threadIdx.x, 256, ch, c, inner / VEC);
+	for (long long p = threadIdx.x; p < len; p += 256, a.next()) {
+		if (VEC == 1) {
+			v.add((A)sgk_tof(x[a.off]), NPART == 4 ? (A)sgk_tof(dy[a.off]) : (A)0);
+			continue;
+		}
+		const sgk_reg<VEC, T> xr = sgk_ldv<VEC>(x + a.off * VEC);
+		sgk_reg<VEC, T> yr;
+		if (NPART == 4)
+			yr = sgk_ldv<VEC>(dy + a.off * VEC);
+		A xs[VEC], ys[VEC], mx = 0, my = 0;
+#pragma unroll
+		for (int k = 0; k < VEC; k++) {
+			xs[k] = (A)sgk_tof(xr.v[k]);
+			ys[k] = NPART == 4 ? (A)sgk_tof(yr.v[k]) : (A)0;
+			mx += xs[k];
+			my += ys[k];
+		}
+		mx *= (A)1 / (A)VEC;
+		my *= (A)1 / (A)VEC;
+		SgkMoments<A> u = {(A)VEC, mx, 0, my, 0};
+#pragma unroll
+		for (int k = 0; k < VEC; k++) {
+			const A d = xs[k] - mx;
+			u.m2 += d * d;
+			u.cxy += d * (ys[k] - my);
+		}
+		v.merge(u);
 	}
-	q = sgk_row_sum<256>(q, sh);
+	v = sgk_block_moments(v, sh);
 	if (threadIdx.x == 0) {
-		part[2 * ((long long)blockIdx.y * c + ch)] = mean;
-		part[2 * ((long long)blockIdx.y * c + ch) + 1] = q;
+		A *o = part + NPART * ((long long)blockIdx.y * c + ch);
+		o[0] = v.mx;
+		o[1] = v.m2;
+		if (NPART == 4) {
+			o[2] = v.my;
+			o[3] = v.cxy;
+		}
 	}
 }
 
-/* Stage 2, a thread a channel: its mean and rstd into work[ch], work[c +
- * ch], in training from the nsplit parts in order (Chan's formula, the
- * biased variance), in eval the running ones. */
-template <class T, class S>
+/* Stage 2, a thread a channel: the nsplit parts merged in order into the
+ * channel's mean and rstd, work[ch] and work[c + ch] (in eval the running
+ * ones); with dy also sum(dy) and sum(dy * xhat) into work[3c + ch] and
+ * work[2c + ch], and db, dw. */
+template <class T, class S, int NPART>
 __global__ void __launch_bounds__(256)
 sgk_bn_stats_final_k(const S *__restrict__ rm, const S *__restrict__ rv,
                      const typename sgk_acc<T>::type *__restrict__ part,
-                     typename sgk_acc<T>::type *__restrict__ work, long long m, long long c,
-                     long long chunk, int nsplit, float eps, int training)
+                     typename sgk_acc<T>::type *__restrict__ work, T *__restrict__ dw,
+                     T *__restrict__ db, long long m, long long c, long long chunk, int nsplit,
+                     float eps, int training)
 {
 	typedef typename sgk_acc<T>::type A;
 	const long long ch = (long long)blockIdx.x * blockDim.x + threadIdx.x;
 	if (ch >= c)
 		return;
-	A mean, var;
-	if (training) {
-		A cnt = 0, q = 0;
-		mean = 0;
-		for (int k = 0; k < nsplit; k++) {
-			const A nk = (A)(k + 1 < nsplit ? chunk : m - (long long)k * chunk);
-			const A d = part[2 * (k * c + ch)] - mean;
-			q += part[2 * (k * c + ch) + 1] + d * d * (cnt * nk / (cnt + nk));
-			mean += d * (nk / (cnt + nk));
-			cnt += nk;
-		}
-		var = q / (A)m;
-	} else {
+	SgkMoments<A> v = {0, 0, 0, 0, 0};
+	for (int k = 0; k < nsplit; k++) {
+		const A *q = part + NPART * (k * c + ch);
+		SgkMoments<A> u = {(A)(k + 1 < nsplit ? chunk : m - (long long)k * chunk), q[0], q[1],
+		                   NPART == 4 ? q[2] : (A)0, NPART == 4 ? q[3] : (A)0};
+		v.merge(u);
+	}
+	A mean = v.mx, var = v.m2 / (A)m;
+	if (!training) {
 		mean = (A)sgk_tof(rm[ch]);
 		var = (A)sgk_tof(rv[ch]);
 	}
+	const A rstd = (A)1 / sgk_sqrt(var + (A)eps);
 	work[ch] = mean;
-	work[c + ch] = (A)1 / sgk_sqrt(var + (A)eps);
+	work[c + ch] = rstd;
+	if (NPART == 4) {
+		/* sum(dy * (x - mean)) = cxy + (mx - mean) * sum(dy) */
+		const A sg = v.my * (A)m, sgx = rstd * (v.cxy + (v.mx - mean) * sg);
+		work[2 * c + ch] = sgx;
+		work[3 * c + ch] = sg;
+		dw[ch] = sgk_cvt<T>(sgx);
+		db[ch] = sgk_cvt<T>(sg);
+	}
 }
 
-template <class T>
+/* y = (x - mean) * rstd * w + b, VEC values at a time (inner a multiple
+ * of VEC, x and y aligned to it): the walk is over vectors. */
+template <class T, int VEC>
 __global__ void __launch_bounds__(256)
 sgk_bn_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
              T *__restrict__ y, const typename sgk_acc<T>::type *__restrict__ work, long long n,
              long long c, long long inner)
 {
 	typedef typename sgk_acc<T>::type A;
-	for (SgkFlatWalk f(c, inner); f.i < n * c * inner; f.next()) {
+	for (SgkFlatWalk f(c, inner / VEC); f.i < n * c * inner / VEC; f.next()) {
 		const long long ch = f.ch;
-		A v = ((A)sgk_tof(x[f.i]) - work[ch]) * work[c + ch];
-		if (w)
-			v *= (A)sgk_tof(w[ch]);
-		if (b)
-			v += (A)sgk_tof(b[ch]);
-		y[f.i] = sgk_cvt<T>(v);
+		const A sc = work[c + ch] * (w ? (A)sgk_tof(w[ch]) : (A)1), mean = work[ch];
+		const A sf = b ? (A)sgk_tof(b[ch]) : (A)0;
+		const sgk_reg<VEC, T> xr = sgk_ldv<VEC>(x + f.i * VEC);
+		sgk_reg<VEC, T> yr;
+#pragma unroll
+		for (int k = 0; k < VEC; k++)
+			yr.v[k] = sgk_cvt<T>(((A)sgk_tof(xr.v[k]) - mean) * sc + sf);
+		sgk_stv<VEC>(y + f.i * VEC, yr);
 	}
-}
-
-/* Backward, stage 1: block (ch, y) sums dy and dy * xhat over channel
- * ch's values in the y-th slice of chunk into part[y][ch]. */
-template <class T>
-__global__ void __launch_bounds__(256)
-sgk_bn_bwd_sums_part_k(const T *__restrict__ dy, const T *__restrict__ x,
-                       const typename sgk_acc<T>::type *__restrict__ work,
-                       typename sgk_acc<T>::type *__restrict__ part, long long n, long long c,
-                       long long inner, long long chunk)
-{
-	typedef typename sgk_acc<T>::type A;
-	__shared__ A sh[32];
-	const long long ch = blockIdx.x, p0 = (long long)blockIdx.y * chunk, m = n * inner;
-	const long long len = p0 + chunk < m ? chunk : m - p0;
-	const A mean = work[ch], rstd = work[c + ch];
-	A sg = 0, sgx = 0;
-	SgkChanWalk a(p0 + threadIdx.x, 256, ch, c, inner);
-	for (long long p = threadIdx.x; p < len; p += 256, a.next()) {
-		const A gv = (A)sgk_tof(dy[a.off]);
-		sg += gv;
-		sgx += gv * ((A)sgk_tof(x[a.off]) - mean) * rstd;
-	}
-	sg = sgk_row_sum<256>(sg, sh);
-	sgx = sgk_row_sum<256>(sgx, sh);
-	if (threadIdx.x == 0) {
-		part[2 * ((long long)blockIdx.y * c + ch)] = sg;
-		part[2 * ((long long)blockIdx.y * c + ch) + 1] = sgx;
-	}
-}
-
-/* Stage 2, a thread a channel: db = sum(dy) and dw = sum(dy * xhat) from
- * the nsplit parts in order, into dw, db and work[2c..4c). */
-template <class T>
-__global__ void __launch_bounds__(256)
-sgk_bn_bwd_sums_final_k(const typename sgk_acc<T>::type *__restrict__ part, T *__restrict__ dw,
-                        T *__restrict__ db, typename sgk_acc<T>::type *__restrict__ work,
-                        long long c, int nsplit)
-{
-	typedef typename sgk_acc<T>::type A;
-	const long long ch = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-	if (ch >= c)
-		return;
-	A sg = 0, sgx = 0;
-	for (int k = 0; k < nsplit; k++) {
-		sg += part[2 * (k * c + ch)];
-		sgx += part[2 * (k * c + ch) + 1];
-	}
-	work[2 * c + ch] = sgx;
-	work[3 * c + ch] = sg;
-	dw[ch] = sgk_cvt<T>(sgx);
-	db[ch] = sgk_cvt<T>(sg);
 }
 
 /* dx = w * rstd * (dy - db / M - xhat * dw / M) (training: the batch's
- * statistics depend on x), w * rstd * dy in eval. */
-template <class T>
+ * statistics depend on x), w * rstd * dy in eval; VEC values at a time as
+ * sgk_bn_fwd_k. */
+template <class T, int VEC>
 __global__ void __launch_bounds__(256)
 sgk_bn_bwd_dx_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
                 T *__restrict__ dx, const typename sgk_acc<T>::type *__restrict__ work,
@@ -486,14 +616,23 @@ sgk_bn_bwd_dx_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__re
 {
 	typedef typename sgk_acc<T>::type A;
 	const A m = (A)(n * inner);
-	for (SgkFlatWalk f(c, inner); f.i < n * c * inner; f.next()) {
-		const long long ch = f.ch, i = f.i;
-		A rstd = work[c + ch], v = (A)sgk_tof(dy[i]);
-		if (training) {
-			A xh = ((A)sgk_tof(x[i]) - work[ch]) * rstd;
-			v = v - work[3 * c + ch] / m - xh * work[2 * c + ch] / m;
+	for (SgkFlatWalk f(c, inner / VEC); f.i < n * c * inner / VEC; f.next()) {
+		const long long ch = f.ch;
+		const A rstd = work[c + ch], mean = work[ch];
+		const A sc = (w ? (A)sgk_tof(w[ch]) : (A)1) * rstd;
+		const A gm = work[3 * c + ch] / m, xm = work[2 * c + ch] / m;
+		const sgk_reg<VEC, T> gr = sgk_ldv<VEC>(dy + f.i * VEC);
+		sgk_reg<VEC, T> xr, r;
+		if (training)
+			xr = sgk_ldv<VEC>(x + f.i * VEC);
+#pragma unroll
+		for (int k = 0; k < VEC; k++) {
+			A v = (A)sgk_tof(gr.v[k]);
+			if (training)
+				v = v - gm - ((A)sgk_tof(xr.v[k]) - mean) * rstd * xm;
+			r.v[k] = sgk_cvt<T>(sc * v);
 		}
-		dx[i] = sgk_cvt<T>((w ? (A)sgk_tof(w[ch]) : (A)1) * rstd * v);
+		sgk_stv<VEC>(dx + f.i * VEC, r);
 	}
 }
 
@@ -561,13 +700,55 @@ static cudaError_t sg_launch_pool2d_fwd(const T *x, T *y, SgConvGeom g, int mode
 	return sgk_launched();
 }
 
+/* The scratch sg_launch_pool2d_bwd needs: a byte an output for
+ * max_pool2d with windows of at most 15 x 15 whose rows fit an int, else
+ * none. */
+static inline size_t sg_pool2d_bwd_workspace(SgConvGeom g, int mode)
+{
+	const long long lim = (1LL << 31) - (1LL << 24);
+	return mode == 0 && g.r <= 15 && g.s <= 15 && g.n * g.c * g.h < lim &&
+	               g.n * g.c * g.oh < lim && g.h * g.w < lim
+	               ? (size_t)(g.n * g.c * g.oh * g.ow) : 0;
+}
+
+/* A block of 256 threads for rows of len elements: x whole warps over a
+ * row's columns (at most 256), y rows at a time; blocks for nrows rows. */
+static inline void sgk_rows_launch(long long len, long long nrows, dim3 &grid, dim3 &block)
+{
+	const unsigned bx = len >= 256 ? 256u : (unsigned)((len + 31) / 32 * 32);
+	block = dim3(bx, 256 / bx);
+	grid = dim3(sgk_conv_grid((nrows + block.y - 1) / block.y * 256));
+}
+
+template <class T, int SH, int SW>
+static cudaError_t sgk_maxpool_bwd(const T *dy, const T *x, T *dx, SgConvGeom g,
+                                   unsigned char *arg, cudaStream_t stream)
+{
+	dim3 grid, block;
+	sgk_rows_launch(g.ow, g.n * g.c * g.oh, grid, block);
+	sgk_maxpool_arg_k<T, SH, SW><<<grid, block, 0, stream>>>(x, arg, g);
+	cudaError_t e = sgk_launched();
+	if (e != cudaSuccess)
+		return e;
+	sgk_rows_launch(g.w, g.n * g.c * g.h, grid, block);
+	sgk_maxpool_bwd_k<T, SH, SW><<<grid, block, 0, stream>>>(dy, arg, dx, g);
+	return sgk_launched();
+}
+
+/* work: sg_pool2d_bwd_workspace(g, mode) bytes (NULL when that is 0). */
 template <class T>
 static cudaError_t sg_launch_pool2d_bwd(const T *dy, const T *x, T *dx, SgConvGeom g, int mode,
-                                        cudaStream_t stream)
+                                        void *work, cudaStream_t stream)
 {
 	long long count = g.n * g.c * g.h * g.w;
 	if (count <= 0)
 		return cudaSuccess;
+	if (sg_pool2d_bwd_workspace(g, mode) > 0) {
+		unsigned char *arg = (unsigned char *)work;
+		if (g.sh == 2 && g.sw == 2)
+			return sgk_maxpool_bwd<T, 2, 2>(dy, x, dx, g, arg, stream);
+		return sgk_maxpool_bwd<T, 0, 0>(dy, x, dx, g, arg, stream);
+	}
 	if (sgk_pool_int(g))
 		sgk_pool2d_bwd_k<T, int><<<sgk_conv_grid(count), 256, 0, stream>>>(dy, x, dx, g, mode);
 	else
@@ -589,33 +770,66 @@ static inline long long sgk_bn_chunk(long long n, long long c, long long inner)
 		ns = 65535;
 	if (ns < 1)
 		ns = 1;
-	return m > 0 ? (m + ns - 1) / ns : 1;
+	/* a multiple of 8: whole vectors of the moments kernel */
+	return m > 0 ? ((m + ns - 1) / ns + 7) / 8 * 8 : 8;
 }
+
+/* How many values batch norm's kernels take at a time: 16 bytes' worth,
+ * else 8 bytes' (rows, inner, of whole vectors, the pointers, NULL: none,
+ * aligned to them), else 1. */
+template <class T>
+static inline int sgk_bn_vec(long long inner, const T *a, const T *b, const T *c)
+{
+	const unsigned long long al = (unsigned long long)a | (unsigned long long)b |
+	                              (unsigned long long)c;
+	for (int bytes = 16; bytes >= 8; bytes /= 2)
+		if (inner % (bytes / (long long)sizeof(T)) == 0 && (al & (bytes - 1)) == 0)
+			return bytes / (int)sizeof(T);
+	return 1;
+}
+
+/* The widths sgk_bn_vec chooses from, besides 1. */
+template <class T>
+struct SgkBnVec {
+	enum { V16 = 16 / sizeof(T), V8 = 8 / sizeof(T) };
+};
 
 template <class T>
 static size_t sg_batch_norm_workspace(long long n, long long c, long long inner)
 {
 	const long long chunk = sgk_bn_chunk(n, c, inner), nsplit = (n * inner + chunk - 1) / chunk;
-	return (size_t)(4 + 2 * nsplit) * (size_t)c * sizeof(typename sgk_acc<T>::type);
+	return (size_t)(4 + 4 * nsplit) * (size_t)c * sizeof(typename sgk_acc<T>::type);
 }
 
-/* Each channel's mean and rstd into work[0..2c) (the parts after work[4c]). */
-template <class T, class S>
-static cudaError_t sgk_bn_stats(const T *x, const S *rm, const S *rv,
-                                typename sgk_acc<T>::type *work, long long n, long long c,
-                                long long inner, float eps, int training, cudaStream_t stream)
+/* Each channel's mean and rstd into work[0..2c) (the parts after work[4c]);
+ * with dy (NPART 4) also its sums and dw, db. */
+template <class T, class S, int NPART>
+static cudaError_t sgk_bn_stats(const T *x, const T *dy, const S *rm, const S *rv,
+                                typename sgk_acc<T>::type *work, T *dw, T *db, long long n,
+                                long long c, long long inner, float eps, int training,
+                                cudaStream_t stream)
 {
 	const long long m = n * inner, chunk = sgk_bn_chunk(n, c, inner);
-	const int nsplit = training ? (int)((m + chunk - 1) / chunk) : 0;
-	if (training) {
-		sgk_bn_stats_part_k<T><<<dim3((unsigned)c, (unsigned)nsplit), 256, 0, stream>>>(
-			x, work + 4 * c, n, c, inner, chunk);
+	const int nsplit = training || NPART == 4 ? (int)((m + chunk - 1) / chunk) : 0;
+	if (nsplit > 0) {
+		const dim3 grid((unsigned)c, (unsigned)nsplit);
+		const int v = sgk_bn_vec<T>(inner, x, dy, (const T *)NULL);
+		typename sgk_acc<T>::type *part = work + 4 * c;
+		if (v == SgkBnVec<T>::V16)
+			sgk_bn_moments_k<T, NPART, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(
+				x, dy, part, n, c, inner, chunk);
+		else if (v == SgkBnVec<T>::V8)
+			sgk_bn_moments_k<T, NPART, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(
+				x, dy, part, n, c, inner, chunk);
+		else
+			sgk_bn_moments_k<T, NPART, 1><<<grid, 256, 0, stream>>>(x, dy, part, n, c,
+			                                                         inner, chunk);
 		cudaError_t e = sgk_launched();
 		if (e != cudaSuccess)
 			return e;
 	}
-	sgk_bn_stats_final_k<T, S><<<(unsigned)((c + 255) / 256), 256, 0, stream>>>(
-		rm, rv, work + 4 * c, work, m, c, chunk, nsplit, eps, training);
+	sgk_bn_stats_final_k<T, S, NPART><<<(unsigned)((c + 255) / 256), 256, 0, stream>>>(
+		rm, rv, work + 4 * c, work, dw, db, m, c, chunk, nsplit, eps, training);
 	return sgk_launched();
 }
 
@@ -627,11 +841,20 @@ static cudaError_t sg_launch_batch_norm_fwd(const T *x, const S *rm, const S *rv
 {
 	if (n * c * inner <= 0)
 		return cudaSuccess;
-	cudaError_t e = sgk_bn_stats<T, S>(x, rm, rv, work, n, c, inner, eps, training, stream);
+	cudaError_t e = sgk_bn_stats<T, S, 2>(x, (const T *)NULL, rm, rv, work, (T *)NULL,
+	                                      (T *)NULL, n, c, inner, eps, training, stream);
 	if (e != cudaSuccess)
 		return e;
-	sgk_bn_fwd_k<T><<<sgk_conv_grid(n * c * inner), 256, 0, stream>>>(x, w, b, y, work, n, c,
-	                                                                   inner);
+	const int v = sgk_bn_vec<T>(inner, x, y, (const T *)NULL);
+	const unsigned grid = sgk_conv_grid(n * c * inner / v);
+	if (v == SgkBnVec<T>::V16)
+		sgk_bn_fwd_k<T, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(x, w, b, y, work, n, c,
+		                                                           inner);
+	else if (v == SgkBnVec<T>::V8)
+		sgk_bn_fwd_k<T, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(x, w, b, y, work, n, c,
+		                                                          inner);
+	else
+		sgk_bn_fwd_k<T, 1><<<grid, 256, 0, stream>>>(x, w, b, y, work, n, c, inner);
 	return sgk_launched();
 }
 
@@ -644,21 +867,21 @@ static cudaError_t sg_launch_batch_norm_bwd(const T *dy, const T *x, const S *rm
 {
 	if (n * c * inner <= 0)
 		return cudaSuccess;
-	cudaError_t e = sgk_bn_stats<T, S>(x, rm, rv, work, n, c, inner, eps, training, stream);
+	cudaError_t e = sgk_bn_stats<T, S, 4>(x, dy, rm, rv, work, dw, db, n, c, inner, eps,
+	                                      training, stream);
 	if (e != cudaSuccess)
 		return e;
-	const long long chunk = sgk_bn_chunk(n, c, inner);
-	const int nsplit = (int)((n * inner + chunk - 1) / chunk);
-	sgk_bn_bwd_sums_part_k<T><<<dim3((unsigned)c, (unsigned)nsplit), 256, 0, stream>>>(
-		dy, x, work, work + 4 * c, n, c, inner, chunk);
-	if ((e = sgk_launched()) != cudaSuccess)
-		return e;
-	sgk_bn_bwd_sums_final_k<T><<<(unsigned)((c + 255) / 256), 256, 0, stream>>>(
-		work + 4 * c, dw, db, work, c, nsplit);
-	if ((e = sgk_launched()) != cudaSuccess)
-		return e;
-	sgk_bn_bwd_dx_k<T><<<sgk_conv_grid(n * c * inner), 256, 0, stream>>>(dy, x, w, dx, work, n,
-	                                                                      c, inner, training);
+	const int v = sgk_bn_vec<T>(inner, dy, x, dx);
+	const unsigned grid = sgk_conv_grid(n * c * inner / v);
+	if (v == SgkBnVec<T>::V16)
+		sgk_bn_bwd_dx_k<T, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(dy, x, w, dx, work, n,
+		                                                              c, inner, training);
+	else if (v == SgkBnVec<T>::V8)
+		sgk_bn_bwd_dx_k<T, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(dy, x, w, dx, work, n,
+		                                                             c, inner, training);
+	else
+		sgk_bn_bwd_dx_k<T, 1><<<grid, 256, 0, stream>>>(dy, x, w, dx, work, n, c, inner,
+		                                                training);
 	return sgk_launched();
 }
 #endif
