@@ -36,7 +36,8 @@
 # and libsgrt; JOBS (default: the CPU count) bounds parallel work;
 # SANITIZE=0 skips the sanitizers; DEADLINE (default 270) is the seconds
 # `run` may take: the sanitizers get what is left; SAN_SHARD=i/n runs
-# only the i-th of n interleaved parts of the sanitizer list.
+# only the i-th of n interleaved parts of the sanitizer list; SAN_FIRST=RE
+# runs those of the programs whose id matches RE first.
 
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -339,6 +340,13 @@ run() {
 			awk -v i="${SAN_SHARD%/*}" -v n="${SAN_SHARD#*/}" '(NR - 1) % n == i - 1' \
 				"$dir/san.list" >"$dir/san.part" && mv "$dir/san.part" "$dir/san.list"
 			echo "sanitizers: shard $SAN_SHARD, $(wc -l <"$dir/san.list") runs" >>"$report"
+		fi
+		# SAN_FIRST=REGEX: the runs of the programs whose id matches it
+		# first (those a change touched, when the time may not suffice).
+		if [ -n "${SAN_FIRST:-}" ]; then
+			{ grep -E "/t/($SAN_FIRST)" "$dir/san.list"
+			  grep -vE "/t/($SAN_FIRST)" "$dir/san.list"; } >"$dir/san.part"
+			mv "$dir/san.part" "$dir/san.list"
 		fi
 		timeout $((left - 10)) xargs -P "$jobs" -L 1 bash -c 'sanitize_one "$1" "$2" "$3" "$4"' _ <"$dir/san.list"
 		local sok=0 sbad=0
