@@ -133,15 +133,16 @@ pool(CgGraph *G, const Node *n)
 	cg_use_library(G, "sgk_conv.cuh");
 	char *geom = geom_text(c, n, x, NULL, y);
 	const char *out = G->vname[n->res[0]];
-	char *call = NULL;
-	if (!bwd)
-		call = cg_fmt(c, "sg_launch_pool2d_fwd<%s>(%s, %s, %s, %d, sgrt_stream(rt, %s))", ct,
-		              var(G, n, 0), out, geom, mode, s);
-	if (!bwd || mode != 0) {
-		if (bwd)
-			call = cg_fmt(c, "sg_launch_pool2d_bwd<%s>(%s, (const %s *)NULL, %s, %s, %d, NULL, "
-			              "sgrt_stream(rt, %s))", ct, var(G, n, 0), ct, out, geom, mode, s);
-		lib_call(G, n, op_name(n->op), call);
+	if (!bwd) {
+		lib_call(G, n, op_name(n->op),
+		         cg_fmt(c, "sg_launch_pool2d_fwd<%s>(%s, %s, %s, %d, sgrt_stream(rt, %s))", ct,
+		                var(G, n, 0), out, geom, mode, s));
+		return;
+	}
+	if (mode != 0) { /* the averages' backward reads neither x nor scratch */
+		lib_call(G, n, op_name(n->op),
+		         cg_fmt(c, "sg_launch_pool2d_bwd<%s>(%s, (const %s *)NULL, %s, %s, %d, NULL, "
+		                "sgrt_stream(rt, %s))", ct, var(G, n, 0), ct, out, geom, mode, s));
 		return;
 	}
 	/* max_pool2d_backward: a byte an output for the windows' argmax */
