@@ -10,7 +10,13 @@ optimisation gives cuDNN), through PyTorch's own cuDNN calls
 Prints one line a distinct shape and the totals over the network's 20
 convolutions, in ms a training step.
 """
+import os
+import sys
+
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_ref import bench  # noqa: E402  (the table's timing: median of timed calls)
 
 B = 128
 # (count, c_in, c_out, kernel, stride, input size): torchvision resnet18
@@ -21,17 +27,9 @@ SHAPES = [(1, 3, 64, 7, 2, 224),
           (1, 256, 512, 3, 2, 14), (1, 256, 512, 1, 2, 14), (3, 512, 512, 3, 1, 7)]
 
 
-def timed(fn, iters=20):
-    for _ in range(3):
-        fn()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    s.record()
-    for _ in range(iters):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / iters
+def timed(fn):
+    """The median ms of 20 individually timed calls after 5 (torch_ref.bench)."""
+    return bench(fn)["ms"]
 
 
 def one(cin, cout, k, st, hw, fmt):

@@ -324,7 +324,9 @@ int sgrt_sdpa(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, const char *name,
 
 /* conv2d through cuDNN (sgrt_conv_cudnn.c).  g: SGRT_CONV_GEOM sizes, as
  * sgk_conv.cuh's SgConvGeom: n c h w (x), k (out channels), r s (kernel),
- * oh ow (y), groups, stride h w, padding h w, dilation h w.  dir FWD:
+ * oh ow (y), groups, stride h w, padding h w, dilation h w, and the
+ * layout cl (0: NCHW x, y and KCRS weight; 1: channels last, NHWC x, y
+ * and KRSC weight; the sizes stay the logical ones).  dir FWD:
  * out = conv(a = x, b = w) (+ bias [k] when not NULL); BWD_DATA: out = dx
  * from a = dy, b = w; BWD_FILTER: out = dw from a = dy, b = x.  dtype:
  * SGRT_F32, F16, BF16 or F64.  Traced as a kernel named name.  SGRT_OK,
@@ -332,7 +334,7 @@ int sgrt_sdpa(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, const char *name,
  * or a plan not yet made while capturing): nothing ran, not errors; or an
  * error code (recorded). */
 enum { SGRT_CONV_FWD = 1, SGRT_CONV_BWD_DATA, SGRT_CONV_BWD_FILTER };
-enum { SGRT_CONV_GEOM = 16 };
+enum { SGRT_CONV_GEOM = 17 };
 enum { SGRT_CONV_UNAVAILABLE = 22, SGRT_CONV_DECLINED = 23 };
 int sgrt_conv2d(SgrtModel *m, int s, int dir, int dtype, const long long *g, const void *a,
                 const void *b, const void *bias, void *out, const char *name, int sgline);

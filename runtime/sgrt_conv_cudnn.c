@@ -9,8 +9,9 @@
  * sgk_conv.cuh's direct kernels instead; a shape cuDNN has no algorithm
  * for is SGRT_CONV_DECLINED, likewise.  Neither is an error.
  *
- * Each distinct (direction, dtype, sizes) gets a plan, made on first use
- * and kept by the model: the descriptors and the algorithm cuDNN's
+ * Each distinct (direction, dtype, sizes, layout) gets a plan, made on
+ * first use and kept by the model: the descriptors (NCHW, or NHWC with a
+ * KRSC filter for channels last) and the algorithm cuDNN's
  * heuristics rank first among the deterministic ones (any one when none
  * is), f32 without TF32 (PyTorch's numerics with allow_tf32 off; f16 and
  * bf16 on tensor cores, accumulating in f32).  The workspace is the
@@ -214,21 +215,23 @@ static int
 make_plan(Conv *c, const Key *k, Plan *p)
 {
 	const long long *g = k->g;
-	enum { N, C, H, W, K, R, S, OH, OW, GROUPS, SH, SW, PH, PW, DH, DW };
+	enum { N, C, H, W, K, R, S, OH, OW, GROUPS, SH, SW, PH, PW, DH, DW, CL };
 	cudnnDataType_t dt = cudnn_dt(k->dtype);
+	/* the sizes stay the logical ones; NHWC's filter is KRSC */
+	cudnnTensorFormat_t fmt = g[CL] ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
 	cudnnDataType_t comp = k->dtype == SGRT_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
 	int ok = c->f.CreateTensor(&p->x) == CUDNN_STATUS_SUCCESS &&
 	         c->f.CreateTensor(&p->y) == CUDNN_STATUS_SUCCESS &&
 	         c->f.CreateTensor(&p->bias) == CUDNN_STATUS_SUCCESS &&
 	         c->f.CreateFilter(&p->w) == CUDNN_STATUS_SUCCESS &&
 	         c->f.CreateConv(&p->conv) == CUDNN_STATUS_SUCCESS;
-	ok = ok && c->f.SetTensor4d(p->x, CUDNN_TENSOR_NCHW, dt, (int)g[N], (int)g[C], (int)g[H],
+	ok = ok && c->f.SetTensor4d(p->x, fmt, dt, (int)g[N], (int)g[C], (int)g[H],
 	                            (int)g[W]) == CUDNN_STATUS_SUCCESS;
-	ok = ok && c->f.SetTensor4d(p->y, CUDNN_TENSOR_NCHW, dt, (int)g[N], (int)g[K], (int)g[OH],
+	ok = ok && c->f.SetTensor4d(p->y, fmt, dt, (int)g[N], (int)g[K], (int)g[OH],
 	                            (int)g[OW]) == CUDNN_STATUS_SUCCESS;
-	ok = ok && c->f.SetTensor4d(p->bias, CUDNN_TENSOR_NCHW, dt, 1, (int)g[K], 1, 1) ==
+	ok = ok && c->f.SetTensor4d(p->bias, fmt, dt, 1, (int)g[K], 1, 1) ==
 	                            CUDNN_STATUS_SUCCESS;
-	ok = ok && c->f.SetFilter4d(p->w, dt, CUDNN_TENSOR_NCHW, (int)g[K], (int)(g[C] / g[GROUPS]),
+	ok = ok && c->f.SetFilter4d(p->w, dt, fmt, (int)g[K], (int)(g[C] / g[GROUPS]),
 	                            (int)g[R], (int)g[S]) == CUDNN_STATUS_SUCCESS;
 	ok = ok && c->f.SetConv2d(p->conv, (int)g[PH], (int)g[PW], (int)g[SH], (int)g[SW],
 	                          (int)g[DH], (int)g[DW], CUDNN_CROSS_CORRELATION, comp) ==
@@ -322,6 +325,8 @@ sgrt_conv2d(SgrtModel *m, int s, int dir, int dtype, const long long *g, const v
 			return SGRT_CONV_DECLINED;
 		k.g[i] = g[i];
 	}
+	if (k.g[SGRT_CONV_GEOM - 1] > 1)
+		return SGRT_CONV_DECLINED;   /* the layout, cl: 0 or 1 */
 	int cap = 0;
 	SGRT_TRY(sgrt_capturing(m, s, &cap, sgline));
 	int known = 0;

@@ -9,16 +9,19 @@
  * (`conv2d.cudnn` / `conv2d.direct`).  Pools and batch_norm are the
  * library's kernels; a batch_norm's statistics (and the parts of its
  * per-channel sums) go to a scratch buffer of the size the library's
- * sg_batch_norm_workspace gives.
+ * sg_batch_norm_workspace gives.  Each reads and writes its tensors in
+ * the layout the layout pass gave them (SgConvGeom's cl, batch norm's cl
+ * argument); to_layout converts between the two.
  */
 #include <string.h>
 
 #include "codegen.h"
 
-/* "sgk_conv_geom(...)": the SgConvGeom of node n over x and weight
- * shapes (w NULL for a pool; adaptive pools take y's size). */
+/* "SgConvGeom{...}": the SgConvGeom of node n over x and weight shapes
+ * (w NULL for a pool; adaptive pools take y's size), cl 1 when its
+ * tensors are stored channels last (the layout pass). */
 static char *
-geom_text(Cg *c, const Node *n, const int64_t *x, const int64_t *w, const int64_t *y)
+geom_text(Cg *c, const Node *n, const int64_t *x, const int64_t *w, const int64_t *y, int cl)
 {
 	ConvGeom g;
 	if (n->op == OP_ADAPTIVE_AVG_POOL2D || n->op == OP_ADAPTIVE_AVG_POOL2D_BACKWARD) {
@@ -34,12 +37,19 @@ geom_text(Cg *c, const Node *n, const int64_t *x, const int64_t *w, const int64_
 		conv_geom(n, x, w, &g);
 	}
 	return cg_fmt(c, "SgConvGeom{%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
-	              "%lld, %lld, %lld, %lld, %lld, %lld}",
+	              "%lld, %lld, %lld, %lld, %lld, %lld, %d}",
 	              (long long)g.n, (long long)g.c, (long long)g.h, (long long)g.w,
 	              (long long)g.k, (long long)g.r, (long long)g.s, (long long)g.oh,
 	              (long long)g.ow, (long long)g.groups, (long long)g.stride[0],
 	              (long long)g.stride[1], (long long)g.pad[0], (long long)g.pad[1],
-	              (long long)g.dil[0], (long long)g.dil[1]);
+	              (long long)g.dil[0], (long long)g.dil[1], cl);
+}
+
+/* 1 when operand k of n is stored channels last. */
+static int
+opnd_cl(CgGraph *G, const Node *n, int k)
+{
+	return G->g->vals.v[n->opnd[k].v].layout == LAYOUT_CL;
 }
 
 static const char *
@@ -107,7 +117,7 @@ conv(CgGraph *G, const Node *n)
 	cg_use_library(G, "sgk_conv.cuh");
 	const char *gv = "geom";
 	CG_EMIT(G->body, "host.cu:conv_cudnn", {"s", s}, {"line", cg_num(c, n->loc.line)},
-	        {"geom", geom_text(c, n, x, w, NULL)},
+	        {"geom", geom_text(c, n, x, w, NULL, opnd_cl(G, n, 0))},
 	        {"dir", dir}, {"dt", sgrt_dt(dt)}, {"a", a}, {"b", b}, {"bias", bias},
 	        {"out", out}, {"kname", cg_kernel_name(G, n, op_name(n->op))},
 	        {"call", n->op == OP_CONV2D
@@ -131,7 +141,7 @@ pool(CgGraph *G, const Node *n)
 	const int64_t *x = bwd ? cg_vtype(G, n->res[0])->d : cg_otype(G, n, 0)->d;
 	const int64_t *y = bwd ? cg_otype(G, n, 0)->d : cg_vtype(G, n->res[0])->d;
 	cg_use_library(G, "sgk_conv.cuh");
-	char *geom = geom_text(c, n, x, NULL, y);
+	char *geom = geom_text(c, n, x, NULL, y, opnd_cl(G, n, 0));
 	const char *out = G->vname[n->res[0]];
 	if (!bwd) {
 		lib_call(G, n, op_name(n->op),
@@ -174,34 +184,72 @@ batch_norm(CgGraph *G, const Node *n)
 	const char *st = have_rs ? cg_ctype((DType)cg_otype(G, n, rmi)->dt) : ct;
 	const char *rm = have_rs ? var(G, n, rmi) : cg_fmt(c, "(const %s *)NULL", ct);
 	const char *rv = have_rs ? var(G, n, rmi + 1) : cg_fmt(c, "(const %s *)NULL", ct);
-	int wi = bwd ? 2 : 3;
+	int wi = bwd ? 2 : 3, cl = opnd_cl(G, n, xi);
 	const char *w = wi < (int)n->nopnd ? var(G, n, wi) : cg_fmt(c, "(const %s *)NULL", ct);
 	cg_use_library(G, "sgk_conv.cuh");
 	char *work = cg_alloc_tmp_expr(G, n, acc, cg_fmt(c, "sg_batch_norm_workspace<%s>(%lld, %lld, "
-	                               "%lld)", ct, (long long)nb, (long long)ch,
-	                               (long long)inner), "bn");
+	                               "%lld, %d)", ct, (long long)nb, (long long)ch,
+	                               (long long)inner, cl), "bn");
 	char *call; /* in parentheses: the template's comma inside a macro */
 	if (!bwd) {
 		const char *b = n->nopnd > 4 ? var(G, n, 4) : cg_fmt(c, "(const %s *)NULL", ct);
-		call = cg_fmt(c, "(sg_launch_batch_norm_fwd<%s, %s>(%s, %s, %s, %s, %s, %s, %s, %lld, "
-		              "%lld, %lld, %s, %d, sgrt_stream(rt, %s)))", ct, st, var(G, n, 0), rm, rv,
-		              w, b, G->vname[n->res[0]], work, (long long)nb, (long long)ch,
-		              (long long)inner, cg_lit_float(c, (double)(float)eps, 1), training, s);
+		/* the var_mean it computes (kernel_choice's bn_stats): var, mean */
+		NodeId vm = G->s->bn_stats[n - G->g->nodes.v];
+		const char *var_out = cg_fmt(c, "(%s *)NULL", ct), *mean_out = var_out;
+		if (vm != NONE) {
+			var_out = G->vname[G->g->nodes.v[vm].res[0]];
+			mean_out = G->vname[G->g->nodes.v[vm].res[1]];
+		}
+		call = cg_fmt(c, "(sg_launch_batch_norm_fwd<%s, %s>(%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+		              "%lld, %lld, %lld, %d, %s, %d, sgrt_stream(rt, %s)))", ct, st, var(G, n, 0),
+		              rm, rv, w, b, G->vname[n->res[0]], mean_out, var_out, work,
+		              (long long)nb, (long long)ch, (long long)inner, cl,
+		              cg_lit_float(c, (double)(float)eps, 1), training, s);
 	} else {
 		call = cg_fmt(c, "(sg_launch_batch_norm_bwd<%s, %s>(%s, %s, %s, %s, %s, %s, %s, %s, %s, "
-		              "%lld, %lld, %lld, %s, %d, sgrt_stream(rt, %s)))", ct, st, var(G, n, 0),
-		              var(G, n, 1), rm, rv, w, G->vname[n->res[0]], G->vname[n->res[1]],
-		              G->vname[n->res[2]], work, (long long)nb, (long long)ch,
-		              (long long)inner, cg_lit_float(c, (double)(float)eps, 1), training, s);
+		              "%lld, %lld, %lld, %d, %s, %d, sgrt_stream(rt, %s)))", ct, st,
+		              var(G, n, 0), var(G, n, 1), rm, rv, w, G->vname[n->res[0]],
+		              G->vname[n->res[1]], G->vname[n->res[2]], work, (long long)nb,
+		              (long long)ch, (long long)inner, cl,
+		              cg_lit_float(c, (double)(float)eps, 1), training, s);
 	}
 	lib_call(G, n, op_name(n->op), call);
 	cg_free_tmp(G, n, work);
+}
+
+/* to_layout: a transposing copy between row order and channels last (a
+ * plain copy when both sides are stored alike). */
+static void
+to_layout(CgGraph *G, const Node *n)
+{
+	Cg *c = G->c;
+	const Type *x = cg_otype(G, n, 0);
+	const char *s = cg_num(c, cg_stream(n)), *out = G->vname[n->res[0]];
+	int from = opnd_cl(G, n, 0), to = G->g->vals.v[n->res[0]].layout == LAYOUT_CL;
+	int64_t bytes = type_numel(x) * dtype_size((DType)x->dt);
+	if (from == to || !bytes) {
+		if (bytes)
+			CG_EMIT(G->body, "host.cu:copy", {"s", s}, {"dst", out}, {"src", var(G, n, 0)},
+			        {"bytes", cg_num(c, bytes)}, {"name", "to_layout"},
+			        {"line", cg_num(c, n->loc.line)});
+		return;
+	}
+	if (x->rank != 4)
+		ICE("to_layout of a rank-%d value between layouts", x->rank);
+	cg_use_library(G, "sgk_conv.cuh");
+	lib_call(G, n, to ? "to_channels_last" : "to_row",
+	         cg_fmt(c, "sg_launch_to_layout<%s>(%s, %s, %lld, %lld, %lld, %d, sgrt_stream(rt, "
+	                "%s))", cg_ctype((DType)x->dt), var(G, n, 0), out, (long long)x->d[0],
+	                (long long)x->d[1], (long long)(x->d[2] * x->d[3]), to, s));
 }
 
 int
 cg_conv(CgGraph *G, const Node *n)
 {
 	switch (n->op) {
+	case OP_TO_LAYOUT:
+		to_layout(G, n);
+		return 1;
 	case OP_CONV2D: case OP_CONV2D_BACKWARD_INPUT: case OP_CONV2D_BACKWARD_WEIGHT:
 		conv(G, n);
 		return 1;

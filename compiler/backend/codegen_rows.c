@@ -352,6 +352,10 @@ cg_reduce(CgGraph *G, const Node *n)
 	const SoftmaxBwd *sb = G->s->softmax_bwd[n - G->g->nodes.v]; /* (fusion.c) */
 	if (sb)
 		return softmax_backward(G, n, sb);
+	if (G->s->bn_stats[n - G->g->nodes.v] != NONE)
+		return 1; /* the batch_norm after it writes its results (kernel_choice) */
+	if (G->g->vals.v[n->opnd[0].v].layout == LAYOUT_CL)
+		ICE("%s of a channels-last value", op_name(n->op));
 	Cg *c = G->c;
 	const Type *x = cg_otype(G, n, 0), *r = cg_vtype(G, n->res[0]);
 	int red[SG_MAXRANK], nk, nr;

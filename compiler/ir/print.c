@@ -29,6 +29,18 @@ typedef struct {
 } Printer;
 
 /* The end of node i's line: its note, the newline. */
+const char *
+print_layout_note(FILE *f, const Graph *g, NodeId i, const char *sep)
+{
+	const Node *n = &g->nodes.v[i];
+	for (uint32_t j = 0; j < n->nres; j++)
+		if (g->vals.v[n->res[j]].layout == LAYOUT_CL) {
+			fprintf(f, "%s%%%s: channels last", sep, g->vals.v[n->res[j]].name);
+			sep = ", ";
+		}
+	return sep;
+}
+
 static void
 end_line(Printer *P, NodeId i)
 {

@@ -447,8 +447,17 @@ typedef struct {
 	uint8_t offload;  /* `offload %v` was given */
 	NodeId def;       /* VK_NODE: defining node */
 	uint16_t resno;   /* VK_NODE: which result of def */
+	uint8_t layout;   /* Layout: how its elements are stored (the layout pass) */
 	Loc loc;          /* where the name is defined */
 } Value;
+
+/* The order a value's elements are stored in.  LAYOUT_ROW: row-major, the
+ * language's own order; LAYOUT_CL (channels last, rank 4 only): a logical
+ * [N, C, H, W] stored as [N, H, W, C] (a conv weight [K, C, R, S] as
+ * [K, R, S, C]).  Only the layout pass (passes/layout.c) sets LAYOUT_CL,
+ * on values that only layout-aware ops read and write; the interpreter
+ * never sees it (it is the same tensor). */
+enum { LAYOUT_ROW, LAYOUT_CL };
 
 typedef enum {
 	OK_VAL,    /* v: a value */
@@ -677,6 +686,12 @@ void print_graph(FILE *f, Graph *g);
  * (before its newline), for a trailing comment. */
 typedef void (*PrintNote)(FILE *f, void *ctx, NodeId i);
 void print_graph_notes(FILE *f, Graph *g, PrintNote note, void *ctx);
+/* Writes sep and "%v: channels last" for each result of node i stored
+ * channels last (sep ", " after the first); returns the separator to use
+ * next (sep when it wrote nothing): --dump-after's notes (schedule.c).
+ * Not part of the program text: a printed program parses back row-major
+ * throughout, its to_layout nodes plain copies. */
+const char *print_layout_note(FILE *f, const Graph *g, NodeId i, const char *sep);
 
 /* ------------------------------------------------------------------ build.c
  * The IR builder the passes share (and the IR-level facts they ask of

@@ -39,8 +39,10 @@
  * is an error, as in PyTorch (a leaf that requires grad).
  *
  * First, a training batch_norm with a momentum gets its running-statistics
- * update written out after it, as PyTorch computes it, and its momentum
- * set to 0 (so that printing and compiling again adds nothing):
+ * update written out, as PyTorch computes it, and its momentum set to 0
+ * (so that printing and compiling again adds nothing): the statistics
+ * just before it (so that the batch_norm's kernel can compute them in its
+ * own pass over %x: kernel_choice's bn_stats), the updates after it:
  *
  *     %v, %m = var_mean(%x, dims=[0, 2, ...])          (unbiased var)
  *     copy_(%mean, add(mul(%m, momentum), mul(%mean, 1 - momentum)))
@@ -402,7 +404,7 @@ bn_updates(Graph *g, Diag *d)
 		mo->f = 0;
 		Node at = *n;
 		Node vm = bn_node(g, d, &at, OP_VAR_MEAN, at.opnd[0], at.opnd[0], 1, 2, "bn_stats");
-		NodeIns x = {i + 1, 0, vm};
+		NodeIns x = {i, 0, vm};
 		vec_push(&ins, x);
 		for (int k = 0; k < 2; k++) {
 			ValId run = at.opnd[1 + k].v, batch = vm.res[1 - k];

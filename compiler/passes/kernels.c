@@ -1295,6 +1295,13 @@ kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d)
 			s->flash[i] = (uint8_t)kernel_flash(g, s->fold, n, n->op == OP_SDPA_BACKWARD, &f);
 		else if (!(n->flags & NF_DEAD) && n->op < OP__N)
 			s->rows_lib[i] = (uint8_t)rows_library(g, s, i);
+		/* a training batch_norm computes the var_mean right before it
+		 * (functionalize's running statistics) in its own pass over x */
+		NodeId v = layout_bn_stats(g, i);
+		if (v != NONE && s->prologue[v] < 0 && s->group[v] < 0) {
+			s->bn_stats[i] = v;
+			s->bn_stats[v] = i;
+		}
 	}
 	return 1;
 }

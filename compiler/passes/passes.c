@@ -33,6 +33,7 @@ static const struct {
 	{"remat", remat_pass, 0},               /* remat.c: cheap activations recomputed */
 	{"grad_buckets", buckets_pass, 0},      /* bucket.c: grad_sync's all_reduces in buckets */
 	{"offload", offload_pass, 0},           /* offload.c: activations to the host and back */
+	{"layout", layout_pass, 0},             /* layout.c: conv chains channels last (-O2) */
 	{"backward_syncs", syncs_pass, 0},      /* syncs.c: events for compiler-made nodes */
 	{"join_streams", syncs_join_pass, 0},   /* syncs.c: streams joined at the ends */
 	{"races", races_pass, 0},               /* races.c: re-run after each later pass */

@@ -327,6 +327,10 @@ typedef struct Sched {
 	uint8_t *rows_lib;    /* per node: a row op (softmax, log_softmax, a
 	                         norm, cross_entropy, their backward) the kernel
 	                         library's row kernels take (else generated ones) */
+	NodeId *bn_stats;     /* per node: a training batch_norm's var_mean of
+	                         the same x (layout_bn_stats) that its kernel
+	                         computes, and for that var_mean the batch_norm
+	                         (it emits nothing); NONE otherwise */
 	KernelFold *fold;     /* NULL below -O2 */
 	/* memplan */
 	MemPlan plan;
@@ -428,6 +432,22 @@ enum { OFFLOAD_MARKED, OFFLOAD_NONE, OFFLOAD_AUTO };
  * copy should be done, and a to_device before the first backward use that
  * backward then reads. */
 int offload_pass(Graph *g, const PassOptions *po, Diag *d);
+/* ------------------------------------------------------------------ layout.c
+ * Pass `layout` (-O2): f16/bf16 convolution chains channels last (see
+ * layout.c).  layout_role says which operands and results of node i a
+ * layout-aware node reads and writes in its own layout (0: not
+ * layout-aware); layout_bn_stats the var_mean a training batch_norm at
+ * node b computes in its kernel (NONE: none). */
+typedef struct {
+	uint32_t act_ops;  /* bit k: operand k, an activation */
+	int act_res;       /* result 0 an activation */
+	int w_op, w_res;   /* a conv weight operand / result (-1: none) */
+	int conv;          /* conv2d or its backward ops */
+} LayoutRole;
+int layout_pass(Graph *g, const PassOptions *po, Diag *d);
+int layout_role(const Graph *g, NodeId i, LayoutRole *r);
+NodeId layout_bn_stats(const Graph *g, NodeId b);
+
 /* Pass `grad_buckets`: grad_sync's all_reduces gathered into buckets of
  * --bucket-bytes, each reduced as one collective; updates wait for their
  * own bucket only. */

@@ -116,6 +116,9 @@ sched_get(Graph *g, int opt_level)
 	s->softmax_bwd = arena_alloc(a, (g->nodes.n + 1) * sizeof *s->softmax_bwd);
 	s->flash = arena_alloc(a, g->nodes.n + 1);
 	s->rows_lib = arena_alloc(a, g->nodes.n + 1);
+	s->bn_stats = arena_alloc(a, (g->nodes.n + 1) * sizeof *s->bn_stats);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		s->bn_stats[i] = NONE;
 	find_classes(g, s);
 	find_uses(g, s);
 	g->sched = s;
@@ -622,7 +625,7 @@ note(FILE *f, void *ctx, NodeId i)
 	const Sched *s = g->sched;
 	const Node *n = &g->nodes.v[i];
 	const KernelFold *F = s->fold;
-	const char *sep = "  # ";
+	const char *sep = print_layout_note(f, g, i, "  # ");
 	int gi = s->group[i];
 	if (gi >= 0) {
 		const FuseGroup *grp = &s->groups.v[gi];
@@ -658,6 +661,13 @@ note(FILE *f, void *ctx, NodeId i)
 		fprintf(f, "%sflash attention", sep), sep = ", ";
 	if (s->rows_lib[i])
 		fprintf(f, "%slibrary row kernels", sep), sep = ", ";
+	if (s->bn_stats[i] != NONE && n->op == OP_BATCH_NORM)
+		fprintf(f, "%scomputes %%%s, %%%s", sep,
+		        g->vals.v[g->nodes.v[s->bn_stats[i]].res[0]].name,
+		        g->vals.v[g->nodes.v[s->bn_stats[i]].res[1]].name), sep = ", ";
+	else if (s->bn_stats[i] != NONE)
+		fprintf(f, "%scomputed by %%%s's kernel", sep,
+		        g->vals.v[g->nodes.v[s->bn_stats[i]].res[0]].name), sep = ", ";
 	if (s->softmax_bwd[i])
 		fprintf(f, "%s%ssoftmax backward kernel", sep, s->softmax_bwd[i]->log ? "log_" : ""),
 		sep = ", ";
@@ -695,11 +705,18 @@ note(FILE *f, void *ctx, NodeId i)
 	}
 }
 
+/* The notes before the backend's decisions: the layouts. */
+static void
+layout_note(FILE *f, void *ctx, NodeId i)
+{
+	(void)print_layout_note(f, ctx, i, "  # ");
+}
+
 void
 sched_print(FILE *f, Graph *g)
 {
 	if (!g->sched) {
-		print_graph(f, g);
+		print_graph_notes(f, g, layout_note, g);
 		return;
 	}
 	const Sched *s = g->sched;

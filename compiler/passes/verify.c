@@ -75,6 +75,49 @@ check_operands(Graph *g, const char *after, const Node *n, NodeId id,
  * entry changes only by a map_put rewriting its key, which valmap counts.
  * Such a name was not empty then either (names are never written after
  * they are made), so it is not read again.  The rest are looked up. */
+/* The layouts (layout.c): channels last only on rank-4 values, read and
+ * written only where a layout-aware node takes it, each such node all
+ * channels last or all row order. */
+static void
+check_layouts(Graph *g, const char *after)
+{
+	for (ValId v = 0; v < g->vals.n; v++)
+		if (g->vals.v[v].layout != LAYOUT_ROW &&
+		    (g->vals.v[v].layout != LAYOUT_CL || g->vals.v[v].type.rank != 4))
+			FAIL("'%%%s' has layout %u at rank %d", g->vals.v[v].name, g->vals.v[v].layout,
+			     g->vals.v[v].type.rank);
+	for (NodeId id = 0; id < g->nodes.n; id++) {
+		const Node *n = &g->nodes.v[id];
+		if ((n->flags & NF_DEAD) || n->op >= OP__N)
+			continue;
+		if (n->op == OP_TO_LAYOUT)
+			continue; /* either side in either layout (its `layout` says which
+			             the pass meant; parsed back, a plain copy) */
+		LayoutRole r;
+		int aware = layout_role(g, id, &r), cl = -1;
+		for (uint32_t k = 0; k < n->nopnd + n->nres; k++) {
+			int res = k >= n->nopnd;
+			uint32_t j = res ? k - n->nopnd : k;
+			if (!res && n->opnd[j].kind != OK_VAL)
+				continue;
+			ValId v = res ? n->res[j] : n->opnd[j].v;
+			int tied = aware && (res ? ((r.act_res && j == 0) || (int)j == r.w_res)
+			                         : (((r.act_ops >> j) & 1) || (int)j == r.w_op));
+			int l = g->vals.v[v].layout == LAYOUT_CL;
+			if (!tied) {
+				if (l)
+					FAIL("node %u (%s) %s '%%%s' channels last, which it cannot", id,
+					     op_name(n->op), res ? "writes" : "reads", g->vals.v[v].name);
+				continue;
+			}
+			if (cl >= 0 && cl != l)
+				FAIL("node %u (%s) mixes channels-last and row-order tensors at '%%%s'", id,
+				     op_name(n->op), g->vals.v[v].name);
+			cl = l;
+		}
+	}
+}
+
 static void
 check_names(Graph *g, const char *after)
 {
@@ -165,9 +208,13 @@ verify_graph(Graph *g, const char *after)
 		if (!d || !(d->flags & NF_DEAD) || v->resno >= d->nres || d->res[v->resno] != r)
 			FAIL("'%%%s' points at node %u, which does not make it", v->name, v->def);
 	}
-	for (uint32_t i = 0; i < g->rets.n; i++)
+	for (uint32_t i = 0; i < g->rets.n; i++) {
 		if (g->rets.v[i] >= g->vals.n || !defined[g->rets.v[i]])
 			FAIL("return of an undefined value");
+		if (g->vals.v[g->rets.v[i]].layout != LAYOUT_ROW)
+			FAIL("'%%%s' is returned channels last", g->vals.v[g->rets.v[i]].name);
+	}
 	free(defined);
+	check_layouts(g, after);
 	sched_verify(g, after); /* the backend's decisions, once made */
 }

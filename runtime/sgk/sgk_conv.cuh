@@ -1,13 +1,17 @@
 /*
- * sgk_conv.cuh - 2-D convolution, pooling and batch norm over NCHW
- * tensors, as direct kernels: the fallback the generated code runs when
- * cuDNN is not there (or declines), and the pools and batch_norm always.
+ * sgk_conv.cuh - 2-D convolution, pooling and batch norm over NCHW or
+ * channels-last (NHWC) tensors, as direct kernels: the fallback the
+ * generated code runs when cuDNN is not there (or declines), and the
+ * pools, batch_norm and the layout conversion always.
  *
  * Elements are T (float, __half, __nv_bfloat16, double); arithmetic is in
  * A = sgk_acc<T>::type (float, or double for double), each result rounded
  * once.  SgConvGeom holds the sizes: x [n, c, h, w], weight [k, c/groups,
  * r, s], y [n, k, oh, ow], stride (sh, sw), padding (ph, pw), dilation
- * (dh, dw); pools use k = c, groups = c and dilation 1.
+ * (dh, dw); pools use k = c, groups = c and dilation 1.  cl 1 is channels
+ * last: x [n, h, w, c], weight [k, r, s, c/groups] (PyTorch's
+ * channels_last weight), y [n, oh, ow, k], the gradients as x and the
+ * weight; the sizes stay the logical (NCHW) ones.
  *
  * Host launchers (all return the launch's cudaError_t):
  *
@@ -16,7 +20,8 @@
  *   sg_launch_conv2d_bwd_weight<T>(dy, x, dw, g, stream)
  *       one thread per output element (dx: per input element, gathering
  *       the taps that read it); dw: one block per weight element, summing
- *       over the batch and the output positions in a fixed order.
+ *       over the batch and the output positions in a fixed order.  Either
+ *       layout, the same sums in the same order (the same results).
  *   sg_launch_pool2d_fwd<T>(x, y, g, mode, stream)
  *   sg_pool2d_bwd_workspace(g, mode)   bytes of work for:
  *   sg_launch_pool2d_bwd<T>(dy, x, dx, g, mode, work, stream)
@@ -25,26 +30,46 @@
  *       count_include_pad), 2 adaptive avg (PyTorch's floor/ceil
  *       windows).  Backward gathers per input element (no atomics); max
  *       first records each window's argmax in work, a byte an output
- *       (windows up to 15 x 15; larger ones, with no work, find it again
- *       from x per input element).
- *   sg_batch_norm_workspace<T>(n, c, inner)   bytes of work for:
- *   sg_launch_batch_norm_fwd<T, S>(x, rm, rv, w, b, y, work, n, c, inner,
- *                                  eps, training, stream)
- *       x [n, c, inner]; rm, rv (S: the running stats' dtype) read in
- *       eval; w, b may be NULL.  Training: each channel's n * inner values
- *       split into slices (about 1024 blocks in all, sgk_bn_chunk), a
- *       block per channel and slice computing the slice's mean and sum of
- *       squared deviations in one pass (Welford), then a thread per
- *       channel merging its slices in order (Chan's formula): the mean and
- *       the biased variance.  Then y pointwise: x read twice in all.
+ *       indexed as y (windows up to 15 x 15; larger ones, with no work,
+ *       find it again from x per input element).  Channels last: a thread
+ *       takes consecutive channels (16 or 8 bytes of them when c and the
+ *       pointers allow) of one position, a warp's loads consecutive; the
+ *       windows walked as NCHW's, so the results are the same, bit for
+ *       bit.
+ *   sg_launch_to_layout<T>(x, y, n, c, hw, to_cl, stream)
+ *       to_cl 1: x [n, c, hw] -> y [n, hw, c]; 0: x [n, hw, c] ->
+ *       y [n, c, hw].  32 x 32 tiles through shared memory (64 x 64 of
+ *       2-byte elements, moved in pairs), both sides coalesced; below 8
+ *       channels (an image's colours) a thread an element of y.
+ *   sg_batch_norm_workspace<T>(n, c, inner, cl)   bytes of work for:
+ *   sg_launch_batch_norm_fwd<T, S>(x, rm, rv, w, b, y, mean_out, var_out,
+ *                                  work, n, c, inner, cl, eps, training,
+ *                                  stream)
+ *       x [n, c, inner] (cl 1: [n, inner, c]); rm, rv (S: the running
+ *       stats' dtype) read in eval; w, b, mean_out, var_out may be NULL.
+ *       Training: each channel's n * inner values split into slices
+ *       (about 1024 blocks in all, sgk_bn_chunk), a block per channel and
+ *       slice computing the slice's mean and sum of squared deviations in
+ *       one pass (Welford), then a thread per channel merging its slices
+ *       in order (Chan's formula): the mean and the biased variance; and
+ *       into mean_out, var_out [c] of T the mean and the unbiased variance
+ *       (m2 / (m - 1), var_mean(x, dims=[0, 2, 3])'s).  Then y pointwise:
+ *       x read twice in all.  Channels last: the rows m = n * inner of c
+ *       channels split into slices of rows (sgk_bn_chunk_cl), a block a
+ *       slice and a range of channels, its threads over channels (16 or 8
+ *       bytes of consecutive channels a load where c and the pointers
+ *       allow) by rows, each thread's moments merged over the block's rows
+ *       in a fixed order; then a block a channel merges its slices.
  *   sg_launch_batch_norm_bwd<T, S>(dy, x, rm, rv, w, dx, dw, db, work, n,
- *                                  c, inner, eps, training, stream)
+ *                                  c, inner, cl, eps, training, stream)
  *       dw, db [c] of T: one pass over x and dy split the same way gives
  *       the statistics again with sum(dy) and sum(dy * xhat) (dy's mean
  *       and its co-moment with x, merged as the variance is), then dx
- *       pointwise: x and dy read twice in all.
+ *       pointwise: x and dy read twice in all (channels last: at most 4
+ *       channels a thread in the pass, each with 4 moments).
  *   The pointwise kernels keep each value's channel as they walk (no
- *   division a value).
+ *   division a value); channels last, a thread keeps its channels' scale
+ *   and shift and walks the rows.
  */
 #ifndef SGK_CONV_CUH
 #define SGK_CONV_CUH
@@ -53,7 +78,7 @@
 #pragma nv_diag_suppress 177
 
 typedef struct {
-	long long n, c, h, w, k, r, s, oh, ow, groups, sh, sw, ph, pw, dh, dw;
+	long long n, c, h, w, k, r, s, oh, ow, groups, sh, sw, ph, pw, dh, dw, cl;
 } SgConvGeom;
 
 #define SGK_CONV_LOOP(i, total)                                                    \
@@ -72,6 +97,55 @@ SGK_DEV void sgk_unflat4(long long i, long long B, long long C, long long D, lon
 	a = i / B;
 }
 
+/* Flat index i of a [., C, H, W] array (cl 0) or [., H, W, C] (cl 1) as
+ * (a, ch, h, w). */
+SGK_DEV void sgk_unflat_lay(long long i, long long C, long long H, long long W, long long cl,
+                            long long &a, long long &ch, long long &h, long long &w)
+{
+	if (cl)
+		sgk_unflat4(i, H, W, C, a, h, w, ch);
+	else
+		sgk_unflat4(i, C, H, W, a, ch, h, w);
+}
+
+/* The element strides of x [n, c, h, w], y [n, k, oh, ow] and the weight
+ * [k, c/groups, r, s] in g's layout (by logical dimension). */
+struct SgkConvStrides {
+	long long xn, xc, xh, xw, yn, yk, yh, yw, wk, wc, wr, ws;
+};
+
+SGK_DEV SgkConvStrides sgk_conv_strides(const SgConvGeom &g)
+{
+	const long long cg = g.c / g.groups;
+	SgkConvStrides t;
+	if (g.cl) {
+		t.xc = 1;
+		t.xw = g.c;
+		t.xh = g.w * g.c;
+		t.yk = 1;
+		t.yw = g.k;
+		t.yh = g.ow * g.k;
+		t.wc = 1;
+		t.ws = cg;
+		t.wr = g.s * cg;
+		t.wk = g.r * g.s * cg;
+	} else {
+		t.xw = 1;
+		t.xh = g.w;
+		t.xc = g.h * g.w;
+		t.yw = 1;
+		t.yh = g.ow;
+		t.yk = g.oh * g.ow;
+		t.ws = 1;
+		t.wr = g.s;
+		t.wc = g.r * g.s;
+		t.wk = cg * g.r * g.s;
+	}
+	t.xn = g.c * g.h * g.w;
+	t.yn = g.k * g.oh * g.ow;
+	return t;
+}
+
 template <class T>
 __global__ void __launch_bounds__(256)
 sgk_conv2d_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
@@ -79,14 +153,15 @@ sgk_conv2d_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__re
 {
 	typedef typename sgk_acc<T>::type A;
 	const long long cg = g.c / g.groups, kg = g.k / g.groups;
+	const SgkConvStrides t = sgk_conv_strides(g);
 	SGK_CONV_LOOP(i, g.n * g.k * g.oh * g.ow) {
 		long long nb, k, oh, ow;
-		sgk_unflat4(i, g.k, g.oh, g.ow, nb, k, oh, ow);
+		sgk_unflat_lay(i, g.k, g.oh, g.ow, g.cl, nb, k, oh, ow);
 		const long long c0 = k / kg * cg;
 		A acc = 0;
 		for (long long c = 0; c < cg; c++) {
-			const T *xp = x + ((nb * g.c + c0 + c) * g.h) * g.w;
-			const T *wp = w + (k * cg + c) * g.r * g.s;
+			const T *xp = x + nb * t.xn + (c0 + c) * t.xc;
+			const T *wp = w + k * t.wk + c * t.wc;
 			for (long long r = 0; r < g.r; r++) {
 				long long ih = oh * g.sh - g.ph + r * g.dh;
 				if (ih < 0 || ih >= g.h)
@@ -94,7 +169,8 @@ sgk_conv2d_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__re
 				for (long long s = 0; s < g.s; s++) {
 					long long iw = ow * g.sw - g.pw + s * g.dw;
 					if (iw >= 0 && iw < g.w)
-						acc += (A)sgk_tof(xp[ih * g.w + iw]) * (A)sgk_tof(wp[r * g.s + s]);
+						acc += (A)sgk_tof(xp[ih * t.xh + iw * t.xw]) *
+						       (A)sgk_tof(wp[r * t.wr + s * t.ws]);
 				}
 			}
 		}
@@ -113,14 +189,15 @@ sgk_conv2d_bwd_input_k(const T *__restrict__ dy, const T *__restrict__ w, T *__r
 {
 	typedef typename sgk_acc<T>::type A;
 	const long long cg = g.c / g.groups, kg = g.k / g.groups;
+	const SgkConvStrides t = sgk_conv_strides(g);
 	SGK_CONV_LOOP(i, g.n * g.c * g.h * g.w) {
 		long long nb, c, ih, iw;
-		sgk_unflat4(i, g.c, g.h, g.w, nb, c, ih, iw);
+		sgk_unflat_lay(i, g.c, g.h, g.w, g.cl, nb, c, ih, iw);
 		const long long gi = c / cg;
 		A acc = 0;
 		for (long long k = gi * kg; k < (gi + 1) * kg; k++) {
-			const T *dyp = dy + (nb * g.k + k) * g.oh * g.ow;
-			const T *wp = w + (k * cg + c - gi * cg) * g.r * g.s;
+			const T *dyp = dy + nb * t.yn + k * t.yk;
+			const T *wp = w + k * t.wk + (c - gi * cg) * t.wc;
 			for (long long r = 0; r < g.r; r++) {
 				long long th = ih + g.ph - r * g.dh;
 				if (th < 0 || th % g.sh || th / g.sh >= g.oh)
@@ -129,8 +206,8 @@ sgk_conv2d_bwd_input_k(const T *__restrict__ dy, const T *__restrict__ w, T *__r
 					long long tw = iw + g.pw - s * g.dw;
 					if (tw < 0 || tw % g.sw || tw / g.sw >= g.ow)
 						continue;
-					acc += (A)sgk_tof(dyp[th / g.sh * g.ow + tw / g.sw]) *
-					       (A)sgk_tof(wp[r * g.s + s]);
+					acc += (A)sgk_tof(dyp[th / g.sh * t.yh + tw / g.sw * t.yw]) *
+					       (A)sgk_tof(wp[r * t.wr + s * t.ws]);
 				}
 			}
 		}
@@ -148,17 +225,18 @@ sgk_conv2d_bwd_weight_k(const T *__restrict__ dy, const T *__restrict__ x, T *__
 	typedef typename sgk_acc<T>::type A;
 	__shared__ A part[32];
 	const long long cg = g.c / g.groups, kg = g.k / g.groups;
+	const SgkConvStrides t = sgk_conv_strides(g);
 	for (long long e = blockIdx.x; e < g.k * cg * g.r * g.s; e += gridDim.x) {
 		long long k, c, r, s;
-		sgk_unflat4(e, cg, g.r, g.s, k, c, r, s);
+		sgk_unflat_lay(e, cg, g.r, g.s, g.cl, k, c, r, s);
 		const long long xc = k / kg * cg + c;
 		A acc = 0;
 		for (long long p = threadIdx.x; p < g.n * g.oh * g.ow; p += blockDim.x) {
 			long long ow = p % g.ow, q = p / g.ow, oh = q % g.oh, nb = q / g.oh;
 			long long ih = oh * g.sh - g.ph + r * g.dh, iw = ow * g.sw - g.pw + s * g.dw;
 			if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w)
-				acc += (A)sgk_tof(dy[((nb * g.k + k) * g.oh + oh) * g.ow + ow]) *
-				       (A)sgk_tof(x[((nb * g.c + xc) * g.h + ih) * g.w + iw]);
+				acc += (A)sgk_tof(dy[nb * t.yn + k * t.yk + oh * t.yh + ow * t.yw]) *
+				       (A)sgk_tof(x[nb * t.xn + xc * t.xc + ih * t.xh + iw * t.xw]);
 		}
 		acc = sgk_row_sum<256>(acc, part);
 		if (threadIdx.x == 0)
@@ -370,6 +448,368 @@ sgk_maxpool_bwd_k(const T *__restrict__ dy, const unsigned char *__restrict__ ar
 	}
 }
 
+/* The pools channels last (x [n, h, w, c], y [n, oh, ow, c]): a thread
+ * takes VEC consecutive channels (c a multiple of VEC, the pointers
+ * aligned to the vector) of one position (output: forward and argmax;
+ * input: backward), consecutive threads the next channels, so that a
+ * warp's loads are consecutive.  Each channel's window is walked as the
+ * NCHW kernels walk it (rows, then columns; the outputs of an input in
+ * (oh, ow) order), so the results are theirs, bit for bit. */
+
+template <class T, class I, int VEC>
+__global__ void __launch_bounds__(256)
+sgk_pool2d_fwd_cl_k(const T *__restrict__ x, T *__restrict__ y, SgConvGeom geom, int mode)
+{
+	typedef typename sgk_acc<T>::type A;
+	const SgkPoolGeom<I> g = sgk_pool_geom<I>(geom);
+	const I cv = g.c / VEC;
+	SGK_POOL_LOOP(I, i, g.n * g.oh * g.ow * cv) {
+		const I j = i % cv, t = i / cv, ow = t % g.ow, t2 = t / g.ow, oh = t2 % g.oh;
+		const I nb = t2 / g.oh;
+		I h0, h1, w0, w1, cnt;
+		sgk_pool_window(g, mode, oh, ow, h0, h1, w0, w1, cnt);
+		const T *img = x + (long long)nb * g.h * g.w * g.c + (long long)j * VEC;
+		sgk_reg<VEC, T> r;
+		if (mode == 0) {
+			A m[VEC];
+			bool any = false;
+#pragma unroll
+			for (int k = 0; k < VEC; k++) {
+				m[k] = -SGK_INF;
+				r.v[k] = sgk_cvt<T>(-SGK_INF);
+			}
+			for (I h = h0; h < h1; h++)
+				for (I w = w0; w < w1; w++) {
+					const sgk_reg<VEC, T> v = sgk_ldv<VEC>(img + (h * g.w + w) * g.c);
+#pragma unroll
+					for (int k = 0; k < VEC; k++) {
+						const A a = (A)sgk_tof(v.v[k]);
+						if (!any || a > m[k] || a != a) {
+							m[k] = a;
+							r.v[k] = v.v[k];
+						}
+					}
+					any = true;
+				}
+		} else {
+			A acc[VEC];
+#pragma unroll
+			for (int k = 0; k < VEC; k++)
+				acc[k] = 0;
+			for (I h = h0; h < h1; h++)
+				for (I w = w0; w < w1; w++) {
+					const sgk_reg<VEC, T> v = sgk_ldv<VEC>(img + (h * g.w + w) * g.c);
+#pragma unroll
+					for (int k = 0; k < VEC; k++)
+						acc[k] += (A)sgk_tof(v.v[k]);
+				}
+#pragma unroll
+			for (int k = 0; k < VEC; k++)
+				r.v[k] = sgk_cvt<T>(acc[k] / (A)cnt);
+		}
+		sgk_stv<VEC>(y + (long long)i * VEC, r);
+	}
+}
+
+/* dx per input element as sgk_pool2d_bwd_k, VEC channels a thread (max:
+ * each channel's argmax of each window found again). */
+template <class T, class I, int VEC>
+__global__ void __launch_bounds__(256)
+sgk_pool2d_bwd_cl_k(const T *__restrict__ dy, const T *__restrict__ x, T *__restrict__ dx,
+                    SgConvGeom geom, int mode)
+{
+	typedef typename sgk_acc<T>::type A;
+	const SgkPoolGeom<I> g = sgk_pool_geom<I>(geom);
+	const I cv = g.c / VEC;
+	SGK_POOL_LOOP(I, i, g.n * g.h * g.w * cv) {
+		const I j = i % cv, t = i / cv, iw = t % g.w, t2 = t / g.w, ih = t2 % g.h;
+		const I nb = t2 / g.h;
+		I oh0 = 0, oh1 = g.oh, ow0 = 0, ow1 = g.ow;
+		if (mode != 2) {   /* outputs with oh * sh - ph <= ih < oh * sh - ph + r */
+			I a = ih + g.ph - g.r + 1, bb = iw + g.pw - g.s + 1;
+			oh0 = a <= 0 ? 0 : (a + g.sh - 1) / g.sh;
+			ow0 = bb <= 0 ? 0 : (bb + g.sw - 1) / g.sw;
+			oh1 = (ih + g.ph) / g.sh + 1;
+			ow1 = (iw + g.pw) / g.sw + 1;
+			oh1 = oh1 < g.oh ? oh1 : g.oh;
+			ow1 = ow1 < g.ow ? ow1 : g.ow;
+		}
+		const T *img = x + (long long)nb * g.h * g.w * g.c + (long long)j * VEC;
+		const T *dimg = dy + (long long)nb * g.oh * g.ow * g.c + (long long)j * VEC;
+		A acc[VEC];
+#pragma unroll
+		for (int k = 0; k < VEC; k++)
+			acc[k] = 0;
+		for (I oh = oh0; oh < oh1; oh++)
+			for (I ow = ow0; ow < ow1; ow++) {
+				I h0, h1, w0, w1, cnt;
+				sgk_pool_window(g, mode, oh, ow, h0, h1, w0, w1, cnt);
+				if (ih < h0 || ih >= h1 || iw < w0 || iw >= w1)
+					continue;
+				const sgk_reg<VEC, T> gv = sgk_ldv<VEC>(dimg + (oh * g.ow + ow) * g.c);
+				if (mode != 0) {
+#pragma unroll
+					for (int k = 0; k < VEC; k++)
+						acc[k] += (A)sgk_tof(gv.v[k]) / (A)cnt;
+					continue;
+				}
+				I best[VEC];
+				A m[VEC];
+#pragma unroll
+				for (int k = 0; k < VEC; k++) {
+					best[k] = -1;
+					m[k] = -SGK_INF;
+				}
+				for (I h = h0; h < h1; h++)
+					for (I w = w0; w < w1; w++) {
+						const sgk_reg<VEC, T> v =
+							sgk_ldv<VEC>(img + (h * g.w + w) * g.c);
+#pragma unroll
+						for (int k = 0; k < VEC; k++) {
+							const A a = (A)sgk_tof(v.v[k]);
+							if (best[k] < 0 || a > m[k] || a != a) {
+								m[k] = a;
+								best[k] = h * g.w + w;
+							}
+						}
+					}
+#pragma unroll
+				for (int k = 0; k < VEC; k++)
+					if (best[k] == ih * g.w + iw)
+						acc[k] += (A)sgk_tof(gv.v[k]);
+			}
+		sgk_reg<VEC, T> r;
+#pragma unroll
+		for (int k = 0; k < VEC; k++)
+			r.v[k] = sgk_cvt<T>(acc[k]);
+		sgk_stv<VEC>(dx + (long long)i * VEC, r);
+	}
+}
+
+/* max_pool2d's backward channels last, phase 1 (as sgk_maxpool_arg_k):
+ * a thread an output position's VEC channels, their argmax bytes stored
+ * together (arg aligned to VEC bytes). */
+template <class T, int VEC>
+__global__ void __launch_bounds__(256)
+sgk_maxpool_arg_cl_k(const T *__restrict__ x, unsigned char *__restrict__ arg, SgConvGeom geom)
+{
+	typedef typename sgk_acc<T>::type A;
+	const SgkPoolGeom<int> g = sgk_pool_geom<int>(geom);
+	const int cv = g.c / VEC;
+	SGK_POOL_LOOP(int, i, g.n * g.oh * g.ow * cv) {
+		const int j = i % cv, t = i / cv, ow = t % g.ow, t2 = t / g.ow, oh = t2 % g.oh;
+		const int nb = t2 / g.oh;
+		const T *img = x + (long long)nb * g.h * g.w * g.c + (long long)j * VEC;
+		const int hs = oh * g.sh - g.ph, h0 = hs < 0 ? 0 : hs;
+		const int h1 = hs + g.r < g.h ? hs + g.r : g.h;
+		const int ws = ow * g.sw - g.pw, w0 = ws < 0 ? 0 : ws;
+		const int w1 = ws + g.s < g.w ? ws + g.s : g.w;
+		int bh[VEC], bw[VEC];
+		A m[VEC];
+#pragma unroll
+		for (int k = 0; k < VEC; k++) {
+			bh[k] = -1;
+			bw[k] = 0;
+			m[k] = -SGK_INF;
+		}
+		for (int h = h0; h < h1; h++)
+			for (int w = w0; w < w1; w++) {
+				const sgk_reg<VEC, T> v = sgk_ldv<VEC>(img + (h * g.w + w) * g.c);
+#pragma unroll
+				for (int k = 0; k < VEC; k++) {
+					const A a = (A)sgk_tof(v.v[k]);
+					if (bh[k] < 0 || a > m[k] || a != a) {
+						m[k] = a;
+						bh[k] = h;
+						bw[k] = w;
+					}
+				}
+			}
+		sgk_reg<VEC, unsigned char> r;
+#pragma unroll
+		for (int k = 0; k < VEC; k++)
+			r.v[k] = bh[k] < 0 ? (unsigned char)255
+			                   : (unsigned char)((bh[k] - hs) * 16 + (bw[k] - ws));
+		sgk_stv<VEC>(arg + (long long)i * VEC, r);
+	}
+}
+
+/* Phase 2 channels last (as sgk_maxpool_bwd_k): a thread an input
+ * position's VEC channels; dy loaded only where one of them is an
+ * output's recorded argmax, each channel's dy added in (oh, ow) order.
+ * S2: strides 2 and windows of at most 4 x 4, so that at most 2 x 2
+ * outputs hold an input: their argmax bytes loaded together, then the dy
+ * they need together, then added. */
+template <class T, int VEC, int S2>
+__global__ void __launch_bounds__(256)
+sgk_maxpool_bwd_cl_k(const T *__restrict__ dy, const unsigned char *__restrict__ arg,
+                     T *__restrict__ dx, SgConvGeom geom)
+{
+	typedef typename sgk_acc<T>::type A;
+	const SgkPoolGeom<int> g = sgk_pool_geom<int>(geom);
+	const int cv = g.c / VEC, sh = S2 ? 2 : g.sh, sw = S2 ? 2 : g.sw;
+	SGK_POOL_LOOP(int, i, g.n * g.h * g.w * cv) {
+		const int j = i % cv, t = i / cv, iw = t % g.w, t2 = t / g.w, ih = t2 % g.h;
+		const int nb = t2 / g.h;
+		const int a = ih + g.ph - g.r + 1, bb = iw + g.pw - g.s + 1;
+		const int oh0 = a <= 0 ? 0 : (a + sh - 1) / sh;
+		const int oh1 = min((ih + g.ph) / sh + 1, g.oh);
+		const int ow0 = bb <= 0 ? 0 : (bb + sw - 1) / sw;
+		const int ow1 = min((iw + g.pw) / sw + 1, g.ow);
+		const long long base = (long long)nb * g.oh * g.ow * g.c + (long long)j * VEC;
+		A acc[VEC];
+#pragma unroll
+		for (int k = 0; k < VEC; k++)
+			acc[k] = 0;
+		if (S2) {
+			/* want: (dh, dw) in the window as the byte records it (never
+			 * 255 here) */
+			sgk_reg<VEC, unsigned char> ar[2][2];
+			sgk_reg<VEC, T> gv[2][2];
+			bool use[2][2];
+			int want[2][2];
+#pragma unroll
+			for (int p = 0; p < 2; p++)
+#pragma unroll
+				for (int q = 0; q < 2; q++) {
+					const int oh = oh0 + p, ow = ow0 + q;
+					use[p][q] = oh < oh1 && ow < ow1;
+					want[p][q] = (ih - (oh * 2 - g.ph)) * 16 + iw - (ow * 2 - g.pw);
+					if (use[p][q])
+						ar[p][q] = sgk_ldv<VEC>(arg + base +
+						                        (long long)(oh * g.ow + ow) * g.c);
+				}
+#pragma unroll
+			for (int p = 0; p < 2; p++)
+#pragma unroll
+				for (int q = 0; q < 2; q++) {
+					bool any = false;
+#pragma unroll
+					for (int k = 0; k < VEC; k++)
+						any = any || ar[p][q].v[k] == want[p][q];
+					use[p][q] = use[p][q] && any;
+					if (use[p][q])
+						gv[p][q] = sgk_ldv<VEC>(
+							dy + base + (long long)((oh0 + p) * g.ow + ow0 + q) * g.c);
+				}
+#pragma unroll
+			for (int p = 0; p < 2; p++)
+#pragma unroll
+				for (int q = 0; q < 2; q++)
+					if (use[p][q])
+#pragma unroll
+						for (int k = 0; k < VEC; k++)
+							if (ar[p][q].v[k] == want[p][q])
+								acc[k] += (A)sgk_tof(gv[p][q].v[k]);
+		} else {
+			for (int oh = oh0; oh < oh1; oh++)
+				for (int ow = ow0; ow < ow1; ow++) {
+					const long long o = base + (long long)(oh * g.ow + ow) * g.c;
+					const sgk_reg<VEC, unsigned char> ar = sgk_ldv<VEC>(arg + o);
+					/* (dh, dw) in the window as the byte records it */
+					const int want = (ih - (oh * sh - g.ph)) * 16 + iw - (ow * sw - g.pw);
+					bool hit[VEC], any = false;
+#pragma unroll
+					for (int k = 0; k < VEC; k++) {
+						hit[k] = ar.v[k] != 255 && ar.v[k] == want;
+						any = any || hit[k];
+					}
+					if (!any)
+						continue;
+					const sgk_reg<VEC, T> gv = sgk_ldv<VEC>(dy + o);
+#pragma unroll
+					for (int k = 0; k < VEC; k++)
+						if (hit[k])
+							acc[k] += (A)sgk_tof(gv.v[k]);
+				}
+		}
+		sgk_reg<VEC, T> r;
+#pragma unroll
+		for (int k = 0; k < VEC; k++)
+			r.v[k] = sgk_cvt<T>(acc[k]);
+		sgk_stv<VEC>(dx + (long long)i * VEC, r);
+	}
+}
+
+/* Layout conversion: each of n [rows, cols] matrices into [cols, rows]
+ * (to channels last: rows c, cols hw; back: rows hw, cols c), a tile of
+ * 32P x 32P at a time through shared memory (P = 2 for 2-byte elements,
+ * moved as 4-byte pairs; else 1; the odd row length keeps a warp's reads
+ * down a tile's column on distinct banks): 32 x 8 threads read the tile
+ * along its rows, P elements a thread (a pair in one load when pld, the
+ * rows' length even and x aligned), and write it along the output's rows
+ * likewise (pst), both coalesced.  The grid's x, y and z take the tiles
+ * of cols, of rows and the matrices, each looping when there are more
+ * than it holds. */
+template <class T, int P>
+__global__ void __launch_bounds__(256)
+sgk_transpose_k(const T *__restrict__ x, T *__restrict__ y, long long n, long long rows,
+                long long cols, int pld, int pst)
+{
+	enum { TS = 32 * P };
+	__shared__ T tile[TS][TS + 1];
+	const long long tr = (rows + TS - 1) / TS, tc = (cols + TS - 1) / TS;
+	const int tx = threadIdx.x, ty = threadIdx.y;
+	for (long long b = blockIdx.z; b < n; b += gridDim.z)
+		for (long long by = blockIdx.y; by < tr; by += gridDim.y)
+			for (long long bx = blockIdx.x; bx < tc; bx += gridDim.x) {
+				const T *xb = x + b * rows * cols;
+				T *yb = y + b * rows * cols;
+				const long long r0 = by * TS, c0 = bx * TS, cc = c0 + P * tx;
+				for (int k = ty; k < TS && r0 + k < rows; k += 8) {
+					const T *xp = xb + (r0 + k) * cols + cc;
+					if (P > 1 && pld && cc + P <= cols) {
+						const sgk_reg<P, T> v = sgk_ldv<P>(xp);
+#pragma unroll
+						for (int e = 0; e < P; e++)
+							tile[k][P * tx + e] = v.v[e];
+					} else {
+#pragma unroll
+						for (int e = 0; e < P; e++)
+							if (cc + e < cols)
+								tile[k][P * tx + e] = xp[e];
+					}
+				}
+				__syncthreads();
+				const long long rr = r0 + P * tx;
+				for (int k = ty; k < TS && c0 + k < cols; k += 8) {
+					T *yp = yb + (c0 + k) * rows + rr;
+					if (P > 1 && pst && rr + P <= rows) {
+						sgk_reg<P, T> v;
+#pragma unroll
+						for (int e = 0; e < P; e++)
+							v.v[e] = tile[P * tx + e][k];
+						sgk_stv<P>(yp, v);
+					} else {
+#pragma unroll
+						for (int e = 0; e < P; e++)
+							if (rr + e < rows)
+								yp[e] = tile[P * tx + e][k];
+					}
+				}
+				__syncthreads();
+			}
+}
+
+/* The layout conversion for a few channels (an image's colours): a
+ * thread an output element (count in all, I their index type), the
+ * writes consecutive and each channel's reads consecutive across a
+ * warp. */
+template <class T, class I>
+__global__ void __launch_bounds__(256)
+sgk_to_layout_narrow_k(const T *__restrict__ x, T *__restrict__ y, I c, I hw, I count, int to_cl)
+{
+	SGK_POOL_LOOP(I, i, count) {
+		if (to_cl) {   /* y [n, hw, c] from x [n, c, hw] */
+			const I ch = i % c, t = i / c, p = t % hw, b = t / hw;
+			y[i] = x[((long long)b * c + ch) * hw + p];
+		} else {       /* y [n, c, hw] from x [n, hw, c] */
+			const I p = i % hw, t = i / hw, ch = t % c, b = t / c;
+			y[i] = x[((long long)b * hw + p) * c + ch];
+		}
+	}
+}
+
 /* A thread's walk through channel ch's values of x [n, c, inner]: value
  * p = q * inner + i (p from p0 by step) at offset (q * c + ch) * inner + i,
  * kept without a division a step. */
@@ -542,30 +982,167 @@ sgk_bn_moments_k(const T *__restrict__ x, const T *__restrict__ dy,
 	}
 }
 
-/* Stage 2, a thread a channel: the nsplit parts merged in order into the
- * channel's mean and rstd, work[ch] and work[c + ch] (in eval the running
- * ones); with dy also sum(dy) and sum(dy * xhat) into work[3c + ch] and
- * work[2c + ch], and db, dw. */
-template <class T, class S, int NPART>
+/* Stage 1 channels last (x [m, c], dy as x): block (cb, y) takes rows
+ * [y * chunk, (y + 1) * chunk) of m and channels from cb * CT * VEC, its
+ * 256 threads CT = 2^ctl channel threads (thread t: channels (cb * CT +
+ * t % CT) * VEC on, one load a row; c a multiple of VEC, x and dy
+ * aligned to it) by RT = 256 / CT row threads (rows t / CT + k * RT of
+ * the slice).  Each thread's moments of its channels, a Welford update a
+ * row (the count, and so its reciprocal, shared by the channels), rows
+ * loaded four at a time; then merged in a fixed order: a warp's row threads
+ * by shuffles (neighbours first), then the eight warps' in order by warp
+ * 0 through shared memory, into part[y][ch] as sgk_bn_moments_k's. */
+template <class T, int NPART, int VEC>
 __global__ void __launch_bounds__(256)
-sgk_bn_stats_final_k(const S *__restrict__ rm, const S *__restrict__ rv,
-                     const typename sgk_acc<T>::type *__restrict__ part,
-                     typename sgk_acc<T>::type *__restrict__ work, T *__restrict__ dw,
-                     T *__restrict__ db, long long m, long long c, long long chunk, int nsplit,
-                     float eps, int training)
+sgk_bn_moments_cl_k(const T *__restrict__ x, const T *__restrict__ dy,
+                    typename sgk_acc<T>::type *__restrict__ part, long long m, long long c,
+                    long long chunk, int ctl)
 {
 	typedef typename sgk_acc<T>::type A;
-	const long long ch = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-	if (ch >= c)
-		return;
-	SgkMoments<A> v = {0, 0, 0, 0, 0};
-	for (int k = 0; k < nsplit; k++) {
-		const A *q = part + NPART * (k * c + ch);
-		SgkMoments<A> u = {(A)(k + 1 < nsplit ? chunk : m - (long long)k * chunk), q[0], q[1],
-		                   NPART == 4 ? q[2] : (A)0, NPART == 4 ? q[3] : (A)0};
-		v.merge(u);
+	enum { U = 4 };
+	__shared__ A sh[8][NPART][32 * VEC];
+	__shared__ A shn[8][32];
+	const int CT = 1 << ctl, RT = 256 >> ctl, tx = threadIdx.x & (CT - 1);
+	const int ty = threadIdx.x >> ctl, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+	const long long ch0 = ((long long)blockIdx.x * CT + tx) * VEC, p0 = (long long)blockIdx.y * chunk;
+	const long long len = p0 + chunk < m ? chunk : m - p0;
+	A mx[VEC], m2[VEC], my[VEC], cxy[VEC], cnt = 0;
+#pragma unroll
+	for (int k = 0; k < VEC; k++)
+		mx[k] = m2[k] = my[k] = cxy[k] = 0;
+	if (ch0 < c) {
+		const long long step = (long long)RT * c;
+		const T *xp = x + (p0 + ty) * c + ch0;
+		const T *yp = NPART == 4 ? dy + (p0 + ty) * c + ch0 : dy;
+		for (long long r = ty; r < len; r += U * RT, xp += U * step, yp += U * step) {
+			sgk_reg<VEC, T> xr[U], yr[U];
+#pragma unroll
+			for (int u = 0; u < U; u++)
+				if (r + u * RT < len) {
+					xr[u] = sgk_ldv<VEC>(xp + u * step);
+					if (NPART == 4)
+						yr[u] = sgk_ldv<VEC>(yp + u * step);
+				}
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				if (r + u * RT >= len)
+					break;
+				cnt += (A)1;
+				const A q = (A)1 / cnt;
+#pragma unroll
+				for (int k = 0; k < VEC; k++) {
+					const A xv = (A)sgk_tof(xr[u].v[k]), d = xv - mx[k];
+					mx[k] += d * q;
+					m2[k] += d * (xv - mx[k]);
+					if (NPART == 4) {
+						const A yv = (A)sgk_tof(yr[u].v[k]);
+						my[k] += (yv - my[k]) * q;
+						cxy[k] += d * (yv - my[k]);
+					}
+				}
+			}
+		}
 	}
+	/* Chan's merge of (nb, b*) into (cnt, *), the counts' ratios shared by
+	 * the channels. */
+	auto merge = [&](A nb, const A *bmx, const A *bm2, const A *bmy, const A *bcxy) {
+		const A t = cnt + nb;
+		if (nb == (A)0)
+			return;
+		if (cnt == (A)0) {
+#pragma unroll
+			for (int k = 0; k < VEC; k++) {
+				mx[k] = bmx[k];
+				m2[k] = bm2[k];
+				my[k] = bmy[k];
+				cxy[k] = bcxy[k];
+			}
+			cnt = nb;
+			return;
+		}
+		const A f = cnt * nb / t, g = nb / t;
+#pragma unroll
+		for (int k = 0; k < VEC; k++) {
+			const A dx = bmx[k] - mx[k], dd = bmy[k] - my[k];
+			m2[k] += bm2[k] + dx * dx * f;
+			cxy[k] += bcxy[k] + dx * dd * f;
+			mx[k] += dx * g;
+			my[k] += dd * g;
+		}
+		cnt = t;
+	};
+	/* a warp's row threads: lane l takes lane l + o's */
+	for (int o = CT; o < 32; o <<= 1) {
+		A bmx[VEC], bm2[VEC], bmy[VEC], bcxy[VEC];
+		const A nb = __shfl_down_sync(0xffffffffu, cnt, o);
+#pragma unroll
+		for (int k = 0; k < VEC; k++) {
+			bmx[k] = __shfl_down_sync(0xffffffffu, mx[k], o);
+			bm2[k] = __shfl_down_sync(0xffffffffu, m2[k], o);
+			bmy[k] = NPART == 4 ? __shfl_down_sync(0xffffffffu, my[k], o) : (A)0;
+			bcxy[k] = NPART == 4 ? __shfl_down_sync(0xffffffffu, cxy[k], o) : (A)0;
+		}
+		if ((lane & (2 * o - 1)) < CT)
+			merge(nb, bmx, bm2, bmy, bcxy);
+	}
+	/* the warps', in order */
+	if (lane < CT) {
+		shn[wid][lane] = cnt;
+#pragma unroll
+		for (int k = 0; k < VEC; k++) {
+			sh[wid][0][lane * VEC + k] = mx[k];
+			sh[wid][1][lane * VEC + k] = m2[k];
+			if (NPART == 4) {
+				sh[wid][NPART - 2][lane * VEC + k] = my[k];
+				sh[wid][NPART - 1][lane * VEC + k] = cxy[k];
+			}
+		}
+	}
+	__syncthreads();
+	if (wid != 0 || lane >= CT || ch0 >= c)
+		return;
+	for (int w = 1; w < 8; w++) {
+		A bmx[VEC], bm2[VEC], bmy[VEC], bcxy[VEC];
+#pragma unroll
+		for (int k = 0; k < VEC; k++) {
+			bmx[k] = sh[w][0][lane * VEC + k];
+			bm2[k] = sh[w][1][lane * VEC + k];
+			bmy[k] = NPART == 4 ? sh[w][NPART - 2][lane * VEC + k] : (A)0;
+			bcxy[k] = NPART == 4 ? sh[w][NPART - 1][lane * VEC + k] : (A)0;
+		}
+		merge(shn[w][lane], bmx, bm2, bmy, bcxy);
+	}
+#pragma unroll
+	for (int k = 0; k < VEC; k++) {
+		A *o = part + NPART * ((long long)blockIdx.y * c + ch0 + k);
+		o[0] = mx[k];
+		o[1] = m2[k];
+		if (NPART == 4) {
+			o[2] = my[k];
+			o[3] = cxy[k];
+		}
+	}
+}
+
+/* Stage 2's end for channel ch, given the moments v of its m values
+ * (merged from the parts): its mean and rstd into work[ch] and work[c +
+ * ch] (in eval the running ones); in training, when given, the batch
+ * mean and unbiased variance into mean_out[ch], var_out[ch]; with dy
+ * (NPART 4) also sum(dy) and sum(dy * xhat) into work[3c + ch] and
+ * work[2c + ch], and db, dw. */
+template <class T, class S, int NPART>
+SGK_DEV void sgk_bn_finish(const SgkMoments<typename sgk_acc<T>::type> &v, long long ch,
+                           const S *__restrict__ rm, const S *__restrict__ rv,
+                           typename sgk_acc<T>::type *__restrict__ work, T *__restrict__ dw,
+                           T *__restrict__ db, T *__restrict__ mean_out, T *__restrict__ var_out,
+                           long long m, long long c, float eps, int training)
+{
+	typedef typename sgk_acc<T>::type A;
 	A mean = v.mx, var = v.m2 / (A)m;
+	if (training && mean_out)
+		mean_out[ch] = sgk_cvt<T>(v.mx);
+	if (training && var_out)
+		var_out[ch] = sgk_cvt<T>(v.m2 / (A)(m - 1));
 	if (!training) {
 		mean = (A)sgk_tof(rm[ch]);
 		var = (A)sgk_tof(rv[ch]);
@@ -581,6 +1158,71 @@ sgk_bn_stats_final_k(const S *__restrict__ rm, const S *__restrict__ rv,
 		dw[ch] = sgk_cvt<T>(sgx);
 		db[ch] = sgk_cvt<T>(sg);
 	}
+}
+
+/* Stage 2, a thread a channel: the nsplit parts (chunk values each, the
+ * last the rest) merged in order, then sgk_bn_finish. */
+template <class T, class S, int NPART>
+__global__ void __launch_bounds__(256)
+sgk_bn_stats_final_k(const S *__restrict__ rm, const S *__restrict__ rv,
+                     const typename sgk_acc<T>::type *__restrict__ part,
+                     typename sgk_acc<T>::type *__restrict__ work, T *__restrict__ dw,
+                     T *__restrict__ db, T *__restrict__ mean_out, T *__restrict__ var_out,
+                     long long m, long long c, long long chunk, int nsplit, float eps,
+                     int training)
+{
+	typedef typename sgk_acc<T>::type A;
+	const long long ch = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (ch >= c)
+		return;
+	SgkMoments<A> v = {0, 0, 0, 0, 0};
+	for (int k = 0; k < nsplit; k++) {
+		const A *q = part + NPART * (k * c + ch);
+		SgkMoments<A> u = {(A)(k + 1 < nsplit ? chunk : m - (long long)k * chunk), q[0], q[1],
+		                   NPART == 4 ? q[2] : (A)0, NPART == 4 ? q[3] : (A)0};
+		v.merge(u);
+	}
+	sgk_bn_finish<T, S, NPART>(v, ch, rm, rv, work, dw, db, mean_out, var_out, m, c, eps,
+	                           training);
+}
+
+/* The same with a block a channel, for the many slices of channels
+ * last: thread t merges parts t, t + 256, ... in order, the threads then
+ * merge as sgk_block_moments does, and thread 0 finishes. */
+template <class T, class S, int NPART>
+__global__ void __launch_bounds__(256)
+sgk_bn_stats_final_block_k(const S *__restrict__ rm, const S *__restrict__ rv,
+                           const typename sgk_acc<T>::type *__restrict__ part,
+                           typename sgk_acc<T>::type *__restrict__ work, T *__restrict__ dw,
+                           T *__restrict__ db, T *__restrict__ mean_out, T *__restrict__ var_out,
+                           long long m, long long c, long long chunk, int nsplit, float eps,
+                           int training)
+{
+	typedef typename sgk_acc<T>::type A;
+	__shared__ SgkMoments<A> sh[8];
+	const long long ch = blockIdx.x;
+	SgkMoments<A> v = {0, 0, 0, 0, 0};
+	/* four parts' loads at a time, then their merges */
+	for (int k0 = threadIdx.x; k0 < nsplit; k0 += 4 * 256) {
+		SgkMoments<A> u[4];
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			const int k = k0 + j * 256;
+			const A *q = part + NPART * ((long long)k * c + ch);
+			u[j].n = k < nsplit ? (A)(k + 1 < nsplit ? chunk : m - (long long)k * chunk) : (A)0;
+			u[j].mx = k < nsplit ? q[0] : (A)0;
+			u[j].m2 = k < nsplit ? q[1] : (A)0;
+			u[j].my = NPART == 4 && k < nsplit ? q[2] : (A)0;
+			u[j].cxy = NPART == 4 && k < nsplit ? q[3] : (A)0;
+		}
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			v.merge(u[j]);
+	}
+	v = sgk_block_moments(v, sh);
+	if (threadIdx.x == 0)
+		sgk_bn_finish<T, S, NPART>(v, ch, rm, rv, work, dw, db, mean_out, var_out, m, c, eps,
+		                           training);
 }
 
 /* y = (x - mean) * rstd * w + b, VEC values at a time (inner a multiple
@@ -636,6 +1278,82 @@ sgk_bn_bwd_dx_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__re
 	}
 }
 
+/* The pointwise kernels channels last (x [m, c], c a multiple of VEC
+ * and the pointers aligned to it): threads as sgk_bn_moments_cl_k's, a
+ * channel thread's VEC channels' scale and shift kept in registers while
+ * its row thread walks the rows by the grid's; the values as
+ * sgk_bn_fwd_k's and sgk_bn_bwd_dx_k's. */
+template <class T, int VEC>
+__global__ void __launch_bounds__(256)
+sgk_bn_fwd_cl_k(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
+                T *__restrict__ y, const typename sgk_acc<T>::type *__restrict__ work,
+                long long m, long long c, int ctl)
+{
+	typedef typename sgk_acc<T>::type A;
+	const int CT = 1 << ctl, RT = 256 >> ctl, tx = threadIdx.x & (CT - 1);
+	const long long ch0 = ((long long)blockIdx.x * CT + tx) * VEC;
+	if (ch0 >= c)
+		return;
+	A sc[VEC], mean[VEC], sf[VEC];
+#pragma unroll
+	for (int k = 0; k < VEC; k++) {
+		const long long ch = ch0 + k;
+		sc[k] = work[c + ch] * (w ? (A)sgk_tof(w[ch]) : (A)1);
+		mean[k] = work[ch];
+		sf[k] = b ? (A)sgk_tof(b[ch]) : (A)0;
+	}
+	const long long step = (long long)gridDim.y * RT;
+#pragma unroll 4
+	for (long long r = (long long)blockIdx.y * RT + (threadIdx.x >> ctl); r < m; r += step) {
+		const sgk_reg<VEC, T> xr = sgk_ldv<VEC>(x + r * c + ch0);
+		sgk_reg<VEC, T> yr;
+#pragma unroll
+		for (int k = 0; k < VEC; k++)
+			yr.v[k] = sgk_cvt<T>(((A)sgk_tof(xr.v[k]) - mean[k]) * sc[k] + sf[k]);
+		sgk_stv<VEC>(y + r * c + ch0, yr);
+	}
+}
+
+template <class T, int VEC>
+__global__ void __launch_bounds__(256)
+sgk_bn_bwd_dx_cl_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
+                   T *__restrict__ dx, const typename sgk_acc<T>::type *__restrict__ work,
+                   long long m, long long c, int ctl, int training)
+{
+	typedef typename sgk_acc<T>::type A;
+	const int CT = 1 << ctl, RT = 256 >> ctl, tx = threadIdx.x & (CT - 1);
+	const long long ch0 = ((long long)blockIdx.x * CT + tx) * VEC;
+	if (ch0 >= c)
+		return;
+	const A am = (A)m;
+	A rstd[VEC], mean[VEC], sc[VEC], gm[VEC], xm[VEC];
+#pragma unroll
+	for (int k = 0; k < VEC; k++) {
+		const long long ch = ch0 + k;
+		rstd[k] = work[c + ch];
+		mean[k] = work[ch];
+		sc[k] = (w ? (A)sgk_tof(w[ch]) : (A)1) * rstd[k];
+		gm[k] = work[3 * c + ch] / am;
+		xm[k] = work[2 * c + ch] / am;
+	}
+	const long long step = (long long)gridDim.y * RT;
+#pragma unroll 4
+	for (long long r = (long long)blockIdx.y * RT + (threadIdx.x >> ctl); r < m; r += step) {
+		const sgk_reg<VEC, T> gr = sgk_ldv<VEC>(dy + r * c + ch0);
+		sgk_reg<VEC, T> xr, o;
+		if (training)
+			xr = sgk_ldv<VEC>(x + r * c + ch0);
+#pragma unroll
+		for (int k = 0; k < VEC; k++) {
+			A v = (A)sgk_tof(gr.v[k]);
+			if (training)
+				v = v - gm[k] - ((A)sgk_tof(xr.v[k]) - mean[k]) * rstd[k] * xm[k];
+			o.v[k] = sgk_cvt<T>(sc[k] * v);
+		}
+		sgk_stv<VEC>(dx + r * c + ch0, o);
+	}
+}
+
 #ifndef __CUDACC_RTC__
 /* Blocks for a grid-stride loop over count elements. */
 static inline unsigned sgk_conv_grid(long long count)
@@ -678,12 +1396,50 @@ static cudaError_t sg_launch_conv2d_bwd_weight(const T *dy, const T *x, T *dw, S
 	return sgk_launched();
 }
 
+/* The widths, in elements, of 16-byte and 8-byte vectors of T (the
+ * vectorised kernels' VEC besides 1). */
+template <class T>
+struct SgkBnVec {
+	enum { V16 = 16 / sizeof(T), V8 = 8 / sizeof(T) };
+};
+
 /* 1 when a pool's flat indices (input and output, plus a grid's worth of
  * threads) fit an int. */
 static inline int sgk_pool_int(const SgConvGeom &g)
 {
 	const long long lim = (1LL << 31) - (1LL << 24);
 	return g.n * g.c * g.h * g.w < lim && g.n * g.c * g.oh * g.ow < lim;
+}
+
+/* The channels a thread of the channels-last pools takes: 16 bytes'
+ * worth, else 8 bytes', when c is a multiple of them and the pointers
+ * (NULL: none) are aligned to them (arg to one byte a channel), else 1. */
+template <class T>
+static inline int sgk_pool_vec(long long c, const T *a, const T *b, const T *d,
+                               const unsigned char *arg)
+{
+	const unsigned long long al = (unsigned long long)a | (unsigned long long)b |
+	                              (unsigned long long)d;
+	for (int bytes = 16; bytes >= 8; bytes /= 2) {
+		const int v = bytes / (int)sizeof(T);
+		if (v > 1 && c % v == 0 && (al & (bytes - 1)) == 0 &&
+		    (unsigned long long)arg % (unsigned)v == 0)
+			return v;
+	}
+	return 1;
+}
+
+template <class T, class I>
+static void sgk_pool2d_fwd_cl(const T *x, T *y, SgConvGeom g, int mode, cudaStream_t stream)
+{
+	const int v = sgk_pool_vec<T>(g.c, x, y, (const T *)NULL, (const unsigned char *)NULL);
+	const unsigned grid = sgk_conv_grid(g.n * g.oh * g.ow * g.c / v);
+	if (v == SgkBnVec<T>::V16)
+		sgk_pool2d_fwd_cl_k<T, I, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(x, y, g, mode);
+	else if (v == SgkBnVec<T>::V8)
+		sgk_pool2d_fwd_cl_k<T, I, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(x, y, g, mode);
+	else
+		sgk_pool2d_fwd_cl_k<T, I, 1><<<grid, 256, 0, stream>>>(x, y, g, mode);
 }
 
 template <class T>
@@ -693,7 +1449,11 @@ static cudaError_t sg_launch_pool2d_fwd(const T *x, T *y, SgConvGeom g, int mode
 	long long count = g.n * g.c * g.oh * g.ow;
 	if (count <= 0)
 		return cudaSuccess;
-	if (sgk_pool_int(g))
+	if (g.cl && sgk_pool_int(g))
+		sgk_pool2d_fwd_cl<T, int>(x, y, g, mode, stream);
+	else if (g.cl)
+		sgk_pool2d_fwd_cl<T, long long>(x, y, g, mode, stream);
+	else if (sgk_pool_int(g))
 		sgk_pool2d_fwd_k<T, int><<<sgk_conv_grid(count), 256, 0, stream>>>(x, y, g, mode);
 	else
 		sgk_pool2d_fwd_k<T, long long><<<sgk_conv_grid(count), 256, 0, stream>>>(x, y, g, mode);
@@ -702,7 +1462,7 @@ static cudaError_t sg_launch_pool2d_fwd(const T *x, T *y, SgConvGeom g, int mode
 
 /* The scratch sg_launch_pool2d_bwd needs: a byte an output for
  * max_pool2d with windows of at most 15 x 15 whose rows fit an int, else
- * none. */
+ * none.  Either layout (indexed as y). */
 static inline size_t sg_pool2d_bwd_workspace(SgConvGeom g, int mode)
 {
 	const long long lim = (1LL << 31) - (1LL << 24);
@@ -735,6 +1495,41 @@ static cudaError_t sgk_maxpool_bwd(const T *dy, const T *x, T *dx, SgConvGeom g,
 	return sgk_launched();
 }
 
+/* Channels last: phase 1 a thread an output's VEC channels, phase 2 an
+ * input's (flat indices that fit an int). */
+template <class T, int VEC>
+static cudaError_t sgk_maxpool_bwd_cl(const T *dy, const T *x, T *dx, SgConvGeom g,
+                                      unsigned char *arg, cudaStream_t stream)
+{
+	sgk_maxpool_arg_cl_k<T, VEC><<<sgk_conv_grid(g.n * g.oh * g.ow * g.c / VEC), 256, 0,
+	                               stream>>>(x, arg, g);
+	cudaError_t e = sgk_launched();
+	if (e != cudaSuccess)
+		return e;
+	const unsigned grid = sgk_conv_grid(g.n * g.h * g.w * g.c / VEC);
+	if (g.sh == 2 && g.sw == 2 && g.r <= 4 && g.s <= 4)
+		sgk_maxpool_bwd_cl_k<T, VEC, 1><<<grid, 256, 0, stream>>>(dy, arg, dx, g);
+	else
+		sgk_maxpool_bwd_cl_k<T, VEC, 0><<<grid, 256, 0, stream>>>(dy, arg, dx, g);
+	return sgk_launched();
+}
+
+template <class T, class I>
+static void sgk_pool2d_bwd_cl(const T *dy, const T *x, T *dx, SgConvGeom g, int mode,
+                              cudaStream_t stream)
+{
+	const int v = sgk_pool_vec<T>(g.c, dy, x, dx, (const unsigned char *)NULL);
+	const unsigned grid = sgk_conv_grid(g.n * g.h * g.w * g.c / v);
+	if (v == SgkBnVec<T>::V16)
+		sgk_pool2d_bwd_cl_k<T, I, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(dy, x, dx, g,
+		                                                                     mode);
+	else if (v == SgkBnVec<T>::V8)
+		sgk_pool2d_bwd_cl_k<T, I, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(dy, x, dx, g,
+		                                                                    mode);
+	else
+		sgk_pool2d_bwd_cl_k<T, I, 1><<<grid, 256, 0, stream>>>(dy, x, dx, g, mode);
+}
+
 /* work: sg_pool2d_bwd_workspace(g, mode) bytes (NULL when that is 0). */
 template <class T>
 static cudaError_t sg_launch_pool2d_bwd(const T *dy, const T *x, T *dx, SgConvGeom g, int mode,
@@ -743,17 +1538,62 @@ static cudaError_t sg_launch_pool2d_bwd(const T *dy, const T *x, T *dx, SgConvGe
 	long long count = g.n * g.c * g.h * g.w;
 	if (count <= 0)
 		return cudaSuccess;
-	if (sg_pool2d_bwd_workspace(g, mode) > 0) {
+	if (sg_pool2d_bwd_workspace(g, mode) > 0 && g.cl && sgk_pool_int(g)) {
+		unsigned char *arg = (unsigned char *)work;
+		const int v = sgk_pool_vec<T>(g.c, dy, x, dx, arg);
+		if (v == SgkBnVec<T>::V16)
+			return sgk_maxpool_bwd_cl<T, SgkBnVec<T>::V16>(dy, x, dx, g, arg, stream);
+		if (v == SgkBnVec<T>::V8)
+			return sgk_maxpool_bwd_cl<T, SgkBnVec<T>::V8>(dy, x, dx, g, arg, stream);
+		return sgk_maxpool_bwd_cl<T, 1>(dy, x, dx, g, arg, stream);
+	}
+	if (sg_pool2d_bwd_workspace(g, mode) > 0 && !g.cl) {
 		unsigned char *arg = (unsigned char *)work;
 		if (g.sh == 2 && g.sw == 2)
 			return sgk_maxpool_bwd<T, 2, 2>(dy, x, dx, g, arg, stream);
 		return sgk_maxpool_bwd<T, 0, 0>(dy, x, dx, g, arg, stream);
 	}
-	if (sgk_pool_int(g))
+	if (g.cl && sgk_pool_int(g))
+		sgk_pool2d_bwd_cl<T, int>(dy, x, dx, g, mode, stream);
+	else if (g.cl)
+		sgk_pool2d_bwd_cl<T, long long>(dy, x, dx, g, mode, stream);
+	else if (sgk_pool_int(g))
 		sgk_pool2d_bwd_k<T, int><<<sgk_conv_grid(count), 256, 0, stream>>>(dy, x, dx, g, mode);
 	else
 		sgk_pool2d_bwd_k<T, long long><<<sgk_conv_grid(count), 256, 0, stream>>>(dy, x, dx, g,
 		                                                                         mode);
+	return sgk_launched();
+}
+
+/* to_cl 1: x [n, c, hw] -> y [n, hw, c]; 0: x [n, hw, c] -> y [n, c, hw]
+ * (sgk_transpose_k; with fewer than SGK_NARROW_C channels, an image's
+ * three colours, sgk_to_layout_narrow_k: the tiles would be mostly
+ * empty). */
+enum { SGK_NARROW_C = 8 };
+template <class T>
+static cudaError_t sg_launch_to_layout(const T *x, T *y, long long n, long long c, long long hw,
+                                       int to_cl, cudaStream_t stream)
+{
+	enum { P = sizeof(T) == 2 ? 2 : 1, TS = 32 * P };
+	if (n <= 0 || c <= 0 || hw <= 0)
+		return cudaSuccess;
+	if (c < SGK_NARROW_C) {
+		const long long count = n * c * hw;
+		if (count < (1LL << 31) - (1LL << 24))
+			sgk_to_layout_narrow_k<T, int><<<sgk_conv_grid(count), 256, 0, stream>>>(
+				x, y, (int)c, (int)hw, (int)count, to_cl);
+		else
+			sgk_to_layout_narrow_k<T, long long><<<sgk_conv_grid(count), 256, 0, stream>>>(
+				x, y, c, hw, count, to_cl);
+		return sgk_launched();
+	}
+	const long long rows = to_cl ? c : hw, cols = to_cl ? hw : c;
+	const long long tr = (rows + TS - 1) / TS, tc = (cols + TS - 1) / TS;
+	const dim3 grid((unsigned)(tc < 0x7fffffffLL ? tc : 0x7fffffffLL),
+	                (unsigned)(tr < 65535 ? tr : 65535), (unsigned)(n < 65535 ? n : 65535));
+	const int pld = cols % P == 0 && sgk_host_aligned(x, P * sizeof(T));
+	const int pst = rows % P == 0 && sgk_host_aligned(y, P * sizeof(T));
+	sgk_transpose_k<T, P><<<grid, dim3(32, 8), 0, stream>>>(x, y, n, rows, cols, pld, pst);
 	return sgk_launched();
 }
 
@@ -774,9 +1614,24 @@ static inline long long sgk_bn_chunk(long long n, long long c, long long inner)
 	return m > 0 ? ((m + ns - 1) / ns + 7) / 8 * 8 : 8;
 }
 
+/* Channels last: the rows of x [m, c] a slice takes, m * c / 32768
+ * slices (32768 values each) but at most 1024 (stage 2's threads merging
+ * at most 4 parts each) and m; again a function of the sizes alone. */
+static inline long long sgk_bn_chunk_cl(long long m, long long c)
+{
+	long long ns = m * c / 32768;
+	if (ns > 1024)
+		ns = 1024;
+	if (ns > m)
+		ns = m;
+	if (ns < 1)
+		ns = 1;
+	return m > 0 ? (m + ns - 1) / ns : 1;
+}
+
 /* How many values batch norm's kernels take at a time: 16 bytes' worth,
- * else 8 bytes' (rows, inner, of whole vectors, the pointers, NULL: none,
- * aligned to them), else 1. */
+ * else 8 bytes' (rows, inner: NCHW's, c: channels last's, of whole
+ * vectors, the pointers, NULL: none, aligned to them), else 1. */
 template <class T>
 static inline int sgk_bn_vec(long long inner, const T *a, const T *b, const T *c)
 {
@@ -788,33 +1643,64 @@ static inline int sgk_bn_vec(long long inner, const T *a, const T *b, const T *c
 	return 1;
 }
 
-/* The widths sgk_bn_vec chooses from, besides 1. */
-template <class T>
-struct SgkBnVec {
-	enum { V16 = 16 / sizeof(T), V8 = 8 / sizeof(T) };
-};
+/* The channel threads (a power of two up to 32) of the channels-last
+ * kernels for cv vectors of channels, as their log2. */
+static inline int sgk_bn_ctl(long long cv)
+{
+	int l = 0;
+	while (l < 5 && (1LL << l) < cv)
+		l++;
+	return l;
+}
 
 template <class T>
-static size_t sg_batch_norm_workspace(long long n, long long c, long long inner)
+static size_t sg_batch_norm_workspace(long long n, long long c, long long inner, int cl)
 {
-	const long long chunk = sgk_bn_chunk(n, c, inner), nsplit = (n * inner + chunk - 1) / chunk;
+	const long long m = n * inner;
+	const long long chunk = cl ? sgk_bn_chunk_cl(m, c) : sgk_bn_chunk(n, c, inner);
+	const long long nsplit = (m + chunk - 1) / chunk;
 	return (size_t)(4 + 4 * nsplit) * (size_t)c * sizeof(typename sgk_acc<T>::type);
 }
 
+template <class T, int NPART, int VEC>
+static void sgk_bn_moments_cl(const T *x, const T *dy, typename sgk_acc<T>::type *part,
+                              long long m, long long c, long long chunk, int nsplit,
+                              cudaStream_t stream)
+{
+	const int ctl = sgk_bn_ctl(c / VEC);
+	const long long cb = (c / VEC + (1 << ctl) - 1) >> ctl;
+	sgk_bn_moments_cl_k<T, NPART, VEC><<<dim3((unsigned)cb, (unsigned)nsplit), 256, 0, stream>>>(
+		x, dy, part, m, c, chunk, ctl);
+}
+
 /* Each channel's mean and rstd into work[0..2c) (the parts after work[4c]);
- * with dy (NPART 4) also its sums and dw, db. */
+ * with dy (NPART 4) also its sums and dw, db; in training mean_out and
+ * var_out when given. */
 template <class T, class S, int NPART>
 static cudaError_t sgk_bn_stats(const T *x, const T *dy, const S *rm, const S *rv,
-                                typename sgk_acc<T>::type *work, T *dw, T *db, long long n,
-                                long long c, long long inner, float eps, int training,
-                                cudaStream_t stream)
+                                typename sgk_acc<T>::type *work, T *dw, T *db, T *mean_out,
+                                T *var_out, long long n, long long c, long long inner, int cl,
+                                float eps, int training, cudaStream_t stream)
 {
-	const long long m = n * inner, chunk = sgk_bn_chunk(n, c, inner);
+	const long long m = n * inner;
+	const long long chunk = cl ? sgk_bn_chunk_cl(m, c) : sgk_bn_chunk(n, c, inner);
 	const int nsplit = training || NPART == 4 ? (int)((m + chunk - 1) / chunk) : 0;
-	if (nsplit > 0) {
+	typename sgk_acc<T>::type *part = work + 4 * c;
+	if (nsplit > 0 && cl) {
+		int v = sgk_bn_vec<T>(c, x, dy, (const T *)NULL);
+		if (NPART == 4 && v > 4)   /* 4 channels a thread at most: their 16 moments */
+			v = SgkBnVec<T>::V8;
+		if (v == SgkBnVec<T>::V16)
+			sgk_bn_moments_cl<T, NPART, SgkBnVec<T>::V16>(x, dy, part, m, c, chunk, nsplit,
+			                                              stream);
+		else if (v == SgkBnVec<T>::V8)
+			sgk_bn_moments_cl<T, NPART, SgkBnVec<T>::V8>(x, dy, part, m, c, chunk, nsplit,
+			                                             stream);
+		else
+			sgk_bn_moments_cl<T, NPART, 1>(x, dy, part, m, c, chunk, nsplit, stream);
+	} else if (nsplit > 0) {
 		const dim3 grid((unsigned)c, (unsigned)nsplit);
 		const int v = sgk_bn_vec<T>(inner, x, dy, (const T *)NULL);
-		typename sgk_acc<T>::type *part = work + 4 * c;
 		if (v == SgkBnVec<T>::V16)
 			sgk_bn_moments_k<T, NPART, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(
 				x, dy, part, n, c, inner, chunk);
@@ -824,28 +1710,68 @@ static cudaError_t sgk_bn_stats(const T *x, const T *dy, const S *rm, const S *r
 		else
 			sgk_bn_moments_k<T, NPART, 1><<<grid, 256, 0, stream>>>(x, dy, part, n, c,
 			                                                         inner, chunk);
+	}
+	if (nsplit > 0) {
 		cudaError_t e = sgk_launched();
 		if (e != cudaSuccess)
 			return e;
 	}
-	sgk_bn_stats_final_k<T, S, NPART><<<(unsigned)((c + 255) / 256), 256, 0, stream>>>(
-		rm, rv, work + 4 * c, work, dw, db, m, c, chunk, nsplit, eps, training);
+	if (cl && nsplit > 0)
+		sgk_bn_stats_final_block_k<T, S, NPART><<<(unsigned)c, 256, 0, stream>>>(
+			rm, rv, part, work, dw, db, mean_out, var_out, m, c, chunk, nsplit, eps,
+			training);
+	else
+		sgk_bn_stats_final_k<T, S, NPART><<<(unsigned)((c + 255) / 256), 256, 0, stream>>>(
+			rm, rv, part, work, dw, db, mean_out, var_out, m, c, chunk, nsplit, eps,
+			training);
 	return sgk_launched();
+}
+
+/* The grid of the channels-last pointwise kernels: the channel blocks by
+ * row blocks, about 8 blocks a multiprocessor, each row thread taking the
+ * same number of rows. */
+static inline dim3 sgk_bn_cl_grid(long long m, long long cv, int ctl)
+{
+	const long long cb = (cv + (1 << ctl) - 1) >> ctl, rt = 256 >> ctl;
+	const long long groups = (m + rt - 1) / rt;
+	long long rb = (long long)sgk_num_sms() * 8 / cb;
+	if (rb < 1)
+		rb = 1;
+	const long long per = (groups + rb - 1) / rb;
+	rb = (groups + per - 1) / per;
+	return dim3((unsigned)cb, (unsigned)(rb < 65535 ? rb : 65535));
 }
 
 template <class T, class S>
 static cudaError_t sg_launch_batch_norm_fwd(const T *x, const S *rm, const S *rv, const T *w,
-                                            const T *b, T *y, typename sgk_acc<T>::type *work,
-                                            long long n, long long c, long long inner,
-                                            float eps, int training, cudaStream_t stream)
+                                            const T *b, T *y, T *mean_out, T *var_out,
+                                            typename sgk_acc<T>::type *work, long long n,
+                                            long long c, long long inner, int cl, float eps,
+                                            int training, cudaStream_t stream)
 {
 	if (n * c * inner <= 0)
 		return cudaSuccess;
 	cudaError_t e = sgk_bn_stats<T, S, 2>(x, (const T *)NULL, rm, rv, work, (T *)NULL,
-	                                      (T *)NULL, n, c, inner, eps, training, stream);
+	                                      (T *)NULL, mean_out, var_out, n, c, inner, cl, eps,
+	                                      training, stream);
 	if (e != cudaSuccess)
 		return e;
-	const int v = sgk_bn_vec<T>(inner, x, y, (const T *)NULL);
+	const int v = sgk_bn_vec<T>(cl ? c : inner, x, y, (const T *)NULL);
+	if (cl && v > 1) {
+		const int ctl = sgk_bn_ctl(c / v);
+		const dim3 grid = sgk_bn_cl_grid(n * inner, c / v, ctl);
+		if (v == SgkBnVec<T>::V16)
+			sgk_bn_fwd_cl_k<T, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(
+				x, w, b, y, work, n * inner, c, ctl);
+		else
+			sgk_bn_fwd_cl_k<T, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(
+				x, w, b, y, work, n * inner, c, ctl);
+		return sgk_launched();
+	}
+	if (cl) {   /* [m, c] walked as [m, c, 1] */
+		n *= inner;
+		inner = 1;
+	}
 	const unsigned grid = sgk_conv_grid(n * c * inner / v);
 	if (v == SgkBnVec<T>::V16)
 		sgk_bn_fwd_k<T, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(x, w, b, y, work, n, c,
@@ -862,16 +1788,31 @@ template <class T, class S>
 static cudaError_t sg_launch_batch_norm_bwd(const T *dy, const T *x, const S *rm, const S *rv,
                                             const T *w, T *dx, T *dw, T *db,
                                             typename sgk_acc<T>::type *work, long long n,
-                                            long long c, long long inner, float eps,
+                                            long long c, long long inner, int cl, float eps,
                                             int training, cudaStream_t stream)
 {
 	if (n * c * inner <= 0)
 		return cudaSuccess;
-	cudaError_t e = sgk_bn_stats<T, S, 4>(x, dy, rm, rv, work, dw, db, n, c, inner, eps,
-	                                      training, stream);
+	cudaError_t e = sgk_bn_stats<T, S, 4>(x, dy, rm, rv, work, dw, db, (T *)NULL, (T *)NULL, n,
+	                                      c, inner, cl, eps, training, stream);
 	if (e != cudaSuccess)
 		return e;
-	const int v = sgk_bn_vec<T>(inner, dy, x, dx);
+	const int v = sgk_bn_vec<T>(cl ? c : inner, dy, x, dx);
+	if (cl && v > 1) {
+		const int ctl = sgk_bn_ctl(c / v);
+		const dim3 grid = sgk_bn_cl_grid(n * inner, c / v, ctl);
+		if (v == SgkBnVec<T>::V16)
+			sgk_bn_bwd_dx_cl_k<T, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(
+				dy, x, w, dx, work, n * inner, c, ctl, training);
+		else
+			sgk_bn_bwd_dx_cl_k<T, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(
+				dy, x, w, dx, work, n * inner, c, ctl, training);
+		return sgk_launched();
+	}
+	if (cl) {   /* [m, c] walked as [m, c, 1] */
+		n *= inner;
+		inner = 1;
+	}
 	const unsigned grid = sgk_conv_grid(n * c * inner / v);
 	if (v == SgkBnVec<T>::V16)
 		sgk_bn_bwd_dx_k<T, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(dy, x, w, dx, work, n,

@@ -406,59 +406,6 @@ k_bn_train_37_mul_xg_vec(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
 		*(sg_vec<sg_bf16, 8> *)(x2 + w * 8) = x2_v;
 	}
 }
-// cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %bn_stats, %bn_stats.1 = var_mean(%xg, dims=[0, 2, 3])]
-/* Stage 1 of a reduction with few outputs over many elements: block
- * (x, y) takes output x's elements r = q * 1155 + i in the y-th slice
- * of 4620 (consecutive threads read consecutive i; 32-bit index
- * arithmetic inside the slice) into part[y][x]:
- * the slice's mean and sum of squared deviations from it (two passes). */
-static __global__ void __launch_bounds__(256)
-k_bn_train_38_var_mean_part_bn_stats(const sg_bf16 *__restrict__ x, float *__restrict__ part)
-{
-	const sg_i64 o = blockIdx.x, base = o * 1155;
-	const sg_i64 r0 = (sg_i64)blockIdx.y * 4620, q0 = r0 / 1155;
-	const unsigned i0 = (unsigned)(r0 % 1155);
-	const int len = (int)(r0 + 4620 < 9240 ? 4620 : 9240 - r0);
-	auto at = [&](int j) { /* the slice's element j */
-		const unsigned k = i0 + (unsigned)j, i = k % 1155;
-		const sg_i64 q = q0 + k / 1155;
-		return sg_opf(sg_ld(x[base + q * 18480 + i]));
-	};
-	float acc = 0;
-	for (int j = threadIdx.x; j < len; j += 256)
-		acc = sg_sum_op()(acc, at(j));
-	acc = sg_reduce<256>(acc, sg_sum_op());
-	const float mean = acc / (float)len;
-	float q = 0;
-	for (int j = threadIdx.x; j < len; j += 256) {
-		const float d = at(j) - mean;
-		q += d * d;
-	}
-	q = sg_reduce<256>(q, sg_sum_op());
-	if (threadIdx.x == 0) {
-		part[2 * ((sg_i64)blockIdx.y * 16 + o)] = mean;
-		part[2 * ((sg_i64)blockIdx.y * 16 + o) + 1] = q;
-	}
-}
-/* Stage 2: each thread combines the 2 parts of one output in
- * order: the slices' means and squared deviations by Chan's formula. */
-static __global__ void __launch_bounds__(256)
-k_bn_train_38_var_mean_final_bn_stats(const float *__restrict__ part, sg_bf16 *__restrict__ out, sg_bf16 *__restrict__ mean_out)
-{
-	const sg_i64 o = (sg_i64)blockIdx.x * 256 + threadIdx.x;
-	if (o >= 16)
-		return;
-	float n = 0, mean = 0, q = 0;
-	for (int k = 0; k < 2; k++) {
-		const float nk = k + 1 < 2 ? (float)4620 : (float)(9240 - (sg_i64)k * 4620);
-		const float mk = part[2 * ((sg_i64)k * 16 + o)], d = mk - mean;
-		q += part[2 * ((sg_i64)k * 16 + o) + 1] + d * d * (n * nk / (n + nk));
-		mean += d * (nk / (n + nk));
-		n += nk;
-	}
-	out[o] = sg_st_bf16(sg_to_bf16(q / (float)9239));
-	mean_out[o] = sg_st_bf16(sg_to_bf16(mean));
-}
 // cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.1 = mul(%bn_stats.1, 0.1)]
 // cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.2 = mul(%rm, 0.9)]
 // cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.3 = add(%rm.1, %rm.2)]
@@ -663,59 +610,6 @@ k_bn_train_f32_53_mul_xg_vec(const float *x0, const float *x1, float *x2)
 		}
 		*(sg_vec<float, 4> *)(x2 + w * 4) = x2_v;
 	}
-}
-// cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %bn_stats, %bn_stats.1 = var_mean(%xg, dims=[0, 2, 3])]
-/* Stage 1 of a reduction with few outputs over many elements: block
- * (x, y) takes output x's elements r = q * 1763 + i in the y-th slice
- * of 4408 (consecutive threads read consecutive i; 32-bit index
- * arithmetic inside the slice) into part[y][x]:
- * the slice's mean and sum of squared deviations from it (two passes). */
-static __global__ void __launch_bounds__(256)
-k_bn_train_f32_54_var_mean_part_bn_stats(const float *__restrict__ x, float *__restrict__ part)
-{
-	const sg_i64 o = blockIdx.x, base = o * 1763;
-	const sg_i64 r0 = (sg_i64)blockIdx.y * 4408, q0 = r0 / 1763;
-	const unsigned i0 = (unsigned)(r0 % 1763);
-	const int len = (int)(r0 + 4408 < 8815 ? 4408 : 8815 - r0);
-	auto at = [&](int j) { /* the slice's element j */
-		const unsigned k = i0 + (unsigned)j, i = k % 1763;
-		const sg_i64 q = q0 + k / 1763;
-		return sg_opf(sg_ld(x[base + q * 56416 + i]));
-	};
-	float acc = 0;
-	for (int j = threadIdx.x; j < len; j += 256)
-		acc = sg_sum_op()(acc, at(j));
-	acc = sg_reduce<256>(acc, sg_sum_op());
-	const float mean = acc / (float)len;
-	float q = 0;
-	for (int j = threadIdx.x; j < len; j += 256) {
-		const float d = at(j) - mean;
-		q += d * d;
-	}
-	q = sg_reduce<256>(q, sg_sum_op());
-	if (threadIdx.x == 0) {
-		part[2 * ((sg_i64)blockIdx.y * 32 + o)] = mean;
-		part[2 * ((sg_i64)blockIdx.y * 32 + o) + 1] = q;
-	}
-}
-/* Stage 2: each thread combines the 2 parts of one output in
- * order: the slices' means and squared deviations by Chan's formula. */
-static __global__ void __launch_bounds__(256)
-k_bn_train_f32_54_var_mean_final_bn_stats(const float *__restrict__ part, float *__restrict__ out, float *__restrict__ mean_out)
-{
-	const sg_i64 o = (sg_i64)blockIdx.x * 256 + threadIdx.x;
-	if (o >= 32)
-		return;
-	float n = 0, mean = 0, q = 0;
-	for (int k = 0; k < 2; k++) {
-		const float nk = k + 1 < 2 ? (float)4408 : (float)(8815 - (sg_i64)k * 4408);
-		const float mk = part[2 * ((sg_i64)k * 32 + o)], d = mk - mean;
-		q += part[2 * ((sg_i64)k * 32 + o) + 1] + d * d * (n * nk / (n + nk));
-		mean += d * (nk / (n + nk));
-		n += nk;
-	}
-	out[o] = sg_st_f32(sg_to_f32(q / (float)8814));
-	mean_out[o] = sg_st_f32(sg_to_f32(mean));
 }
 // cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.1 = mul(%bn_stats.1, 0.1)]
 // cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.2 = mul(%rm, 0.9)]
@@ -1495,31 +1389,24 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_bn_train_37_mul_xg", 37,
 		            k_bn_train_37_mul_xg<<<578, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_g, v_xg));
 
-	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true) */
-	v_y = (sg_bf16 *)SGRT_AT(rt, 295680); /* 295680 bytes of the arena */
-	float *tmp_bn_38 = NULL;
-	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_38, sg_batch_norm_workspace<sg_bf16>(8, 16, 1155), 0, 38));
-	SGRT_KERNEL(rt, 0, "k_bn_train_38_batch_norm_y", 38,
-	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_fwd<sg_bf16, sg_bf16>(v_xg, v_rm, v_rv, v_w, v_b, v_y, tmp_bn_38, 8, 16, 1155, (float)1e-05, 1, sgrt_stream(rt, 0))), 38));
-	SGRT_TRY(sgrt_free_async(rt, tmp_bn_38, 0, 38));
-
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %bn_stats, %bn_stats.1 = var_mean(%xg, dims=[0, 2, 3])] */
-	v_bn_stats = (sg_bf16 *)SGRT_AT(rt, 591360); /* 32 bytes of the arena */
-	v_bn_stats_1 = (sg_bf16 *)SGRT_AT(rt, 591616); /* 32 bytes of the arena */
-	float *tmp_parts_38 = NULL;
-	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_parts_38, 256, 0, 38));
-	SGRT_KERNEL(rt, 0, "k_bn_train_38_var_mean_part_bn_stats", 38,
-	            k_bn_train_38_var_mean_part_bn_stats<<<dim3(16, 2), 256, 0, sgrt_stream(rt, 0)>>>(v_xg, tmp_parts_38));
-	SGRT_KERNEL(rt, 0, "k_bn_train_38_var_mean_final_bn_stats", 38,
-	            k_bn_train_38_var_mean_final_bn_stats<<<1, 256, 0, sgrt_stream(rt, 0)>>>(tmp_parts_38, v_bn_stats, v_bn_stats_1));
-	SGRT_TRY(sgrt_free_async(rt, tmp_parts_38, 0, 38));
+	v_bn_stats = (sg_bf16 *)SGRT_AT(rt, 295680); /* 32 bytes of the arena */
+	v_bn_stats_1 = (sg_bf16 *)SGRT_AT(rt, 295936); /* 32 bytes of the arena */
+
+	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true) */
+	v_y = (sg_bf16 *)SGRT_AT(rt, 296192); /* 295680 bytes of the arena */
+	float *tmp_bn_38 = NULL;
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_38, sg_batch_norm_workspace<sg_bf16>(8, 16, 1155, 0), 0, 38));
+	SGRT_KERNEL(rt, 0, "k_bn_train_38_batch_norm_y", 38,
+	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_fwd<sg_bf16, sg_bf16>(v_xg, v_rm, v_rv, v_w, v_b, v_y, v_bn_stats_1, v_bn_stats, tmp_bn_38, 8, 16, 1155, 0, (float)1e-05, 1, sgrt_stream(rt, 0))), 38));
+	SGRT_TRY(sgrt_free_async(rt, tmp_bn_38, 0, 38));
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.1 = mul(%bn_stats.1, 0.1)] */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.2 = mul(%rm, 0.9)] */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.3 = add(%rm.1, %rm.2)] */
-	v_rm_3 = (sg_bf16 *)SGRT_AT(rt, 591616); /* 32 bytes of the arena */
+	v_rm_3 = (sg_bf16 *)SGRT_AT(rt, 295936); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_38_mul_rm_1", 38,
 	            k_bn_train_38_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_1, v_rm, v_rm_3));
 
@@ -1532,7 +1419,7 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.2 = mul(%rv, 0.9)] */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.3 = add(%rv.1, %rv.2)] */
-	v_rv_3 = (sg_bf16 *)SGRT_AT(rt, 591360); /* 32 bytes of the arena */
+	v_rv_3 = (sg_bf16 *)SGRT_AT(rt, 295680); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_38_mul_rm_1", 38,
 	            k_bn_train_38_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats, v_rv, v_rv_3));
 
@@ -1581,9 +1468,9 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %grad.xg, %grad.w, %grad.b = batch_norm_backward(%grad.y, %xg, %w, training=true, eps=1e-05)] */
 	v_grad_xg = (sg_bf16 *)SGRT_AT(rt, 591616); /* 295680 bytes of the arena */
 	float *tmp_bn_38_2 = NULL;
-	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_38_2, sg_batch_norm_workspace<sg_bf16>(8, 16, 1155), 0, 38));
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_38_2, sg_batch_norm_workspace<sg_bf16>(8, 16, 1155, 0), 0, 38));
 	SGRT_KERNEL(rt, 0, "k_bn_train_38_batch_norm_backward_grad_xg", 38,
-	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_bwd<sg_bf16, sg_bf16>(v_grad_y, v_xg, (const sg_bf16 *)NULL, (const sg_bf16 *)NULL, v_w, v_grad_xg, v_grad_w, v_grad_b, tmp_bn_38_2, 8, 16, 1155, (float)1e-05, 1, sgrt_stream(rt, 0))), 38));
+	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_bwd<sg_bf16, sg_bf16>(v_grad_y, v_xg, (const sg_bf16 *)NULL, (const sg_bf16 *)NULL, v_w, v_grad_xg, v_grad_w, v_grad_b, tmp_bn_38_2, 8, 16, 1155, 0, (float)1e-05, 1, sgrt_stream(rt, 0))), 38));
 	SGRT_TRY(sgrt_free_async(rt, tmp_bn_38_2, 0, 38));
 
 	/* cg_split_reduce.sg:37: %xg = mul(%x, %g)  [sgc: %grad.g.1 = mul(%grad.xg, %x)] */
@@ -1679,7 +1566,7 @@ bn_train_f32_create(bn_train_f32_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 4513792; /* the static memory plan's peak */
+	cfg.arena_bytes = 4514304; /* the static memory plan's peak */
 	bn_train_f32_model *M = (bn_train_f32_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1797,31 +1684,24 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		SGRT_KERNEL(rt, 0, "k_bn_train_f32_53_mul_xg", 53,
 		            k_bn_train_f32_53_mul_xg<<<1102, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_g, v_xg));
 
-	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true) */
-	v_y = (float *)SGRT_AT(rt, 1128448); /* 1128320 bytes of the arena */
-	float *tmp_bn_54 = NULL;
-	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_54, sg_batch_norm_workspace<float>(5, 32, 1763), 0, 54));
-	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_batch_norm_y", 54,
-	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_fwd<float, float>(v_xg, v_rm, v_rv, v_w, v_b, v_y, tmp_bn_54, 5, 32, 1763, (float)1e-05, 1, sgrt_stream(rt, 0))), 54));
-	SGRT_TRY(sgrt_free_async(rt, tmp_bn_54, 0, 54));
-
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %bn_stats, %bn_stats.1 = var_mean(%xg, dims=[0, 2, 3])] */
-	v_bn_stats = (float *)SGRT_AT(rt, 2256896); /* 128 bytes of the arena */
-	v_bn_stats_1 = (float *)SGRT_AT(rt, 2257152); /* 128 bytes of the arena */
-	float *tmp_parts_54 = NULL;
-	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_parts_54, 512, 0, 54));
-	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_var_mean_part_bn_stats", 54,
-	            k_bn_train_f32_54_var_mean_part_bn_stats<<<dim3(32, 2), 256, 0, sgrt_stream(rt, 0)>>>(v_xg, tmp_parts_54));
-	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_var_mean_final_bn_stats", 54,
-	            k_bn_train_f32_54_var_mean_final_bn_stats<<<1, 256, 0, sgrt_stream(rt, 0)>>>(tmp_parts_54, v_bn_stats, v_bn_stats_1));
-	SGRT_TRY(sgrt_free_async(rt, tmp_parts_54, 0, 54));
+	v_bn_stats = (float *)SGRT_AT(rt, 1128448); /* 128 bytes of the arena */
+	v_bn_stats_1 = (float *)SGRT_AT(rt, 1128704); /* 128 bytes of the arena */
+
+	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true) */
+	v_y = (float *)SGRT_AT(rt, 1128960); /* 1128320 bytes of the arena */
+	float *tmp_bn_54 = NULL;
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_54, sg_batch_norm_workspace<float>(5, 32, 1763, 0), 0, 54));
+	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_batch_norm_y", 54,
+	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_fwd<float, float>(v_xg, v_rm, v_rv, v_w, v_b, v_y, v_bn_stats_1, v_bn_stats, tmp_bn_54, 5, 32, 1763, 0, (float)1e-05, 1, sgrt_stream(rt, 0))), 54));
+	SGRT_TRY(sgrt_free_async(rt, tmp_bn_54, 0, 54));
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.1 = mul(%bn_stats.1, 0.1)] */
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.2 = mul(%rm, 0.9)] */
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.3 = add(%rm.1, %rm.2)] */
-	v_rm_3 = (float *)SGRT_AT(rt, 2257152); /* 128 bytes of the arena */
+	v_rm_3 = (float *)SGRT_AT(rt, 1128704); /* 128 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_mul_rm_1", 54,
 	            k_bn_train_f32_54_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_1, v_rm, v_rm_3));
 
@@ -1834,7 +1714,7 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.2 = mul(%rv, 0.9)] */
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.3 = add(%rv.1, %rv.2)] */
-	v_rv_3 = (float *)SGRT_AT(rt, 2256896); /* 128 bytes of the arena */
+	v_rv_3 = (float *)SGRT_AT(rt, 1128448); /* 128 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_mul_rm_1", 54,
 	            k_bn_train_f32_54_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats, v_rv, v_rv_3));
 
@@ -1843,10 +1723,10 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_bn_train_f32_54_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rv_3, v_rv));
 
 	/* cg_split_reduce.sg:55: %r = relu(%y) */
-	v_r = (float *)SGRT_AT(rt, 2256896); /* 1128320 bytes of the arena */
+	v_r = (float *)SGRT_AT(rt, 2257408); /* 1128320 bytes of the arena */
 
 	/* cg_split_reduce.sg:56: %rt = mul(%r, %t) */
-	v_rt = (float *)SGRT_AT(rt, 3385344); /* 1128320 bytes of the arena */
+	v_rt = (float *)SGRT_AT(rt, 3385856); /* 1128320 bytes of the arena */
 	if (((uintptr_t)v_y % 16) == 0 && ((uintptr_t)v_r % 16) == 0 && ((uintptr_t)v_t % 16) == 0 && ((uintptr_t)v_rt % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_bn_train_f32_55_relu_r_vec", 55,
 		            k_bn_train_f32_55_relu_r_vec<<<276, 256, 0, sgrt_stream(rt, 0)>>>(v_y, v_r, v_t, v_rt));
@@ -1874,7 +1754,7 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_grad_l, read through its pointer) */
 
 	/* cg_split_reduce.sg:57: %l = mean(%rt)  [sgc: %grad.rt.2 = expand(%grad.rt.1, shape=[5, 32, 41, 43])] */
-	v_grad_rt_2 = (float *)SGRT_AT(rt, 3385344); /* 1128320 bytes of the arena */
+	v_grad_rt_2 = (float *)SGRT_AT(rt, 1128704); /* 1128320 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_f32_57_expand_grad_rt_2", 57,
 	            k_bn_train_f32_57_expand_grad_rt_2<<<1102, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_l, v_grad_rt_2));
 
@@ -1885,7 +1765,7 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_split_reduce.sg:55: %r = relu(%y)  [sgc: %grad.y.1 = le(%r, 0.0)] */
 
 	/* cg_split_reduce.sg:55: %r = relu(%y)  [sgc: %grad.y = where(%grad.y.1, 0.0, %grad.r)] */
-	v_grad_y = (float *)SGRT_AT(rt, 3385344); /* 1128320 bytes of the arena */
+	v_grad_y = (float *)SGRT_AT(rt, 1128704); /* 1128320 bytes of the arena */
 	if (((uintptr_t)v_grad_rt_2 % 16) == 0 && ((uintptr_t)v_t % 16) == 0 && ((uintptr_t)v_r % 16) == 0 && ((uintptr_t)v_grad_y % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_bn_train_f32_57_div_grad_rt_vec", 57,
 		            k_bn_train_f32_57_div_grad_rt_vec<<<276, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_rt_2, v_t, v_r, v_grad_y));
@@ -1894,11 +1774,11 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_bn_train_f32_57_div_grad_rt<<<1102, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_rt_2, v_t, v_r, v_grad_y));
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %grad.xg, %grad.w, %grad.b = batch_norm_backward(%grad.y, %xg, %w, training=true, eps=1e-05)] */
-	v_grad_xg = (float *)SGRT_AT(rt, 1128448); /* 1128320 bytes of the arena */
+	v_grad_xg = (float *)SGRT_AT(rt, 2257152); /* 1128320 bytes of the arena */
 	float *tmp_bn_54_2 = NULL;
-	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_54_2, sg_batch_norm_workspace<float>(5, 32, 1763), 0, 54));
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_54_2, sg_batch_norm_workspace<float>(5, 32, 1763, 0), 0, 54));
 	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_batch_norm_backward_grad_xg", 54,
-	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_bwd<float, float>(v_grad_y, v_xg, (const float *)NULL, (const float *)NULL, v_w, v_grad_xg, v_grad_w, v_grad_b, tmp_bn_54_2, 5, 32, 1763, (float)1e-05, 1, sgrt_stream(rt, 0))), 54));
+	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_bwd<float, float>(v_grad_y, v_xg, (const float *)NULL, (const float *)NULL, v_w, v_grad_xg, v_grad_w, v_grad_b, tmp_bn_54_2, 5, 32, 1763, 0, (float)1e-05, 1, sgrt_stream(rt, 0))), 54));
 	SGRT_TRY(sgrt_free_async(rt, tmp_bn_54_2, 0, 54));
 
 	/* cg_split_reduce.sg:53: %xg = mul(%x, %g)  [sgc: %grad.g.1 = mul(%grad.xg, %x)] */

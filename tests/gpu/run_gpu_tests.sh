@@ -37,7 +37,9 @@
 # SANITIZE=0 skips the sanitizers; DEADLINE (default 270) is the seconds
 # `run` may take: the sanitizers get what is left; SAN_SHARD=i/n runs
 # only the i-th of n interleaved parts of the sanitizer list; SAN_FIRST=RE
-# runs those of the programs whose id matches RE first.
+# runs those of the programs whose id matches RE first; ONLY=RE (build)
+# prepares only the programs whose id matches RE (a quick check of a
+# change; the report then covers those alone).
 
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -156,6 +158,7 @@ build() {
 		for graph in $(graphs_of "$file" "${extra[@]+"${extra[@]}"}"); do
 			local id
 			id=$(basename "$file" .sg)-$graph
+			[[ -z ${ONLY:-} || $id =~ $ONLY ]] || continue
 			if prepare_one "$file" "$graph" "$id"; then
 				echo "$id $file $graph" >>"$dir/programs"
 				n=$((n + 1))

@@ -7,8 +7,8 @@
  *        -c tests/gpu/kernels/instantiate.cu
  *
  * SGK_T: float, double, __half or __nv_bfloat16 (default __nv_bfloat16).
- * SGK_ONLY_ATTENTION, SGK_ONLY_ROWS, SGK_ONLY_OPTIM, SGK_ONLY_ELEMENTWISE:
- * one family (default all; not optim for double).
+ * SGK_ONLY_ATTENTION, SGK_ONLY_ROWS, SGK_ONLY_OPTIM, SGK_ONLY_ELEMENTWISE,
+ * SGK_ONLY_CONV: one family (default all; not optim for double).
  * Used by tests/meson.build as a compile-only check where nvcc is found.
  */
 #include "sgk_common.cuh"
@@ -17,7 +17,7 @@
 #define SGK_T __nv_bfloat16
 #endif
 #if !defined(SGK_ONLY_ATTENTION) && !defined(SGK_ONLY_ROWS) && !defined(SGK_ONLY_OPTIM) && \
-        !defined(SGK_ONLY_ELEMENTWISE)
+        !defined(SGK_ONLY_ELEMENTWISE) && !defined(SGK_ONLY_CONV)
 #define SGK_ALL 1
 #else
 #define SGK_ALL 0
@@ -95,4 +95,30 @@ template cudaError_t sg_launch_elementwise<16 / sizeof(SGK_T), 3, SgkCheckBody>(
 template void sg_ew_shape_init<3>(SgEwShape<3> *, int, const long long *,
                                   const long long (*)[SGK_EW_MAXR], const void *const *,
                                   const int *, int);
+#endif
+
+#if defined(SGK_ONLY_CONV) || SGK_ALL
+#include "sgk_conv.cuh"
+template cudaError_t sg_launch_conv2d_fwd<SGK_T>(const SGK_T *, const SGK_T *, const SGK_T *,
+                                                 SGK_T *, SgConvGeom, cudaStream_t);
+template cudaError_t sg_launch_conv2d_bwd_input<SGK_T>(const SGK_T *, const SGK_T *, SGK_T *,
+                                                       SgConvGeom, cudaStream_t);
+template cudaError_t sg_launch_conv2d_bwd_weight<SGK_T>(const SGK_T *, const SGK_T *, SGK_T *,
+                                                        SgConvGeom, cudaStream_t);
+template cudaError_t sg_launch_pool2d_fwd<SGK_T>(const SGK_T *, SGK_T *, SgConvGeom, int,
+                                                 cudaStream_t);
+template cudaError_t sg_launch_pool2d_bwd<SGK_T>(const SGK_T *, const SGK_T *, SGK_T *,
+                                                 SgConvGeom, int, void *, cudaStream_t);
+template cudaError_t sg_launch_to_layout<SGK_T>(const SGK_T *, SGK_T *, long long, long long,
+                                                long long, int, cudaStream_t);
+template size_t sg_batch_norm_workspace<SGK_T>(long long, long long, long long, int);
+/* The running statistics (S) in T, and in float. */
+template cudaError_t sg_launch_batch_norm_fwd<SGK_T, SGK_T>(
+        const SGK_T *, const SGK_T *, const SGK_T *, const SGK_T *, const SGK_T *, SGK_T *,
+        SGK_T *, SGK_T *, sgk_acc<SGK_T>::type *, long long, long long, long long, int, float,
+        int, cudaStream_t);
+template cudaError_t sg_launch_batch_norm_bwd<SGK_T, float>(
+        const SGK_T *, const SGK_T *, const float *, const float *, const SGK_T *, SGK_T *,
+        SGK_T *, SGK_T *, sgk_acc<SGK_T>::type *, long long, long long, long long, int, float,
+        int, cudaStream_t);
 #endif
