@@ -69,12 +69,6 @@ check_operands(Graph *g, const char *after, const Node *n, NodeId id,
 	}
 }
 
-/* Every value named, and found by its name in the graph's map.  A value
- * found so before keeps being found while its name and valmap's entry for
- * it stay: the name pointer is compared with the one last found, and the
- * entry changes only by a map_put rewriting its key, which valmap counts.
- * Such a name was not empty then either (names are never written after
- * they are made), so it is not read again.  The rest are looked up. */
 /* The layouts (layout.c): channels last only on rank-4 values, read and
  * written only where a layout-aware node takes it, each such node all
  * channels last or all row order. */
@@ -118,6 +112,12 @@ check_layouts(Graph *g, const char *after)
 	}
 }
 
+/* Every value named, and found by its name in the graph's map.  A value
+ * found so before keeps being found while its name and valmap's entry for
+ * it stay: the name pointer is compared with the one last found, and the
+ * entry changes only by a map_put rewriting its key, which valmap counts.
+ * Such a name was not empty then either (names are never written after
+ * they are made), so it is not read again.  The rest are looked up. */
 static void
 check_names(Graph *g, const char *after)
 {
