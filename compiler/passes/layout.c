@@ -161,6 +161,8 @@ typedef struct {
 	uint32_t *uf;      /* per value: union-find parent */
 	uint8_t *cl;       /* per value (a root's entry): 1 seeded, 2 vetoed */
 	uint8_t *node_cl;  /* per node: runs channels last */
+	uint8_t *aware;    /* per node: layout-aware (layout_role's 1) */
+	LayoutRole *role;  /* per node: its layout_role (where aware) */
 	uint8_t *made_cl;  /* per value: written channels last */
 	uint8_t *row_use;  /* per value: read in row order somewhere */
 	NodeInsVec ins;
@@ -188,9 +190,10 @@ unite(Lay *L, uint32_t a, uint32_t b)
 
 /* The component of node i's activations (i layout-aware). */
 static uint32_t
-node_comp(Lay *L, NodeId i, const LayoutRole *r)
+node_comp(Lay *L, NodeId i)
 {
 	const Node *n = &L->g->nodes.v[i];
+	const LayoutRole *r = &L->role[i];
 	for (uint32_t k = 0; k < n->nopnd; k++)
 		if ((r->act_ops >> k) & 1)
 			return find(L, n->opnd[k].v);
@@ -201,10 +204,10 @@ node_comp(Lay *L, NodeId i, const LayoutRole *r)
 static int
 reads_cl(Lay *L, NodeId i, uint32_t k)
 {
-	LayoutRole r;
-	if (!L->node_cl[i] || !layout_role(L->g, i, &r))
+	if (!L->node_cl[i] || !L->aware[i])
 		return 0;
-	return ((r.act_ops >> k) & 1) || (int)k == r.w_op;
+	const LayoutRole *r = &L->role[i];
+	return ((r->act_ops >> k) & 1) || (int)k == r->w_op;
 }
 
 static Node
@@ -264,6 +267,8 @@ layout_pass(Graph *g, const PassOptions *po, Diag *d)
 	L.made_cl = xmalloc(nv + 1);
 	L.row_use = xmalloc(nv + 1);
 	L.node_cl = xmalloc(nn + 1);
+	L.aware = xmalloc(nn + 1);
+	L.role = xmalloc((nn + 1) * sizeof *L.role);
 	memset(L.cl, 0, nv + 1);
 	memset(L.made_cl, 0, nv + 1);
 	memset(L.row_use, 0, nv + 1);
@@ -271,27 +276,30 @@ layout_pass(Graph *g, const PassOptions *po, Diag *d)
 	map_init(&L.copies);
 	for (uint32_t v = 0; v < nv; v++)
 		L.uf[v] = v;
+	/* each node's role, once: the walks below swap operands and results
+	 * only for values of the same type, which leaves every role as it was */
+	for (NodeId i = 0; i < nn; i++)
+		L.aware[i] = (uint8_t)layout_role(g, i, &L.role[i]);
 	/* the components */
 	for (NodeId i = 0; i < nn; i++) {
-		LayoutRole r;
-		if (!layout_role(g, i, &r))
+		if (!L.aware[i])
 			continue;
 		const Node *n = &g->nodes.v[i];
-		uint32_t first = node_comp(&L, i, &r);
+		const LayoutRole *r = &L.role[i];
+		uint32_t first = node_comp(&L, i);
 		for (uint32_t k = 0; k < n->nopnd; k++)
-			if ((r.act_ops >> k) & 1)
+			if ((r->act_ops >> k) & 1)
 				unite(&L, first, n->opnd[k].v);
-		if (r.act_res)
+		if (r->act_res)
 			unite(&L, first, n->res[0]);
 	}
 	/* seeded by f16/bf16 convolutions, vetoed by writes in place */
 	for (NodeId i = 0; i < nn; i++) {
 		const Node *n = &g->nodes.v[i];
-		LayoutRole r;
-		if (layout_role(g, i, &r) && r.conv) {
+		if (L.aware[i] && L.role[i].conv) {
 			DType dt = (DType)g->vals.v[n->opnd[0].v].type.dt;
-			if ((dt == DT_F16 || dt == DT_BF16) && L.cl[node_comp(&L, i, &r)] == 0)
-				L.cl[node_comp(&L, i, &r)] = 1;
+			if ((dt == DT_F16 || dt == DT_BF16) && L.cl[node_comp(&L, i)] == 0)
+				L.cl[node_comp(&L, i)] = 1;
 		}
 		if (n->flags & NF_DEAD || n->op >= OP__N || !n->nopnd || n->opnd[0].kind != OK_VAL)
 			continue;
@@ -302,16 +310,16 @@ layout_pass(Graph *g, const PassOptions *po, Diag *d)
 	/* the nodes that run channels last, the values they write so */
 	int any = 0;
 	for (NodeId i = 0; i < nn; i++) {
-		LayoutRole r;
-		if (!layout_role(g, i, &r) || L.cl[node_comp(&L, i, &r)] != 1)
+		if (!L.aware[i] || L.cl[node_comp(&L, i)] != 1)
 			continue;
 		const Node *n = &g->nodes.v[i];
+		const LayoutRole *r = &L.role[i];
 		L.node_cl[i] = 1;
 		any = 1;
-		if (r.act_res)
+		if (r->act_res)
 			L.made_cl[n->res[0]] = 1;
-		if (r.w_res >= 0)
-			L.made_cl[n->res[r.w_res]] = 1;
+		if (r->w_res >= 0)
+			L.made_cl[n->res[r->w_res]] = 1;
 	}
 	if (any) {
 		/* which values something reads in row order */
@@ -384,5 +392,7 @@ layout_pass(Graph *g, const PassOptions *po, Diag *d)
 	free(L.made_cl);
 	free(L.row_use);
 	free(L.node_cl);
+	free(L.aware);
+	free(L.role);
 	return any ? 1 : PASS_SAME;
 }

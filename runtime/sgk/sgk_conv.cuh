@@ -281,6 +281,29 @@ SGK_DEV void sgk_pool_window(const SgkPoolGeom<I> &g, int mode, I oh, I ow, I &h
 	w1 = ws + g.s < g.w ? ws + g.s : g.w;
 }
 
+/* In one dimension, the pool outputs [lo, hi) whose window (kernel k,
+ * stride s, padding p; o outputs) holds input index i: those with
+ * o * s - p <= i < o * s - p + k. */
+template <class I>
+SGK_DEV void sgk_pool_outs(I i, I k, I s, I p, I o, I &lo, I &hi)
+{
+	const I a = i + p - k + 1;
+	lo = a <= 0 ? 0 : (a + s - 1) / s;
+	hi = (i + p) / s + 1;
+	hi = hi < o ? hi : o;
+}
+
+/* VEC accumulators rounded to T, stored together at p. */
+template <int VEC, class T, class A>
+SGK_DEV void sgk_stv_acc(T *p, const A *acc)
+{
+	sgk_reg<VEC, T> r;
+#pragma unroll
+	for (int k = 0; k < VEC; k++)
+		r.v[k] = sgk_cvt<T>(acc[k]);
+	sgk_stv<VEC>(p, r);
+}
+
 /* The flat index in its plane of window's maximum (-1 if empty). */
 template <class T, class I>
 SGK_DEV I sgk_pool_argmax(const T *plane, I W, I h0, I h1, I w0, I w1)
@@ -339,15 +362,10 @@ sgk_pool2d_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, T *__restric
 	const SgkPoolGeom<I> g = sgk_pool_geom<I>(geom);
 	SGK_POOL_LOOP(I, i, g.n * g.c * g.h * g.w) {
 		I iw = i % g.w, t = i / g.w, ih = t % g.h, pl = t / g.h;
-		I oh0 = 0, oh1 = g.oh, ow0 = 0, ow1 = g.ow;
-		if (mode != 2) {   /* outputs with oh * sh - ph <= ih < oh * sh - ph + r */
-			I a = ih + g.ph - g.r + 1, bb = iw + g.pw - g.s + 1;
-			oh0 = a <= 0 ? 0 : (a + g.sh - 1) / g.sh;
-			ow0 = bb <= 0 ? 0 : (bb + g.sw - 1) / g.sw;
-			oh1 = (ih + g.ph) / g.sh + 1;
-			ow1 = (iw + g.pw) / g.sw + 1;
-			oh1 = oh1 < g.oh ? oh1 : g.oh;
-			ow1 = ow1 < g.ow ? ow1 : g.ow;
+		I oh0 = 0, oh1 = g.oh, ow0 = 0, ow1 = g.ow;   /* adaptive: every output */
+		if (mode != 2) {
+			sgk_pool_outs(ih, g.r, g.sh, g.ph, g.oh, oh0, oh1);
+			sgk_pool_outs(iw, g.s, g.sw, g.pw, g.ow, ow0, ow1);
 		}
 		A acc = 0;
 		for (I oh = oh0; oh < oh1; oh++)
@@ -426,14 +444,13 @@ sgk_maxpool_bwd_k(const T *__restrict__ dy, const unsigned char *__restrict__ ar
 	const SgkPoolGeom<int> g = sgk_pool_geom<int>(geom);
 	const int sh = SH ? SH : g.sh, sw = SW ? SW : g.sw;
 	SGK_ROWS_LOOP(row, g.n * g.c * g.h) {
-		const int ih = row % g.h, pl = row / g.h, a = ih + g.ph - g.r + 1;
-		const int oh0 = a <= 0 ? 0 : (a + sh - 1) / sh;
-		const int oh1 = min((ih + g.ph) / sh + 1, g.oh);
+		const int ih = row % g.h, pl = row / g.h;
+		int oh0, oh1;
+		sgk_pool_outs(ih, g.r, sh, g.ph, g.oh, oh0, oh1);
 		const long long pbase = (long long)pl * g.oh * g.ow;
 		for (int iw = threadIdx.x; iw < g.w; iw += blockDim.x) {
-			const int bb = iw + g.pw - g.s + 1;
-			const int ow0 = bb <= 0 ? 0 : (bb + sw - 1) / sw;
-			const int ow1 = min((iw + g.pw) / sw + 1, g.ow);
+			int ow0, ow1;
+			sgk_pool_outs(iw, g.s, sw, g.pw, g.ow, ow0, ow1);
 			A acc = 0;
 			for (int oh = oh0; oh < oh1; oh++)
 				for (int ow = ow0; ow < ow1; ow++) {
@@ -469,8 +486,8 @@ sgk_pool2d_fwd_cl_k(const T *__restrict__ x, T *__restrict__ y, SgConvGeom geom,
 		I h0, h1, w0, w1, cnt;
 		sgk_pool_window(g, mode, oh, ow, h0, h1, w0, w1, cnt);
 		const T *img = x + (long long)nb * g.h * g.w * g.c + (long long)j * VEC;
-		sgk_reg<VEC, T> r;
 		if (mode == 0) {
+			sgk_reg<VEC, T> r;
 			A m[VEC];
 			bool any = false;
 #pragma unroll
@@ -491,23 +508,24 @@ sgk_pool2d_fwd_cl_k(const T *__restrict__ x, T *__restrict__ y, SgConvGeom geom,
 					}
 					any = true;
 				}
-		} else {
-			A acc[VEC];
-#pragma unroll
-			for (int k = 0; k < VEC; k++)
-				acc[k] = 0;
-			for (I h = h0; h < h1; h++)
-				for (I w = w0; w < w1; w++) {
-					const sgk_reg<VEC, T> v = sgk_ldv<VEC>(img + (h * g.w + w) * g.c);
-#pragma unroll
-					for (int k = 0; k < VEC; k++)
-						acc[k] += (A)sgk_tof(v.v[k]);
-				}
-#pragma unroll
-			for (int k = 0; k < VEC; k++)
-				r.v[k] = sgk_cvt<T>(acc[k] / (A)cnt);
+			sgk_stv<VEC>(y + (long long)i * VEC, r);
+			continue;
 		}
-		sgk_stv<VEC>(y + (long long)i * VEC, r);
+		A acc[VEC];
+#pragma unroll
+		for (int k = 0; k < VEC; k++)
+			acc[k] = 0;
+		for (I h = h0; h < h1; h++)
+			for (I w = w0; w < w1; w++) {
+				const sgk_reg<VEC, T> v = sgk_ldv<VEC>(img + (h * g.w + w) * g.c);
+#pragma unroll
+				for (int k = 0; k < VEC; k++)
+					acc[k] += (A)sgk_tof(v.v[k]);
+			}
+#pragma unroll
+		for (int k = 0; k < VEC; k++)
+			acc[k] /= (A)cnt;
+		sgk_stv_acc<VEC>(y + (long long)i * VEC, acc);
 	}
 }
 
@@ -524,15 +542,10 @@ sgk_pool2d_bwd_cl_k(const T *__restrict__ dy, const T *__restrict__ x, T *__rest
 	SGK_POOL_LOOP(I, i, g.n * g.h * g.w * cv) {
 		const I j = i % cv, t = i / cv, iw = t % g.w, t2 = t / g.w, ih = t2 % g.h;
 		const I nb = t2 / g.h;
-		I oh0 = 0, oh1 = g.oh, ow0 = 0, ow1 = g.ow;
-		if (mode != 2) {   /* outputs with oh * sh - ph <= ih < oh * sh - ph + r */
-			I a = ih + g.ph - g.r + 1, bb = iw + g.pw - g.s + 1;
-			oh0 = a <= 0 ? 0 : (a + g.sh - 1) / g.sh;
-			ow0 = bb <= 0 ? 0 : (bb + g.sw - 1) / g.sw;
-			oh1 = (ih + g.ph) / g.sh + 1;
-			ow1 = (iw + g.pw) / g.sw + 1;
-			oh1 = oh1 < g.oh ? oh1 : g.oh;
-			ow1 = ow1 < g.ow ? ow1 : g.ow;
+		I oh0 = 0, oh1 = g.oh, ow0 = 0, ow1 = g.ow;   /* adaptive: every output */
+		if (mode != 2) {
+			sgk_pool_outs(ih, g.r, g.sh, g.ph, g.oh, oh0, oh1);
+			sgk_pool_outs(iw, g.s, g.sw, g.pw, g.ow, ow0, ow1);
 		}
 		const T *img = x + (long long)nb * g.h * g.w * g.c + (long long)j * VEC;
 		const T *dimg = dy + (long long)nb * g.oh * g.ow * g.c + (long long)j * VEC;
@@ -578,11 +591,7 @@ sgk_pool2d_bwd_cl_k(const T *__restrict__ dy, const T *__restrict__ x, T *__rest
 					if (best[k] == ih * g.w + iw)
 						acc[k] += (A)sgk_tof(gv.v[k]);
 			}
-		sgk_reg<VEC, T> r;
-#pragma unroll
-		for (int k = 0; k < VEC; k++)
-			r.v[k] = sgk_cvt<T>(acc[k]);
-		sgk_stv<VEC>(dx + (long long)i * VEC, r);
+		sgk_stv_acc<VEC>(dx + (long long)i * VEC, acc);
 	}
 }
 
@@ -651,11 +660,9 @@ sgk_maxpool_bwd_cl_k(const T *__restrict__ dy, const unsigned char *__restrict__
 	SGK_POOL_LOOP(int, i, g.n * g.h * g.w * cv) {
 		const int j = i % cv, t = i / cv, iw = t % g.w, t2 = t / g.w, ih = t2 % g.h;
 		const int nb = t2 / g.h;
-		const int a = ih + g.ph - g.r + 1, bb = iw + g.pw - g.s + 1;
-		const int oh0 = a <= 0 ? 0 : (a + sh - 1) / sh;
-		const int oh1 = min((ih + g.ph) / sh + 1, g.oh);
-		const int ow0 = bb <= 0 ? 0 : (bb + sw - 1) / sw;
-		const int ow1 = min((iw + g.pw) / sw + 1, g.ow);
+		int oh0, oh1, ow0, ow1;
+		sgk_pool_outs(ih, g.r, sh, g.ph, g.oh, oh0, oh1);
+		sgk_pool_outs(iw, g.s, sw, g.pw, g.ow, ow0, ow1);
 		const long long base = (long long)nb * g.oh * g.ow * g.c + (long long)j * VEC;
 		A acc[VEC];
 #pragma unroll
@@ -723,11 +730,7 @@ sgk_maxpool_bwd_cl_k(const T *__restrict__ dy, const unsigned char *__restrict__
 							acc[k] += (A)sgk_tof(gv.v[k]);
 				}
 		}
-		sgk_reg<VEC, T> r;
-#pragma unroll
-		for (int k = 0; k < VEC; k++)
-			r.v[k] = sgk_cvt<T>(acc[k]);
-		sgk_stv<VEC>(dx + (long long)i * VEC, r);
+		sgk_stv_acc<VEC>(dx + (long long)i * VEC, acc);
 	}
 }
 
