@@ -553,6 +553,147 @@ place_arena(Build *B, int where, uint64_t *peak)
 	free(order);
 }
 
+/* ------------------------------------------------------------------ by size */
+
+/*
+ * A second plan, for arenas of at most BYSIZE_MAX buffers: greedy by size,
+ * the offset calculation of TFLite's planner (Pisarchyk and Lee, "Efficient
+ * memory management for deep neural net inference", 2020).  The largest
+ * unit goes first; each goes to the smallest gap that holds it among the
+ * placed units it may be live with, else right above them.  A unit is a
+ * chain of buffers that first fit put in place (each takes the bytes of
+ * the one before), placed as one.  Two units may share bytes when every
+ * access of the one allocated first happens before the other's producer,
+ * the rule first fit keeps.  place_arena keeps whichever plan has the
+ * lower peak, first fit on a tie: first fit in program order leaves holes
+ * where a value's bytes come free in the middle of long-lived ones (an
+ * offloaded activation's, say), and by size packs the long-lived first.
+ * Its cost is quadratic in the units, hence the bound.
+ */
+enum { BYSIZE_MAX = 4096 };
+
+typedef struct {
+	uint32_t b;       /* its first buffer */
+	uint64_t size, offset;
+	int32_t *acc;     /* ns: last access position per stream, all members */
+} Unit;
+
+/* Unit u's accesses all happen before unit w's producer (u made first). */
+static int
+unit_before(Build *B, const Unit *u, const Unit *w)
+{
+	const int32_t *clk = hb_before(&B->h, B->mp->buf[w->b].alloc);
+	uint32_t ns = B->g->streams.n;
+	for (uint32_t t = 0; t < ns; t++)
+		if (u->acc[t] >= 0 && !HB_DONE(clk, t, u->acc[t]))
+			return 0;
+	return 1;
+}
+
+static int
+unit_cmp(const void *pa, const void *pb)
+{
+	const Unit *a = pa, *b = pb;
+	if (a->size != b->size)
+		return a->size < b->size ? 1 : -1;
+	return a->b < b->b ? -1 : a->b > b->b;
+}
+
+/* Greedy by size over the buffers of arena `where`; writes their offsets
+ * and returns the peak only when it is below `peak` (first fit's), else
+ * leaves them and returns `peak`. */
+static uint64_t
+place_by_size(Build *B, int where, uint64_t peak)
+{
+	MemPlan *mp = B->mp;
+	uint32_t ns = B->g->streams.n, nu = 0;
+	uint32_t *unitof = xmalloc((mp->nbuf + 1) * sizeof *unitof);
+	for (uint32_t b = 0; b < mp->nbuf; b++) {
+		const MemBuf *x = &mp->buf[b];
+		unitof[b] = NONE;
+		if (x->where == (uint8_t)where && x->size && x->inplace == NONE)
+			unitof[b] = nu++;
+	}
+	if (nu < 2 || nu > BYSIZE_MAX) {
+		free(unitof);
+		return peak;
+	}
+	Unit *u = xmalloc(nu * sizeof *u);
+	int32_t *accs = xmalloc((size_t)nu * ns * sizeof *accs);
+	for (uint32_t b = 0; b < mp->nbuf; b++)
+		if (unitof[b] != NONE) {
+			Unit *x = &u[unitof[b]];
+			x->b = b;
+			x->size = mp->buf[b].size;
+			x->acc = accs + (size_t)unitof[b] * ns;
+			for (uint32_t t = 0; t < ns; t++)
+				x->acc[t] = -1;
+		}
+	/* chains: a buffer taking another's bytes joins that one's unit (the
+	 * one it takes is made first, so its unit is known) */
+	uint32_t *order = xmalloc((mp->nbuf + 1) * sizeof *order);
+	uint64_t *key = xmalloc((mp->nbuf + 1) * sizeof *key);
+	uint32_t nb = 0;
+	for (uint32_t b = 0; b < mp->nbuf; b++)
+		if (mp->buf[b].where == (uint8_t)where && mp->buf[b].size)
+			key[nb++] = (uint64_t)mp->buf[b].alloc << 32 | b;
+	qsort(key, nb, sizeof *key, alloc_cmp);
+	for (uint32_t i = 0; i < nb; i++) {
+		uint32_t b = (uint32_t)key[i];
+		if (unitof[b] == NONE)
+			unitof[b] = unitof[mp->buf[b].inplace];
+		int32_t *acc = u[unitof[b]].acc, *m = B->maxacc + (size_t)b * ns;
+		for (uint32_t t = 0; t < ns; t++)
+			acc[t] = m[t] > acc[t] ? m[t] : acc[t];
+		order[i] = b;
+	}
+	qsort(u, nu, sizeof *u, unit_cmp);
+	/* unit_cmp moved the units: renumber */
+	for (uint32_t i = 0; i < nu; i++)
+		unitof[u[i].b] = i;
+	for (uint32_t i = 0; i < nb; i++)
+		if (mp->buf[order[i]].inplace != NONE)
+			unitof[order[i]] = unitof[mp->buf[order[i]].inplace];
+	/* the placed units in order of offset: a walk over them gives the
+	 * gaps between those live with the new one, without a sort */
+	uint32_t *byoff = xmalloc((nu + 1) * sizeof *byoff), np = 0;
+	uint64_t top = 0;
+	for (uint32_t i = 0; i < nu; i++) {
+		const Unit *c = &u[i];
+		uint64_t end = 0, best = UINT64_MAX, at = 0;
+		for (uint32_t k = 0; k < np; k++) {
+			const Unit *a = &u[byoff[k]];
+			int first = mp->buf[a->b].alloc < mp->buf[c->b].alloc ||
+			            (mp->buf[a->b].alloc == mp->buf[c->b].alloc && a->b < c->b);
+			if (first ? unit_before(B, a, c) : unit_before(B, c, a))
+				continue;
+			uint64_t gap = a->offset > end ? a->offset - end : 0;
+			if (gap >= c->size && gap < best) {
+				best = gap;
+				at = end;
+			}
+			end = a->offset + a->size > end ? a->offset + a->size : end;
+		}
+		u[i].offset = best == UINT64_MAX ? end : at;
+		if (u[i].offset + u[i].size > top)
+			top = u[i].offset + u[i].size;
+		uint32_t k = np++;
+		for (; k > 0 && u[byoff[k - 1]].offset > u[i].offset; k--)
+			byoff[k] = byoff[k - 1];
+		byoff[k] = i;
+	}
+	if (top < peak)
+		for (uint32_t i = 0; i < nb; i++)
+			mp->buf[order[i]].offset = u[unitof[order[i]]].offset;
+	free(byoff);
+	free(order);
+	free(key);
+	free(accs);
+	free(u);
+	free(unitof);
+	return top < peak ? top : peak;
+}
+
 /* Buffers, their accesses and clocks, then offsets in each arena. */
 void
 memplan_build(Graph *g, int opt_level, MemPlan *mp)
@@ -583,6 +724,10 @@ memplan_build_at(Graph *g, const NodeId *def, const uint8_t *ew, int opt_level,
 		hb_step(&B.h, i);
 	place_arena(&B, MEM_DEVICE, &mp->peak);
 	place_arena(&B, MEM_HOST, &mp->host_peak);
+	if (opt_level > 0) {
+		mp->peak = place_by_size(&B, MEM_DEVICE, mp->peak);
+		mp->host_peak = place_by_size(&B, MEM_HOST, mp->host_peak);
+	}
 	for (uint32_t b = 0; b < mp->nbuf; b++) {
 		if (mp->buf[b].where == MEM_OUTPUT)
 			mp->outputs += mp->buf[b].size;

@@ -490,7 +490,7 @@ attn_bf16_create(attn_bf16_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 327680; /* the static memory plan's peak */
+	cfg.arena_bytes = 294912; /* the static memory plan's peak */
 	attn_bf16_model *M = (attn_bf16_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -623,7 +623,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:27: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true) */
-	v_att4 = (sg_bf16 *)SGRT_AT(rt, 98304); /* 32768 bytes of the arena */
+	v_att4 = (sg_bf16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
 	float *tmp_lse_27 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_27, 1024, 0, 27));
 	{
@@ -661,7 +661,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_att4 through their operand layout) */
 
 	/* cg_attn.sg:30: %p    = linear(%att3, %wo) */
-	v_p = (sg_bf16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
+	v_p = (sg_bf16 *)SGRT_AT(rt, 262144); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -674,10 +674,10 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_attn.sg:31: %yf   = cast(%p, dtype=f32) */
-	v_yf = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
+	v_yf = (float *)SGRT_AT(rt, 98304); /* 65536 bytes of the arena */
 
 	/* cg_attn.sg:32: %sq   = square(%yf) */
-	v_sq = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
+	v_sq = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
 	if (((uintptr_t)v_p % 8) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_sq % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_bf16_31_cast_yf_vec", 31,
 		            k_attn_bf16_31_cast_yf_vec<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_p, v_yf, v_sq));
@@ -692,7 +692,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:34: backward(%loss) */
 
 	/* cg_attn.sg:34: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
-	v_grad_loss = (float *)SGRT_AT(rt, 131072); /* 4 bytes of the arena */
+	v_grad_loss = (float *)SGRT_AT(rt, 262144); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_34_ones_grad_loss", 34,
 	            k_attn_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
@@ -700,7 +700,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
 	/* cg_attn.sg:33: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128])] */
-	v_grad_sq_2 = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
+	v_grad_sq_2 = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_expand_grad_sq_2", 33,
 	            k_attn_bf16_33_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_sq_2));
 
@@ -711,7 +711,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:32: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)] */
 
 	/* cg_attn.sg:31: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=bf16)] */
-	v_grad_p = (sg_bf16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
+	v_grad_p = (sg_bf16 *)SGRT_AT(rt, 262144); /* 32768 bytes of the arena */
 	if (((uintptr_t)v_grad_sq_2 % 16) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_grad_p % 8) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_bf16_33_div_grad_sq_vec", 33,
 		            k_attn_bf16_33_div_grad_sq_vec<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_p));
@@ -729,7 +729,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
 	/* cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: %grad.wo = matmul(%grad.wo.3, %grad.wo.2)] */
-	v_grad_wo = (sg_bf16 *)SGRT_AT(rt, 163840); /* 32768 bytes of the arena */
+	v_grad_wo = (sg_bf16 *)SGRT_AT(rt, 98304); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -768,7 +768,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
 	/* cg_attn.sg:27: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=false)] */
-	v_grad_qkv = (sg_bf16 *)SGRT_AT(rt, 229376); /* 98304 bytes of the arena */
+	v_grad_qkv = (sg_bf16 *)SGRT_AT(rt, 98304); /* 98304 bytes of the arena */
 	float *tmp_delta_27 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_delta_27, 1024, 0, 27));
 	{
@@ -938,7 +938,7 @@ attn_f16_create(attn_f16_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 327680; /* the static memory plan's peak */
+	cfg.arena_bytes = 294912; /* the static memory plan's peak */
 	attn_f16_model *M = (attn_f16_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1072,7 +1072,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:52: %att  = scaled_dot_product_attention(%q, %k, %v, scale=0.1) */
-	v_att = (sg_f16 *)SGRT_AT(rt, 98304); /* 32768 bytes of the arena */
+	v_att = (sg_f16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
 	float *tmp_lse_52 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_52, 1024, 0, 52));
 	{
@@ -1109,7 +1109,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_att4 through their operand layout) */
 
 	/* cg_attn.sg:55: %p    = linear(%att3, %wo) */
-	v_p = (sg_f16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
+	v_p = (sg_f16 *)SGRT_AT(rt, 262144); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1122,10 +1122,10 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_attn.sg:56: %yf   = cast(%p, dtype=f32) */
-	v_yf = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
+	v_yf = (float *)SGRT_AT(rt, 98304); /* 65536 bytes of the arena */
 
 	/* cg_attn.sg:57: %sq   = square(%yf) */
-	v_sq = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
+	v_sq = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
 	if (((uintptr_t)v_p % 8) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_sq % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_f16_56_cast_yf_vec", 56,
 		            k_attn_f16_56_cast_yf_vec<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_p, v_yf, v_sq));
@@ -1140,7 +1140,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:59: backward(%loss) */
 
 	/* cg_attn.sg:59: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
-	v_grad_loss = (float *)SGRT_AT(rt, 131072); /* 4 bytes of the arena */
+	v_grad_loss = (float *)SGRT_AT(rt, 262144); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_34_ones_grad_loss", 59,
 	            k_attn_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
@@ -1148,7 +1148,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
 	/* cg_attn.sg:58: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128])] */
-	v_grad_sq_2 = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
+	v_grad_sq_2 = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_expand_grad_sq_2", 58,
 	            k_attn_bf16_33_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_sq_2));
 
@@ -1159,7 +1159,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:57: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)] */
 
 	/* cg_attn.sg:56: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=f16)] */
-	v_grad_p = (sg_f16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
+	v_grad_p = (sg_f16 *)SGRT_AT(rt, 262144); /* 32768 bytes of the arena */
 	if (((uintptr_t)v_grad_sq_2 % 16) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_grad_p % 8) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_f16_58_div_grad_sq_vec", 58,
 		            k_attn_f16_58_div_grad_sq_vec<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_p));
@@ -1177,7 +1177,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
 	/* cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: %grad.wo = matmul(%grad.wo.3, %grad.wo.2)] */
-	v_grad_wo = (sg_f16 *)SGRT_AT(rt, 163840); /* 32768 bytes of the arena */
+	v_grad_wo = (sg_f16 *)SGRT_AT(rt, 98304); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1216,7 +1216,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
 	/* cg_attn.sg:52: %att  = scaled_dot_product_attention(%q, %k, %v, scale=0.1)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, scale=0.1, enable_gqa=false)] */
-	v_grad_qkv = (sg_f16 *)SGRT_AT(rt, 229376); /* 98304 bytes of the arena */
+	v_grad_qkv = (sg_f16 *)SGRT_AT(rt, 98304); /* 98304 bytes of the arena */
 	float *tmp_delta_52 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_delta_52, 1024, 0, 52));
 	{

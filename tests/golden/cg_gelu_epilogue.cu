@@ -155,7 +155,7 @@ mlp_create(mlp_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 9472; /* the static memory plan's peak */
+	cfg.arena_bytes = 9216; /* the static memory plan's peak */
 	mlp_model *M = (mlp_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -254,11 +254,11 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_b1 = NULL;
 
 	/* cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1) */
-	v_f = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
+	v_f = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
 	/* (run at line 17, with its gelu as cuBLASLt's epilogue) */
 
 	/* cg_gelu_epilogue.sg:17: %g = gelu(%f, approximate="tanh") */
-	v_g = (sg_bf16 *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
+	v_g = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -274,7 +274,7 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_gelu_epilogue.sg:18: %o = linear(%g, %w2) */
-	v_o = (sg_bf16 *)SGRT_AT(rt, 4096); /* 1024 bytes of the arena */
+	v_o = (sg_bf16 *)SGRT_AT(rt, 0); /* 1024 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -293,7 +293,7 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_gelu_epilogue.sg:20: backward(%loss) */
 
 	/* cg_gelu_epilogue.sg:20: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)] */
-	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2 bytes of the arena */
+	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 0); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_mlp_20_ones_grad_loss", 20,
 	            k_mlp_20_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
@@ -301,12 +301,12 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
 	/* cg_gelu_epilogue.sg:19: %loss = mean(%o)  [sgc: %grad.o.2 = expand(%grad.o.1, shape=[16, 32])] */
-	v_grad_o_2 = (sg_bf16 *)SGRT_AT(rt, 4352); /* 1024 bytes of the arena */
+	v_grad_o_2 = (sg_bf16 *)SGRT_AT(rt, 8192); /* 1024 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_mlp_19_expand_grad_o_2", 19,
 	            k_mlp_19_expand_grad_o_2<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_o_2));
 
 	/* cg_gelu_epilogue.sg:19: %loss = mean(%o)  [sgc: %grad.o = div(%grad.o.2, 512)] */
-	v_grad_o = (sg_bf16 *)SGRT_AT(rt, 4352); /* 1024 bytes of the arena */
+	v_grad_o = (sg_bf16 *)SGRT_AT(rt, 8192); /* 1024 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_mlp_19_div_grad_o", 19,
 	            k_mlp_19_div_grad_o<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_o_2, v_grad_o));
 
@@ -314,7 +314,7 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
 	/* cg_gelu_epilogue.sg:18: %o = linear(%g, %w2)  [sgc: %grad.w2 = matmul(%grad.w2.1, %g)] */
-	v_grad_w2 = (sg_bf16 *)SGRT_AT(rt, 5376); /* 4096 bytes of the arena */
+	v_grad_w2 = (sg_bf16 *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -328,7 +328,7 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_gelu_epilogue.sg:18: %o = linear(%g, %w2)  [sgc: %grad.g = matmul(%grad.o, %w2)] */
-	v_grad_f = (sg_bf16 *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
+	v_grad_f = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -355,7 +355,7 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_f through their operand layout) */
 
 	/* cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1)  [sgc: %grad.w1 = matmul(%grad.w1.1, %x)] */
-	v_grad_w1 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
+	v_grad_w1 = (sg_bf16 *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -369,7 +369,7 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1)  [sgc: %grad.b1 = sum(%grad.f, dims=[0], keepdim=false)] */
-	v_grad_b1 = (sg_bf16 *)SGRT_AT(rt, 0); /* 128 bytes of the arena */
+	v_grad_b1 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 128 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_mlp_16_sum_grad_b1", 16,
 	            k_mlp_16_sum_grad_b1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_f, v_grad_b1));
 

@@ -627,7 +627,7 @@ rows_f32_create(rows_f32_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 24576; /* the static memory plan's peak */
+	cfg.arena_bytes = 20480; /* the static memory plan's peak */
 	rows_f32_model *M = (rows_f32_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -736,7 +736,7 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_w0 = NULL;
 
 	/* cg_rows_bwd.sg:20: %h = linear(%x, %w0) */
-	v_h = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
+	v_h = (float *)SGRT_AT(rt, 6144); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -749,12 +749,12 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b) */
-	v_n = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
+	v_n = (float *)SGRT_AT(rt, 10240); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_21_layer_norm_n", 21,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_h, v_g, v_b, v_n, NULL, NULL, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 21));
 
 	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q) */
-	v_r = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
+	v_r = (float *)SGRT_AT(rt, 14336); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_22_rms_norm_r", 22,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_n, v_q, NULL, v_r, NULL, NULL, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 22));
 
@@ -785,17 +785,17 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:26: backward(%loss) */
 
 	/* cg_rows_bwd.sg:26: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
-	v_grad_loss = (float *)SGRT_AT(rt, 12288); /* 4 bytes of the arena */
+	v_grad_loss = (float *)SGRT_AT(rt, 0); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_26_ones_grad_loss", 26,
 	            k_rows_f32_26_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_rows_bwd.sg:25: %loss = mul(%ce, 0.5)  [sgc: %grad.ce = mul(%grad.loss, 0.5)] */
-	v_grad_ce = (float *)SGRT_AT(rt, 12288); /* 4 bytes of the arena */
+	v_grad_ce = (float *)SGRT_AT(rt, 0); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_25_mul_grad_ce", 25,
 	            k_rows_f32_25_mul_grad_ce<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_ce));
 
 	/* cg_rows_bwd.sg:24: %ce = cross_entropy(%o, %t)  [sgc: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)] */
-	v_grad_o = (float *)SGRT_AT(rt, 12544); /* 1536 bytes of the arena */
+	v_grad_o = (float *)SGRT_AT(rt, 18432); /* 1536 bytes of the arena */
 	float *tmp_lse_24_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_24_2, 68, 0, 24));
 	SGRT_KERNEL(rt, 0, "k_rows_f32_24_cross_entropy_lse_grad_o", 24,
@@ -810,7 +810,7 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
 	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: %grad.w = matmul(%grad.w.1, %r)] */
-	v_grad_w = (float *)SGRT_AT(rt, 14080); /* 6144 bytes of the arena */
+	v_grad_w = (float *)SGRT_AT(rt, 0); /* 6144 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -824,7 +824,7 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: %grad.r = matmul(%grad.o, %w)] */
-	v_grad_r = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
+	v_grad_r = (float *)SGRT_AT(rt, 14336); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -843,8 +843,8 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: del %grad.w] */
 
 	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.n, %grad.q = rms_norm_backward(%grad.r, %n, %q, eps=1e-06, residual=false)] */
-	v_grad_n = (float *)SGRT_AT(rt, 12288); /* 4096 bytes of the arena */
-	v_grad_q = (float *)SGRT_AT(rt, 16384); /* 256 bytes of the arena */
+	v_grad_n = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
+	v_grad_q = (float *)SGRT_AT(rt, 4096); /* 256 bytes of the arena */
 	void *tmp_norm_parts_22 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_22, sg_layer_norm_bwd_fused_workspace<float>(16, 64), 0, 22));
 	SGRT_KERNEL(rt, 0, "k_rows_f32_22_rms_norm_backward_grad_n", 22,
@@ -858,9 +858,9 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: del %grad.q] */
 
 	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.h, %grad.g, %grad.b = layer_norm_backward(%grad.n, %h, %g, eps=1e-05, residual=false)] */
-	v_grad_h = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
-	v_grad_g = (float *)SGRT_AT(rt, 8192); /* 256 bytes of the arena */
-	v_grad_b = (float *)SGRT_AT(rt, 8448); /* 256 bytes of the arena */
+	v_grad_h = (float *)SGRT_AT(rt, 16384); /* 4096 bytes of the arena */
+	v_grad_g = (float *)SGRT_AT(rt, 4096); /* 256 bytes of the arena */
+	v_grad_b = (float *)SGRT_AT(rt, 4352); /* 256 bytes of the arena */
 	void *tmp_norm_parts_21 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_21, sg_layer_norm_bwd_fused_workspace<float>(16, 64), 0, 21));
 	SGRT_KERNEL(rt, 0, "k_rows_f32_21_layer_norm_backward_grad_h", 21,
@@ -883,7 +883,7 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_rows_bwd.sg:20: %h = linear(%x, %w0)  [sgc: %grad.w0 = matmul(%grad.w0.1, %x)] */
-	v_grad_w0 = (float *)SGRT_AT(rt, 8192); /* 16384 bytes of the arena */
+	v_grad_w0 = (float *)SGRT_AT(rt, 0); /* 16384 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -978,7 +978,7 @@ rows_bf16_create(rows_bf16_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 12288; /* the static memory plan's peak */
+	cfg.arena_bytes = 10240; /* the static memory plan's peak */
 	rows_bf16_model *M = (rows_bf16_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1084,7 +1084,7 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_w0 = NULL;
 
 	/* cg_rows_bwd.sg:39: %h = linear(%x, %w0) */
-	v_h = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
+	v_h = (sg_bf16 *)SGRT_AT(rt, 3072); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1097,12 +1097,12 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g) */
-	v_n = (sg_bf16 *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
+	v_n = (sg_bf16 *)SGRT_AT(rt, 5120); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_40_layer_norm_n", 40,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_h, v_g, NULL, v_n, NULL, NULL, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 40));
 
 	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q) */
-	v_r = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
+	v_r = (sg_bf16 *)SGRT_AT(rt, 7168); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_rms_norm_r", 41,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_n, v_q, NULL, v_r, NULL, NULL, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 41));
 
@@ -1133,17 +1133,17 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:45: backward(%loss) */
 
 	/* cg_rows_bwd.sg:45: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)] */
-	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2 bytes of the arena */
+	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 0); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_45_ones_grad_loss", 45,
 	            k_rows_bf16_45_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_rows_bwd.sg:44: %loss = mul(%ce, 2.0)  [sgc: %grad.ce = mul(%grad.loss, 2.0)] */
-	v_grad_ce = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2 bytes of the arena */
+	v_grad_ce = (sg_bf16 *)SGRT_AT(rt, 0); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_44_mul_grad_ce", 44,
 	            k_rows_bf16_44_mul_grad_ce<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_ce));
 
 	/* cg_rows_bwd.sg:43: %ce = cross_entropy(%o, %t)  [sgc: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)] */
-	v_grad_o = (sg_bf16 *)SGRT_AT(rt, 6400); /* 768 bytes of the arena */
+	v_grad_o = (sg_bf16 *)SGRT_AT(rt, 9216); /* 768 bytes of the arena */
 	float *tmp_lse_43_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_43_2, 68, 0, 43));
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_43_cross_entropy_lse_grad_o", 43,
@@ -1158,7 +1158,7 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
 	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: %grad.w = matmul(%grad.w.1, %r)] */
-	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 7168); /* 3072 bytes of the arena */
+	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 0); /* 3072 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1172,7 +1172,7 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: %grad.r = matmul(%grad.o, %w)] */
-	v_grad_r = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
+	v_grad_r = (sg_bf16 *)SGRT_AT(rt, 7168); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1191,8 +1191,8 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: del %grad.w] */
 
 	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.n, %grad.q = rms_norm_backward(%grad.r, %n, %q, eps=1e-06, residual=false)] */
-	v_grad_n = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2048 bytes of the arena */
-	v_grad_q = (sg_bf16 *)SGRT_AT(rt, 8192); /* 128 bytes of the arena */
+	v_grad_n = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
+	v_grad_q = (sg_bf16 *)SGRT_AT(rt, 2048); /* 128 bytes of the arena */
 	void *tmp_norm_parts_41 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_41, sg_layer_norm_bwd_fused_workspace<sg_bf16>(16, 64), 0, 41));
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_rms_norm_backward_grad_n", 41,
@@ -1206,8 +1206,8 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: del %grad.q] */
 
 	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.h, %grad.g = layer_norm_backward(%grad.n, %h, %g, eps=1e-05, residual=false)] */
-	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
-	v_grad_g = (sg_bf16 *)SGRT_AT(rt, 4096); /* 128 bytes of the arena */
+	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 8192); /* 2048 bytes of the arena */
+	v_grad_g = (sg_bf16 *)SGRT_AT(rt, 2048); /* 128 bytes of the arena */
 	void *tmp_norm_parts_40 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_40, sg_layer_norm_bwd_fused_workspace<sg_bf16>(16, 64), 0, 40));
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_40_layer_norm_backward_grad_h", 40,
@@ -1224,7 +1224,7 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_rows_bwd.sg:39: %h = linear(%x, %w0)  [sgc: %grad.w0 = matmul(%grad.w0.1, %x)] */
-	v_grad_w0 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 8192 bytes of the arena */
+	v_grad_w0 = (sg_bf16 *)SGRT_AT(rt, 0); /* 8192 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);

@@ -1273,7 +1273,7 @@ bn_train_create(bn_train_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 887296; /* the static memory plan's peak */
+	cfg.arena_bytes = 887040; /* the static memory plan's peak */
 	bn_train_model *M = (bn_train_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1390,11 +1390,11 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_bn_train_37_mul_xg<<<578, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_g, v_xg));
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %bn_stats, %bn_stats.1 = var_mean(%xg, dims=[0, 2, 3])] */
-	v_bn_stats = (sg_bf16 *)SGRT_AT(rt, 295680); /* 32 bytes of the arena */
-	v_bn_stats_1 = (sg_bf16 *)SGRT_AT(rt, 295936); /* 32 bytes of the arena */
+	v_bn_stats = (sg_bf16 *)SGRT_AT(rt, 591360); /* 32 bytes of the arena */
+	v_bn_stats_1 = (sg_bf16 *)SGRT_AT(rt, 591616); /* 32 bytes of the arena */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true) */
-	v_y = (sg_bf16 *)SGRT_AT(rt, 296192); /* 295680 bytes of the arena */
+	v_y = (sg_bf16 *)SGRT_AT(rt, 295680); /* 295680 bytes of the arena */
 	float *tmp_bn_38 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_38, sg_batch_norm_workspace<sg_bf16>(8, 16, 1155, 0), 0, 38));
 	SGRT_KERNEL(rt, 0, "k_bn_train_38_batch_norm_y", 38,
@@ -1406,7 +1406,7 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.2 = mul(%rm, 0.9)] */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.3 = add(%rm.1, %rm.2)] */
-	v_rm_3 = (sg_bf16 *)SGRT_AT(rt, 295936); /* 32 bytes of the arena */
+	v_rm_3 = (sg_bf16 *)SGRT_AT(rt, 591616); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_38_mul_rm_1", 38,
 	            k_bn_train_38_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_1, v_rm, v_rm_3));
 
@@ -1419,7 +1419,7 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.2 = mul(%rv, 0.9)] */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.3 = add(%rv.1, %rv.2)] */
-	v_rv_3 = (sg_bf16 *)SGRT_AT(rt, 295680); /* 32 bytes of the arena */
+	v_rv_3 = (sg_bf16 *)SGRT_AT(rt, 591360); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_38_mul_rm_1", 38,
 	            k_bn_train_38_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats, v_rv, v_rv_3));
 
@@ -1442,7 +1442,7 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_split_reduce.sg:41: backward(%l) */
 
 	/* cg_split_reduce.sg:41: backward(%l)  [sgc: %grad.l = ones(shape=[], dtype=bf16)] */
-	v_grad_l = (sg_bf16 *)SGRT_AT(rt, 295680); /* 2 bytes of the arena */
+	v_grad_l = (sg_bf16 *)SGRT_AT(rt, 591360); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_41_ones_grad_l", 41,
 	            k_bn_train_41_ones_grad_l<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_l));
 
@@ -1450,14 +1450,14 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_grad_l, read through its pointer) */
 
 	/* cg_split_reduce.sg:40: %l = mean(%yt)  [sgc: %grad.yt.2 = expand(%grad.yt.1, shape=[8, 16, 33, 35])] */
-	v_grad_yt_2 = (sg_bf16 *)SGRT_AT(rt, 295936); /* 295680 bytes of the arena */
+	v_grad_yt_2 = (sg_bf16 *)SGRT_AT(rt, 295680); /* 295680 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_40_expand_grad_yt_2", 40,
 	            k_bn_train_40_expand_grad_yt_2<<<578, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_l, v_grad_yt_2));
 
 	/* cg_split_reduce.sg:40: %l = mean(%yt)  [sgc: %grad.yt = div(%grad.yt.2, 147840)] */
 
 	/* cg_split_reduce.sg:39: %yt = mul(%y, %t)  [sgc: %grad.y = mul(%grad.yt, %t)] */
-	v_grad_y = (sg_bf16 *)SGRT_AT(rt, 295936); /* 295680 bytes of the arena */
+	v_grad_y = (sg_bf16 *)SGRT_AT(rt, 295680); /* 295680 bytes of the arena */
 	if (((uintptr_t)v_grad_yt_2 % 16) == 0 && ((uintptr_t)v_t % 16) == 0 && ((uintptr_t)v_grad_y % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_bn_train_40_div_grad_yt_vec", 40,
 		            k_bn_train_40_div_grad_yt_vec<<<73, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_yt_2, v_t, v_grad_y));
@@ -1466,7 +1466,7 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_bn_train_40_div_grad_yt<<<578, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_yt_2, v_t, v_grad_y));
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %grad.xg, %grad.w, %grad.b = batch_norm_backward(%grad.y, %xg, %w, training=true, eps=1e-05)] */
-	v_grad_xg = (sg_bf16 *)SGRT_AT(rt, 591616); /* 295680 bytes of the arena */
+	v_grad_xg = (sg_bf16 *)SGRT_AT(rt, 591360); /* 295680 bytes of the arena */
 	float *tmp_bn_38_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_38_2, sg_batch_norm_workspace<sg_bf16>(8, 16, 1155, 0), 0, 38));
 	SGRT_KERNEL(rt, 0, "k_bn_train_38_batch_norm_backward_grad_xg", 38,
@@ -1566,7 +1566,7 @@ bn_train_f32_create(bn_train_f32_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 4514304; /* the static memory plan's peak */
+	cfg.arena_bytes = 4513792; /* the static memory plan's peak */
 	bn_train_f32_model *M = (bn_train_f32_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1685,11 +1685,11 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_bn_train_f32_53_mul_xg<<<1102, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_g, v_xg));
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %bn_stats, %bn_stats.1 = var_mean(%xg, dims=[0, 2, 3])] */
-	v_bn_stats = (float *)SGRT_AT(rt, 1128448); /* 128 bytes of the arena */
-	v_bn_stats_1 = (float *)SGRT_AT(rt, 1128704); /* 128 bytes of the arena */
+	v_bn_stats = (float *)SGRT_AT(rt, 2256896); /* 128 bytes of the arena */
+	v_bn_stats_1 = (float *)SGRT_AT(rt, 2257152); /* 128 bytes of the arena */
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true) */
-	v_y = (float *)SGRT_AT(rt, 1128960); /* 1128320 bytes of the arena */
+	v_y = (float *)SGRT_AT(rt, 1128448); /* 1128320 bytes of the arena */
 	float *tmp_bn_54 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_54, sg_batch_norm_workspace<float>(5, 32, 1763, 0), 0, 54));
 	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_batch_norm_y", 54,
@@ -1701,7 +1701,7 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.2 = mul(%rm, 0.9)] */
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.3 = add(%rm.1, %rm.2)] */
-	v_rm_3 = (float *)SGRT_AT(rt, 1128704); /* 128 bytes of the arena */
+	v_rm_3 = (float *)SGRT_AT(rt, 2257152); /* 128 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_mul_rm_1", 54,
 	            k_bn_train_f32_54_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_1, v_rm, v_rm_3));
 
@@ -1714,7 +1714,7 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.2 = mul(%rv, 0.9)] */
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.3 = add(%rv.1, %rv.2)] */
-	v_rv_3 = (float *)SGRT_AT(rt, 1128448); /* 128 bytes of the arena */
+	v_rv_3 = (float *)SGRT_AT(rt, 2256896); /* 128 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_mul_rm_1", 54,
 	            k_bn_train_f32_54_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats, v_rv, v_rv_3));
 
@@ -1723,10 +1723,10 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_bn_train_f32_54_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rv_3, v_rv));
 
 	/* cg_split_reduce.sg:55: %r = relu(%y) */
-	v_r = (float *)SGRT_AT(rt, 2257408); /* 1128320 bytes of the arena */
+	v_r = (float *)SGRT_AT(rt, 2256896); /* 1128320 bytes of the arena */
 
 	/* cg_split_reduce.sg:56: %rt = mul(%r, %t) */
-	v_rt = (float *)SGRT_AT(rt, 3385856); /* 1128320 bytes of the arena */
+	v_rt = (float *)SGRT_AT(rt, 3385344); /* 1128320 bytes of the arena */
 	if (((uintptr_t)v_y % 16) == 0 && ((uintptr_t)v_r % 16) == 0 && ((uintptr_t)v_t % 16) == 0 && ((uintptr_t)v_rt % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_bn_train_f32_55_relu_r_vec", 55,
 		            k_bn_train_f32_55_relu_r_vec<<<276, 256, 0, sgrt_stream(rt, 0)>>>(v_y, v_r, v_t, v_rt));
@@ -1746,7 +1746,7 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_split_reduce.sg:58: backward(%l) */
 
 	/* cg_split_reduce.sg:58: backward(%l)  [sgc: %grad.l = ones(shape=[], dtype=f32)] */
-	v_grad_l = (float *)SGRT_AT(rt, 1128448); /* 4 bytes of the arena */
+	v_grad_l = (float *)SGRT_AT(rt, 3385344); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_f32_58_ones_grad_l", 58,
 	            k_bn_train_f32_58_ones_grad_l<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_l));
 
@@ -1754,7 +1754,7 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_grad_l, read through its pointer) */
 
 	/* cg_split_reduce.sg:57: %l = mean(%rt)  [sgc: %grad.rt.2 = expand(%grad.rt.1, shape=[5, 32, 41, 43])] */
-	v_grad_rt_2 = (float *)SGRT_AT(rt, 1128704); /* 1128320 bytes of the arena */
+	v_grad_rt_2 = (float *)SGRT_AT(rt, 1128448); /* 1128320 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_bn_train_f32_57_expand_grad_rt_2", 57,
 	            k_bn_train_f32_57_expand_grad_rt_2<<<1102, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_l, v_grad_rt_2));
 
@@ -1765,7 +1765,7 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_split_reduce.sg:55: %r = relu(%y)  [sgc: %grad.y.1 = le(%r, 0.0)] */
 
 	/* cg_split_reduce.sg:55: %r = relu(%y)  [sgc: %grad.y = where(%grad.y.1, 0.0, %grad.r)] */
-	v_grad_y = (float *)SGRT_AT(rt, 1128704); /* 1128320 bytes of the arena */
+	v_grad_y = (float *)SGRT_AT(rt, 1128448); /* 1128320 bytes of the arena */
 	if (((uintptr_t)v_grad_rt_2 % 16) == 0 && ((uintptr_t)v_t % 16) == 0 && ((uintptr_t)v_r % 16) == 0 && ((uintptr_t)v_grad_y % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_bn_train_f32_57_div_grad_rt_vec", 57,
 		            k_bn_train_f32_57_div_grad_rt_vec<<<276, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_rt_2, v_t, v_r, v_grad_y));
@@ -1774,7 +1774,7 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_bn_train_f32_57_div_grad_rt<<<1102, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_rt_2, v_t, v_r, v_grad_y));
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %grad.xg, %grad.w, %grad.b = batch_norm_backward(%grad.y, %xg, %w, training=true, eps=1e-05)] */
-	v_grad_xg = (float *)SGRT_AT(rt, 2257152); /* 1128320 bytes of the arena */
+	v_grad_xg = (float *)SGRT_AT(rt, 2256896); /* 1128320 bytes of the arena */
 	float *tmp_bn_54_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_54_2, sg_batch_norm_workspace<float>(5, 32, 1763, 0), 0, 54));
 	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_batch_norm_backward_grad_xg", 54,

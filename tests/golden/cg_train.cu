@@ -231,7 +231,7 @@ train_create(train_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 5632; /* the static memory plan's peak */
+	cfg.arena_bytes = 4608; /* the static memory plan's peak */
 	train_model *M = (train_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -352,7 +352,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_b1 = NULL;
 
 	/* cg_train.sg:15: %h = linear(%x, %w1, %b1) */
-	v_h = (float *)SGRT_AT(rt, 0); /* 1024 bytes of the arena */
+	v_h = (float *)SGRT_AT(rt, 2048); /* 1024 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -366,12 +366,12 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_train.sg:16: %a = silu(%h) */
-	v_a = (float *)SGRT_AT(rt, 1024); /* 1024 bytes of the arena */
+	v_a = (float *)SGRT_AT(rt, 3072); /* 1024 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_16_silu_a", 16,
 	            k_train_16_silu_a<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_a));
 
 	/* cg_train.sg:17: %o = linear(%a, %w2) */
-	v_o = (float *)SGRT_AT(rt, 2048); /* 512 bytes of the arena */
+	v_o = (float *)SGRT_AT(rt, 0); /* 512 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -384,7 +384,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_train.sg:18: %n = layer_norm(%o, %g) */
-	v_n = (float *)SGRT_AT(rt, 2560); /* 512 bytes of the arena */
+	v_n = (float *)SGRT_AT(rt, 512); /* 512 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_18_layer_norm_n", 18,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_o, v_g, NULL, v_n, NULL, NULL, 8, 16, (float)1e-05, 0, sgrt_stream(rt, 0)), 18));
 
@@ -400,7 +400,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_train.sg:20: backward(%loss) */
 
 	/* cg_train.sg:20: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
-	v_grad_loss = (float *)SGRT_AT(rt, 3072); /* 4 bytes of the arena */
+	v_grad_loss = (float *)SGRT_AT(rt, 1024); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_20_ones_grad_loss", 20,
 	            k_train_20_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
@@ -409,13 +409,13 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_train.sg:19: %loss = mse_loss(%n, %y)  [sgc: %grad.n.2 = mul(%grad.n.1, 0.015625)] */
 
 	/* cg_train.sg:19: %loss = mse_loss(%n, %y)  [sgc: %grad.n = mul(%grad.n.2, %grad.loss)] */
-	v_grad_n = (float *)SGRT_AT(rt, 2560); /* 512 bytes of the arena */
+	v_grad_n = (float *)SGRT_AT(rt, 512); /* 512 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_19_sub_grad_n_1", 19,
 	            k_train_19_sub_grad_n_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_n, v_y, v_grad_loss, v_grad_n));
 
 	/* cg_train.sg:18: %n = layer_norm(%o, %g)  [sgc: %grad.o, %grad.g = layer_norm_backward(%grad.n, %o, %g, eps=1e-05, residual=false)] */
-	v_grad_o = (float *)SGRT_AT(rt, 3072); /* 512 bytes of the arena */
-	v_grad_g = (float *)SGRT_AT(rt, 3584); /* 64 bytes of the arena */
+	v_grad_o = (float *)SGRT_AT(rt, 4096); /* 512 bytes of the arena */
+	v_grad_g = (float *)SGRT_AT(rt, 1024); /* 64 bytes of the arena */
 	void *tmp_norm_parts_18 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_18, sg_layer_norm_bwd_fused_workspace<float>(8, 16), 0, 18));
 	SGRT_KERNEL(rt, 0, "k_train_18_layer_norm_backward_grad_o", 18,
@@ -434,7 +434,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
 	/* cg_train.sg:17: %o = linear(%a, %w2)  [sgc: %grad.w2 = matmul(%grad.w2.1, %a)] */
-	v_grad_w2 = (float *)SGRT_AT(rt, 3584); /* 2048 bytes of the arena */
+	v_grad_w2 = (float *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -448,7 +448,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_train.sg:17: %o = linear(%a, %w2)  [sgc: %grad.a = matmul(%grad.o, %w2)] */
-	v_grad_a = (float *)SGRT_AT(rt, 1024); /* 1024 bytes of the arena */
+	v_grad_a = (float *)SGRT_AT(rt, 3072); /* 1024 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -479,7 +479,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h.5 = mul(%grad.h.1, %grad.h.4)] */
 
 	/* cg_train.sg:16: %a = silu(%h)  [sgc: %grad.h = mul(%grad.a, %grad.h.5)] */
-	v_grad_h = (float *)SGRT_AT(rt, 0); /* 1024 bytes of the arena */
+	v_grad_h = (float *)SGRT_AT(rt, 2048); /* 1024 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_train_16_sigmoid_grad_h_1", 16,
 	            k_train_16_sigmoid_grad_h_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_grad_a, v_grad_h));
 
@@ -487,7 +487,7 @@ train_run(train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_train.sg:15: %h = linear(%x, %w1, %b1)  [sgc: %grad.w1 = matmul(%grad.w1.1, %x)] */
-	v_grad_w1 = (float *)SGRT_AT(rt, 1024); /* 2048 bytes of the arena */
+	v_grad_w1 = (float *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
