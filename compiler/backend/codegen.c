@@ -520,9 +520,18 @@ cg_line_mark(Cg *c, uint32_t line)
  * comment) gets `#line N "FILE.sg"`, so that every line of a kernel or
  * host statement is its .sg line in nvcc's errors, compute-sanitizer's
  * reports and cuda-gdb; after the region the first code line gets a
- * `#line` back to the .cu file's own numbering. */
+ * `#line` back to the .cu file's own numbering.  The text comes in
+ * pieces (the prelude, the kernels, the host code), each ending a line,
+ * so that none is copied into one string first. */
+typedef struct {
+	FILE *f;
+	const char *sgq, *cuq;  /* the file names as C string literals */
+	uint32_t out, cur, back; /* back: return to .cu numbering */
+	int in_comment;         /* inside a block comment */
+} LineWriter;
+
 static void
-write_with_lines(Cg *c, FILE *f, const char *text, size_t len)
+lines_begin(Cg *c, LineWriter *w, FILE *f)
 {
 	const CodegenOptions *co = c->co;
 	const char *sg = strcmp(co->input, "-") == 0 ? "<stdin>" : co->input;
@@ -533,18 +542,23 @@ write_with_lines(Cg *c, FILE *f, const char *text, size_t len)
 		cu = strcmp(co->input, "-") == 0 ? "<stdout>" :
 		     cg_fmt(c, "%.*s.cu", (int)n, co->input);
 	}
-	/* The file names as C string literals (text_c_string), made once. */
-	const char *sgq = text_c_string(c->a, sg), *cuq = text_c_string(c->a, cu);
+	*w = (LineWriter){.f = f, .sgq = text_c_string(c->a, sg),
+	                  .cuq = text_c_string(c->a, cu), .out = 1};
+}
+
+static void
+lines_write(LineWriter *w, const char *text, size_t len)
+{
 	const size_t ml = sizeof line_marker - 1;
-	uint32_t out = 1, cur = 0, back = 0; /* back: return to .cu numbering */
-	int in_comment = 0;                  /* inside a block comment */
+	if (len && text[len - 1] != '\n')
+		ICE("generated code: a piece that does not end a line");
 	for (const char *p = text, *end = text + len; p < end;) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
 		const char *e = nl ? nl + 1 : end;
 		size_t n = (size_t)(e - p);
 		if (n > ml && memcmp(p, line_marker, ml) == 0) {
-			cur = (uint32_t)strtoul(p + ml, NULL, 10);
-			back = 0;
+			w->cur = (uint32_t)strtoul(p + ml, NULL, 10);
+			w->back = 0;
 			p = e;
 			continue;
 		}
@@ -552,32 +566,38 @@ write_with_lines(Cg *c, FILE *f, const char *text, size_t len)
 		while (q < e && (*q == ' ' || *q == '\t'))
 			q++;
 		/* Code: not blank, not a comment (nor inside one), no directive. */
-		int code = !in_comment && q < e && *q != '\n' && *q != '#' &&
+		int code = !w->in_comment && q < e && *q != '\n' && *q != '#' &&
 		           !(q + 1 < e && q[0] == '/' && (q[1] == '/' || q[1] == '*'));
 		for (const char *r = q; r + 1 < e; r++) {
-			if (!in_comment && r[0] == '/' && r[1] == '/')
+			if (!w->in_comment && r[0] == '/' && r[1] == '/')
 				break;
-			if (r[0] == (in_comment ? '*' : '/') && r[1] == (in_comment ? '/' : '*')) {
-				in_comment = !in_comment;
+			if (r[0] == (w->in_comment ? '*' : '/') && r[1] == (w->in_comment ? '/' : '*')) {
+				w->in_comment = !w->in_comment;
 				r++;
 			}
 		}
-		if (code && cur) {
-			fprintf(f, "#line %u %s\n", cur, sgq);
-			out++;
-		} else if (code && back) {
-			fprintf(f, "#line %u %s\n", out + 1, cuq);
-			out++;
-			back = 0;
+		if (code && w->cur) {
+			fprintf(w->f, "#line %u %s\n", w->cur, w->sgq);
+			w->out++;
+		} else if (code && w->back) {
+			fprintf(w->f, "#line %u %s\n", w->out + 1, w->cuq);
+			w->out++;
+			w->back = 0;
 		}
-		fwrite(p, 1, n, f);
-		out++;
-		if (cur && p[0] == '}') { /* the end of the function */
-			cur = 0;
-			back = 1;
+		fwrite(p, 1, n, w->f);
+		w->out++;
+		if (w->cur && p[0] == '}') { /* the end of the function */
+			w->cur = 0;
+			w->back = 1;
 		}
 		p = e;
 	}
+}
+
+static void
+lines_puts(LineWriter *w, const char *s)
+{
+	lines_write(w, s, strlen(s));
 }
 
 /* ------------------------------------------------------------------ kernels */
@@ -620,14 +640,6 @@ options_text(Cg *c)
 	return cg_fmt(c, "-O%d --arch=%s%s%s", co->opt_level, co->arch,
 	              co->cuda_graph ? " --cuda-graph" : "",
 	              co->emit_main ? " --main" : "");
-}
-
-/* Copies everything written to a memory stream into f. */
-static void
-append(FILE *f, char *text, size_t len)
-{
-	if (len)
-		fwrite(text, 1, len, f);
 }
 
 /* The C names each graph G gets (G, then G_SUFFIX), as codegen_templates/
@@ -708,29 +720,31 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 	fclose(c.host);
 	map_free(&c.kernels);
 	vec_free(&c.kernel_names);
-	char *all = NULL;
-	size_t alen = 0;
-	FILE *cu_final = cu;
-	if (!(cu = open_memstream(&all, &alen)))
-		ICE("open_memstream failed");
 	if (!c.failed) {
-		CG_EMIT(cu, "prelude.cu:banner", {"version", SGC_VERSION},
+		char *pre = NULL;
+		size_t plen = 0;
+		FILE *pf = open_memstream(&pre, &plen);
+		if (!pf)
+			ICE("open_memstream failed");
+		CG_EMIT(pf, "prelude.cu:banner", {"version", SGC_VERSION},
 		        {"source", text_escape(c.a, co->input)}, {"options", options_text(&c)},
 		        {"graphs", graphs}, {"arch", co->arch});
-		CG_EMIT(cu, "prelude.cu:includes", {"x", ""});
+		CG_EMIT(pf, "prelude.cu:includes", {"x", ""});
 		for (uint32_t i = 0; i < c.libraries.n; i++)
-			CG_EMIT(cu, "prelude.cu:library", {"file", c.libraries.v[i]});
-		append(cu, ktext, klen);
-		fputs("\n#ifndef __CUDACC_RTC__\n", cu);
-		append(cu, htext, hlen);
-		fputs("\n#endif /* __CUDACC_RTC__ */\n", cu);
+			CG_EMIT(pf, "prelude.cu:library", {"file", c.libraries.v[i]});
+		fclose(pf);
+		LineWriter w;
+		lines_begin(&c, &w, cu);
+		lines_write(&w, pre, plen);
+		lines_write(&w, ktext, klen);
+		lines_puts(&w, "\n#ifndef __CUDACC_RTC__\n");
+		lines_write(&w, htext, hlen);
+		lines_puts(&w, "\n#endif /* __CUDACC_RTC__ */\n");
+		free(pre);
 	}
-	fclose(cu);
 	vec_free(&c.libraries);
-	free(ktext); /* copied into all */
+	free(ktext);
 	free(htext);
-	write_with_lines(&c, cu_final, all, alen);
-	free(all);
 	return !c.failed;
 }
 
