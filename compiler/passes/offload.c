@@ -29,7 +29,8 @@
  * device copy let go right after its last forward use, each prefetch right
  * before its first backward use) fixes the peak, and time is bought within
  * it.  Out: the copy starts right after the producer; the device copy is
- * let go at the first point by which the copy should be done, so that the
+ * let go at the first point by which the copy should be done (in backward,
+ * before its first use there, if the forward ends first), so that the
  * free does not make compute wait, unless holding it that long would raise
  * the peak.  Back: as late as the transfer still hides (the latest
  * prefetches first, each ending before its first use and before the next
@@ -441,7 +442,7 @@ plan(Off *O, Cand **tmp)
 			continue;
 		double start = O->t[c->def + 1] > copy_free ? O->t[c->def + 1] : copy_free;
 		copy_free = start + c->xfer;
-		relax_del(O, c, first_after(O, c->lastf + 1, O->bw, copy_free * OFF_FREE_SLACK),
+		relax_del(O, c, first_after(O, c->lastf + 1, c->firstb, copy_free * OFF_FREE_SLACK),
 		          peak);
 	}
 	uint32_t n = chosen_by_use(O, tmp);
