@@ -1163,6 +1163,19 @@ SGK_DEV void sgk_bn_finish(const SgkMoments<typename sgk_acc<T>::type> &v, long 
 	}
 }
 
+/* Part k of channel ch from stage 1 (NPART values: the count is chunk,
+ * the last part's the rest of m), or empty moments past the last part. */
+template <int NPART, class A>
+SGK_DEV SgkMoments<A> sgk_bn_part(const A *part, int k, int nsplit, long long c, long long ch,
+                                  long long chunk, long long m)
+{
+	const A *q = part + NPART * ((long long)k * c + ch);
+	const bool in = k < nsplit;
+	return SgkMoments<A>{in ? (A)(k + 1 < nsplit ? chunk : m - (long long)k * chunk) : (A)0,
+	                     in ? q[0] : (A)0, in ? q[1] : (A)0,
+	                     NPART == 4 && in ? q[2] : (A)0, NPART == 4 && in ? q[3] : (A)0};
+}
+
 /* Stage 2, a thread a channel: the nsplit parts (chunk values each, the
  * last the rest) merged in order, then sgk_bn_finish. */
 template <class T, class S, int NPART>
@@ -1179,12 +1192,8 @@ sgk_bn_stats_final_k(const S *__restrict__ rm, const S *__restrict__ rv,
 	if (ch >= c)
 		return;
 	SgkMoments<A> v = {0, 0, 0, 0, 0};
-	for (int k = 0; k < nsplit; k++) {
-		const A *q = part + NPART * (k * c + ch);
-		SgkMoments<A> u = {(A)(k + 1 < nsplit ? chunk : m - (long long)k * chunk), q[0], q[1],
-		                   NPART == 4 ? q[2] : (A)0, NPART == 4 ? q[3] : (A)0};
-		v.merge(u);
-	}
+	for (int k = 0; k < nsplit; k++)
+		v.merge(sgk_bn_part<NPART>(part, k, nsplit, c, ch, chunk, m));
 	sgk_bn_finish<T, S, NPART>(v, ch, rm, rv, work, dw, db, mean_out, var_out, m, c, eps,
 	                           training);
 }
@@ -1209,15 +1218,8 @@ sgk_bn_stats_final_block_k(const S *__restrict__ rm, const S *__restrict__ rv,
 	for (int k0 = threadIdx.x; k0 < nsplit; k0 += 4 * 256) {
 		SgkMoments<A> u[4];
 #pragma unroll
-		for (int j = 0; j < 4; j++) {
-			const int k = k0 + j * 256;
-			const A *q = part + NPART * ((long long)k * c + ch);
-			u[j].n = k < nsplit ? (A)(k + 1 < nsplit ? chunk : m - (long long)k * chunk) : (A)0;
-			u[j].mx = k < nsplit ? q[0] : (A)0;
-			u[j].m2 = k < nsplit ? q[1] : (A)0;
-			u[j].my = NPART == 4 && k < nsplit ? q[2] : (A)0;
-			u[j].cxy = NPART == 4 && k < nsplit ? q[3] : (A)0;
-		}
+		for (int j = 0; j < 4; j++)
+			u[j] = sgk_bn_part<NPART>(part, k0 + j * 256, nsplit, c, ch, chunk, m);
 #pragma unroll
 		for (int j = 0; j < 4; j++)
 			v.merge(u[j]);
