@@ -631,7 +631,6 @@ place_by_size(Build *B, int where, uint64_t peak)
 		}
 	/* chains: a buffer taking another's bytes joins that one's unit (the
 	 * one it takes is made first, so its unit is known) */
-	uint32_t *order = xmalloc((mp->nbuf + 1) * sizeof *order);
 	uint64_t *key = xmalloc((mp->nbuf + 1) * sizeof *key);
 	uint32_t nb = 0;
 	for (uint32_t b = 0; b < mp->nbuf; b++)
@@ -645,15 +644,16 @@ place_by_size(Build *B, int where, uint64_t peak)
 		int32_t *acc = u[unitof[b]].acc, *m = B->maxacc + (size_t)b * ns;
 		for (uint32_t t = 0; t < ns; t++)
 			acc[t] = m[t] > acc[t] ? m[t] : acc[t];
-		order[i] = b;
 	}
 	qsort(u, nu, sizeof *u, unit_cmp);
 	/* unit_cmp moved the units: renumber */
 	for (uint32_t i = 0; i < nu; i++)
 		unitof[u[i].b] = i;
-	for (uint32_t i = 0; i < nb; i++)
-		if (mp->buf[order[i]].inplace != NONE)
-			unitof[order[i]] = unitof[mp->buf[order[i]].inplace];
+	for (uint32_t i = 0; i < nb; i++) {
+		uint32_t b = (uint32_t)key[i];
+		if (mp->buf[b].inplace != NONE)
+			unitof[b] = unitof[mp->buf[b].inplace];
+	}
 	/* the placed units in order of offset: a walk over them gives the
 	 * gaps between those live with the new one, without a sort */
 	uint32_t *byoff = xmalloc((nu + 1) * sizeof *byoff), np = 0;
@@ -684,9 +684,8 @@ place_by_size(Build *B, int where, uint64_t peak)
 	}
 	if (top < peak)
 		for (uint32_t i = 0; i < nb; i++)
-			mp->buf[order[i]].offset = u[unitof[order[i]]].offset;
+			mp->buf[(uint32_t)key[i]].offset = u[unitof[(uint32_t)key[i]]].offset;
 	free(byoff);
-	free(order);
 	free(key);
 	free(accs);
 	free(u);
