@@ -200,9 +200,20 @@ batch_norm(CgGraph *G, const Node *n)
 			var_out = G->vname[G->g->nodes.v[vm].res[0]];
 			mean_out = G->vname[G->g->nodes.v[vm].res[1]];
 		}
-		call = cg_fmt(c, "(sg_launch_batch_norm_fwd<%s, %s>(%s, %s, %s, %s, %s, %s, %s, %s, %s, "
-		              "%lld, %lld, %lld, %d, %s, %d, sgrt_stream(rt, %s)))", ct, st, var(G, n, 0),
-		              rm, rv, w, b, G->vname[n->res[0]], mean_out, var_out, work,
+		/* with its epilogue (kernel_choice's bn_act): the relu's result,
+		 * the add's residual */
+		NodeId i = (NodeId)(n - G->g->nodes.v), A = G->fold ? G->fold->bn_act[i] : NONE;
+		const char *y = G->vname[n->res[0]], *res = NULL;
+		if (A != NONE) {
+			y = G->vname[G->g->nodes.v[A].res[0]];
+			NodeId add = G->fold->bn_add[i];
+			res = add == NONE ? cg_fmt(c, "(const %s *)NULL", ct)
+			      : var(G, &G->g->nodes.v[add], G->g->nodes.v[add].opnd[0].v == n->res[0]);
+		}
+		call = cg_fmt(c, "(sg_launch_batch_norm_fwd%s<%s, %s>(%s, %s, %s, %s, %s, %s%s%s, %s, %s, "
+		              "%s, %lld, %lld, %lld, %d, %s, %d, sgrt_stream(rt, %s)))",
+		              A != NONE ? "_relu" : "", ct, st, var(G, n, 0), rm, rv, w, b,
+		              res ? res : "", res ? ", " : "", y, mean_out, var_out, work,
 		              (long long)nb, (long long)ch, (long long)inner, cl,
 		              cg_lit_float(c, (double)(float)eps, 1), training, s);
 	} else {

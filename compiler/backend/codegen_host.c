@@ -546,6 +546,14 @@ node_stmt(CgGraph *G, NodeId i, int already_ordered)
 	int line = (int)n->loc.line;
 	CG_EMIT(G->body, "host.cu:comment", {"where", cg_where(c, n)},
 	        {"text", cg_stmt_text(c, g, n)}, {"mark", cg_line_mark(c, n->loc.line)});
+	NodeId bn = G->fold ? G->fold->bn_act[i] : NONE; /* a batch_norm's epilogue */
+	if (bn != NONE && n->op != OP_BATCH_NORM) {
+		fprintf(G->body, "\t/* (computed by the batch_norm of line %u, as its kernel's "
+		        "epilogue) */\n", g->nodes.v[bn].loc.line);
+		return 1;
+	}
+	if (bn != NONE) /* it writes its relu's result */
+		bind_results(G, bn);
 	if (!cg_fold_written(G, i) && !cg_fold_by_product(G, i)) /* else bound at its
 	                                                             attention node, product */
 		bind_results(G, i);

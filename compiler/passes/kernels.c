@@ -37,6 +37,12 @@
  *     back to the plain product and a kernel of its own.  cuBLASLt's GELU
  *     is the tanh form, so the exact (erf) gelu stays a kernel of its own
  *     (remat.c fuses its recomputation with its derivative instead).
+ *   - Batch norm's epilogue.  relu(y), or relu(add(y, r)) (a residual
+ *     block's end), of a batch_norm's result y that nothing else reads is
+ *     applied by the library's batch norm kernel as it stores y: it
+ *     writes the relu's result, and y (and the sum) get no memory, a
+ *     pass over the tensor saved each (fold_bn_epilogue).  The sum is
+ *     rounded as the add would round y first, so the result is the same.
  *   - Attention layouts (docs/codegen.md, "-O2: attention").  A transpose
  *     or permute keeping the last dim whose uses are q, k, v (dout)
  *     operands of attention nodes is read by the flash kernels through
@@ -1187,6 +1193,99 @@ fold_epilogue(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
 			extend_use(G, sched_operand_root(G->s, p->opnd[q].v), A, p->stream);
 }
 
+/* 1 when group gi (-1: none) holds exactly the nodes a[0..na) and is
+ * neither a prologue nor an epilogue: the whole group may be absorbed. */
+static int
+group_is(const FuseGroups *groups, int gi, const NodeId *a, uint32_t na)
+{
+	if (gi < 0)
+		return 1;
+	const FuseGroup *grp = &groups->v[gi];
+	if (grp->n != na || grp->into != NONE || grp->after != NONE)
+		return 0;
+	for (uint32_t k = 0; k < na; k++)
+		if (grp->nodes[k] != a[k])
+			return 0;
+	return 1;
+}
+
+/* The batch_norm epilogue (see the top of the file): relu(y), or
+ * relu(add(y, r)), of batch_norm P's result y, applied by its kernel as
+ * it stores, which then writes the relu's result; y (and the add's) get
+ * no memory.  The kernel still runs at P (its var_mean results are read
+ * right after it by the running statistics' updates), so r must be
+ * ready there: a temporary defined before P on its stream, not written
+ * in place, in y's layout, and no sync or other stream between P and
+ * the relu (at most BN_EPI_GAP nodes: the running statistics' updates). */
+enum { BN_EPI_GAP = 16 };
+static void
+fold_bn_epilogue(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
+{
+	Graph *g = G->g;
+	const Node *p = &g->nodes.v[P];
+	if (p->flags & NF_DEAD || p->op != OP_BATCH_NORM || p->nres != 1)
+		return;
+	ValId y = p->res[0];
+	const Type *t = vtype(g, y);
+	if ((t->dt != DT_F16 && t->dt != DT_BF16 && t->dt != DT_F32) || type_numel(t) == 0 ||
+	    !lone_temp(G, nclass, y) || g->vals.v[y].offload)
+		return;
+	NodeId chain[2];
+	uint32_t nch = 0, k;
+	ValId v = y, r = NONE;
+	for (;;) { /* y's single consumers: [add,] relu */
+		NodeId A = sole_use(G, v, &k);
+		if (A == NONE || nch == 2)
+			return;
+		const Node *a = &g->nodes.v[A];
+		if (a->stream != p->stream || a->nres != 1 || G->prologue[A] >= 0 ||
+		    G->epilogue[A] >= 0 || !type_same_shape(vtype(g, a->res[0]), t) ||
+		    vtype(g, a->res[0])->dt != t->dt || g->vals.v[a->res[0]].layout != g->vals.v[y].layout)
+			return;
+		chain[nch++] = A;
+		if (a->op == OP_RELU && a->nopnd == 1)
+			break;
+		if (a->op != OP_ADD || nch != 1 || a->nopnd != 2 || a->opnd[1 - k].kind != OK_VAL ||
+		    (!G->ingroup_only[a->res[0]] && !lone_temp(G, nclass, a->res[0])) ||
+		    g->vals.v[a->res[0]].offload) /* (a register of its group with the relu) */
+			return;
+		r = a->opnd[1 - k].v;
+		const Value *rv = &g->vals.v[r];
+		if (r == y || rv->kind != VK_NODE || rv->def >= P || rv->type.host ||
+		    !type_same_shape(&rv->type, t) || rv->type.dt != t->dt || rv->layout != g->vals.v[y].layout ||
+		    G->ingroup_only[r] || G->fold->src[r] != NONE || G->cls[r]->mutated ||
+		    g->nodes.v[rv->def].stream != p->stream)
+			return;
+		v = a->res[0];
+	}
+	NodeId A = chain[nch - 1];
+	if (A - P > BN_EPI_GAP || G->ingroup_only[g->nodes.v[A].res[0]] ||
+	    vtype(g, g->nodes.v[A].res[0])->host)
+		return;
+	for (NodeId i = P + 1; i < A; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD || n->op == OP_DEL)
+			continue;
+		if (n->stream != p->stream || n->op >= OP__N ||
+		    (op_table[n->op].flags & (OPF_SYNC | OPF_COLLECTIVE)) ||
+		    n->op == OP_CONTROL_DEPS || n->op == OP_SYNC_DEALLOC)
+			return;
+	}
+	int gi = G->group[chain[0]];
+	if (G->group[A] != gi || !group_is(groups, gi, chain, nch))
+		return;
+	if (gi >= 0)
+		drop_group(G, groups, gi);
+	KernelFold *F = G->fold;
+	F->bn_act[P] = A;
+	F->bn_add[P] = nch == 2 ? chain[0] : NONE;
+	for (uint32_t j = 0; j < nch; j++)
+		F->bn_act[chain[j]] = P;
+	G->ingroup_only[y] = 1; /* no memory */
+	if (nch == 2)
+		G->ingroup_only[g->nodes.v[chain[0]].res[0]] = 1;
+}
+
 static void
 fold_all(Kc *G, FuseGroups *groups)
 {
@@ -1203,6 +1302,8 @@ fold_all(Kc *G, FuseGroups *groups)
 	F->out = arena_alloc(a, (g->vals.n + 1) * sizeof *F->out);
 	F->outview = arena_alloc(a, g->nodes.n + 1);
 	F->pair = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->pair);
+	F->bn_act = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_act);
+	F->bn_add = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_add);
 	G->lastfwd = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *G->lastfwd);
 	G->attn_only = arena_alloc(G->tmp, g->vals.n + 1);
 	uint32_t *nclass = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *nclass);
@@ -1212,7 +1313,7 @@ fold_all(Kc *G, FuseGroups *groups)
 	}
 	index_uses(G);
 	for (NodeId i = 0; i < g->nodes.n; i++)
-		F->act[i] = F->prod[i] = F->pair[i] = NONE;
+		F->act[i] = F->prod[i] = F->pair[i] = F->bn_act[i] = F->bn_add[i] = NONE;
 	for (NodeId i = g->nodes.n; i-- > 0;) /* uses before their views */
 		fold_view(G, nclass, i);
 	for (NodeId i = 0; i < g->nodes.n; i++)
@@ -1227,8 +1328,10 @@ fold_all(Kc *G, FuseGroups *groups)
 		    F->out[g->nodes.v[i].res[0]] == NONE)
 			fold_view(G, nclass, i);
 	G->plain = 0;
-	for (NodeId i = 0; i < g->nodes.n; i++)
+	for (NodeId i = 0; i < g->nodes.n; i++) {
 		fold_epilogue(G, groups, nclass, i);
+		fold_bn_epilogue(G, groups, nclass, i);
+	}
 	drop_empty_groups(G, groups);
 }
 

@@ -303,6 +303,11 @@ typedef struct {
 	uint8_t *outview; /* per node: such a view or cat (no kernel) */
 	NodeId *pair;     /* per node: the attention backward that reuses
 	                     this forward's o and log-sum-exp, and back; NONE */
+	NodeId *bn_act;   /* per batch_norm: the relu its kernel applies as it
+	                     stores, writing the relu's result; per such relu
+	                     (and the add between): the batch_norm; NONE */
+	NodeId *bn_add;   /* per batch_norm with bn_act: the add of a residual
+	                     (its other operand) before the relu, or NONE */
 } KernelFold;
 
 typedef struct Sched {

@@ -314,6 +314,32 @@ plan_attention(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def,
 	p->nres = nres;
 }
 
+/* A batch_norm P with an epilogue (KernelFold.bn_act) writes its relu's
+ * result at P, reading the residual there too; its own result and the
+ * add's have no buffer, the add and the relu no kernel. */
+static void
+bn_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def, NodeId P)
+{
+	const KernelFold *F = s->fold;
+	Node *p = &f->nodes.v[P];
+	const Node *act = &g->nodes.v[F->bn_act[P]];
+	def[p->res[0]] = NONE;
+	p->res = act->res;
+	def[act->res[0]] = P;
+	f->nodes.v[F->bn_act[P]].flags |= NF_DEAD;
+	NodeId add = F->bn_add[P];
+	if (add == NONE)
+		return;
+	const Node *ad = &g->nodes.v[add];
+	Opnd *ops = arena_alloc(a, (p->nopnd + 1) * sizeof *ops);
+	memcpy(ops, p->opnd, p->nopnd * sizeof *ops);
+	ops[p->nopnd] = ad->opnd[ad->opnd[0].v == g->nodes.v[P].res[0] ? 1 : 0];
+	p->opnd = ops;
+	p->nopnd++;
+	def[ad->res[0]] = NONE;
+	f->nodes.v[add].flags |= NF_DEAD;
+}
+
 /* The copy f for kernel_choice's decisions: folded views make no buffer
  * and products read their sources; a product with an epilogue runs at its
  * activation's place, writing the activation's result. */
@@ -339,6 +365,10 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 		}
 		if (n->flags & NF_DEAD || F->prod[i] != NONE)
 			continue;
+		if (n->op == OP_BATCH_NORM && F->bn_act[i] != NONE) {
+			bn_plan(g, s, a, f, def, i);
+			continue;
+		}
 		if (n->op != OP_MATMUL && n->op != OP_LINEAR) {
 			/* a kernel reading a view that keeps its source's bytes
 			 * (kernel_choice's reads_bytes) reads the source */
@@ -523,6 +553,16 @@ check_fold(Graph *g, const Sched *s, const char *after)
 		                   g->nodes.v[p].stream != n->stream)))
 			FAIL("node %u (line %u): its epilogue or attention pair is inconsistent",
 			     g->name, after, i, n->loc.line);
+		NodeId b = F->bn_act[i];
+		if (b != NONE && (b >= g->nodes.n || g->nodes.v[b].stream != n->stream ||
+		                  (n->op == OP_BATCH_NORM
+		                   ? b <= i || g->nodes.v[b].op != OP_RELU || F->bn_act[b] != i ||
+		                     !s->reg[n->res[0]] ||
+		                     (F->bn_add[i] != NONE && F->bn_act[F->bn_add[i]] != i)
+		                   : g->nodes.v[b].op != OP_BATCH_NORM || b >= i ||
+		                     (F->bn_act[b] != i && F->bn_add[b] != i) || s->group[i] >= 0)))
+			FAIL("node %u (line %u): its batch_norm epilogue is inconsistent", g->name,
+			     after, i, n->loc.line);
 		int parts = n->op == OP_CHUNK || n->op == OP_SPLIT;
 		if ((F->view[i] || F->outview[i]) && n->nres != 1 && !(F->view[i] && parts))
 			FAIL("node %u (line %u): a folded view without its source", g->name, after,
@@ -657,6 +697,13 @@ note(FILE *f, void *ctx, NodeId i)
 	if (F && F->prod[i] != NONE)
 		fprintf(f, "%sepilogue of %%%s", sep,
 		        g->vals.v[g->nodes.v[F->prod[i]].res[0]].name), sep = ", ";
+	if (F && F->bn_act[i] != NONE && n->op == OP_BATCH_NORM)
+		fprintf(f, "%swrites %%%s with its %srelu as epilogue", sep,
+		        g->vals.v[g->nodes.v[F->bn_act[i]].res[0]].name,
+		        F->bn_add[i] != NONE ? "residual add and " : ""), sep = ", ";
+	else if (F && F->bn_act[i] != NONE)
+		fprintf(f, "%sepilogue of batch_norm %%%s", sep,
+		        g->vals.v[g->nodes.v[F->bn_act[i]].res[0]].name), sep = ", ";
 	if (s->flash[i])
 		fprintf(f, "%sflash attention", sep), sep = ", ";
 	if (s->rows_lib[i])

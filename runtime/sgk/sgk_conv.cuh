@@ -60,6 +60,12 @@
  *       bytes of consecutive channels a load where c and the pointers
  *       allow) by rows, each thread's moments merged over the block's rows
  *       in a fixed order; then a block a channel merges its slices.
+ *   sg_launch_batch_norm_fwd_relu<T, S>(x, rm, rv, w, b, res, y, mean_out,
+ *                                  var_out, work, n, c, inner, cl, eps,
+ *                                  training, stream)
+ *       The same with the epilogue the compiler folds in: y = relu(bn(x)
+ *       + res), rounded as batch_norm, add and relu one after the other
+ *       would (res NULL: relu(bn(x))); res in y's layout.
  *   sg_launch_batch_norm_bwd<T, S>(dy, x, rm, rv, w, dx, dw, db, work, n,
  *                                  c, inner, cl, eps, training, stream)
  *       dw, db [c] of T: one pass over x and dy split the same way gives
@@ -794,8 +800,8 @@ sgk_transpose_k(const T *__restrict__ x, T *__restrict__ y, long long n, long lo
 			}
 }
 
-/* The layout conversion for a few channels (an image's colours): a
- * thread an output element (count in all, I their index type), the
+/* The layout conversion for a few channels (an image's colours) or a
+ * few positions (a filter's): a thread an output element (count in all, I their index type), the
  * writes consecutive and each channel's reads consecutive across a
  * warp. */
 template <class T, class I>
@@ -1230,13 +1236,29 @@ sgk_bn_stats_final_block_k(const S *__restrict__ rm, const S *__restrict__ rv,
 		                           training);
 }
 
+/* Batch norm's output value o as stored, with the epilogue the compiler
+ * may fold in (kernels.c's fold_bn_epilogue): res, the residual r added
+ * to the stored (rounded) value as add(y, r) would, then relu as relu
+ * would; the same values as the three ops one after the other. */
+template <class T, class A>
+SGK_DEV T sgk_bn_epi(A o, const T *res, T r, int relu)
+{
+	if (res)
+		o = (A)sgk_tof(sgk_cvt<T>(o)) + (A)sgk_tof(r);
+	if (relu)
+		o = o < (A)0 ? (A)0 : o;
+	return sgk_cvt<T>(o);
+}
+
 /* y = (x - mean) * rstd * w + b, VEC values at a time (inner a multiple
- * of VEC, x and y aligned to it): the walk is over vectors. */
+ * of VEC, x, res and y aligned to it): the walk is over vectors; then
+ * the epilogue (res NULL and relu 0: none). */
 template <class T, int VEC>
 __global__ void __launch_bounds__(256)
 sgk_bn_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
-             T *__restrict__ y, const typename sgk_acc<T>::type *__restrict__ work, long long n,
-             long long c, long long inner)
+             const T *__restrict__ res, T *__restrict__ y,
+             const typename sgk_acc<T>::type *__restrict__ work, long long n, long long c,
+             long long inner, int relu)
 {
 	typedef typename sgk_acc<T>::type A;
 	for (SgkFlatWalk f(c, inner / VEC); f.i < n * c * inner / VEC; f.next()) {
@@ -1244,10 +1266,13 @@ sgk_bn_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__restri
 		const A sc = work[c + ch] * (w ? (A)sgk_tof(w[ch]) : (A)1), mean = work[ch];
 		const A sf = b ? (A)sgk_tof(b[ch]) : (A)0;
 		const sgk_reg<VEC, T> xr = sgk_ldv<VEC>(x + f.i * VEC);
-		sgk_reg<VEC, T> yr;
+		sgk_reg<VEC, T> yr, rr;
+		if (res)
+			rr = sgk_ldv<VEC>(res + f.i * VEC);
 #pragma unroll
 		for (int k = 0; k < VEC; k++)
-			yr.v[k] = sgk_cvt<T>(((A)sgk_tof(xr.v[k]) - mean) * sc + sf);
+			yr.v[k] = sgk_bn_epi<T, A>(((A)sgk_tof(xr.v[k]) - mean) * sc + sf, res,
+			                           res ? rr.v[k] : xr.v[k], relu);
 		sgk_stv<VEC>(y + f.i * VEC, yr);
 	}
 }
@@ -1291,8 +1316,9 @@ sgk_bn_bwd_dx_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__re
 template <class T, int VEC>
 __global__ void __launch_bounds__(256)
 sgk_bn_fwd_cl_k(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
-                T *__restrict__ y, const typename sgk_acc<T>::type *__restrict__ work,
-                long long m, long long c, int ctl)
+                const T *__restrict__ res, T *__restrict__ y,
+                const typename sgk_acc<T>::type *__restrict__ work, long long m, long long c,
+                int ctl, int relu)
 {
 	typedef typename sgk_acc<T>::type A;
 	const int CT = 1 << ctl, RT = 256 >> ctl, tx = threadIdx.x & (CT - 1);
@@ -1311,10 +1337,13 @@ sgk_bn_fwd_cl_k(const T *__restrict__ x, const T *__restrict__ w, const T *__res
 #pragma unroll 4
 	for (long long r = (long long)blockIdx.y * RT + (threadIdx.x >> ctl); r < m; r += step) {
 		const sgk_reg<VEC, T> xr = sgk_ldv<VEC>(x + r * c + ch0);
-		sgk_reg<VEC, T> yr;
+		sgk_reg<VEC, T> yr, rr;
+		if (res)
+			rr = sgk_ldv<VEC>(res + r * c + ch0);
 #pragma unroll
 		for (int k = 0; k < VEC; k++)
-			yr.v[k] = sgk_cvt<T>(((A)sgk_tof(xr.v[k]) - mean[k]) * sc[k] + sf[k]);
+			yr.v[k] = sgk_bn_epi<T, A>(((A)sgk_tof(xr.v[k]) - mean[k]) * sc[k] + sf[k], res,
+			                           res ? rr.v[k] : xr.v[k], relu);
 		sgk_stv<VEC>(y + r * c + ch0, yr);
 	}
 }
@@ -1571,10 +1600,11 @@ static cudaError_t sg_launch_pool2d_bwd(const T *dy, const T *x, T *dx, SgConvGe
 }
 
 /* to_cl 1: x [n, c, hw] -> y [n, hw, c]; 0: x [n, hw, c] -> y [n, c, hw]
- * (sgk_transpose_k; with fewer than SGK_NARROW_C channels, an image's
- * three colours, sgk_to_layout_narrow_k: the tiles would be mostly
- * empty). */
-enum { SGK_NARROW_C = 8 };
+ * (sgk_transpose_k; sgk_to_layout_narrow_k with fewer than SGK_NARROW
+ * channels, an image's three colours, or positions, a 3x3 or 1x1
+ * filter's: the 64-wide tiles would be mostly empty, a 3x3 filter's
+ * [512, 512, 9] took 25 us as tiles, a 16th of the copy's rate). */
+enum { SGK_NARROW = 16 };
 template <class T>
 static cudaError_t sg_launch_to_layout(const T *x, T *y, long long n, long long c, long long hw,
                                        int to_cl, cudaStream_t stream)
@@ -1582,7 +1612,7 @@ static cudaError_t sg_launch_to_layout(const T *x, T *y, long long n, long long 
 	enum { P = sizeof(T) == 2 ? 2 : 1, TS = 32 * P };
 	if (n <= 0 || c <= 0 || hw <= 0)
 		return cudaSuccess;
-	if (c < SGK_NARROW_C) {
+	if (c < SGK_NARROW || hw < SGK_NARROW) {
 		const long long count = n * c * hw;
 		if (count < (1LL << 31) - (1LL << 24))
 			sgk_to_layout_narrow_k<T, int><<<sgk_conv_grid(count), 256, 0, stream>>>(
@@ -1748,11 +1778,11 @@ static inline dim3 sgk_bn_cl_grid(long long m, long long cv, int ctl)
 }
 
 template <class T, class S>
-static cudaError_t sg_launch_batch_norm_fwd(const T *x, const S *rm, const S *rv, const T *w,
-                                            const T *b, T *y, T *mean_out, T *var_out,
-                                            typename sgk_acc<T>::type *work, long long n,
-                                            long long c, long long inner, int cl, float eps,
-                                            int training, cudaStream_t stream)
+static cudaError_t sgk_bn_fwd(const T *x, const S *rm, const S *rv, const T *w, const T *b,
+                              const T *res, int relu, T *y, T *mean_out, T *var_out,
+                              typename sgk_acc<T>::type *work, long long n, long long c,
+                              long long inner, int cl, float eps, int training,
+                              cudaStream_t stream)
 {
 	if (n * c * inner <= 0)
 		return cudaSuccess;
@@ -1761,16 +1791,16 @@ static cudaError_t sg_launch_batch_norm_fwd(const T *x, const S *rm, const S *rv
 	                                      training, stream);
 	if (e != cudaSuccess)
 		return e;
-	const int v = sgk_bn_vec<T>(cl ? c : inner, x, y, (const T *)NULL);
+	const int v = sgk_bn_vec<T>(cl ? c : inner, x, y, res);
 	if (cl && v > 1) {
 		const int ctl = sgk_bn_ctl(c / v);
 		const dim3 grid = sgk_bn_cl_grid(n * inner, c / v, ctl);
 		if (v == SgkBnVec<T>::V16)
 			sgk_bn_fwd_cl_k<T, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(
-				x, w, b, y, work, n * inner, c, ctl);
+				x, w, b, res, y, work, n * inner, c, ctl, relu);
 		else
 			sgk_bn_fwd_cl_k<T, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(
-				x, w, b, y, work, n * inner, c, ctl);
+				x, w, b, res, y, work, n * inner, c, ctl, relu);
 		return sgk_launched();
 	}
 	if (cl) {   /* [m, c] walked as [m, c, 1] */
@@ -1779,14 +1809,40 @@ static cudaError_t sg_launch_batch_norm_fwd(const T *x, const S *rm, const S *rv
 	}
 	const unsigned grid = sgk_conv_grid(n * c * inner / v);
 	if (v == SgkBnVec<T>::V16)
-		sgk_bn_fwd_k<T, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(x, w, b, y, work, n, c,
-		                                                           inner);
+		sgk_bn_fwd_k<T, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(x, w, b, res, y, work, n,
+		                                                           c, inner, relu);
 	else if (v == SgkBnVec<T>::V8)
-		sgk_bn_fwd_k<T, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(x, w, b, y, work, n, c,
-		                                                          inner);
+		sgk_bn_fwd_k<T, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(x, w, b, res, y, work, n,
+		                                                          c, inner, relu);
 	else
-		sgk_bn_fwd_k<T, 1><<<grid, 256, 0, stream>>>(x, w, b, y, work, n, c, inner);
+		sgk_bn_fwd_k<T, 1><<<grid, 256, 0, stream>>>(x, w, b, res, y, work, n, c, inner,
+		                                              relu);
 	return sgk_launched();
+}
+
+template <class T, class S>
+static cudaError_t sg_launch_batch_norm_fwd(const T *x, const S *rm, const S *rv, const T *w,
+                                            const T *b, T *y, T *mean_out, T *var_out,
+                                            typename sgk_acc<T>::type *work, long long n,
+                                            long long c, long long inner, int cl, float eps,
+                                            int training, cudaStream_t stream)
+{
+	return sgk_bn_fwd<T, S>(x, rm, rv, w, b, (const T *)NULL, 0, y, mean_out, var_out, work,
+	                        n, c, inner, cl, eps, training, stream);
+}
+
+/* The forward with its epilogue: y = relu(bn(x) + res) as the three ops
+ * would compute it (res NULL: relu(bn(x))). */
+template <class T, class S>
+static cudaError_t sg_launch_batch_norm_fwd_relu(const T *x, const S *rm, const S *rv,
+                                                 const T *w, const T *b, const T *res, T *y,
+                                                 T *mean_out, T *var_out,
+                                                 typename sgk_acc<T>::type *work, long long n,
+                                                 long long c, long long inner, int cl,
+                                                 float eps, int training, cudaStream_t stream)
+{
+	return sgk_bn_fwd<T, S>(x, rm, rv, w, b, res, 1, y, mean_out, var_out, work, n, c, inner,
+	                        cl, eps, training, stream);
 }
 
 template <class T, class S>

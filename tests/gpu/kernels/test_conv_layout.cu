@@ -16,6 +16,8 @@
  *   reference in double, and cl 1 near cl 0 (training: the sums' order
  *   differs, so within the tolerances below; eval: y and dx equal bit for
  *   bit, the per-channel scale and shift being the same);
+ *   sg_launch_batch_norm_fwd_relu (the epilogue, with and without a
+ *   residual): equal to the plain forward's y then add and relu;
  *   sg_launch_to_layout both ways: equal to the host's transpose, and the
  *   round trip to the input, at odd sizes, few channels and n > 65535.
  *
@@ -464,6 +466,39 @@ static void check_rel(const char *what, const std::vector<T> &got, const std::ve
 	KT_CHECK(true, "%s", what);
 }
 
+/* The forward with its epilogue (sg_launch_batch_norm_fwd_relu), in the
+ * layout cl: equal to the plain forward's y (hy) then add and relu as the
+ * generated kernels compute them (in A, rounding the sum to T): relu(y +
+ * r) for a random residual r, and relu(y). */
+template <class T>
+static void bn_epilogue(const char *what, int cl, const std::vector<T> &hy, const T *x,
+                        const float *rm, const float *rv, const T *w, const T *b,
+                        typename sgk_acc<T>::type *work, long long n, long long c,
+                        long long inner, int off, bool training)
+{
+	typedef typename sgk_acc<T>::type A;
+	const size_t nx = n * c * inner;
+	const std::vector<T> r = rnd_normal<T>(nx, 1, 0);
+	const T *dr = dev_up(r, off);
+	T *y2 = dev<T>(nx, off), *y3 = dev<T>(nx, off), *mo = dev<T>(c), *vo = dev<T>(c);
+	launched(sg_launch_batch_norm_fwd_relu<T, float>(x, rm, rv, w, b, dr, y2, mo, vo, work, n, c,
+	                                                 inner, cl, 1e-5f, training, 0), what);
+	launched(sg_launch_batch_norm_fwd_relu<T, float>(x, rm, rv, w, b, (const T *)NULL, y3, mo,
+	                                                 vo, work, n, c, inner, cl, 1e-5f, training,
+	                                                 0), what);
+	std::vector<T> want2(nx), want3(nx);
+	for (size_t i = 0; i < nx; i++) {
+		const A s = (A)kt_dt<T>::to(hy[i]) + (A)kt_dt<T>::to(r[i]), u = (A)kt_dt<T>::to(hy[i]);
+		want2[i] = kt_dt<T>::from(s < (A)0 ? (A)0 : s);
+		want3[i] = kt_dt<T>::from(u < (A)0 ? (A)0 : u);
+	}
+	char w2[200];
+	snprintf(w2, sizeof w2, "%s relu(y + res) epilogue (cl %d)", what, cl);
+	check_same(w2, down(y2, nx), want2);
+	snprintf(w2, sizeof w2, "%s relu(y) epilogue (cl %d)", what, cl);
+	check_same(w2, down(y3, nx), want3);
+}
+
 template <class T>
 static void run_bn(long long n, long long c, long long inner, int off, bool training)
 {
@@ -492,6 +527,8 @@ static void run_bn(long long n, long long c, long long inner, int off, bool trai
 		launched(sg_launch_batch_norm_fwd<T, float>(dx_, drm, drv, dw_, db_, y, mo, vo, work, n, c,
 		                                            inner, cl, (float)eps, training, 0), what);
 		hy[cl] = down(y, nx);
+		bn_epilogue<T>(what, cl, hy[cl], dx_, drm, drv, dw_, db_, work, n, c, inner, off,
+		               training);
 		if (cl)
 			hy[cl] = perm(hy[cl], n, c, inner, 1, 0);
 		hmean[cl] = down(mo, c);
@@ -632,7 +669,8 @@ static void run_all(bool quick)
 	       kt_nfail);
 	fflush(stdout);
 
-	/* a thread an element below 8 channels (an image's), else tiles */
+	/* a thread an element below 16 channels (an image's) or 16 positions
+	 * (a filter's), else tiles */
 	run_layout<T>(3, 5, 7, 0);
 	run_layout<T>(2, 3, 50176, 0);
 	run_layout<T>(1, 1, 1, 0);
@@ -642,6 +680,10 @@ static void run_all(bool quick)
 	run_layout<T>(3, 8, 9, 0);
 	run_layout<T>(2, 130, 70, 0);
 	run_layout<T>(70000, 8, 3, 0);   /* n past the grid's z */
+	run_layout<T>(64, 64, 9, 0);     /* 3x3 filters */
+	run_layout<T>(7, 513, 9, 1);
+	run_layout<T>(5, 300, 1, 0);     /* 1x1 */
+	run_layout<T>(3, 16, 16, 0);     /* the smallest tiled */
 	if (!quick)
 		run_layout<T>(16, 64, 12544, 0);
 	printf("%s to_layout done: %d passed, %d failed so far\n", kt_dt<T>::name(), kt_npass,
@@ -704,6 +746,11 @@ static void bench_bn(long long n, long long c, long long inner, double copy)
 			                               n, c, inner, cl, 1e-5f, 1, 0);
 		}, 3, reps);
 		perf("batch_norm fwd train", shape, cl, f, 3.0 * nx * es, copy);
+		const double e = kt_time([&] {
+			sg_launch_batch_norm_fwd_relu<T, T>(x, (const T *)0, (const T *)0, w, b, dy, y, mo,
+			                                    vo, work, n, c, inner, cl, 1e-5f, 1, 0);
+		}, 3, reps);
+		perf("batch_norm fwd train, add+relu", shape, cl, e, 4.0 * nx * es, copy);
 		const double g = kt_time([&] {
 			sg_launch_batch_norm_bwd<T, T>(dy, x, (const T *)0, (const T *)0, w, dx, dw, db,
 			                               work, n, c, inner, cl, 1e-5f, 1, 0);
@@ -807,6 +854,10 @@ int main(int argc, char **argv)
 		bench_layout(128, 128, 28 * 28, copy);
 		bench_layout(128, 256, 14 * 14, copy);
 		bench_layout(128, 512, 7 * 7, copy);
+		bench_layout(128, 3, 224 * 224, copy); /* the image */
+		bench_layout(64, 64, 9, copy);         /* 3x3 filters */
+		bench_layout(512, 512, 9, copy);
+		bench_layout(512, 256, 1, copy);       /* 1x1 */
 	}
 	return kt_finish();
 }
