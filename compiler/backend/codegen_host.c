@@ -566,6 +566,12 @@ node_stmt(CgGraph *G, NodeId i, int already_ordered)
 	int ep = cg_epilogue(G, i); /* a consumer fused in: its kernel writes them */
 	for (uint32_t k = 0; ep >= 0 && k < G->groups->v[ep].n; k++)
 		bind_results(G, G->groups->v[ep].nodes[k]);
+	if (n->op == OP_COPY_ && n->nopnd == 2 && n->opnd[1].kind == OK_VAL &&
+	    G->root[n->opnd[0].v] == G->root[n->opnd[1].v]) { /* fusion's store_into_copy */
+		fprintf(G->body, "\t/* (no copy: the kernel computing %%%s stored it in %%%s) */\n",
+		        g->vals.v[n->opnd[1].v].name, g->vals.v[n->opnd[0].v].name);
+		return 1;
+	}
 	int folded = cg_gemm_stmt(G, i); /* views and epilogues of products */
 	if (folded >= 0)
 		return folded;

@@ -36,6 +36,10 @@
  * (an epilogue, FuseGroup.after), so `mul(mean(%x), 2.0)` is one kernel,
  * and the op's result goes to memory only when something else uses it.
  *
+ * A group whose one stored value is only copied, right after it, into an
+ * input, param or const (functionalize's write-backs, batch_norm's
+ * running statistics) stores it there itself (store_into_copy).
+ *
  * A node joins a group only when fusion_legal allows it, it runs on the
  * group's stream, and every node between it and the group in program
  * order is inert (`del`, `offload`): so no sync op, no other stream's
@@ -422,6 +426,61 @@ producer(const Graph *g, const Sched *s, const Uses *u, const FuseGroup *grp, in
 	return NONE;
 }
 
+/* Group k's stored value v (its last node's result, every other value in
+ * registers) read only by copy_(dst, v) right after the group on its
+ * stream, dst an input, param or const of v's shape and dtype that the
+ * group reads (if at all) only at full shape: the group's kernel stores
+ * v into dst, each element where it read dst's (so `copy_(%rm, add(mul(
+ * %m, 0.1), mul(%rm, 0.9)))`, a batch_norm's running mean, is one kernel).
+ * v joins dst's alias class, and the copy_ of a class onto itself copies
+ * nothing (codegen_host.c). */
+static void
+store_into_copy(Graph *g, Sched *s, const Uses *u, uint32_t k)
+{
+	const FuseGroup *grp = &s->groups.v[k];
+	if (grp->into != NONE || grp->after != NONE)
+		return;
+	for (uint32_t j = 0; j + 1 < grp->n; j++)
+		if (!s->reg[g->nodes.v[grp->nodes[j]].res[0]])
+			return;
+	NodeId last = grp->nodes[grp->n - 1];
+	ValId v = g->nodes.v[last].res[0];
+	if (s->reg[v] || s->root[v] != v || s->cls[v]->kind != ST_TEMP || u->n[v] != 1 ||
+	    u->first_k[v] != 1)
+		return;
+	NodeId c = u->first[v];
+	const Node *cn = &g->nodes.v[c];
+	if (cn->op != OP_COPY_ || cn->nopnd != 2 || cn->opnd[0].kind != OK_VAL ||
+	    cn->stream != g->nodes.v[last].stream || !fusion_legal(g, last, c))
+		return;
+	for (NodeId i = last + 1; i < c; i++)
+		if (!inert(&g->nodes.v[i]))
+			return;
+	ValId dst = cn->opnd[0].v, rd = s->root[dst];
+	const Type *t = &g->vals.v[v].type, *dt = &g->vals.v[dst].type;
+	StoreClass *cl = s->cls[rd];
+	if ((cl->kind != ST_PARAM && cl->kind != ST_INPUT) || dt->host || dt->dt != t->dt ||
+	    !type_same_shape(dt, t) || group_reads(g, s, grp, dst) < 0)
+		return;
+	for (uint32_t j = 0; j < grp->n; j++) {
+		const Node *m = &g->nodes.v[grp->nodes[j]];
+		for (uint32_t q = 0; q < m->nopnd; q++)
+			if (m->opnd[q].kind == OK_VAL && m->opnd[q].v == dst &&
+			    !type_same_shape(&g->vals.v[m->opnd[q].v].type, &g->vals.v[m->res[0]].type))
+				return; /* broadcast: reads other elements than it writes */
+	}
+	StoreClass *old = s->cls[v];
+	cl->streams |= old->streams;
+	for (uint32_t t2 = 0; t2 < g->streams.n; t2++)
+		if (old->last_on[t2] != NONE &&
+		    (cl->last_on[t2] == NONE || cl->last_on[t2] < old->last_on[t2]))
+			cl->last_on[t2] = old->last_on[t2];
+	if (cl->release == NONE || (old->release != NONE && cl->release < old->release))
+		cl->release = old->release;
+	s->root[v] = rd;
+	s->cls[v] = cl;
+}
+
 /* At -O2: the groups of fusable pointwise nodes (in program order of
  * their first node), the values they keep in registers, their vector
  * widths, prologues and epilogues. */
@@ -481,6 +540,8 @@ fusion_group(Graph *g, Sched *s)
 		ValId r = g->nodes.v[grp->after].res[0];
 		s->reg[r] = (uint8_t)inside_only(s, &u, r, (int)k);
 	}
+	for (uint32_t k = 0; k < s->groups.n; k++)
+		store_into_copy(g, s, &u, k);
 	uses_free(&u);
 	/* Autograd's softmax backwards (a sum with its groups), one library
 	 * kernel each (codegen_rows.c). */

@@ -503,6 +503,23 @@ check_groups(Graph *g, const Sched *s, const char *after)
 		                             s->groups.v[s->epilogue[i]].after != i)))
 			FAIL("node %u (line %u): its group links are inconsistent", g->name, after,
 			     i, g->nodes.v[i].loc.line);
+		/* a copy_ onto its own class: the source stored by the last node of
+		 * a group in the same region, only inert nodes between
+		 * (fusion's store_into_copy) */
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD || n->op != OP_COPY_ || n->nopnd != 2 ||
+		    n->opnd[1].kind != OK_VAL || s->root[n->opnd[0].v] != s->root[n->opnd[1].v])
+			continue;
+		NodeId d = g->vals.v[n->opnd[1].v].def, j = i;
+		while (j > 0 && (g->nodes.v[j - 1].flags & NF_DEAD || g->nodes.v[j - 1].op == OP_DEL ||
+		                 g->nodes.v[j - 1].op == OP_OFFLOAD))
+			j--;
+		int gi = d != NONE && d < g->nodes.n ? s->group[d] : -1;
+		if (gi < 0 || j == 0 || j - 1 != d || s->groups.v[gi].nodes[s->groups.v[gi].n - 1] != d ||
+		    fi.region[d] != fi.region[i] || s->groups.v[gi].into != NONE ||
+		    s->groups.v[gi].after != NONE)
+			FAIL("node %u (line %u): a copy_ onto its own alias class that no group "
+			     "stored", g->name, after, i, n->loc.line);
 	}
 	free(seen);
 	fusion_free(&fi);
@@ -704,6 +721,10 @@ note(FILE *f, void *ctx, NodeId i)
 	else if (F && F->bn_act[i] != NONE)
 		fprintf(f, "%sepilogue of batch_norm %%%s", sep,
 		        g->vals.v[g->nodes.v[F->bn_act[i]].res[0]].name), sep = ", ";
+	if (n->op == OP_COPY_ && n->nopnd == 2 && n->opnd[1].kind == OK_VAL &&
+	    s->root[n->opnd[0].v] == s->root[n->opnd[1].v])
+		fprintf(f, "%sno copy: stored by the kernel computing %%%s", sep,
+		        g->vals.v[n->opnd[1].v].name), sep = ", ";
 	if (s->flash[i])
 		fprintf(f, "%sflash attention", sep), sep = ", ";
 	if (s->rows_lib[i])

@@ -34,17 +34,6 @@ k_block_32_mul_rm1_1(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
 		x2[i] = sg_st_bf16(r4);
 	}
 }
-// cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: copy_(%rm1, %rm1.3)]
-// (x0 = %rm1.3, x1 = %rm1)
-static __global__ void __launch_bounds__(256)
-k_block_32_copy_(const sg_bf16 *x0, sg_bf16 *x1)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 8;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r0 = sg_ld(x0[i]);
-		x1[i] = sg_st_bf16(sg_to_bf16(r0));
-	}
-}
 // cg_bn_epilogue.sg:41: %r3 = relu(%n3)
 // (x0 = %n3.cl, x1 = %r3)
 static __global__ void __launch_bounds__(256)
@@ -239,17 +228,6 @@ k_rows_f32_62_mul_rm_1(const float *x0, const float *x1, float *x2)
 		const float r3 = sg_to_f32(sgk_mul_f(r2, (float)0.9));
 		const float r4 = sg_to_f32(sgk_add_f(r1, r3));
 		x2[i] = sg_st_f32(r4);
-	}
-}
-// cg_bn_epilogue.sg:62: %n = batch_norm(%c, %rm, %rv, %g, %b, training=true)  [sgc: copy_(%rm, %rm.3)]
-// (x0 = %rm.3, x1 = %rm)
-static __global__ void __launch_bounds__(256)
-k_rows_f32_62_copy_(const float *x0, float *x1)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r0 = sg_ld(x0[i]);
-		x1[i] = sg_st_f32(sg_to_f32(r0));
 	}
 }
 // cg_bn_epilogue.sg:65: %l = mean(%r)
@@ -586,26 +564,24 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rm1.2 = mul(%rm1, 0.9)] */
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rm1.3 = add(%rm1.1, %rm1.2)] */
-	v_rm1_3 = (sg_bf16 *)SGRT_AT(rt, 2816); /* 16 bytes of the arena */
+	v_rm1_3 = v_rm1;
 	SGRT_KERNEL(rt, 0, "k_block_32_mul_rm1_1", 32,
 	            k_block_32_mul_rm1_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_1, v_rm1, v_rm1_3));
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: copy_(%rm1, %rm1.3)] */
-	SGRT_KERNEL(rt, 0, "k_block_32_copy_", 32,
-	            k_block_32_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rm1_3, v_rm1));
+	/* (no copy: the kernel computing %rm1.3 stored it in %rm1) */
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rv1.1 = mul(%bn_stats, 0.1)] */
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rv1.2 = mul(%rv1, 0.9)] */
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rv1.3 = add(%rv1.1, %rv1.2)] */
-	v_rv1_3 = (sg_bf16 *)SGRT_AT(rt, 2560); /* 16 bytes of the arena */
+	v_rv1_3 = v_rv1;
 	SGRT_KERNEL(rt, 0, "k_block_32_mul_rm1_1", 32,
 	            k_block_32_mul_rm1_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats, v_rv1, v_rv1_3));
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: copy_(%rv1, %rv1.3)] */
-	SGRT_KERNEL(rt, 0, "k_block_32_copy_", 32,
-	            k_block_32_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rv1_3, v_rv1));
+	/* (no copy: the kernel computing %rv1.3 stored it in %rv1) */
 
 	/* cg_bn_epilogue.sg:33: %r1 = relu(%n1) */
 	/* (computed by the batch_norm of line 32, as its kernel's epilogue) */
@@ -642,26 +618,24 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %rm2.2 = mul(%rm2, 0.9)] */
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %rm2.3 = add(%rm2.1, %rm2.2)] */
-	v_rm2_3 = (sg_bf16 *)SGRT_AT(rt, 5376); /* 16 bytes of the arena */
+	v_rm2_3 = v_rm2;
 	SGRT_KERNEL(rt, 0, "k_block_32_mul_rm1_1", 35,
 	            k_block_32_mul_rm1_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_3, v_rm2, v_rm2_3));
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: copy_(%rm2, %rm2.3)] */
-	SGRT_KERNEL(rt, 0, "k_block_32_copy_", 35,
-	            k_block_32_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rm2_3, v_rm2));
+	/* (no copy: the kernel computing %rm2.3 stored it in %rm2) */
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %rv2.1 = mul(%bn_stats.2, 0.1)] */
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %rv2.2 = mul(%rv2, 0.9)] */
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %rv2.3 = add(%rv2.1, %rv2.2)] */
-	v_rv2_3 = (sg_bf16 *)SGRT_AT(rt, 5120); /* 16 bytes of the arena */
+	v_rv2_3 = v_rv2;
 	SGRT_KERNEL(rt, 0, "k_block_32_mul_rm1_1", 35,
 	            k_block_32_mul_rm1_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_2, v_rv2, v_rv2_3));
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: copy_(%rv2, %rv2.3)] */
-	SGRT_KERNEL(rt, 0, "k_block_32_copy_", 35,
-	            k_block_32_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rv2_3, v_rv2));
+	/* (no copy: the kernel computing %rv2.3 stored it in %rv2) */
 
 	/* cg_bn_epilogue.sg:36: %cd = conv2d(%x, %wd)  [sgc: %wd.cl = to_layout(%wd, layout="channels_last")] */
 	v_wd_cl = (sg_bf16 *)SGRT_AT(rt, 7680); /* 128 bytes of the arena */
@@ -695,26 +669,24 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %rmd.2 = mul(%rmd, 0.9)] */
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %rmd.3 = add(%rmd.1, %rmd.2)] */
-	v_rmd_3 = (sg_bf16 *)SGRT_AT(rt, 7936); /* 16 bytes of the arena */
+	v_rmd_3 = v_rmd;
 	SGRT_KERNEL(rt, 0, "k_block_32_mul_rm1_1", 37,
 	            k_block_32_mul_rm1_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_5, v_rmd, v_rmd_3));
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: copy_(%rmd, %rmd.3)] */
-	SGRT_KERNEL(rt, 0, "k_block_32_copy_", 37,
-	            k_block_32_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rmd_3, v_rmd));
+	/* (no copy: the kernel computing %rmd.3 stored it in %rmd) */
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %rvd.1 = mul(%bn_stats.4, 0.1)] */
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %rvd.2 = mul(%rvd, 0.9)] */
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %rvd.3 = add(%rvd.1, %rvd.2)] */
-	v_rvd_3 = (sg_bf16 *)SGRT_AT(rt, 7680); /* 16 bytes of the arena */
+	v_rvd_3 = v_rvd;
 	SGRT_KERNEL(rt, 0, "k_block_32_mul_rm1_1", 37,
 	            k_block_32_mul_rm1_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_4, v_rvd, v_rvd_3));
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: copy_(%rvd, %rvd.3)] */
-	SGRT_KERNEL(rt, 0, "k_block_32_copy_", 37,
-	            k_block_32_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rvd_3, v_rvd));
+	/* (no copy: the kernel computing %rvd.3 stored it in %rvd) */
 
 	/* cg_bn_epilogue.sg:38: %a = add(%n2, %nd) */
 	/* (computed by the batch_norm of line 37, as its kernel's epilogue) */
@@ -1222,26 +1194,24 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_bn_epilogue.sg:62: %n = batch_norm(%c, %rm, %rv, %g, %b, training=true)  [sgc: %rm.2 = mul(%rm, 0.9)] */
 
 	/* cg_bn_epilogue.sg:62: %n = batch_norm(%c, %rm, %rv, %g, %b, training=true)  [sgc: %rm.3 = add(%rm.1, %rm.2)] */
-	v_rm_3 = (float *)SGRT_AT(rt, 2304); /* 16 bytes of the arena */
+	v_rm_3 = v_rm;
 	SGRT_KERNEL(rt, 0, "k_rows_f32_62_mul_rm_1", 62,
 	            k_rows_f32_62_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_1, v_rm, v_rm_3));
 
 	/* cg_bn_epilogue.sg:62: %n = batch_norm(%c, %rm, %rv, %g, %b, training=true)  [sgc: copy_(%rm, %rm.3)] */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_62_copy_", 62,
-	            k_rows_f32_62_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rm_3, v_rm));
+	/* (no copy: the kernel computing %rm.3 stored it in %rm) */
 
 	/* cg_bn_epilogue.sg:62: %n = batch_norm(%c, %rm, %rv, %g, %b, training=true)  [sgc: %rv.1 = mul(%bn_stats, 0.1)] */
 
 	/* cg_bn_epilogue.sg:62: %n = batch_norm(%c, %rm, %rv, %g, %b, training=true)  [sgc: %rv.2 = mul(%rv, 0.9)] */
 
 	/* cg_bn_epilogue.sg:62: %n = batch_norm(%c, %rm, %rv, %g, %b, training=true)  [sgc: %rv.3 = add(%rv.1, %rv.2)] */
-	v_rv_3 = (float *)SGRT_AT(rt, 2048); /* 16 bytes of the arena */
+	v_rv_3 = v_rv;
 	SGRT_KERNEL(rt, 0, "k_rows_f32_62_mul_rm_1", 62,
 	            k_rows_f32_62_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats, v_rv, v_rv_3));
 
 	/* cg_bn_epilogue.sg:62: %n = batch_norm(%c, %rm, %rv, %g, %b, training=true)  [sgc: copy_(%rv, %rv.3)] */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_62_copy_", 62,
-	            k_rows_f32_62_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rv_3, v_rv));
+	/* (no copy: the kernel computing %rv.3 stored it in %rv) */
 
 	/* cg_bn_epilogue.sg:63: %s = add(%h, %n) */
 	/* (computed by the batch_norm of line 62, as its kernel's epilogue) */

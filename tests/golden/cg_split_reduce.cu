@@ -423,17 +423,6 @@ k_bn_train_38_mul_rm_1(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
 		x2[i] = sg_st_bf16(r4);
 	}
 }
-// cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: copy_(%rm, %rm.3)]
-// (x0 = %rm.3, x1 = %rm)
-static __global__ void __launch_bounds__(256)
-k_bn_train_38_copy_(const sg_bf16 *x0, sg_bf16 *x1)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r0 = sg_ld(x0[i]);
-		x1[i] = sg_st_bf16(sg_to_bf16(r0));
-	}
-}
 // cg_split_reduce.sg:39: %yt = mul(%y, %t)
 /* The element i of %yt, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
@@ -626,17 +615,6 @@ k_bn_train_f32_54_mul_rm_1(const float *x0, const float *x1, float *x2)
 		const float r3 = sg_to_f32(sgk_mul_f(r2, (float)0.9));
 		const float r4 = sg_to_f32(sgk_add_f(r1, r3));
 		x2[i] = sg_st_f32(r4);
-	}
-}
-// cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: copy_(%rm, %rm.3)]
-// (x0 = %rm.3, x1 = %rm)
-static __global__ void __launch_bounds__(256)
-k_bn_train_f32_54_copy_(const float *x0, float *x1)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 32;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r0 = sg_ld(x0[i]);
-		x1[i] = sg_st_f32(sg_to_f32(r0));
 	}
 }
 // cg_split_reduce.sg:55: %r = relu(%y)
@@ -1406,26 +1384,24 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.2 = mul(%rm, 0.9)] */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.3 = add(%rm.1, %rm.2)] */
-	v_rm_3 = (sg_bf16 *)SGRT_AT(rt, 591616); /* 32 bytes of the arena */
+	v_rm_3 = v_rm;
 	SGRT_KERNEL(rt, 0, "k_bn_train_38_mul_rm_1", 38,
 	            k_bn_train_38_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_1, v_rm, v_rm_3));
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: copy_(%rm, %rm.3)] */
-	SGRT_KERNEL(rt, 0, "k_bn_train_38_copy_", 38,
-	            k_bn_train_38_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rm_3, v_rm));
+	/* (no copy: the kernel computing %rm.3 stored it in %rm) */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.1 = mul(%bn_stats, 0.1)] */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.2 = mul(%rv, 0.9)] */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.3 = add(%rv.1, %rv.2)] */
-	v_rv_3 = (sg_bf16 *)SGRT_AT(rt, 591360); /* 32 bytes of the arena */
+	v_rv_3 = v_rv;
 	SGRT_KERNEL(rt, 0, "k_bn_train_38_mul_rm_1", 38,
 	            k_bn_train_38_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats, v_rv, v_rv_3));
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: copy_(%rv, %rv.3)] */
-	SGRT_KERNEL(rt, 0, "k_bn_train_38_copy_", 38,
-	            k_bn_train_38_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rv_3, v_rv));
+	/* (no copy: the kernel computing %rv.3 stored it in %rv) */
 
 	/* cg_split_reduce.sg:39: %yt = mul(%y, %t) */
 	/* (computed inside the kernel of line 40) */
@@ -1701,26 +1677,24 @@ bn_train_f32_run(bn_train_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.2 = mul(%rm, 0.9)] */
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.3 = add(%rm.1, %rm.2)] */
-	v_rm_3 = (float *)SGRT_AT(rt, 2257152); /* 128 bytes of the arena */
+	v_rm_3 = v_rm;
 	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_mul_rm_1", 54,
 	            k_bn_train_f32_54_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_1, v_rm, v_rm_3));
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: copy_(%rm, %rm.3)] */
-	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_copy_", 54,
-	            k_bn_train_f32_54_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rm_3, v_rm));
+	/* (no copy: the kernel computing %rm.3 stored it in %rm) */
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.1 = mul(%bn_stats, 0.1)] */
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.2 = mul(%rv, 0.9)] */
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.3 = add(%rv.1, %rv.2)] */
-	v_rv_3 = (float *)SGRT_AT(rt, 2256896); /* 128 bytes of the arena */
+	v_rv_3 = v_rv;
 	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_mul_rm_1", 54,
 	            k_bn_train_f32_54_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats, v_rv, v_rv_3));
 
 	/* cg_split_reduce.sg:54: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: copy_(%rv, %rv.3)] */
-	SGRT_KERNEL(rt, 0, "k_bn_train_f32_54_copy_", 54,
-	            k_bn_train_f32_54_copy_<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_rv_3, v_rv));
+	/* (no copy: the kernel computing %rv.3 stored it in %rv) */
 
 	/* cg_split_reduce.sg:55: %r = relu(%y) */
 	v_r = (float *)SGRT_AT(rt, 2256896); /* 1128320 bytes of the arena */
