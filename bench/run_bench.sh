@@ -145,10 +145,16 @@ prepare_compile() {
 		read -r ms min cpu <<<"$ms"
 		printf '%-20s sgc (%s): wall median %s ms, least %s ms; CPU median %s ms\n' \
 			"$name" "$what" "$ms" "$min" "$cpu"
+		# the pinned host memory its plan holds (the bytes it offloads:
+		# torch_ref.py's bound for the offloading row)
+		local hb
+		# shellcheck disable=SC2086
+		hb=$("$B/compiler/sgc" check --memory "bench/$sg" $flags 2>/dev/null |
+			awk '/host arena peak:/ { print $4; exit }')
 		[ $first = 1 ] || echo "," >>"$G/compile.json.tmp"
 		first=0
-		printf ' "%s": {"ms": %s, "ms_min": %s, "cpu_ms": %s, "what": "%s"}' \
-			"$name" "$ms" "$min" "$cpu" "$what" >>"$G/compile.json.tmp"
+		printf ' "%s": {"ms": %s, "ms_min": %s, "cpu_ms": %s, "what": "%s", "host_bytes": %s}' \
+			"$name" "$ms" "$min" "$cpu" "$what" "${hb:-null}" >>"$G/compile.json.tmp"
 		dims=$("$PY" bench/torch_ref.py --small-dims "$name")
 		# (a budget for full size offloads nothing at small dims:
 		# there, offload whatever lowers the peak; a real model's
@@ -372,7 +378,7 @@ run() {
 	echo "== the table ($((SECONDS - t_start)) s)"
 	"$PY" bench/torch_ref.py --table --sgc "$OUTD/sgc.jsonl" \
 		--torch "$OUTD/torch.json" --compile "$G/compile.json" \
-		--checks "$OUTD/small_check.txt" --md "$OUTD/table.md"
+		--checks "$OUTD/small_check.txt" --traces "$TR" --md "$OUTD/table.md"
 	echo
 	echo "small-dims check: $(grep -c '^ok' "$OUTD/small_check.txt") ok," \
 		"$(grep -c '^FAIL' "$OUTD/small_check.txt") failed"
