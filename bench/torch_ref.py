@@ -1352,13 +1352,13 @@ def judge_fused(ms, gib, rgib, sgc, w, d):
             100 * (gib / ugib - 1), fmt(rgib))
 
 
-def judge(target, prog, ms, gib, rms, rgib, rate, limit, sgc, wd, ctx):
+def judge(target, prog, ms, gib, rms, rgib, rate, limit, sgc, wd, ctx=None):
     """Whether the row meets its target (bench/README.md): yes, no, or -
     (not measured), and why not (for offload and fused, the figures)."""
     if ms is None:
         return "-", "not measured"
     if target == "offload":
-        return judge_offload(ms, sgc, prog, *wd, *ctx)
+        return judge_offload(ms, sgc, prog, *wd, *(ctx or ({}, {}, {})))
     if target.startswith("offload_peak"):
         return judge_offload_peak(ms, gib, sgc, prog, int(target[12:]), *wd)
     if target == "fused":
