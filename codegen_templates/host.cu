@@ -119,6 +119,8 @@ ${?batch}		g.stride_b = ${stride_b};
 ${?bias}		g.bias = ${bias};
 ${?epilogue}		g.epilogue = ${epilogue};
 ${?aux}		g.aux = ${aux};
+${?alpha}		g.alpha = ${alpha};
+${?alpha}		g.beta = 1;
 		SGRT_TRY(sgrt_gemm(rt, ${s}, &g, ${a}, ${b}, ${c}, "${kname}", ${line}));
 	}
 //@ all_reduce

@@ -53,6 +53,7 @@ typedef struct {
 	int ta, tb, epi;
 	int64_t m, n, k, batch, sa, sb, lda, ldb; /* ld 0: packed */
 	const char *bias, *a, *b, *out, *aux;
+	const char *alpha;    /* NULL, or alpha with beta 1: out += alpha * a @ b */
 } Gemm;
 
 /* One sgrt_gemm statement. */
@@ -69,7 +70,7 @@ gemm(CgGraph *G, const Node *n, const char *kname, const Gemm *q)
 	        {"batch", q->batch > 1 ? cg_num(c, q->batch) : ""},
 	        {"stride_a", cg_num(c, q->sa)}, {"stride_b", cg_num(c, q->sb)},
 	        {"bias", q->bias ? q->bias : ""}, {"epilogue", epi[q->epi]},
-	        {"aux", q->aux ? q->aux : ""},
+	        {"aux", q->aux ? q->aux : ""}, {"alpha", q->alpha ? q->alpha : ""},
 	        {"s", cg_num(c, cg_stream(n))}, {"a", q->a}, {"b", q->b}, {"c", q->out},
 	        {"kname", kname}, {"line", cg_num(c, n->loc.line)});
 }
@@ -108,9 +109,11 @@ operand(CgGraph *G, ValId v)
 }
 
 /* matmul n into value out (its result, or the activation of epilogue
- * epi with aux matrix aux), named kname. */
+ * epi with aux matrix aux, or, alpha not NULL, a param its SGD update
+ * accumulates into: out += alpha * product), named kname. */
 static int
-matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, const char *kname)
+matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, const char *alpha,
+            const char *kname)
 {
 	const Type *a = cg_otype(G, n, 0), *b = cg_otype(G, n, 1), *r = cg_vtype(G, n->res[0]);
 	DType dt = (DType)r->dt;
@@ -123,13 +126,17 @@ matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, cons
 	int64_t nb = kernel_matmul_batch(a, b, &brank, bshape, st);
 	Gemm q = {.dt = dt, .ta = oa.trans, .tb = ob.trans, .epi = epi, .m = m, .n = nn,
 	          .k = k, .lda = oa.ld, .ldb = ob.ld, .a = oa.var, .b = ob.var, .out = rv,
-	          .aux = aux};
+	          .aux = aux, .alpha = alpha};
 	if (type_numel(r) == 0)
 		return 1;
+	if (k == 0 && alpha) /* (kernel_choice takes no such product) */
+		ICE("an empty product accumulating into a param");
 	if (k == 0) {
 		cg_zero(G, n, rv, type_numel(r) * dtype_size(dt));
 		return 1;
 	}
+	if (alpha && (nb != 1 || epi || aux))
+		ICE("a product accumulating into a param is not one plain matrix");
 	if (nb == 1 || (b->rank <= 2 && !oa.trans)) {
 		q.m = m * nb; /* a's batch dims flattened into its rows */
 		gemm(G, n, kname, &q);
@@ -165,7 +172,7 @@ matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, cons
 int
 cg_matmul(CgGraph *G, const Node *n)
 {
-	return matmul_into(G, n, n->res[0], 0, NULL, cg_kernel_name(G, n, "matmul"));
+	return matmul_into(G, n, n->res[0], 0, NULL, NULL, cg_kernel_name(G, n, "matmul"));
 }
 
 /* out += bias broadcast over rows (f64, whose cuBLASLt products take no
@@ -253,6 +260,19 @@ cg_gemm_stmt(CgGraph *G, NodeId i)
 		        "its strides) */\n", cg_fold_var(G, g->nodes.v[i].res[0]));
 		return 1;
 	}
+	if (F->upd[i] != NONE && g->nodes.v[i].op == OP_MATMUL) {
+		const Node *u = &g->nodes.v[F->upd[i]];
+		fprintf(G->body, "\t/* (run at line %u, as the SGD update of %%%s: cuBLASLt "
+		        "accumulates -lr times the product into it) */\n", u->loc.line,
+		        g->vals.v[u->opnd[0].v].name);
+		return 1;
+	}
+	if (F->upd[i] != NONE) { /* the param += -lr * product (beta 1) */
+		const Node *p = &g->nodes.v[F->upd[i]], *u = &g->nodes.v[i];
+		return matmul_into(G, p, u->opnd[0].v, 0, NULL,
+		                   cg_fmt(G->c, "%.17g", -ir_attr_float(u, "lr", 0)),
+		                   cg_kernel_name(G, p, "matmul_sgd"));
+	}
 	/* (DGELU runs at the product, the others at the activation) */
 	NodeId P = NONE;
 	if (F->act[i] != NONE && F->epi[i] == KEPI_DGELU) {
@@ -279,7 +299,7 @@ cg_gemm_stmt(CgGraph *G, NodeId i)
 	 * DGELU: gelu_backward's pre-activation, read */
 	const char *aux = epi == KEPI_GELU_AUX ? G->vname[p->res[0]]
 	                  : epi == KEPI_DGELU ? G->vname[a->opnd[1].v] : NULL;
-	return p->op == OP_MATMUL ? matmul_into(G, p, out, epi, aux, kname)
+	return p->op == OP_MATMUL ? matmul_into(G, p, out, epi, aux, NULL, kname)
 	                          : linear_into(G, p, out, epi, aux, kname);
 }
 

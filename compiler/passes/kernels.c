@@ -37,6 +37,20 @@
  *     back to the plain product and a kernel of its own.  cuBLASLt's GELU
  *     is the tanh form, so the exact (erf) gelu stays a kernel of its own
  *     (remat.c fuses its recomputation with its derivative instead).
+ *   - SGD updates.  sgd_update_(w, g) with momentum and weight_decay 0
+ *     of a product's result g that nothing else reads is computed by the
+ *     product, run at the update's place as an accumulation into w:
+ *     cuBLASLt's D = alpha * A @ B + beta * C with C = D = w, alpha = -lr
+ *     and beta = 1 (fold_update).  g gets no memory, the update no kernel
+ *     (w + (-lr) * g with g in f32, not rounded to w's dtype first).
+ *     Autograd's weight gradients qualify: the input gradient's product,
+ *     which reads w, runs between (so the write waits for the update's
+ *     place).  Only with nothing but that stream's work between (at most
+ *     UPD_GAP nodes), the product's operands unchanged until the update,
+ *     w unwritten before it and no operand of the product.  Running the
+ *     product later keeps its operands (often a saved activation, larger
+ *     than the gradient) alive until the update, so the choices are kept
+ *     only where the memory plan's peak does not rise (keep_updates).
  *   - Batch norm's epilogue.  relu(y), or relu(add(y, r)) (a residual
  *     block's end), of a batch_norm's result y that nothing else reads is
  *     applied by the library's batch norm kernel as it stores y: it
@@ -1286,6 +1300,138 @@ fold_bn_epilogue(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
 		G->ingroup_only[g->nodes.v[chain[0]].res[0]] = 1;
 }
 
+/* The SGD update of product P's result computed by the product
+ * (fold_update; see the top of the file), at most UPD_GAP nodes later. */
+enum { UPD_GAP = 64 };
+static void
+fold_update(Kc *G, const uint32_t *nclass, NodeId P)
+{
+	Graph *g = G->g;
+	const Node *p = &g->nodes.v[P];
+	if (p->flags & NF_DEAD || p->op != OP_MATMUL || p->nres != 1 || p->nopnd != 2 ||
+	    G->fold->act[P] != NONE || G->fold->prod[P] != NONE)
+		return;
+	ValId v = p->res[0];
+	const Type *t = vtype(g, v);
+	if (t->rank != 2 || type_numel(t) == 0 || otype(g, p, 0)->d[otype(g, p, 0)->rank - 1] == 0 ||
+	    otype(g, p, 0)->rank != 2 || otype(g, p, 1)->rank != 2 ||
+	    !lone_temp(G, nclass, v) || g->vals.v[v].offload || batched_view(G, p))
+		return;
+	NodeId U = sole_use(G, v, NULL);
+	if (U == NONE || U <= P || U - P > UPD_GAP)
+		return;
+	const Node *u = &g->nodes.v[U];
+	if (u->op != OP_SGD_UPDATE_ || u->nopnd != 2 || u->opnd[1].kind != OK_VAL ||
+	    u->opnd[1].v != v || u->opnd[0].kind != OK_VAL || u->stream != p->stream ||
+	    G->group[U] >= 0 || G->prologue[U] >= 0 || G->epilogue[U] >= 0 ||
+	    ir_attr_float(u, "momentum", 0) != 0 || ir_attr_float(u, "weight_decay", 0) != 0)
+		return;
+	ValId w = u->opnd[0].v;
+	const Type *wt = vtype(g, w);
+	if (wt->host || wt->dt != t->dt || !type_same_shape(wt, t) || G->fold->src[w] != NONE ||
+	    G->ingroup_only[w] || g->vals.v[w].layout != g->vals.v[v].layout ||
+	    !source_stays(G, w, P, U - 1))
+		return;
+	for (uint32_t q = 0; q < 2; q++) {
+		ValId r = p->opnd[q].kind == OK_VAL ? sched_operand_root(G->s, p->opnd[q].v) : NONE;
+		if (r == NONE || G->root[r] == G->root[w] || vtype(g, r)->host ||
+		    !source_stays(G, r, P, U))
+			return;
+	}
+	for (NodeId i = P + 1; i < U; i++) { /* one stream, no sync between */
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD || n->op == OP_DEL)
+			continue;
+		if (n->stream != p->stream || n->op >= OP__N ||
+		    (op_table[n->op].flags & (OPF_SYNC | OPF_COLLECTIVE)) ||
+		    n->op == OP_CONTROL_DEPS || n->op == OP_SYNC_DEALLOC)
+			return;
+	}
+	G->fold->upd[P] = U;
+	G->fold->upd[U] = P;
+	G->ingroup_only[v] = 1; /* no memory */
+}
+
+/* 1 when nothing between product P and its update U allocates, or the
+ * operands of P whose bytes die before U (and would now live until it)
+ * are no larger than the gradient the update no longer needs. */
+static int
+update_fits_locally(Kc *G, NodeId P, NodeId U)
+{
+	Graph *g = G->g;
+	const Node *p = &g->nodes.v[P];
+	int allocates = 0;
+	for (NodeId i = P + 1; i < U && !allocates; i++) {
+		const Node *n = &g->nodes.v[i];
+		for (uint32_t j = 0; !(n->flags & NF_DEAD) && j < n->nres; j++)
+			allocates |= !G->ingroup_only[n->res[j]] && G->cls[n->res[j]]->kind == ST_TEMP;
+	}
+	if (!allocates)
+		return 1;
+	uint64_t cost = 0;
+	ValId seen = NONE;
+	for (uint32_t q = 0; q < p->nopnd; q++) {
+		ValId r = G->root[sched_operand_root(G->s, p->opnd[q].v)];
+		const StoreClass *cl = G->cls[r];
+		if (r == seen || cl->kind != ST_TEMP || (cl->release != NONE && cl->release >= U))
+			continue;
+		cost += memplan_buf_size(vtype(g, r));
+		seen = r;
+	}
+	return cost <= memplan_buf_size(vtype(g, p->res[0]));
+}
+
+/* Sets the updates of upd[] (fold_update's choices) that `mode` takes:
+ * 0 none, 1 those update_fits_locally takes, 2 all. */
+static void
+set_updates(Kc *G, const NodeId *upd, int mode)
+{
+	Graph *g = G->g;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		NodeId u = upd[i];
+		if (u == NONE || g->nodes.v[i].op != OP_MATMUL)
+			continue;
+		int take = mode == 2 || (mode == 1 && update_fits_locally(G, i, u));
+		G->fold->upd[i] = take ? u : NONE;
+		G->fold->upd[u] = take ? i : NONE;
+		G->ingroup_only[g->nodes.v[i].res[0]] = (uint8_t)take;
+	}
+}
+
+/* Keeps fold_update's choices only where they do not raise the memory
+ * plan's peak (running a product at its update keeps its operands until
+ * there): all of them, else those update_fits_locally takes, else none.
+ * The kept products' operands are then used until their updates. */
+static void
+keep_updates(Kc *G)
+{
+	Graph *g = G->g;
+	NodeId *upd = arena_alloc(G->tmp, (g->nodes.n + 1) * sizeof *upd);
+	int any = 0;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		upd[i] = G->fold->upd[i];
+		any |= upd[i] != NONE;
+	}
+	if (!any)
+		return;
+	uint64_t all = memplan_sched_peak(g, 2);
+	set_updates(G, upd, 0);
+	uint64_t none = memplan_sched_peak(g, 2);
+	if (all <= none) {
+		set_updates(G, upd, 2);
+	} else {
+		set_updates(G, upd, 1);
+		if (memplan_sched_peak(g, 2) > none)
+			set_updates(G, upd, 0);
+	}
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		NodeId u = G->fold->upd[i];
+		const Node *p = &g->nodes.v[i];
+		for (uint32_t q = 0; u != NONE && p->op == OP_MATMUL && q < p->nopnd; q++)
+			extend_use(G, sched_operand_root(G->s, p->opnd[q].v), u, p->stream);
+	}
+}
+
 static void
 fold_all(Kc *G, FuseGroups *groups)
 {
@@ -1304,6 +1450,7 @@ fold_all(Kc *G, FuseGroups *groups)
 	F->pair = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->pair);
 	F->bn_act = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_act);
 	F->bn_add = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_add);
+	F->upd = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->upd);
 	G->lastfwd = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *G->lastfwd);
 	G->attn_only = arena_alloc(G->tmp, g->vals.n + 1);
 	uint32_t *nclass = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *nclass);
@@ -1313,7 +1460,7 @@ fold_all(Kc *G, FuseGroups *groups)
 	}
 	index_uses(G);
 	for (NodeId i = 0; i < g->nodes.n; i++)
-		F->act[i] = F->prod[i] = F->pair[i] = F->bn_act[i] = F->bn_add[i] = NONE;
+		F->act[i] = F->prod[i] = F->pair[i] = F->bn_act[i] = F->bn_add[i] = F->upd[i] = NONE;
 	for (NodeId i = g->nodes.n; i-- > 0;) /* uses before their views */
 		fold_view(G, nclass, i);
 	for (NodeId i = 0; i < g->nodes.n; i++)
@@ -1331,6 +1478,7 @@ fold_all(Kc *G, FuseGroups *groups)
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		fold_epilogue(G, groups, nclass, i);
 		fold_bn_epilogue(G, groups, nclass, i);
+		fold_update(G, nclass, i);
 	}
 	drop_empty_groups(G, groups);
 }
@@ -1377,20 +1525,11 @@ rows_library(const Graph *g, const Sched *s, NodeId i)
 	       shape_norm_dim(ir_attr_int(n, "dim", -1), x->rank) == x->rank - 1;
 }
 
-int
-kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d)
+/* The attention nodes the flash kernels take, with the layouts folded;
+ * the row ops the library's row kernels take; batch norms' statistics. */
+static void
+choose_library(Graph *g, Sched *s)
 {
-	(void)d;
-	Sched *s = sched_get(g, po->opt_level);
-	if (po->opt_level >= 2) {
-		Kc G = {.g = g, .s = s, .tmp = arena_new(), .root = s->root, .cls = s->cls,
-		        .group = s->group, .prologue = s->prologue, .epilogue = s->epilogue,
-		        .ingroup_only = s->reg};
-		fold_all(&G, &s->groups);
-		arena_free(G.tmp);
-	}
-	/* The attention nodes the flash kernels take, with the layouts folded;
-	 * the row ops the library's row kernels take. */
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		const Node *n = &g->nodes.v[i];
 		Flash f;
@@ -1406,5 +1545,23 @@ kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d)
 			s->bn_stats[v] = i;
 		}
 	}
+}
+
+int
+kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d)
+{
+	(void)d;
+	Sched *s = sched_get(g, po->opt_level);
+	if (po->opt_level < 2) {
+		choose_library(g, s);
+		return 1;
+	}
+	Kc G = {.g = g, .s = s, .tmp = arena_new(), .root = s->root, .cls = s->cls,
+	        .group = s->group, .prologue = s->prologue, .epilogue = s->epilogue,
+	        .ingroup_only = s->reg};
+	fold_all(&G, &s->groups);
+	choose_library(g, s);
+	keep_updates(&G); /* (plans the memory: after every other choice) */
+	arena_free(G.tmp);
 	return 1;
 }

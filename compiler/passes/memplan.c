@@ -1000,6 +1000,22 @@ elementwise_kernels(const Graph *g, const Sched *s, Arena *a)
 	return ew;
 }
 
+uint64_t
+memplan_sched_peak(Graph *g, int opt_level)
+{
+	Sched *s = sched_get(g, opt_level);
+	Arena *a = arena_new();
+	Graph f;
+	MemPlan mp;
+	NodeId *def = sched_kernel_graph(g, s, a, &f);
+	uint8_t *ew = elementwise_kernels(g, s, a);
+	memplan_build_at(&f, def, ew, opt_level >= 2 ? 2 : 0, &mp);
+	uint64_t peak = mp.peak;
+	memplan_free(&mp);
+	arena_free(a);
+	return peak;
+}
+
 /* Pass `memplan`: the plan over the program as its kernels run it
  * (sched_kernel_graph: each fused group one node, values kept in
  * registers and folded views without memory), stored on g->sched; the

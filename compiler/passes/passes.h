@@ -204,6 +204,9 @@ uint64_t memplan_buf_size(const Type *t);
 void memplan_build_at(Graph *g, const NodeId *def, const uint8_t *ew, int opt_level,
                       MemPlan *mp);
 void memplan_free(MemPlan *mp);
+/* The device peak of the plan the memplan pass would make now (the
+ * schedule's groups and kernel choices as they stand). */
+uint64_t memplan_sched_peak(Graph *g, int opt_level);
 /* The independent checker: explicit happens-before reachability; returns
  * 0 (with a reason in why[256]) if two buffers that may be live at once
  * share memory; -1 when the graph is too large to check (more than
@@ -308,6 +311,11 @@ typedef struct {
 	                     (and the add between): the batch_norm; NONE */
 	NodeId *bn_add;   /* per batch_norm with bn_act: the add of a residual
 	                     (its other operand) before the relu, or NONE */
+	NodeId *upd;      /* per product: the later sgd_update_ of its result
+	                     that it computes, run at the update's place as an
+	                     accumulation into the param (cuBLASLt's beta 1,
+	                     alpha -lr), its result no memory; per such update:
+	                     the product; NONE */
 } KernelFold;
 
 typedef struct Sched {

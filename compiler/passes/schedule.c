@@ -363,8 +363,9 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 			plan_attention(g, s, a, f, def, i);
 			continue;
 		}
-		if (n->flags & NF_DEAD || F->prod[i] != NONE)
-			continue;
+		if (n->flags & NF_DEAD || F->prod[i] != NONE ||
+		    (F->upd[i] != NONE && g->nodes.v[i].op != OP_MATMUL))
+			continue; /* (a product placed here: planned at the product) */
 		if (n->op == OP_BATCH_NORM && F->bn_act[i] != NONE) {
 			bn_plan(g, s, a, f, def, i);
 			continue;
@@ -380,6 +381,14 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 			continue;
 		}
 		plan_operands(s, a, n);
+		if (F->upd[i] != NONE) { /* runs at its update, writing the param */
+			Node h = *n;
+			h.nres = 0;
+			def[n->res[0]] = NONE;
+			n->flags |= NF_DEAD;
+			f->nodes.v[F->upd[i]] = h;
+			continue;
+		}
 		NodeId A = F->act[i];
 		if (A == NONE)
 			continue;
@@ -580,6 +589,16 @@ check_fold(Graph *g, const Sched *s, const char *after)
 		                     (F->bn_act[b] != i && F->bn_add[b] != i) || s->group[i] >= 0)))
 			FAIL("node %u (line %u): its batch_norm epilogue is inconsistent", g->name,
 			     after, i, n->loc.line);
+		NodeId u = F->upd[i];
+		if (u != NONE && (u >= g->nodes.n || F->upd[u] != i ||
+		                  g->nodes.v[u].stream != n->stream ||
+		                  (n->op == OP_MATMUL
+		                   ? u <= i || g->nodes.v[u].op != OP_SGD_UPDATE_ ||
+		                     g->nodes.v[u].opnd[1].v != n->res[0] || !s->reg[n->res[0]]
+		                   : n->op != OP_SGD_UPDATE_ || u >= i ||
+		                     g->nodes.v[u].op != OP_MATMUL)))
+			FAIL("node %u (line %u): its product's SGD update is inconsistent", g->name,
+			     after, i, n->loc.line);
 		int parts = n->op == OP_CHUNK || n->op == OP_SPLIT;
 		if ((F->view[i] || F->outview[i]) && n->nres != 1 && !(F->view[i] && parts))
 			FAIL("node %u (line %u): a folded view without its source", g->name, after,
@@ -721,6 +740,13 @@ note(FILE *f, void *ctx, NodeId i)
 	else if (F && F->bn_act[i] != NONE)
 		fprintf(f, "%sepilogue of batch_norm %%%s", sep,
 		        g->vals.v[g->nodes.v[F->bn_act[i]].res[0]].name), sep = ", ";
+	if (F && F->upd[i] != NONE && n->op == OP_MATMUL)
+		fprintf(f, "%sruns at the SGD update of %%%s, accumulating into it (beta 1, "
+		        "alpha -lr)", sep,
+		        g->vals.v[g->nodes.v[F->upd[i]].opnd[0].v].name), sep = ", ";
+	else if (F && F->upd[i] != NONE)
+		fprintf(f, "%scomputed by the product making %%%s", sep,
+		        g->vals.v[n->opnd[1].v].name), sep = ", ";
 	if (n->op == OP_COPY_ && n->nopnd == 2 && n->opnd[1].kind == OK_VAL &&
 	    s->root[n->opnd[0].v] == s->root[n->opnd[1].v])
 		fprintf(f, "%sno copy: stored by the kernel computing %%%s", sep,

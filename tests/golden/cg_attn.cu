@@ -139,36 +139,6 @@ k_attn_bf16_33_div_grad_sq_vec(const float *x0, const float *x1, sg_bf16 *x2)
 		*(sg_vec<sg_bf16, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
-// cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)]
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to bf16 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_attn_bf16_30_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.01 * d));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_attn_bf16_30_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, const int n)
-{
-	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_attn_bf16_30_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 8) = pv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride)
-		k_attn_bf16_30_sgd_update_one(p[i], g[i]);
-}
 // cg_attn.sg:53: %att4 = transpose(%att, dim0=1, dim1=2)
 static __global__ void __launch_bounds__(256)
 k_attn_f16_53_transpose_att4(const sg_f16 *__restrict__ x, sg_f16 *__restrict__ out)
@@ -267,36 +237,6 @@ k_attn_f16_58_div_grad_sq_vec(const float *x0, const float *x1, sg_f16 *x2)
 		}
 		*(sg_vec<sg_f16, 4> *)(x2 + w * 4) = x2_v;
 	}
-}
-// cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)]
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to f16 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_attn_f16_55_sgd_update_one(sg_f16 &p, const sg_f16 g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_f16(sg_to_f16(pi + (float)-0.01 * d));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_attn_f16_55_sgd_update(sg_f16 *__restrict__ p, const sg_f16 *__restrict__ g, const int n)
-{
-	typedef sg_vec<sg_f16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_attn_f16_55_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 8) = pv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride)
-		k_attn_f16_55_sgd_update_one(p[i], g[i]);
 }
 // cg_attn.sg:72: %q    = transpose(%q4, dim0=1, dim1=2)
 static __global__ void __launch_bounds__(256)
@@ -583,10 +523,8 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_loss = NULL;
 	float *v_grad_sq_2 = NULL;
 	sg_bf16 *v_grad_p = NULL;
-	sg_bf16 *v_grad_wo = NULL;
 	sg_bf16 *v_grad_att3 = NULL;
 	sg_bf16 *v_grad_qkv = NULL;
-	sg_bf16 *v_grad_wqkv = NULL;
 
 	/* cg_attn.sg:19: %qkv  = linear(%x, %wqkv) */
 	v_qkv = (sg_bf16 *)SGRT_AT(rt, 0); /* 98304 bytes of the arena */
@@ -623,7 +561,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:27: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true) */
-	v_att4 = (sg_bf16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
+	v_att4 = (sg_bf16 *)SGRT_AT(rt, 98304); /* 32768 bytes of the arena */
 	float *tmp_lse_27 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_27, 1024, 0, 27));
 	{
@@ -661,7 +599,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_att4 through their operand layout) */
 
 	/* cg_attn.sg:30: %p    = linear(%att3, %wo) */
-	v_p = (sg_bf16 *)SGRT_AT(rt, 262144); /* 32768 bytes of the arena */
+	v_p = (sg_bf16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -674,10 +612,10 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_attn.sg:31: %yf   = cast(%p, dtype=f32) */
-	v_yf = (float *)SGRT_AT(rt, 98304); /* 65536 bytes of the arena */
+	v_yf = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
 
 	/* cg_attn.sg:32: %sq   = square(%yf) */
-	v_sq = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
+	v_sq = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
 	if (((uintptr_t)v_p % 8) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_sq % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_bf16_31_cast_yf_vec", 31,
 		            k_attn_bf16_31_cast_yf_vec<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_p, v_yf, v_sq));
@@ -692,7 +630,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:34: backward(%loss) */
 
 	/* cg_attn.sg:34: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
-	v_grad_loss = (float *)SGRT_AT(rt, 262144); /* 4 bytes of the arena */
+	v_grad_loss = (float *)SGRT_AT(rt, 131072); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_34_ones_grad_loss", 34,
 	            k_attn_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
@@ -700,7 +638,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
 	/* cg_attn.sg:33: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128])] */
-	v_grad_sq_2 = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
+	v_grad_sq_2 = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_expand_grad_sq_2", 33,
 	            k_attn_bf16_33_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_sq_2));
 
@@ -711,7 +649,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:32: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)] */
 
 	/* cg_attn.sg:31: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=bf16)] */
-	v_grad_p = (sg_bf16 *)SGRT_AT(rt, 262144); /* 32768 bytes of the arena */
+	v_grad_p = (sg_bf16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
 	if (((uintptr_t)v_grad_sq_2 % 16) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_grad_p % 8) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_bf16_33_div_grad_sq_vec", 33,
 		            k_attn_bf16_33_div_grad_sq_vec<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_p));
@@ -729,21 +667,10 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
 	/* cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: %grad.wo = matmul(%grad.wo.3, %grad.wo.2)] */
-	v_grad_wo = (sg_bf16 *)SGRT_AT(rt, 98304); /* 32768 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_BF16;
-		g.trans_a = 1;
-		g.trans_b = 0;
-		g.m = 128;
-		g.n = 128;
-		g.k = 128;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_att4, v_grad_wo, "k_attn_bf16_30_matmul_grad_wo", 30));
-	}
+	/* (run at line 30, as the SGD update of %wo: cuBLASLt accumulates -lr times the product into it) */
 
 	/* cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: %grad.att3 = matmul(%grad.p, %wo)] */
-	v_grad_att3 = (sg_bf16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
+	v_grad_att3 = (sg_bf16 *)SGRT_AT(rt, 163840); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -756,8 +683,19 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_attn_bf16_30_sgd_update", 30,
-	            k_attn_bf16_30_sgd_update<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_wo, v_grad_wo, 16384LL));
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_BF16;
+		g.trans_a = 1;
+		g.trans_b = 0;
+		g.m = 128;
+		g.n = 128;
+		g.k = 128;
+		g.alpha = -0.01;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_att4, v_wo, "k_attn_bf16_30_matmul_sgd_grad_wo", 30));
+	}
 
 	/* cg_attn.sg:30: %p    = linear(%att3, %wo)  [sgc: del %grad.wo] */
 
@@ -768,7 +706,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
 	/* cg_attn.sg:27: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=false)] */
-	v_grad_qkv = (sg_bf16 *)SGRT_AT(rt, 98304); /* 98304 bytes of the arena */
+	v_grad_qkv = (sg_bf16 *)SGRT_AT(rt, 196608); /* 98304 bytes of the arena */
 	float *tmp_delta_27 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_delta_27, 1024, 0, 27));
 	{
@@ -848,7 +786,9 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_qkv through their operand layout) */
 
 	/* cg_attn.sg:19: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv = matmul(%grad.wqkv.3, %grad.wqkv.2)] */
-	v_grad_wqkv = (sg_bf16 *)SGRT_AT(rt, 0); /* 98304 bytes of the arena */
+	/* (run at line 19, as the SGD update of %wqkv: cuBLASLt accumulates -lr times the product into it) */
+
+	/* cg_attn.sg:19: %qkv  = linear(%x, %wqkv)  [sgc: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0)] */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -858,12 +798,10 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 384;
 		g.n = 128;
 		g.k = 128;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_qkv, v_x, v_grad_wqkv, "k_attn_bf16_19_matmul_grad_wqkv", 19));
+		g.alpha = -0.01;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_qkv, v_x, v_wqkv, "k_attn_bf16_19_matmul_sgd_grad_wqkv", 19));
 	}
-
-	/* cg_attn.sg:19: %qkv  = linear(%x, %wqkv)  [sgc: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_attn_bf16_30_sgd_update", 19,
-	            k_attn_bf16_30_sgd_update<<<24, 256, 0, sgrt_stream(rt, 0)>>>(v_wqkv, v_grad_wqkv, 49152LL));
 
 	/* cg_attn.sg:19: %qkv  = linear(%x, %wqkv)  [sgc: del %grad.wqkv] */
 
@@ -1032,10 +970,8 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_loss = NULL;
 	float *v_grad_sq_2 = NULL;
 	sg_f16 *v_grad_p = NULL;
-	sg_f16 *v_grad_wo = NULL;
 	sg_f16 *v_grad_att3 = NULL;
 	sg_f16 *v_grad_qkv = NULL;
-	sg_f16 *v_grad_wqkv = NULL;
 
 	/* cg_attn.sg:44: %qkv  = linear(%x, %wqkv) */
 	v_qkv = (sg_f16 *)SGRT_AT(rt, 0); /* 98304 bytes of the arena */
@@ -1072,7 +1008,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernels read v_qkv through their strides) */
 
 	/* cg_attn.sg:52: %att  = scaled_dot_product_attention(%q, %k, %v, scale=0.1) */
-	v_att = (sg_f16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
+	v_att = (sg_f16 *)SGRT_AT(rt, 98304); /* 32768 bytes of the arena */
 	float *tmp_lse_52 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_52, 1024, 0, 52));
 	{
@@ -1109,7 +1045,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_att4 through their operand layout) */
 
 	/* cg_attn.sg:55: %p    = linear(%att3, %wo) */
-	v_p = (sg_f16 *)SGRT_AT(rt, 262144); /* 32768 bytes of the arena */
+	v_p = (sg_f16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1122,10 +1058,10 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_attn.sg:56: %yf   = cast(%p, dtype=f32) */
-	v_yf = (float *)SGRT_AT(rt, 98304); /* 65536 bytes of the arena */
+	v_yf = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
 
 	/* cg_attn.sg:57: %sq   = square(%yf) */
-	v_sq = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
+	v_sq = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
 	if (((uintptr_t)v_p % 8) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_sq % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_f16_56_cast_yf_vec", 56,
 		            k_attn_f16_56_cast_yf_vec<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_p, v_yf, v_sq));
@@ -1140,7 +1076,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:59: backward(%loss) */
 
 	/* cg_attn.sg:59: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
-	v_grad_loss = (float *)SGRT_AT(rt, 262144); /* 4 bytes of the arena */
+	v_grad_loss = (float *)SGRT_AT(rt, 131072); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_34_ones_grad_loss", 59,
 	            k_attn_bf16_34_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
@@ -1148,7 +1084,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
 	/* cg_attn.sg:58: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[2, 64, 128])] */
-	v_grad_sq_2 = (float *)SGRT_AT(rt, 163840); /* 65536 bytes of the arena */
+	v_grad_sq_2 = (float *)SGRT_AT(rt, 229376); /* 65536 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_attn_bf16_33_expand_grad_sq_2", 58,
 	            k_attn_bf16_33_expand_grad_sq_2<<<64, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_sq_2));
 
@@ -1159,7 +1095,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:57: %sq   = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)] */
 
 	/* cg_attn.sg:56: %yf   = cast(%p, dtype=f32)  [sgc: %grad.p = cast(%grad.yf, dtype=f16)] */
-	v_grad_p = (sg_f16 *)SGRT_AT(rt, 262144); /* 32768 bytes of the arena */
+	v_grad_p = (sg_f16 *)SGRT_AT(rt, 131072); /* 32768 bytes of the arena */
 	if (((uintptr_t)v_grad_sq_2 % 16) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_grad_p % 8) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_f16_58_div_grad_sq_vec", 58,
 		            k_attn_f16_58_div_grad_sq_vec<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_p));
@@ -1177,21 +1113,10 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_p through their operand layout) */
 
 	/* cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: %grad.wo = matmul(%grad.wo.3, %grad.wo.2)] */
-	v_grad_wo = (sg_f16 *)SGRT_AT(rt, 98304); /* 32768 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_F16;
-		g.trans_a = 1;
-		g.trans_b = 0;
-		g.m = 128;
-		g.n = 128;
-		g.k = 128;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_att4, v_grad_wo, "k_attn_f16_55_matmul_grad_wo", 55));
-	}
+	/* (run at line 55, as the SGD update of %wo: cuBLASLt accumulates -lr times the product into it) */
 
 	/* cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: %grad.att3 = matmul(%grad.p, %wo)] */
-	v_grad_att3 = (sg_f16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
+	v_grad_att3 = (sg_f16 *)SGRT_AT(rt, 163840); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1204,8 +1129,19 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: sgd_update_(%wo, %grad.wo, lr=0.01, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_attn_f16_55_sgd_update", 55,
-	            k_attn_f16_55_sgd_update<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_wo, v_grad_wo, 16384LL));
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_F16;
+		g.trans_a = 1;
+		g.trans_b = 0;
+		g.m = 128;
+		g.n = 128;
+		g.k = 128;
+		g.alpha = -0.01;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_p, v_att4, v_wo, "k_attn_f16_55_matmul_sgd_grad_wo", 55));
+	}
 
 	/* cg_attn.sg:55: %p    = linear(%att3, %wo)  [sgc: del %grad.wo] */
 
@@ -1216,7 +1152,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
 	/* cg_attn.sg:52: %att  = scaled_dot_product_attention(%q, %k, %v, scale=0.1)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, scale=0.1, enable_gqa=false)] */
-	v_grad_qkv = (sg_f16 *)SGRT_AT(rt, 98304); /* 98304 bytes of the arena */
+	v_grad_qkv = (sg_f16 *)SGRT_AT(rt, 196608); /* 98304 bytes of the arena */
 	float *tmp_delta_52 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_delta_52, 1024, 0, 52));
 	{
@@ -1294,7 +1230,9 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_qkv through their operand layout) */
 
 	/* cg_attn.sg:44: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv = matmul(%grad.wqkv.3, %grad.wqkv.2)] */
-	v_grad_wqkv = (sg_f16 *)SGRT_AT(rt, 0); /* 98304 bytes of the arena */
+	/* (run at line 44, as the SGD update of %wqkv: cuBLASLt accumulates -lr times the product into it) */
+
+	/* cg_attn.sg:44: %qkv  = linear(%x, %wqkv)  [sgc: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0)] */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1304,12 +1242,10 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 384;
 		g.n = 128;
 		g.k = 128;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_qkv, v_x, v_grad_wqkv, "k_attn_f16_44_matmul_grad_wqkv", 44));
+		g.alpha = -0.01;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_qkv, v_x, v_wqkv, "k_attn_f16_44_matmul_sgd_grad_wqkv", 44));
 	}
-
-	/* cg_attn.sg:44: %qkv  = linear(%x, %wqkv)  [sgc: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_attn_f16_55_sgd_update", 44,
-	            k_attn_f16_55_sgd_update<<<24, 256, 0, sgrt_stream(rt, 0)>>>(v_wqkv, v_grad_wqkv, 49152LL));
 
 	/* cg_attn.sg:44: %qkv  = linear(%x, %wqkv)  [sgc: del %grad.wqkv] */
 

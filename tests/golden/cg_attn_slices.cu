@@ -146,36 +146,6 @@ k_attn_slices_33_div_grad_sq_vec(const float *x0, const float *x1, sg_bf16 *x2)
 		*(sg_vec<sg_bf16, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
-// cg_attn_slices.sg:29: %side = linear(%v3, %wv)  [sgc: sgd_update_(%wv, %grad.wv, lr=0.01, momentum=0.0, weight_decay=0.0)]
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to bf16 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_attn_slices_29_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.01 * d));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_attn_slices_29_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, const int n)
-{
-	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_attn_slices_29_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 8) = pv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride)
-		k_attn_slices_29_sgd_update_one(p[i], g[i]);
-}
 // cg_attn_slices.sg:22: %v4   = reshape(%v3, shape=[B, T, NH, HD])  [sgc: %grad.v3.2 = add(%grad.v3, %grad.v3.1)]
 // (x0 = %grad.v3, x1 = %grad.v3.1, x2 = %grad.v3.2)
 static __global__ void __launch_bounds__(256)
@@ -373,14 +343,12 @@ attn_slices_run(attn_slices_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_loss = NULL;
 	float *v_grad_sq_2 = NULL;
 	sg_bf16 *v_grad_y = NULL;
-	sg_bf16 *v_grad_wv = NULL;
 	sg_bf16 *v_grad_v3 = NULL;
 	sg_bf16 *v_grad_v3_1 = NULL;
 	sg_bf16 *v_grad_v3_2 = NULL;
 	sg_bf16 *v_grad_k3 = NULL;
 	sg_bf16 *v_grad_q3 = NULL;
 	sg_bf16 *v_grad_qkv = NULL;
-	sg_bf16 *v_grad_wqkv = NULL;
 
 	/* cg_attn_slices.sg:18: %qkv  = linear(%x, %wqkv) */
 	v_qkv = (sg_bf16 *)SGRT_AT(rt, 0); /* 98304 bytes of the arena */
@@ -526,22 +494,10 @@ attn_slices_run(attn_slices_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_y through their operand layout) */
 
 	/* cg_attn_slices.sg:29: %side = linear(%v3, %wv)  [sgc: %grad.wv = matmul(%grad.wv.3, %grad.wv.2)] */
-	v_grad_wv = (sg_bf16 *)SGRT_AT(rt, 163840); /* 32768 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_BF16;
-		g.trans_a = 1;
-		g.trans_b = 0;
-		g.m = 128;
-		g.n = 128;
-		g.k = 128;
-		g.ldb = 384;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_y, v_qkv + 256, v_grad_wv, "k_attn_slices_29_matmul_grad_wv", 29));
-	}
+	/* (run at line 29, as the SGD update of %wv: cuBLASLt accumulates -lr times the product into it) */
 
 	/* cg_attn_slices.sg:29: %side = linear(%v3, %wv)  [sgc: %grad.v3 = matmul(%grad.y, %wv)] */
-	v_grad_v3 = (sg_bf16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
+	v_grad_v3 = (sg_bf16 *)SGRT_AT(rt, 163840); /* 32768 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -554,8 +510,20 @@ attn_slices_run(attn_slices_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_attn_slices.sg:29: %side = linear(%v3, %wv)  [sgc: sgd_update_(%wv, %grad.wv, lr=0.01, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_attn_slices_29_sgd_update", 29,
-	            k_attn_slices_29_sgd_update<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_wv, v_grad_wv, 16384LL));
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_BF16;
+		g.trans_a = 1;
+		g.trans_b = 0;
+		g.m = 128;
+		g.n = 128;
+		g.k = 128;
+		g.ldb = 384;
+		g.alpha = -0.01;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_y, v_qkv + 256, v_wv, "k_attn_slices_29_matmul_sgd_grad_wv", 29));
+	}
 
 	/* cg_attn_slices.sg:29: %side = linear(%v3, %wv)  [sgc: del %grad.wv] */
 
@@ -568,7 +536,7 @@ attn_slices_run(attn_slices_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn_slices.sg:26: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=false)] */
 	v_grad_q3 = (sg_bf16 *)SGRT_AT(rt, 262144); /* 32768 bytes of the arena */
 	v_grad_k3 = (sg_bf16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
-	v_grad_v3_1 = (sg_bf16 *)SGRT_AT(rt, 163840); /* 32768 bytes of the arena */
+	v_grad_v3_1 = (sg_bf16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
 	float *tmp_delta_26 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_delta_26, 1024, 0, 26));
 	{
@@ -627,7 +595,7 @@ attn_slices_run(attn_slices_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the attention kernel wrote v_grad_v3_1 through its strides) */
 
 	/* cg_attn_slices.sg:22: %v4   = reshape(%v3, shape=[B, T, NH, HD])  [sgc: %grad.v3.2 = add(%grad.v3, %grad.v3.1)] */
-	v_grad_v3_2 = (sg_bf16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */
+	v_grad_v3_2 = (sg_bf16 *)SGRT_AT(rt, 163840); /* 32768 bytes of the arena */
 	if (((uintptr_t)v_grad_v3 % 16) == 0 && ((uintptr_t)v_grad_v3_1 % 16) == 0 && ((uintptr_t)v_grad_v3_2 % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_attn_slices_22_add_grad_v3_2_vec", 22,
 		            k_attn_slices_22_add_grad_v3_2_vec<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_v3, v_grad_v3_1, v_grad_v3_2));
@@ -660,7 +628,9 @@ attn_slices_run(attn_slices_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_qkv through their operand layout) */
 
 	/* cg_attn_slices.sg:18: %qkv  = linear(%x, %wqkv)  [sgc: %grad.wqkv = matmul(%grad.wqkv.3, %grad.wqkv.2)] */
-	v_grad_wqkv = (sg_bf16 *)SGRT_AT(rt, 98304); /* 98304 bytes of the arena */
+	/* (run at line 18, as the SGD update of %wqkv: cuBLASLt accumulates -lr times the product into it) */
+
+	/* cg_attn_slices.sg:18: %qkv  = linear(%x, %wqkv)  [sgc: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0)] */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -670,12 +640,10 @@ attn_slices_run(attn_slices_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 384;
 		g.n = 128;
 		g.k = 128;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_qkv, v_x, v_grad_wqkv, "k_attn_slices_18_matmul_grad_wqkv", 18));
+		g.alpha = -0.01;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_qkv, v_x, v_wqkv, "k_attn_slices_18_matmul_sgd_grad_wqkv", 18));
 	}
-
-	/* cg_attn_slices.sg:18: %qkv  = linear(%x, %wqkv)  [sgc: sgd_update_(%wqkv, %grad.wqkv, lr=0.01, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_attn_slices_29_sgd_update", 18,
-	            k_attn_slices_29_sgd_update<<<24, 256, 0, sgrt_stream(rt, 0)>>>(v_wqkv, v_grad_wqkv, 49152LL));
 
 	/* cg_attn_slices.sg:18: %qkv  = linear(%x, %wqkv)  [sgc: del %grad.wqkv] */
 

@@ -59,36 +59,6 @@ k_mlp_19_div_grad_o(const sg_bf16 *x0, sg_bf16 *x1)
 		x1[i] = sg_st_bf16(r1);
 	}
 }
-// cg_gelu_epilogue.sg:18: %o = linear(%g, %w2)  [sgc: sgd_update_(%w2, %grad.w2, lr=0.1, momentum=0.0, weight_decay=0.0)]
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to bf16 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_mlp_18_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_mlp_18_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, const int n)
-{
-	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_mlp_18_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 8) = pv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride)
-		k_mlp_18_sgd_update_one(p[i], g[i]);
-}
 // cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1)  [sgc: %grad.b1 = sum(%grad.f, dims=[0], keepdim=false)]
 /* A reduction whose outputs are the innermost elements: the 32 threads of
  * a warp take 32 neighbouring outputs (coalesced reads), the block's 8
@@ -110,6 +80,36 @@ k_mlp_16_sum_grad_b1(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 	for (int k = 1; k < 8; k++)
 		acc = sgk_add_op()(acc, part[k][lane]);
 	out[o] = sg_st_bf16(sg_to_bf16(acc));
+}
+// cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1)  [sgc: sgd_update_(%b1, %grad.b1, lr=0.1, momentum=0.0, weight_decay=0.0)]
+/* torch.optim.SGD's update of one element, op by op in float (each op
+ * rounded to bf16 as PyTorch's are). */
+static __device__ __forceinline__ void
+k_mlp_16_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
+{
+	const float pi = sg_ld(p);
+	float d = sg_ld(g);
+	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
+}
+/* 8 elements a thread through 16-byte loads and stores when every
+ * pointer is aligned; element by element otherwise and for the tail. */
+static __global__ void __launch_bounds__(256)
+k_mlp_16_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, const int n)
+{
+	typedef sg_vec<sg_bf16, 8> V;
+	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 8 : 0;
+	const int stride = (int)gridDim.x * blockDim.x;
+	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
+		V pv = *(const V *)(p + w * 8);
+		const V gv = *(const V *)(g + w * 8);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			k_mlp_16_sgd_update_one(pv.v[j], gv.v[j]);
+		*(V *)(p + w * 8) = pv;
+	}
+	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride)
+		k_mlp_16_sgd_update_one(p[i], g[i]);
 }
 
 #ifndef __CUDACC_RTC__
@@ -155,7 +155,7 @@ mlp_create(mlp_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 9216; /* the static memory plan's peak */
+	cfg.arena_bytes = 7168; /* the static memory plan's peak */
 	mlp_model *M = (mlp_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -248,17 +248,15 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_loss = NULL;
 	sg_bf16 *v_grad_o_2 = NULL;
 	sg_bf16 *v_grad_o = NULL;
-	sg_bf16 *v_grad_w2 = NULL;
 	sg_bf16 *v_grad_f = NULL;
-	sg_bf16 *v_grad_w1 = NULL;
 	sg_bf16 *v_grad_b1 = NULL;
 
 	/* cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1) */
-	v_f = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
+	v_f = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
 	/* (run at line 17, with its gelu as cuBLASLt's epilogue) */
 
 	/* cg_gelu_epilogue.sg:17: %g = gelu(%f, approximate="tanh") */
-	v_g = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2048 bytes of the arena */
+	v_g = (sg_bf16 *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -274,7 +272,7 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_gelu_epilogue.sg:18: %o = linear(%g, %w2) */
-	v_o = (sg_bf16 *)SGRT_AT(rt, 0); /* 1024 bytes of the arena */
+	v_o = (sg_bf16 *)SGRT_AT(rt, 4096); /* 1024 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -293,7 +291,7 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_gelu_epilogue.sg:20: backward(%loss) */
 
 	/* cg_gelu_epilogue.sg:20: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)] */
-	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 0); /* 2 bytes of the arena */
+	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_mlp_20_ones_grad_loss", 20,
 	            k_mlp_20_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
@@ -301,12 +299,12 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
 	/* cg_gelu_epilogue.sg:19: %loss = mean(%o)  [sgc: %grad.o.2 = expand(%grad.o.1, shape=[16, 32])] */
-	v_grad_o_2 = (sg_bf16 *)SGRT_AT(rt, 8192); /* 1024 bytes of the arena */
+	v_grad_o_2 = (sg_bf16 *)SGRT_AT(rt, 6144); /* 1024 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_mlp_19_expand_grad_o_2", 19,
 	            k_mlp_19_expand_grad_o_2<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_o_2));
 
 	/* cg_gelu_epilogue.sg:19: %loss = mean(%o)  [sgc: %grad.o = div(%grad.o.2, 512)] */
-	v_grad_o = (sg_bf16 *)SGRT_AT(rt, 8192); /* 1024 bytes of the arena */
+	v_grad_o = (sg_bf16 *)SGRT_AT(rt, 6144); /* 1024 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_mlp_19_div_grad_o", 19,
 	            k_mlp_19_div_grad_o<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_o_2, v_grad_o));
 
@@ -314,21 +312,10 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
 	/* cg_gelu_epilogue.sg:18: %o = linear(%g, %w2)  [sgc: %grad.w2 = matmul(%grad.w2.1, %g)] */
-	v_grad_w2 = (sg_bf16 *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_BF16;
-		g.trans_a = 1;
-		g.trans_b = 0;
-		g.m = 32;
-		g.n = 64;
-		g.k = 16;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_g, v_grad_w2, "k_mlp_18_matmul_grad_w2", 18));
-	}
+	/* (run at line 18, as the SGD update of %w2: cuBLASLt accumulates -lr times the product into it) */
 
 	/* cg_gelu_epilogue.sg:18: %o = linear(%g, %w2)  [sgc: %grad.g = matmul(%grad.o, %w2)] */
-	v_grad_f = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2048 bytes of the arena */
+	v_grad_f = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -343,8 +330,19 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_gelu_epilogue.sg:18: %o = linear(%g, %w2)  [sgc: sgd_update_(%w2, %grad.w2, lr=0.1, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_mlp_18_sgd_update", 18,
-	            k_mlp_18_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2, 2048LL));
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_BF16;
+		g.trans_a = 1;
+		g.trans_b = 0;
+		g.m = 32;
+		g.n = 64;
+		g.k = 16;
+		g.alpha = -0.10000000000000001;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_g, v_w2, "k_mlp_18_matmul_sgd_grad_w2", 18));
+	}
 
 	/* cg_gelu_epilogue.sg:18: %o = linear(%g, %w2)  [sgc: del %grad.w2] */
 
@@ -355,7 +353,14 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_f through their operand layout) */
 
 	/* cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1)  [sgc: %grad.w1 = matmul(%grad.w1.1, %x)] */
-	v_grad_w1 = (sg_bf16 *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
+	/* (run at line 16, as the SGD update of %w1: cuBLASLt accumulates -lr times the product into it) */
+
+	/* cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1)  [sgc: %grad.b1 = sum(%grad.f, dims=[0], keepdim=false)] */
+	v_grad_b1 = (sg_bf16 *)SGRT_AT(rt, 0); /* 128 bytes of the arena */
+	SGRT_KERNEL(rt, 0, "k_mlp_16_sum_grad_b1", 16,
+	            k_mlp_16_sum_grad_b1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_f, v_grad_b1));
+
+	/* cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1)  [sgc: sgd_update_(%w1, %grad.w1, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -365,23 +370,16 @@ mlp_run(mlp_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 64;
 		g.n = 32;
 		g.k = 16;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_f, v_x, v_grad_w1, "k_mlp_16_matmul_grad_w1", 16));
+		g.alpha = -0.10000000000000001;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_f, v_x, v_w1, "k_mlp_16_matmul_sgd_grad_w1", 16));
 	}
-
-	/* cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1)  [sgc: %grad.b1 = sum(%grad.f, dims=[0], keepdim=false)] */
-	v_grad_b1 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 128 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_mlp_16_sum_grad_b1", 16,
-	            k_mlp_16_sum_grad_b1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_f, v_grad_b1));
-
-	/* cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1)  [sgc: sgd_update_(%w1, %grad.w1, lr=0.1, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_mlp_18_sgd_update", 16,
-	            k_mlp_18_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w1, v_grad_w1, 2048LL));
 
 	/* cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1)  [sgc: del %grad.w1] */
 
 	/* cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1)  [sgc: sgd_update_(%b1, %grad.b1, lr=0.1, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_mlp_18_sgd_update", 16,
-	            k_mlp_18_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b1, v_grad_b1, 64LL));
+	SGRT_KERNEL(rt, 0, "k_mlp_16_sgd_update", 16,
+	            k_mlp_16_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b1, v_grad_b1, 64LL));
 
 	/* cg_gelu_epilogue.sg:16: %f = linear(%x, %w1, %b1)  [sgc: del %grad.b1] */
 

@@ -95,11 +95,11 @@ k_rows_f32_24_cross_entropy_count_grad_o(const float *__restrict__ x, const sg_i
 	}
 	(void)x;
 }
-// cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)]
+// cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f32 as PyTorch's are). */
 static __device__ __forceinline__ void
-k_rows_f32_23_sgd_update_one(float &p, const float g)
+k_rows_f32_22_sgd_update_one(float &p, const float g)
 {
 	const float pi = sg_ld(p);
 	float d = sg_ld(g);
@@ -108,7 +108,7 @@ k_rows_f32_23_sgd_update_one(float &p, const float g)
 /* 4 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-k_rows_f32_23_sgd_update(float *__restrict__ p, const float *__restrict__ g, const int n)
+k_rows_f32_22_sgd_update(float *__restrict__ p, const float *__restrict__ g, const int n)
 {
 	typedef sg_vec<float, 4> V;
 	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 4 : 0;
@@ -118,12 +118,12 @@ k_rows_f32_23_sgd_update(float *__restrict__ p, const float *__restrict__ g, con
 		const V gv = *(const V *)(g + w * 4);
 #pragma unroll
 		for (int j = 0; j < 4; j++)
-			k_rows_f32_23_sgd_update_one(pv.v[j], gv.v[j]);
+			k_rows_f32_22_sgd_update_one(pv.v[j], gv.v[j]);
 		*(V *)(p + w * 4) = pv;
 	}
 	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
-		k_rows_f32_23_sgd_update_one(p[i], g[i]);
+		k_rows_f32_22_sgd_update_one(p[i], g[i]);
 }
 // cg_rows_bwd.sg:44: %loss = mul(%ce, 2.0)
 /* The pointwise ops after %ce, computed where its kernel stores
@@ -204,11 +204,11 @@ k_rows_bf16_43_cross_entropy_count_grad_o(const sg_bf16 *__restrict__ x, const s
 	}
 	(void)x;
 }
-// cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)]
+// cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
 static __device__ __forceinline__ void
-k_rows_bf16_42_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
+k_rows_bf16_41_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
 {
 	const float pi = sg_ld(p);
 	float d = sg_ld(g);
@@ -217,7 +217,7 @@ k_rows_bf16_42_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-k_rows_bf16_42_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, const int n)
+k_rows_bf16_41_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, const int n)
 {
 	typedef sg_vec<sg_bf16, 8> V;
 	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 8 : 0;
@@ -227,12 +227,12 @@ k_rows_bf16_42_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g
 		const V gv = *(const V *)(g + w * 8);
 #pragma unroll
 		for (int j = 0; j < 8; j++)
-			k_rows_bf16_42_sgd_update_one(pv.v[j], gv.v[j]);
+			k_rows_bf16_41_sgd_update_one(pv.v[j], gv.v[j]);
 		*(V *)(p + w * 8) = pv;
 	}
 	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
-		k_rows_bf16_42_sgd_update_one(p[i], g[i]);
+		k_rows_bf16_41_sgd_update_one(p[i], g[i]);
 }
 // cg_rows_bwd.sg:63: %lt = mul(%l, %t)
 /* The element i of %lt, computed where the kernel after it reads it
@@ -309,36 +309,6 @@ k_soft_f32_64_div_grad_lt_vec(const float *x0, const float *x1, float *x2)
 		}
 		*(sg_vec<float, 4> *)(x2 + w * 4) = x2_v;
 	}
-}
-// cg_rows_bwd.sg:61: %z = linear(%p, %w2)  [sgc: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)]
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to f32 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_soft_f32_61_sgd_update_one(float &p, const float g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_f32(sg_to_f32(pi + (float)-0.5 * d));
-}
-/* 4 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_soft_f32_61_sgd_update(float *__restrict__ p, const float *__restrict__ g, const int n)
-{
-	typedef sg_vec<float, 4> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 4 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 4);
-		const V gv = *(const V *)(g + w * 4);
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-			k_soft_f32_61_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 4) = pv;
-	}
-	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride)
-		k_soft_f32_61_sgd_update_one(p[i], g[i]);
 }
 // cg_rows_bwd.sg:80: %lt = mul(%l, %t)
 /* The element i of %lt, computed where the kernel after it reads it
@@ -479,36 +449,6 @@ k_soft_bf16_79_exp_grad_z_2_vec(const sg_bf16 *x0, const sg_bf16 *x1, const sg_b
 		*(sg_vec<sg_bf16, 8> *)(x3 + w * 8) = x3_v;
 	}
 }
-// cg_rows_bwd.sg:78: %z = linear(%p, %w2)  [sgc: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)]
-/* torch.optim.SGD's update of one element, op by op in float (each op
- * rounded to bf16 as PyTorch's are). */
-static __device__ __forceinline__ void
-k_soft_bf16_78_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
-{
-	const float pi = sg_ld(p);
-	float d = sg_ld(g);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.5 * d));
-}
-/* 8 elements a thread through 16-byte loads and stores when every
- * pointer is aligned; element by element otherwise and for the tail. */
-static __global__ void __launch_bounds__(256)
-k_soft_bf16_78_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, const int n)
-{
-	typedef sg_vec<sg_bf16, 8> V;
-	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 8 : 0;
-	const int stride = (int)gridDim.x * blockDim.x;
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < nv; w += stride) {
-		V pv = *(const V *)(p + w * 8);
-		const V gv = *(const V *)(g + w * 8);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			k_soft_bf16_78_sgd_update_one(pv.v[j], gv.v[j]);
-		*(V *)(p + w * 8) = pv;
-	}
-	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride)
-		k_soft_bf16_78_sgd_update_one(p[i], g[i]);
-}
 // cg_rows_bwd.sg:77: %p = softmax(%h)  [sgc: %grad.h.1 = mul(%grad.p, %p)]
 /* The element i of %grad.h.1, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
@@ -627,7 +567,7 @@ rows_f32_create(rows_f32_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 20480; /* the static memory plan's peak */
+	cfg.arena_bytes = 17920; /* the static memory plan's peak */
 	rows_f32_model *M = (rows_f32_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -726,17 +666,15 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_loss = NULL;
 	float *v_grad_ce = NULL;
 	float *v_grad_o = NULL;
-	float *v_grad_w = NULL;
 	float *v_grad_r = NULL;
 	float *v_grad_n = NULL;
 	float *v_grad_q = NULL;
 	float *v_grad_h = NULL;
 	float *v_grad_g = NULL;
 	float *v_grad_b = NULL;
-	float *v_grad_w0 = NULL;
 
 	/* cg_rows_bwd.sg:20: %h = linear(%x, %w0) */
-	v_h = (float *)SGRT_AT(rt, 6144); /* 4096 bytes of the arena */
+	v_h = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -749,12 +687,12 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b) */
-	v_n = (float *)SGRT_AT(rt, 10240); /* 4096 bytes of the arena */
+	v_n = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_21_layer_norm_n", 21,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_h, v_g, v_b, v_n, NULL, NULL, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 21));
 
 	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q) */
-	v_r = (float *)SGRT_AT(rt, 14336); /* 4096 bytes of the arena */
+	v_r = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_22_rms_norm_r", 22,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_n, v_q, NULL, v_r, NULL, NULL, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 22));
 
@@ -785,17 +723,17 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:26: backward(%loss) */
 
 	/* cg_rows_bwd.sg:26: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
-	v_grad_loss = (float *)SGRT_AT(rt, 0); /* 4 bytes of the arena */
+	v_grad_loss = (float *)SGRT_AT(rt, 12288); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_26_ones_grad_loss", 26,
 	            k_rows_f32_26_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_rows_bwd.sg:25: %loss = mul(%ce, 0.5)  [sgc: %grad.ce = mul(%grad.loss, 0.5)] */
-	v_grad_ce = (float *)SGRT_AT(rt, 0); /* 4 bytes of the arena */
+	v_grad_ce = (float *)SGRT_AT(rt, 12288); /* 4 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_f32_25_mul_grad_ce", 25,
 	            k_rows_f32_25_mul_grad_ce<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_ce));
 
 	/* cg_rows_bwd.sg:24: %ce = cross_entropy(%o, %t)  [sgc: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)] */
-	v_grad_o = (float *)SGRT_AT(rt, 18432); /* 1536 bytes of the arena */
+	v_grad_o = (float *)SGRT_AT(rt, 16384); /* 1536 bytes of the arena */
 	float *tmp_lse_24_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_24_2, 68, 0, 24));
 	SGRT_KERNEL(rt, 0, "k_rows_f32_24_cross_entropy_lse_grad_o", 24,
@@ -810,21 +748,10 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
 	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: %grad.w = matmul(%grad.w.1, %r)] */
-	v_grad_w = (float *)SGRT_AT(rt, 0); /* 6144 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_F32;
-		g.trans_a = 1;
-		g.trans_b = 0;
-		g.m = 24;
-		g.n = 64;
-		g.k = 16;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_r, v_grad_w, "k_rows_f32_23_matmul_grad_w", 23));
-	}
+	/* (run at line 23, as the SGD update of %w: cuBLASLt accumulates -lr times the product into it) */
 
 	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: %grad.r = matmul(%grad.o, %w)] */
-	v_grad_r = (float *)SGRT_AT(rt, 14336); /* 4096 bytes of the arena */
+	v_grad_r = (float *)SGRT_AT(rt, 12288); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -837,14 +764,25 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 23,
-	            k_rows_f32_23_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 1536LL));
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_F32;
+		g.trans_a = 1;
+		g.trans_b = 0;
+		g.m = 24;
+		g.n = 64;
+		g.k = 16;
+		g.alpha = -0.10000000000000001;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_r, v_w, "k_rows_f32_23_matmul_sgd_grad_w", 23));
+	}
 
 	/* cg_rows_bwd.sg:23: %o = linear(%r, %w)  [sgc: del %grad.w] */
 
 	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: %grad.n, %grad.q = rms_norm_backward(%grad.r, %n, %q, eps=1e-06, residual=false)] */
-	v_grad_n = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
-	v_grad_q = (float *)SGRT_AT(rt, 4096); /* 256 bytes of the arena */
+	v_grad_n = (float *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
+	v_grad_q = (float *)SGRT_AT(rt, 16384); /* 256 bytes of the arena */
 	void *tmp_norm_parts_22 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_22, sg_layer_norm_bwd_fused_workspace<float>(16, 64), 0, 22));
 	SGRT_KERNEL(rt, 0, "k_rows_f32_22_rms_norm_backward_grad_n", 22,
@@ -852,15 +790,15 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_TRY(sgrt_free_async(rt, tmp_norm_parts_22, 0, 22));
 
 	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 22,
-	            k_rows_f32_23_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_q, v_grad_q, 64LL));
+	SGRT_KERNEL(rt, 0, "k_rows_f32_22_sgd_update", 22,
+	            k_rows_f32_22_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_q, v_grad_q, 64LL));
 
 	/* cg_rows_bwd.sg:22: %r = rms_norm(%n, %q)  [sgc: del %grad.q] */
 
 	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: %grad.h, %grad.g, %grad.b = layer_norm_backward(%grad.n, %h, %g, eps=1e-05, residual=false)] */
-	v_grad_h = (float *)SGRT_AT(rt, 16384); /* 4096 bytes of the arena */
-	v_grad_g = (float *)SGRT_AT(rt, 4096); /* 256 bytes of the arena */
-	v_grad_b = (float *)SGRT_AT(rt, 4352); /* 256 bytes of the arena */
+	v_grad_h = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
+	v_grad_g = (float *)SGRT_AT(rt, 12288); /* 256 bytes of the arena */
+	v_grad_b = (float *)SGRT_AT(rt, 12544); /* 256 bytes of the arena */
 	void *tmp_norm_parts_21 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_21, sg_layer_norm_bwd_fused_workspace<float>(16, 64), 0, 21));
 	SGRT_KERNEL(rt, 0, "k_rows_f32_21_layer_norm_backward_grad_h", 21,
@@ -868,14 +806,14 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_TRY(sgrt_free_async(rt, tmp_norm_parts_21, 0, 21));
 
 	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 21,
-	            k_rows_f32_23_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, 64LL));
+	SGRT_KERNEL(rt, 0, "k_rows_f32_22_sgd_update", 21,
+	            k_rows_f32_22_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, 64LL));
 
 	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: del %grad.g] */
 
 	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: sgd_update_(%b, %grad.b, lr=0.1, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 21,
-	            k_rows_f32_23_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, 64LL));
+	SGRT_KERNEL(rt, 0, "k_rows_f32_22_sgd_update", 21,
+	            k_rows_f32_22_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, 64LL));
 
 	/* cg_rows_bwd.sg:21: %n = layer_norm(%h, %g, %b)  [sgc: del %grad.b] */
 
@@ -883,7 +821,9 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_rows_bwd.sg:20: %h = linear(%x, %w0)  [sgc: %grad.w0 = matmul(%grad.w0.1, %x)] */
-	v_grad_w0 = (float *)SGRT_AT(rt, 0); /* 16384 bytes of the arena */
+	/* (run at line 20, as the SGD update of %w0: cuBLASLt accumulates -lr times the product into it) */
+
+	/* cg_rows_bwd.sg:20: %h = linear(%x, %w0)  [sgc: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -893,12 +833,10 @@ rows_f32_run(rows_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 64;
 		g.n = 64;
 		g.k = 16;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w0, "k_rows_f32_20_matmul_grad_w0", 20));
+		g.alpha = -0.10000000000000001;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_w0, "k_rows_f32_20_matmul_sgd_grad_w0", 20));
 	}
-
-	/* cg_rows_bwd.sg:20: %h = linear(%x, %w0)  [sgc: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_rows_f32_23_sgd_update", 20,
-	            k_rows_f32_23_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w0, v_grad_w0, 4096LL));
 
 	/* cg_rows_bwd.sg:20: %h = linear(%x, %w0)  [sgc: del %grad.w0] */
 
@@ -978,7 +916,7 @@ rows_bf16_create(rows_bf16_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 10240; /* the static memory plan's peak */
+	cfg.arena_bytes = 8960; /* the static memory plan's peak */
 	rows_bf16_model *M = (rows_bf16_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1075,16 +1013,14 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_loss = NULL;
 	sg_bf16 *v_grad_ce = NULL;
 	sg_bf16 *v_grad_o = NULL;
-	sg_bf16 *v_grad_w = NULL;
 	sg_bf16 *v_grad_r = NULL;
 	sg_bf16 *v_grad_n = NULL;
 	sg_bf16 *v_grad_q = NULL;
 	sg_bf16 *v_grad_h = NULL;
 	sg_bf16 *v_grad_g = NULL;
-	sg_bf16 *v_grad_w0 = NULL;
 
 	/* cg_rows_bwd.sg:39: %h = linear(%x, %w0) */
-	v_h = (sg_bf16 *)SGRT_AT(rt, 3072); /* 2048 bytes of the arena */
+	v_h = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1097,12 +1033,12 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g) */
-	v_n = (sg_bf16 *)SGRT_AT(rt, 5120); /* 2048 bytes of the arena */
+	v_n = (sg_bf16 *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_40_layer_norm_n", 40,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_h, v_g, NULL, v_n, NULL, NULL, 16, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 40));
 
 	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q) */
-	v_r = (sg_bf16 *)SGRT_AT(rt, 7168); /* 2048 bytes of the arena */
+	v_r = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_rms_norm_r", 41,
 	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_n, v_q, NULL, v_r, NULL, NULL, 16, 64, (float)1e-06, 1, sgrt_stream(rt, 0)), 41));
 
@@ -1133,17 +1069,17 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:45: backward(%loss) */
 
 	/* cg_rows_bwd.sg:45: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)] */
-	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 0); /* 2 bytes of the arena */
+	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_45_ones_grad_loss", 45,
 	            k_rows_bf16_45_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_rows_bwd.sg:44: %loss = mul(%ce, 2.0)  [sgc: %grad.ce = mul(%grad.loss, 2.0)] */
-	v_grad_ce = (sg_bf16 *)SGRT_AT(rt, 0); /* 2 bytes of the arena */
+	v_grad_ce = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_44_mul_grad_ce", 44,
 	            k_rows_bf16_44_mul_grad_ce<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_ce));
 
 	/* cg_rows_bwd.sg:43: %ce = cross_entropy(%o, %t)  [sgc: %grad.o = cross_entropy_backward(%grad.ce, %o, %t)] */
-	v_grad_o = (sg_bf16 *)SGRT_AT(rt, 9216); /* 768 bytes of the arena */
+	v_grad_o = (sg_bf16 *)SGRT_AT(rt, 8192); /* 768 bytes of the arena */
 	float *tmp_lse_43_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_43_2, 68, 0, 43));
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_43_cross_entropy_lse_grad_o", 43,
@@ -1158,21 +1094,10 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_o through their operand layout) */
 
 	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: %grad.w = matmul(%grad.w.1, %r)] */
-	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 0); /* 3072 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_BF16;
-		g.trans_a = 1;
-		g.trans_b = 0;
-		g.m = 24;
-		g.n = 64;
-		g.k = 16;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_r, v_grad_w, "k_rows_bf16_42_matmul_grad_w", 42));
-	}
+	/* (run at line 42, as the SGD update of %w: cuBLASLt accumulates -lr times the product into it) */
 
 	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: %grad.r = matmul(%grad.o, %w)] */
-	v_grad_r = (sg_bf16 *)SGRT_AT(rt, 7168); /* 2048 bytes of the arena */
+	v_grad_r = (sg_bf16 *)SGRT_AT(rt, 6144); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1185,14 +1110,25 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 42,
-	            k_rows_bf16_42_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 1536LL));
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_BF16;
+		g.trans_a = 1;
+		g.trans_b = 0;
+		g.m = 24;
+		g.n = 64;
+		g.k = 16;
+		g.alpha = -0.10000000000000001;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_o, v_r, v_w, "k_rows_bf16_42_matmul_sgd_grad_w", 42));
+	}
 
 	/* cg_rows_bwd.sg:42: %o = linear(%r, %w)  [sgc: del %grad.w] */
 
 	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: %grad.n, %grad.q = rms_norm_backward(%grad.r, %n, %q, eps=1e-06, residual=false)] */
-	v_grad_n = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
-	v_grad_q = (sg_bf16 *)SGRT_AT(rt, 2048); /* 128 bytes of the arena */
+	v_grad_n = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
+	v_grad_q = (sg_bf16 *)SGRT_AT(rt, 8192); /* 128 bytes of the arena */
 	void *tmp_norm_parts_41 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_41, sg_layer_norm_bwd_fused_workspace<sg_bf16>(16, 64), 0, 41));
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_rms_norm_backward_grad_n", 41,
@@ -1200,14 +1136,14 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_TRY(sgrt_free_async(rt, tmp_norm_parts_41, 0, 41));
 
 	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: sgd_update_(%q, %grad.q, lr=0.1, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 41,
-	            k_rows_bf16_42_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_q, v_grad_q, 64LL));
+	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_sgd_update", 41,
+	            k_rows_bf16_41_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_q, v_grad_q, 64LL));
 
 	/* cg_rows_bwd.sg:41: %r = rms_norm(%n, %q)  [sgc: del %grad.q] */
 
 	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: %grad.h, %grad.g = layer_norm_backward(%grad.n, %h, %g, eps=1e-05, residual=false)] */
-	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 8192); /* 2048 bytes of the arena */
-	v_grad_g = (sg_bf16 *)SGRT_AT(rt, 2048); /* 128 bytes of the arena */
+	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
+	v_grad_g = (sg_bf16 *)SGRT_AT(rt, 6144); /* 128 bytes of the arena */
 	void *tmp_norm_parts_40 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_40, sg_layer_norm_bwd_fused_workspace<sg_bf16>(16, 64), 0, 40));
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_40_layer_norm_backward_grad_h", 40,
@@ -1215,8 +1151,8 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_TRY(sgrt_free_async(rt, tmp_norm_parts_40, 0, 40));
 
 	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 40,
-	            k_rows_bf16_42_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, 64LL));
+	SGRT_KERNEL(rt, 0, "k_rows_bf16_41_sgd_update", 40,
+	            k_rows_bf16_41_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, 64LL));
 
 	/* cg_rows_bwd.sg:40: %n = layer_norm(%h, %g)  [sgc: del %grad.g] */
 
@@ -1224,7 +1160,9 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_rows_bwd.sg:39: %h = linear(%x, %w0)  [sgc: %grad.w0 = matmul(%grad.w0.1, %x)] */
-	v_grad_w0 = (sg_bf16 *)SGRT_AT(rt, 0); /* 8192 bytes of the arena */
+	/* (run at line 39, as the SGD update of %w0: cuBLASLt accumulates -lr times the product into it) */
+
+	/* cg_rows_bwd.sg:39: %h = linear(%x, %w0)  [sgc: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1234,12 +1172,10 @@ rows_bf16_run(rows_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 64;
 		g.n = 64;
 		g.k = 16;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w0, "k_rows_bf16_39_matmul_grad_w0", 39));
+		g.alpha = -0.10000000000000001;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_w0, "k_rows_bf16_39_matmul_sgd_grad_w0", 39));
 	}
-
-	/* cg_rows_bwd.sg:39: %h = linear(%x, %w0)  [sgc: sgd_update_(%w0, %grad.w0, lr=0.1, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_rows_bf16_42_sgd_update", 39,
-	            k_rows_bf16_42_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w0, v_grad_w0, 4096LL));
 
 	/* cg_rows_bwd.sg:39: %h = linear(%x, %w0)  [sgc: del %grad.w0] */
 
@@ -1317,7 +1253,7 @@ soft_f32_create(soft_f32_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 24576; /* the static memory plan's peak */
+	cfg.arena_bytes = 12288; /* the static memory plan's peak */
 	soft_f32_model *M = (soft_f32_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1411,10 +1347,8 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_lt_2 = NULL;
 	float *v_grad_l = NULL;
 	float *v_grad_z = NULL;
-	float *v_grad_w2 = NULL;
 	float *v_grad_p = NULL;
 	float *v_grad_h = NULL;
-	float *v_grad_w = NULL;
 
 	/* cg_rows_bwd.sg:59: %h = linear(%x, %w) */
 	v_h = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
@@ -1500,21 +1434,10 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_z through their operand layout) */
 
 	/* cg_rows_bwd.sg:61: %z = linear(%p, %w2)  [sgc: %grad.w2 = matmul(%grad.w2.1, %p)] */
-	v_grad_w2 = (float *)SGRT_AT(rt, 4096); /* 16384 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_F32;
-		g.trans_a = 1;
-		g.trans_b = 0;
-		g.m = 64;
-		g.n = 64;
-		g.k = 16;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_p, v_grad_w2, "k_soft_f32_61_matmul_grad_w2", 61));
-	}
+	/* (run at line 61, as the SGD update of %w2: cuBLASLt accumulates -lr times the product into it) */
 
 	/* cg_rows_bwd.sg:61: %z = linear(%p, %w2)  [sgc: %grad.p = matmul(%grad.z, %w2)] */
-	v_grad_p = (float *)SGRT_AT(rt, 20480); /* 4096 bytes of the arena */
+	v_grad_p = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1527,8 +1450,19 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:61: %z = linear(%p, %w2)  [sgc: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_soft_f32_61_sgd_update", 61,
-	            k_soft_f32_61_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2, 4096LL));
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_F32;
+		g.trans_a = 1;
+		g.trans_b = 0;
+		g.m = 64;
+		g.n = 64;
+		g.k = 16;
+		g.alpha = -0.5;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_p, v_w2, "k_soft_f32_61_matmul_sgd_grad_w2", 61));
+	}
 
 	/* cg_rows_bwd.sg:61: %z = linear(%p, %w2)  [sgc: del %grad.w2] */
 
@@ -1549,7 +1483,9 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_rows_bwd.sg:59: %h = linear(%x, %w)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
-	v_grad_w = (float *)SGRT_AT(rt, 4096); /* 16384 bytes of the arena */
+	/* (run at line 59, as the SGD update of %w: cuBLASLt accumulates -lr times the product into it) */
+
+	/* cg_rows_bwd.sg:59: %h = linear(%x, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0)] */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1559,12 +1495,10 @@ soft_f32_run(soft_f32_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 64;
 		g.n = 64;
 		g.k = 16;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w, "k_soft_f32_59_matmul_grad_w", 59));
+		g.alpha = -0.5;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_w, "k_soft_f32_59_matmul_sgd_grad_w", 59));
 	}
-
-	/* cg_rows_bwd.sg:59: %h = linear(%x, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_soft_f32_61_sgd_update", 59,
-	            k_soft_f32_61_sgd_update<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 4096LL));
 
 	/* cg_rows_bwd.sg:59: %h = linear(%x, %w)  [sgc: del %grad.w] */
 
@@ -1642,7 +1576,7 @@ soft_bf16_create(soft_bf16_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 12288; /* the static memory plan's peak */
+	cfg.arena_bytes = 4352; /* the static memory plan's peak */
 	soft_bf16_model *M = (soft_bf16_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -1737,11 +1671,9 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_l = NULL;
 	sg_bf16 *v_grad_z_1 = NULL;
 	sg_bf16 *v_grad_z = NULL;
-	sg_bf16 *v_grad_w2 = NULL;
 	sg_bf16 *v_grad_p = NULL;
 	sg_bf16 *v_grad_h_2 = NULL;
 	sg_bf16 *v_grad_h = NULL;
-	sg_bf16 *v_grad_w = NULL;
 
 	/* cg_rows_bwd.sg:76: %h = linear(%x, %w) */
 	v_h = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
@@ -1788,7 +1720,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_rows_bwd.sg:82: backward(%loss) */
 
 	/* cg_rows_bwd.sg:82: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)] */
-	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 0); /* 2 bytes of the arena */
+	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_rows_bf16_45_ones_grad_loss", 82,
 	            k_rows_bf16_45_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
@@ -1796,14 +1728,14 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
 	/* cg_rows_bwd.sg:81: %loss = mean(%lt)  [sgc: %grad.lt.2 = expand(%grad.lt.1, shape=[16, 64])] */
-	v_grad_lt_2 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
+	v_grad_lt_2 = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_81_expand_grad_lt_2", 81,
 	            k_soft_bf16_81_expand_grad_lt_2<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_lt_2));
 
 	/* cg_rows_bwd.sg:81: %loss = mean(%lt)  [sgc: %grad.lt = div(%grad.lt.2, 1024)] */
 
 	/* cg_rows_bwd.sg:80: %lt = mul(%l, %t)  [sgc: %grad.l = mul(%grad.lt, %t)] */
-	v_grad_l = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
+	v_grad_l = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
 	if (((uintptr_t)v_grad_lt_2 % 16) == 0 && ((uintptr_t)v_t % 16) == 0 && ((uintptr_t)v_grad_l % 16) == 0)
 		SGRT_KERNEL(rt, 0, "k_soft_bf16_81_div_grad_lt_vec", 81,
 		            k_soft_bf16_81_div_grad_lt_vec<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_lt_2, v_t, v_grad_l));
@@ -1812,7 +1744,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_soft_bf16_81_div_grad_lt<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_lt_2, v_t, v_grad_l));
 
 	/* cg_rows_bwd.sg:79: %l = log_softmax(%z)  [sgc: %grad.z.1 = sum(%grad.l, dims=[1], keepdim=true)] */
-	v_grad_z_1 = (sg_bf16 *)SGRT_AT(rt, 0); /* 32 bytes of the arena */
+	v_grad_z_1 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_soft_bf16_79_sum_grad_z_1", 79,
 	            k_soft_bf16_79_sum_grad_z_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_l, v_grad_z_1));
 
@@ -1833,18 +1765,7 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_z through their operand layout) */
 
 	/* cg_rows_bwd.sg:78: %z = linear(%p, %w2)  [sgc: %grad.w2 = matmul(%grad.w2.1, %p)] */
-	v_grad_w2 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 8192 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_BF16;
-		g.trans_a = 1;
-		g.trans_b = 0;
-		g.m = 64;
-		g.n = 64;
-		g.k = 16;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_p, v_grad_w2, "k_soft_bf16_78_matmul_grad_w2", 78));
-	}
+	/* (run at line 78, as the SGD update of %w2: cuBLASLt accumulates -lr times the product into it) */
 
 	/* cg_rows_bwd.sg:78: %z = linear(%p, %w2)  [sgc: %grad.p = matmul(%grad.z, %w2)] */
 	v_grad_p = (sg_bf16 *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
@@ -1860,8 +1781,19 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_rows_bwd.sg:78: %z = linear(%p, %w2)  [sgc: sgd_update_(%w2, %grad.w2, lr=0.5, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_soft_bf16_78_sgd_update", 78,
-	            k_soft_bf16_78_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w2, v_grad_w2, 4096LL));
+	{
+		SgrtGemm g;
+		memset(&g, 0, sizeof g);
+		g.dtype = SGRT_BF16;
+		g.trans_a = 1;
+		g.trans_b = 0;
+		g.m = 64;
+		g.n = 64;
+		g.k = 16;
+		g.alpha = -0.5;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_z, v_p, v_w2, "k_soft_bf16_78_matmul_sgd_grad_w2", 78));
+	}
 
 	/* cg_rows_bwd.sg:78: %z = linear(%p, %w2)  [sgc: del %grad.w2] */
 
@@ -1888,7 +1820,9 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the products read v_grad_h through their operand layout) */
 
 	/* cg_rows_bwd.sg:76: %h = linear(%x, %w)  [sgc: %grad.w = matmul(%grad.w.1, %x)] */
-	v_grad_w = (sg_bf16 *)SGRT_AT(rt, 2048); /* 8192 bytes of the arena */
+	/* (run at line 76, as the SGD update of %w: cuBLASLt accumulates -lr times the product into it) */
+
+	/* cg_rows_bwd.sg:76: %h = linear(%x, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0)] */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -1898,12 +1832,10 @@ soft_bf16_run(soft_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 64;
 		g.n = 64;
 		g.k = 16;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_grad_w, "k_soft_bf16_76_matmul_grad_w", 76));
+		g.alpha = -0.5;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_h, v_x, v_w, "k_soft_bf16_76_matmul_sgd_grad_w", 76));
 	}
-
-	/* cg_rows_bwd.sg:76: %h = linear(%x, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.5, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_soft_bf16_78_sgd_update", 76,
-	            k_soft_bf16_78_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w, v_grad_w, 4096LL));
 
 	/* cg_rows_bwd.sg:76: %h = linear(%x, %w)  [sgc: del %grad.w] */
 
