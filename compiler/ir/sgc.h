@@ -515,6 +515,9 @@ enum {
 	NF_BACKWARD = 1 << 0, /* inside the derived backward block */
 	NF_USER     = 1 << 1, /* written by the user (not compiler-made) */
 	NF_DEAD     = 1 << 2, /* removed; skipped by everything, dropped on rebuild */
+	NF_NOGRAD   = 1 << 3, /* its results carry no gradient, as if computed
+	                         under torch.no_grad (functionalize's running
+	                         statistics of a training batch_norm) */
 };
 
 struct Node {

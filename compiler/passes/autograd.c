@@ -474,7 +474,7 @@ new_slot(Grad *G, ValId v, NodeId def)
 static int
 propagates(const Node *n)
 {
-	return n->op < OP__N && !(op_table[n->op].flags & OPF_NOGRAD);
+	return n->op < OP__N && !(op_table[n->op].flags & OPF_NOGRAD) && !(n->flags & NF_NOGRAD);
 }
 
 /* Slots of every forward node's operands and results, and which require

@@ -48,7 +48,11 @@
  *     copy_(%mean, add(mul(%m, momentum), mul(%mean, 1 - momentum)))
  *     copy_(%var, add(mul(%v, momentum), mul(%var, 1 - momentum)))
  *
- * which the rewrite below then treats as the user's in-place ops.
+ * which the rewrite below then treats as the user's in-place ops.  The
+ * var_mean is NF_NOGRAD: PyTorch updates the running statistics inside
+ * its batch norm kernel, out of autograd's sight, so they never require
+ * grad, and an eval batch_norm reading them later (the same module in
+ * train then eval mode, or a second model sharing them) gives them none.
  */
 #include <string.h>
 
@@ -404,6 +408,7 @@ bn_updates(Graph *g, Diag *d)
 		mo->f = 0;
 		Node at = *n;
 		Node vm = bn_node(g, d, &at, OP_VAR_MEAN, at.opnd[0], at.opnd[0], 1, 2, "bn_stats");
+		vm.flags |= NF_NOGRAD; /* PyTorch updates them inside the kernel */
 		NodeIns x = {i, 0, vm};
 		vec_push(&ins, x);
 		for (int k = 0; k < 2; k++) {

@@ -130,8 +130,49 @@ def bn_consts():
              (why, sorted(out)))
 
 
+def bn_train_then_eval():
+    """A training batch_norm updates the running statistics an eval one reads
+    next (one module called in train then eval mode), its input made from a
+    param: PyTorch updates them out of autograd's sight, so the eval one
+    gives them no gradient; the step (loss, the params after SGD, the
+    running statistics) equals PyTorch's."""
+    x = rand([4, 3, 2, 2], F32)
+    s0, w0, b0 = rand([4, 3, 2, 2], F32), rand([3], F32, 0.5, 2), rand([3], F32, -1, 1)
+    rm, rv = rand([3], F32, -1, 1), rand([3], F32, 0.5, 2)
+    s, w, b = (t.clone().requires_grad_(True) for t in (s0, w0, b0))
+    m2, v2 = rm.clone(), rv.clone()
+    y = F.batch_norm(x * s, m2, v2, w, b, True, 0.1)
+    z = F.batch_norm(y, m2, v2, w, b, False)
+    loss = z.mean()
+    loss.backward()
+    opt = torch.optim.SGD([s, w, b], lr=0.1)
+    opt.step()
+    src = ("graph g {\n  input %x : f32[4, 3, 2, 2]\n  param %s : f32[4, 3, 2, 2]\n"
+           "  param %w : f32[3]\n  param %b : f32[3]\n  const %rm : f32[3]\n"
+           "  const %rv : f32[3]\n  %xs = mul(%x, %s)\n"
+           "  %y = batch_norm(%xs, %rm, %rv, %w, %b, training=true)\n"
+           "  %z = batch_norm(%y, %rm, %rv, %w, %b, training=false)\n"
+           "  %loss = mean(%z)\n  backward(%loss)\n  optimizer sgd(lr=0.1)\n"
+           "  return %loss\n}\n")
+    label = "batch_norm in training, then eval reading the updated running statistics"
+    rc, out, err, _ = S.run(src, {"x": x}, {"s": s0, "w": w0, "b": b0, "rm": rm, "rv": rv})
+    if rc != 0 or out is None:
+        S.report(label, "exit %d: %s" % (rc, err))
+        return
+    from _common import compare
+    exp = {"loss": loss.detach(), "s": s.detach(), "w": w.detach(), "b": b.detach(),
+           "rm": m2, "rv": v2}
+    for n, e in exp.items():
+        why = compare(out[n], e) if n in out else "missing from --out"
+        if why:
+            S.report(label, "%s: %s" % (n, why))
+            return
+    S.report(label, None)
+
+
 conv_cases()
 pool_cases()
 bn_cases()
 bn_consts()
+bn_train_then_eval()
 S.finish()
