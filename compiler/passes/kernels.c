@@ -1223,6 +1223,25 @@ group_is(const FuseGroups *groups, int gi, const NodeId *a, uint32_t na)
 	return 1;
 }
 
+/* 1 when every node strictly between `from` and `to` (dels aside) is an
+ * op of from's stream, no sync, collective, control_deps or
+ * sync_dealloc: work moved from one to the other crosses no ordering. */
+static int
+plain_between(const Graph *g, NodeId from, NodeId to)
+{
+	uint32_t s = g->nodes.v[from].stream;
+	for (NodeId i = from + 1; i < to; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD || n->op == OP_DEL)
+			continue;
+		if (n->stream != s || n->op >= OP__N ||
+		    (op_table[n->op].flags & (OPF_SYNC | OPF_COLLECTIVE)) ||
+		    n->op == OP_CONTROL_DEPS || n->op == OP_SYNC_DEALLOC)
+			return 0;
+	}
+	return 1;
+}
+
 /* The batch_norm epilogue (see the top of the file): relu(y), or
  * relu(add(y, r)), of batch_norm P's result y, applied by its kernel as
  * it stores, which then writes the relu's result; y (and the add's) get
@@ -1276,15 +1295,8 @@ fold_bn_epilogue(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
 	if (A - P > BN_EPI_GAP || G->ingroup_only[g->nodes.v[A].res[0]] ||
 	    vtype(g, g->nodes.v[A].res[0])->host)
 		return;
-	for (NodeId i = P + 1; i < A; i++) {
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD || n->op == OP_DEL)
-			continue;
-		if (n->stream != p->stream || n->op >= OP__N ||
-		    (op_table[n->op].flags & (OPF_SYNC | OPF_COLLECTIVE)) ||
-		    n->op == OP_CONTROL_DEPS || n->op == OP_SYNC_DEALLOC)
-			return;
-	}
+	if (!plain_between(g, P, A))
+		return;
 	int gi = G->group[chain[0]];
 	if (G->group[A] != gi || !group_is(groups, gi, chain, nch))
 		return;
@@ -1338,15 +1350,8 @@ fold_update(Kc *G, const uint32_t *nclass, NodeId P)
 		    !source_stays(G, r, P, U))
 			return;
 	}
-	for (NodeId i = P + 1; i < U; i++) { /* one stream, no sync between */
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD || n->op == OP_DEL)
-			continue;
-		if (n->stream != p->stream || n->op >= OP__N ||
-		    (op_table[n->op].flags & (OPF_SYNC | OPF_COLLECTIVE)) ||
-		    n->op == OP_CONTROL_DEPS || n->op == OP_SYNC_DEALLOC)
-			return;
-	}
+	if (!plain_between(g, P, U))
+		return;
 	G->fold->upd[P] = U;
 	G->fold->upd[U] = P;
 	G->ingroup_only[v] = 1; /* no memory */
