@@ -554,6 +554,14 @@ node_stmt(CgGraph *G, NodeId i, int already_ordered)
 	}
 	if (bn != NONE) /* it writes its relu's result */
 		bind_results(G, bn);
+	NodeId na = G->fold ? G->fold->norm_add[i] : NONE; /* a norm's residual add */
+	if (na != NONE && n->op == OP_ADD) {
+		fprintf(G->body, "\t/* (computed by the %s of line %u, as its kernel loads its "
+		        "rows) */\n", op_name(g->nodes.v[na].op), g->nodes.v[na].loc.line);
+		return 1;
+	}
+	if (na != NONE) /* it writes the sum too */
+		bind_results(G, na);
 	if (!cg_fold_written(G, i) && !cg_fold_by_product(G, i)) /* else bound at its
 	                                                             attention node, product */
 		bind_results(G, i);

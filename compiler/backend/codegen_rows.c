@@ -496,10 +496,20 @@ rows_library(CgGraph *G, const Node *n)
 		double eps = ir_attr_float(n, "eps", rms ? 1e-6 : 1e-5);
 		const char *w = n->nopnd > 1 ? G->vname[n->opnd[1].v] : "NULL";
 		const char *b = n->nopnd > 2 ? G->vname[n->opnd[2].v] : "NULL";
-		call = cg_fmt(c, "sg_launch_layer_norm_fwd<%s>(%s, %s, %s, %s, NULL, NULL, %lld, "
-		              "%lld, %s, %d, sgrt_stream(rt, %s))", t, xv, w, b, rv,
-		              (long long)rows, (long long)len,
-		              cg_lit_float(c, (double)(float)eps, 1), rms, s);
+		NodeId X = G->fold ? G->fold->norm_add[n - G->g->nodes.v] : NONE;
+		if (X != NONE) { /* kernel_choice's norm_add: x1 = a + b computed here */
+			const Node *a = &G->g->nodes.v[X];
+			call = cg_fmt(c, "sg_launch_layer_norm_fwd_add<%s>(%s, %s, %s, %s, %s, %s, NULL, "
+			              "NULL, %lld, %lld, %s, %d, sgrt_stream(rt, %s))", t,
+			              G->vname[a->opnd[0].v], G->vname[a->opnd[1].v], xv, w, b, rv,
+			              (long long)rows, (long long)len,
+			              cg_lit_float(c, (double)(float)eps, 1), rms, s);
+		} else {
+			call = cg_fmt(c, "sg_launch_layer_norm_fwd<%s>(%s, %s, %s, %s, NULL, NULL, "
+			              "%lld, %lld, %s, %d, sgrt_stream(rt, %s))", t, xv, w, b, rv,
+			              (long long)rows, (long long)len,
+			              cg_lit_float(c, (double)(float)eps, 1), rms, s);
+		}
 	}
 	CG_EMIT(G->body, "host.cu:lib_call", {"s", s},
 	        {"kname", cg_kernel_name(G, n, op_name(n->op))}, {"line", cg_num(c, n->loc.line)},

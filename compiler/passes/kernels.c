@@ -51,6 +51,14 @@
  *     product later keeps its operands (often a saved activation, larger
  *     than the gradient) alive until the update, so the choices are kept
  *     only where the memory plan's peak does not rise (keep_updates).
+ *   - Norms with their residual add.  x1 = add(a, b) right before a
+ *     layer_norm or rms_norm of x1 that the library's row kernel computes
+ *     (a pre-LN block's residual), a, b and x1 of one shape and dtype in
+ *     memory, is computed by the norm's kernel as it loads its rows: it
+ *     stores x1 (rounded as the add would) and normalises it, a pass over
+ *     x1 saved (fold_norm_add, sg_launch_layer_norm_fwd_add).  Kept only
+ *     where the memory plan's peak does not rise (x1 no longer takes a
+ *     dying operand's bytes, as the add's kernel may): keep_norm_adds.
  *   - Batch norm's epilogue.  relu(y), or relu(add(y, r)) (a residual
  *     block's end), of a batch_norm's result y that nothing else reads is
  *     applied by the library's batch norm kernel as it stores y: it
@@ -1456,6 +1464,7 @@ fold_all(Kc *G, FuseGroups *groups)
 	F->bn_act = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_act);
 	F->bn_add = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_add);
 	F->upd = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->upd);
+	F->norm_add = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->norm_add);
 	G->lastfwd = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *G->lastfwd);
 	G->attn_only = arena_alloc(G->tmp, g->vals.n + 1);
 	uint32_t *nclass = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *nclass);
@@ -1465,7 +1474,8 @@ fold_all(Kc *G, FuseGroups *groups)
 	}
 	index_uses(G);
 	for (NodeId i = 0; i < g->nodes.n; i++)
-		F->act[i] = F->prod[i] = F->pair[i] = F->bn_act[i] = F->bn_add[i] = F->upd[i] = NONE;
+		F->act[i] = F->prod[i] = F->pair[i] = F->bn_act[i] = F->bn_add[i] = F->upd[i] =
+		    F->norm_add[i] = NONE;
 	for (NodeId i = g->nodes.n; i-- > 0;) /* uses before their views */
 		fold_view(G, nclass, i);
 	for (NodeId i = 0; i < g->nodes.n; i++)
@@ -1530,6 +1540,84 @@ rows_library(const Graph *g, const Sched *s, NodeId i)
 	       shape_norm_dim(ir_attr_int(n, "dim", -1), x->rank) == x->rank - 1;
 }
 
+/* The residual add making the input of norm N (a layer_norm or rms_norm
+ * the library's kernel computes, rows_lib) computed by that kernel as it
+ * loads its rows (see the top of the file): x1 = add(a, b) of two
+ * tensors of x1's shape, dtype and layout in memory, right before N on
+ * its stream (dels between), a fused group of its own.  The group goes
+ * (*saved keeps it, for keep_norm_adds); x1 keeps its memory, written at
+ * N. */
+static int
+fold_norm_add(Kc *G, FuseGroups *groups, NodeId N, FuseGroup *saved)
+{
+	Graph *g = G->g;
+	const Node *n = &g->nodes.v[N];
+	if (n->flags & NF_DEAD || (n->op != OP_LAYER_NORM && n->op != OP_RMS_NORM) ||
+	    !G->s->rows_lib[N] || n->opnd[0].kind != OK_VAL)
+		return 0;
+	ValId x1 = n->opnd[0].v;
+	const Value *xv = &g->vals.v[x1];
+	if (xv->kind != VK_NODE || xv->def >= N || xv->type.host || G->ingroup_only[x1] ||
+	    G->fold->src[x1] != NONE || G->fold->out[x1] != NONE)
+		return 0;
+	NodeId X = xv->def;
+	const Node *a = &g->nodes.v[X];
+	int gi = G->group[X];
+	if (a->op != OP_ADD || a->nopnd != 2 || a->nres != 1 || a->stream != n->stream ||
+	    gi < 0 || !group_is(groups, gi, &X, 1) || G->prologue[X] >= 0 ||
+	    G->epilogue[X] >= 0 || G->fold->norm_add[X] != NONE)
+		return 0;
+	for (uint32_t k = 0; k < 2; k++) {
+		if (a->opnd[k].kind != OK_VAL)
+			return 0;
+		const Value *o = &g->vals.v[a->opnd[k].v];
+		if (o->type.host || o->type.dt != xv->type.dt || !type_same_shape(&o->type, &xv->type) ||
+		    o->layout != xv->layout || G->ingroup_only[a->opnd[k].v] ||
+		    G->fold->src[a->opnd[k].v] != NONE)
+			return 0;
+	}
+	for (NodeId i = X + 1; i < N; i++) {
+		const Node *b = &g->nodes.v[i];
+		if (!(b->flags & NF_DEAD) && b->op != OP_DEL)
+			return 0;
+	}
+	*saved = groups->v[gi];
+	drop_group(G, groups, gi);
+	G->fold->norm_add[N] = X;
+	G->fold->norm_add[X] = N;
+	for (uint32_t k = 0; k < 2; k++) /* read at N now */
+		extend_use(G, sched_operand_root(G->s, a->opnd[k].v), N, n->stream);
+	return 1;
+}
+
+/* The norms' residual adds (fold_norm_add), kept only where the memory
+ * plan's peak does not rise (the sum written by the norm takes no dying
+ * operand's bytes, as the add's own kernel may): all of them or none. */
+static void
+keep_norm_adds(Kc *G, FuseGroups *groups)
+{
+	Graph *g = G->g;
+	uint64_t none;
+	FuseGroup *saved = arena_alloc(G->tmp, (g->nodes.n + 1) * sizeof *saved);
+	NodeId *norm = arena_alloc(G->tmp, (g->nodes.n + 1) * sizeof *norm);
+	uint32_t n = 0;
+	none = memplan_sched_peak(g, 2);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		if (fold_norm_add(G, groups, i, &saved[n]))
+			norm[n++] = i;
+	if (!n)
+		return;
+	drop_empty_groups(G, groups);
+	if (memplan_sched_peak(g, 2) <= none)
+		return;
+	for (uint32_t j = 0; j < n; j++) { /* undo: each add its group again */
+		NodeId X = G->fold->norm_add[norm[j]];
+		G->fold->norm_add[norm[j]] = G->fold->norm_add[X] = NONE;
+		vec_push(groups, saved[j]);
+		G->group[X] = (int)groups->n - 1;
+	}
+}
+
 /* The attention nodes the flash kernels take, with the layouts folded;
  * the row ops the library's row kernels take; batch norms' statistics. */
 static void
@@ -1566,7 +1654,9 @@ kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d)
 	        .ingroup_only = s->reg};
 	fold_all(&G, &s->groups);
 	choose_library(g, s);
-	keep_updates(&G); /* (plans the memory: after every other choice) */
+	/* (these plan the memory: after every other choice) */
+	keep_norm_adds(&G, &s->groups);
+	keep_updates(&G);
 	arena_free(G.tmp);
 	return 1;
 }

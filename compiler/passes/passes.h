@@ -311,6 +311,10 @@ typedef struct {
 	                     (and the add between): the batch_norm; NONE */
 	NodeId *bn_add;   /* per batch_norm with bn_act: the add of a residual
 	                     (its other operand) before the relu, or NONE */
+	NodeId *norm_add; /* per layer_norm or rms_norm of the library: the add
+	                     right before it making its input, which its kernel
+	                     computes as it loads its rows, storing the sum too;
+	                     per such add: the norm; NONE */
 	NodeId *upd;      /* per product: the later sgd_update_ of its result
 	                     that it computes, run at the update's place as an
 	                     accumulation into the param (cuBLASLt's beta 1,

@@ -340,6 +340,30 @@ bn_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def, NodeId 
 	f->nodes.v[add].flags |= NF_DEAD;
 }
 
+/* A norm N with its residual add (KernelFold.norm_add) computes the add
+ * at N: it reads the add's operands and writes its sum there too; the
+ * add has no kernel. */
+static void
+norm_add_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def, NodeId N)
+{
+	Node *p = &f->nodes.v[N];
+	NodeId X = s->fold->norm_add[N];
+	const Node *ad = &g->nodes.v[X];
+	Opnd *ops = arena_alloc(a, (p->nopnd + 3) * sizeof *ops);
+	memcpy(ops, p->opnd, p->nopnd * sizeof *ops);
+	ops[p->nopnd] = ad->opnd[0];
+	ops[p->nopnd + 1] = ad->opnd[1];
+	ValId *res = arena_alloc(a, (p->nres + 2) * sizeof *res);
+	memcpy(res, p->res, p->nres * sizeof *res);
+	res[p->nres] = ad->res[0];
+	p->opnd = ops;
+	p->nopnd += 2;
+	p->res = res;
+	p->nres++;
+	def[ad->res[0]] = N;
+	f->nodes.v[X].flags |= NF_DEAD;
+}
+
 /* The copy f for kernel_choice's decisions: folded views make no buffer
  * and products read their sources; a product with an epilogue runs at its
  * activation's place, writing the activation's result. */
@@ -370,6 +394,8 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 			bn_plan(g, s, a, f, def, i);
 			continue;
 		}
+		if (F->norm_add[i] != NONE && n->op != OP_ADD)
+			norm_add_plan(g, s, a, f, def, i); /* (then its operands, as any kernel's) */
 		if (n->op != OP_MATMUL && n->op != OP_LINEAR) {
 			/* a kernel reading a view that keeps its source's bytes
 			 * (kernel_choice's reads_bytes) reads the source */
@@ -589,6 +615,16 @@ check_fold(Graph *g, const Sched *s, const char *after)
 		                     (F->bn_act[b] != i && F->bn_add[b] != i) || s->group[i] >= 0)))
 			FAIL("node %u (line %u): its batch_norm epilogue is inconsistent", g->name,
 			     after, i, n->loc.line);
+		NodeId x = F->norm_add[i];
+		if (x != NONE && (x >= g->nodes.n || F->norm_add[x] != i ||
+		                  g->nodes.v[x].stream != n->stream ||
+		                  (n->op == OP_ADD
+		                   ? x <= i || (g->nodes.v[x].op != OP_LAYER_NORM &&
+		                                g->nodes.v[x].op != OP_RMS_NORM) ||
+		                     g->nodes.v[x].opnd[0].v != n->res[0] || s->group[i] >= 0
+		                   : x >= i || g->nodes.v[x].op != OP_ADD || !s->rows_lib[i])))
+			FAIL("node %u (line %u): its norm's residual add is inconsistent", g->name,
+			     after, i, n->loc.line);
 		NodeId u = F->upd[i];
 		if (u != NONE && (u >= g->nodes.n || F->upd[u] != i ||
 		                  g->nodes.v[u].stream != n->stream ||
@@ -740,6 +776,12 @@ note(FILE *f, void *ctx, NodeId i)
 	else if (F && F->bn_act[i] != NONE)
 		fprintf(f, "%sepilogue of batch_norm %%%s", sep,
 		        g->vals.v[g->nodes.v[F->bn_act[i]].res[0]].name), sep = ", ";
+	if (F && F->norm_add[i] != NONE && n->op != OP_ADD)
+		fprintf(f, "%scomputes %%%s (the residual add) as it loads its rows", sep,
+		        g->vals.v[g->nodes.v[F->norm_add[i]].res[0]].name), sep = ", ";
+	else if (F && F->norm_add[i] != NONE)
+		fprintf(f, "%scomputed by the %s of %%%s", sep, op_name(g->nodes.v[F->norm_add[i]].op),
+		        g->vals.v[g->nodes.v[F->norm_add[i]].res[0]].name), sep = ", ";
 	if (F && F->upd[i] != NONE && n->op == OP_MATMUL)
 		fprintf(f, "%sruns at the SGD update of %%%s, accumulating into it (beta 1, "
 		        "alpha -lr)", sep,

@@ -28,6 +28,10 @@
  *       w, b may be NULL (no affine / no bias); mean, rstd (A[rows]) may
  *       be NULL when not saved.  rms = 1: rms_norm, y = x * rstd * w,
  *       rstd = 1 / sqrt(mean(x^2) + eps), b and mean unused.
+ *   sg_launch_layer_norm_fwd_add<T>(x, res, sum, w, b, y, mean, rstd, rows, C,
+ *                                   eps, rms, stream)
+ *       the same over x + res (a residual add, rounded to T as the add
+ *       would store it), which it also stores to sum: one pass.
  *   sg_layer_norm_bwd_workspace(rows, C)  bytes of workspace for:
  *   sg_launch_layer_norm_bwd<T>(dy, x, w, mean, rstd, dx, dw, db, work,
  *                               rows, C, rms, stream)
@@ -295,10 +299,32 @@ sgk_softmax_bwd_k(const T *__restrict__ y, const T *__restrict__ dy, T *__restri
 
 /* ------------------------------------------------------------------ layer_norm, rms_norm */
 
-/* y = (x - mean) * rstd * w + b (RMS: x * rstd * w); saves mean, rstd. */
+/* VEC values of the norm's input at column c of row r: x's, or, with a
+ * residual res, x + res rounded to T (as the add would store it), stored
+ * to sum when st. */
+template <int VEC, class T, class A>
+SGK_DEV void sgk_norm_in(const T *__restrict__ x, const T *__restrict__ res, T *__restrict__ sum,
+                         sgk_i64 i, bool st, A *f)
+{
+	sgk_ldrow<VEC>(x + i, f);
+	if (!res)
+		return;
+	A g[VEC];
+	sgk_ldrow<VEC>(res + i, g);
+#pragma unroll
+	for (int e = 0; e < VEC; e++)
+		f[e] = sgk_tof(sgk_cvt<T>(f[e] + g[e]));
+	if (st)
+		sgk_strow<VEC>(sum + i, f);
+}
+
+/* y = (x - mean) * rstd * w + b (RMS: x * rstd * w); saves mean, rstd.
+ * With res not NULL the input is x + res (a residual add), which the
+ * kernel also stores to sum. */
 template <class T, int VEC, int TPR, int NV, bool RMS>
 __global__ void __launch_bounds__(SGK_ROW_THREADS(TPR))
-sgk_norm_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
+sgk_norm_fwd_k(const T *__restrict__ x, const T *__restrict__ res, T *__restrict__ sum,
+               const T *__restrict__ w, const T *__restrict__ b,
                T *__restrict__ y, typename sgk_acc<T>::type *__restrict__ mean,
                typename sgk_acc<T>::type *__restrict__ rstd, sgk_i64 rows, int C, float eps)
 {
@@ -307,6 +333,7 @@ sgk_norm_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__rest
 	int t;
 	SGK_ROW_BEGIN(TPR, t, r, live, rows);
 	const T *xr = x + r * C;
+	const sgk_i64 base = r * C;
 	T *yr = y + r * C;
 	A mu = 0, var = 0;
 	A v[NV > 0 ? NV : 1][VEC];
@@ -317,7 +344,7 @@ sgk_norm_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__rest
 			const int c = (t + k * TPR) * VEC;
 			if (c >= C)
 				continue;
-			sgk_ldrow<VEC>(xr + c, v[k]);
+			sgk_norm_in<VEC>(x, res, sum, base + c, live, v[k]);
 #pragma unroll
 			for (int e = 0; e < VEC; e++)
 				s += RMS ? v[k][e] * v[k][e] : v[k][e];
@@ -337,11 +364,11 @@ sgk_norm_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__rest
 			}
 			var = sgk_row_sum<TPR>(var, part) / C;
 		}
-	} else {
+	} else { /* (the sum stored by the first pass, computed again by the others) */
 		A s = 0;
 		for (int c = t * VEC; c < C; c += TPR * VEC) {
 			A f[VEC];
-			sgk_ldrow<VEC>(xr + c, f);
+			sgk_norm_in<VEC>(x, res, sum, base + c, live, f);
 #pragma unroll
 			for (int e = 0; e < VEC; e++)
 				s += RMS ? f[e] * f[e] : f[e];
@@ -353,7 +380,7 @@ sgk_norm_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__rest
 			mu = s / C;
 			for (int c = t * VEC; c < C; c += TPR * VEC) {
 				A f[VEC];
-				sgk_ldrow<VEC>(xr + c, f);
+				sgk_norm_in<VEC>(x, res, sum, base + c, false, f);
 #pragma unroll
 				for (int e = 0; e < VEC; e++)
 					var += (f[e] - mu) * (f[e] - mu);
@@ -381,7 +408,7 @@ sgk_norm_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__rest
 				for (int e = 0; e < VEC; e++)
 					f[e] = v[k][e];
 			} else {
-				sgk_ldrow<VEC>(xr + c, f);
+				sgk_norm_in<VEC>(x, res, sum, base + c, false, f);
 			}
 			sgk_ldw<VEC>(w ? w + c : w, wf, (A)1);
 			sgk_ldw<VEC>(RMS || !b ? (const T *)0 : b + c, bf, (A)0);
@@ -942,6 +969,32 @@ static cudaError_t sg_launch_softmax_bwd(const T *y, const T *dy, T *dx, long lo
 	});
 }
 
+/* layer_norm (rms = 0) or rms_norm (rms = 1) over each row of x + res
+ * (res NULL: of x), storing x + res to sum; saves mean and rstd where
+ * given. */
+template <class T>
+static cudaError_t sg_launch_layer_norm_fwd_add(const T *x, const T *res, T *sum, const T *w,
+                                                const T *b, T *y,
+                                                typename sgk_acc<T>::type *mean,
+                                                typename sgk_acc<T>::type *rstd, long long rows,
+                                                int C, float eps, int rms, cudaStream_t stream)
+{
+	if (rows <= 0 || C <= 0)
+		return cudaSuccess;
+	bool vec = sgk_rows_vec<T>(C, x, y, w, b) && sgk_rows_vec<T>(C, res, sum);
+	return sgk_row_dispatch<sgk_vw<T>::V>(C, vec, true, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		dim3 g = sgk_row_grid(rows, K::TPR);
+		if (rms)
+			sgk_norm_fwd_k<T, K::VEC, K::TPR, K::NV, true><<<g, SGK_ROW_THREADS(K::TPR), 0,
+			        stream>>>(x, res, sum, w, b, y, mean, rstd, rows, C, eps);
+		else
+			sgk_norm_fwd_k<T, K::VEC, K::TPR, K::NV, false><<<g, SGK_ROW_THREADS(K::TPR), 0,
+			        stream>>>(x, res, sum, w, b, y, mean, rstd, rows, C, eps);
+		return sgk_launched();
+	});
+}
+
 /* layer_norm (rms = 0) or rms_norm (rms = 1) over each row; saves mean
  * and rstd where given. */
 template <class T>
@@ -950,20 +1003,8 @@ static cudaError_t sg_launch_layer_norm_fwd(const T *x, const T *w, const T *b, 
                                             typename sgk_acc<T>::type *rstd, long long rows, int C,
                                             float eps, int rms, cudaStream_t stream)
 {
-	if (rows <= 0 || C <= 0)
-		return cudaSuccess;
-	bool vec = sgk_rows_vec<T>(C, x, y, w, b);
-	return sgk_row_dispatch<sgk_vw<T>::V>(C, vec, true, [&](auto cfg) {
-		typedef decltype(cfg) K;
-		dim3 g = sgk_row_grid(rows, K::TPR);
-		if (rms)
-			sgk_norm_fwd_k<T, K::VEC, K::TPR, K::NV, true>
-			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, w, b, y, mean, rstd, rows, C, eps);
-		else
-			sgk_norm_fwd_k<T, K::VEC, K::TPR, K::NV, false>
-			        <<<g, SGK_ROW_THREADS(K::TPR), 0, stream>>>(x, w, b, y, mean, rstd, rows, C, eps);
-		return sgk_launched();
-	});
+	return sg_launch_layer_norm_fwd_add<T>(x, (const T *)0, (T *)0, w, b, y, mean, rstd, rows,
+	                                       C, eps, rms, stream);
 }
 
 /* The norm backward's configuration for rows of C elements: at most two

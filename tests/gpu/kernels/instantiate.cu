@@ -39,6 +39,11 @@ template cudaError_t sg_launch_layer_norm_fwd<SGK_T>(const SGK_T *, const SGK_T 
                                                      SGK_T *, sgk_acc<SGK_T>::type *,
                                                      sgk_acc<SGK_T>::type *, long long, int, float,
                                                      int, cudaStream_t);
+template cudaError_t sg_launch_layer_norm_fwd_add<SGK_T>(const SGK_T *, const SGK_T *, SGK_T *,
+                                                         const SGK_T *, const SGK_T *, SGK_T *,
+                                                         sgk_acc<SGK_T>::type *,
+                                                         sgk_acc<SGK_T>::type *, long long, int,
+                                                         float, int, cudaStream_t);
 template cudaError_t sg_launch_layer_norm_bwd<SGK_T>(const SGK_T *, const SGK_T *, const SGK_T *,
                                                      const sgk_acc<SGK_T>::type *,
                                                      const sgk_acc<SGK_T>::type *, SGK_T *, SGK_T *,

@@ -14,6 +14,8 @@
  *
  *   test_rows [--dump DIR] [--quick] [--sanitize]
  */
+#include <string>
+
 #include "ktest.h"
 #include "sgk_rows.cuh"
 
@@ -217,6 +219,44 @@ static void run_size(long rows, int C, int off, const char *dump)
 		if (!rms)
 			report("mean", name, kt_err(gm.data(), mean.data(), rows), st);
 		report("rstd", name, kt_err(gr.data(), rstd.data(), rows), st);
+
+		/* over x + dy (a residual add): the sum stored as the add rounds
+		 * it, y bit for bit the plain kernel's over that sum (y itself
+		 * is kept: the fused backward below reads it) */
+		{
+			KtBuf<T> sum, y2, y3;
+			sum.alloc(n + off);
+			y2.alloc(n + off);
+			y3.alloc(n + off);
+			sum.poison();
+			y2.poison();
+			y3.poison();
+			e = sg_launch_layer_norm_fwd_add<T>(x.d + off, dy.d + off, sum.d + off,
+			                                    affine ? w.d + off : 0, affine ? b.d + off : 0,
+			                                    y2.d + off, 0, 0, rows, C, (float)eps, rms, 0);
+			KT_CHECK(e == cudaSuccess, "%s %s+add launch: %s", name, kn, cudaGetErrorString(e));
+			KT_CUDA(cudaDeviceSynchronize());
+			e = sg_launch_layer_norm_fwd<T>(sum.d + off, affine ? w.d + off : 0,
+			                                affine ? b.d + off : 0, y3.d + off, 0, 0, rows, C,
+			                                (float)eps, rms, 0);
+			KT_CHECK(e == cudaSuccess, "%s %s over the sum launch: %s", name, kn,
+			         cudaGetErrorString(e));
+			KT_CUDA(cudaDeviceSynchronize());
+			sum.get();
+			y2.get();
+			y3.get();
+			std::vector<double> sref(n);
+			for (size_t i = 0; i < n; i++)
+				sref[i] = hx[i] + hdy[i];
+			std::string what = std::string(kn) + "+add";
+			report((what + " sum").c_str(), name,
+			       kt_err(hv(sum, n).data(), stored<T>(sref).data(), n), 0.0);
+			report((what + " y").c_str(), name, kt_err(hv(y2, n).data(), hv(y3, n).data(), n),
+			       0.0);
+			sum.release();
+			y2.release();
+			y3.release();
+		}
 
 		void *work;
 		KT_CUDA(cudaMalloc(&work, sg_layer_norm_bwd_workspace<T>(rows, C)));
