@@ -497,19 +497,15 @@ rows_library(CgGraph *G, const Node *n)
 		const char *w = n->nopnd > 1 ? G->vname[n->opnd[1].v] : "NULL";
 		const char *b = n->nopnd > 2 ? G->vname[n->opnd[2].v] : "NULL";
 		NodeId X = G->fold ? G->fold->norm_add[n - G->g->nodes.v] : NONE;
+		const char *fn = "sg_launch_layer_norm_fwd", *in = xv;
 		if (X != NONE) { /* kernel_choice's norm_add: x1 = a + b computed here */
 			const Node *a = &G->g->nodes.v[X];
-			call = cg_fmt(c, "sg_launch_layer_norm_fwd_add<%s>(%s, %s, %s, %s, %s, %s, NULL, "
-			              "NULL, %lld, %lld, %s, %d, sgrt_stream(rt, %s))", t,
-			              G->vname[a->opnd[0].v], G->vname[a->opnd[1].v], xv, w, b, rv,
-			              (long long)rows, (long long)len,
-			              cg_lit_float(c, (double)(float)eps, 1), rms, s);
-		} else {
-			call = cg_fmt(c, "sg_launch_layer_norm_fwd<%s>(%s, %s, %s, %s, NULL, NULL, "
-			              "%lld, %lld, %s, %d, sgrt_stream(rt, %s))", t, xv, w, b, rv,
-			              (long long)rows, (long long)len,
-			              cg_lit_float(c, (double)(float)eps, 1), rms, s);
+			fn = "sg_launch_layer_norm_fwd_add";
+			in = cg_fmt(c, "%s, %s, %s", G->vname[a->opnd[0].v], G->vname[a->opnd[1].v], xv);
 		}
+		call = cg_fmt(c, "%s<%s>(%s, %s, %s, %s, NULL, NULL, %lld, %lld, %s, %d, "
+		              "sgrt_stream(rt, %s))", fn, t, in, w, b, rv, (long long)rows,
+		              (long long)len, cg_lit_float(c, (double)(float)eps, 1), rms, s);
 	}
 	CG_EMIT(G->body, "host.cu:lib_call", {"s", s},
 	        {"kname", cg_kernel_name(G, n, op_name(n->op))}, {"line", cg_num(c, n->loc.line)},

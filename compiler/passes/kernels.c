@@ -56,7 +56,7 @@
  *     (a pre-LN block's residual), a, b and x1 of one shape and dtype in
  *     memory, is computed by the norm's kernel as it loads its rows: it
  *     stores x1 (rounded as the add would) and normalises it, a pass over
- *     x1 saved (fold_norm_add, sg_launch_layer_norm_fwd_add).  Kept only
+ *     x1 saved (norm_add_of, sg_launch_layer_norm_fwd_add).  Kept only
  *     where the memory plan's peak does not rise (x1 no longer takes a
  *     dying operand's bytes, as the add's kernel may): keep_norm_adds.
  *   - Batch norm's epilogue.  relu(y), or relu(add(y, r)) (a residual
@@ -1333,8 +1333,8 @@ fold_update(Kc *G, const uint32_t *nclass, NodeId P)
 		return;
 	ValId v = p->res[0];
 	const Type *t = vtype(g, v);
-	if (t->rank != 2 || type_numel(t) == 0 || otype(g, p, 0)->d[otype(g, p, 0)->rank - 1] == 0 ||
-	    otype(g, p, 0)->rank != 2 || otype(g, p, 1)->rank != 2 ||
+	if (t->rank != 2 || otype(g, p, 0)->rank != 2 || otype(g, p, 1)->rank != 2 ||
+	    type_numel(t) == 0 || otype(g, p, 0)->d[1] == 0 ||
 	    !lone_temp(G, nclass, v) || g->vals.v[v].offload || batched_view(G, p))
 		return;
 	NodeId U = sole_use(G, v, NULL);
@@ -1541,80 +1541,78 @@ rows_library(const Graph *g, const Sched *s, NodeId i)
 }
 
 /* The residual add making the input of norm N (a layer_norm or rms_norm
- * the library's kernel computes, rows_lib) computed by that kernel as it
- * loads its rows (see the top of the file): x1 = add(a, b) of two
- * tensors of x1's shape, dtype and layout in memory, right before N on
- * its stream (dels between), a fused group of its own.  The group goes
- * (*saved keeps it, for keep_norm_adds); x1 keeps its memory, written at
- * N. */
-static int
-fold_norm_add(Kc *G, FuseGroups *groups, NodeId N, FuseGroup *saved)
+ * the library's kernel computes, rows_lib) that the kernel can compute as
+ * it loads its rows (see the top of the file), or NONE: x1 = add(a, b)
+ * of two tensors of x1's shape, dtype and layout in memory, right before
+ * N on its stream (dels between), a fused group of its own. */
+static NodeId
+norm_add_of(Kc *G, const FuseGroups *groups, NodeId N)
 {
 	Graph *g = G->g;
 	const Node *n = &g->nodes.v[N];
 	if (n->flags & NF_DEAD || (n->op != OP_LAYER_NORM && n->op != OP_RMS_NORM) ||
 	    !G->s->rows_lib[N] || n->opnd[0].kind != OK_VAL)
-		return 0;
+		return NONE;
 	ValId x1 = n->opnd[0].v;
 	const Value *xv = &g->vals.v[x1];
 	if (xv->kind != VK_NODE || xv->def >= N || xv->type.host || G->ingroup_only[x1] ||
 	    G->fold->src[x1] != NONE || G->fold->out[x1] != NONE)
-		return 0;
+		return NONE;
 	NodeId X = xv->def;
 	const Node *a = &g->nodes.v[X];
 	int gi = G->group[X];
 	if (a->op != OP_ADD || a->nopnd != 2 || a->nres != 1 || a->stream != n->stream ||
 	    gi < 0 || !group_is(groups, gi, &X, 1) || G->prologue[X] >= 0 ||
-	    G->epilogue[X] >= 0 || G->fold->norm_add[X] != NONE)
-		return 0;
+	    G->epilogue[X] >= 0 || next_reader(G, X, x1) != N)
+		return NONE;
 	for (uint32_t k = 0; k < 2; k++) {
 		if (a->opnd[k].kind != OK_VAL)
-			return 0;
+			return NONE;
 		const Value *o = &g->vals.v[a->opnd[k].v];
 		if (o->type.host || o->type.dt != xv->type.dt || !type_same_shape(&o->type, &xv->type) ||
 		    o->layout != xv->layout || G->ingroup_only[a->opnd[k].v] ||
 		    G->fold->src[a->opnd[k].v] != NONE)
-			return 0;
+			return NONE;
 	}
-	for (NodeId i = X + 1; i < N; i++) {
-		const Node *b = &g->nodes.v[i];
-		if (!(b->flags & NF_DEAD) && b->op != OP_DEL)
-			return 0;
-	}
-	*saved = groups->v[gi];
-	drop_group(G, groups, gi);
-	G->fold->norm_add[N] = X;
-	G->fold->norm_add[X] = N;
-	for (uint32_t k = 0; k < 2; k++) /* read at N now */
-		extend_use(G, sched_operand_root(G->s, a->opnd[k].v), N, n->stream);
-	return 1;
+	return X;
 }
 
-/* The norms' residual adds (fold_norm_add), kept only where the memory
- * plan's peak does not rise (the sum written by the norm takes no dying
+/* The norms' residual adds (norm_add_of) computed by the norms' kernels:
+ * each add's group goes, its sum keeps its memory, written at the norm,
+ * which reads the add's operands.  Kept only where the memory plan's
+ * peak does not rise (the sum written by the norm takes no dying
  * operand's bytes, as the add's own kernel may): all of them or none. */
 static void
 keep_norm_adds(Kc *G, FuseGroups *groups)
 {
 	Graph *g = G->g;
-	uint64_t none;
-	FuseGroup *saved = arena_alloc(G->tmp, (g->nodes.n + 1) * sizeof *saved);
 	NodeId *norm = arena_alloc(G->tmp, (g->nodes.n + 1) * sizeof *norm);
+	NodeId *add = arena_alloc(G->tmp, (g->nodes.n + 1) * sizeof *add);
 	uint32_t n = 0;
-	none = memplan_sched_peak(g, 2);
 	for (NodeId i = 0; i < g->nodes.n; i++)
-		if (fold_norm_add(G, groups, i, &saved[n]))
+		if ((add[n] = norm_add_of(G, groups, i)) != NONE)
 			norm[n++] = i;
 	if (!n)
 		return;
+	uint64_t none = memplan_sched_peak(g, 2);
+	FuseGroup *saved = arena_alloc(G->tmp, (n + 1) * sizeof *saved);
+	for (uint32_t j = 0; j < n; j++) {
+		const Node *a = &g->nodes.v[add[j]];
+		saved[j] = groups->v[G->group[add[j]]];
+		drop_group(G, groups, G->group[add[j]]);
+		G->fold->norm_add[norm[j]] = add[j];
+		G->fold->norm_add[add[j]] = norm[j];
+		for (uint32_t k = 0; k < 2; k++) /* read at the norm now */
+			extend_use(G, sched_operand_root(G->s, a->opnd[k].v), norm[j],
+			           g->nodes.v[norm[j]].stream);
+	}
 	drop_empty_groups(G, groups);
 	if (memplan_sched_peak(g, 2) <= none)
 		return;
 	for (uint32_t j = 0; j < n; j++) { /* undo: each add its group again */
-		NodeId X = G->fold->norm_add[norm[j]];
-		G->fold->norm_add[norm[j]] = G->fold->norm_add[X] = NONE;
+		G->fold->norm_add[norm[j]] = G->fold->norm_add[add[j]] = NONE;
 		vec_push(groups, saved[j]);
-		G->group[X] = (int)groups->n - 1;
+		G->group[add[j]] = (int)groups->n - 1;
 	}
 }
 

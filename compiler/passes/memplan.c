@@ -1000,19 +1000,28 @@ elementwise_kernels(const Graph *g, const Sched *s, Arena *a)
 	return ew;
 }
 
-uint64_t
-memplan_sched_peak(Graph *g, int opt_level)
+/* The plan over the program as its kernels run it (sched_kernel_graph:
+ * each fused group one node, values kept in registers and folded views
+ * without memory). */
+static void
+plan_kernels(Graph *g, int opt_level, MemPlan *mp)
 {
 	Sched *s = sched_get(g, opt_level);
 	Arena *a = arena_new();
 	Graph f;
-	MemPlan mp;
 	NodeId *def = sched_kernel_graph(g, s, a, &f);
 	uint8_t *ew = elementwise_kernels(g, s, a);
-	memplan_build_at(&f, def, ew, opt_level >= 2 ? 2 : 0, &mp);
+	memplan_build_at(&f, def, ew, opt_level >= 2 ? 2 : 0, mp);
+	arena_free(a);
+}
+
+uint64_t
+memplan_sched_peak(Graph *g, int opt_level)
+{
+	MemPlan mp;
+	plan_kernels(g, opt_level, &mp);
 	uint64_t peak = mp.peak;
 	memplan_free(&mp);
-	arena_free(a);
 	return peak;
 }
 
@@ -1025,16 +1034,11 @@ memplan_pass(Graph *g, const PassOptions *po, Diag *d)
 {
 	(void)d;
 	Sched *s = sched_get(g, po->opt_level);
-	Arena *a = arena_new();
-	Graph f;
-	NodeId *def = sched_kernel_graph(g, s, a, &f);
-	uint8_t *ew = elementwise_kernels(g, s, a);
 	if (s->planned)
 		memplan_free(&s->plan);
-	memplan_build_at(&f, def, ew, po->opt_level >= 2 ? 2 : 0, &s->plan);
+	plan_kernels(g, po->opt_level, &s->plan);
 	s->planned = 1;
 	s->unchecked = po->test_drop_sync != 0;
-	arena_free(a);
 	return 1;
 }
 
