@@ -188,6 +188,14 @@ env_flag(const char *name)
 	return v && v[0] && strcmp(v, "0") != 0;
 }
 
+/* 1 when environment variable name is set to value. */
+static int
+env_is(const char *name, const char *value)
+{
+	const char *v = getenv(name);
+	return v && strcmp(v, value) == 0;
+}
+
 /* Everything sgrt_create does once the object exists. */
 static int
 setup(SgrtModel *m, const SgrtConfig *cfg)
@@ -221,6 +229,7 @@ setup(SgrtModel *m, const SgrtConfig *cfg)
 	m->sync_ops = env_flag("SGRT_SYNC");
 	m->allow_tf32 = env_flag("SGRT_ALLOW_TF32");
 	m->no_epilogue = env_flag("SGRT_NO_EPILOGUE");
+	m->gemm_tune = !env_is("SGRT_GEMM_TUNE", "0");
 	m->world = 1;
 	return SGRT_OK;
 }

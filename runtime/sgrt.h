@@ -278,6 +278,11 @@ enum { SGRT_EPI_NONE, SGRT_EPI_RELU, SGRT_EPI_GELU, SGRT_EPI_GELU_AUX, SGRT_EPI_
 int sgrt_gemm(SgrtModel *m, int s, const SgrtGemm *g, const void *a,
               const void *b, void *c, const char *name, int sgline);
 
+/* How many distinct products had their algorithm chosen by timing the
+ * heuristic's candidates on their first eager call (products of at least
+ * 2^30 multiply-adds; none under SGRT_GEMM_TUNE=0). */
+int sgrt_gemm_tuned(const SgrtModel *m);
+
 /* ------------------------------------------------------------------ cuDNN attention */
 
 /* Scaled dot-product attention, o = softmax(q k^T scale [causal]) v, on

@@ -209,6 +209,9 @@ struct SgrtModel {
 	void *plans;               /* GemmPlan[] */
 	int nplans, capplans;
 	int allow_tf32;
+	int gemm_tune;             /* time the heuristic's candidates (not
+	                              SGRT_GEMM_TUNE=0) */
+	int ntuned;                /* plans whose algorithm timing chose */
 	int no_epilogue;           /* SGRT_NO_EPILOGUE: every activation epilogue
 	                              by libsgrt's kernel (tests) */
 
