@@ -546,7 +546,7 @@ time_candidate(SgrtModel *m, int s, GemmPlan *p, int i, const void *a,
 
 /* The smallest product worth timing (m n k batch): below it the
  * candidates differ by microseconds. */
-#define TUNE_MIN_WORK ((int64_t)1 << 30)
+#define TUNE_MIN_WORK 1073741824.0
 
 /* Times plan p's candidates on product g's own operands, once, on its
  * first eager call, and keeps the fastest: cuBLASLt's heuristic picks well
@@ -570,7 +570,7 @@ tune_plan(SgrtModel *m, int s, GemmPlan *p, const SgrtGemm *g, const void *a,
 	cudaEvent_t e[2] = {NULL, NULL};
 
 	if (!m->gemm_tune || p->ncand < 2 ||
-	    k->m * k->n * k->k * k->batch < TUNE_MIN_WORK) {
+	    (double)k->m * (double)k->n * (double)k->k * (double)k->batch < TUNE_MIN_WORK) {
 		p->tuned = 1;
 		return SGRT_OK;
 	}

@@ -73,6 +73,15 @@ cg_grid(int64_t n, int block)
 	return g < 1 ? 1 : g > 4096 ? 4096 : g;
 }
 
+/* The grid of a pointwise group over n items: a thread for each
+ * (FuseGroup.spread), or cg_grid's walk. */
+static int64_t
+group_grid(const CgGroup *grp, int64_t n, int block)
+{
+	int64_t g = (n + block - 1) / block;
+	return !grp->spread ? cg_grid(n, block) : g < 1 ? 1 : g;
+}
+
 /* Row-major strides of a shape. */
 void
 cg_strides(const Type *t, int64_t *st)
@@ -604,13 +613,13 @@ cg_pointwise(CgGraph *G, const CgGroup *grp)
 		          {"nvec", cg_num(c, p.n / grp->vec)}, {"vec", cg_num(c, grp->vec)},
 		          {"loads", loads}, {"stores", stores}, {"body", vbody});
 	if (grp->vec <= 1)
-		cg_launch(G, n0, kname, cg_grid(p.n, 256), 256, 0, args);
+		cg_launch(G, n0, kname, group_grid(grp, p.n, 256), 256, 0, args);
 	else
 		CG_EMIT(G->body, "host.cu:launch_if_aligned", {"cond", vec_cond(&p)},
 		        {"s", cg_num(c, cg_stream(n0))}, {"kname", vname},
 		        {"line", cg_num(c, n0->loc.line)},
-		        {"grid", cg_num(c, cg_grid(p.n / grp->vec, 256))}, {"block", "256"},
-		        {"args", args}, {"kname2", kname}, {"grid2", cg_num(c, cg_grid(p.n, 256))});
+		        {"grid", cg_num(c, group_grid(grp, p.n / grp->vec, 256))}, {"block", "256"},
+		        {"args", args}, {"kname2", kname}, {"grid2", cg_num(c, group_grid(grp, p.n, 256))});
 	pw_free(&p);
 }
 

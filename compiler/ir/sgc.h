@@ -317,6 +317,9 @@ enum {
 	OPF_VARRES    = 1 << 8,  /* result count fixed by the shape rule */
 	OPF_NOGRAD    = 1 << 9,  /* has no derivative */
 	OPF_EPILOGUE  = 1 << 10, /* takes a pointwise consumer into its kernel */
+	OPF_COSTLY    = 1 << 11, /* pointwise through a transcendental function
+	                            (exp, erf, ...): dozens of instructions an
+	                            element (FuseGroup.spread) */
 };
 
 /* The CUDA backend's emitter families (ops.def's emitter column). */
