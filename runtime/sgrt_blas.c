@@ -11,11 +11,12 @@
  * alignments, bias, epilogue) gets a plan: the descriptors and the
  * algorithm that cuBLASLt's heuristic picked, made on first use and reused
  * by every later call; for a large product the fastest of the heuristic's
- * best NCAND, timed on its first eager call (tune_plan).  Concurrent streams must not share a workspace, so
- * each stream gets its own: the heuristic may use up to ws_bytes (32 MiB
- * unless the model's configuration says otherwise), and a stream's
- * workspace is grown to what its products' algorithms need, no more (most
- * need none).  Growing is a stream synchronisation and a cudaMalloc, so
+ * best NCAND, timed on its first eager call (tune_plan).
+ *
+ * Concurrent streams must not share a workspace, so each stream gets its
+ * own: the heuristic may use up to ws_bytes (32 MiB unless the model's
+ * configuration says otherwise), and a stream's workspace is grown to
+ * what its products' algorithms need, no more (most need none).  Growing is a stream synchronisation and a cudaMalloc, so
  * during a CUDA-graph capture it cannot happen: a product whose algorithm
  * needs more than the stream has then gets a plan of its own limited to
  * what the stream has (GemmKey.ws_limit).
