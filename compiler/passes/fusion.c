@@ -571,7 +571,8 @@ fusion_group(Graph *g, Sched *s)
 		}
 		const Node *n0 = &g->nodes.v[grp->nodes[0]];
 		grp->vec = vec_width(g, grp, &g->vals.v[n0->res[0]].type);
-		grp->spread = spread_grid(g, s, grp, &g->vals.v[n0->res[0]].type);
+		grp->spread = grp->into == NONE &&
+		              spread_grid(g, s, grp, &g->vals.v[n0->res[0]].type);
 	}
 	/* Consumers fused after a reduction or row op (their values known). */
 	for (uint32_t k = 0; k < s->groups.n; k++) {
@@ -579,6 +580,7 @@ fusion_group(Graph *g, Sched *s)
 		grp->after = producer(g, s, &u, grp, (int)k);
 		if (grp->after == NONE)
 			continue;
+		grp->spread = 0; /* (computed in the row op's kernel) */
 		if (s->epilogue[grp->after] < 0)
 			s->epilogue[grp->after] = (int)k;
 		ValId r = g->nodes.v[grp->after].res[0];

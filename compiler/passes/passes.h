@@ -263,9 +263,10 @@ typedef struct {
 	NodeId *nodes;
 	uint32_t n;
 	int vec;              /* elements per thread for vectorised loads, 1: none */
-	int spread;           /* 1: a grid of a thread for each vector (memory
-	                         bound); 0: at most 4096 blocks walking the
-	                         elements (fusion.c spread_grid) */
+	int spread;           /* 1: its own kernel's grid is a thread for each
+	                         vector (memory bound); 0: at most 4096 blocks
+	                         walking the elements (fusion.c spread_grid),
+	                         or no kernel of its own (into, after) */
 	NodeId into;          /* the node whose input it computes in place
 	                         (a fused producer, a prologue), or NONE */
 	NodeId after;         /* the reduction or row op whose result it takes,

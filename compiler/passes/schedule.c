@@ -741,8 +741,7 @@ note(FILE *f, void *ctx, NodeId i)
 	int gi = s->group[i];
 	if (gi >= 0) {
 		const FuseGroup *grp = &s->groups.v[gi];
-		fprintf(f, "%sgroup %d (vec %d%s)", sep, gi, grp->vec,
-		        grp->spread && grp->into == NONE && grp->after == NONE ? ", spread" : "");
+		fprintf(f, "%sgroup %d (vec %d%s)", sep, gi, grp->vec, grp->spread ? ", spread" : "");
 		if (grp->into != NONE)
 			fprintf(f, " into %%%s", g->vals.v[g->nodes.v[grp->into].res[0]].name);
 		if (grp->after != NONE)

@@ -332,7 +332,6 @@ sgk_norm_fwd_k(const T *__restrict__ x, const T *__restrict__ res, T *__restrict
 	__shared__ A part[32];
 	int t;
 	SGK_ROW_BEGIN(TPR, t, r, live, rows);
-	const T *xr = x + r * C;
 	const sgk_i64 base = r * C;
 	T *yr = y + r * C;
 	A mu = 0, var = 0;
