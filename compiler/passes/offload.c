@@ -22,8 +22,9 @@
  *     ...backward uses read %v.dev...   (backward_syncs adds their waits)
  *
  * Where the copies go comes from an estimate of time: each node's compute
- * time (FLOPs at the tensor-core rate for products and attention, else
- * bytes moved at HBM bandwidth, at least a launch) summed in program order,
+ * time (FLOPs at the tensor-core rate for products, attention at a
+ * fraction of it, else bytes moved at HBM bandwidth, at least a launch;
+ * views such as reshape and transpose nothing) summed in program order,
  * against transfers at PCIe speed (OFF_PCIE) on one copy stream that does
  * one transfer at a time.  Memory comes first: the tightest schedule (each
  * device copy let go right after its last forward use, each prefetch right
@@ -37,9 +38,12 @@
  * one starts), but no earlier than the peak allows.  --dump-after=offload
  * prints the estimates.
  *
- * --offload=auto considers every saved activation in device memory,
- * largest first, and offloads it when that lowers the estimated peak,
- * until the peak fits the budget.  The estimate is a liveness sum in
+ * --offload=auto considers every saved activation in device memory but
+ * views (offloading a view makes a copy of it and frees nothing its
+ * source does not hold), in two orders (largest first; the latest backward
+ * use first), and offloads each when that lowers the estimated peak,
+ * until the peak fits the budget, the last takes by best fit; the plan
+ * of less estimated time is kept.  The estimate is a liveness sum in
  * program order over the values nodes make (the device arena of
  * memplan.c, without its fragmentation), with the schedule above.  It
  * applies only to a backward derived in this compilation: a written
@@ -59,6 +63,10 @@
 #define OFF_MM_16   7.5e14 /* FLOP/s: bf16/f16 products, dense */
 #define OFF_MM_32   5.0e13 /* FLOP/s: f32 products */
 #define OFF_MM_64   3.0e13 /* FLOP/s: f64 products */
+/* Attention at this fraction of the product rate: cuDNN's, forward and
+ * backward (2.5 times the forward's FLOPs), at the transformer's shape. */
+#define OFF_ATTN_FWD 0.60
+#define OFF_ATTN_BWD 0.46
 #define OFF_HBM     3.5e12 /* B/s: device memory */
 #define OFF_LAUNCH  3.0e-6 /* s: the least a kernel takes */
 #define OFF_PCIE    5.5e10 /* B/s: pinned host <-> device, one direction */
@@ -113,6 +121,16 @@ node_flops(const Graph *g, const Node *n)
 	return 0;
 }
 
+/* Whether op is a reshape, transpose, slice, split or the like: a view of
+ * its operand wherever the layout lets it be (as in PyTorch). */
+static int
+view_op(int op)
+{
+	uint8_t em = op_table[op].emit;
+	return em == EM_STRIDED || em == EM_SPLIT || (em == EM_FLAT_COPY && op != OP_CONTIGUOUS &&
+	                                               op != OP_TO_HOST && op != OP_TO_DEVICE);
+}
+
 /* Estimated seconds of node n on its stream: FLOPs or bytes, at least a
  * launch.  Syncs, statements and transfers (on their own engines) take no
  * compute time. */
@@ -125,6 +143,8 @@ offload_node_seconds(const Graph *g, const Node *n)
 	uint32_t f = op_table[n->op].flags;
 	if (f & (OPF_SYNC | OPF_COLLECTIVE))
 		return 0;
+	if (view_op(n->op))
+		return 0;
 	double bytes = 0;
 	for (uint32_t k = 0; k < n->nopnd; k++)
 		if (n->opnd[k].kind == OK_VAL)
@@ -134,7 +154,10 @@ offload_node_seconds(const Graph *g, const Node *n)
 	double t = bytes / OFF_HBM;
 	double fl = node_flops(g, n);
 	if (fl > 0) {
-		double tf = fl / mm_rate(g->vals.v[n->res[0]].type.dt);
+		double rate = mm_rate(g->vals.v[n->res[0]].type.dt);
+		if (n->op == OP_SDPA || n->op == OP_SDPA_BACKWARD)
+			rate *= n->op == OP_SDPA ? OFF_ATTN_FWD : OFF_ATTN_BWD;
+		double tf = fl / rate;
 		t = tf > t ? tf : t;
 	}
 	return t > OFF_LAUNCH ? t : OFF_LAUNCH;
@@ -493,12 +516,31 @@ by_late_use(const void *pa, const void *pb)
 static double simulate(Off *O);
 
 /* Takes order[0..n) one by one, each when it lowers the estimated peak,
- * until the peak fits the budget; returns the peak reached. */
+ * until the peak fits the budget; returns the peak reached.  Before each
+ * take, the smallest candidate further on that could close the gap to the
+ * budget alone (its bytes at least the gap) is tried, and kept when it
+ * does: the last takes do not overshoot the budget by a large value
+ * (choice: the fewest bytes over the host link, whose time is what
+ * offloading costs). */
 static uint64_t
 take_in_order(Off *O, Cand **order, uint32_t n)
 {
-	uint64_t peak = estimate(O);
-	for (uint32_t j = 0; j < n && peak > O->po->offload_budget; j++) {
+	uint64_t budget = O->po->offload_budget, peak = estimate(O);
+	for (uint32_t j = 0; j < n && peak > budget; j++) {
+		if (order[j]->chosen)
+			continue;
+		Cand *fit = NULL;
+		for (uint32_t k = j + 1; k < n; k++)
+			if (!order[k]->chosen && order[k]->bytes >= peak - budget &&
+			    order[k]->bytes < order[j]->bytes && (!fit || order[k]->bytes < fit->bytes))
+				fit = order[k];
+		if (fit) {
+			fit->chosen = 1;
+			uint64_t p = estimate(O);
+			if (p <= budget)
+				return p;
+			fit->chosen = 0;
+		}
 		order[j]->chosen = 1;
 		uint64_t p = estimate(O);
 		if (p < peak)
@@ -509,26 +551,47 @@ take_in_order(Off *O, Cand **order, uint32_t n)
 	return peak;
 }
 
+/* Whether --dump-after names this pass. */
+static int
+dumping(const Off *O)
+{
+	const char *da = O->po->dump_after;
+	return da && (strcmp(da, "offload") == 0 || strcmp(da, "all") == 0);
+}
+
 /* The choice of one order: its peak and estimated time, the chosen
- * flags left set. */
+ * flags left set; with --dump-after=offload, a line saying so. */
 static void
-try_order(Off *O, Cand **order, uint32_t n, Cand **tmp, uint64_t *peak,
-          double *secs)
+try_order(Off *O, Cand **order, uint32_t n, Cand **tmp, const char *what,
+          uint64_t *peak, double *secs)
 {
 	for (uint32_t j = 0; j < n; j++)
 		order[j]->chosen = 0;
 	*peak = take_in_order(O, order, n);
 	plan(O, tmp);
 	*secs = simulate(O);
+	if (!dumping(O))
+		return;
+	uint64_t bytes = 0;
+	uint32_t k = 0;
+	for (uint32_t j = 0; j < n; j++)
+		if (order[j]->chosen) {
+			bytes += order[j]->bytes;
+			k++;
+		}
+	fprintf(stderr, "# offload: graph '%s': %s: %u values (%llu bytes), estimated "
+	        "device peak %llu bytes, time %.3f ms\n", O->g->name, what, k,
+	        (unsigned long long)bytes, (unsigned long long)*peak, *secs * 1e3);
 }
 
-/* --offload=auto: saved activations (the AUTO_MAX largest at most), each
- * taken when it lowers the estimated peak, until the peak fits the
- * budget.  Two orders are tried, largest first and the latest backward
- * use first (choice: the second hides its copies better on a layered
- * network, the first needs fewer copies where sizes differ a lot); the
- * one that fits the budget in less estimated time is kept, else the one
- * with the lower peak. */
+/* --offload=auto: saved activations but views (the AUTO_MAX largest at
+ * most), each taken when it lowers the estimated peak, until the peak
+ * fits the budget.  Two orders are tried, largest first and the latest
+ * backward use first (choice: the second hides its copies better on a
+ * layered network, its copies out starting with the first layer's; the
+ * first needs fewer copies where sizes differ a lot); the one that fits
+ * the budget in less estimated time is kept, else the one with the lower
+ * peak. */
 static void
 choose_auto(Off *O, const uint8_t *aliased, const uint8_t *ret, Cand **tmp)
 {
@@ -537,21 +600,23 @@ choose_auto(Off *O, const uint8_t *aliased, const uint8_t *ret, Cand **tmp)
 	Cand **order = xmalloc((O->cands.n + 1) * sizeof *order);
 	for (uint32_t j = 0; j < O->cands.n; j++)
 		if (!O->cands.v[j].chosen && !unfit(O, O->cands.v[j].v, aliased, ret) &&
-		    O->cands.v[j].bytes > 0)
+		    O->cands.v[j].bytes > 0 && !view_op(g->nodes.v[O->cands.v[j].def].op))
 			order[n++] = &O->cands.v[j];
 	qsort(order, n, sizeof *order, by_size);
 	if (n > AUTO_MAX)
 		n = AUTO_MAX; /* each try costs a walk of the graph */
 	uint64_t p1, p2, budget = O->po->offload_budget;
 	double s1, s2;
-	try_order(O, order, n, tmp, &p1, &s1);
+	try_order(O, order, n, tmp, "largest first", &p1, &s1);
 	qsort(order, n, sizeof *order, by_late_use);
-	try_order(O, order, n, tmp, &p2, &s2);
+	try_order(O, order, n, tmp, "latest backward use first", &p2, &s2);
 	int fit1 = p1 <= budget, fit2 = p2 <= budget;
 	int second = fit1 != fit2 ? fit2 : fit1 ? s2 < s1 : p2 < p1;
 	if (!second) {
 		qsort(order, n, sizeof *order, by_size);
-		try_order(O, order, n, tmp, &p1, &s1);
+		for (uint32_t j = 0; j < n; j++)
+			order[j]->chosen = 0;
+		take_in_order(O, order, n);
 	}
 	uint64_t peak = second ? p2 : p1;
 	if (budget && peak > budget)
@@ -613,7 +678,7 @@ gate_event(Off *O, NodeInsVec *ins, Map *gates, NodeId slot, uint32_t s, Loc loc
 
 /* The copies, the del and the renamed backward uses of candidate c. */
 static void
-emit_one(Off *O, Cand *c, uint32_t cs, NodeInsVec *ins, Map *gates)
+emit_one(Off *O, Cand *c, uint32_t cs, NodeInsVec *ins, Map *gates, ValId *repl)
 {
 	Graph *g = O->g;
 	const char *name = g->vals.v[c->v].name;
@@ -635,14 +700,32 @@ emit_one(Off *O, Cand *c, uint32_t cs, NodeInsVec *ins, Map *gates)
 	Node back = transfer(O, OP_TO_DEVICE, host, name, "dev", cs, c->loc);
 	NodeIns d = {c->gate, 4, back};
 	vec_push(ins, d);
-	for (NodeId i = O->bw + 1; i < g->nodes.n; i++) {
-		Node *n = &g->nodes.v[i];
-		for (uint32_t k = 0; k < n->nopnd; k++)
-			if (n->opnd[k].kind == OK_VAL && n->opnd[k].v == c->v)
-				n->opnd[k].v = back.res[0];
-	}
+	repl[c->v] = back.res[0];
 	g->vals.v[c->v].saved = 0;
 	g->vals.v[host].saved = 1;
+}
+
+/* One step of simulate() at a node: before it, a wait for candidate j's
+ * copy (at its del and its first backward use) or its prefetch's start
+ * (at its gate); after it, j's copy out (at its producer). */
+typedef struct {
+	NodeId at;
+	uint32_t j;
+	uint8_t kind;
+} Step;
+enum { ST_WAIT, ST_GATE, ST_OUT };
+
+static int
+by_step(const void *pa, const void *pb)
+{
+	const Step *a = pa, *b = pb;
+	if (a->at != b->at)
+		return a->at < b->at ? -1 : 1;
+	if ((a->kind == ST_OUT) != (b->kind == ST_OUT))
+		return a->kind == ST_OUT ? 1 : -1;
+	if (a->j != b->j)
+		return a->j < b->j ? -1 : 1;
+	return (a->kind > b->kind) - (a->kind < b->kind);
 }
 
 /* The estimated time of the call with the copies as planned: compute in
@@ -653,32 +736,43 @@ simulate(Off *O)
 {
 	Graph *g = O->g;
 	double now = 0, copy_free = 0;
-	double *ready = calloc(O->cands.n + 1, sizeof *ready);
-	if (!ready)
-		out_of_memory(0);
+	double *ready = xmalloc((O->cands.n + 1) * sizeof *ready);
+	Step *st = xmalloc((4 * (size_t)O->cands.n + 1) * sizeof *st);
+	size_t ns = 0;
+	for (uint32_t j = 0; j < O->cands.n; j++) {
+		const Cand *c = &O->cands.v[j];
+		ready[j] = 0;
+		if (!c->chosen)
+			continue;
+		st[ns++] = (Step){c->del, j, ST_WAIT};
+		if (c->firstb != c->del)
+			st[ns++] = (Step){c->firstb, j, ST_WAIT};
+		st[ns++] = (Step){c->gate, j, ST_GATE};
+		st[ns++] = (Step){c->def, j, ST_OUT};
+	}
+	qsort(st, ns, sizeof *st, by_step);
+	size_t k = 0;
 	for (NodeId i = 0; i <= g->nodes.n; i++) {
-		for (uint32_t j = 0; j < O->cands.n; j++) {
-			Cand *c = &O->cands.v[j];
-			if (!c->chosen)
-				continue;
-			if ((c->del == i || c->firstb == i) && ready[j] > now)
-				now = ready[j];
-			if (c->gate == i) {
-				copy_free = (now > copy_free ? now : copy_free) + c->xfer;
+		for (; k < ns && st[k].at == i && st[k].kind != ST_OUT; k++) {
+			uint32_t j = st[k].j;
+			if (st[k].kind == ST_WAIT) {
+				if (ready[j] > now)
+					now = ready[j];
+			} else {
+				copy_free = (now > copy_free ? now : copy_free) + O->cands.v[j].xfer;
 				ready[j] = copy_free;
 			}
 		}
 		if (i == g->nodes.n)
 			break;
 		now += offload_node_seconds(g, &g->nodes.v[i]);
-		for (uint32_t j = 0; j < O->cands.n; j++) {
-			Cand *c = &O->cands.v[j];
-			if (c->chosen && c->def == i) {
-				copy_free = (now > copy_free ? now : copy_free) + c->xfer;
-				ready[j] = copy_free;
-			}
+		for (; k < ns && st[k].at == i; k++) {
+			uint32_t j = st[k].j;
+			copy_free = (now > copy_free ? now : copy_free) + O->cands.v[j].xfer;
+			ready[j] = copy_free;
 		}
 	}
+	free(st);
 	free(ready);
 	return now;
 }
@@ -687,8 +781,7 @@ simulate(Off *O)
 static void
 report(Off *O, Cand **tmp, uint64_t before)
 {
-	const char *da = O->po->dump_after;
-	if (!da || (strcmp(da, "offload") != 0 && strcmp(da, "all") != 0))
+	if (!dumping(O))
 		return;
 	uint64_t bytes = 0, peak = estimate(O);
 	uint32_t n = 0;
@@ -721,8 +814,21 @@ emit(Off *O, Cand **tmp, uint64_t before)
 	NodeInsVec ins = {0};
 	Map gates;
 	map_init(&gates);
+	uint32_t nv = g->vals.n;
+	ValId *repl = xmalloc(((size_t)nv + 1) * sizeof *repl);
+	for (ValId v = 0; v < nv; v++)
+		repl[v] = NONE;
 	for (uint32_t j = 0; j < n; j++)
-		emit_one(O, tmp[j], cs, &ins, &gates);
+		emit_one(O, tmp[j], cs, &ins, &gates, repl);
+	/* backward reads the prefetched copies */
+	for (NodeId i = O->bw + 1; i < g->nodes.n; i++) {
+		Node *nd = &g->nodes.v[i];
+		for (uint32_t k = 0; k < nd->nopnd; k++)
+			if (nd->opnd[k].kind == OK_VAL && nd->opnd[k].v < nv &&
+			    repl[nd->opnd[k].v] != NONE)
+				nd->opnd[k].v = repl[nd->opnd[k].v];
+	}
+	free(repl);
 	ir_insert(g, &ins);
 	vec_free(&ins);
 	map_free(&gates);
