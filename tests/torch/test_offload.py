@@ -395,9 +395,9 @@ def est_ms(path, *args):
 
 
 def order_cases():
-    # bench/transformer.sg's row transformer_off85: its plan must lower the
-    # peak 1.34 GB, about as much as its forward can copy out; the copies
-    # of layer 0's values start first and end earliest
+    # bench/transformer.sg at a 6 GB budget (1.34 GB to offload, about
+    # what its forward can copy out): the latest-use order wins, its copies
+    # of layer 0's values starting first
     tr = os.path.join(ROOT, "bench", "transformer.sg")
     pr = sgc(tr, "--emit=ir", "--offload-budget=6000000000")
     out = set(re.findall(r"= to_host\(%(l\d)\.([a-z0-9]+)", pr.stdout))
@@ -418,7 +418,7 @@ def order_cases():
     why = None if a is not None and b is not None and a < b else \
         "estimated %s ms (auto) against %s ms (largest first)" % (a, b)
     S.report("transformer.sg, 6 GB budget: auto's estimate below largest-first's", why)
-    # where the copies outlast the forward, the bytes decide: the fewest
+    # of the two orders, the one of less estimated time is kept
     pr = sgc("check", tr, "--dump-after=offload", "--offload-budget=7000000000", "--no-remat")
     tried = re.findall(r"# offload: .*: (largest first|latest backward use first): "
                        r"\d+ values \((\d+) bytes\), .* time ([0-9.]+) ms", pr.stderr)
@@ -431,6 +431,25 @@ def order_cases():
         if kept.group(1) != best[1]:
             why = "kept %s bytes, the faster estimate was %s" % (kept.group(1), best)
     S.report("transformer.sg, 7 GB budget without remat: the faster estimate kept", why)
+    # best fit at the end: two 16 KiB values and seven 4 KiB ones saved
+    # (without remat), 76 KiB at the peak; a 60000-byte budget needs
+    # 17.8 KiB off: one 16 KiB value and one 4 KiB one, not two 16 KiB ones
+    chain = "".join("  %%c%d = sin(%%c%d)\n" % (i, i - 1) for i in range(1, 8))
+    fit = write("off_fit.sg", "graph fit {\n  input %x : f32[4096]\n  param %w : f32[4096]\n"
+                "  %a0 = mul(%x, %w)\n  %a1 = sin(%a0)\n  %a2 = sin(%a1)\n"
+                "  %s = slice(%a2, dim=0, end=1024)\n  %c0 = contiguous(%s)\n" + chain +
+                "  %v = mul(%c7, %c7)\n  %loss = sum(%v)\n  backward(%loss)\n"
+                "  return %loss\n}\n")
+    pr = sgc("check", fit, "--no-remat", "--offload-budget=60000", "--dump-after=offload")
+    kept = re.search(r"# offload: .*: (\d+) values \((\d+) bytes\) to the host; estimated "
+                     r"device peak (\d+) bytes \((\d+) without\)", pr.stderr)
+    why = None
+    if pr.returncode != 0 or not kept:
+        why = "no estimate: %s" % pr.stderr[:300]
+    elif (int(kept.group(2)), int(kept.group(4))) != (16384 + 4096, 77824) or \
+            int(kept.group(3)) > 60000:
+        why = "offloaded %s bytes, peak %s of %s" % (kept.group(2), kept.group(3), kept.group(4))
+    S.report("offload budget 60000: best fit takes 16 KiB + 4 KiB, not 2 x 16 KiB", why)
 
 
 # ------------------------------------------------------------------ 5. buckets
