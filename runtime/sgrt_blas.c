@@ -16,10 +16,11 @@
  * Concurrent streams must not share a workspace, so each stream gets its
  * own: the heuristic may use up to ws_bytes (32 MiB unless the model's
  * configuration says otherwise), and a stream's workspace is grown to
- * what its products' algorithms need, no more (most need none).  Growing is a stream synchronisation and a cudaMalloc, so
- * during a CUDA-graph capture it cannot happen: a product whose algorithm
- * needs more than the stream has then gets a plan of its own limited to
- * what the stream has (GemmKey.ws_limit).
+ * what its products' algorithms need, no more (most need none).  Growing
+ * is a stream synchronisation and a cudaMalloc, so during a CUDA-graph
+ * capture it cannot happen: a product whose algorithm needs more than
+ * the stream has then gets a plan of its own limited to what the stream
+ * has (GemmKey.ws_limit).
  *
  * Activation epilogues (SGRT_EPI_*) that cuBLASLt declines, whether its
  * rules forbid them (an aux row stride that is no multiple of 8), its

@@ -551,14 +551,6 @@ take_in_order(Off *O, Cand **order, uint32_t n)
 	return peak;
 }
 
-/* Whether --dump-after names this pass. */
-static int
-dumping(const Off *O)
-{
-	const char *da = O->po->dump_after;
-	return da && (strcmp(da, "offload") == 0 || strcmp(da, "all") == 0);
-}
-
 /* The choice of one order: its peak and estimated time, the chosen
  * flags left set; with --dump-after=offload, a line saying so. */
 static void
@@ -570,7 +562,7 @@ try_order(Off *O, Cand **order, uint32_t n, Cand **tmp, const char *what,
 	*peak = take_in_order(O, order, n);
 	plan(O, tmp);
 	*secs = simulate(O);
-	if (!dumping(O))
+	if (!passes_dumps(O->po, "offload"))
 		return;
 	uint64_t bytes = 0;
 	uint32_t k = 0;
@@ -781,7 +773,7 @@ simulate(Off *O)
 static void
 report(Off *O, Cand **tmp, uint64_t before)
 {
-	if (!dumping(O))
+	if (!passes_dumps(O->po, "offload"))
 		return;
 	uint64_t bytes = 0, peak = estimate(O);
 	uint32_t n = 0;

@@ -67,11 +67,17 @@ passes_list(FILE *f)
 	fputc('\n', f);
 }
 
+int
+passes_dumps(const PassOptions *po, const char *pass)
+{
+	return po->dump_after && (strcmp(po->dump_after, "all") == 0 ||
+	                          strcmp(po->dump_after, pass) == 0);
+}
+
 static void
 dump(Graph *g, const PassOptions *po, const char *pass)
 {
-	if (!po->dump_after || (strcmp(po->dump_after, "all") != 0 &&
-	                        strcmp(po->dump_after, pass) != 0))
+	if (!passes_dumps(po, pass))
 		return;
 	fprintf(stderr, "# after pass '%s'\n", pass);
 	sched_print(stderr, g); /* with the backend's decisions, once made */

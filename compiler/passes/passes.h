@@ -41,6 +41,8 @@ enum { PASS_SAME = 2 };
 int passes_run(Module *m, const PassOptions *po);
 int passes_known(const char *name);
 void passes_list(FILE *f); /* the pass names, for --help and errors */
+/* 1 when --dump-after names pass (or is "all"). */
+int passes_dumps(const PassOptions *po, const char *pass);
 
 /* ------------------------------------------------------------------ races.c
  * Happens-before over streams and events, and the race verifier (rule 2).

@@ -424,8 +424,7 @@ remat_pass(Graph *g, const PassOptions *po, Diag *d)
 		else
 			drop_company(&R);
 	}
-	if (R.r.n && po->dump_after && (strcmp(po->dump_after, "remat") == 0 ||
-	                                strcmp(po->dump_after, "all") == 0)) {
+	if (R.r.n && passes_dumps(po, "remat")) {
 		fprintf(stderr, "# remat: %u value%s to recompute in backward, estimated device "
 		        "peak %" PRIu64 " -> %" PRIu64 " bytes: %s\n", R.r.n, R.r.n == 1 ? "" : "s",
 		        before, after, keep ? "done" : "not done");
