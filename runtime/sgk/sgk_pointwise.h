@@ -132,9 +132,10 @@ SGK_FN SGK_T SGK_NAME(relu)(SGK_T a) { return a < (SGK_T)0 ? (SGK_T)0 : a; }
  * stays within 8.2e-8 of the exact Phi (erff's formula: 6.1e-8) and its
  * gelu within 5.4e-8 of the exact one below 0 (erff's: 8.3e-8, since
  * 1 + erf(x) cancels there); past t = 4, t p(t) outgrows -log(erfc t), so
- * the tail falls to 0 sooner (by less than 5e-9) and a NaN stays NaN.  One exp2 and no select of
- * coefficients: erff evaluates two polynomials' worth of instructions, and
- * a bf16 gelu kernel is bound by them rather than by memory. */
+ * the tail falls to 0 sooner (by less than 5e-9) and a NaN stays NaN.
+ * One exp2 and no select of coefficients: erff evaluates two polynomials'
+ * worth of instructions, and a bf16 gelu kernel was bound by them rather
+ * than by memory. */
 #if SGK_FLOAT
 SGK_FN float sgk_gelu_cdf_f(float a)
 {

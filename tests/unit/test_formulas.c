@@ -33,7 +33,8 @@ test_gelu_close_to_double(void **state)
 		worst = fmax(worst, ef);
 		worst_b = fmax(worst_b, fmax(eb, eb3));
 	}
-	print_message("gelu: max |f - d| / (1 + |x|) = %.3g; gelu_backward: max |f - d| = %.3g\n", worst, worst_b);
+	print_message("gelu: max |f - d| / (1 + |x|) = %.3g; gelu_backward: max |f - d| = %.3g\n", worst,
+	              worst_b);
 	assert_true(worst <= 1e-7);
 	assert_true(worst_b <= 2e-7);
 }
