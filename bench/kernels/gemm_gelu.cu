@@ -2,10 +2,14 @@
 // with the erf GELU in its epilogue (CUTLASS 3's sm90 warp-specialized
 // GEMM, an epilogue visitor tree storing gelu(acc) and acc), against
 // cuBLASLt's product (the fastest of its heuristic's best 8, as libsgrt's
-// SGRT_GEMM_TUNE picks) followed by the generated GELU kernel; and the
-// backward: fc2's input gradient with d gelu(f) applied in the epilogue
-// (reading f) against cuBLASLt's product and the GELU backward kernel.
-// bf16, M = 16384 tokens, d = 2048, 4d = 8192.
+// SGRT_GEMM_TUNE picks) followed by a GELU kernel; and the backward: fc2's
+// input gradient with d gelu(f) applied in the epilogue (reading f)
+// against cuBLASLt's product and the GELU backward kernel.  The GELU
+// kernels and the epilogues use erff's formula, as the generated kernels
+// did before commit 82d26f4.  bf16, M = 16384 tokens, d = 2048, 4d = 8192.
+// The first version (three tiles, no sweep) ran at 09:57 UTC 2026-12-03;
+// this one, with the scheduler sweep and stream-K, hung in one of its
+// variants on its only run (docs/performance.md).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -39,7 +43,8 @@ __global__ void fill(T *p, size_t n, unsigned seed, float scale)
 	}
 }
 
-// The generated kernels' shape and formulas (sgk_pointwise.h).
+// The generated kernels' shape; erff's formulas (sgk_pointwise.h's float
+// forms before 82d26f4).
 __global__ void __launch_bounds__(256) gelu_fwd(const uint4 *f, uint4 *g, size_t nv)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nv; i += (size_t)gridDim.x * blockDim.x) {

@@ -27,7 +27,8 @@ __global__ void fill(T *p, size_t n, unsigned seed)
 	}
 }
 
-// The generated GELU backward's shape: 16-byte vectors, a grid-stride loop.
+// The generated GELU backward's shape: 16-byte vectors, a grid-stride loop;
+// erff's formula, as the generated kernels had before commit 82d26f4.
 __global__ void __launch_bounds__(256) gelu_bwd(const uint4 *f, const uint4 *dg, uint4 *df, uint4 *g, size_t nv)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nv; i += (size_t)gridDim.x * blockDim.x) {
