@@ -1,8 +1,7 @@
 // Microbenchmark (bench/kernels/README.md): the layer norm backward (fused, stats recomputed, with add)
 // at the transformer's shape under several row configurations; since 2026-12-03 13:00 also at more
-// blocks an SM (launch bounds), with the variance and the two row sums in one reduction (`m`), with
-// and without the next row's loads ahead, and the forward with the residual add in four
-// configurations.
+// blocks an SM (launch bounds), with and without the next row's loads ahead, the library's launcher,
+// and the forward with the residual add in four configurations.
 #include <cstdio>
 #include <vector>
 #include <cmath>
@@ -17,7 +16,7 @@ float run(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T *db
 	long long P = sgk_norm_bwd_parts(R, TPR) * Pmul;
 	const int gpb = SGK_ROW_THREADS(TPR) / TPR;
 	P = (P + gpb - 1) / gpb * gpb;
-	auto *k = sgk_norm_bwd_k<T, VEC, TPR, NV, false>;
+	auto *k = sgk_norm_bwd_k<T, VEC, TPR, NV, false, true>;
 	const int smem = sgk_norm_smem_bytes<A, VEC, TPR, NV>();
 	if (smem > 48 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 	cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
@@ -35,150 +34,14 @@ float run(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T *db
 	return ms / iters * 1000.0f;
 }
 
-// ---- 2026-12-03 afternoon: occupancy and fewer barriers a row ----------------
+// ---- 2026-12-03 afternoon: occupancy and loads ahead ------------------------
 
-// Sums N values over the TPR threads of a row, through sh (N slots a warp;
-// the callers alternate two, so one barrier a sum).
-template <int TPR, int N, class A>
-__device__ __forceinline__ void nsum(A (&v)[N], A (*sh)[N])
-{
-#pragma unroll
-	for (int i = 0; i < N; i++)
-		v[i] = sgk_group_sum<(TPR < 32 ? TPR : 32)>(v[i]);
-	if (TPR <= 32)
-		return;
-	const int lane = threadIdx.x & 31;
-	if (lane == 0)
-#pragma unroll
-		for (int i = 0; i < N; i++)
-			sh[threadIdx.x >> 5][i] = v[i];
-	__syncthreads();
-#pragma unroll
-	for (int i = 0; i < N; i++)
-		v[i] = sgk_group_sum<32>(lane < TPR / 32 ? sh[lane][i] : (A)0);
-}
-
-// The layer norm backward (stats recomputed unless saved) with the
-// variance and the two row sums in one reduction: sum g * xhat is
-// rs * sum g * (x - mu), so only the mean needs a sum of its own.
-template <int VEC, int TPR, int NV, bool PF>
-__device__ __forceinline__ void regs_merged(const T *__restrict__ dy, const T *__restrict__ x,
-                                            const T *__restrict__ w, const T *__restrict__ add,
-                                            const A *__restrict__ mean, const A *__restrict__ rstd,
-                                            T *__restrict__ dx, A *__restrict__ part, long long rows,
-                                            int C, float eps, long long P, long long p, int t)
-{
-	enum { U = sgk_norm_unit<VEC, A>::U, NU = sgk_norm_unit<VEC, A>::NU };
-	enum { NT = SGK_ROW_THREADS(TPR) };
-	typedef sgk_reg<U, A> AU;
-	extern __shared__ __align__(16) unsigned char sgk_norm_smem[];
-	AU *acc = reinterpret_cast<AU *>(sgk_norm_smem) + threadIdx.x;
-	__shared__ A sh1[2][32][1];
-	__shared__ A sh3[2][32][3];
-	int q = 0;
-	A nmu = 0, nrs = 0;
-	sgk_reg<VEC, T> wr[NV], nx[NV], ng[NV], na[NV];
-#pragma unroll
-	for (int k = 0; k < NV; k++) {
-		const int c = (t + k * TPR) * VEC;
-		wr[k] = sgk_ldv<VEC>(w + c);
-#pragma unroll
-		for (int j = 0; j < 2 * NU; j++)
-#pragma unroll
-			for (int i = 0; i < U; i++)
-				acc[((j / NU * NV + k) * NU + j % NU) * NT].v[i] = 0;
-	}
-	auto load = [&](long long r) {
-#pragma unroll
-		for (int k = 0; k < NV; k++) {
-			const int c = (t + k * TPR) * VEC;
-			nx[k] = sgk_ldv<VEC>(x + r * C + c);
-			ng[k] = sgk_ldv<VEC>(dy + r * C + c);
-			if (add)
-				na[k] = sgk_ldv<VEC>(add + r * C + c);
-		}
-		if (rstd) {
-			nmu = mean[r];
-			nrs = rstd[r];
-		}
-	};
-	if (PF && p < rows)
-		load(p);
-	for (long long r = p; r < rows; r += P) {
-		if (!PF)
-			load(r);
-		sgk_reg<VEC, T> xr[NV], gr[NV], ar[NV];
-		A mu = nmu, rs = nrs;
-#pragma unroll
-		for (int k = 0; k < NV; k++) {
-			xr[k] = nx[k];
-			gr[k] = ng[k];
-			ar[k] = na[k];
-		}
-		if (PF && r + P < rows)
-			load(r + P);
-		if (!rstd) {
-			A s[1] = {0};
-#pragma unroll
-			for (int k = 0; k < NV; k++)
-#pragma unroll
-				for (int e = 0; e < VEC; e++)
-					s[0] += sgk_tof(xr[k].v[e]);
-			nsum<TPR>(s, sh1[q]);
-			mu = s[0] / C;
-		}
-		A s[3] = {0, 0, 0};
-#pragma unroll
-		for (int k = 0; k < NV; k++)
-#pragma unroll
-			for (int e = 0; e < VEC; e++) {
-				const A d = sgk_tof(xr[k].v[e]) - mu;
-				const A g = sgk_tof(gr[k].v[e]) * sgk_tof(wr[k].v[e]);
-				s[0] += d * d;
-				s[1] += g;
-				s[2] += g * d;
-			}
-		nsum<TPR>(s, sh3[q]);
-		q ^= 1;
-		if (!rstd)
-			rs = (A)1 / sgk_sqrt(s[0] / C + (A)eps);
-		const A s1 = s[1] / C, s2 = rs * s[2] / C;
-#pragma unroll
-		for (int k = 0; k < NV; k++) {
-			const int c = (t + k * TPR) * VEC;
-			A o[VEC];
-#pragma unroll
-			for (int u = 0; u < NU; u++) {
-				AU aw = acc[(k * NU + u) * NT], ab = acc[((NV + k) * NU + u) * NT];
-#pragma unroll
-				for (int i = 0; i < U; i++) {
-					const int e = u * U + i;
-					const A f = (sgk_tof(xr[k].v[e]) - mu) * rs, d = sgk_tof(gr[k].v[e]);
-					const A g = d * sgk_tof(wr[k].v[e]);
-					aw.v[i] += d * f;
-					ab.v[i] += d;
-					o[e] = rs * (g - s1 - f * s2) + (add ? sgk_tof(ar[k].v[e]) : (A)0);
-				}
-				acc[(k * NU + u) * NT] = aw;
-				acc[((NV + k) * NU + u) * NT] = ab;
-			}
-			sgk_strow<VEC>(dx + r * C + c, o);
-		}
-	}
-#pragma unroll
-	for (int k = 0; k < NV; k++) {
-		const int c = (t + k * TPR) * VEC;
-#pragma unroll
-		for (int e = 0; e < VEC; e++) {
-			part[p * C + c + e] = acc[(k * NU + e / U) * NT].v[e % U];
-			part[(P + p) * C + c + e] = acc[((NV + k) * NU + e / U) * NT].v[e % U];
-		}
-	}
-}
-
-// The backward kernel at MINB blocks an SM (registers 65536 / (MINB *
-// threads)), the library's row walk (MERGED 0) or the merged sums (1), without the next row's loads ahead (2).
-template <int VEC, int TPR, int NV, int MINB, int MERGED>
+// The library's backward of rows in registers (sgk_norm_bwd_regs: since
+// 2026-12-03 the variance and the two row sums in one reduction) at MINB
+// blocks an SM (registers 65536 / (MINB * threads)), with the next row's
+// loads ahead (PF) or not.  Commit 1934c39 of this file also timed the
+// walk before that change (two reductions after the mean: `lb` rows).
+template <int VEC, int TPR, int NV, int MINB, bool PF>
 __global__ void __launch_bounds__(SGK_ROW_THREADS(TPR), MINB)
 bwd_lb(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
        const T *__restrict__ add, const A *__restrict__ mean, const A *__restrict__ rstd,
@@ -186,24 +49,19 @@ bwd_lb(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ 
 {
 	const int G = SGK_ROW_THREADS(TPR) / TPR, t = threadIdx.x % TPR;
 	const long long P = (long long)gridDim.x * G, p = (long long)blockIdx.x * G + threadIdx.x / TPR;
-	if (MERGED == 2)
-		regs_merged<VEC, TPR, NV, false>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps, P, p, t);
-	else if (MERGED)
-		regs_merged<VEC, TPR, NV, true>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps, P, p, t);
-	else
-		sgk_norm_bwd_regs<VEC, TPR, NV, false>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps,
-		                                       P, p, t);
+	sgk_norm_bwd_regs<VEC, TPR, NV, false, PF>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps,
+	                                           P, p, t);
 }
 
 // Times bwd_lb with Pn row groups (rounded to whole blocks).
-template <int VEC, int TPR, int NV, int MINB, int MERGED>
+template <int VEC, int TPR, int NV, int MINB, bool PF>
 float run_lb(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T *db, A *work,
              long long Pn, int iters, cudaStream_t s, const A *mean = nullptr,
              const A *rstd = nullptr)
 {
 	const int gpb = SGK_ROW_THREADS(TPR) / TPR;
 	const long long P = (Pn + gpb - 1) / gpb * gpb;
-	auto *k = bwd_lb<VEC, TPR, NV, MINB, MERGED>;
+	auto *k = bwd_lb<VEC, TPR, NV, MINB, PF>;
 	const int smem = sgk_norm_smem_bytes<A, VEC, TPR, NV>();
 	if (smem > 48 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 	cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
@@ -295,25 +153,24 @@ int main()
 		printf("%-28s dw %.3g db %.3g (relative)\n", "", mw, mb);
 	};
 	const long long S = 132;
-	printf("-- launch bounds (blocks an SM) and row groups; m: merged sums\n");
-	check2("lb <8,128,2> 4/SM 4S", run_lb<8, 128, 2, 4, 0>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st));
-	check2("lb <8,128,2> 6/SM 6S", run_lb<8, 128, 2, 6, 0>(dy, x, w, add, dx, dw, db, work, 6 * S, 20, st));
-	check2("lb <8,128,2> 8/SM 8S", run_lb<8, 128, 2, 8, 0>(dy, x, w, add, dx, dw, db, work, 8 * S, 20, st));
-	check2("lb <8,256,1> 3/SM 3S", run_lb<8, 256, 1, 3, 0>(dy, x, w, add, dx, dw, db, work, 3 * S, 20, st));
-	check2("lb <8,256,1> 4/SM 4S", run_lb<8, 256, 1, 4, 0>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st));
-	check2("m <8,128,2> 4/SM 4S", run_lb<8, 128, 2, 4, 1>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st));
-	check2("m <8,128,2> 6/SM 6S", run_lb<8, 128, 2, 6, 1>(dy, x, w, add, dx, dw, db, work, 6 * S, 20, st));
-	check2("m <8,128,2> 8/SM 8S", run_lb<8, 128, 2, 8, 1>(dy, x, w, add, dx, dw, db, work, 8 * S, 20, st));
-	check2("m <8,128,2> 8/SM 16S", run_lb<8, 128, 2, 8, 1>(dy, x, w, add, dx, dw, db, work, 16 * S, 20, st));
-	check2("m <8,256,1> 4/SM 4S", run_lb<8, 256, 1, 4, 1>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st));
-	check2("m <8,256,1> 6/SM 6S", run_lb<8, 256, 1, 6, 1>(dy, x, w, add, dx, dw, db, work, 6 * S, 20, st));
-	check2("m-nopf <8,128,2> 8/SM 8S", run_lb<8, 128, 2, 8, 2>(dy, x, w, add, dx, dw, db, work, 8 * S, 20, st));
-	check2("m-nopf <8,128,2> 12/SM 12S", run_lb<8, 128, 2, 12, 2>(dy, x, w, add, dx, dw, db, work, 12 * S, 20, st));
-	check2("m-nopf <8,256,1> 4/SM 4S", run_lb<8, 256, 1, 4, 2>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st));
-	check2("m-nopf <8,256,1> 6/SM 6S", run_lb<8, 256, 1, 6, 2>(dy, x, w, add, dx, dw, db, work, 6 * S, 20, st));
-	check2("m-nopf <8,64,4> 8/SM 16S", run_lb<8, 64, 4, 8, 2>(dy, x, w, add, dx, dw, db, work, 16 * S, 20, st));
-	check2("m <8,64,4> 8/SM 16S", run_lb<8, 64, 4, 8, 1>(dy, x, w, add, dx, dw, db, work, 16 * S, 20, st));
-	check2("m saved <8,128,2> 8/SM 8S", run_lb<8, 128, 2, 8, 1>(dy, x, w, add, dx, dw, db, work, 8 * S, 20, st, mean, rstd));
+	printf("-- blocks an SM, row groups (S: SMs), loads ahead or not\n");
+	{
+		cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+		cudaEventRecord(e0, st);
+		for (int i = 0; i < 20; i++)
+			sg_launch_layer_norm_bwd_fused<T>(dy, x, w, add, dx, dw, db, work, R, C, 1e-5f, 0, st);
+		cudaEventRecord(e1, st); cudaEventSynchronize(e1);
+		float ms; cudaEventElapsedTime(&ms, e0, e1);
+		check2("library launcher", ms / 20 * 1000);
+	}
+	check2("ahead <8,128,2> 4/SM 4S", run_lb<8, 128, 2, 4, true>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st));
+	check2("ahead <8,128,2> 8/SM 8S", run_lb<8, 128, 2, 8, true>(dy, x, w, add, dx, dw, db, work, 8 * S, 20, st));
+	check2("ahead <8,256,1> 4/SM 4S", run_lb<8, 256, 1, 4, true>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st));
+	check2("not <8,128,2> 8/SM 8S", run_lb<8, 128, 2, 8, false>(dy, x, w, add, dx, dw, db, work, 8 * S, 20, st));
+	check2("not <8,256,1> 4/SM 4S", run_lb<8, 256, 1, 4, false>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st));
+	check2("not <8,256,1> 6/SM 6S", run_lb<8, 256, 1, 6, false>(dy, x, w, add, dx, dw, db, work, 6 * S, 20, st));
+	check2("not <8,64,4> 8/SM 16S", run_lb<8, 64, 4, 8, false>(dy, x, w, add, dx, dw, db, work, 16 * S, 20, st));
+	check2("saved, not <8,256,1> 4/SM 4S", run_lb<8, 256, 1, 4, false>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st, mean, rstd));
 	// the forward with the residual add: reads x and res, writes sum and y
 	printf("-- forward with the residual add (4 x 64 MiB moved)\n");
 	T *sum, *y; cudaMalloc(&sum, n * 2); cudaMalloc(&y, n * 2);

@@ -178,7 +178,7 @@ int main()
 	T *w = f, *dw = f + Cn, *db = f + 2 * Cn, *x = f + 4096, *dy = dg, *add = df, *dx = g;
 	auto norm = [&](cudaStream_t s, int grid) {
 		long long P = (long long)grid;
-		auto *k = sgk_norm_bwd_k<T, 8, 128, 2, false>;
+		auto *k = sgk_norm_bwd_k<T, 8, 128, 2, false, true>;
 		const int smem = sgk_norm_smem_bytes<Acc, 8, 128, 2>();
 		k<<<(unsigned)P, 128, smem, s>>>(dy, x, w, add, nullptr, nullptr, dx, work, R, Cn, 1e-5f);
 		sgk_norm_parts_sum_k<T><<<dim3((Cn + 31) / 32, 2), dim3(32, 16), 0, s>>>(work, (int)P, Cn, dw, db);

@@ -448,12 +448,12 @@ SGK_DEV void sgk_norm_stats(const T *xr, int C, int t, float eps, A *part, A *mu
 	*rs = (A)1 / sgk_sqrt(var + (A)eps);
 }
 
-/* Sums the N (1 or 2) values v over the TPR threads of a row, every
- * thread getting the sums: the lanes of a warp (TPR <= 32), or the block
- * through sh, __shared__ slots that no thread may still be reading (the
- * callers alternate between two, so one barrier a sum is enough). */
+/* Sums the N values v over the TPR threads of a row, every thread
+ * getting the sums: the lanes of a warp (TPR <= 32), or the block through
+ * sh, __shared__ slots that no thread may still be reading (the callers
+ * alternate between two, so one barrier a sum is enough). */
 template <int TPR, int N, class A>
-SGK_DEV void sgk_norm_sum(A (&v)[N], A (*sh)[2])
+SGK_DEV void sgk_norm_sum(A (&v)[N], A (*sh)[N])
 {
 #pragma unroll
 	for (int i = 0; i < N; i++)
@@ -481,11 +481,15 @@ template <int VEC, class A> struct sgk_norm_unit {
  * (NV vectors a thread, kept as loaded): w stays in registers and the
  * thread's columns' sums of dy * xhat and dy in its own shared memory
  * slots (16 bytes a load; registers would not leave room for the rest)
- * across the rows, and the next row's x, dy and add (and saved
- * statistics) are loaded while this one is worked on.  A row: the mean
- * and rstd from x unless saved (two sums), xhat and g = dy * w, the sums
- * of g and g * xhat (one sum of the pair), dx. */
-template <int VEC, int TPR, int NV, bool RMS, class T, class A>
+ * across the rows.  With PF the next row's x, dy and add (and saved
+ * statistics) are loaded while this one is worked on; without, the
+ * kernel runs twice the threads an SM instead (SGK_NORM_MINB), which
+ * hides the loads better where a thread has one vector of the row.  A
+ * row takes two sums (one with saved statistics; one for RMS): the mean
+ * unless saved, then the variance about it, sum g and sum g * (x - mean)
+ * together (g = dy * w; sum g * xhat is rstd times the last), then the
+ * column sums and dx. */
+template <int VEC, int TPR, int NV, bool RMS, bool PF, class T, class A>
 SGK_DEV void sgk_norm_bwd_regs(const T *__restrict__ dy, const T *__restrict__ x,
                                const T *__restrict__ w, const T *__restrict__ add,
                                const A *__restrict__ mean, const A *__restrict__ rstd,
@@ -498,7 +502,7 @@ SGK_DEV void sgk_norm_bwd_regs(const T *__restrict__ dy, const T *__restrict__ x
 	extern __shared__ __align__(16) unsigned char sgk_norm_smem[];
 	/* acc[j][k][u][thread]: j 0 for dw, 1 for db */
 	AU *acc = reinterpret_cast<AU *>(sgk_norm_smem) + threadIdx.x;
-	__shared__ A sh[2][32][2];
+	__shared__ A sh1[2][32][1], sh3[2][32][3];
 	int q = 0;
 	A nmu = 0, nrs = 0;
 	sgk_reg<VEC, T> wr[NV], nx[NV], ng[NV], na[NV];
@@ -534,9 +538,11 @@ SGK_DEV void sgk_norm_bwd_regs(const T *__restrict__ dy, const T *__restrict__ x
 			nrs = rstd[r];
 		}
 	};
-	if (p < rows)
+	if (PF && p < rows)
 		load(p);
 	for (sgk_i64 r = p; r < rows; r += P) {
+		if (!PF)
+			load(r);
 		sgk_reg<VEC, T> xr[NV], gr[NV], ar[NV];
 		A mu = nmu, rs = nrs;
 #pragma unroll
@@ -545,65 +551,42 @@ SGK_DEV void sgk_norm_bwd_regs(const T *__restrict__ dy, const T *__restrict__ x
 			gr[k] = ng[k];
 			ar[k] = na[k];
 		}
-		if (r + P < rows)
+		if (PF && r + P < rows)
 			load(r + P);
-		if (!rstd) {
-			A s[1] = {0}, var[1] = {0};
-			if (!RMS) {
-#pragma unroll
-				for (int k = 0; k < NV; k++) {
-					if ((t + k * TPR) * VEC >= C)
-						continue;
-#pragma unroll
-					for (int e = 0; e < VEC; e++)
-						s[0] += sgk_tof(xr[k].v[e]);
-				}
-				sgk_norm_sum<TPR>(s, sh[q]);
-				q ^= 1;
-				mu = s[0] / C;
-			}
+		if (!RMS && !rstd) {
+			A s[1] = {0};
 #pragma unroll
 			for (int k = 0; k < NV; k++) {
 				if ((t + k * TPR) * VEC >= C)
 					continue;
 #pragma unroll
-				for (int e = 0; e < VEC; e++) {
-					const A d = sgk_tof(xr[k].v[e]) - mu;
-					var[0] += d * d;
-				}
+				for (int e = 0; e < VEC; e++)
+					s[0] += sgk_tof(xr[k].v[e]);
 			}
-			sgk_norm_sum<TPR>(var, sh[q]);
-			q ^= 1;
-			rs = (A)1 / sgk_sqrt(var[0] / C + (A)eps);
+			sgk_norm_sum<TPR>(s, sh1[q]);
+			mu = s[0] / C;
 		}
-		/* xhat, g; the column sums; the row sums of g and g * xhat */
-		A s[2] = {0, 0};
+		/* the variance, sum g, sum g * (x - mean) */
+		A s[3] = {0, 0, 0};
 #pragma unroll
 		for (int k = 0; k < NV; k++) {
 			if ((t + k * TPR) * VEC >= C)
 				continue;
 #pragma unroll
-			for (int u = 0; u < NU; u++) {
-				AU aw = acc[(k * NU + u) * NT], ab = acc[((NV + k) * NU + u) * NT];
-#pragma unroll
-				for (int i = 0; i < U; i++) {
-					const int e = u * U + i;
-					const A f = (sgk_tof(xr[k].v[e]) - mu) * rs, d = sgk_tof(gr[k].v[e]);
-					const A g = d * sgk_tof(wr[k].v[e]);
-					aw.v[i] += d * f;
-					ab.v[i] += d;
-					s[0] += g;
-					s[1] += g * f;
-				}
-				acc[(k * NU + u) * NT] = aw;
-				acc[((NV + k) * NU + u) * NT] = ab;
+			for (int e = 0; e < VEC; e++) {
+				const A d = sgk_tof(xr[k].v[e]) - mu;
+				const A g = sgk_tof(gr[k].v[e]) * sgk_tof(wr[k].v[e]);
+				s[0] += d * d;
+				s[1] += g;
+				s[2] += g * d;
 			}
 		}
-		sgk_norm_sum<TPR>(s, sh[q]);
+		sgk_norm_sum<TPR>(s, sh3[q]);
 		q ^= 1;
-		const A s1 = RMS ? (A)0 : s[0] / C, s2 = s[1] / C;
-		if (!dx)
-			continue;
+		if (!rstd)
+			rs = (A)1 / sgk_sqrt(s[0] / C + (A)eps);
+		const A s1 = RMS ? (A)0 : s[1] / C, s2 = rs * s[2] / C;
+		/* the column sums of dy * xhat and dy; dx */
 #pragma unroll
 		for (int k = 0; k < NV; k++) {
 			const int c = (t + k * TPR) * VEC;
@@ -611,12 +594,22 @@ SGK_DEV void sgk_norm_bwd_regs(const T *__restrict__ dy, const T *__restrict__ x
 				continue;
 			A o[VEC];
 #pragma unroll
-			for (int e = 0; e < VEC; e++) {
-				const A f = (sgk_tof(xr[k].v[e]) - mu) * rs;
-				const A g = sgk_tof(gr[k].v[e]) * sgk_tof(wr[k].v[e]);
-				o[e] = rs * (g - s1 - f * s2) + (add ? sgk_tof(ar[k].v[e]) : (A)0);
+			for (int u = 0; u < NU; u++) {
+				AU aw = acc[(k * NU + u) * NT], ab = acc[((NV + k) * NU + u) * NT];
+#pragma unroll
+				for (int i = 0; i < U; i++) {
+					const int e = u * U + i;
+					const A f = (sgk_tof(xr[k].v[e]) - mu) * rs, d = sgk_tof(gr[k].v[e]);
+					aw.v[i] += d * f;
+					ab.v[i] += d;
+					o[e] = rs * (d * sgk_tof(wr[k].v[e]) - s1 - f * s2) +
+					       (add ? sgk_tof(ar[k].v[e]) : (A)0);
+				}
+				acc[(k * NU + u) * NT] = aw;
+				acc[((NV + k) * NU + u) * NT] = ab;
 			}
-			sgk_strow<VEC>(dx + r * C + c, o);
+			if (dx)
+				sgk_strow<VEC>(dx + r * C + c, o);
 		}
 	}
 	if (!part)
@@ -698,9 +691,15 @@ SGK_DEV void sgk_norm_bwd_walk(const T *__restrict__ dy, const T *__restrict__ x
 	}
 }
 
-/* Blocks of a norm backward kernel an SM must hold at once: registers
- * for 512 threads or more at 128 a thread (64 for 1024-thread blocks). */
-#define SGK_NORM_MINB(TPR) (SGK_ROW_THREADS(TPR) >= 512 ? 1 : 512 / SGK_ROW_THREADS(TPR))
+/* Threads an SM must hold of a norm backward kernel: 512 (registers for
+ * 128 a thread) with the next row's loads ahead (PF), else 1024 (64). */
+#define SGK_NORM_SM_THREADS(PF) ((PF) ? 512 : 1024)
+
+/* Blocks of a norm backward kernel an SM must hold at once. */
+#define SGK_NORM_MINB(TPR, PF)                                                \
+	(SGK_ROW_THREADS(TPR) >= SGK_NORM_SM_THREADS(PF)                      \
+	         ? 1                                                          \
+	         : SGK_NORM_SM_THREADS(PF) / SGK_ROW_THREADS(TPR))
 
 /* The norm backward: dx of layer_norm (or RMS) = rstd * (g - mean(g) -
  * xhat * mean(g * xhat)), g = dy * w, plus add when it is not NULL (a
@@ -709,9 +708,10 @@ SGK_DEV void sgk_norm_bwd_walk(const T *__restrict__ dy, const T *__restrict__ x
  * forward, with eps); and, when part is not NULL, each of the grid's P
  * row groups' column sums of dy * xhat (for dw) and dy (db) into
  * part[2][P][C].  dx may be NULL (the column sums alone).  A group (TPR
- * threads: a warp, or the block) takes rows p, p + P, ... */
-template <class T, int VEC, int TPR, int NV, bool RMS>
-__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR), SGK_NORM_MINB(TPR))
+ * threads: a warp, or the block) takes rows p, p + P, ...; PF: rows in
+ * registers with the next one's loads ahead (sgk_norm_bwd_regs). */
+template <class T, int VEC, int TPR, int NV, bool RMS, bool PF>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR), SGK_NORM_MINB(TPR, PF))
 sgk_norm_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
                const T *__restrict__ add, const typename sgk_acc<T>::type *__restrict__ mean,
                const typename sgk_acc<T>::type *__restrict__ rstd, T *__restrict__ dx,
@@ -720,8 +720,8 @@ sgk_norm_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__res
 	const int G = SGK_ROW_THREADS(TPR) / TPR, t = threadIdx.x % TPR;
 	const sgk_i64 P = (sgk_i64)gridDim.x * G, p = (sgk_i64)blockIdx.x * G + threadIdx.x / TPR;
 	if constexpr (NV > 0)
-		sgk_norm_bwd_regs<VEC, TPR, NV, RMS>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps,
-		                                     P, p, t);
+		sgk_norm_bwd_regs<VEC, TPR, NV, RMS, PF>(dy, x, w, add, mean, rstd, dx, part, rows, C,
+		                                         eps, P, p, t);
 	else
 		sgk_norm_bwd_walk<VEC, TPR, RMS>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps, P,
 		                                 p, t);
@@ -968,6 +968,20 @@ static cudaError_t sg_launch_softmax_bwd(const T *y, const T *dy, T *dx, long lo
 	});
 }
 
+/* The norm forward's configuration: sgk_row_dispatch's, but for rows of
+ * 129 to 256 vectors (C = 2048 in bf16) a block of 128 threads a row, two
+ * vectors a thread, rather than a warp with eight: 69.0 us against 83.0
+ * with the residual add at 16384 x 2048 bf16 (docs/performance.md,
+ * 2026-12-03). */
+template <int V, class F>
+static cudaError_t sgk_norm_fwd_dispatch(int C, bool vec, F f)
+{
+	const int nv = (C + V - 1) / V;
+	if (vec && V > 1 && nv > 128 && nv <= 256)
+		return f(SgkRowCfg<V, 128, 2>());
+	return sgk_row_dispatch<V>(C, vec, true, f);
+}
+
 /* layer_norm (rms = 0) or rms_norm (rms = 1) over each row of x + res
  * (res NULL: of x), storing x + res to sum; saves mean and rstd where
  * given. */
@@ -981,7 +995,7 @@ static cudaError_t sg_launch_layer_norm_fwd_add(const T *x, const T *res, T *sum
 	if (rows <= 0 || C <= 0)
 		return cudaSuccess;
 	bool vec = sgk_rows_vec<T>(C, x, y, w, b) && sgk_rows_vec<T>(C, res, sum);
-	return sgk_row_dispatch<sgk_vw<T>::V>(C, vec, true, [&](auto cfg) {
+	return sgk_norm_fwd_dispatch<sgk_vw<T>::V>(C, vec, [&](auto cfg) {
 		typedef decltype(cfg) K;
 		dim3 g = sgk_row_grid(rows, K::TPR);
 		if (rms)
@@ -1006,58 +1020,72 @@ static cudaError_t sg_launch_layer_norm_fwd(const T *x, const T *w, const T *b, 
 	                                       C, eps, rms, stream);
 }
 
+/* A norm backward configuration as a type: SgkRowCfg's VEC, TPR and NV,
+ * and PF, whether a thread loads the next row ahead (sgk_norm_bwd_regs). */
+template <int VEC_, int TPR_, int NV_, bool PF_>
+struct SgkNormCfg {
+	enum { VEC = VEC_, TPR = TPR_, NV = NV_, PF = PF_ };
+};
+
 /* The norm backward's configuration for rows of C elements: at most two
  * vectors a thread (it also keeps w and their column sums), more threads
- * a row instead; NV = 0 (the row walked in memory) past 1024 vectors. */
+ * a row instead; NV = 0 (the row walked in memory) past 1024 vectors.
+ * Rows of 129 to 256 vectors (C = 2048 in bf16) take one vector a thread
+ * at 1024 threads an SM instead of two with the next row ahead: 110 us
+ * against 119 at 16384 x 2048 bf16 (docs/performance.md, 2026-12-03). */
 template <int V, class F>
 static auto sgk_norm_bwd_dispatch(int C, bool vec, F f)
 {
 	if (vec && V > 1) {
 		const int nv = (C + V - 1) / V;
 		if (nv <= 32)
-			return f(SgkRowCfg<V, 32, 1>());
+			return f(SgkNormCfg<V, 32, 1, true>());
 		if (nv <= 64)
-			return f(SgkRowCfg<V, 32, 2>());
+			return f(SgkNormCfg<V, 32, 2, true>());
+		if (nv <= 128)
+			return f(SgkNormCfg<V, 128, 2, true>());
 		if (nv <= 256)
-			return f(SgkRowCfg<V, 128, 2>());
+			return f(SgkNormCfg<V, 256, 1, false>());
 		if (nv <= 512)
-			return f(SgkRowCfg<V, 256, 2>());
+			return f(SgkNormCfg<V, 256, 2, true>());
 		if (nv <= 1024)
-			return f(SgkRowCfg<V, 512, 2>());
-		return f(SgkRowCfg<V, 1024, 0>());
+			return f(SgkNormCfg<V, 512, 2, true>());
+		return f(SgkNormCfg<V, 1024, 0, true>());
 	}
 	if (C <= 32)
-		return f(SgkRowCfg<1, 32, 1>());
+		return f(SgkNormCfg<1, 32, 1, true>());
 	if (C <= 128)
-		return f(SgkRowCfg<1, 32, 4>());
+		return f(SgkNormCfg<1, 32, 4, true>());
 	if (C <= 1024)
-		return f(SgkRowCfg<1, 256, 4>());
+		return f(SgkNormCfg<1, 256, 4, true>());
 	if (C <= 4096)
-		return f(SgkRowCfg<1, 1024, 4>());
-	return f(SgkRowCfg<1, 1024, 0>());
+		return f(SgkNormCfg<1, 1024, 4, true>());
+	return f(SgkNormCfg<1, 1024, 0, true>());
 }
 
-/* Row groups of the norm backward: 64K threads' worth (about as many as
- * an H200 holds at once at 128 registers a thread: each group runs
+/* Row groups of the norm backward: as many as an H200 holds at once
+ * (SGK_NORM_SM_THREADS(pf) threads on each of 128 SMs: each group runs
  * through its rows in one wave) and at least 128, at most one a row,
  * rounded up to whole blocks of SGK_ROW_THREADS(tpr) / tpr groups; the
  * same for every device, so dw and db are summed in the same order
  * everywhere. */
-static inline long long sgk_norm_bwd_parts(long long rows, int tpr)
+static inline long long sgk_norm_bwd_parts(long long rows, int tpr, bool pf = true)
 {
 	const long long gpb = tpr > 32 ? 1 : 128 / tpr;
-	long long p = 65536 / tpr < 128 ? 128 : 65536 / tpr;
+	const long long threads = 128LL * SGK_NORM_SM_THREADS(pf);
+	long long p = threads / tpr < 128 ? 128 : threads / tpr;
 	if (p > rows)
 		p = rows > 0 ? rows : 1;
 	return (p + gpb - 1) / gpb * gpb;
 }
 
-/* The threads a row the norm backward uses for rows of C. */
+/* The row groups of the norm backward for rows x C. */
 template <class T>
-static int sgk_norm_bwd_tpr(int C, bool vec)
+static long long sgk_norm_bwd_groups(long long rows, int C, bool vec)
 {
-	return sgk_norm_bwd_dispatch<sgk_vw<T>::V>(C, vec, [](auto cfg) {
-		return (int)decltype(cfg)::TPR;
+	return sgk_norm_bwd_dispatch<sgk_vw<T>::V>(C, vec, [&](auto cfg) {
+		typedef decltype(cfg) K;
+		return sgk_norm_bwd_parts(rows, K::TPR, K::PF);
 	});
 }
 
@@ -1066,8 +1094,8 @@ static int sgk_norm_bwd_tpr(int C, bool vec)
 template <class T>
 static size_t sg_layer_norm_bwd_fused_workspace(long long rows, int C)
 {
-	const long long p1 = sgk_norm_bwd_parts(rows, sgk_norm_bwd_tpr<T>(C, true));
-	const long long p2 = sgk_norm_bwd_parts(rows, sgk_norm_bwd_tpr<T>(C, false));
+	const long long p1 = sgk_norm_bwd_groups<T>(rows, C, true);
+	const long long p2 = sgk_norm_bwd_groups<T>(rows, C, false);
 	return (size_t)2 * (size_t)(p1 > p2 ? p1 : p2) * (size_t)C *
 	       sizeof(typename sgk_acc<T>::type);
 }
@@ -1104,11 +1132,11 @@ static cudaError_t sgk_norm_bwd_launch(const T *dy, const T *x, const T *w, cons
 	long long P = 0;
 	cudaError_t e = sgk_norm_bwd_dispatch<sgk_vw<T>::V>(C, vec, [&](auto cfg) {
 		typedef decltype(cfg) K;
-		P = sgk_norm_bwd_parts(rows, K::TPR);
+		P = sgk_norm_bwd_parts(rows, K::TPR, K::PF);
 		A *part = dw || db ? (A *)work : (A *)0;
 		const dim3 g((unsigned)(P / (SGK_ROW_THREADS(K::TPR) / K::TPR)));
-		auto *k = rms ? sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, true>
-		              : sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, false>;
+		auto *k = rms ? sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, true, K::PF>
+		              : sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, false, K::PF>;
 		const int smem = sgk_norm_smem_bytes<A, K::VEC, K::TPR, K::NV>();
 		if (smem > 48 * 1024) {
 			const cudaError_t err = cudaFuncSetAttribute(
