@@ -10,20 +10,11 @@ typedef __nv_bfloat16 T;
 typedef float A;
 static const long long R = 16384; static const int C = 2048;
 
-template <int VEC, int TPR, int NV>
-float run(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T *db, A *work, long long Pmul, int iters, cudaStream_t s, const A *mean = nullptr, const A *rstd = nullptr)
+// Microseconds a call of once() takes on s: one call first, then iters timed.
+template <class F>
+float time_us(F once, int iters, cudaStream_t s)
 {
-	long long P = sgk_norm_bwd_parts(R, TPR) * Pmul;
-	const int gpb = SGK_ROW_THREADS(TPR) / TPR;
-	P = (P + gpb - 1) / gpb * gpb;
-	auto *k = sgk_norm_bwd_k<T, VEC, TPR, NV, false, true>;
-	const int smem = sgk_norm_smem_bytes<A, VEC, TPR, NV>();
-	if (smem > 48 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 	cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-	auto once = [&]() {
-		k<<<(unsigned)(P / gpb), SGK_ROW_THREADS(TPR), smem, s>>>(dy, x, w, add, mean, rstd, dx, work, R, C, 1e-5f);
-		sgk_norm_parts_sum_k<T><<<dim3((C + 31) / 32, 2), dim3(32, 16), 0, s>>>(work, (int)P, C, dw, db);
-	};
 	once(); cudaStreamSynchronize(s);
 	cudaEventRecord(a, s);
 	for (int i = 0; i < iters; i++) once();
@@ -34,24 +25,33 @@ float run(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T *db
 	return ms / iters * 1000.0f;
 }
 
-// ---- 2026-12-03 afternoon: occupancy and loads ahead ------------------------
-
-// The library's backward of rows in registers (sgk_norm_bwd_regs: since
-// 2026-12-03 the variance and the two row sums in one reduction) at MINB
-// blocks an SM (registers 65536 / (MINB * threads)), with the next row's
-// loads ahead (PF) or not.  Commit 1934c39 of this file also timed the
-// walk before that change (two reductions after the mean: `lb` rows).
-template <int VEC, int TPR, int NV, int MINB, bool PF>
-__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR), MINB)
-bwd_lb(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
-       const T *__restrict__ add, const A *__restrict__ mean, const A *__restrict__ rstd,
-       T *__restrict__ dx, A *__restrict__ part, long long rows, int C, float eps)
+// Times backward kernel k (configuration <VEC, TPR, NV>) with Pn row groups
+// (rounded to whole blocks), then the groups' column sums.
+template <int VEC, int TPR, int NV, class K>
+float time_bwd(K *k, long long Pn, const T *dy, const T *x, const T *w, const T *add, T *dx,
+               T *dw, T *db, A *work, int iters, cudaStream_t s, const A *mean, const A *rstd)
 {
-	const int G = SGK_ROW_THREADS(TPR) / TPR, t = threadIdx.x % TPR;
-	const long long P = (long long)gridDim.x * G, p = (long long)blockIdx.x * G + threadIdx.x / TPR;
-	sgk_norm_bwd_regs<VEC, TPR, NV, false, PF>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps,
-	                                           P, p, t);
+	const int gpb = SGK_ROW_THREADS(TPR) / TPR;
+	const long long P = (Pn + gpb - 1) / gpb * gpb;
+	const int smem = sgk_norm_smem_bytes<A, VEC, TPR, NV>();
+	if (smem > 48 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+	return time_us([&]() {
+		k<<<(unsigned)(P / gpb), SGK_ROW_THREADS(TPR), smem, s>>>(dy, x, w, add, mean, rstd, dx, work, R, C, 1e-5f);
+		sgk_norm_parts_sum_k<T><<<dim3((C + 31) / 32, 2), dim3(32, 16), 0, s>>>(work, (int)P, C, dw, db);
+	}, iters, s);
 }
+
+// The library's kernel in configuration <VEC, TPR, NV> with loads ahead, at
+// Pmul times the library's row groups.
+template <int VEC, int TPR, int NV>
+float run(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T *db, A *work, long long Pmul, int iters, cudaStream_t s, const A *mean = nullptr, const A *rstd = nullptr)
+{
+	return time_bwd<VEC, TPR, NV>(sgk_norm_bwd_k<T, VEC, TPR, NV, false, true>,
+	                              sgk_norm_bwd_parts(R, TPR) * Pmul, dy, x, w, add, dx, dw, db,
+	                              work, iters, s, mean, rstd);
+}
+
+// ---- 2026-12-03 afternoon: occupancy and loads ahead ------------------------
 
 // Two rows at once (the pair walk, not adopted: 108.7 us at 3 blocks an SM
 // against the library's 119.8, 2026-12-03 13:15): the group takes rows r and r + P
@@ -181,42 +181,35 @@ __device__ __forceinline__ void regs_pair(const T *__restrict__ dy, const T *__r
 	}
 }
 
-// The pair walk at MINB blocks an SM.
-template <int VEC, int TPR, int NV, int MINB>
+// The library's backward of rows in registers (sgk_norm_bwd_regs: since
+// 2026-12-03 the variance and the two row sums in one reduction) at MINB
+// blocks an SM (registers 65536 / (MINB * threads)), with the next row's
+// loads ahead (PF) or not, or the pair walk (PAIR).  Commit 1934c39 of this
+// file also timed the walk before that change (two reductions after the
+// mean: `lb` rows).
+template <int VEC, int TPR, int NV, int MINB, bool PF, bool PAIR>
 __global__ void __launch_bounds__(SGK_ROW_THREADS(TPR), MINB)
-bwd_pair(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
-         const T *__restrict__ add, const A *__restrict__ mean, const A *__restrict__ rstd,
-         T *__restrict__ dx, A *__restrict__ part, long long rows, int C, float eps)
+bwd_lb(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
+       const T *__restrict__ add, const A *__restrict__ mean, const A *__restrict__ rstd,
+       T *__restrict__ dx, A *__restrict__ part, long long rows, int C, float eps)
 {
 	const int G = SGK_ROW_THREADS(TPR) / TPR, t = threadIdx.x % TPR;
 	const long long P = (long long)gridDim.x * G, p = (long long)blockIdx.x * G + threadIdx.x / TPR;
-	regs_pair<VEC, TPR, NV>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps, P, p, t);
+	if (PAIR)
+		regs_pair<VEC, TPR, NV>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps, P, p, t);
+	else
+		sgk_norm_bwd_regs<VEC, TPR, NV, false, PF>(dy, x, w, add, mean, rstd, dx, part, rows, C,
+		                                           eps, P, p, t);
 }
 
-// Times bwd_lb with Pn row groups (rounded to whole blocks).
+// Times bwd_lb with Pn row groups.
 template <int VEC, int TPR, int NV, int MINB, bool PF, bool PAIR = false>
 float run_lb(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T *db, A *work,
              long long Pn, int iters, cudaStream_t s, const A *mean = nullptr,
              const A *rstd = nullptr)
 {
-	const int gpb = SGK_ROW_THREADS(TPR) / TPR;
-	const long long P = (Pn + gpb - 1) / gpb * gpb;
-	auto *k = PAIR ? bwd_pair<VEC, TPR, NV, MINB> : bwd_lb<VEC, TPR, NV, MINB, PF>;
-	const int smem = sgk_norm_smem_bytes<A, VEC, TPR, NV>();
-	if (smem > 48 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-	cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-	auto once = [&]() {
-		k<<<(unsigned)(P / gpb), SGK_ROW_THREADS(TPR), smem, s>>>(dy, x, w, add, mean, rstd, dx, work, R, C, 1e-5f);
-		sgk_norm_parts_sum_k<T><<<dim3((C + 31) / 32, 2), dim3(32, 16), 0, s>>>(work, (int)P, C, dw, db);
-	};
-	once(); cudaStreamSynchronize(s);
-	cudaEventRecord(a, s);
-	for (int i = 0; i < iters; i++) once();
-	cudaEventRecord(b, s); cudaEventSynchronize(b);
-	float ms; cudaEventElapsedTime(&ms, a, b);
-	cudaError_t e = cudaGetLastError();
-	if (e != cudaSuccess) printf("error %s\n", cudaGetErrorString(e));
-	return ms / iters * 1000.0f;
+	return time_bwd<VEC, TPR, NV>(bwd_lb<VEC, TPR, NV, MINB, PF, PAIR>, Pn, dy, x, w, add, dx, dw,
+	                              db, work, iters, s, mean, rstd);
 }
 
 // Times the forward with the residual add in configuration <8, TPR, NV>.
@@ -224,19 +217,10 @@ template <int TPR, int NV>
 float run_fwd(const T *x, const T *res, T *sum, const T *w, const T *b, T *y, A *mean, A *rstd,
               int iters, cudaStream_t s)
 {
-	cudaEvent_t a, e2; cudaEventCreate(&a); cudaEventCreate(&e2);
 	const dim3 g = sgk_row_grid(R, TPR);
-	auto once = [&]() {
+	return time_us([&]() {
 		sgk_norm_fwd_k<T, 8, TPR, NV, false><<<g, SGK_ROW_THREADS(TPR), 0, s>>>(x, res, sum, w, b, y, mean, rstd, R, C, 1e-5f);
-	};
-	once(); cudaStreamSynchronize(s);
-	cudaEventRecord(a, s);
-	for (int i = 0; i < iters; i++) once();
-	cudaEventRecord(e2, s); cudaEventSynchronize(e2);
-	float ms; cudaEventElapsedTime(&ms, a, e2);
-	cudaError_t e = cudaGetLastError();
-	if (e != cudaSuccess) printf("error %s\n", cudaGetErrorString(e));
-	return ms / iters * 1000.0f;
+	}, iters, s);
 }
 
 int main()
@@ -294,15 +278,9 @@ int main()
 	};
 	const long long S = 132;
 	printf("-- blocks an SM, row groups (S: SMs), loads ahead or not\n");
-	{
-		cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-		cudaEventRecord(e0, st);
-		for (int i = 0; i < 20; i++)
-			sg_launch_layer_norm_bwd_fused<T>(dy, x, w, add, dx, dw, db, work, R, C, 1e-5f, 0, st);
-		cudaEventRecord(e1, st); cudaEventSynchronize(e1);
-		float ms; cudaEventElapsedTime(&ms, e0, e1);
-		check2("library launcher", ms / 20 * 1000);
-	}
+	check2("library launcher", time_us([&]() {
+		sg_launch_layer_norm_bwd_fused<T>(dy, x, w, add, dx, dw, db, work, R, C, 1e-5f, 0, st);
+	}, 20, st));
 	check2("ahead <8,128,2> 4/SM 4S", run_lb<8, 128, 2, 4, true>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st));
 	check2("ahead <8,128,2> 8/SM 8S", run_lb<8, 128, 2, 8, true>(dy, x, w, add, dx, dw, db, work, 8 * S, 20, st));
 	check2("ahead <8,256,1> 4/SM 4S", run_lb<8, 256, 1, 4, true>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st));
@@ -333,11 +311,7 @@ int main()
 	fwd("fwd <8,128,2>", run_fwd<128, 2>(x, add, sum, w, w, y, mean, rstd, 20, st));
 	fwd("fwd <8,256,1>", run_fwd<256, 1>(x, add, sum, w, w, y, mean, rstd, 20, st));
 	// copy-rate reference
-	cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-	cudaEventRecord(a, st);
-	for (int i = 0; i < 20; i++) cudaMemcpyAsync(dx, x, n * 2, cudaMemcpyDeviceToDevice, st);
-	cudaEventRecord(b, st); cudaEventSynchronize(b);
-	float ms; cudaEventElapsedTime(&ms, a, b);
-	printf("copy 64 MiB: %.1f us (%.0f GB/s)\n", ms / 20 * 1000, 2.0 * n * 2 / (ms / 20 * 1e6));
+	const float cus = time_us([&]() { cudaMemcpyAsync(dx, x, n * 2, cudaMemcpyDeviceToDevice, st); }, 20, st);
+	printf("copy 64 MiB: %.1f us (%.0f GB/s)\n", cus, 2.0 * n * 2 / (cus * 1e3));
 	return 0;
 }
