@@ -7,7 +7,10 @@
 //   wgrad fc2 (8192 x 2048, K 16384, beta 1) beside the GELU backward with
 //   the forward again (bf16 [16384, 8192]: reads f and dg, writes df, g);
 //   wgrad qkv (2048 x 6144, K 16384, beta 1) beside the layer norm's
-//   backward (sgk_norm_bwd_k, [16384, 2048] with the residual's gradient).
+//   backward (sgk_norm_bwd_k, [16384, 2048] with the residual's gradient;
+//   the 128-thread configuration with loads ahead the library ran at 09:42,
+//   which since 15c2c8f takes two block sums a row instead of three and is
+//   no longer the library's choice for this row length).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
