@@ -53,141 +53,14 @@ float run(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T *db
 
 // ---- 2026-12-03 afternoon: occupancy and loads ahead ------------------------
 
-// Two rows at once (the pair walk, not adopted: 108.7 us at 3 blocks an SM
-// against the library's 119.8, 2026-12-03 13:15): the group takes rows r and r + P
-// together, so each block sum serves both (one barrier a row instead of
-// two), and both rows' loads are in flight at once.
-template <int VEC, int TPR, int NV>
-__device__ __forceinline__ void regs_pair(const T *__restrict__ dy, const T *__restrict__ x,
-                                          const T *__restrict__ w, const T *__restrict__ add,
-                                          const A *__restrict__ mean, const A *__restrict__ rstd,
-                                          T *__restrict__ dx, A *__restrict__ part, long long rows,
-                                          int C, float eps, long long P, long long p, int t)
-{
-	enum { U = sgk_norm_unit<VEC, A>::U, NU = sgk_norm_unit<VEC, A>::NU };
-	enum { NT = SGK_ROW_THREADS(TPR) };
-	typedef sgk_reg<U, A> AU;
-	extern __shared__ __align__(16) unsigned char sgk_norm_smem[];
-	AU *acc = reinterpret_cast<AU *>(sgk_norm_smem) + threadIdx.x;
-	__shared__ A sh2[2][32][2], sh6[2][32][6];
-	int q = 0;
-	sgk_reg<VEC, T> wr[NV];
-#pragma unroll
-	for (int k = 0; k < NV; k++) {
-		wr[k] = sgk_ldv<VEC>(w + (t + k * TPR) * VEC);
-#pragma unroll
-		for (int j = 0; j < 2 * NU; j++)
-#pragma unroll
-			for (int i = 0; i < U; i++)
-				acc[((j / NU * NV + k) * NU + j % NU) * NT].v[i] = 0;
-	}
-	for (long long r = p; r < rows; r += 2 * P) {
-		const bool on1 = r + P < rows;
-		sgk_reg<VEC, T> xr[2][NV], gr[2][NV], ar[2][NV];
-		A mu[2] = {0, 0}, rs[2] = {0, 0};
-#pragma unroll
-		for (int j = 0; j < 2; j++) {
-			const long long rr = r + j * P;
-#pragma unroll
-			for (int k = 0; k < NV; k++) {
-				const int c = (t + k * TPR) * VEC;
-				if (j == 0 || on1) {
-					xr[j][k] = sgk_ldv<VEC>(x + rr * C + c);
-					gr[j][k] = sgk_ldv<VEC>(dy + rr * C + c);
-					ar[j][k] = sgk_ldv<VEC>(add + rr * C + c);
-				} else {
-#pragma unroll
-					for (int e = 0; e < VEC; e++)
-						xr[j][k].v[e] = gr[j][k].v[e] = ar[j][k].v[e] = sgk_cvt<T>(0.0f);
-				}
-			}
-			if (rstd && (j == 0 || on1)) {
-				mu[j] = mean[rr];
-				rs[j] = rstd[rr];
-			}
-		}
-		if (!rstd) {
-			A s[2] = {0, 0};
-#pragma unroll
-			for (int j = 0; j < 2; j++)
-#pragma unroll
-				for (int k = 0; k < NV; k++)
-#pragma unroll
-					for (int e = 0; e < VEC; e++)
-						s[j] += sgk_tof(xr[j][k].v[e]);
-			sgk_norm_sum<TPR>(s, sh2[q]);
-			mu[0] = s[0] / C;
-			mu[1] = s[1] / C;
-		}
-		A s[6] = {0, 0, 0, 0, 0, 0};
-#pragma unroll
-		for (int j = 0; j < 2; j++)
-#pragma unroll
-			for (int k = 0; k < NV; k++)
-#pragma unroll
-				for (int e = 0; e < VEC; e++) {
-					const A d = sgk_tof(xr[j][k].v[e]) - mu[j];
-					const A g = sgk_tof(gr[j][k].v[e]) * sgk_tof(wr[k].v[e]);
-					s[3 * j] += d * d;
-					s[3 * j + 1] += g;
-					s[3 * j + 2] += g * d;
-				}
-		sgk_norm_sum<TPR>(s, sh6[q]);
-		q ^= 1;
-		A s1[2], s2[2];
-#pragma unroll
-		for (int j = 0; j < 2; j++) {
-			if (!rstd)
-				rs[j] = (A)1 / sgk_sqrt(s[3 * j] / C + (A)eps);
-			s1[j] = s[3 * j + 1] / C;
-			s2[j] = rs[j] * s[3 * j + 2] / C;
-		}
-#pragma unroll
-		for (int k = 0; k < NV; k++) {
-			const int c = (t + k * TPR) * VEC;
-			A o[2][VEC];
-#pragma unroll
-			for (int u = 0; u < NU; u++) {
-				AU aw = acc[(k * NU + u) * NT], ab = acc[((NV + k) * NU + u) * NT];
-#pragma unroll
-				for (int i = 0; i < U; i++) {
-					const int e = u * U + i;
-#pragma unroll
-					for (int j = 0; j < 2; j++) {
-						const A f = (sgk_tof(xr[j][k].v[e]) - mu[j]) * rs[j];
-						const A d = sgk_tof(gr[j][k].v[e]);
-						aw.v[i] += d * f;
-						ab.v[i] += d;
-						o[j][e] = rs[j] * (d * sgk_tof(wr[k].v[e]) - s1[j] - f * s2[j]) +
-						          sgk_tof(ar[j][k].v[e]);
-					}
-				}
-				acc[(k * NU + u) * NT] = aw;
-				acc[((NV + k) * NU + u) * NT] = ab;
-			}
-			sgk_strow<VEC>(dx + r * C + c, o[0]);
-			if (on1)
-				sgk_strow<VEC>(dx + (r + P) * C + c, o[1]);
-		}
-	}
-#pragma unroll
-	for (int k = 0; k < NV; k++) {
-		const int c = (t + k * TPR) * VEC;
-#pragma unroll
-		for (int e = 0; e < VEC; e++) {
-			part[p * C + c + e] = acc[(k * NU + e / U) * NT].v[e % U];
-			part[(P + p) * C + c + e] = acc[((NV + k) * NU + e / U) * NT].v[e % U];
-		}
-	}
-}
-
 // The library's backward of rows in registers (sgk_norm_bwd_regs: since
 // 2026-12-03 the variance and the two row sums in one reduction) at MINB
 // blocks an SM (registers 65536 / (MINB * threads)), with the next row's
-// loads ahead (PF) or not, or the pair walk (PAIR).  Commit 1934c39 of this
-// file also timed the walk before that change (two reductions after the
-// mean: `lb` rows).
-template <int VEC, int TPR, int NV, int MINB, bool PF, bool PAIR>
+// loads ahead (PF) or not.  Commit 1934c39 of this file also timed the walk
+// before that change (two reductions after the mean: `lb` rows); commit
+// 54a54ba also a pair walk (two rows at once, each block sum serving both:
+// 108.7 us at 3 blocks an SM against the library's 119.8, not adopted).
+template <int VEC, int TPR, int NV, int MINB, bool PF>
 __global__ void __launch_bounds__(SGK_ROW_THREADS(TPR), MINB)
 bwd_lb(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
        const T *__restrict__ add, const A *__restrict__ mean, const A *__restrict__ rstd,
@@ -195,20 +68,17 @@ bwd_lb(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ 
 {
 	const int G = SGK_ROW_THREADS(TPR) / TPR, t = threadIdx.x % TPR;
 	const long long P = (long long)gridDim.x * G, p = (long long)blockIdx.x * G + threadIdx.x / TPR;
-	if (PAIR)
-		regs_pair<VEC, TPR, NV>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps, P, p, t);
-	else
-		sgk_norm_bwd_regs<VEC, TPR, NV, false, PF>(dy, x, w, add, mean, rstd, dx, part, rows, C,
-		                                           eps, P, p, t);
+	sgk_norm_bwd_regs<VEC, TPR, NV, false, PF>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps,
+	                                           P, p, t);
 }
 
 // Times bwd_lb with Pn row groups.
-template <int VEC, int TPR, int NV, int MINB, bool PF, bool PAIR = false>
+template <int VEC, int TPR, int NV, int MINB, bool PF>
 float run_lb(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T *db, A *work,
              long long Pn, int iters, cudaStream_t s, const A *mean = nullptr,
              const A *rstd = nullptr)
 {
-	return time_bwd<VEC, TPR, NV>(bwd_lb<VEC, TPR, NV, MINB, PF, PAIR>, Pn, dy, x, w, add, dx, dw,
+	return time_bwd<VEC, TPR, NV>(bwd_lb<VEC, TPR, NV, MINB, PF>, Pn, dy, x, w, add, dx, dw,
 	                              db, work, iters, s, mean, rstd);
 }
 
@@ -288,11 +158,6 @@ int main()
 	check2("not <8,256,1> 4/SM 4S", run_lb<8, 256, 1, 4, false>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st));
 	check2("not <8,256,1> 6/SM 6S", run_lb<8, 256, 1, 6, false>(dy, x, w, add, dx, dw, db, work, 6 * S, 20, st));
 	check2("not <8,64,4> 8/SM 16S", run_lb<8, 64, 4, 8, false>(dy, x, w, add, dx, dw, db, work, 16 * S, 20, st));
-	check2("pair <8,256,1> 4/SM 4S", run_lb<8, 256, 1, 4, false, true>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st));
-	check2("pair <8,256,1> 3/SM 3S", run_lb<8, 256, 1, 3, false, true>(dy, x, w, add, dx, dw, db, work, 3 * S, 20, st));
-	check2("pair <8,256,1> 2/SM 2S", run_lb<8, 256, 1, 2, false, true>(dy, x, w, add, dx, dw, db, work, 2 * S, 20, st));
-	check2("pair <8,128,2> 4/SM 4S", run_lb<8, 128, 2, 4, false, true>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st));
-	check2("pair saved <8,256,1> 4/SM 4S", run_lb<8, 256, 1, 4, false, true>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st, mean, rstd));
 	check2("saved, not <8,256,1> 4/SM 4S", run_lb<8, 256, 1, 4, false>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st, mean, rstd));
 	// the forward with the residual add: reads x and res, writes sum and y
 	printf("-- forward with the residual add (4 x 64 MiB moved)\n");
