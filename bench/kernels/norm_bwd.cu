@@ -47,7 +47,7 @@ template <int VEC, int TPR, int NV>
 float run(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T *db, A *work, long long Pmul, int iters, cudaStream_t s, const A *mean = nullptr, const A *rstd = nullptr)
 {
 	return time_bwd<VEC, TPR, NV>(sgk_norm_bwd_k<T, VEC, TPR, NV, false, true>,
-	                              sgk_norm_bwd_parts(R, TPR) * Pmul, dy, x, w, add, dx, dw, db,
+	                              sgk_norm_bwd_parts(R, TPR, true) * Pmul, dy, x, w, add, dx, dw, db,
 	                              work, iters, s, mean, rstd);
 }
 

@@ -187,6 +187,6 @@ int main()
 		sgk_norm_parts_sum_k<T><<<dim3((Cn + 31) / 32, 2), dim3(32, 16), 0, s>>>(work, (int)P, Cn, dw, db);
 	};
 	pair("wgrad qkv + layer norm backward", h, 2048, 6144, 16384, A, B, C, ws, wsb, nsm, norm,
-	     (int)sgk_norm_bwd_parts(R, 128));
+	     (int)sgk_norm_bwd_parts(R, 128, true));
 	return 0;
 }

@@ -1069,7 +1069,7 @@ static auto sgk_norm_bwd_dispatch(int C, bool vec, F f)
  * rounded up to whole blocks of SGK_ROW_THREADS(tpr) / tpr groups; the
  * same for every device, so dw and db are summed in the same order
  * everywhere. */
-static inline long long sgk_norm_bwd_parts(long long rows, int tpr, bool pf = true)
+static inline long long sgk_norm_bwd_parts(long long rows, int tpr, bool pf)
 {
 	const long long gpb = tpr > 32 ? 1 : 128 / tpr;
 	const long long threads = 128LL * SGK_NORM_SM_THREADS(pf);
