@@ -308,8 +308,6 @@ run_bench_all() {
 		timeout 240 "$bin" --inputs "$IN/$name.safetensors" "${params[@]}" \
 			--bench "$iters" "${trace[@]}" >/tmp/sgbench.out 2>/tmp/sgbench.err
 		local rc=$?
-		# (under SGRT_GEMM_LOG=1, libsgrt's line per timed product)
-		grep '^sgrt: matmul' /tmp/sgbench.err | sed "s/^/$name: /" >>"$OUTD/log.txt"
 		line=$(grep '^{"graph"' /tmp/sgbench.out | tail -n 1)
 		if [ $rc = 0 ] && [ -n "$line" ]; then
 			echo "{\"prog\": \"$name\", ${line#\{}" >>"$OUTD/sgc.jsonl"

@@ -229,15 +229,7 @@ setup(SgrtModel *m, const SgrtConfig *cfg)
 	m->sync_ops = env_flag("SGRT_SYNC");
 	m->allow_tf32 = env_flag("SGRT_ALLOW_TF32");
 	m->no_epilogue = env_flag("SGRT_NO_EPILOGUE");
-	m->gemm_tune = env_is("SGRT_GEMM_TUNE", "0") ? 0
-	               : env_is("SGRT_GEMM_TUNE", "heuristic") ? SGRT_TUNE_HEURISTIC : 1;
-	m->gemm_log = env_flag("SGRT_GEMM_LOG");
-	const char *order = getenv("SGRT_GEMM_ORDER");
-	if (order && order[0] && strcmp(order, "col") != 0 && strcmp(order, "row") != 0)
-		return sgrt_fail(m, SGRT_EUSAGE, 0,
-		                 "SGRT_GEMM_ORDER is '%s': it must be col or row", order);
-	m->gemm_order = !order || !order[0] ? SGRT_ORDER_AUTO
-	                : order[0] == 'c' ? SGRT_ORDER_COL : SGRT_ORDER_ROW;
+	m->gemm_tune = !env_is("SGRT_GEMM_TUNE", "0");
 	m->world = 1;
 	return SGRT_OK;
 }

@@ -7,20 +7,11 @@
  * D^T = op(B)^T op(A)^T: cuBLAS's "A" is our B, its "B" is our A, and its
  * m and n are our n and m; the transpose flags carry over unchanged.
  *
- * A product without bias or epilogue can also be described as it is
- * stored, in row-major order (CUBLASLT_ORDER_ROW: cuBLAS's A is our A, its
- * m and n ours).  The two descriptions are the same product, but
- * cuBLASLt's heuristic answers each differently, and its tiles cover the
- * output in the transposed orientation: at the transformer bench's
- * shapes the row-major description's best run up to 17% faster.
- *
  * Each distinct product (shape, strides, dtype, transposes, pointer
  * alignments, bias, epilogue) gets a plan: the descriptors and the
- * algorithm that cuBLASLt's heuristic picked for the column-major
- * description, made on first use and reused by every later call; for a
- * large product the fastest of the candidates (the heuristic's best NCAND
- * in each description and the SEEDS configurations), timed on its first
- * eager call (tune_plan).
+ * algorithm that cuBLASLt's heuristic picked, made on first use and reused
+ * by every later call; for a large product the fastest of the heuristic's
+ * best NCAND, timed on its first eager call (tune_plan).
  *
  * Concurrent streams must not share a workspace, so each stream gets its
  * own: the heuristic may use up to ws_bytes (32 MiB unless the model's
@@ -37,7 +28,6 @@
  * plan without them (the bias kept) followed by sgrt_blas_dev.cu's
  * kernel: the plan remembers the decision (GemmPlan.by_kernel).
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,55 +44,19 @@ typedef struct {
 	uint32_t align_a, align_b, align_c, align_bias, align_aux;
 } GemmKey;
 
-/* A product's descriptions to cuBLASLt: column-major (cuBLAS's A is our
- * B, its B our A) and row-major (CUBLASLT_ORDER_ROW: its A is our A). */
-enum { DESC_COL, DESC_ROW, NDESC };
-
-/* The heuristic's candidates a plan keeps for timing, per description. */
+/* The heuristic's candidates a plan keeps for timing (GemmPlan.cand). */
 #define NCAND 8
-
-/* Configurations of cuBLASLt's Hopper kernels (algorithm id 66) timed
- * beside the heuristic's candidates of a large 16-bit product, in each
- * description: those that bench/kernels/gemm_search.cu found fastest at
- * the transformer bench's product shapes on an H200 (cuBLAS 13.1) where
- * the heuristic's best 8 were up to 18% slower.  cublasLtMatmulAlgoCheck
- * drops any this cuBLASLt, GPU or product does not take. */
-static const struct {
-	uint32_t tile;
-	uint32_t custom;
-	uint16_t cluster;
-} SEEDS[] = {
-	{CUBLASLT_MATMUL_TILE_256x128, 7, CUBLASLT_CLUSTER_SHAPE_1x2x1},
-	{CUBLASLT_MATMUL_TILE_128x256, 4, CUBLASLT_CLUSTER_SHAPE_2x1x1},
-	{CUBLASLT_MATMUL_TILE_128x128, 0, CUBLASLT_CLUSTER_SHAPE_2x1x1},
-	{CUBLASLT_MATMUL_TILE_128x128, 3, CUBLASLT_CLUSTER_SHAPE_1x2x1},
-	{CUBLASLT_MATMUL_TILE_64x256, 1, CUBLASLT_CLUSTER_SHAPE_2x1x1},
-	{CUBLASLT_MATMUL_TILE_112x192, 0, CUBLASLT_CLUSTER_SHAPE_2x1x1},
-	{CUBLASLT_MATMUL_TILE_128x168, 1, CUBLASLT_CLUSTER_SHAPE_2x1x1},
-	{CUBLASLT_MATMUL_TILE_128x176, 1, CUBLASLT_CLUSTER_SHAPE_2x1x1},
-	{CUBLASLT_MATMUL_TILE_192x112, 3, CUBLASLT_CLUSTER_SHAPE_1x2x1},
-};
-#define SEED_ALGO_ID 66
-#define NSEED (int)(sizeof SEEDS / sizeof SEEDS[0])
-#define MAXCAND (NDESC * (NCAND + NSEED))
-
-/* An algorithm for one of a plan's descriptions. */
-typedef struct {
-	cublasLtMatmulAlgo_t algo;
-	size_t ws;        /* the workspace it needs */
-	int desc;         /* DESC_* */
-} GemmCand;
 
 typedef struct {
 	GemmKey key;
-	/* Per description (DESC_ROW's NULL when the product has none):
-	 * cuBLAS's A, B and C. */
-	cublasLtMatmulDesc_t op[NDESC];
-	cublasLtMatrixLayout_t la[NDESC], lb[NDESC], lc[NDESC];
-	GemmCand run;     /* what calls run */
+	cublasLtMatmulDesc_t op;
+	cublasLtMatrixLayout_t la, lb, lc; /* cuBLAS's A (our B), B (our A), C */
+	cublasLtMatmulAlgo_t algo;
+	size_t ws_need;   /* the workspace the algorithm needs */
 	int by_kernel;    /* the epilogue declined: run by libsgrt's kernel */
-	/* The candidates: until timed (tuned), run is the first. */
-	GemmCand cand[MAXCAND];
+	/* The heuristic's best NCAND, its first in algo until timed (tuned). */
+	cublasLtMatmulAlgo_t cand[NCAND];
+	size_t cand_ws[NCAND];
 	int ncand, tuned;
 } GemmPlan;
 
@@ -194,20 +148,17 @@ make_key(const SgrtModel *m, const SgrtGemm *g, const void *a, const void *b,
 	}
 }
 
-/* A rows x cols layout with leading dimension ld, column-major or (desc
- * DESC_ROW) row-major, batched as the key says. */
+/* A column-major rows x cols layout with leading dimension ld, batched
+ * as the key says. */
 static int
 layout(SgrtModel *m, cublasLtMatrixLayout_t *l, cudaDataType_t t,
        int64_t rows, int64_t cols, int64_t ld, const GemmKey *k,
-       int64_t stride, int desc, int sgline)
+       int64_t stride, int sgline)
 {
-	int32_t batch = (int32_t)k->batch, order = CUBLASLT_ORDER_ROW;
+	int32_t batch = (int32_t)k->batch;
 
 	CHECK_LT(m, cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows,
 	         (uint64_t)cols, ld), sgline);
-	if (desc == DESC_ROW)
-		CHECK_LT(m, cublasLtMatrixLayoutSetAttribute(*l,
-		         CUBLASLT_MATRIX_LAYOUT_ORDER, &order, sizeof order), sgline);
 	if (batch <= 1)
 		return SGRT_OK;
 	CHECK_LT(m, cublasLtMatrixLayoutSetAttribute(*l,
@@ -236,100 +187,77 @@ epilogue_of(int bias, int act)
 	}
 }
 
-/* The compute and scale types of key k's products. */
-static void
-compute_types(const GemmKey *k, cublasComputeType_t *ct, cudaDataType_t *st)
-{
-	*ct = CUBLAS_COMPUTE_32F;
-	*st = CUDA_R_32F;
-	if (k->dtype == SGRT_F64) {
-		*ct = CUBLAS_COMPUTE_64F;
-		*st = CUDA_R_64F;
-	} else if (k->tf32) {
-		*ct = CUBLAS_COMPUTE_32F_FAST_TF32;
-	}
-}
-
-/* The operation descriptor of description d: compute type, transposes,
- * the epilogue (bias, activation unless by_kernel, aux; DESC_COL's only). */
+/* The operation descriptor: compute type, transposes, the epilogue (bias,
+ * activation unless by_kernel, aux). */
 static int
-op_desc(SgrtModel *m, GemmPlan *p, int d, const void *bias, const void *aux,
-        int sgline)
+op_desc(SgrtModel *m, GemmPlan *p, const void *bias, const void *aux, int sgline)
 {
 	const GemmKey *k = &p->key;
-	cublasComputeType_t ct;
-	cudaDataType_t st;
-	int row = d == DESC_ROW;
-	int32_t ta = (row ? k->trans_a : k->trans_b) ? CUBLAS_OP_T : CUBLAS_OP_N;
-	int32_t tb = (row ? k->trans_b : k->trans_a) ? CUBLAS_OP_T : CUBLAS_OP_N;
-	cublasLtMatmulDesc_t op;
+	cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
+	cudaDataType_t st = CUDA_R_32F;
+	int32_t ta = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+	int32_t tb = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
 
-	compute_types(k, &ct, &st);
-	CHECK_LT(m, cublasLtMatmulDescCreate(&p->op[d], ct, st), sgline);
-	op = p->op[d];
-	CHECK_LT(m, cublasLtMatmulDescSetAttribute(op,
+	if (k->dtype == SGRT_F64) {
+		ct = CUBLAS_COMPUTE_64F;
+		st = CUDA_R_64F;
+	} else if (k->tf32) {
+		ct = CUBLAS_COMPUTE_32F_FAST_TF32;
+	}
+	CHECK_LT(m, cublasLtMatmulDescCreate(&p->op, ct, st), sgline);
+	CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 	         CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), sgline);
-	CHECK_LT(m, cublasLtMatmulDescSetAttribute(op,
+	CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 	         CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), sgline);
 	int act = p->by_kernel ? SGRT_EPI_NONE : k->epilogue;
 	if (k->bias || act) {
 		int32_t epi = epilogue_of(k->bias, act);
-		CHECK_LT(m, cublasLtMatmulDescSetAttribute(op,
+		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 		         CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), sgline);
 	}
 	if (has_aux(act)) {
-		CHECK_LT(m, cublasLtMatmulDescSetAttribute(op,
+		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 		         CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
 		         sgline);
-		CHECK_LT(m, cublasLtMatmulDescSetAttribute(op,
+		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 		         CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &k->ldaux,
 		         sizeof k->ldaux), sgline);
 	}
 	if (k->bias)
-		CHECK_LT(m, cublasLtMatmulDescSetAttribute(op,
+		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 		         CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
 		         sgline);
 	return SGRT_OK;
 }
 
-/* The most workspace key k's algorithms may need. */
-static uint64_t
-ws_limit(const SgrtModel *m, const GemmKey *k)
-{
-	return k->ws_limit ? k->ws_limit : m->ws_bytes;
-}
-
-/* Asks the heuristic for its best algorithms for description d within
- * the workspace: up to NCAND appended to p->cand for tune_plan.
+/* Asks the heuristic for its best algorithms within the workspace (the
+ * first in p->algo, up to NCAND in p->cand for tune_plan);
  * *declined: it has none, or rejects the description, for a plan with an
- * activation epilogue (declined NULL: an error instead; DESC_ROW: none
- * is no error, the plan keeps DESC_COL's). */
+ * activation epilogue (declined NULL: an error instead). */
 static int
-pick_algo(SgrtModel *m, GemmPlan *p, int d, int *declined, int sgline)
+pick_algo(SgrtModel *m, GemmPlan *p, int *declined, int sgline)
 {
 	const GemmKey *k = &p->key;
 	cublasLtMatmulPreference_t pref = NULL;
 	cublasLtMatmulHeuristicResult_t res[NCAND];
-	uint64_t ws = ws_limit(m, k);
-	/* DESC_COL: cuBLAS's A is our B, its B our A. */
-	const uint32_t *al_a = d == DESC_ROW ? &k->align_a : &k->align_b;
-	const uint32_t *al_b = d == DESC_ROW ? &k->align_b : &k->align_a;
+	uint64_t ws = k->ws_limit ? k->ws_limit : m->ws_bytes;
 	int nres = 0, rc;
 
 	memset(res, 0, sizeof res);
 	CHECK_LT(m, cublasLtMatmulPreferenceCreate(&pref), sgline);
+	/* cuBLAS's A is our B, its B our A. */
 	rc = sgrt_check_cublas(m, cublasLtMatmulPreferenceSetAttribute(pref,
 	    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
 	    "cublasLtMatmulPreferenceSetAttribute", sgline);
 	if (!rc)
 		rc = sgrt_check_cublas(m, cublasLtMatmulPreferenceSetAttribute(
-		    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al_a,
-		    sizeof *al_a), "cublasLtMatmulPreferenceSetAttribute",
+		    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k->align_b,
+		    sizeof k->align_b), "cublasLtMatmulPreferenceSetAttribute",
 		    sgline);
 	if (!rc)
 		rc = sgrt_check_cublas(m, cublasLtMatmulPreferenceSetAttribute(
-		    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al_b,
-		    sizeof *al_b), "cublasLtMatmulPreferenceSetAttribute",
+		    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->align_a,
+		    sizeof k->align_a), "cublasLtMatmulPreferenceSetAttribute",
 		    sgline);
 	if (!rc)
 		rc = sgrt_check_cublas(m, cublasLtMatmulPreferenceSetAttribute(
@@ -343,11 +271,10 @@ pick_algo(SgrtModel *m, GemmPlan *p, int d, int *declined, int sgline)
 		    sgline);
 	if (!rc) {
 		cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-		    (cublasLtHandle_t)m->lt, p->op[d], p->la[d], p->lb[d], p->lc[d],
-		    p->lc[d], pref, NCAND, res, &nres);
-		if ((declined && st == CUBLAS_STATUS_NOT_SUPPORTED) ||
-		    (d == DESC_ROW && st != CUBLAS_STATUS_SUCCESS))
-			nres = 0; /* (the description rejected) */
+		    (cublasLtHandle_t)m->lt, p->op, p->la, p->lb, p->lc, p->lc,
+		    pref, NCAND, res, &nres);
+		if (declined && st == CUBLAS_STATUS_NOT_SUPPORTED)
+			nres = 0; /* (the epilogue's description rejected) */
 		else
 			rc = sgrt_check_cublas(m, st, "cublasLtMatmulAlgoGetHeuristic",
 			                       sgline);
@@ -359,43 +286,34 @@ pick_algo(SgrtModel *m, GemmPlan *p, int d, int *declined, int sgline)
 		*declined = 1;
 		return SGRT_OK;
 	}
-	if (nres < 1 && d == DESC_COL)
+	if (nres < 1)
 		return sgrt_fail(m, SGRT_ECUBLAS, sgline,
 		                 "cuBLASLt has no algorithm for a %lldx%lldx%lld "
 		                 "matmul", (long long)k->m, (long long)k->n,
 		                 (long long)k->k);
+	p->algo = res[0].algo;
+	p->ws_need = res[0].workspaceSize;
+	p->ncand = 0;
 	for (int i = 0; i < nres && i < NCAND; i++)
 		if (res[i].state == CUBLAS_STATUS_SUCCESS) {
-			GemmCand *c = &p->cand[p->ncand++];
-			c->algo = res[i].algo;
-			c->ws = res[i].workspaceSize;
-			c->desc = d;
+			p->cand[p->ncand] = res[i].algo;
+			p->cand_ws[p->ncand++] = res[i].workspaceSize;
 		}
 	return SGRT_OK;
-}
-
-/* Destroys description d of a plan. */
-static void
-desc_free(GemmPlan *p, int d)
-{
-	if (p->la[d])
-		cublasLtMatrixLayoutDestroy(p->la[d]);
-	if (p->lb[d])
-		cublasLtMatrixLayoutDestroy(p->lb[d]);
-	if (p->lc[d])
-		cublasLtMatrixLayoutDestroy(p->lc[d]);
-	if (p->op[d])
-		cublasLtMatmulDescDestroy(p->op[d]);
-	p->la[d] = p->lb[d] = p->lc[d] = NULL;
-	p->op[d] = NULL;
 }
 
 /* Destroys what a plan holds. */
 static void
 plan_free(GemmPlan *p)
 {
-	for (int d = 0; d < NDESC; d++)
-		desc_free(p, d);
+	if (p->la)
+		cublasLtMatrixLayoutDestroy(p->la);
+	if (p->lb)
+		cublasLtMatrixLayoutDestroy(p->lb);
+	if (p->lc)
+		cublasLtMatrixLayoutDestroy(p->lc);
+	if (p->op)
+		cublasLtMatmulDescDestroy(p->op);
 }
 
 /* 1 when cuBLASLt's rules leave epilogue act of key k to the kernel: an
@@ -409,56 +327,8 @@ act_by_kernel(const SgrtModel *m, const GemmKey *k)
 	return m->no_epilogue || (has_aux(k->epilogue) && k->ldaux % 8 != 0);
 }
 
-/* The column-major description (DESC_COL): our row-major m x n product
- * read as its n x m transpose. */
-static int
-desc_col(SgrtModel *m, GemmPlan *p, cudaDataType_t t, int sgline)
-{
-	const GemmKey *k = &p->key;
-
-	/* cuBLAS A = our B: stored k x n (n x k when trans_b) row-major. */
-	SGRT_TRY(layout(m, &p->la[DESC_COL], t, k->trans_b ? k->k : k->n,
-	                k->trans_b ? k->n : k->k, k->ldb, k, k->stride_b, DESC_COL,
-	                sgline));
-	/* cuBLAS B = our A: stored m x k (k x m when trans_a) row-major. */
-	SGRT_TRY(layout(m, &p->lb[DESC_COL], t, k->trans_a ? k->m : k->k,
-	                k->trans_a ? k->k : k->m, k->lda, k, k->stride_a, DESC_COL,
-	                sgline));
-	return layout(m, &p->lc[DESC_COL], t, k->n, k->m, k->ldc, k, k->stride_c,
-	              DESC_COL, sgline);
-}
-
-/* The row-major description (DESC_ROW): the product as it is stored. */
-static int
-desc_row(SgrtModel *m, GemmPlan *p, cudaDataType_t t, int sgline)
-{
-	const GemmKey *k = &p->key;
-
-	SGRT_TRY(layout(m, &p->la[DESC_ROW], t, k->trans_a ? k->k : k->m,
-	                k->trans_a ? k->m : k->k, k->lda, k, k->stride_a, DESC_ROW,
-	                sgline));
-	SGRT_TRY(layout(m, &p->lb[DESC_ROW], t, k->trans_b ? k->n : k->k,
-	                k->trans_b ? k->k : k->n, k->ldb, k, k->stride_b, DESC_ROW,
-	                sgline));
-	SGRT_TRY(layout(m, &p->lc[DESC_ROW], t, k->m, k->n, k->ldc, k, k->stride_c,
-	                DESC_ROW, sgline));
-	return op_desc(m, p, DESC_ROW, NULL, NULL, sgline);
-}
-
-/* 1 when key k's product may also be described row-major: no bias and no
- * epilogue (cuBLASLt's bias and aux follow the description's rows), not
- * f64, and SGRT_GEMM_ORDER not col. */
-static int
-row_ok(const SgrtModel *m, const GemmKey *k)
-{
-	return !k->bias && !k->epilogue && k->dtype != SGRT_F64 &&
-	       m->gemm_order != SGRT_ORDER_COL;
-}
-
-/* Builds the plan for key k (descriptors and candidates; the heuristic's
- * first runs, the row-major description's under SGRT_GEMM_ORDER=row); an
- * activation epilogue the heuristic declines goes to the kernel
- * (by_kernel). */
+/* Builds the plan for key k (descriptors and algorithm); an activation
+ * epilogue the heuristic declines goes to the kernel (by_kernel). */
 static int
 plan_build(SgrtModel *m, GemmPlan *p, const void *bias, const void *aux, int sgline)
 {
@@ -468,29 +338,23 @@ plan_build(SgrtModel *m, GemmPlan *p, const void *bias, const void *aux, int sgl
 
 	cuda_type(k->dtype, &t, &size);
 	p->by_kernel = act_by_kernel(m, k);
-	SGRT_TRY(desc_col(m, p, t, sgline));
-	SGRT_TRY(op_desc(m, p, DESC_COL, bias, aux, sgline));
-	SGRT_TRY(pick_algo(m, p, DESC_COL,
-	                   k->epilogue && !p->by_kernel ? &declined : NULL, sgline));
-	if (declined) {
-		cublasLtMatmulDescDestroy(p->op[DESC_COL]); /* again, without the activation */
-		p->op[DESC_COL] = NULL;
-		p->by_kernel = 1;
-		SGRT_TRY(op_desc(m, p, DESC_COL, bias, aux, sgline));
-		SGRT_TRY(pick_algo(m, p, DESC_COL, NULL, sgline));
-	}
-	if (row_ok(m, k)) {
-		int ncol = p->ncand;
-		SGRT_TRY(desc_row(m, p, t, sgline));
-		SGRT_TRY(pick_algo(m, p, DESC_ROW, NULL, sgline));
-		if (m->gemm_order == SGRT_ORDER_ROW && p->ncand > ncol) {
-			/* only the row-major description's candidates */
-			memmove(p->cand, p->cand + ncol, (p->ncand - ncol) * sizeof *p->cand);
-			p->ncand -= ncol;
-		}
-	}
-	p->run = p->cand[0];
-	return SGRT_OK;
+	/* cuBLAS A = our B: stored k x n (n x k when trans_b) row-major. */
+	SGRT_TRY(layout(m, &p->la, t, k->trans_b ? k->k : k->n,
+	                k->trans_b ? k->n : k->k, k->ldb, k, k->stride_b, sgline));
+	/* cuBLAS B = our A: stored m x k (k x m when trans_a) row-major. */
+	SGRT_TRY(layout(m, &p->lb, t, k->trans_a ? k->m : k->k,
+	                k->trans_a ? k->k : k->m, k->lda, k, k->stride_a, sgline));
+	SGRT_TRY(layout(m, &p->lc, t, k->n, k->m, k->ldc, k, k->stride_c,
+	                sgline));
+	SGRT_TRY(op_desc(m, p, bias, aux, sgline));
+	SGRT_TRY(pick_algo(m, p, k->epilogue && !p->by_kernel ? &declined : NULL, sgline));
+	if (!declined)
+		return SGRT_OK;
+	cublasLtMatmulDescDestroy(p->op); /* again, without the activation */
+	p->op = NULL;
+	p->by_kernel = 1;
+	SGRT_TRY(op_desc(m, p, bias, aux, sgline));
+	return pick_algo(m, p, NULL, sgline);
 }
 
 /* The plan for key k, made on first use. */
@@ -547,11 +411,11 @@ plan_for_stream(SgrtModel *m, int s, GemmKey *k, const void *bias, const void *a
 	int cap = 0;
 
 	SGRT_TRY(find_plan(m, k, bias, aux, out, sgline));
-	if ((*out)->run.ws <= m->ws_have[s])
+	if ((*out)->ws_need <= m->ws_have[s])
 		return SGRT_OK;
 	SGRT_TRY(sgrt_capturing(m, s, &cap, sgline));
 	if (!cap)
-		return sgrt_grow_stream_buffer(m, s, &m->ws[s], &m->ws_have[s], (*out)->run.ws,
+		return sgrt_grow_stream_buffer(m, s, &m->ws[s], &m->ws_have[s], (*out)->ws_need,
 		                               sgline);
 	k->ws_limit = m->ws_have[s] ? m->ws_have[s] : 1; /* 1 byte: none */
 	return find_plan(m, k, bias, aux, out, sgline);
@@ -658,153 +522,27 @@ copy_c(SgrtModel *m, int s, const GemmKey *k, void *c, void *h, int size,
 	return SGRT_OK;
 }
 
-/* Runs plan p's candidate c of product D = op(A) op(B) (our a and b) into
- * c on stream s. */
-static cublasStatus_t
-run_cand(SgrtModel *m, int s, const GemmPlan *p, const GemmCand *r,
-         const void *a, const void *b, void *c, const void *pa, const void *pb)
-{
-	int d = r->desc;
-	const void *ca = d == DESC_ROW ? a : b, *cb = d == DESC_ROW ? b : a;
-
-	return cublasLtMatmul((cublasLtHandle_t)m->lt, p->op[d], pa, ca, p->la[d],
-	                      cb, p->lb[d], pb, c, p->lc[d], c, p->lc[d], &r->algo,
-	                      m->ws[s], m->ws_have[s], m->stream[s]);
-}
-
-/* Appends to plan p's candidates the SEEDS configurations that cuBLASLt
- * takes for its description d (16-bit products). */
-static void
-add_seeds(SgrtModel *m, GemmPlan *p, int d)
-{
-	const GemmKey *k = &p->key;
-	cublasLtHandle_t lt = (cublasLtHandle_t)m->lt;
-	cublasComputeType_t ct;
-	cudaDataType_t st, t = CUDA_R_32F;
-	cublasLtMatmulAlgo_t base;
-	uint32_t stages[16];
-	size_t w = 0;
-	int size;
-
-	if (!p->op[d] || (k->dtype != SGRT_BF16 && k->dtype != SGRT_F16))
-		return;
-	compute_types(k, &ct, &st);
-	cuda_type(k->dtype, &t, &size);
-	if (cublasLtMatmulAlgoInit(lt, ct, st, t, t, t, t, SEED_ALGO_ID, &base) !=
-	    CUBLAS_STATUS_SUCCESS)
-		return;
-	/* its first stages id (the Hopper kernels have one) */
-	if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_STAGES_IDS,
-	                                      NULL, 0, &w) == CUBLAS_STATUS_SUCCESS &&
-	    w >= sizeof stages[0] && w <= sizeof stages &&
-	    cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_STAGES_IDS,
-	                                      stages, w, &w) == CUBLAS_STATUS_SUCCESS)
-		cublasLtMatmulAlgoConfigSetAttribute(&base, CUBLASLT_ALGO_CONFIG_STAGES_ID,
-		                                     &stages[0], sizeof stages[0]);
-	for (int i = 0; i < NSEED && p->ncand < MAXCAND; i++) {
-		cublasLtMatmulAlgo_t a = base;
-		cublasLtMatmulHeuristicResult_t r;
-		int dup = 0;
-
-		cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID,
-		                                     &SEEDS[i].tile, sizeof SEEDS[i].tile);
-		cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
-		                                     &SEEDS[i].custom, sizeof SEEDS[i].custom);
-		cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
-		                                     &SEEDS[i].cluster, sizeof SEEDS[i].cluster);
-		memset(&r, 0, sizeof r);
-		if (cublasLtMatmulAlgoCheck(lt, p->op[d], p->la[d], p->lb[d], p->lc[d],
-		                            p->lc[d], &a, &r) != CUBLAS_STATUS_SUCCESS ||
-		    r.workspaceSize > ws_limit(m, k))
-			continue;
-		for (int j = 0; j < p->ncand && !dup; j++)
-			dup = p->cand[j].desc == d &&
-			      memcmp(&p->cand[j].algo, &a, sizeof a) == 0;
-		if (dup)
-			continue;
-		p->cand[p->ncand].algo = a;
-		p->cand[p->ncand].ws = r.workspaceSize;
-		p->cand[p->ncand++].desc = d;
-	}
-}
-
-/* SGRT_GEMM_LOG=1: one line on stderr per plan tune_plan chose. */
-static void
-log_tuned(const GemmPlan *p, int best, const float *ms, int sgline)
-{
-	const GemmKey *k = &p->key;
-	int32_t id = -1;
-	uint32_t tile = 0, custom = 0;
-	uint16_t cluster = 0;
-	size_t w;
-
-	cublasLtMatmulAlgoConfigGetAttribute(&p->run.algo, CUBLASLT_ALGO_CONFIG_ID,
-	                                     &id, sizeof id, &w);
-	cublasLtMatmulAlgoConfigGetAttribute(&p->run.algo, CUBLASLT_ALGO_CONFIG_TILE_ID,
-	                                     &tile, sizeof tile, &w);
-	cublasLtMatmulAlgoConfigGetAttribute(&p->run.algo,
-	                                     CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
-	                                     &custom, sizeof custom, &w);
-	cublasLtMatmulAlgoConfigGetAttribute(&p->run.algo,
-	                                     CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
-	                                     &cluster, sizeof cluster, &w);
-	fprintf(stderr, "sgrt: matmul line %d, %lldx%lldx%lld%s%s, batch %lld, %s: "
-	        "%d candidates, the heuristic's first %.4f ms, chose #%d %.4f ms "
-	        "(%s-major, algorithm %d, tile %u, option %u, cluster %u)\n",
-	        sgline, (long long)k->m, (long long)k->n, (long long)k->k,
-	        k->trans_a ? " A^T" : "", k->trans_b ? " B^T" : "",
-	        (long long)k->batch, sgrt_dtype_name(k->dtype), p->ncand, ms[0], best,
-	        ms[best], p->run.desc == DESC_ROW ? "row" : "column", id, tile,
-	        custom, cluster);
-}
-
-/* Rounds of tune_plan's timing: the first loads the kernels, the median
- * of the others counts. */
-#define TUNE_ROUNDS 6
-
+/* Times candidate i of plan p: a first run (which loads its kernel), then
+ * three between events e; *ms < 0 when cuBLASLt refuses it. */
 static int
-cmp_float(const void *x, const void *y)
+time_candidate(SgrtModel *m, int s, GemmPlan *p, int i, const void *a,
+               const void *b, void *c, const void *pa, const void *pb,
+               cudaEvent_t *e, float *ms, int sgline)
 {
-	float a = *(const float *)x, b = *(const float *)y;
-	return (a > b) - (a < b);
-}
-
-/* Times plan p's candidates on stream s: TUNE_ROUNDS rounds, each running
- * every candidate once between its two events e[2i], e[2i + 1], so that
- * the GPU's clocks, which fall as products heat it, weigh on all of them
- * alike; ms[i] the median of a candidate's rounds after the first, < 0
- * when it needs more workspace than the stream has or cuBLASLt refuses
- * it. */
-static int
-time_candidates(SgrtModel *m, int s, GemmPlan *p, const void *a, const void *b,
-                void *c, const void *pa, const void *pb, cudaEvent_t *e,
-                float *ms, int sgline)
-{
-	float t[MAXCAND][TUNE_ROUNDS - 1];
-
-	for (int i = 0; i < p->ncand; i++)
-		ms[i] = p->cand[i].ws > m->ws_have[s] ? -1 : 0;
-	for (int r = 0; r < TUNE_ROUNDS; r++) {
-		for (int i = 0; i < p->ncand; i++) {
-			if (ms[i] < 0)
-				continue;
-			SGRT_CHECK_CUDA(m, cudaEventRecord(e[2 * i], m->stream[s]), sgline);
-			if (run_cand(m, s, p, &p->cand[i], a, b, c, pa, pb) !=
-			    CUBLAS_STATUS_SUCCESS)
-				ms[i] = -1;
-			SGRT_CHECK_CUDA(m, cudaEventRecord(e[2 * i + 1], m->stream[s]), sgline);
-		}
-		SGRT_CHECK_CUDA(m, cudaStreamSynchronize(m->stream[s]), sgline);
-		for (int i = 0; i < p->ncand && r > 0; i++)
-			if (ms[i] >= 0)
-				SGRT_CHECK_CUDA(m, cudaEventElapsedTime(&t[i][r - 1], e[2 * i],
-				                e[2 * i + 1]), sgline);
+	*ms = -1;
+	if (p->cand_ws[i] > m->ws_have[s])
+		return SGRT_OK;
+	for (int r = 0; r < 4; r++) {
+		if (r == 1)
+			SGRT_CHECK_CUDA(m, cudaEventRecord(e[0], m->stream[s]), sgline);
+		if (cublasLtMatmul((cublasLtHandle_t)m->lt, p->op, pa, b, p->la, a,
+		                   p->lb, pb, c, p->lc, c, p->lc, &p->cand[i], m->ws[s],
+		                   m->ws_have[s], m->stream[s]) != CUBLAS_STATUS_SUCCESS)
+			return SGRT_OK;
 	}
-	for (int i = 0; i < p->ncand; i++)
-		if (ms[i] >= 0) {
-			qsort(t[i], TUNE_ROUNDS - 1, sizeof t[i][0], cmp_float);
-			ms[i] = t[i][(TUNE_ROUNDS - 1) / 2];
-		}
+	SGRT_CHECK_CUDA(m, cudaEventRecord(e[1], m->stream[s]), sgline);
+	SGRT_CHECK_CUDA(m, cudaEventSynchronize(e[1]), sgline);
+	SGRT_CHECK_CUDA(m, cudaEventElapsedTime(ms, e[0], e[1]), sgline);
 	return SGRT_OK;
 }
 
@@ -812,28 +550,28 @@ time_candidates(SgrtModel *m, int s, GemmPlan *p, const void *a, const void *b,
  * candidates differ by microseconds. */
 #define TUNE_MIN_WORK 1073741824.0
 
-/* Times plan p's candidates (add_seeds adds the SEEDS to the heuristic's)
- * on product g's own operands, once, on its first eager call, and keeps
- * the fastest: cuBLASLt's heuristic picks well but not the best for every
- * shape (the transformer's products: up to 18% apart, 9% of their time in
- * all).  The heuristic's first stays unless another is 1% faster.  The
- * runs write c, which the call then writes again; when the product reads
- * c (beta not 0) its elements are copied to the host first and back
- * after.  Not while capturing (the next eager call does it), not when c
- * overlaps an operand or an aux output does, not for small products, not
- * under SGRT_GEMM_TUNE=0: there the heuristic's choice. */
+/* Times plan p's candidates on product g's own operands, once, on its
+ * first eager call, and keeps the fastest: cuBLASLt's heuristic picks well
+ * but not the best for every shape (the transformer's products: up to 13%
+ * apart, 3% of their time in all).  The heuristic's choice stays unless
+ * another is 1% faster.  The runs write c, which the call then writes
+ * again; when the product reads c (beta not 0) its elements are copied to
+ * the host first and back after.  Not while capturing (the next eager call
+ * does it), not when c overlaps an operand or an aux output does, not for
+ * small products, not under SGRT_GEMM_TUNE=0: there the heuristic's
+ * choice. */
 static int
 tune_plan(SgrtModel *m, int s, GemmPlan *p, const SgrtGemm *g, const void *a,
           const void *b, void *c, const void *pa, const void *pb, int sgline)
 {
 	const GemmKey *k = &p->key;
 	cudaDataType_t t = CUDA_R_32F;
-	int size = 4, cap = 0, best = 0, rc = SGRT_OK, nev = 0;
-	float ms[MAXCAND];
+	int size = 4, cap = 0, best = 0, rc = SGRT_OK;
+	float ms[NCAND] = {-1};
 	void *save = NULL;
-	cudaEvent_t e[2 * MAXCAND];
+	cudaEvent_t e[2] = {NULL, NULL};
 
-	if (!m->gemm_tune ||
+	if (!m->gemm_tune || p->ncand < 2 ||
 	    (double)k->m * (double)k->n * (double)k->k * (double)k->batch < TUNE_MIN_WORK) {
 		p->tuned = 1;
 		return SGRT_OK;
@@ -856,36 +594,31 @@ tune_plan(SgrtModel *m, int s, GemmPlan *p, const SgrtGemm *g, const void *a,
 	    (aux_out && (overlap(g->aux, naux, a, na) || overlap(g->aux, naux, b, nb) ||
 	                 overlap(g->aux, naux, g->bias, nbias))))
 		return SGRT_OK;
-	if (m->gemm_tune != SGRT_TUNE_HEURISTIC) {
-		if (m->gemm_order != SGRT_ORDER_ROW)
-			add_seeds(m, p, DESC_COL);
-		add_seeds(m, p, DESC_ROW);
-	}
-	if (p->ncand < 2)
-		return SGRT_OK;
 	if (g->beta != 0) {
 		save = malloc((size_t)(k->m * k->n * k->batch) * size);
 		if (!save)
 			return sgrt_fail(m, SGRT_ENOMEM, sgline, "out of memory");
 		rc = copy_c(m, s, k, c, save, size, 1, sgline);
 	}
-	for (; !rc && nev < 2 * p->ncand; nev++)
-		rc = sgrt_check_cuda(m, cudaEventCreate(&e[nev]), "cudaEventCreate", sgline);
 	if (!rc)
-		rc = time_candidates(m, s, p, a, b, c, pa, pb, e, ms, sgline);
-	for (int i = 1; i < p->ncand && !rc; i++)
-		if (ms[i] >= 0 && (ms[best] < 0 || ms[i] < 0.99f * ms[best]))
+		rc = sgrt_check_cuda(m, cudaEventCreate(&e[0]), "cudaEventCreate", sgline);
+	if (!rc)
+		rc = sgrt_check_cuda(m, cudaEventCreate(&e[1]), "cudaEventCreate", sgline);
+	for (int i = 0; i < p->ncand && !rc; i++) {
+		rc = time_candidate(m, s, p, i, a, b, c, pa, pb, e, &ms[i], sgline);
+		if (!rc && ms[i] >= 0 && (ms[best] < 0 || ms[i] < 0.99f * ms[best]))
 			best = i;
+	}
 	if (!rc && save)
 		rc = copy_c(m, s, k, c, save, size, 0, sgline);
-	for (int i = 0; i < nev; i++)
-		(void)cudaEventDestroy(e[i]);
+	for (int i = 0; i < 2; i++)
+		if (e[i])
+			(void)cudaEventDestroy(e[i]);
 	free(save);
 	if (!rc && ms[best] >= 0) {
-		p->run = p->cand[best];
+		p->algo = p->cand[best];
+		p->ws_need = p->cand_ws[best];
 		m->ntuned++;
-		if (m->gemm_log)
-			log_tuned(p, best, ms, sgline);
 	}
 	return rc;
 }
@@ -913,20 +646,20 @@ sgrt_gemm(SgrtModel *m, int s, const SgrtGemm *g, const void *a,
 		pa = &alpha32;
 		pb = &beta32;
 	}
-	/* (bias and aux: DESC_COL's only) */
 	if (g->bias)
-		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op[DESC_COL],
+		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 		         CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
 		         sizeof g->bias), sgline);
 	if (has_aux(g->epilogue) && !p->by_kernel)
-		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op[DESC_COL],
+		CHECK_LT(m, cublasLtMatmulDescSetAttribute(p->op,
 		         CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
 		         sizeof g->aux), sgline);
 	if (!p->tuned)
 		SGRT_TRY(tune_plan(m, s, p, g, a, b, c, pa, pb, sgline));
 	h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, name ? name : "matmul", sgline);
-	SGRT_TRY(sgrt_check_cublas(m, run_cand(m, s, p, &p->run, a, b, c, pa, pb),
-	                           "cublasLtMatmul", sgline));
+	CHECK_LT(m, cublasLtMatmul((cublasLtHandle_t)m->lt, p->op, pa, b, p->la,
+	         a, p->lb, pb, c, p->lc, c, p->lc, &p->algo, m->ws[s],
+	         m->ws_have[s], m->stream[s]), sgline);
 	SGRT_TRY(sgrt_op_end(m, h));
 	return p->by_kernel ? epilogue_kernel(m, s, g, &key, c, sgline) : SGRT_OK;
 }

@@ -11,13 +11,6 @@
 
 /* ------------------------------------------------------------------ sgrt.c */
 
-/* SGRT_GEMM_ORDER: how products may be described to cuBLASLt (sgrt_blas.c):
- * both, as timing chooses (unset), only column-major ("col"), only
- * row-major where the product allows it ("row"). */
-enum { SGRT_ORDER_AUTO, SGRT_ORDER_COL, SGRT_ORDER_ROW };
-/* SGRT_GEMM_TUNE=heuristic: time the heuristic's candidates, not SEEDS. */
-enum { SGRT_TUNE_HEURISTIC = 2 };
-
 /* The function name at the start of a call's text: "cudaMalloc(&p, n)"
  * gives "cudaMalloc" (at most len-1 characters). */
 void sgrt_call_name(const char *call, char *buf, size_t len);
@@ -219,8 +212,6 @@ struct SgrtModel {
 	int gemm_tune;             /* time the heuristic's candidates (not
 	                              SGRT_GEMM_TUNE=0) */
 	int ntuned;                /* plans whose algorithm timing chose */
-	int gemm_order;            /* SGRT_ORDER_*: SGRT_GEMM_ORDER */
-	int gemm_log;              /* SGRT_GEMM_LOG: a line per timed plan */
 	int no_epilogue;           /* SGRT_NO_EPILOGUE: every activation epilogue
 	                              by libsgrt's kernel (tests) */
 

@@ -15,6 +15,14 @@
 // major, cuBLAS's A is the row-major right operand); `row` shapes are the
 // same products described in row-major order (CUBLASLT_ORDER_ROW).
 //
+// Read its figures with care: a candidate timed after idle time (the
+// enumeration's configurations that cuBLASLt rejects, checked on the CPU)
+// runs at the GPU's higher clocks, and the final runs come one candidate
+// after another, each in another thermal state.  The configurations it
+// found up to 18% faster than the heuristic's best 8 made the
+// transformer's step 2.4% slower when libsgrt timed them beside the
+// heuristic's (commit 0dd8986, reverted; docs/performance.md).
+//
 // Usage: gemm_search [budget seconds a shape, default 10]
 #include <cublasLt.h>
 #include <cuda_runtime.h>

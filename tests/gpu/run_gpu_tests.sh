@@ -25,9 +25,6 @@
 # The gelu programs (tests/golden/*gelu_epilogue*.sg) also run their O2
 # driver with SGRT_NO_EPILOGUE=1 (variant noepi): every matmul epilogue
 # then runs as libsgrt's fallback (the plain product and its kernel).
-# Every program also runs its O2 driver with SGRT_GEMM_ORDER=row (variant
-# row, 2 steps): every matmul without bias or epilogue then goes to
-# cuBLASLt in its row-major description.
 #
 # run: runs every driver and compares its --out with the interpreter's
 # (compare.py: tolerances by dtype), runs the O2 and graph drivers under
@@ -212,13 +209,11 @@ compile_all() {
 # ------------------------------------------------------------------ run
 
 # Runs one driver variant; leaves got$steps.safetensors and the log.
-# Variant noepi is the O2 driver with SGRT_NO_EPILOGUE=1, row the O2
-# driver with SGRT_GEMM_ORDER=row.
+# Variant noepi is the O2 driver with SGRT_NO_EPILOGUE=1.
 run_one() {
-	local t=$1 v=$2 steps=$3 bin=$2 noepi=0 order=
+	local t=$1 v=$2 steps=$3 bin=$2 noepi=0
 	[ "$v" = noepi ] && bin=O2 noepi=1
-	[ "$v" = row ] && bin=O2 order=row
-	SGRT_GEMM_ORDER=$order SGRT_NO_EPILOGUE=$noepi timeout 120 "$t/$bin" --inputs "$t/inputs.safetensors" \
+	SGRT_NO_EPILOGUE=$noepi timeout 120 "$t/$bin" --inputs "$t/inputs.safetensors" \
 		--out "$t/got-$v.safetensors" --steps "$steps" >"$t/$v.log" 2>&1
 	echo $? >"$t/$v.rc"
 }
@@ -226,8 +221,8 @@ run_one() {
 # The variants (name:steps) program id runs.
 variants_of() {
 	case $1 in
-	*gelu_epilogue*) echo O0:1 O2:2 graph:3 noepi:2 row:2 ;;
-	*) echo O0:1 O2:2 graph:3 row:2 ;;
+	*gelu_epilogue*) echo O0:1 O2:2 graph:3 noepi:2 ;;
+	*) echo O0:1 O2:2 graph:3 ;;
 	esac
 }
 
@@ -285,9 +280,7 @@ run() {
 	while read -r id file graph; do
 		for vs in $(variants_of "$id"); do
 			local v=${vs%:*} s=${vs#*:} t=$dir/t/$id
-			local bin=$v
-			case $v in noepi | row) bin=O2 ;; esac
-			if [ ! -x "$t/$bin" ]; then
+			if [ ! -x "$t/${v/noepi/O2}" ]; then
 				echo "FAIL $id/$v: not built ($(head -c 300 "$t/$v.nvcc" 2>/dev/null))"
 				runfail=$((runfail + 1))
 			elif [ "$(cat "$t/$v.rc")" != 0 ]; then
