@@ -49,6 +49,13 @@ __global__ void fill(__nv_bfloat16 *p, size_t n, unsigned seed)
 
 struct Shape { const char *name; int m, n, k, ta, tb; float beta; int row; };
 
+// Shape s (column-major, as libsgrt describes it) in its row-major
+// description when row is set: the transposed product over the same memory.
+static Shape described(const Shape &s, bool row)
+{
+	return row ? Shape{s.name, s.n, s.m, s.k, s.tb, s.ta, s.beta, 1} : s;
+}
+
 struct Problem {
 	cublasLtMatmulDesc_t op;
 	cublasLtMatrixLayout_t la, lb, lc;
@@ -268,8 +275,7 @@ int main(int argc, char **argv)
 	std::vector<cublasLtMatmulAlgo_t> pool;
 	for (int si = 0; si < nsh; si++)
 		for (int row = 0; row < 2; row++) {
-			Shape s = sh[si];
-			if (row) { s = Shape{s.name, s.n, s.m, s.k, s.tb, s.ta, s.beta, 1}; }
+			Shape s = described(sh[si], row);
 			Problem p = problem(s);
 			cublasLtMatmulHeuristicResult_t res[32];
 			int n = heuristic(b, p, 32, res);
@@ -293,8 +299,7 @@ int main(int argc, char **argv)
 		float top8 = 1e30f, first = 0;
 		std::vector<Timed> found;
 		for (int row = 0; row < 2; row++) {
-			Shape s = sh[si];
-			if (row) { s = Shape{s.name, s.n, s.m, s.k, s.tb, s.ta, s.beta, 1}; }
+			Shape s = described(sh[si], row);
 			Problem p = problem(s);
 			const char *tag = row ? "row" : "col";
 			cublasLtMatmulHeuristicResult_t res[32];
@@ -331,9 +336,7 @@ int main(int argc, char **argv)
 		float best = 1e30f;
 		printf("%s: heuristic #0 %.4f ms (%.1f TFLOP/s), best of 8 %.4f ms (%.1f)\n", sh[si].name, first, flop / first / 1e9, top8, flop / top8 / 1e9);
 		for (size_t i = 0; i < found.size() && i < 8; i++) {
-			Shape s = sh[si];
-			bool row = strncmp(found[i].from, "row", 3) == 0;
-			if (row) { s = Shape{s.name, s.n, s.m, s.k, s.tb, s.ta, s.beta, 1}; }
+			Shape s = described(sh[si], strncmp(found[i].from, "row", 3) == 0);
 			Problem p = problem(s);
 			float ms = time_algo(b, s, p, found[i].algo, 3, 30);
 			problem_free(p);
