@@ -16,15 +16,17 @@
  *             O = P V;
  *   backward: sum = rowsum(dO * O); S again from Q, K, stats; P =
  *             exp(S - stats); dV = P^T dO; dS = P (dO V^T - sum) scale;
- *             dK = dS^T Q; dQ = dS K (accumulated in f32, then copied).
+ *             dK = dS^T Q; dQ = dS K (accumulated in f32, then copied;
+ *             with SGRT_SDPA_DQ=direct written by the product itself).
  * The stats are the log-sum-exp that sgk_attention.cuh's kernels write
  * and read ([b * h, l], natural log), so a forward by one and a backward
  * by the other agree.  K^T and V^T are K and V with their last two dims
  * and strides swapped; the backward's f32 row sums and dQ accumulator
  * sit at the start of its workspace, cuDNN's own workspace after them.
  *
- * Each distinct (direction, dtype, causal, sizes, strides) gets a plan,
- * made on first use and kept by the model; the workspace is the model's,
+ * Each distinct (direction, dtype, causal, sizes, strides) gets a plan
+ * (cuDNN's heuristic's first configuration unless the environment's knobs,
+ * Opts, say otherwise), made on first use and kept by the model; the workspace is the model's,
  * one buffer per stream, grown when a plan needs more (at the plan's
  * making, never per call).  A plan is not made while the stream is being
  * captured into a CUDA graph (SGRT_SDPA_DECLINED then).
@@ -65,6 +67,7 @@ typedef struct {
 /* What makes two attentions the same plan (memcmp; zeroed first). */
 typedef struct {
 	int bwd, dtype, causal;
+	int direct;            /* backward: dQ written by the product itself */
 	int64_t b, h, h_kv, l, s, d, dv;
 	int64_t st[8][4];      /* q k v o do dq dk dv: [b, h, rows, dim] */
 } Key;
@@ -76,9 +79,26 @@ typedef struct {
 	size_t ws;             /* cuDNN's workspace */
 } Plan;
 
+/* What the environment asks of plans (docs/runtime.md), read at load:
+ * SGRT_CUDNN_DEBUG (1: declines and each plan made; 2: also the
+ * engines' knobs), SGRT_SDPA_DQ=direct (the backward's dQ without the f32
+ * accumulator), SGRT_SDPA_HEUR=a|b|fallback, and per direction
+ * SGRT_SDPA_{FWD,BWD}_CFG=n (the heuristic's n-th configuration that
+ * makes a plan) and SGRT_SDPA_{FWD,BWD}_KNOBS=T=V,... (knob choices set
+ * on it: cuDNN's knob type numbers). */
+enum { MAXKNOB = 8 };
+typedef struct {
+	int debug, direct;
+	cudnnBackendHeurMode_t heur;
+	int pick[2];
+	int nknob[2];
+	int64_t ktype[2][MAXKNOB], kval[2][MAXKNOB];
+} Opts;
+
 typedef struct {
 	void *lib;
 	Fns f;
+	Opts o;
 	cudnnHandle_t h;
 	Plan *plan;
 	int nplan, capplan;
@@ -119,6 +139,42 @@ unload(Cudnn *c)
 	free(c->ws);
 	free(c->ws_bytes);
 	free(c);
+}
+
+static int
+env_int(const char *name, int dflt)
+{
+	const char *v = getenv(name);
+	return v && *v ? atoi(v) : dflt;
+}
+
+static void
+read_opts(Opts *o)
+{
+	const char *v;
+	memset(o, 0, sizeof *o);
+	o->debug = env_int("SGRT_CUDNN_DEBUG", 0);
+	o->direct = (v = getenv("SGRT_SDPA_DQ")) && !strcmp(v, "direct");
+	o->heur = CUDNN_HEUR_MODE_A;
+	if ((v = getenv("SGRT_SDPA_HEUR")) && !strcmp(v, "b"))
+		o->heur = CUDNN_HEUR_MODE_B;
+	else if (v && !strcmp(v, "fallback"))
+		o->heur = CUDNN_HEUR_MODE_FALLBACK;
+	for (int bwd = 0; bwd < 2; bwd++) {
+		o->pick[bwd] = env_int(bwd ? "SGRT_SDPA_BWD_CFG" : "SGRT_SDPA_FWD_CFG", 0);
+		v = getenv(bwd ? "SGRT_SDPA_BWD_KNOBS" : "SGRT_SDPA_FWD_KNOBS");
+		for (int n = 0; v && *v && n < MAXKNOB; n++) {
+			char *e;
+			long t = strtol(v, &e, 10), x;
+			if (*e != '=')
+				break;
+			x = strtol(e + 1, &e, 10);
+			o->ktype[bwd][n] = t;
+			o->kval[bwd][n] = x;
+			o->nknob[bwd] = n + 1;
+			v = *e == ',' ? e + 1 : NULL;
+		}
+	}
 }
 
 /* The model's cuDNN state, loaded on first use; NULL when unavailable
@@ -165,6 +221,7 @@ load(SgrtModel *m)
 		unload(c);
 		return NULL;
 	}
+	read_opts(&c->o);
 	m->cudnn = c;
 	m->cudnn_state = 1;
 	return c;
@@ -516,23 +573,180 @@ build_graph(Build *b, const Key *k, size_t *pre)
 	shape(k, 1, 0, dim, st);
 	cudnnBackendDescriptor_t kk = tensor(b, 0, io, dim, st, 0);
 	reshape(b, x[1], kk);
+	*pre = (size_t)(k->b * k->h * k->l * 4 + 255) / 256 * 256;
+	if (k->direct) {
+		matmul(b, ds, kk, x[5]);
+		return;
+	}
 	int64_t ld[4] = {k->b, k->h, k->l, k->d};
 	cudnnBackendDescriptor_t acc = tensor(b, U_DQACC, f, ld, NULL, 0);
 	matmul(b, ds, kk, acc);
 	pointwise(b, CUDNN_POINTWISE_IDENTITY, f, 0, acc, NULL, NULL, x[5]);
-	*pre = (size_t)(k->b * k->h * k->l * 4 + 255) / 256 * 256 +
-	       (size_t)(k->b * k->h * k->l * k->d * 4 + 255) / 256 * 256;
+	*pre += (size_t)(k->b * k->h * k->l * k->d * 4 + 255) / 256 * 256;
 }
 
-/* The operation graph of k, then the first of heuristic A's engine
- * configurations that makes a plan.  0 when cuDNN declines. */
+/* ------------------------------------------------------------------ plans */
+
+enum { MAXCHOICE = 32 };
+
+/* Descriptors made while choosing a plan, destroyed after it. */
+typedef struct {
+	Cudnn *c;
+	cudnnBackendDescriptor_t d[4 * MAXCHOICE + 8];
+	int n;
+} Scratch;
+
+static cudnnBackendDescriptor_t
+scratch(Scratch *sc, cudnnBackendDescriptorType_t t)
+{
+	cudnnBackendDescriptor_t d = NULL;
+	if (sc->n == (int)(sizeof sc->d / sizeof sc->d[0]) ||
+	    sc->c->f.BackendCreateDescriptor(t, &d) != CUDNN_STATUS_SUCCESS)
+		return NULL;
+	return sc->d[sc->n++] = d;
+}
+
+static void
+scratch_free(Scratch *sc)
+{
+	while (sc->n > 0)
+		(void)sc->c->f.BackendDestroyDescriptor(sc->d[--sc->n]);
+}
+
+/* Configuration cfg's engine (into *eng, a scratch descriptor), its global
+ * index (*idx) and knob choices (types t[], values v[]): their number, or
+ * -1 when cuDNN does not say. */
+static int
+cfg_knobs(Scratch *sc, cudnnBackendDescriptor_t cfg, cudnnBackendDescriptor_t *eng,
+          int64_t *idx, int64_t *t, int64_t *v)
+{
+	Fns *f = &sc->c->f;
+	cudnnBackendDescriptor_t kc[MAXCHOICE];
+	int64_t n = 0, got = 0;
+	*eng = scratch(sc, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+	if (!*eng ||
+	    f->BackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+	                           &got, eng) != CUDNN_STATUS_SUCCESS ||
+	    f->BackendGetAttribute(*eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got,
+	                           idx) != CUDNN_STATUS_SUCCESS)
+		return -1;
+	const int base = sc->n;
+	for (int i = 0; i < MAXCHOICE; i++)
+		if (!(kc[i] = scratch(sc, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR)))
+			return -1;
+	if (f->BackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+	                           CUDNN_TYPE_BACKEND_DESCRIPTOR, MAXCHOICE, &n, kc) !=
+	    CUDNN_STATUS_SUCCESS)
+		return -1;
+	for (int64_t i = 0; i < n; i++) {
+		cudnnBackendKnobType_t kt = CUDNN_KNOB_TYPE_COUNTS;
+		if (f->BackendGetAttribute(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE,
+		                           1, &got, &kt) != CUDNN_STATUS_SUCCESS ||
+		    f->BackendGetAttribute(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
+		                           &got, &v[i]) != CUDNN_STATUS_SUCCESS)
+			return -1;
+		t[i] = kt;
+	}
+	/* the choices' descriptors are not needed any more */
+	while (sc->n > base)
+		(void)f->BackendDestroyDescriptor(sc->d[--sc->n]);
+	return (int)n;
+}
+
+/* A new configuration of engine eng with knob choices t[i] = v[i]. */
+static cudnnBackendDescriptor_t
+cfg_with(Scratch *sc, cudnnBackendDescriptor_t eng, int n, const int64_t *t, const int64_t *v)
+{
+	Fns *f = &sc->c->f;
+	cudnnBackendDescriptor_t kc[MAXCHOICE], cfg = scratch(sc, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+	if (!cfg || f->BackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+	                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &eng) != CUDNN_STATUS_SUCCESS)
+		return NULL;
+	for (int i = 0; i < n; i++) {
+		cudnnBackendKnobType_t kt = (cudnnBackendKnobType_t)t[i];
+		if (!(kc[i] = scratch(sc, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR)) ||
+		    f->BackendSetAttribute(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE,
+		                           1, &kt) != CUDNN_STATUS_SUCCESS ||
+		    f->BackendSetAttribute(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
+		                           &v[i]) != CUDNN_STATUS_SUCCESS ||
+		    f->BackendFinalize(kc[i]) != CUDNN_STATUS_SUCCESS)
+			return NULL;
+	}
+	if ((n && f->BackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+	                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, n, kc) != CUDNN_STATUS_SUCCESS) ||
+	    f->BackendFinalize(cfg) != CUDNN_STATUS_SUCCESS)
+		return NULL;
+	return cfg;
+}
+
+/* SGRT_CUDNN_DEBUG=2: the knobs engine eng accepts, on stderr. */
+static void
+print_knob_info(Scratch *sc, cudnnBackendDescriptor_t eng)
+{
+	Fns *f = &sc->c->f;
+	cudnnBackendDescriptor_t ki[MAXCHOICE];
+	int64_t n = 0, got;
+	int base = sc->n;
+	for (int i = 0; i < MAXCHOICE; i++)
+		if (!(ki[i] = scratch(sc, CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR)))
+			return;
+	if (f->BackendGetAttribute(eng, CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+	                           MAXCHOICE, &n, ki) == CUDNN_STATUS_SUCCESS)
+		for (int64_t i = 0; i < n; i++) {
+			cudnnBackendKnobType_t kt = CUDNN_KNOB_TYPE_COUNTS;
+			int64_t lo = 0, hi = 0, step = 0;
+			(void)f->BackendGetAttribute(ki[i], CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, 1,
+			                             &got, &kt);
+			(void)f->BackendGetAttribute(ki[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE,
+			                             CUDNN_TYPE_INT64, 1, &got, &lo);
+			(void)f->BackendGetAttribute(ki[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE,
+			                             CUDNN_TYPE_INT64, 1, &got, &hi);
+			(void)f->BackendGetAttribute(ki[i], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1,
+			                             &got, &step);
+			fprintf(stderr, "sgrt_sdpa:   knob %d: %lld..%lld step %lld\n", (int)kt,
+			        (long long)lo, (long long)hi, (long long)step);
+		}
+	while (sc->n > base)
+		(void)f->BackendDestroyDescriptor(sc->d[--sc->n]);
+}
+
+/* Try configuration cfg: the plan into *out, 1 when it made one. */
+static int
+try_plan(Cudnn *c, cudnnBackendDescriptor_t cfg, Plan *out)
+{
+	cudnnBackendDescriptor_t plan = NULL;
+	int64_t ws = 0;
+	if (c->f.BackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
+	    CUDNN_STATUS_SUCCESS)
+		return 0;
+	if (c->f.BackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
+	                             &c->h) == CUDNN_STATUS_SUCCESS &&
+	    c->f.BackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+	                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg) == CUDNN_STATUS_SUCCESS &&
+	    c->f.BackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
+	    c->f.BackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+	                             1, NULL, &ws) == CUDNN_STATUS_SUCCESS &&
+	    ws >= 0) {
+		out->plan = plan;
+		out->ws = (size_t)ws;
+		return 1;
+	}
+	(void)c->f.BackendDestroyDescriptor(plan);
+	return 0;
+}
+
+/* The operation graph of k, then the heuristic's first engine
+ * configuration that makes a plan (the environment's knobs: Opts).  0
+ * when cuDNN declines. */
 static int
 make_plan(Cudnn *c, const Key *k, Plan *out)
 {
 	Build b = {.c = c, .next = V0, .ok = 1};
+	Scratch sc = {.c = c};
 	cudnnBackendDescriptor_t cfg[16] = {0};
 	int64_t ncfg = 0;
-	int got = 0;
+	int got = 0, made = 0, dir = k->bwd;
+	const Opts *o = &c->o;
 
 	memset(out, 0, sizeof *out);
 	out->key = *k;
@@ -542,9 +756,8 @@ make_plan(Cudnn *c, const Key *k, Plan *out)
 	set(&b, g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->h);
 	fin(&b, g);
 	cudnnBackendDescriptor_t heur = desc(&b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-	cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
 	setd(&b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, g);
-	set(&b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+	set(&b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &o->heur);
 	fin(&b, heur);
 	for (int i = 0; i < 16 && b.ok; i++)
 		cfg[i] = desc(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
@@ -554,33 +767,48 @@ make_plan(Cudnn *c, const Key *k, Plan *out)
 	                                           cfg)) != CUDNN_STATUS_SUCCESS)
 		failed(&b, hs, CUDNN_ATTR_ENGINEHEUR_RESULTS);
 	for (int64_t i = 0; b.ok && i < ncfg && !got; i++) {
-		cudnnBackendDescriptor_t plan = NULL;
-		int64_t ws = 0;
-		if (c->f.BackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
-		    CUDNN_STATUS_SUCCESS)
-			break;
-		if (c->f.BackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE,
-		                             1, &c->h) == CUDNN_STATUS_SUCCESS &&
-		    c->f.BackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-		                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-		                             &cfg[i]) == CUDNN_STATUS_SUCCESS &&
-		    c->f.BackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
-		    c->f.BackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-		                             CUDNN_TYPE_INT64, 1, NULL, &ws) == CUDNN_STATUS_SUCCESS &&
-		    ws >= 0) {
-			out->plan = plan;
-			out->ws = (size_t)ws;
-			got = 1;
-		} else {
-			(void)c->f.BackendDestroyDescriptor(plan);
+		cudnnBackendDescriptor_t eng = NULL, use = cfg[i];
+		int64_t idx = -1, t[MAXCHOICE + MAXKNOB], v[MAXCHOICE + MAXKNOB];
+		int nk = o->debug || o->nknob[dir] ? cfg_knobs(&sc, cfg[i], &eng, &idx, t, v) : 0;
+		if (o->nknob[dir] && nk < 0) {
+			use = NULL;
+		} else if (o->nknob[dir]) {
+			for (int j = 0; j < o->nknob[dir]; j++) {
+				int at = 0;
+				while (at < nk && t[at] != o->ktype[dir][j])
+					at++;
+				t[at] = o->ktype[dir][j];
+				v[at] = o->kval[dir][j];
+				nk += at == nk;
+			}
+			use = cfg_with(&sc, eng, nk, t, v);
 		}
+		int ok = use && try_plan(c, use, out);
+		got = ok && made++ == o->pick[dir];
+		if (ok && !got) {
+			(void)c->f.BackendDestroyDescriptor(out->plan);
+			out->plan = NULL;
+		}
+		if (o->debug) {
+			fprintf(stderr, "sgrt_sdpa: %s d=%lld config %lld of %lld: engine %lld, knobs",
+			        dir ? "backward" : "forward", (long long)k->d, (long long)i,
+			        (long long)ncfg, (long long)idx);
+			for (int j = 0; j < nk; j++)
+				fprintf(stderr, " %lld=%lld", (long long)t[j], (long long)v[j]);
+			fprintf(stderr, ": %s", !use ? "knobs rejected" : !ok ? "no plan" : got ? "chosen" : "plan");
+			if (ok)
+				fprintf(stderr, ", workspace %zu + %zu bytes", out->pre, (size_t)out->ws);
+			fprintf(stderr, "\n");
+			if (o->debug >= 2 && eng && (i == 0 || got))
+				print_knob_info(&sc, eng);
+		}
+		scratch_free(&sc);
 	}
 	/* SGRT_CUDNN_DEBUG=1: why a graph was declined, on stderr. */
-	const char *dbg = getenv("SGRT_CUDNN_DEBUG");
-	if (!got && dbg && *dbg && *dbg != '0')
+	if (!got && o->debug)
 		fprintf(stderr, "sgrt_sdpa: %s %s b=%lld h=%lld h_kv=%lld l=%lld s=%lld d=%lld declined: %s "
 		        "(status %d: %s, at %s %ld; %lld engine configs, %d ops)\n",
-		        k->bwd ? "backward" : "forward", k->dtype == SGRT_BF16 ? "bf16" : "f16",
+		        dir ? "backward" : "forward", k->dtype == SGRT_BF16 ? "bf16" : "f16",
 		        (long long)k->b, (long long)k->h, (long long)k->h_kv, (long long)k->l, (long long)k->s,
 		        (long long)k->d, b.ok ? "no engine config made a plan" : "graph rejected",
 		        b.fail_status, c->f.GetErrorString((cudnnStatus_t)b.fail_status),
@@ -597,7 +825,7 @@ make_plan(Cudnn *c, const Key *k, Plan *out)
 /* The plan key of a; 0 when the arguments are not an attention cuDNN
  * runs here (dtype, head counts). */
 static int
-make_key(const SgrtSdpa *a, int bwd, Key *k)
+make_key(const Cudnn *c, const SgrtSdpa *a, int bwd, Key *k)
 {
 	const int64_t *st[8] = {a->q_st, a->k_st, a->v_st, a->o_st,
 	                        a->do_st, a->dq_st, a->dk_st, a->dv_st};
@@ -607,6 +835,7 @@ make_key(const SgrtSdpa *a, int bwd, Key *k)
 	    a->ev < 1)
 		return 0;
 	k->bwd = bwd;
+	k->direct = bwd && c->o.direct;
 	k->dtype = a->dtype;
 	k->causal = a->causal != 0;
 	k->b = a->b, k->h = a->h, k->h_kv = a->h_kv, k->l = a->l, k->s = a->s, k->d = a->e;
@@ -665,7 +894,7 @@ sgrt_sdpa_workspace_size(SgrtModel *m, const SgrtSdpa *a, int bwd, size_t *bytes
 	*bytes = 0;
 	if (!c)
 		return SGRT_SDPA_UNAVAILABLE;
-	if (!make_key(a, bwd, &k))
+	if (!make_key(c, a, bwd, &k))
 		return SGRT_SDPA_DECLINED;
 	Plan *p = find_plan(m, c, &k, 0, &st, 0);
 	if (st != SGRT_OK)
@@ -686,7 +915,7 @@ sgrt_sdpa_exec(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, void *ws, size_t
 
 	if (!c)
 		return SGRT_SDPA_UNAVAILABLE;
-	if (s < 0 || s >= m->nstreams || !make_key(a, bwd, &k))
+	if (s < 0 || s >= m->nstreams || !make_key(c, a, bwd, &k))
 		return SGRT_SDPA_DECLINED;
 	const void *ptr[14] = {a->q, a->k, a->v, a->o, a->lse, a->dout, a->dq, a->dk, a->dv};
 	for (int i = 0; i < (bwd ? 9 : 5); i++)
@@ -710,7 +939,7 @@ sgrt_sdpa_exec(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, void *ws, size_t
 		void *p2[7] = {(void *)a->dout, a->dq, a->dk, a->dv, &one, w, w + sums};
 		memcpy(uid + n, u2, sizeof u2);
 		memcpy(dp + n, p2, sizeof p2);
-		n += 7;
+		n += k.direct ? 6 : 7; /* no accumulator: U_DQACC last */
 	}
 	void *cws = p->ws ? (char *)ws + p->pre : NULL;
 	cudnnBackendDescriptor_t vp = NULL;

@@ -1,7 +1,8 @@
 // Microbenchmark (bench/kernels/README.md): the layer norm backward (fused, stats recomputed, with add)
 // at the transformer's shape under several row configurations; since 2026-12-03 13:00 also at more
 // blocks an SM (launch bounds), with and without the next row's loads ahead, the library's launcher,
-// and the forward with the residual add in four configurations.
+// and the forward with the residual add in four configurations; since 2026-12-03 17:00 rows staged
+// through shared memory by cp.async (sgk_norm_bwd_staged).
 #include <cstdio>
 #include <vector>
 #include <cmath>
@@ -80,6 +81,39 @@ float run_lb(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T 
 {
 	return time_bwd<VEC, TPR, NV>(bwd_lb<VEC, TPR, NV, MINB, PF>, Pn, dy, x, w, add, dx, dw,
 	                              db, work, iters, s, mean, rstd);
+}
+
+// ---- 2026-12-03 evening: rows staged through shared memory ---------------
+
+// The library's sgk_norm_bwd_staged (x, dy and add copied by cp.async into
+// ST stages; the column sums in registers) at MINB blocks an SM.
+template <int VEC, int TPR, int NV, int MINB, int ST>
+__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR), MINB)
+bwd_st(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
+       const T *__restrict__ add, const A *__restrict__ mean, const A *__restrict__ rstd,
+       T *__restrict__ dx, A *__restrict__ part, long long rows, int C, float eps)
+{
+	const int G = SGK_ROW_THREADS(TPR) / TPR, t = threadIdx.x % TPR;
+	const long long P = (long long)gridDim.x * G, p = (long long)blockIdx.x * G + threadIdx.x / TPR;
+	sgk_norm_bwd_staged<VEC, TPR, NV, ST, false>(dy, x, w, add, mean, rstd, dx, part, rows, C,
+	                                             eps, P, p, t);
+}
+
+// Times bwd_st with Pn row groups, then the groups' column sums.
+template <int VEC, int TPR, int NV, int MINB, int ST>
+float run_st(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T *db, A *work,
+             long long Pn, int iters, cudaStream_t s, const A *mean = nullptr,
+             const A *rstd = nullptr)
+{
+	const int gpb = SGK_ROW_THREADS(TPR) / TPR;
+	const long long P = (Pn + gpb - 1) / gpb * gpb;
+	const int smem = SGK_ROW_THREADS(TPR) * ST * 3 * NV * 16;
+	auto *k = bwd_st<VEC, TPR, NV, MINB, ST>;
+	cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+	return time_us([&]() {
+		k<<<(unsigned)(P / gpb), SGK_ROW_THREADS(TPR), smem, s>>>(dy, x, w, add, mean, rstd, dx, work, R, C, 1e-5f);
+		sgk_norm_parts_sum_k<T><<<dim3((C + 31) / 32, 2), dim3(32, 16), 0, s>>>(work, (int)P, C, dw, db);
+	}, iters, s);
 }
 
 // Times the forward with the residual add in configuration <8, TPR, NV>.
@@ -162,6 +196,32 @@ int main()
 	check2("not <8,256,1> 6/SM 6S", run_lb<8, 256, 1, 6, false>(dy, x, w, add, dx, dw, db, work, 6 * S, 20, st));
 	check2("not <8,64,4> 8/SM 16S", run_lb<8, 64, 4, 8, false>(dy, x, w, add, dx, dw, db, work, 16 * S, 20, st));
 	check2("saved, not <8,256,1> 4/SM 4S", run_lb<8, 256, 1, 4, false>(dy, x, w, add, dx, dw, db, work, 4 * S, 20, st, mean, rstd));
+	// staged through shared memory: against the library launcher's dx, dw and
+	// db (the same row groups, 512, give the same sums: 0 apart)
+	printf("-- staged through shared memory (cp.async), against the library launcher\n");
+	sg_launch_layer_norm_bwd_fused<T>(dy, x, w, add, dx, dw, db, work, R, C, 1e-5f, 0, st);
+	cudaMemcpy(ref.data(), dx, n * 2, cudaMemcpyDeviceToHost);
+	cudaMemcpy(rw.data(), dw, C * 2, cudaMemcpyDeviceToHost);
+	cudaMemcpy(rb.data(), db, C * 2, cudaMemcpyDeviceToHost);
+	for (int rep = 0; rep < 2; rep++) {
+		check2("library launcher", time_us([&]() {
+			sg_launch_layer_norm_bwd_fused<T>(dy, x, w, add, dx, dw, db, work, R, C, 1e-5f, 0, st);
+		}, 20, st));
+		check2("staged <8,256,1> 4/SM ST2", run_st<8, 256, 1, 4, 2>(dy, x, w, add, dx, dw, db, work, 512, 20, st));
+		check2("staged <8,256,1> 4/SM ST3", run_st<8, 256, 1, 4, 3>(dy, x, w, add, dx, dw, db, work, 512, 20, st));
+		check2("staged <8,128,2> 4/SM ST2", run_st<8, 128, 2, 4, 2>(dy, x, w, add, dx, dw, db, work, 512, 20, st));
+		check2("staged <8,128,2> 4/SM ST3", run_st<8, 128, 2, 4, 3>(dy, x, w, add, dx, dw, db, work, 512, 20, st));
+		check2("staged <8,128,2> 4/SM ST4", run_st<8, 128, 2, 4, 4>(dy, x, w, add, dx, dw, db, work, 512, 20, st));
+		check2("staged <8,128,2> 4/SM ST3 4S", run_st<8, 128, 2, 4, 3>(dy, x, w, add, dx, dw, db, work, 528, 20, st));
+		check2("staged <8,128,2> 3/SM ST4 3S", run_st<8, 128, 2, 3, 4>(dy, x, w, add, dx, dw, db, work, 396, 20, st));
+		check2("staged <8,128,2> 3/SM ST5 3S", run_st<8, 128, 2, 3, 5>(dy, x, w, add, dx, dw, db, work, 396, 20, st));
+		check2("staged <8,128,2> 5/SM ST3 5S", run_st<8, 128, 2, 5, 3>(dy, x, w, add, dx, dw, db, work, 660, 20, st));
+		check2("staged <8,64,4> 8/SM ST2 8S", run_st<8, 64, 4, 8, 2>(dy, x, w, add, dx, dw, db, work, 1056, 20, st));
+		check2("staged <8,64,4> 8/SM ST3 8S", run_st<8, 64, 4, 8, 3>(dy, x, w, add, dx, dw, db, work, 1056, 20, st));
+		check2("staged <8,64,4> 6/SM ST4 6S", run_st<8, 64, 4, 6, 4>(dy, x, w, add, dx, dw, db, work, 792, 20, st));
+		check2("staged <8,32,8> 16/SM ST2 16S", run_st<8, 32, 8, 4, 2>(dy, x, w, add, dx, dw, db, work, 2112, 20, st));
+		check2("staged, saved <8,128,2> ST3", run_st<8, 128, 2, 4, 3>(dy, x, w, add, dx, dw, db, work, 512, 20, st, mean, rstd));
+	}
 	// the forward with the residual add: reads x and res, writes sum and y
 	printf("-- forward with the residual add (4 x 64 MiB moved)\n");
 	T *sum, *y; cudaMalloc(&sum, n * 2); cudaMalloc(&y, n * 2);

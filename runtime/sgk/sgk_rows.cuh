@@ -65,6 +65,8 @@
  */
 #ifndef SGK_ROWS_CUH
 #define SGK_ROWS_CUH
+#include <cuda_pipeline.h>
+
 #include "sgk_common.cuh"
 /* nvcc remarks on the helpers a program leaves unused: off here */
 #pragma nv_diag_suppress 177
@@ -627,6 +629,147 @@ SGK_DEV void sgk_norm_bwd_regs(const T *__restrict__ dy, const T *__restrict__ x
 	}
 }
 
+/* The norm backward of the rows p, p + P, ... as sgk_norm_bwd_regs (the
+ * same sums in the same order), with each row's x, dy and add staged
+ * through shared memory by asynchronous copies (cp.async, 16 bytes each:
+ * VEC elements of T) into ST stages, and the column sums in registers.
+ * Copies in flight hold no registers, so a group has ST - 1 rows coming
+ * while it sums and writes one, where the registers' loads ahead allow
+ * one.  Each thread reads back only what it copied itself, and refills a
+ * stage only after its values are used. */
+template <int VEC, int TPR, int NV, int ST, bool RMS, class T, class A>
+SGK_DEV void sgk_norm_bwd_staged(const T *__restrict__ dy, const T *__restrict__ x,
+                                 const T *__restrict__ w, const T *__restrict__ add,
+                                 const A *__restrict__ mean, const A *__restrict__ rstd,
+                                 T *__restrict__ dx, A *__restrict__ part, sgk_i64 rows, int C,
+                                 float eps, sgk_i64 P, sgk_i64 p, int t)
+{
+	static_assert(VEC * sizeof(T) == 16, "cp.async copies 16 bytes");
+	enum { NT = SGK_ROW_THREADS(TPR) };
+	typedef sgk_reg<VEC, T> R;
+	extern __shared__ __align__(16) unsigned char sgk_norm_smem[];
+	/* stage[s][j][k][thread]: j 0 x, 1 dy, 2 add */
+	R *stage = reinterpret_cast<R *>(sgk_norm_smem) + threadIdx.x;
+	__shared__ A sh1[2][32][1], sh3[2][32][3];
+	int q = 0, s = 0;
+	R wr[NV];
+	A aw[NV][VEC], ab[NV][VEC];
+#pragma unroll
+	for (int k = 0; k < NV; k++) {
+		const int c = (t + k * TPR) * VEC;
+#pragma unroll
+		for (int e = 0; e < VEC; e++) {
+			wr[k].v[e] = sgk_cvt<T>(1.0f);
+			aw[k][e] = ab[k][e] = 0;
+		}
+		if (w && c < C)
+			wr[k] = sgk_ldv<VEC>(w + c);
+	}
+	/* Row r's vectors into stage st (one commit group even when r is past
+	 * the end, so that the wait below counts rows). */
+	auto issue = [&](sgk_i64 r, int st) {
+		if (r < rows)
+#pragma unroll
+			for (int k = 0; k < NV; k++) {
+				const int c = (t + k * TPR) * VEC;
+				if (c >= C)
+					continue;
+				__pipeline_memcpy_async(&stage[((st * 3 + 0) * NV + k) * NT], x + r * C + c, 16);
+				__pipeline_memcpy_async(&stage[((st * 3 + 1) * NV + k) * NT], dy + r * C + c, 16);
+				if (add)
+					__pipeline_memcpy_async(&stage[((st * 3 + 2) * NV + k) * NT],
+					                        add + r * C + c, 16);
+			}
+		__pipeline_commit();
+	};
+#pragma unroll
+	for (int i = 0; i < ST; i++)
+		issue(p + i * P, i);
+	for (sgk_i64 r = p; r < rows; r += P) {
+		__pipeline_wait_prior(ST - 1);
+		R xr[NV], gr[NV], ar[NV];
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			xr[k] = stage[((s * 3 + 0) * NV + k) * NT];
+			gr[k] = stage[((s * 3 + 1) * NV + k) * NT];
+			if (add)
+				ar[k] = stage[((s * 3 + 2) * NV + k) * NT];
+		}
+		A mu = 0, rs = 0;
+		if (rstd) {
+			mu = RMS ? (A)0 : mean[r];
+			rs = rstd[r];
+		} else if (!RMS) {
+			A m[1] = {0};
+#pragma unroll
+			for (int k = 0; k < NV; k++) {
+				if ((t + k * TPR) * VEC >= C)
+					continue;
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					m[0] += sgk_tof(xr[k].v[e]);
+			}
+			sgk_norm_sum<TPR>(m, sh1[q]);
+			mu = m[0] / C;
+		}
+		/* the variance, sum g, sum g * (x - mean) */
+		A v[3] = {0, 0, 0};
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			if ((t + k * TPR) * VEC >= C)
+				continue;
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				const A d = sgk_tof(xr[k].v[e]) - mu;
+				const A g = sgk_tof(gr[k].v[e]) * sgk_tof(wr[k].v[e]);
+				v[0] += d * d;
+				v[1] += g;
+				v[2] += g * d;
+			}
+		}
+		sgk_norm_sum<TPR>(v, sh3[q]);
+		q ^= 1;
+		if (!rstd)
+			rs = (A)1 / sgk_sqrt(v[0] / C + (A)eps);
+		const A s1 = RMS ? (A)0 : v[1] / C, s2 = rs * v[2] / C;
+		/* the column sums of dy * xhat and dy; dx */
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			const int c = (t + k * TPR) * VEC;
+			if (c >= C)
+				continue;
+			A o[VEC];
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				const A f = (sgk_tof(xr[k].v[e]) - mu) * rs, d = sgk_tof(gr[k].v[e]);
+				aw[k][e] += d * f;
+				ab[k][e] += d;
+				o[e] = rs * (d * sgk_tof(wr[k].v[e]) - s1 - f * s2) +
+				       (add ? sgk_tof(ar[k].v[e]) : (A)0);
+			}
+			if (dx)
+				sgk_strow<VEC>(dx + r * C + c, o);
+		}
+		/* stage s again, now that its values are used */
+		issue(r + ST * P, s);
+		s = s + 1 == ST ? 0 : s + 1;
+	}
+	__pipeline_wait_prior(0);
+	if (!part)
+		return;
+#pragma unroll
+	for (int k = 0; k < NV; k++) {
+		const int c = (t + k * TPR) * VEC;
+		if (c >= C)
+			continue;
+#pragma unroll
+		for (int e = 0; e < VEC; e++) {
+			part[p * C + c + e] = aw[k][e];
+			part[(P + p) * C + c + e] = ab[k][e];
+		}
+	}
+}
+
 /* The norm backward of the rows p, p + P, ... walking each row in memory
  * (rows too long for registers): the statistics unless saved, then the
  * row sums of g and g * xhat with the column sums kept in the group's
@@ -709,8 +852,9 @@ SGK_DEV void sgk_norm_bwd_walk(const T *__restrict__ dy, const T *__restrict__ x
  * row groups' column sums of dy * xhat (for dw) and dy (db) into
  * part[2][P][C].  dx may be NULL (the column sums alone).  A group (TPR
  * threads: a warp, or the block) takes rows p, p + P, ...; PF: rows in
- * registers with the next one's loads ahead (sgk_norm_bwd_regs). */
-template <class T, int VEC, int TPR, int NV, bool RMS, bool PF>
+ * registers with the next one's loads ahead (sgk_norm_bwd_regs); ST > 0:
+ * rows staged through shared memory in ST stages (sgk_norm_bwd_staged). */
+template <class T, int VEC, int TPR, int NV, bool RMS, bool PF, int ST = 0>
 __global__ void __launch_bounds__(SGK_ROW_THREADS(TPR), SGK_NORM_MINB(TPR, PF))
 sgk_norm_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
                const T *__restrict__ add, const typename sgk_acc<T>::type *__restrict__ mean,
@@ -719,7 +863,10 @@ sgk_norm_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__res
 {
 	const int G = SGK_ROW_THREADS(TPR) / TPR, t = threadIdx.x % TPR;
 	const sgk_i64 P = (sgk_i64)gridDim.x * G, p = (sgk_i64)blockIdx.x * G + threadIdx.x / TPR;
-	if constexpr (NV > 0)
+	if constexpr (ST > 0)
+		sgk_norm_bwd_staged<VEC, TPR, NV, ST, RMS>(dy, x, w, add, mean, rstd, dx, part, rows,
+		                                           C, eps, P, p, t);
+	else if constexpr (NV > 0)
 		sgk_norm_bwd_regs<VEC, TPR, NV, RMS, PF>(dy, x, w, add, mean, rstd, dx, part, rows, C,
 		                                         eps, P, p, t);
 	else
@@ -1021,18 +1168,21 @@ static cudaError_t sg_launch_layer_norm_fwd(const T *x, const T *w, const T *b, 
 }
 
 /* A norm backward configuration as a type: SgkRowCfg's VEC, TPR and NV,
- * and PF, whether a thread loads the next row ahead (sgk_norm_bwd_regs). */
-template <int VEC_, int TPR_, int NV_, bool PF_>
+ * PF, whether a thread loads the next row ahead (sgk_norm_bwd_regs), and
+ * ST, the stages of rows staged through shared memory (0: none). */
+template <int VEC_, int TPR_, int NV_, bool PF_, int ST_ = 0>
 struct SgkNormCfg {
-	enum { VEC = VEC_, TPR = TPR_, NV = NV_, PF = PF_ };
+	enum { VEC = VEC_, TPR = TPR_, NV = NV_, PF = PF_, ST = ST_ };
 };
 
 /* The norm backward's configuration for rows of C elements: at most two
  * vectors a thread (it also keeps w and their column sums), more threads
  * a row instead; NV = 0 (the row walked in memory) past 1024 vectors.
- * Rows of 129 to 256 vectors (C = 2048 in bf16) take one vector a thread
- * at 1024 threads an SM instead of two with the next row ahead: 110 us
- * against 119 at 16384 x 2048 bf16 (docs/performance.md, 2026-12-03). */
+ * Rows of 129 to 256 vectors (C = 2048 in bf16) are staged through shared
+ * memory three rows deep (ST: sgk_norm_bwd_staged), 128 threads a row
+ * with two vectors each at 512 threads an SM: 93.5 us against 116.0 for
+ * one vector a thread with 1024 threads an SM and nothing staged, at
+ * 16384 x 2048 bf16 (docs/performance.md, 2026-12-03 16:43). */
 template <int V, class F>
 static auto sgk_norm_bwd_dispatch(int C, bool vec, F f)
 {
@@ -1045,7 +1195,7 @@ static auto sgk_norm_bwd_dispatch(int C, bool vec, F f)
 		if (nv <= 128)
 			return f(SgkNormCfg<V, 128, 2, true>());
 		if (nv <= 256)
-			return f(SgkNormCfg<V, 256, 1, false>());
+			return f(SgkNormCfg<V, 128, 2, true, 3>());
 		if (nv <= 512)
 			return f(SgkNormCfg<V, 256, 2, true>());
 		if (nv <= 1024)
@@ -1108,11 +1258,14 @@ static size_t sg_layer_norm_bwd_workspace(long long rows, int C)
 }
 
 /* Dynamic shared memory of the norm backward: the column sums of each
- * thread's NV vectors when the row is in registers. */
-template <class A, int VEC, int TPR, int NV>
+ * thread's NV vectors when the row is in registers, or the ST stages of
+ * its x, dy and add vectors when staged (16 bytes each). */
+template <class A, int VEC, int TPR, int NV, int ST = 0>
 static constexpr int sgk_norm_smem_bytes()
 {
-	return NV > 0 ? 2 * SGK_ROW_THREADS(TPR) * NV * VEC * (int)sizeof(A) : 0;
+	return ST > 0  ? SGK_ROW_THREADS(TPR) * ST * 3 * NV * 16
+	       : NV > 0 ? 2 * SGK_ROW_THREADS(TPR) * NV * VEC * (int)sizeof(A)
+	                : 0;
 }
 
 /* Every norm backward: sgk_norm_bwd_k over the rows (dx, and the row
@@ -1135,9 +1288,9 @@ static cudaError_t sgk_norm_bwd_launch(const T *dy, const T *x, const T *w, cons
 		P = sgk_norm_bwd_parts(rows, K::TPR, K::PF);
 		A *part = dw || db ? (A *)work : (A *)0;
 		const dim3 g((unsigned)(P / (SGK_ROW_THREADS(K::TPR) / K::TPR)));
-		auto *k = rms ? sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, true, K::PF>
-		              : sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, false, K::PF>;
-		const int smem = sgk_norm_smem_bytes<A, K::VEC, K::TPR, K::NV>();
+		auto *k = rms ? sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, true, K::PF, K::ST>
+		              : sgk_norm_bwd_k<T, K::VEC, K::TPR, K::NV, false, K::PF, K::ST>;
+		const int smem = sgk_norm_smem_bytes<A, K::VEC, K::TPR, K::NV, K::ST>();
 		if (smem > 48 * 1024) {
 			const cudaError_t err = cudaFuncSetAttribute(
 			        k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

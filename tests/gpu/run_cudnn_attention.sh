@@ -11,7 +11,7 @@
 # finds libcudnn.so.9 in PyTorch's nvidia-cudnn wheel (or SGRT_CUDNN_LIB),
 # runs the test (cuDNN against the flash kernels: bf16 and f16, causal or
 # not, head dims 64/128/256, forward and backward, then times at B=8
-# T=2048 H=16 D=128 causal bf16), then times PyTorch's
+# T=2048 H=16 D=128 causal bf16), again with SGRT_SDPA_DQ=direct, then times PyTorch's
 # scaled_dot_product_attention at that shape, and prints one table.
 # Exit 0 when every case passed.
 set -u
@@ -53,6 +53,11 @@ run)
 		grep -v '^\s*$' "$log" | head -60
 	fi
 	[ -n "${OUT:-}" ] && echo "$out" >"$OUT/cudnn_attention.txt"
+	# The backward graph without the f32 dQ accumulator (SGRT_SDPA_DQ,
+	# docs/runtime.md): the same checks.
+	echo "SGRT_SDPA_DQ=direct:"
+	SGRT_SDPA_DQ=direct timeout 180 "$dir/test_cudnn_attn" | tail -n 1
+	[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 	echo
 	echo "PyTorch scaled_dot_product_attention, same shape (ms per layer):"
 	timeout 60 "$py" - <<'EOF'

@@ -227,8 +227,11 @@ static int bench(SgrtModel *m)
 	return bad != 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	/* --bench-only: the timing at the bench shape, no checks (the knobs'
+	 * search, bench/kernels/attn_search.py) */
+	int bench_only = argc > 1 && !strcmp(argv[1], "--bench-only");
 	SgrtConfig cfg;
 	SgrtModel *m = NULL;
 	cudaStream_t st;
@@ -247,7 +250,7 @@ int main(void)
 	printf("%-4s %-6s %-7s %4s %4s %5s %5s %4s  %9s %9s %9s\n", "dt", "mask", "layout", "B",
 	       "H", "Tq", "Tkv", "D", "o", "lse", "dqkv");
 	int dims[3] = {64, 128, 256};
-	for (int bf = 1; bf >= 0; bf--)
+	for (int bf = 1; bf >= 0 && !bench_only; bf--)
 		for (int ca = 1; ca >= 0; ca--)
 			for (int di = 0; di < 3; di++) {
 				Case c = {bf, ca, di != 1, 2, 4, 384, 384, dims[di]};
@@ -257,6 +260,8 @@ int main(void)
 	Case extra[] = {{1, 0, 1, 1, 8, 128, 512, 128}, {1, 1, 1, 1, 8, 512, 128, 128},
 	                {0, 1, 1, 3, 2, 200, 200, 64}, {1, 1, 0, 4, 16, 1024, 1024, 128}};
 	for (const Case &c : extra) {
+		if (bench_only)
+			break;
 		fails += c.bf16 ? check<__nv_bfloat16>(m, c) : check<__half>(m, c);
 		n++;
 	}

@@ -609,7 +609,7 @@ static void run_norm_bwd_cases(bool quick)
 {
 	if (!quick)
 		run_norm_bwd<__nv_bfloat16>(16384, 2048, 0);
-	run_norm_bwd<__nv_bfloat16>(517, 2048, 0);     /* 128 threads a row, 2 vectors */
+	run_norm_bwd<__nv_bfloat16>(517, 2048, 0);     /* 128 threads a row, 2 vectors, staged */
 	run_norm_bwd<__nv_bfloat16>(3, 2048, 0);       /* fewer rows than groups */
 	run_norm_bwd<__nv_bfloat16>(1, 2048, 0);
 	run_norm_bwd<__nv_bfloat16>(2051, 256, 0);     /* a warp a row, 4 rows a block */
@@ -771,6 +771,10 @@ int main(int argc, char **argv)
 		 * through alternating shared slots), registers and walked */
 		run_norm_bwd<__nv_bfloat16>(130, 6000, 0);
 		run_norm_bwd<__nv_bfloat16>(130, 12000, 0);
+		/* rows staged through shared memory (cp.async), more rows than
+		 * groups and fewer */
+		run_norm_bwd<__nv_bfloat16>(1100, 2048, 0);
+		run_norm_bwd<__nv_bfloat16>(3, 2048, 0);
 		run_norm_bwd<float>(2051, 96, 0);
 		return kt_finish();
 	}
