@@ -61,7 +61,10 @@ float run(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T *db
 // before that change (two reductions after the mean: `lb` rows); commit
 // 54a54ba also a pair walk (two rows at once, each block sum serving both:
 // 108.7 us at 3 blocks an SM against the library's 119.8, not adopted).
-template <int VEC, int TPR, int NV, int MINB, bool PF>
+// Since 2026-12-03 17:00 also the staged walk (ST > 0: sgk_norm_bwd_staged,
+// x, dy and add copied by cp.async into ST stages, the column sums in
+// registers).
+template <int VEC, int TPR, int NV, int MINB, bool PF, int ST = 0>
 __global__ void __launch_bounds__(SGK_ROW_THREADS(TPR), MINB)
 bwd_lb(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
        const T *__restrict__ add, const A *__restrict__ mean, const A *__restrict__ rstd,
@@ -69,8 +72,12 @@ bwd_lb(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ 
 {
 	const int G = SGK_ROW_THREADS(TPR) / TPR, t = threadIdx.x % TPR;
 	const long long P = (long long)gridDim.x * G, p = (long long)blockIdx.x * G + threadIdx.x / TPR;
-	sgk_norm_bwd_regs<VEC, TPR, NV, false, PF>(dy, x, w, add, mean, rstd, dx, part, rows, C, eps,
-	                                           P, p, t);
+	if constexpr (ST > 0)
+		sgk_norm_bwd_staged<VEC, TPR, NV, ST, false>(dy, x, w, add, mean, rstd, dx, part, rows,
+		                                             C, eps, P, p, t);
+	else
+		sgk_norm_bwd_regs<VEC, TPR, NV, false, PF>(dy, x, w, add, mean, rstd, dx, part, rows, C,
+		                                           eps, P, p, t);
 }
 
 // Times bwd_lb with Pn row groups.
@@ -83,23 +90,8 @@ float run_lb(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T 
 	                              db, work, iters, s, mean, rstd);
 }
 
-// ---- 2026-12-03 evening: rows staged through shared memory ---------------
-
-// The library's sgk_norm_bwd_staged (x, dy and add copied by cp.async into
-// ST stages; the column sums in registers) at MINB blocks an SM.
-template <int VEC, int TPR, int NV, int MINB, int ST>
-__global__ void __launch_bounds__(SGK_ROW_THREADS(TPR), MINB)
-bwd_st(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
-       const T *__restrict__ add, const A *__restrict__ mean, const A *__restrict__ rstd,
-       T *__restrict__ dx, A *__restrict__ part, long long rows, int C, float eps)
-{
-	const int G = SGK_ROW_THREADS(TPR) / TPR, t = threadIdx.x % TPR;
-	const long long P = (long long)gridDim.x * G, p = (long long)blockIdx.x * G + threadIdx.x / TPR;
-	sgk_norm_bwd_staged<VEC, TPR, NV, ST, false>(dy, x, w, add, mean, rstd, dx, part, rows, C,
-	                                             eps, P, p, t);
-}
-
-// Times bwd_st with Pn row groups, then the groups' column sums.
+// Times the staged walk (bwd_lb with ST stages) with Pn row groups, then the
+// groups' column sums.
 template <int VEC, int TPR, int NV, int MINB, int ST>
 float run_st(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T *db, A *work,
              long long Pn, int iters, cudaStream_t s, const A *mean = nullptr,
@@ -108,7 +100,7 @@ float run_st(const T *dy, const T *x, const T *w, const T *add, T *dx, T *dw, T 
 	const int gpb = SGK_ROW_THREADS(TPR) / TPR;
 	const long long P = (Pn + gpb - 1) / gpb * gpb;
 	const int smem = SGK_ROW_THREADS(TPR) * ST * 3 * NV * 16;
-	auto *k = bwd_st<VEC, TPR, NV, MINB, ST>;
+	auto *k = bwd_lb<VEC, TPR, NV, MINB, false, ST>;
 	cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 	return time_us([&]() {
 		k<<<(unsigned)(P / gpb), SGK_ROW_THREADS(TPR), smem, s>>>(dy, x, w, add, mean, rstd, dx, work, R, C, 1e-5f);

@@ -479,6 +479,53 @@ template <int VEC, class A> struct sgk_norm_unit {
 	enum { U = VEC * sizeof(A) >= 16 ? 16 / sizeof(A) : VEC, NU = VEC / U };
 };
 
+/* A row's sums for its norm backward, the thread's NV vectors of the row
+ * in xr and dy in gr (w in wr): the mean unless saved (*mu as given, as
+ * *rs) or RMS (0), then the variance about it, sum g and sum g * (x -
+ * mean) in one block sum (g = dy * w), through sh1[*q] and sh3[*q]
+ * (alternating: *q flips).  *rs = 1 / sqrt(variance + eps) unless saved;
+ * *s1 = mean(g) (0 for RMS), *s2 = rstd * mean(g * (x - mean)). */
+template <int VEC, int TPR, int NV, bool RMS, class T, class A>
+SGK_DEV void sgk_norm_bwd_sums(const sgk_reg<VEC, T> (&xr)[NV], const sgk_reg<VEC, T> (&gr)[NV],
+                               const sgk_reg<VEC, T> (&wr)[NV], bool saved, int C, int t,
+                               float eps, A (*sh1)[32][1], A (*sh3)[32][3], int *q, A *mu,
+                               A *rs, A *s1, A *s2)
+{
+	if (!RMS && !saved) {
+		A m[1] = {0};
+#pragma unroll
+		for (int k = 0; k < NV; k++) {
+			if ((t + k * TPR) * VEC >= C)
+				continue;
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				m[0] += sgk_tof(xr[k].v[e]);
+		}
+		sgk_norm_sum<TPR>(m, sh1[*q]);
+		*mu = m[0] / C;
+	}
+	A v[3] = {0, 0, 0};
+#pragma unroll
+	for (int k = 0; k < NV; k++) {
+		if ((t + k * TPR) * VEC >= C)
+			continue;
+#pragma unroll
+		for (int e = 0; e < VEC; e++) {
+			const A d = sgk_tof(xr[k].v[e]) - *mu;
+			const A g = sgk_tof(gr[k].v[e]) * sgk_tof(wr[k].v[e]);
+			v[0] += d * d;
+			v[1] += g;
+			v[2] += g * d;
+		}
+	}
+	sgk_norm_sum<TPR>(v, sh3[*q]);
+	*q ^= 1;
+	if (!saved)
+		*rs = (A)1 / sgk_sqrt(v[0] / C + (A)eps);
+	*s1 = RMS ? (A)0 : v[1] / C;
+	*s2 = *rs * v[2] / C;
+}
+
 /* The norm backward of the rows p, p + P, ... with each row in registers
  * (NV vectors a thread, kept as loaded): w stays in registers and the
  * thread's columns' sums of dy * xhat and dy in its own shared memory
@@ -555,39 +602,9 @@ SGK_DEV void sgk_norm_bwd_regs(const T *__restrict__ dy, const T *__restrict__ x
 		}
 		if (PF && r + P < rows)
 			load(r + P);
-		if (!RMS && !rstd) {
-			A s[1] = {0};
-#pragma unroll
-			for (int k = 0; k < NV; k++) {
-				if ((t + k * TPR) * VEC >= C)
-					continue;
-#pragma unroll
-				for (int e = 0; e < VEC; e++)
-					s[0] += sgk_tof(xr[k].v[e]);
-			}
-			sgk_norm_sum<TPR>(s, sh1[q]);
-			mu = s[0] / C;
-		}
-		/* the variance, sum g, sum g * (x - mean) */
-		A s[3] = {0, 0, 0};
-#pragma unroll
-		for (int k = 0; k < NV; k++) {
-			if ((t + k * TPR) * VEC >= C)
-				continue;
-#pragma unroll
-			for (int e = 0; e < VEC; e++) {
-				const A d = sgk_tof(xr[k].v[e]) - mu;
-				const A g = sgk_tof(gr[k].v[e]) * sgk_tof(wr[k].v[e]);
-				s[0] += d * d;
-				s[1] += g;
-				s[2] += g * d;
-			}
-		}
-		sgk_norm_sum<TPR>(s, sh3[q]);
-		q ^= 1;
-		if (!rstd)
-			rs = (A)1 / sgk_sqrt(s[0] / C + (A)eps);
-		const A s1 = RMS ? (A)0 : s[1] / C, s2 = rs * s[2] / C;
+		A s1, s2;
+		sgk_norm_bwd_sums<VEC, TPR, NV, RMS>(xr, gr, wr, rstd != 0, C, t, eps, sh1, sh3, &q, &mu,
+		                                     &rs, &s1, &s2);
 		/* the column sums of dy * xhat and dy; dx */
 #pragma unroll
 		for (int k = 0; k < NV; k++) {
@@ -695,43 +712,13 @@ SGK_DEV void sgk_norm_bwd_staged(const T *__restrict__ dy, const T *__restrict__
 			if (add)
 				ar[k] = stage[((s * 3 + 2) * NV + k) * NT];
 		}
-		A mu = 0, rs = 0;
+		A mu = 0, rs = 0, s1, s2;
 		if (rstd) {
 			mu = RMS ? (A)0 : mean[r];
 			rs = rstd[r];
-		} else if (!RMS) {
-			A m[1] = {0};
-#pragma unroll
-			for (int k = 0; k < NV; k++) {
-				if ((t + k * TPR) * VEC >= C)
-					continue;
-#pragma unroll
-				for (int e = 0; e < VEC; e++)
-					m[0] += sgk_tof(xr[k].v[e]);
-			}
-			sgk_norm_sum<TPR>(m, sh1[q]);
-			mu = m[0] / C;
 		}
-		/* the variance, sum g, sum g * (x - mean) */
-		A v[3] = {0, 0, 0};
-#pragma unroll
-		for (int k = 0; k < NV; k++) {
-			if ((t + k * TPR) * VEC >= C)
-				continue;
-#pragma unroll
-			for (int e = 0; e < VEC; e++) {
-				const A d = sgk_tof(xr[k].v[e]) - mu;
-				const A g = sgk_tof(gr[k].v[e]) * sgk_tof(wr[k].v[e]);
-				v[0] += d * d;
-				v[1] += g;
-				v[2] += g * d;
-			}
-		}
-		sgk_norm_sum<TPR>(v, sh3[q]);
-		q ^= 1;
-		if (!rstd)
-			rs = (A)1 / sgk_sqrt(v[0] / C + (A)eps);
-		const A s1 = RMS ? (A)0 : v[1] / C, s2 = rs * v[2] / C;
+		sgk_norm_bwd_sums<VEC, TPR, NV, RMS>(xr, gr, wr, rstd != 0, C, t, eps, sh1, sh3, &q, &mu,
+		                                     &rs, &s1, &s2);
 		/* the column sums of dy * xhat and dy; dx */
 #pragma unroll
 		for (int k = 0; k < NV; k++) {
