@@ -153,7 +153,10 @@ read_opts(Opts *o)
 {
 	const char *v;
 	memset(o, 0, sizeof *o);
-	o->debug = env_int("SGRT_CUDNN_DEBUG", 0);
+	/* on for any value not starting with 0 (as before it had levels); 2
+	 * and up: the knobs too */
+	v = getenv("SGRT_CUDNN_DEBUG");
+	o->debug = v && *v && *v != '0' ? (atoi(v) > 1 ? atoi(v) : 1) : 0;
 	o->direct = (v = getenv("SGRT_SDPA_DQ")) && !strcmp(v, "direct");
 	o->heur = CUDNN_HEUR_MODE_A;
 	if ((v = getenv("SGRT_SDPA_HEUR")) && !strcmp(v, "b"))
