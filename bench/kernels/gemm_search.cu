@@ -23,8 +23,14 @@
 // transformer's step 2.4% slower when libsgrt timed them beside the
 // heuristic's (commit 0dd8986, reverted; docs/performance.md).
 //
+// With --capped, it times instead what a step at the GPU's power cap gets
+// (capped() below): a transformer step holds the H200 at its 700 W cap, so a
+// product's time there is not its time at boost clocks.
+//
 // Usage: gemm_search [budget seconds a shape, default 10]
+//        gemm_search --capped [window ms, default 60] [rounds, default 3]
 #include <cublasLt.h>
+#include <dlfcn.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <chrono>
@@ -240,11 +246,155 @@ static std::vector<Group> enumerate(Bench &b)
 
 struct Timed { float ms; cublasLtMatmulAlgo_t algo; const char *from; };
 
+// The SM clock, sampled while products run (NVML's libnvidia-ml.so.1,
+// opened at run time: the toolkit here has no nvml.h); 0 without it.
+struct SmClock {
+	void *dev = nullptr;
+	int (*clock)(void *, int, unsigned *) = nullptr;
+	SmClock()
+	{
+		void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+		auto init = h ? (int (*)(void))dlsym(h, "nvmlInit_v2") : nullptr;
+		auto get = h ? (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : nullptr;
+		clock = h ? (int (*)(void *, int, unsigned *))dlsym(h, "nvmlDeviceGetClockInfo") : nullptr;
+		if (!init || !get || !clock || init() || get(0, &dev))
+			dev = nullptr;
+	}
+	unsigned mhz()
+	{
+		unsigned c = 0;
+		return dev && !clock(dev, 1 /* NVML_CLOCK_SM */, &c) ? c : 0;
+	}
+};
+
+// The nine configurations of the Hopper kernels (algorithm 66) that the
+// search at boost clocks found fastest at some shape (libsgrt timed them
+// in commit 0dd8986).
+static const struct { uint32_t tile, custom; uint16_t cluster; const char *name; } SEEDS[] = {
+	{CUBLASLT_MATMUL_TILE_256x128, 7, CUBLASLT_CLUSTER_SHAPE_1x2x1, "256x128 option 7 cluster 1x2"},
+	{CUBLASLT_MATMUL_TILE_128x256, 4, CUBLASLT_CLUSTER_SHAPE_2x1x1, "128x256 option 4 cluster 2x1"},
+	{CUBLASLT_MATMUL_TILE_128x128, 0, CUBLASLT_CLUSTER_SHAPE_2x1x1, "128x128 option 0 cluster 2x1"},
+	{CUBLASLT_MATMUL_TILE_128x128, 3, CUBLASLT_CLUSTER_SHAPE_1x2x1, "128x128 option 3 cluster 1x2"},
+	{CUBLASLT_MATMUL_TILE_64x256, 1, CUBLASLT_CLUSTER_SHAPE_2x1x1, "64x256 option 1 cluster 2x1"},
+	{CUBLASLT_MATMUL_TILE_112x192, 0, CUBLASLT_CLUSTER_SHAPE_2x1x1, "112x192 option 0 cluster 2x1"},
+	{CUBLASLT_MATMUL_TILE_128x168, 1, CUBLASLT_CLUSTER_SHAPE_2x1x1, "128x168 option 1 cluster 2x1"},
+	{CUBLASLT_MATMUL_TILE_128x176, 1, CUBLASLT_CLUSTER_SHAPE_2x1x1, "128x176 option 1 cluster 2x1"},
+	{CUBLASLT_MATMUL_TILE_192x112, 3, CUBLASLT_CLUSTER_SHAPE_1x2x1, "192x112 option 3 cluster 1x2"},
+};
+
+// n calls of algo back to back: ms a call, and the mean SM clock sampled
+// while they ran; -1 if cuBLASLt refuses it.
+static float window(Bench &b, const Shape &s, Problem &p, const cublasLtMatmulAlgo_t &algo, int n, SmClock &clk,
+                    double *mhz)
+{
+	float ms = time_algo(b, s, p, algo, 1, 1); // (loads its kernel)
+	if (ms < 0)
+		return -1;
+	float alpha = 1, beta = s.beta;
+	CK(cudaEventRecord(b.e0, b.st));
+	for (int i = 0; i < n; i++)
+		cublasLtMatmul(b.h, p.op, &alpha, b.A, p.la, b.B, p.lb, &beta, b.C, p.lc, b.C, p.lc, &algo, b.ws, b.wsb, b.st);
+	CK(cudaEventRecord(b.e1, b.st));
+	double sum = 0;
+	int k = 0;
+	while (cudaEventQuery(b.e1) == cudaErrorNotReady)
+		sum += clk.mhz(), k++;
+	CK(cudaEventSynchronize(b.e1));
+	CK(cudaEventElapsedTime(&ms, b.e0, b.e1));
+	*mhz = k ? sum / k : 0;
+	return ms / n;
+}
+
+// --capped: each shape's candidates (the heuristic's best 8 in libsgrt's
+// column-major description, and the SEEDS in both descriptions) run back to
+// back for a window each, in interleaved rounds, after a second of the
+// heuristic's first has brought the GPU to its power cap: the time a call
+// at the cap (the median of the rounds) and the SM clock while it ran.
+static int capped(Bench &b, const Shape *sh, int nsh, double window_ms, int rounds)
+{
+	SmClock clk;
+	if (!clk.dev)
+		printf("NVML not found: no clocks\n");
+	double tot_first = 0, tot_best = 0;
+	for (int si = 0; si < nsh; si++) {
+		struct Cand { cublasLtMatmulAlgo_t algo; int row; char what[288]; float est; std::vector<double> ms, mhz; };
+		std::vector<Cand> c;
+		Problem pr[2] = {problem(described(sh[si], 0)), problem(described(sh[si], 1))};
+		cublasLtMatmulHeuristicResult_t res[8];
+		int n = heuristic(b, pr[0], 8, res);
+		char buf[256];
+		for (int i = 0; i < n; i++) {
+			cfg_str(res[i].algo, buf, sizeof buf);
+			c.push_back(Cand{res[i].algo, 0, "", 0, {}, {}});
+			snprintf(c.back().what, sizeof c.back().what, "heuristic #%d: %s", i, buf);
+		}
+		for (int row = 0; row < 2; row++) {
+			cublasLtMatmulAlgo_t base;
+			if (cublasLtMatmulAlgoInit(b.h, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+			                           CUDA_R_16BF, 66, &base))
+				break;
+			std::vector<uint32_t> stages = cap_array<uint32_t>(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
+			if (!stages.empty())
+				cublasLtMatmulAlgoConfigSetAttribute(&base, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages[0],
+				                                     sizeof stages[0]);
+			for (auto &sd : SEEDS) {
+				cublasLtMatmulAlgo_t a = base;
+				cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &sd.tile, sizeof sd.tile);
+				cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &sd.custom,
+				                                     sizeof sd.custom);
+				cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &sd.cluster,
+				                                     sizeof sd.cluster);
+				if (!runs(b, pr[row], a))
+					continue;
+				c.push_back(Cand{a, row, "", 0, {}, {}});
+				snprintf(c.back().what, sizeof c.back().what, "%s %s", row ? "row-major" : "column-major", sd.name);
+			}
+		}
+		double mhz;
+		if (c.empty())
+			continue;
+		float first = window(b, sh[si], pr[0], c[0].algo, 5, clk, &mhz);
+		window(b, sh[si], pr[0], c[0].algo, (int)(1000 / first) + 1, clk, &mhz); // to the cap
+		for (Cand &x : c)
+			x.est = window(b, described(sh[si], x.row), pr[x.row], x.algo, 5, clk, &mhz);
+		for (int r = 0; r < rounds; r++)
+			for (Cand &x : c) {
+				if (x.est <= 0)
+					continue;
+				float ms = window(b, described(sh[si], x.row), pr[x.row], x.algo, (int)(window_ms / x.est) + 1,
+				                  clk, &mhz);
+				x.ms.push_back(ms), x.mhz.push_back(mhz);
+			}
+		double flop = 2.0 * sh[si].m * sh[si].n * sh[si].k, best = 1e30;
+		printf("%s:\n", sh[si].name);
+		for (Cand &x : c) {
+			if (x.ms.empty())
+				continue;
+			std::sort(x.ms.begin(), x.ms.end());
+			std::sort(x.mhz.begin(), x.mhz.end());
+			double t = x.ms[x.ms.size() / 2];
+			printf("   %.4f ms  %6.1f TFLOP/s  %4.0f MHz  %s\n", t, flop / t / 1e9, x.mhz[x.mhz.size() / 2], x.what);
+			best = std::min(best, t);
+		}
+		double h0 = c[0].ms.empty() ? -1 : c[0].ms[c[0].ms.size() / 2];
+		printf("%s: heuristic #0 %.4f ms, fastest at the cap %.4f ms (%.1f%% less)\n", sh[si].name, h0, best,
+		       100 * (h0 - best) / h0);
+		fflush(stdout);
+		tot_first += 8 * h0, tot_best += 8 * best;
+		problem_free(pr[0]);
+		problem_free(pr[1]);
+	}
+	printf("8 layers' 96 products at the cap: heuristic's first %.2f ms, the fastest of each shape %.2f ms\n",
+	       tot_first, tot_best);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	double budget_s = argc > 1 ? atof(argv[1]) : 10;
+	bool cap = argc > 1 && !strcmp(argv[1], "--capped");
+	double budget_s = !cap && argc > 1 ? atof(argv[1]) : 10;
 	const int T = 16384;
-	Shape sh[] = {
+	const Shape sh[] = {
 		{"fwd qkv   N6144 K2048", 6144, T, 2048, 1, 0, 0, 0},
 		{"fwd proj  N2048 K2048", 2048, T, 2048, 1, 0, 0, 0},
 		{"fwd fc1   N8192 K2048", 8192, T, 2048, 1, 0, 0, 0},
@@ -270,6 +420,8 @@ int main(int argc, char **argv)
 	CK(cudaDeviceSynchronize());
 	CK(cudaStreamCreate(&b.st));
 	CK(cudaEventCreate(&b.e0)); CK(cudaEventCreate(&b.e1));
+	if (cap)
+		return capped(b, sh, nsh, argc > 2 ? atof(argv[2]) : 60, argc > 3 ? atoi(argv[3]) : 3);
 
 	// The heuristic's algorithms for every shape, in both orders.
 	std::vector<cublasLtMatmulAlgo_t> pool;
