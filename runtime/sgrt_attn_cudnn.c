@@ -656,12 +656,13 @@ cfg_knobs(Scratch *sc, cudnnBackendDescriptor_t cfg, cudnnBackendDescriptor_t *e
 	return (int)n;
 }
 
-/* A new configuration of engine eng with knob choices t[i] = v[i]. */
+/* A new configuration of engine eng with knob choices t[i] = v[i]: the
+ * engine's own (at most MAXCHOICE) and the environment's (MAXKNOB). */
 static cudnnBackendDescriptor_t
 cfg_with(Scratch *sc, cudnnBackendDescriptor_t eng, int n, const int64_t *t, const int64_t *v)
 {
 	Fns *f = &sc->c->f;
-	cudnnBackendDescriptor_t kc[MAXCHOICE], cfg = scratch(sc, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+	cudnnBackendDescriptor_t kc[MAXCHOICE + MAXKNOB], cfg = scratch(sc, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
 	if (!cfg || f->BackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
 	                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &eng) != CUDNN_STATUS_SUCCESS)
 		return NULL;
