@@ -609,10 +609,11 @@ scratch(Scratch *sc, cudnnBackendDescriptorType_t t)
 	return sc->d[sc->n++] = d;
 }
 
+/* Destroys the descriptors made since sc->n was base. */
 static void
-scratch_free(Scratch *sc)
+scratch_pop(Scratch *sc, int base)
 {
-	while (sc->n > 0)
+	while (sc->n > base)
 		(void)sc->c->f.BackendDestroyDescriptor(sc->d[--sc->n]);
 }
 
@@ -650,9 +651,7 @@ cfg_knobs(Scratch *sc, cudnnBackendDescriptor_t cfg, cudnnBackendDescriptor_t *e
 			return -1;
 		t[i] = kt;
 	}
-	/* the choices' descriptors are not needed any more */
-	while (sc->n > base)
-		(void)f->BackendDestroyDescriptor(sc->d[--sc->n]);
+	scratch_pop(sc, base); /* the choices' descriptors are not needed any more */
 	return (int)n;
 }
 
@@ -710,8 +709,7 @@ print_knob_info(Scratch *sc, cudnnBackendDescriptor_t eng)
 			fprintf(stderr, "sgrt_sdpa:   knob %d: %lld..%lld step %lld\n", (int)kt,
 			        (long long)lo, (long long)hi, (long long)step);
 		}
-	while (sc->n > base)
-		(void)f->BackendDestroyDescriptor(sc->d[--sc->n]);
+	scratch_pop(sc, base);
 }
 
 /* Try configuration cfg: the plan into *out, 1 when it made one. */
@@ -806,7 +804,7 @@ make_plan(Cudnn *c, const Key *k, Plan *out)
 			if (o->debug >= 2 && eng && (i == 0 || got))
 				print_knob_info(&sc, eng);
 		}
-		scratch_free(&sc);
+		scratch_pop(&sc, 0);
 	}
 	/* SGRT_CUDNN_DEBUG=1: why a graph was declined, on stderr. */
 	if (!got && o->debug)
