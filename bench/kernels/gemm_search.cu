@@ -30,7 +30,6 @@
 // Usage: gemm_search [budget seconds a shape, default 10]
 //        gemm_search --capped [window ms, default 60] [rounds, default 3]
 #include <cublasLt.h>
-#include <dlfcn.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <chrono>
@@ -40,6 +39,8 @@
 #include <vector>
 #include <algorithm>
 #include <random>
+
+#include "sm_clock.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_) { printf("cuda %s line %d\n", cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
 #define LT(x) do { cublasStatus_t s_ = (x); if (s_) { printf("cublas %d line %d\n", (int)s_, __LINE__); exit(1); } } while (0)
@@ -245,27 +246,6 @@ static std::vector<Group> enumerate(Bench &b)
 }
 
 struct Timed { float ms; cublasLtMatmulAlgo_t algo; const char *from; };
-
-// The SM clock, sampled while products run (NVML's libnvidia-ml.so.1,
-// opened at run time: the toolkit here has no nvml.h); 0 without it.
-struct SmClock {
-	void *dev = nullptr;
-	int (*clock)(void *, int, unsigned *) = nullptr;
-	SmClock()
-	{
-		void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
-		auto init = h ? (int (*)(void))dlsym(h, "nvmlInit_v2") : nullptr;
-		auto get = h ? (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : nullptr;
-		clock = h ? (int (*)(void *, int, unsigned *))dlsym(h, "nvmlDeviceGetClockInfo") : nullptr;
-		if (!init || !get || !clock || init() || get(0, &dev))
-			dev = nullptr;
-	}
-	unsigned mhz()
-	{
-		unsigned c = 0;
-		return dev && !clock(dev, 1 /* NVML_CLOCK_SM */, &c) ? c : 0;
-	}
-};
 
 // The nine configurations of the Hopper kernels (algorithm 66) that the
 // search at boost clocks found fastest at some shape (libsgrt timed them
