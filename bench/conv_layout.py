@@ -5,10 +5,14 @@ sgc keeps them) and with channels-last ones (what torch.compile's layout
 optimisation gives cuDNN), through PyTorch's own cuDNN calls
 (torch.backends.cudnn.benchmark off: heuristics, as sgc's plans).
 
-    python3 bench/conv_layout.py        (on the GPU machine)
+    python3 bench/conv_layout.py             (on the GPU machine)
+    python3 bench/conv_layout.py --stem-pad
 
 Prints one line a distinct shape and the totals over the network's 20
-convolutions, in ms a training step.
+convolutions, in ms a training step.  --stem-pad times instead the stem
+(7x7, stride 2, 3 channels) with its input and weight zero-padded to 4, 8
+and 16 channels, in both layouts: whether padding the colours, as pad.c
+pads products, would let cuDNN run it faster (it did not, 2026-12-03).
 """
 import os
 import sys
@@ -32,9 +36,14 @@ def timed(fn):
     return bench(fn)["ms"]
 
 
-def one(cin, cout, k, st, hw, fmt):
+def one(cin, cout, k, st, hw, fmt, used=None):
+    """The three products' ms; with used, only the first `used` channels
+    of x and w are nonzero (the rest zero padding)."""
     x = torch.randn(B, cin, hw, hw, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(cout, cin, k, k, device="cuda", dtype=torch.bfloat16)
+    if used is not None:
+        x[:, used:] = 0
+        w[:, used:] = 0
     x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
     pad = k // 2
     y = torch.nn.functional.conv2d(x, w, stride=st, padding=pad)
@@ -48,8 +57,19 @@ def one(cin, cout, k, st, hw, fmt):
     return f, d, wg
 
 
+def stem_pad():
+    print("%-10s %-14s %8s %8s" % ("channels", "layout", "fwd ms", "wgrad"))
+    for c in (3, 4, 8, 16):
+        for name, fmt in (("NCHW", torch.contiguous_format), ("channels-last", torch.channels_last)):
+            f, _, wg = one(c, 64, 7, 2, 224, fmt, used=3)
+            print("%-10d %-14s %8.3f %8.3f" % (c, name, f, wg))
+
+
 def main():
     torch.backends.cudnn.benchmark = False
+    if "--stem-pad" in sys.argv[1:]:
+        stem_pad()
+        return
     tot = {}
     print("%-28s %-14s %8s %8s %8s" % ("conv (count x)", "layout", "fwd ms", "dgrad", "wgrad"))
     for n, cin, cout, k, st, hw in SHAPES:
