@@ -104,19 +104,19 @@ template <class V, int N> struct GeluSgk<cutlass::Array<V, N>> {
 		return y;
 	}
 };
-template <class V> struct DGeluErf {
+template <class V> struct DGeluSgk {
 	static const bool kIsHeavy = true;
 	CUTLASS_HOST_DEVICE V operator()(V const &d, V const &z) const
 	{
 		return V(sgk_gelu_backward_f(float(d), float(z)));
 	}
 };
-template <class V, int N> struct DGeluErf<cutlass::Array<V, N>> {
+template <class V, int N> struct DGeluSgk<cutlass::Array<V, N>> {
 	static const bool kIsHeavy = true;
 	CUTLASS_HOST_DEVICE cutlass::Array<V, N> operator()(cutlass::Array<V, N> const &d, cutlass::Array<V, N> const &z) const
 	{
 		cutlass::Array<V, N> y;
-		DGeluErf<V> op;
+		DGeluSgk<V> op;
 		CUTLASS_PRAGMA_UNROLL
 		for (int i = 0; i < N; i++) y[i] = op(d[i], z[i]);
 		return y;
@@ -189,22 +189,35 @@ using FwdFusion = cutlass::epilogue::fusion::LinCombPerRowBiasEltActAux<RowMajor
                                                                          float, BF, BF>;
 using PlainFusion = cutlass::epilogue::fusion::LinearCombination<BF, float>;
 // D = dgelu(acc, aux)
-using BwdFusion = cutlass::epilogue::fusion::LinCombDeEltAct<RowMajor, DGeluErf, BF, float, BF>;
+using BwdFusion = cutlass::epilogue::fusion::LinCombDeEltAct<RowMajor, DGeluSgk, BF, float, BF>;
 
 static cudaStream_t st;
 static cudaEvent_t ea, eb;
-static float timed(const std::function<void()> &f, int reps = 20)
+// n calls of f back to back: ms a call; with clk, also the mean SM clock
+// sampled while they ran (--capped).
+static float window(const std::function<void()> &f, int n, SmClock *clk, double *mhz)
 {
-	for (int i = 0; i < 3; i++) f();
-	CK(cudaStreamSynchronize(st));
 	CK(cudaEventRecord(ea, st));
-	for (int i = 0; i < reps; i++) f();
+	for (int i = 0; i < n; i++) f();
 	CK(cudaEventRecord(eb, st));
+	double sum = 0;
+	int k = 0;
+	while (clk && cudaEventQuery(eb) == cudaErrorNotReady)
+		sum += clk->mhz(), k++;
 	CK(cudaEventSynchronize(eb));
 	CK(cudaGetLastError());
 	float ms;
 	CK(cudaEventElapsedTime(&ms, ea, eb));
-	return ms / reps;
+	if (mhz)
+		*mhz = k ? sum / k : 0;
+	return ms / n;
+}
+
+static float timed(const std::function<void()> &f, int reps = 20)
+{
+	for (int i = 0; i < 3; i++) f();
+	CK(cudaStreamSynchronize(st));
+	return window(f, reps, nullptr, nullptr);
 }
 
 // cuBLASLt column-major C[m, n] = op(A) op(B), the fastest of the best 8.
@@ -250,25 +263,6 @@ struct Lt {
 	}
 };
 
-// --capped: n calls of f back to back; ms a call, and the mean SM clock
-// sampled while they ran.
-static float window(const std::function<void()> &f, int n, SmClock &clk, double *mhz)
-{
-	CK(cudaEventRecord(ea, st));
-	for (int i = 0; i < n; i++) f();
-	CK(cudaEventRecord(eb, st));
-	double sum = 0;
-	int k = 0;
-	while (cudaEventQuery(eb) == cudaErrorNotReady)
-		sum += clk.mhz(), k++;
-	CK(cudaEventSynchronize(eb));
-	CK(cudaGetLastError());
-	float ms;
-	CK(cudaEventElapsedTime(&ms, ea, eb));
-	*mhz = k ? sum / k : 0;
-	return ms / n;
-}
-
 struct Variant {
 	const char *name;
 	std::function<void()> f;
@@ -287,13 +281,13 @@ static void capped(std::vector<Variant> &v, double window_ms, int rounds)
 	if (!clk.dev)
 		printf("NVML not found: no clocks\n");
 	double mhz;
-	const float first = window(v[0].f, 5, clk, &mhz);
-	window(v[0].f, (int)(1000 / first) + 1, clk, &mhz);
+	const float first = window(v[0].f, 5, &clk, &mhz);
+	window(v[0].f, (int)(1000 / first) + 1, &clk, &mhz);
 	for (Variant &x : v)
-		x.est = window(x.f, 5, clk, &mhz);
+		x.est = window(x.f, 5, &clk, &mhz);
 	for (int r = 0; r < rounds; r++)
 		for (Variant &x : v) {
-			const float ms = window(x.f, (int)(window_ms / x.est) + 1, clk, &mhz);
+			const float ms = window(x.f, (int)(window_ms / x.est) + 1, &clk, &mhz);
 			x.ms.push_back(ms), x.mhz.push_back(mhz);
 		}
 	for (Variant &x : v)
