@@ -28,13 +28,10 @@
  *     return keep the name;
  *   - written in row order, read channels last (the graph's input, a
  *     param, a conv weight): `%v.cl = to_layout(%v, layout="channels_last")`
- *     right before the first such reader on each stream.  A param's copy
- *     serves forward and backward: a conv's weights are small beside its
- *     activations (resnet18's 23 MB against a 1.4 GiB peak), and each
- *     conversion is a launch (16 of them, 0.11 ms of its 8.4 ms step).
- *     Any other value is converted again in backward: keeping the
- *     forward's copy of an activation (the input, a computed weight)
- *     would hold it at the peak, where a second pass over it is cheap.
+ *     right before the first such reader on each stream, in forward and
+ *     again in backward (a conv's weight and input are read by both;
+ *     converting them twice costs a pass over them, keeping the forward's
+ *     copies for backward would hold them at the peak).
  *
  * Both conversions sit where their reader or writer was, after its waits
  * and before its records, so the streams' order is unchanged.  One walk
@@ -372,9 +369,8 @@ layout_pass(Graph *g, const PassOptions *po, Diag *d)
 					n->opnd[k].v = alias[v];
 					continue;
 				}
-				struct { uint32_t v, s, bwd; } key = {
-					v, n->stream,
-					(n->flags & NF_BACKWARD) && g->vals.v[v].kind != VK_PARAM};
+				struct { uint32_t v, s, bwd; } key = {v, n->stream,
+				                                      (n->flags & NF_BACKWARD) != 0};
 				uint32_t *c = map_get(&L.copies, (const char *)&key, sizeof key);
 				if (!c) {
 					ValId cv = cl_value(&L, v, n);

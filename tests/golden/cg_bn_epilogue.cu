@@ -346,7 +346,7 @@ block_create(block_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 12032; /* the static memory plan's peak */
+	cfg.arena_bytes = 10752; /* the static memory plan's peak */
 	block_model *M = (block_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -525,9 +525,10 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_n3_4_cl = NULL;
 	sg_bf16 *v_grad_q_cl = NULL;
 	sg_bf16 *v_x_cl_1 = NULL;
+	sg_bf16 *v_w2_cl_1 = NULL;
 
 	/* cg_bn_epilogue.sg:31: %c1 = conv2d(%x, %w1, padding=1)  [sgc: %x.cl = to_layout(%x, layout="channels_last")] */
-	v_x_cl = (sg_bf16 *)SGRT_AT(rt, 0); /* 1152 bytes of the arena */
+	v_x_cl = (sg_bf16 *)SGRT_AT(rt, 6400); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_31_to_channels_last_x_cl", 31,
 	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_x, v_x_cl, 2, 8, 36, 1, sgrt_stream(rt, 0)), 31));
 
@@ -537,7 +538,7 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_w1, v_w1_cl, 8, 8, 9, 1, sgrt_stream(rt, 0)), 31));
 
 	/* cg_bn_epilogue.sg:31: %c1 = conv2d(%x, %w1, padding=1) */
-	v_c1 = (sg_bf16 *)SGRT_AT(rt, 2560); /* 1152 bytes of the arena */
+	v_c1 = (sg_bf16 *)SGRT_AT(rt, 0); /* 1152 bytes of the arena */
 	{
 		const SgConvGeom geom = SgConvGeom{2, 8, 6, 6, 8, 3, 3, 6, 6, 1, 1, 1, 1, 1, 1, 1, 1};
 		SGRT_CONV_OR(rt, 0, SGRT_CONV_FWD, SGRT_BF16, &geom.n, v_x_cl, v_w1_cl, NULL, v_c1,
@@ -547,11 +548,11 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %bn_stats, %bn_stats.1 = var_mean(%c1, dims=[0, 2, 3])] */
-	v_bn_stats = (sg_bf16 *)SGRT_AT(rt, 1280); /* 16 bytes of the arena */
-	v_bn_stats_1 = (sg_bf16 *)SGRT_AT(rt, 1536); /* 16 bytes of the arena */
+	v_bn_stats = (sg_bf16 *)SGRT_AT(rt, 2560); /* 16 bytes of the arena */
+	v_bn_stats_1 = (sg_bf16 *)SGRT_AT(rt, 2816); /* 16 bytes of the arena */
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true) */
-	v_r1 = (sg_bf16 *)SGRT_AT(rt, 3840); /* 1152 bytes of the arena */
+	v_r1 = (sg_bf16 *)SGRT_AT(rt, 1280); /* 1152 bytes of the arena */
 	float *tmp_bn_32 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_32, sg_batch_norm_workspace<sg_bf16>(2, 8, 36, 1), 0, 32));
 	SGRT_KERNEL(rt, 0, "k_block_32_batch_norm_n1", 32,
@@ -586,12 +587,12 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (computed by the batch_norm of line 32, as its kernel's epilogue) */
 
 	/* cg_bn_epilogue.sg:34: %c2 = conv2d(%r1, %w2, padding=1)  [sgc: %w2.cl = to_layout(%w2, layout="channels_last")] */
-	v_w2_cl = (sg_bf16 *)SGRT_AT(rt, 1280); /* 1152 bytes of the arena */
+	v_w2_cl = (sg_bf16 *)SGRT_AT(rt, 3840); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_34_to_channels_last_w2_cl", 34,
 	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_w2, v_w2_cl, 8, 8, 9, 1, sgrt_stream(rt, 0)), 34));
 
 	/* cg_bn_epilogue.sg:34: %c2 = conv2d(%r1, %w2, padding=1) */
-	v_c2 = (sg_bf16 *)SGRT_AT(rt, 5120); /* 1152 bytes of the arena */
+	v_c2 = (sg_bf16 *)SGRT_AT(rt, 2560); /* 1152 bytes of the arena */
 	{
 		const SgConvGeom geom = SgConvGeom{2, 8, 6, 6, 8, 3, 3, 6, 6, 1, 1, 1, 1, 1, 1, 1, 1};
 		SGRT_CONV_OR(rt, 0, SGRT_CONV_FWD, SGRT_BF16, &geom.n, v_r1, v_w2_cl, NULL, v_c2,
@@ -601,11 +602,11 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %bn_stats.2, %bn_stats.3 = var_mean(%c2, dims=[0, 2, 3])] */
-	v_bn_stats_2 = (sg_bf16 *)SGRT_AT(rt, 6400); /* 16 bytes of the arena */
-	v_bn_stats_3 = (sg_bf16 *)SGRT_AT(rt, 6656); /* 16 bytes of the arena */
+	v_bn_stats_2 = (sg_bf16 *)SGRT_AT(rt, 5120); /* 16 bytes of the arena */
+	v_bn_stats_3 = (sg_bf16 *)SGRT_AT(rt, 5376); /* 16 bytes of the arena */
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true) */
-	v_n2 = (sg_bf16 *)SGRT_AT(rt, 6912); /* 1152 bytes of the arena */
+	v_n2 = (sg_bf16 *)SGRT_AT(rt, 3840); /* 1152 bytes of the arena */
 	float *tmp_bn_35 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_35, sg_batch_norm_workspace<sg_bf16>(2, 8, 36, 1), 0, 35));
 	SGRT_KERNEL(rt, 0, "k_block_35_batch_norm_n2", 35,
@@ -637,12 +638,12 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (no copy: the kernel computing %rv2.3 stored it in %rv2) */
 
 	/* cg_bn_epilogue.sg:36: %cd = conv2d(%x, %wd)  [sgc: %wd.cl = to_layout(%wd, layout="channels_last")] */
-	v_wd_cl = (sg_bf16 *)SGRT_AT(rt, 6400); /* 128 bytes of the arena */
+	v_wd_cl = (sg_bf16 *)SGRT_AT(rt, 7680); /* 128 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_36_to_channels_last_wd_cl", 36,
 	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_wd, v_wd_cl, 8, 8, 1, 1, sgrt_stream(rt, 0)), 36));
 
 	/* cg_bn_epilogue.sg:36: %cd = conv2d(%x, %wd) */
-	v_cd = (sg_bf16 *)SGRT_AT(rt, 8192); /* 1152 bytes of the arena */
+	v_cd = (sg_bf16 *)SGRT_AT(rt, 5120); /* 1152 bytes of the arena */
 	{
 		const SgConvGeom geom = SgConvGeom{2, 8, 6, 6, 8, 1, 1, 6, 6, 1, 1, 1, 0, 0, 1, 1, 1};
 		SGRT_CONV_OR(rt, 0, SGRT_CONV_FWD, SGRT_BF16, &geom.n, v_x_cl, v_wd_cl, NULL, v_cd,
@@ -652,11 +653,11 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %bn_stats.4, %bn_stats.5 = var_mean(%cd, dims=[0, 2, 3])] */
-	v_bn_stats_4 = (sg_bf16 *)SGRT_AT(rt, 0); /* 16 bytes of the arena */
-	v_bn_stats_5 = (sg_bf16 *)SGRT_AT(rt, 256); /* 16 bytes of the arena */
+	v_bn_stats_4 = (sg_bf16 *)SGRT_AT(rt, 7680); /* 16 bytes of the arena */
+	v_bn_stats_5 = (sg_bf16 *)SGRT_AT(rt, 7936); /* 16 bytes of the arena */
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true) */
-	v_r2_cl = (sg_bf16 *)SGRT_AT(rt, 9472); /* 1152 bytes of the arena */
+	v_r2_cl = (sg_bf16 *)SGRT_AT(rt, 6400); /* 1152 bytes of the arena */
 	float *tmp_bn_37 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_37, sg_batch_norm_workspace<sg_bf16>(2, 8, 36, 1), 0, 37));
 	SGRT_KERNEL(rt, 0, "k_block_37_batch_norm_nd", 37,
@@ -698,7 +699,7 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_r2_cl, v_r2, 2, 8, 36, 0, sgrt_stream(rt, 0)), 39));
 
 	/* cg_bn_epilogue.sg:40: %n3 = batch_norm(%r2, %rm3, %rv3, %g1, %b1) */
-	v_n3_cl = (sg_bf16 *)SGRT_AT(rt, 0); /* 1152 bytes of the arena */
+	v_n3_cl = (sg_bf16 *)SGRT_AT(rt, 7680); /* 1152 bytes of the arena */
 	float *tmp_bn_40 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_40, sg_batch_norm_workspace<sg_bf16>(2, 8, 36, 1), 0, 40));
 	SGRT_KERNEL(rt, 0, "k_block_40_batch_norm_n3_cl", 40,
@@ -706,31 +707,31 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_TRY(sgrt_free_async(rt, tmp_bn_40, 0, 40));
 
 	/* cg_bn_epilogue.sg:40: %n3 = batch_norm(%r2, %rm3, %rv3, %g1, %b1)  [sgc: %n3 = to_layout(%n3.cl, layout="row")] */
-	v_n3 = (sg_bf16 *)SGRT_AT(rt, 6400); /* 1152 bytes of the arena */
+	v_n3 = (sg_bf16 *)SGRT_AT(rt, 3840); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_40_to_row_n3", 40,
 	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_n3_cl, v_n3, 2, 8, 36, 0, sgrt_stream(rt, 0)), 40));
 
 	/* cg_bn_epilogue.sg:41: %r3 = relu(%n3) */
-	v_r3 = (sg_bf16 *)SGRT_AT(rt, 0); /* 1152 bytes of the arena */
+	v_r3 = (sg_bf16 *)SGRT_AT(rt, 7680); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_41_relu_r3", 41,
 	            k_block_41_relu_r3<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_n3_cl, v_r3));
 
 	/* cg_bn_epilogue.sg:42: %q = adaptive_avg_pool2d(%r3, output_size=1) */
-	v_q_cl = (sg_bf16 *)SGRT_AT(rt, 7680); /* 32 bytes of the arena */
+	v_q_cl = (sg_bf16 *)SGRT_AT(rt, 9216); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_42_adaptive_avg_pool2d_q_cl", 42,
 	            SGRT_CHECK_CUDA(rt, sg_launch_pool2d_fwd<sg_bf16>(v_r3, v_q_cl, SgConvGeom{2, 8, 6, 6, 8, 1, 1, 1, 1, 8, 1, 1, 0, 0, 1, 1, 1}, 2, sgrt_stream(rt, 0)), 42));
 
 	/* cg_bn_epilogue.sg:42: %q = adaptive_avg_pool2d(%r3, output_size=1)  [sgc: %q = to_layout(%q.cl, layout="row")] */
-	v_q = (sg_bf16 *)SGRT_AT(rt, 7936); /* 32 bytes of the arena */
+	v_q = (sg_bf16 *)SGRT_AT(rt, 8960); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_42_to_row_q", 42,
 	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_q_cl, v_q, 2, 8, 1, 0, sgrt_stream(rt, 0)), 42));
 
 	/* cg_bn_epilogue.sg:43: %f = reshape(%q, shape=[B, 8]) */
-	v_f = (sg_bf16 *)SGRT_AT(rt, 7680); /* 32 bytes of the arena */
+	v_f = (sg_bf16 *)SGRT_AT(rt, 9216); /* 32 bytes of the arena */
 	SGRT_TRY(sgrt_copy(rt, 0, v_f, v_q, 32, "reshape_f", 43));
 
 	/* cg_bn_epilogue.sg:44: %m3 = mean(%n3, dims=[2, 3]) */
-	v_y = (sg_bf16 *)SGRT_AT(rt, 7936); /* 32 bytes of the arena */
+	v_y = (sg_bf16 *)SGRT_AT(rt, 8960); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_44_mean_m3", 44,
 	            k_block_44_mean_m3<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_n3, v_f, v_y));
 
@@ -738,7 +739,7 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (computed inside the kernel of line 44) */
 
 	/* cg_bn_epilogue.sg:46: %lg = linear(%y, %fc) */
-	v_lg = (sg_bf16 *)SGRT_AT(rt, 6400); /* 16 bytes of the arena */
+	v_lg = (sg_bf16 *)SGRT_AT(rt, 3840); /* 16 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -762,12 +763,12 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_bn_epilogue.sg:48: backward(%loss) */
 
 	/* cg_bn_epilogue.sg:48: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)] */
-	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 6656); /* 2 bytes of the arena */
+	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_48_ones_grad_loss", 48,
 	            k_block_48_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_bn_epilogue.sg:47: %loss = cross_entropy(%lg, %t)  [sgc: %grad.lg = cross_entropy_backward(%grad.loss, %lg, %t)] */
-	v_grad_lg = (sg_bf16 *)SGRT_AT(rt, 6400); /* 16 bytes of the arena */
+	v_grad_lg = (sg_bf16 *)SGRT_AT(rt, 3840); /* 16 bytes of the arena */
 	float *tmp_lse_47_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_47_2, 12, 0, 47));
 	SGRT_KERNEL(rt, 0, "k_block_47_cross_entropy_lse_grad_lg", 47,
@@ -795,7 +796,7 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_bn_epilogue.sg:46: %lg = linear(%y, %fc)  [sgc: %grad.y = matmul(%grad.lg, %fc)] */
-	v_grad_y = (sg_bf16 *)SGRT_AT(rt, 6656); /* 32 bytes of the arena */
+	v_grad_y = (sg_bf16 *)SGRT_AT(rt, 10240); /* 32 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -811,17 +812,17 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_grad_y, read through its pointer) */
 
 	/* cg_bn_epilogue.sg:44: %m3 = mean(%n3, dims=[2, 3])  [sgc: %grad.n3.4 = expand(%grad.n3.3, shape=[2, 8, 6, 6])] */
-	v_grad_n3_4 = (sg_bf16 *)SGRT_AT(rt, 6912); /* 1152 bytes of the arena */
+	v_grad_n3_4 = (sg_bf16 *)SGRT_AT(rt, 3840); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_44_expand_grad_n3_4", 44,
 	            k_block_44_expand_grad_n3_4<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_y, v_grad_n3_4));
 
 	/* cg_bn_epilogue.sg:44: %m3 = mean(%n3, dims=[2, 3])  [sgc: %grad.n3.4.cl = to_layout(%grad.n3.4, layout="channels_last")] */
-	v_grad_n3_4_cl = (sg_bf16 *)SGRT_AT(rt, 10752); /* 1152 bytes of the arena */
+	v_grad_n3_4_cl = (sg_bf16 *)SGRT_AT(rt, 8960); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_44_to_channels_last_grad_n3_4_cl", 44,
 	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_grad_n3_4, v_grad_n3_4_cl, 2, 8, 36, 1, sgrt_stream(rt, 0)), 44));
 
 	/* cg_bn_epilogue.sg:44: %m3 = mean(%n3, dims=[2, 3])  [sgc: %grad.n3 = div(%grad.n3.4.cl, 36)] */
-	v_grad_n3 = (sg_bf16 *)SGRT_AT(rt, 10752); /* 1152 bytes of the arena */
+	v_grad_n3 = (sg_bf16 *)SGRT_AT(rt, 8960); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_44_div_grad_n3", 44,
 	            k_block_44_div_grad_n3<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_n3_4_cl, v_grad_n3));
 
@@ -829,12 +830,12 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_grad_y, read through its pointer) */
 
 	/* cg_bn_epilogue.sg:42: %q = adaptive_avg_pool2d(%r3, output_size=1)  [sgc: %grad.q.cl = to_layout(%grad.q, layout="channels_last")] */
-	v_grad_q_cl = (sg_bf16 *)SGRT_AT(rt, 6400); /* 32 bytes of the arena */
+	v_grad_q_cl = (sg_bf16 *)SGRT_AT(rt, 10496); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_42_to_channels_last_grad_q_cl", 42,
 	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_grad_y, v_grad_q_cl, 2, 8, 1, 1, sgrt_stream(rt, 0)), 42));
 
 	/* cg_bn_epilogue.sg:42: %q = adaptive_avg_pool2d(%r3, output_size=1)  [sgc: %grad.r3 = adaptive_avg_pool2d_backward(%grad.q.cl, shape=[2, 8, 6, 6])] */
-	v_grad_r3 = (sg_bf16 *)SGRT_AT(rt, 6656); /* 1152 bytes of the arena */
+	v_grad_r3 = (sg_bf16 *)SGRT_AT(rt, 3840); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_42_adaptive_avg_pool2d_backward_grad_r3", 42,
 	            SGRT_CHECK_CUDA(rt, sg_launch_pool2d_bwd<sg_bf16>(v_grad_q_cl, (const sg_bf16 *)NULL, v_grad_r3, SgConvGeom{2, 8, 6, 6, 8, 1, 1, 1, 1, 8, 1, 1, 0, 0, 1, 1, 1}, 2, NULL, sgrt_stream(rt, 0)), 42));
 
@@ -843,14 +844,14 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_bn_epilogue.sg:41: %r3 = relu(%n3)  [sgc: %grad.n3.1 = where(%grad.n3.5, 0.0, %grad.r3)] */
 
 	/* cg_bn_epilogue.sg:41: %r3 = relu(%n3)  [sgc: %grad.n3.2 = add(%grad.n3, %grad.n3.1)] */
-	v_grad_n3_2 = (sg_bf16 *)SGRT_AT(rt, 0); /* 1152 bytes of the arena */
+	v_grad_n3_2 = (sg_bf16 *)SGRT_AT(rt, 7680); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_41_le_grad_n3_5", 41,
 	            k_block_41_le_grad_n3_5<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_r3, v_grad_r3, v_grad_n3, v_grad_n3_2));
 
 	/* cg_bn_epilogue.sg:40: %n3 = batch_norm(%r2, %rm3, %rv3, %g1, %b1)  [sgc: %grad.r2, %grad.g1.1, %grad.b1.1 = batch_norm_backward(%grad.n3.2, %r2.cl, %g1, %rm3, %rv3, training=false, eps=1e-05)] */
-	v_grad_r2 = (sg_bf16 *)SGRT_AT(rt, 6400); /* 1152 bytes of the arena */
-	v_grad_g1_1 = (sg_bf16 *)SGRT_AT(rt, 7680); /* 16 bytes of the arena */
-	v_grad_b1_1 = (sg_bf16 *)SGRT_AT(rt, 7936); /* 16 bytes of the arena */
+	v_grad_r2 = (sg_bf16 *)SGRT_AT(rt, 3840); /* 1152 bytes of the arena */
+	v_grad_g1_1 = (sg_bf16 *)SGRT_AT(rt, 8960); /* 16 bytes of the arena */
+	v_grad_b1_1 = (sg_bf16 *)SGRT_AT(rt, 9216); /* 16 bytes of the arena */
 	float *tmp_bn_40_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_40_2, sg_batch_norm_workspace<sg_bf16>(2, 8, 36, 1), 0, 40));
 	SGRT_KERNEL(rt, 0, "k_block_40_batch_norm_backward_grad_r2", 40,
@@ -860,14 +861,14 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_bn_epilogue.sg:39: %r2 = relu(%a)  [sgc: %grad.a.1 = le(%r2.cl, 0.0)] */
 
 	/* cg_bn_epilogue.sg:39: %r2 = relu(%a)  [sgc: %grad.a = where(%grad.a.1, 0.0, %grad.r2)] */
-	v_grad_a = (sg_bf16 *)SGRT_AT(rt, 9472); /* 1152 bytes of the arena */
+	v_grad_a = (sg_bf16 *)SGRT_AT(rt, 6400); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_39_le_grad_a_1", 39,
 	            k_block_39_le_grad_a_1<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_r2_cl, v_grad_r2, v_grad_a));
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %grad.cd, %grad.cd.1, %grad.cd.2 = batch_norm_backward(%grad.a, %cd, training=true, eps=1e-05)] */
-	v_grad_cd = (sg_bf16 *)SGRT_AT(rt, 0); /* 1152 bytes of the arena */
-	v_grad_cd_1 = (sg_bf16 *)SGRT_AT(rt, 6400); /* 16 bytes of the arena */
-	v_grad_cd_2 = (sg_bf16 *)SGRT_AT(rt, 6656); /* 16 bytes of the arena */
+	v_grad_cd = (sg_bf16 *)SGRT_AT(rt, 3840); /* 1152 bytes of the arena */
+	v_grad_cd_1 = (sg_bf16 *)SGRT_AT(rt, 7680); /* 16 bytes of the arena */
+	v_grad_cd_2 = (sg_bf16 *)SGRT_AT(rt, 7936); /* 16 bytes of the arena */
 	float *tmp_bn_37_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_37_2, sg_batch_norm_workspace<sg_bf16>(2, 8, 36, 1), 0, 37));
 	SGRT_KERNEL(rt, 0, "k_block_37_batch_norm_backward_grad_cd", 37,
@@ -875,12 +876,12 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_TRY(sgrt_free_async(rt, tmp_bn_37_2, 0, 37));
 
 	/* cg_bn_epilogue.sg:36: %cd = conv2d(%x, %wd)  [sgc: %x.cl.1 = to_layout(%x, layout="channels_last")] */
-	v_x_cl_1 = (sg_bf16 *)SGRT_AT(rt, 6400); /* 1152 bytes of the arena */
+	v_x_cl_1 = (sg_bf16 *)SGRT_AT(rt, 7680); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_36_to_channels_last_x_cl_1", 36,
 	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_x, v_x_cl_1, 2, 8, 36, 1, sgrt_stream(rt, 0)), 36));
 
 	/* cg_bn_epilogue.sg:36: %cd = conv2d(%x, %wd)  [sgc: %grad.wd.cl = conv2d_backward_weight(%grad.cd, %x.cl.1, shape=[8, 8, 1, 1], groups=1)] */
-	v_grad_wd_cl = (sg_bf16 *)SGRT_AT(rt, 8192); /* 128 bytes of the arena */
+	v_grad_wd_cl = (sg_bf16 *)SGRT_AT(rt, 5120); /* 128 bytes of the arena */
 	{
 		const SgConvGeom geom = SgConvGeom{2, 8, 6, 6, 8, 1, 1, 6, 6, 1, 1, 1, 0, 0, 1, 1, 1};
 		SGRT_CONV_OR(rt, 0, SGRT_CONV_BWD_FILTER, SGRT_BF16, &geom.n, v_grad_cd, v_x_cl_1, NULL, v_grad_wd_cl,
@@ -894,25 +895,30 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_grad_wd_cl, v_grad_wd, 8, 8, 1, 0, sgrt_stream(rt, 0)), 36));
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %grad.c2, %grad.g2, %grad.b2 = batch_norm_backward(%grad.a, %c2, %g2, training=true, eps=1e-05)] */
-	v_grad_c2 = (sg_bf16 *)SGRT_AT(rt, 0); /* 1152 bytes of the arena */
+	v_grad_c2 = (sg_bf16 *)SGRT_AT(rt, 3840); /* 1152 bytes of the arena */
 	float *tmp_bn_35_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_35_2, sg_batch_norm_workspace<sg_bf16>(2, 8, 36, 1), 0, 35));
 	SGRT_KERNEL(rt, 0, "k_block_35_batch_norm_backward_grad_c2", 35,
 	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_bwd<sg_bf16, sg_bf16>(v_grad_a, v_c2, (const sg_bf16 *)NULL, (const sg_bf16 *)NULL, v_g2, v_grad_c2, v_grad_g2, v_grad_b2, tmp_bn_35_2, 2, 8, 36, 1, (float)1e-05, 1, sgrt_stream(rt, 0))), 35));
 	SGRT_TRY(sgrt_free_async(rt, tmp_bn_35_2, 0, 35));
 
-	/* cg_bn_epilogue.sg:34: %c2 = conv2d(%r1, %w2, padding=1)  [sgc: %grad.r1 = conv2d_backward_input(%grad.c2, %w2.cl, shape=[2, 8, 6, 6], padding=[1], groups=1)] */
-	v_grad_r1 = (sg_bf16 *)SGRT_AT(rt, 5120); /* 1152 bytes of the arena */
+	/* cg_bn_epilogue.sg:34: %c2 = conv2d(%r1, %w2, padding=1)  [sgc: %w2.cl.1 = to_layout(%w2, layout="channels_last")] */
+	v_w2_cl_1 = (sg_bf16 *)SGRT_AT(rt, 5120); /* 1152 bytes of the arena */
+	SGRT_KERNEL(rt, 0, "k_block_34_to_channels_last_w2_cl_1", 34,
+	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_w2, v_w2_cl_1, 8, 8, 9, 1, sgrt_stream(rt, 0)), 34));
+
+	/* cg_bn_epilogue.sg:34: %c2 = conv2d(%r1, %w2, padding=1)  [sgc: %grad.r1 = conv2d_backward_input(%grad.c2, %w2.cl.1, shape=[2, 8, 6, 6], padding=[1], groups=1)] */
+	v_grad_r1 = (sg_bf16 *)SGRT_AT(rt, 2560); /* 1152 bytes of the arena */
 	{
 		const SgConvGeom geom = SgConvGeom{2, 8, 6, 6, 8, 3, 3, 6, 6, 1, 1, 1, 1, 1, 1, 1, 1};
-		SGRT_CONV_OR(rt, 0, SGRT_CONV_BWD_DATA, SGRT_BF16, &geom.n, v_grad_c2, v_w2_cl, NULL, v_grad_r1,
+		SGRT_CONV_OR(rt, 0, SGRT_CONV_BWD_DATA, SGRT_BF16, &geom.n, v_grad_c2, v_w2_cl_1, NULL, v_grad_r1,
 		             "k_block_34_conv2d_backward_input_grad_r1[cudnn]", 34,
 		             SGRT_KERNEL(rt, 0, "k_block_34_conv2d_backward_input_grad_r1[direct]", 34,
-		                         SGRT_CHECK_CUDA(rt, sg_launch_conv2d_bwd_input<sg_bf16>(v_grad_c2, v_w2_cl, v_grad_r1, geom, sgrt_stream(rt, 0)), 34)));
+		                         SGRT_CHECK_CUDA(rt, sg_launch_conv2d_bwd_input<sg_bf16>(v_grad_c2, v_w2_cl_1, v_grad_r1, geom, sgrt_stream(rt, 0)), 34)));
 	}
 
 	/* cg_bn_epilogue.sg:34: %c2 = conv2d(%r1, %w2, padding=1)  [sgc: %grad.w2.cl = conv2d_backward_weight(%grad.c2, %r1, shape=[8, 8, 3, 3], padding=[1], groups=1)] */
-	v_grad_w2_cl = (sg_bf16 *)SGRT_AT(rt, 1280); /* 1152 bytes of the arena */
+	v_grad_w2_cl = (sg_bf16 *)SGRT_AT(rt, 5120); /* 1152 bytes of the arena */
 	{
 		const SgConvGeom geom = SgConvGeom{2, 8, 6, 6, 8, 3, 3, 6, 6, 1, 1, 1, 1, 1, 1, 1, 1};
 		SGRT_CONV_OR(rt, 0, SGRT_CONV_BWD_FILTER, SGRT_BF16, &geom.n, v_grad_c2, v_r1, NULL, v_grad_w2_cl,
@@ -928,14 +934,14 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_bn_epilogue.sg:33: %r1 = relu(%n1)  [sgc: %grad.n1.1 = le(%r1, 0.0)] */
 
 	/* cg_bn_epilogue.sg:33: %r1 = relu(%n1)  [sgc: %grad.n1 = where(%grad.n1.1, 0.0, %grad.r1)] */
-	v_grad_n1 = (sg_bf16 *)SGRT_AT(rt, 3840); /* 1152 bytes of the arena */
+	v_grad_n1 = (sg_bf16 *)SGRT_AT(rt, 1280); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_39_le_grad_a_1", 33,
 	            k_block_39_le_grad_a_1<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_r1, v_grad_r1, v_grad_n1));
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %grad.c1, %grad.g1.2, %grad.b1.2 = batch_norm_backward(%grad.n1, %c1, %g1, training=true, eps=1e-05)] */
-	v_grad_c1 = (sg_bf16 *)SGRT_AT(rt, 0); /* 1152 bytes of the arena */
-	v_grad_g1_2 = (sg_bf16 *)SGRT_AT(rt, 1280); /* 16 bytes of the arena */
-	v_grad_b1_2 = (sg_bf16 *)SGRT_AT(rt, 1536); /* 16 bytes of the arena */
+	v_grad_c1 = (sg_bf16 *)SGRT_AT(rt, 2560); /* 1152 bytes of the arena */
+	v_grad_g1_2 = (sg_bf16 *)SGRT_AT(rt, 3840); /* 16 bytes of the arena */
+	v_grad_b1_2 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 16 bytes of the arena */
 	float *tmp_bn_32_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_32_2, sg_batch_norm_workspace<sg_bf16>(2, 8, 36, 1), 0, 32));
 	SGRT_KERNEL(rt, 0, "k_block_32_batch_norm_backward_grad_c1", 32,
@@ -949,7 +955,7 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_block_32_add_grad_g1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_g1_1, v_grad_g1_2, v_grad_g1, v_grad_b1_1, v_grad_b1_2, v_grad_b1));
 
 	/* cg_bn_epilogue.sg:31: %c1 = conv2d(%x, %w1, padding=1)  [sgc: %grad.w1.cl = conv2d_backward_weight(%grad.c1, %x.cl.1, shape=[8, 8, 3, 3], padding=[1], groups=1)] */
-	v_grad_w1_cl = (sg_bf16 *)SGRT_AT(rt, 1280); /* 1152 bytes of the arena */
+	v_grad_w1_cl = (sg_bf16 *)SGRT_AT(rt, 0); /* 1152 bytes of the arena */
 	{
 		const SgConvGeom geom = SgConvGeom{2, 8, 6, 6, 8, 3, 3, 6, 6, 1, 1, 1, 1, 1, 1, 1, 1};
 		SGRT_CONV_OR(rt, 0, SGRT_CONV_BWD_FILTER, SGRT_BF16, &geom.n, v_grad_c1, v_x_cl_1, NULL, v_grad_w1_cl,
