@@ -193,24 +193,18 @@ using BwdFusion = cutlass::epilogue::fusion::LinCombDeEltAct<RowMajor, DGeluSgk,
 
 static cudaStream_t st;
 static cudaEvent_t ea, eb;
+
 // n calls of f back to back: ms a call; with clk, also the mean SM clock
 // sampled while they ran (--capped).
 static float window(const std::function<void()> &f, int n, SmClock *clk, double *mhz)
 {
-	CK(cudaEventRecord(ea, st));
-	for (int i = 0; i < n; i++) f();
-	CK(cudaEventRecord(eb, st));
-	double sum = 0;
-	int k = 0;
-	while (clk && cudaEventQuery(eb) == cudaErrorNotReady)
-		sum += clk->mhz(), k++;
-	CK(cudaEventSynchronize(eb));
+	const float ms = clocked_window(f, n, st, ea, eb, clk, mhz);
 	CK(cudaGetLastError());
-	float ms;
-	CK(cudaEventElapsedTime(&ms, ea, eb));
-	if (mhz)
-		*mhz = k ? sum / k : 0;
-	return ms / n;
+	if (ms < 0) {
+		printf("cuda: timing a window failed\n");
+		exit(1);
+	}
+	return ms;
 }
 
 static float timed(const std::function<void()> &f, int reps = 20)

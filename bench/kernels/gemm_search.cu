@@ -271,18 +271,14 @@ static float window(Bench &b, const Shape &s, Problem &p, const cublasLtMatmulAl
 	if (ms < 0)
 		return -1;
 	float alpha = 1, beta = s.beta;
-	CK(cudaEventRecord(b.e0, b.st));
-	for (int i = 0; i < n; i++)
+	ms = clocked_window([&] {
 		cublasLtMatmul(b.h, p.op, &alpha, b.A, p.la, b.B, p.lb, &beta, b.C, p.lc, b.C, p.lc, &algo, b.ws, b.wsb, b.st);
-	CK(cudaEventRecord(b.e1, b.st));
-	double sum = 0;
-	int k = 0;
-	while (cudaEventQuery(b.e1) == cudaErrorNotReady)
-		sum += clk.mhz(), k++;
-	CK(cudaEventSynchronize(b.e1));
-	CK(cudaEventElapsedTime(&ms, b.e0, b.e1));
-	*mhz = k ? sum / k : 0;
-	return ms / n;
+	}, n, b.st, b.e0, b.e1, &clk, mhz);
+	if (ms < 0) {
+		printf("cuda: timing a window failed\n");
+		exit(1);
+	}
+	return ms;
 }
 
 // --capped: each shape's candidates (the heuristic's best 8 in libsgrt's
