@@ -26,6 +26,7 @@ static const struct {
 } pipeline[] = {
 	{"sema", NULL, 0},                      /* parse + semantic analysis: sema.c */
 	{"functionalize", functionalize_pass, 0}, /* functionalize.c: before autograd */
+	{"dead_code", dce_pass, 0},             /* dce.c: unread results' statements removed (-O2) */
 	{"attention", attention_pass, 0},       /* attention.c: hand-written attention fused (-O2) */
 	{"fold_ops", fold_ops_pass, 0},         /* fold_ops.c: hand-written GELU, RMS norm as ops (-O2) */
 	{"pad_products", pad_products_pass, 0}, /* pad.c: misaligned products padded (-O2) */

@@ -130,6 +130,10 @@ int pad_products_pass(Graph *g, const PassOptions *po, Diag *d);
  * gelu(approximate="tanh") and rms_norm. */
 int fold_ops_pass(Graph *g, const PassOptions *po, Diag *d);
 
+/* dce.c: pass `dead_code` (-O2): statements whose results nothing reads
+ * (and whose ops change nothing else) removed. */
+int dce_pass(Graph *g, const PassOptions *po, Diag *d);
+
 /* ------------------------------------------------------------------ syncs.c */
 
 /* Pass `backward_syncs` (rule 3): a compiler-made node that reads (or
