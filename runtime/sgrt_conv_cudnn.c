@@ -11,12 +11,20 @@
  *
  * Each distinct (direction, dtype, sizes, layout) gets a plan, made on
  * first use and kept by the model: the descriptors (NCHW, or NHWC with a
- * KRSC filter for channels last) and the algorithm cuDNN's
- * heuristics rank first among the deterministic ones (any one when none
+ * KRSC filter for channels last) and the algorithms cuDNN's heuristics
+ * offer, in their order, the deterministic ones only (all of them when none
  * is), f32 without TF32 (PyTorch's numerics with allow_tf32 off; f16 and
- * bf16 on tensor cores, accumulating in f32).  The workspace is the
- * model's, one buffer per stream, grown when a plan is made (never while
- * the stream is being captured into a CUDA graph: declined then).
+ * bf16 on tensor cores, accumulating in f32).  The first is the plan's
+ * algorithm until its first eager call times them (as sgrt_blas.c does
+ * cuBLASLt's, and cuDNN's benchmark mode in PyTorch): each candidate whose
+ * workspace fits what the stream's buffer holds, or the first's need when
+ * that is more, runs once and then three times between two events on the
+ * call's own operands, and the fastest is kept unless it is within 1% of
+ * the first.  The runs write the output, which the call then writes
+ * again.  SGRT_CONV_TUNE=0 keeps the heuristic's first.  The workspace is
+ * the model's, one buffer per stream, grown when a plan is made (never
+ * while the stream is being captured into a CUDA graph: declined then,
+ * and not timed then either: the next eager call times it).
  */
 #include <limits.h>
 #include <stdio.h>
@@ -89,19 +97,29 @@ typedef struct {
 	long long g[SGRT_CONV_GEOM];
 } Key;
 
+enum { MAXALGO = 16 };
+
 typedef struct {
 	Key key;
 	int ok;                          /* 0: declined, remembered */
+	int tuned;                       /* the candidates timed (or not to be) */
 	cudnnTensorDescriptor_t x, y, bias;
 	cudnnFilterDescriptor_t w;
 	cudnnConvolutionDescriptor_t conv;
-	int algo;
+	int algo;                        /* the candidate chosen, as the next three */
 	size_t ws;
+	cudnnMathType_t math;
+	int ncand;                       /* the heuristic's candidates, its order */
+	int cand_algo[MAXALGO];
+	size_t cand_ws[MAXALGO];
+	cudnnMathType_t cand_math[MAXALGO];
 } Plan;
 
 typedef struct {
 	Fns f;
 	cudnnHandle_t h;
+	int tune;                        /* time the candidates (not SGRT_CONV_TUNE=0) */
+	int debug;                       /* SGRT_CUDNN_DEBUG: say what timing chose */
 	Plan *plan;
 	int nplan, capplan;
 	void **ws;                       /* [nstreams] */
@@ -182,6 +200,10 @@ load(SgrtModel *m)
 	if (!c)
 		return NULL;
 	c->h = h;
+	const char *tune = getenv("SGRT_CONV_TUNE");
+	c->tune = !tune || strcmp(tune, "0") != 0;
+	const char *debug = getenv("SGRT_CUDNN_DEBUG");
+	c->debug = debug && *debug && *debug != '0';
 	if (!sgrt_dlsyms(lib, sym, sizeof sym / sizeof sym[0], &c->f)) {
 		free(c);
 		return NULL;
@@ -242,46 +264,136 @@ make_plan(Conv *c, const Key *k, Plan *p)
 	ok = ok && c->f.SetMath(p->conv, math) == CUDNN_STATUS_SUCCESS;
 	if (!ok)
 		return 0;
-	/* the first deterministic algorithm that works, else the first */
-	int n = 0, best = -1;
-	enum { MAXALGO = 16 };
-#define CHOOSE(perf)                                                                  \
+	/* the deterministic algorithms that work (all that work when none is
+	 * deterministic), in the heuristic's order; f32 not on TF32 even when
+	 * a heuristic ranks it first */
+	int n = 0;
+#define CANDIDATES(perf)                                                              \
 	do {                                                                          \
-		for (int i = n - 1; i >= 0; i--)                                      \
-			if (perf[i].status == CUDNN_STATUS_SUCCESS &&                 \
-			    (perf[i].determinism == CUDNN_DETERMINISTIC || best < 0 ||   \
-			     perf[best].determinism != CUDNN_DETERMINISTIC))           \
-				best = i;                                             \
-		if (best < 0)                                                         \
-			return 0;                                                     \
-		p->algo = (int)perf[best].algo;                                       \
-		p->ws = perf[best].memory;                                            \
-		math = perf[best].mathType;                                           \
+		int det = 0;                                                          \
+		for (int i = 0; i < n; i++)                                           \
+			det |= perf[i].status == CUDNN_STATUS_SUCCESS &&              \
+			       perf[i].determinism == CUDNN_DETERMINISTIC;            \
+		for (int i = 0; i < n; i++) {                                         \
+			if (perf[i].status != CUDNN_STATUS_SUCCESS ||                 \
+			    (det && perf[i].determinism != CUDNN_DETERMINISTIC) ||    \
+			    (k->dtype == SGRT_F32 && perf[i].mathType != CUDNN_FMA_MATH && \
+			     perf[i].mathType != CUDNN_DEFAULT_MATH))                 \
+				continue;                                             \
+			p->cand_algo[p->ncand] = (int)perf[i].algo;                   \
+			p->cand_ws[p->ncand] = perf[i].memory;                        \
+			p->cand_math[p->ncand++] = perf[i].mathType;                  \
+		}                                                                     \
 	} while (0)
 	if (k->dir == SGRT_CONV_FWD) {
 		cudnnConvolutionFwdAlgoPerf_t perf[MAXALGO];
 		if (c->f.FwdAlgo(c->h, p->x, p->w, p->conv, p->y, MAXALGO, &n, perf) !=
 		    CUDNN_STATUS_SUCCESS)
 			return 0;
-		CHOOSE(perf);
+		CANDIDATES(perf);
 	} else if (k->dir == SGRT_CONV_BWD_DATA) {
 		cudnnConvolutionBwdDataAlgoPerf_t perf[MAXALGO];
 		if (c->f.DataAlgo(c->h, p->w, p->y, p->conv, p->x, MAXALGO, &n, perf) !=
 		    CUDNN_STATUS_SUCCESS)
 			return 0;
-		CHOOSE(perf);
+		CANDIDATES(perf);
 	} else {
 		cudnnConvolutionBwdFilterAlgoPerf_t perf[MAXALGO];
 		if (c->f.FilterAlgo(c->h, p->x, p->y, p->conv, p->w, MAXALGO, &n, perf) !=
 		    CUDNN_STATUS_SUCCESS)
 			return 0;
-		CHOOSE(perf);
+		CANDIDATES(perf);
 	}
-#undef CHOOSE
-	/* f32 stays off TF32 even when a heuristic ranks it first */
-	if (k->dtype == SGRT_F32 && math != CUDNN_FMA_MATH && math != CUDNN_DEFAULT_MATH)
+#undef CANDIDATES
+	if (p->ncand == 0)
 		return 0;
-	return c->f.SetMath(p->conv, math) == CUDNN_STATUS_SUCCESS;
+	p->algo = p->cand_algo[0];
+	p->ws = p->cand_ws[0];
+	p->math = p->cand_math[0];
+	p->tuned = !c->tune || p->ncand < 2;
+	return 1;
+}
+
+/* One run of plan p with algorithm (algo, math), workspace ws of ws_bytes:
+ * a, b the operands as sgrt_conv2d's, out written (beta 0). */
+static cudnnStatus_t
+run_algo(Conv *c, const Plan *p, int algo, cudnnMathType_t math, void *ws, size_t ws_bytes,
+         const void *a, const void *b, void *out, const void *alpha, const void *beta)
+{
+	cudnnStatus_t e = c->f.SetMath(p->conv, math);
+	if (e != CUDNN_STATUS_SUCCESS)
+		return e;
+	if (p->key.dir == SGRT_CONV_FWD)
+		return c->f.Fwd(c->h, alpha, p->x, a, p->w, b, p->conv, (cudnnConvolutionFwdAlgo_t)algo,
+		                ws, ws_bytes, beta, p->y, out);
+	if (p->key.dir == SGRT_CONV_BWD_DATA)
+		return c->f.Data(c->h, alpha, p->w, b, p->y, a, p->conv,
+		                 (cudnnConvolutionBwdDataAlgo_t)algo, ws, ws_bytes, beta, p->x, out);
+	return c->f.Filter(c->h, alpha, p->x, b, p->y, a, p->conv,
+	                   (cudnnConvolutionBwdFilterAlgo_t)algo, ws, ws_bytes, beta, p->w, out);
+}
+
+/* Times plan p's candidates on stream s's buffer (*ms < 0: not run: too
+ * much workspace, or cuDNN refused it) and keeps the fastest, as the
+ * header says.  The handle is on stream s. */
+static int
+tune_plan(SgrtModel *m, Conv *c, int s, Plan *p, const void *a, const void *b, void *out,
+          const void *alpha, const void *beta, int sgline)
+{
+	float ms[MAXALGO] = {-1};
+	cudaEvent_t e[2] = {NULL, NULL};
+	int best = 0, rc = SGRT_OK;
+
+	p->tuned = 1;
+	rc = sgrt_check_cuda(m, cudaEventCreate(&e[0]), "cudaEventCreate", sgline);
+	if (!rc)
+		rc = sgrt_check_cuda(m, cudaEventCreate(&e[1]), "cudaEventCreate", sgline);
+	for (int i = 0; i < p->ncand && !rc; i++) {
+		ms[i] = -1;
+		if (p->cand_ws[i] > c->ws_bytes[s])
+			continue;
+		cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+		for (int r = 0; r < 4 && st == CUDNN_STATUS_SUCCESS && !rc; r++) {
+			if (r == 1)
+				rc = sgrt_check_cuda(m, cudaEventRecord(e[0], m->stream[s]),
+				                     "cudaEventRecord", sgline);
+			if (!rc)
+				st = run_algo(c, p, p->cand_algo[i], p->cand_math[i], c->ws[s],
+				              c->ws_bytes[s], a, b, out, alpha, beta);
+		}
+		if (rc || st != CUDNN_STATUS_SUCCESS)
+			continue;
+		rc = sgrt_check_cuda(m, cudaEventRecord(e[1], m->stream[s]), "cudaEventRecord",
+		                     sgline);
+		if (!rc)
+			rc = sgrt_check_cuda(m, cudaEventSynchronize(e[1]), "cudaEventSynchronize",
+			                     sgline);
+		if (!rc)
+			rc = sgrt_check_cuda(m, cudaEventElapsedTime(&ms[i], e[0], e[1]),
+			                     "cudaEventElapsedTime", sgline);
+		if (!rc && ms[i] >= 0 && (ms[best] < 0 || ms[i] < 0.99f * ms[best]))
+			best = i;
+	}
+	for (int i = 0; i < 2; i++)
+		if (e[i])
+			(void)cudaEventDestroy(e[i]);
+	if (!rc && ms[best] >= 0) {
+		p->algo = p->cand_algo[best];
+		p->ws = p->cand_ws[best];
+		p->math = p->cand_math[best];
+	}
+	if (!rc && c->debug) {
+		const long long *g = p->key.g;
+		fprintf(stderr, "sgrt: conv %s x [%lld, %lld, %lld, %lld] w [%lld, %lld, %lld, %lld]"
+		        " stride %lld pad %lld%s:", p->key.dir == SGRT_CONV_FWD ? "fwd"
+		        : p->key.dir == SGRT_CONV_BWD_DATA ? "data" : "filter", g[0], g[1], g[2],
+		        g[3], g[4], g[1] / g[9], g[5], g[6], g[10], g[12], g[16] ? " cl" : "");
+		for (int i = 0; i < p->ncand; i++)
+			fprintf(stderr, " %s%d %.4f ms (%zu B)", i == best ? "*" : "", p->cand_algo[i],
+			        (double)ms[i], p->cand_ws[i]);
+		fprintf(stderr, "\n");
+	}
+	return rc;
 }
 
 /* k's plan, made on first use (NULL: declined); *st an error code when
@@ -346,21 +458,14 @@ sgrt_conv2d(SgrtModel *m, int s, int dir, int dtype, const long long *g, const v
 	double done = 1.0, dzero = 0.0;
 	const void *alpha = dtype == SGRT_F64 ? (const void *)&done : (const void *)&one;
 	const void *beta = dtype == SGRT_F64 ? (const void *)&dzero : (const void *)&zero;
-	int h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, name ? name : "conv2d[cudnn]", sgline);
 	cudnnStatus_t e = c->f.SetStream(c->h, m->stream[s]);
-	if (e == CUDNN_STATUS_SUCCESS && dir == SGRT_CONV_FWD) {
-		e = c->f.Fwd(c->h, alpha, p->x, a, p->w, b, p->conv, (cudnnConvolutionFwdAlgo_t)p->algo,
-		             c->ws[s], p->ws, beta, p->y, out);
-		if (e == CUDNN_STATUS_SUCCESS && bias)
-			e = c->f.AddTensor(c->h, alpha, p->bias, bias, alpha, p->y, out);
-	} else if (e == CUDNN_STATUS_SUCCESS && dir == SGRT_CONV_BWD_DATA) {
-		e = c->f.Data(c->h, alpha, p->w, b, p->y, a, p->conv,
-		              (cudnnConvolutionBwdDataAlgo_t)p->algo, c->ws[s], p->ws, beta, p->x, out);
-	} else if (e == CUDNN_STATUS_SUCCESS) {
-		e = c->f.Filter(c->h, alpha, p->x, b, p->y, a, p->conv,
-		                (cudnnConvolutionBwdFilterAlgo_t)p->algo, c->ws[s], p->ws, beta, p->w,
-		                out);
-	}
+	if (e == CUDNN_STATUS_SUCCESS && !p->tuned && !cap)
+		SGRT_TRY(tune_plan(m, c, s, p, a, b, out, alpha, beta, sgline));
+	int h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, name ? name : "conv2d[cudnn]", sgline);
+	if (e == CUDNN_STATUS_SUCCESS)
+		e = run_algo(c, p, p->algo, p->math, c->ws[s], p->ws, a, b, out, alpha, beta);
+	if (e == CUDNN_STATUS_SUCCESS && dir == SGRT_CONV_FWD && bias)
+		e = c->f.AddTensor(c->h, alpha, p->bias, bias, alpha, p->y, out);
 	if (e != CUDNN_STATUS_SUCCESS)
 		return sgrt_fail(m, SGRT_ECUDNN, sgline, "cuDNN convolution (%s) failed: %s",
 		                 dir == SGRT_CONV_FWD ? "forward" : dir == SGRT_CONV_BWD_DATA
