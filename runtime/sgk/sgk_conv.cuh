@@ -479,7 +479,7 @@ sgk_maxpool_bwd_k(const T *__restrict__ dy, const unsigned char *__restrict__ ar
  * NCHW kernels walk it (rows, then columns; the outputs of an input in
  * (oh, ow) order), so the results are theirs, bit for bit. */
 
-template <class T, class I, int VEC>
+template <class T, class I, int VEC, int SMALL>
 __global__ void __launch_bounds__(256)
 sgk_pool2d_fwd_cl_k(const T *__restrict__ x, T *__restrict__ y, SgConvGeom geom, int mode)
 {
@@ -501,19 +501,32 @@ sgk_pool2d_fwd_cl_k(const T *__restrict__ x, T *__restrict__ y, SgConvGeom geom,
 				m[k] = -SGK_INF;
 				r.v[k] = sgk_cvt<T>(-SGK_INF);
 			}
-			for (I h = h0; h < h1; h++)
-				for (I w = w0; w < w1; w++) {
-					const sgk_reg<VEC, T> v = sgk_ldv<VEC>(img + (h * g.w + w) * g.c);
+			auto take = [&](I h, I w) {
+				const sgk_reg<VEC, T> v = sgk_ldv<VEC>(img + (h * g.w + w) * g.c);
 #pragma unroll
-					for (int k = 0; k < VEC; k++) {
-						const A a = (A)sgk_tof(v.v[k]);
-						if (!any || a > m[k] || a != a) {
-							m[k] = a;
-							r.v[k] = v.v[k];
-						}
+				for (int k = 0; k < VEC; k++) {
+					const A a = (A)sgk_tof(v.v[k]);
+					if (!any || a > m[k] || a != a) {
+						m[k] = a;
+						r.v[k] = v.v[k];
 					}
-					any = true;
 				}
+				any = true;
+			};
+			if (SMALL) {
+				/* max, windows of at most 3 x 3: the loads unrolled,
+				 * so that they are in flight together */
+#pragma unroll
+				for (int dh = 0; dh < 3; dh++)
+#pragma unroll
+					for (int dw = 0; dw < 3; dw++)
+						if (h0 + dh < h1 && w0 + dw < w1)
+							take(h0 + dh, w0 + dw);
+			} else {
+				for (I h = h0; h < h1; h++)
+					for (I w = w0; w < w1; w++)
+						take(h, w);
+			}
 			sgk_stv<VEC>(y + (long long)i * VEC, r);
 			continue;
 		}
@@ -604,7 +617,7 @@ sgk_pool2d_bwd_cl_k(const T *__restrict__ dy, const T *__restrict__ x, T *__rest
 /* max_pool2d's backward channels last, phase 1 (as sgk_maxpool_arg_k):
  * a thread an output position's VEC channels, their argmax bytes stored
  * together (arg aligned to VEC bytes). */
-template <class T, int VEC>
+template <class T, int VEC, int SMALL>
 __global__ void __launch_bounds__(256)
 sgk_maxpool_arg_cl_k(const T *__restrict__ x, unsigned char *__restrict__ arg, SgConvGeom geom)
 {
@@ -627,19 +640,32 @@ sgk_maxpool_arg_cl_k(const T *__restrict__ x, unsigned char *__restrict__ arg, S
 			bw[k] = 0;
 			m[k] = -SGK_INF;
 		}
-		for (int h = h0; h < h1; h++)
-			for (int w = w0; w < w1; w++) {
-				const sgk_reg<VEC, T> v = sgk_ldv<VEC>(img + (h * g.w + w) * g.c);
+		auto take = [&](int h, int w) {
+			const sgk_reg<VEC, T> v = sgk_ldv<VEC>(img + (h * g.w + w) * g.c);
 #pragma unroll
-				for (int k = 0; k < VEC; k++) {
-					const A a = (A)sgk_tof(v.v[k]);
-					if (bh[k] < 0 || a > m[k] || a != a) {
-						m[k] = a;
-						bh[k] = h;
-						bw[k] = w;
-					}
+			for (int k = 0; k < VEC; k++) {
+				const A a = (A)sgk_tof(v.v[k]);
+				if (bh[k] < 0 || a > m[k] || a != a) {
+					m[k] = a;
+					bh[k] = h;
+					bw[k] = w;
 				}
 			}
+		};
+		if (SMALL) {
+			/* windows of at most 3 x 3: the loads unrolled, in flight
+			 * together (sgk_pool2d_fwd_cl_k's) */
+#pragma unroll
+			for (int dh = 0; dh < 3; dh++)
+#pragma unroll
+				for (int dw = 0; dw < 3; dw++)
+					if (h0 + dh < h1 && w0 + dw < w1)
+						take(h0 + dh, w0 + dw);
+		} else {
+			for (int h = h0; h < h1; h++)
+				for (int w = w0; w < w1; w++)
+					take(h, w);
+		}
 		sgk_reg<VEC, unsigned char> r;
 #pragma unroll
 		for (int k = 0; k < VEC; k++)
@@ -737,6 +763,82 @@ sgk_maxpool_bwd_cl_k(const T *__restrict__ dy, const unsigned char *__restrict__
 				}
 		}
 		sgk_stv_acc<VEC>(dx + (long long)i * VEC, acc);
+	}
+}
+
+/* Phase 2 channels last with strides 2 and windows of at most 3 x 3
+ * (ResNet's stem pool): a thread takes a 2 x 2 block of input positions
+ * (rows 2a, 2a + 1, columns 2b, 2b + 1) and VEC channels.  The at most
+ * 2 x 2 outputs whose windows hold them have their argmax bytes and dy
+ * loaded together, and each output's dy is added into the position its
+ * byte names, in (oh, ow) order: sgk_maxpool_bwd_cl_k's sums, bit for
+ * bit, with a quarter of its threads' index arithmetic and the loads of
+ * four positions in flight at once. */
+template <class T, int VEC>
+__global__ void __launch_bounds__(256)
+sgk_maxpool_bwd2_cl_k(const T *__restrict__ dy, const unsigned char *__restrict__ arg,
+                      T *__restrict__ dx, SgConvGeom geom)
+{
+	typedef typename sgk_acc<T>::type A;
+	const SgkPoolGeom<int> g = sgk_pool_geom<int>(geom);
+	const int cv = g.c / VEC, hb = (g.h + 1) / 2, wb = (g.w + 1) / 2;
+	SGK_POOL_LOOP(int, i, g.n * hb * wb * cv) {
+		const int j = i % cv, t = i / cv, b = t % wb, t2 = t / wb, a = t2 % hb;
+		const int nb = t2 / hb, ih0 = 2 * a, iw0 = 2 * b;
+		const int nh = g.h - ih0 < 2 ? 1 : 2, nw = g.w - iw0 < 2 ? 1 : 2;
+		int oh0, oh1, ow0, ow1, unused;
+		sgk_pool_outs(ih0, g.r, 2, g.ph, g.oh, oh0, unused);
+		sgk_pool_outs(ih0 + nh - 1, g.r, 2, g.ph, g.oh, unused, oh1);
+		sgk_pool_outs(iw0, g.s, 2, g.pw, g.ow, ow0, unused);
+		sgk_pool_outs(iw0 + nw - 1, g.s, 2, g.pw, g.ow, unused, ow1);
+		const long long base = (long long)nb * g.oh * g.ow * g.c + (long long)j * VEC;
+		sgk_reg<VEC, unsigned char> ar[2][2];
+		sgk_reg<VEC, T> gv[2][2];
+#pragma unroll
+		for (int p = 0; p < 2; p++)
+#pragma unroll
+			for (int q = 0; q < 2; q++)
+				if (oh0 + p < oh1 && ow0 + q < ow1) {
+					const long long o = base + (long long)((oh0 + p) * g.ow + ow0 + q) * g.c;
+					ar[p][q] = sgk_ldv<VEC>(arg + o);
+					gv[p][q] = sgk_ldv<VEC>(dy + o);
+				}
+		A acc[2][2][VEC];
+#pragma unroll
+		for (int p = 0; p < 2; p++)
+#pragma unroll
+			for (int q = 0; q < 2; q++)
+#pragma unroll
+				for (int k = 0; k < VEC; k++)
+					acc[p][q][k] = 0;
+#pragma unroll
+		for (int p = 0; p < 2; p++)
+#pragma unroll
+			for (int q = 0; q < 2; q++) {
+				if (oh0 + p >= oh1 || ow0 + q >= ow1)
+					continue;
+				/* the window's maximum at (dh, dw) = (h, w) - (hs, ws)
+				 * of this block's (pp, qq) when byte = want[pp][qq] */
+				const int hs = (oh0 + p) * 2 - g.ph, ws = (ow0 + q) * 2 - g.pw;
+#pragma unroll
+				for (int k = 0; k < VEC; k++) {
+					const int byte = ar[p][q].v[k];
+#pragma unroll
+					for (int pp = 0; pp < 2; pp++)
+#pragma unroll
+						for (int qq = 0; qq < 2; qq++)
+							if (byte == (ih0 + pp - hs) * 16 + iw0 + qq - ws)
+								acc[pp][qq][k] += (A)sgk_tof(gv[p][q].v[k]);
+				}
+			}
+#pragma unroll
+		for (int p = 0; p < 2; p++)
+#pragma unroll
+			for (int q = 0; q < 2; q++)
+				if (p < nh && q < nw)
+					sgk_stv_acc<VEC>(dx + (((long long)nb * g.h + ih0 + p) * g.w + iw0 + q) *
+					                          g.c + (long long)j * VEC,
+					                 acc[p][q]);
 	}
 }
 
@@ -1468,12 +1570,16 @@ static void sgk_pool2d_fwd_cl(const T *x, T *y, SgConvGeom g, int mode, cudaStre
 {
 	const int v = sgk_pool_vec<T>(g.c, x, y, (const T *)NULL, (const unsigned char *)NULL);
 	const unsigned grid = sgk_conv_grid(g.n * g.oh * g.ow * g.c / v);
-	if (v == SgkBnVec<T>::V16)
-		sgk_pool2d_fwd_cl_k<T, I, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(x, y, g, mode);
+	if (mode == 0 && g.r <= 3 && g.s <= 3 && v == SgkBnVec<T>::V16)
+		sgk_pool2d_fwd_cl_k<T, I, SgkBnVec<T>::V16, 1><<<grid, 256, 0, stream>>>(x, y, g,
+		                                                                        mode);
+	else if (v == SgkBnVec<T>::V16)
+		sgk_pool2d_fwd_cl_k<T, I, SgkBnVec<T>::V16, 0><<<grid, 256, 0, stream>>>(x, y, g,
+		                                                                        mode);
 	else if (v == SgkBnVec<T>::V8)
-		sgk_pool2d_fwd_cl_k<T, I, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(x, y, g, mode);
+		sgk_pool2d_fwd_cl_k<T, I, SgkBnVec<T>::V8, 0><<<grid, 256, 0, stream>>>(x, y, g, mode);
 	else
-		sgk_pool2d_fwd_cl_k<T, I, 1><<<grid, 256, 0, stream>>>(x, y, g, mode);
+		sgk_pool2d_fwd_cl_k<T, I, 1, 0><<<grid, 256, 0, stream>>>(x, y, g, mode);
 }
 
 template <class T>
@@ -1530,18 +1636,28 @@ static cudaError_t sgk_maxpool_bwd(const T *dy, const T *x, T *dx, SgConvGeom g,
 }
 
 /* Channels last: phase 1 a thread an output's VEC channels, phase 2 an
- * input's (flat indices that fit an int). */
-template <class T, int VEC>
+ * input's, or (BLOCKED, strides 2, windows of at most 3 x 3) a 2 x 2
+ * block of inputs' (flat indices that fit an int).  BLOCKED 0 (the
+ * kernels as they were, for the timings of test_conv_layout): phase 1's
+ * window loads in a loop, phase 2 an input at a time. */
+template <class T, int VEC, int BLOCKED = 1>
 static cudaError_t sgk_maxpool_bwd_cl(const T *dy, const T *x, T *dx, SgConvGeom g,
                                       unsigned char *arg, cudaStream_t stream)
 {
-	sgk_maxpool_arg_cl_k<T, VEC><<<sgk_conv_grid(g.n * g.oh * g.ow * g.c / VEC), 256, 0,
-	                               stream>>>(x, arg, g);
+	const unsigned agrid = sgk_conv_grid(g.n * g.oh * g.ow * g.c / VEC);
+	if (BLOCKED && g.r <= 3 && g.s <= 3)
+		sgk_maxpool_arg_cl_k<T, VEC, 1><<<agrid, 256, 0, stream>>>(x, arg, g);
+	else
+		sgk_maxpool_arg_cl_k<T, VEC, 0><<<agrid, 256, 0, stream>>>(x, arg, g);
 	cudaError_t e = sgk_launched();
 	if (e != cudaSuccess)
 		return e;
 	const unsigned grid = sgk_conv_grid(g.n * g.h * g.w * g.c / VEC);
-	if (g.sh == 2 && g.sw == 2 && g.r <= 4 && g.s <= 4)
+	if (BLOCKED && g.sh == 2 && g.sw == 2 && g.r <= 3 && g.s <= 3)
+		sgk_maxpool_bwd2_cl_k<T, VEC><<<sgk_conv_grid(g.n * ((g.h + 1) / 2) *
+		                                              ((g.w + 1) / 2) * g.c / VEC),
+		                                256, 0, stream>>>(dy, arg, dx, g);
+	else if (g.sh == 2 && g.sw == 2 && g.r <= 4 && g.s <= 4)
 		sgk_maxpool_bwd_cl_k<T, VEC, 1><<<grid, 256, 0, stream>>>(dy, arg, dx, g);
 	else
 		sgk_maxpool_bwd_cl_k<T, VEC, 0><<<grid, 256, 0, stream>>>(dy, arg, dx, g);

@@ -7,7 +7,8 @@
  *   dilation, groups 2, 1 x 1): equal bit for bit (the same sums in the
  *   same order), and the NCHW ones near a reference in double;
  *   the pools (max 3 x 3 stride 2 padding 1 forward and backward through
- *   the argmax bytes, with ties and NaNs; max with a 16 x 16 window, which
+ *   the argmax bytes, with ties and NaNs; 2 x 2 and 3 x 3 unpadded and
+ *   4 x 4, stride 2, odd sizes, one row; max with a 16 x 16 window, which
  *   finds the argmax again; avg; adaptive avg to 1 x 1 and 3 x 3): equal
  *   bit for bit, vectorised channels and not (odd c, misaligned
  *   pointers, misaligned argmax scratch);
@@ -637,6 +638,13 @@ static void run_all(bool quick)
 		run_pool<T>(2, c, 7, 7, 2, 1, 1, 0, 1, 1, 0, 0, false);
 		run_pool<T>(2, c, 8, 7, 2, 1, 1, 0, 3, 3, 0, 0, false);
 		run_pool<T>(1, c, 20, 18, 0, 16, 2, 0, 0, 0, 0, 0, false);   /* no scratch */
+		/* strides 2: windows 2 x 2 and 3 x 3 unpadded, odd sizes, one
+		 * row (channels last, 2 x 2 blocks of inputs); 4 x 4 (an input
+		 * at a time) */
+		run_pool<T>(2, c, 9, 7, 0, 2, 2, 0, 0, 0, 0, 0, false);
+		run_pool<T>(2, c, 10, 9, 0, 3, 2, 0, 0, 0, 0, 0, true);
+		run_pool<T>(3, c, 1, 6, 0, 3, 2, 1, 0, 0, 0, 0, false);
+		run_pool<T>(2, c, 12, 10, 0, 4, 2, 1, 0, 0, 0, 0, false);
 	}
 	run_pool<T>(2, 64, 13, 11, 0, 3, 2, 1, 0, 0, 1, 0, false);
 	run_pool<T>(2, 64, 13, 11, 0, 3, 2, 1, 0, 0, 0, 1, false);
@@ -763,7 +771,9 @@ static void bench_bn(long long n, long long c, long long inner, double copy)
 
 /* max_pool2d 3 x 3 s2 p1 forward and backward (through the argmax
  * bytes): bytes counted as x read and y written (forward); x read, the
- * argmax written and read, dy read and dx written (backward). */
+ * argmax written and read, dy read and dx written (backward).  Channels
+ * last, the backward's second phase an input at a time too (the kernel
+ * before the 2 x 2 blocks), to set beside it. */
 static void bench_maxpool(long long n, long long c, long long h, double copy)
 {
 	typedef __nv_bfloat16 T;
@@ -781,6 +791,13 @@ static void bench_maxpool(long long n, long long c, long long h, double copy)
 		const double b = kt_time([&] { sg_launch_pool2d_bwd<T>(dy, x, dx, g, 0, work, 0); }, 3,
 		                         reps);
 		perf("max_pool2d bwd", shape, cl, b, (double)(2 * nx + ny) * es + 2.0 * ny, copy);
+		if (cl) {
+			const double a = kt_time([&] {
+				sgk_maxpool_bwd_cl<T, SgkBnVec<T>::V16, 0>(dy, x, dx, g, work, 0);
+			}, 3, reps);
+			perf("max_pool2d bwd 1x1", shape, cl, a, (double)(2 * nx + ny) * es + 2.0 * ny,
+			     copy);
+		}
 	}
 	KT_CUDA(cudaGetLastError());
 	dev_free_all();
