@@ -320,7 +320,9 @@ run_bench_all() {
 	done < <(programs)
 }
 
-run() {
+# What run and ab need on the GPU machine: $G unpacked, the libraries on
+# the loader's path.
+run_setup() {
 	OUTD=${OUT:-$G/out}
 	IN=${BENCH_INPUTS:-/tmp/sgbench_inputs}
 	mkdir -p "$OUTD" "$IN"
@@ -338,6 +340,46 @@ run() {
 	pipcublas=$("$PY" -c 'import os, nvidia.cublas as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
 	export LD_LIBRARY_PATH=$PWD/$G/lib:$cudalib:/usr/local/cuda/lib64${pipcublas:+:$pipcublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 	echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+}
+
+# ab PROGRAM 'ENV A' 'ENV B' [ROUNDS] [ITERS] [DRIVER B]: PROGRAM's
+# driver with --bench ITERS under two environments (e.g.
+# 'SGRT_CONV_TUNE=0' and ''; DRIVER B, a path: side B runs that binary
+# instead, e.g. the program built from another commit), in ROUNDS rounds
+# that alternate which goes first, each round's median step and then the
+# median of the rounds' medians for each: an A/B on one machine whose
+# speed drifts between calls.
+ab() {
+	[ $# -ge 3 ] || die "usage: bench/run_bench.sh ab PROGRAM 'ENV A' 'ENV B' [ROUNDS] [ITERS] [DRIVER B]"
+	local name=$1 rounds=${4:-5} iters=${5:-50} bin binb r side env line ms
+	run_setup >/dev/null
+	bin=$(driver "$name") || die "no driver for $name"
+	binb=${6:-$bin}
+	[ -x "$binb" ] || die "$binb is not an executable"
+	"$PY" bench/torch_ref.py --make-inputs "$IN" --only "$name" >/dev/null ||
+		die "making $name's inputs failed"
+	local params=()
+	[ -f "$IN/$name.params.safetensors" ] && params=(--params "$IN/$name.params.safetensors")
+	local a=() b=()
+	for ((r = 1; r <= rounds; r++)); do
+		for side in $([ $((r % 2)) = 1 ] && echo "A B" || echo "B A"); do
+			local exe=$bin
+			[ "$side" = A ] && env=$2 || { env=$3; exe=$binb; }
+			# shellcheck disable=SC2086
+			line=$(env $env "$exe" --inputs "$IN/$name.safetensors" "${params[@]}" \
+				--bench "$iters" 2>/dev/null | grep '^{"graph"' | tail -n 1)
+			ms=$(echo "$line" | sed -n 's/.*"ms_median": *\([0-9.]*\).*/\1/p')
+			[ -n "$ms" ] || die "$name under '$env' gave no bench line"
+			echo "round $r $side ($env): $ms ms"
+			[ "$side" = A ] && a+=("$ms") || b+=("$ms")
+		done
+	done
+	echo "$name: A ($2) median of medians $(median "${a[@]}") ms;" \
+		"B ($3${6:+, $6}) $(median "${b[@]}") ms"
+}
+
+run() {
+	run_setup
 	{
 		echo "== $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(hostname)"
 		cat "$G/PREPARED" 2>/dev/null
@@ -389,6 +431,7 @@ NVCC=$(find_nvcc)
 case "${1:-run}" in
 prepare) prepare ;;
 run) run ;;
+ab) shift && ab "$@" ;;
 all) prepare && run ;;
-*) echo "usage: bench/run_bench.sh [prepare|run|all]" >&2; exit 2 ;;
+*) echo "usage: bench/run_bench.sh [prepare|run|all|ab PROGRAM ENV_A ENV_B [ROUNDS] [ITERS]]" >&2; exit 2 ;;
 esac
