@@ -155,12 +155,21 @@ pool(CgGraph *G, const Node *n)
 		                "sgrt_stream(rt, %s))", ct, var(G, n, 0), ct, out, geom, mode, s));
 		return;
 	}
-	/* max_pool2d_backward: a byte an output for the windows' argmax */
+	/* max_pool2d_backward: a byte an output for the windows' argmax; with
+	 * the relu's backward after it (kernel_choice's pool_relu) as its
+	 * mask, writing the where's result */
 	char *work = cg_alloc_tmp_expr(G, n, "void", cg_fmt(c, "sg_pool2d_bwd_workspace(%s, 0)",
 	                               geom), "pool");
-	lib_call(G, n, op_name(n->op),
-	         cg_fmt(c, "sg_launch_pool2d_bwd<%s>(%s, %s, %s, %s, 0, %s, sgrt_stream(rt, %s))", ct,
-	                var(G, n, 0), var(G, n, 1), out, geom, work, s));
+	NodeId W = G->fold ? G->fold->pool_relu[n - G->g->nodes.v] : NONE;
+	if (W != NONE)
+		lib_call(G, n, op_name(n->op),
+		         cg_fmt(c, "sg_launch_maxpool2d_bwd_relu<%s>(%s, %s, %s, %s, %s, "
+		                "sgrt_stream(rt, %s))", ct, var(G, n, 0), var(G, n, 1),
+		                G->vname[G->g->nodes.v[W].res[0]], geom, work, s));
+	else
+		lib_call(G, n, op_name(n->op),
+		         cg_fmt(c, "sg_launch_pool2d_bwd<%s>(%s, %s, %s, %s, 0, %s, sgrt_stream(rt, %s))",
+		                ct, var(G, n, 0), var(G, n, 1), out, geom, work, s));
 	cg_free_tmp(G, n, work);
 }
 

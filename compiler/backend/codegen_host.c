@@ -554,6 +554,14 @@ node_stmt(CgGraph *G, NodeId i, int already_ordered)
 	}
 	if (bn != NONE) /* it writes its relu's result */
 		bind_results(G, bn);
+	NodeId pr = G->fold ? G->fold->pool_relu[i] : NONE; /* a max pool's relu backward */
+	if (pr != NONE && n->op != OP_MAX_POOL2D_BACKWARD) {
+		fprintf(G->body, "\t/* (computed by the max_pool2d_backward of line %u, as its "
+		        "mask) */\n", g->nodes.v[pr].loc.line);
+		return 1;
+	}
+	if (pr != NONE) /* it writes the where's result */
+		bind_results(G, pr);
 	NodeId na = G->fold ? G->fold->norm_add[i] : NONE; /* a norm's residual add */
 	if (na != NONE && n->op == OP_ADD) {
 		fprintf(G->body, "\t/* (computed by the %s of line %u, as its kernel loads its "

@@ -65,6 +65,14 @@
  *     writes the relu's result, and y (and the sum) get no memory, a
  *     pass over the tensor saved each (fold_bn_epilogue).  The sum is
  *     rounded as the add would round y first, so the result is the same.
+ *   - The max pool's backward through a relu.  g = max_pool2d_backward(dy,
+ *     x) read only by relu's backward, where(le(x, 0), 0, g), with the
+ *     same x (ResNet's stem: relu, then the pool): the pool's kernel
+ *     applies the mask as it records each window's argmax (a window whose
+ *     maximum is <= 0 passes no gradient, that maximum being the x where
+ *     it lands) and writes the where's result; g and the mask get no
+ *     memory and the le and where no kernel, a pass over three tensors of
+ *     x's size saved (fold_pool_relu, sg_launch_maxpool2d_bwd_relu).
  *   - Attention layouts (docs/codegen.md, "-O2: attention").  A transpose
  *     or permute keeping the last dim whose uses are q, k, v (dout)
  *     operands of attention nodes is read by the flash kernels through
@@ -1320,6 +1328,59 @@ fold_bn_epilogue(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
 		G->ingroup_only[g->nodes.v[chain[0]].res[0]] = 1;
 }
 
+/* The max pool's backward through a relu (see the top of the file): P =
+ * max_pool2d_backward(dy, x) whose result g only W = where(m, 0, g)
+ * reads, m = le(x, 0) made by L between them and read by W alone, L and
+ * W one fused group and no sync or other stream between P and W (at most
+ * BN_EPI_GAP nodes). */
+static void
+fold_pool_relu(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
+{
+	Graph *g = G->g;
+	const Node *p = &g->nodes.v[P];
+	double z;
+	uint32_t k;
+	if (p->flags & NF_DEAD || p->op != OP_MAX_POOL2D_BACKWARD || p->nres != 1 ||
+	    p->nopnd < 2 || p->opnd[1].kind != OK_VAL)
+		return;
+	ValId gr = p->res[0], x = p->opnd[1].v;
+	const Type *t = vtype(g, gr);
+	if (!dtype_is_float((DType)t->dt) || type_numel(t) == 0 || !lone_temp(G, nclass, gr) ||
+	    g->vals.v[gr].offload)
+		return;
+	NodeId W = sole_use(G, gr, &k);
+	if (W == NONE || k != 2 || W - P > BN_EPI_GAP)
+		return;
+	const Node *w = &g->nodes.v[W];
+	if (w->op != OP_WHERE || w->nopnd != 3 || w->nres != 1 || w->stream != p->stream ||
+	    w->opnd[0].kind != OK_VAL || !ir_literal(&w->opnd[1], &z) || z != 0 ||
+	    G->prologue[W] >= 0 || G->epilogue[W] >= 0)
+		return;
+	ValId out = w->res[0], m = w->opnd[0].v;
+	if (!type_same_shape(vtype(g, out), t) || vtype(g, out)->dt != t->dt ||
+	    g->vals.v[out].layout != g->vals.v[gr].layout || vtype(g, out)->host ||
+	    G->ingroup_only[out] || g->vals.v[m].kind != VK_NODE)
+		return;
+	NodeId L = g->vals.v[m].def;
+	const Node *l = &g->nodes.v[L];
+	if (L <= P || L >= W || l->op != OP_LE || l->nopnd != 2 || l->nres != 1 ||
+	    l->stream != p->stream || l->opnd[0].kind != OK_VAL || l->opnd[0].v != x ||
+	    !ir_literal(&l->opnd[1], &z) || z != 0 || sole_use(G, m, NULL) != W ||
+	    (!G->ingroup_only[m] && !lone_temp(G, nclass, m)) || g->vals.v[m].offload ||
+	    !plain_between(g, P, W))
+		return;
+	const NodeId chain[2] = {L, W};
+	int gi = G->group[W];
+	if (G->group[L] != gi || !group_is(groups, gi, chain, 2))
+		return;
+	if (gi >= 0)
+		drop_group(G, groups, gi);
+	KernelFold *F = G->fold;
+	F->pool_relu[P] = W;
+	F->pool_relu[L] = F->pool_relu[W] = P;
+	G->ingroup_only[gr] = G->ingroup_only[m] = 1; /* no memory */
+}
+
 /* The SGD update of product P's result computed by the product
  * (fold_update; see the top of the file), at most UPD_GAP nodes later. */
 enum { UPD_GAP = 64 };
@@ -1463,6 +1524,7 @@ fold_all(Kc *G, FuseGroups *groups)
 	F->pair = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->pair);
 	F->bn_act = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_act);
 	F->bn_add = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_add);
+	F->pool_relu = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->pool_relu);
 	F->upd = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->upd);
 	F->norm_add = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->norm_add);
 	G->lastfwd = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *G->lastfwd);
@@ -1475,7 +1537,7 @@ fold_all(Kc *G, FuseGroups *groups)
 	index_uses(G);
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		F->act[i] = F->prod[i] = F->pair[i] = F->bn_act[i] = F->bn_add[i] = F->upd[i] =
-		    F->norm_add[i] = NONE;
+		    F->norm_add[i] = F->pool_relu[i] = NONE;
 	for (NodeId i = g->nodes.n; i-- > 0;) /* uses before their views */
 		fold_view(G, nclass, i);
 	for (NodeId i = 0; i < g->nodes.n; i++)
@@ -1493,6 +1555,7 @@ fold_all(Kc *G, FuseGroups *groups)
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		fold_epilogue(G, groups, nclass, i);
 		fold_bn_epilogue(G, groups, nclass, i);
+		fold_pool_relu(G, groups, nclass, i);
 		fold_update(G, nclass, i);
 	}
 	drop_empty_groups(G, groups);

@@ -321,6 +321,10 @@ typedef struct {
 	                     (and the add between): the batch_norm; NONE */
 	NodeId *bn_add;   /* per batch_norm with bn_act: the add of a residual
 	                     (its other operand) before the relu, or NONE */
+	NodeId *pool_relu;/* per max_pool2d_backward: the where of the relu's
+	                     backward its kernel computes (the mask in its
+	                     argmax pass), writing the where's result; per
+	                     such where and its le: the pool's backward; NONE */
 	NodeId *norm_add; /* per layer_norm or rms_norm of the library: the add
 	                     right before it making its input, which its kernel
 	                     computes as it loads its rows, storing the sum too;

@@ -340,6 +340,23 @@ bn_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def, NodeId 
 	f->nodes.v[add].flags |= NF_DEAD;
 }
 
+/* A max pool's backward P through a relu (KernelFold.pool_relu) writes
+ * the where's result at P; its own result and the le's have no buffer,
+ * the le and the where no kernel. */
+static void
+pool_relu_plan(const Graph *g, const Sched *s, Graph *f, NodeId *def, NodeId P)
+{
+	Node *p = &f->nodes.v[P];
+	const Node *w = &g->nodes.v[s->fold->pool_relu[P]];
+	NodeId L = g->vals.v[w->opnd[0].v].def;
+	def[p->res[0]] = NONE;
+	def[w->opnd[0].v] = NONE;
+	p->res = w->res;
+	def[w->res[0]] = P;
+	f->nodes.v[s->fold->pool_relu[P]].flags |= NF_DEAD;
+	f->nodes.v[L].flags |= NF_DEAD;
+}
+
 /* A norm N with its residual add (KernelFold.norm_add) computes the add
  * at N: it reads the add's operands and writes its sum there too; the
  * add has no kernel. */
@@ -392,6 +409,10 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 			continue; /* (a product placed here: planned at the product) */
 		if (n->op == OP_BATCH_NORM && F->bn_act[i] != NONE) {
 			bn_plan(g, s, a, f, def, i);
+			continue;
+		}
+		if (n->op == OP_MAX_POOL2D_BACKWARD && F->pool_relu[i] != NONE) {
+			pool_relu_plan(g, s, f, def, i);
 			continue;
 		}
 		if (F->norm_add[i] != NONE && n->op != OP_ADD)
@@ -615,6 +636,17 @@ check_fold(Graph *g, const Sched *s, const char *after)
 		                     (F->bn_act[b] != i && F->bn_add[b] != i) || s->group[i] >= 0)))
 			FAIL("node %u (line %u): its batch_norm epilogue is inconsistent", g->name,
 			     after, i, n->loc.line);
+		NodeId q = F->pool_relu[i];
+		if (q != NONE && (q >= g->nodes.n || g->nodes.v[q].stream != n->stream ||
+		                  (n->op == OP_MAX_POOL2D_BACKWARD
+		                   ? q <= i || g->nodes.v[q].op != OP_WHERE || F->pool_relu[q] != i ||
+		                     !s->reg[n->res[0]] || !s->reg[g->nodes.v[q].opnd[0].v] ||
+		                     g->nodes.v[q].opnd[2].v != n->res[0]
+		                   : (n->op != OP_WHERE && n->op != OP_LE) || q >= i ||
+		                     g->nodes.v[q].op != OP_MAX_POOL2D_BACKWARD || s->group[i] >= 0 ||
+		                     (n->op == OP_WHERE && F->pool_relu[q] != i))))
+			FAIL("node %u (line %u): its max pool's relu backward is inconsistent", g->name,
+			     after, i, n->loc.line);
 		NodeId x = F->norm_add[i];
 		if (x != NONE && (x >= g->nodes.n || F->norm_add[x] != i ||
 		                  g->nodes.v[x].stream != n->stream ||
@@ -776,6 +808,12 @@ note(FILE *f, void *ctx, NodeId i)
 	else if (F && F->bn_act[i] != NONE)
 		fprintf(f, "%sepilogue of batch_norm %%%s", sep,
 		        g->vals.v[g->nodes.v[F->bn_act[i]].res[0]].name), sep = ", ";
+	if (F && F->pool_relu[i] != NONE && n->op == OP_MAX_POOL2D_BACKWARD)
+		fprintf(f, "%swrites %%%s with the relu's backward (le, where) as its mask", sep,
+		        g->vals.v[g->nodes.v[F->pool_relu[i]].res[0]].name), sep = ", ";
+	else if (F && F->pool_relu[i] != NONE)
+		fprintf(f, "%scomputed by the max_pool2d_backward making %%%s", sep,
+		        g->vals.v[g->nodes.v[F->pool_relu[i]].res[0]].name), sep = ", ";
 	if (F && F->norm_add[i] != NONE && n->op != OP_ADD)
 		fprintf(f, "%scomputes %%%s (the residual add) as it loads its rows", sep,
 		        g->vals.v[g->nodes.v[F->norm_add[i]].res[0]].name), sep = ", ";

@@ -25,6 +25,10 @@
  *   sg_launch_pool2d_fwd<T>(x, y, g, mode, stream)
  *   sg_pool2d_bwd_workspace(g, mode)   bytes of work for:
  *   sg_launch_pool2d_bwd<T>(dy, x, dx, g, mode, work, stream)
+ *   sg_launch_maxpool2d_bwd_relu<T>(dy, x, dx, g, work, stream)
+ *       the max pool's backward through the relu that made x:
+ *       where(x <= 0, 0, dx), in the argmax pass (a window whose maximum
+ *       is <= 0 passes no gradient)
  *       mode 0 max (the window's first maximum, NaN wins, as PyTorch's
  *       CPU kernel), 1 avg (divided by the whole kernel: PyTorch's
  *       count_include_pad), 2 adaptive avg (PyTorch's floor/ceil
@@ -404,10 +408,14 @@ sgk_pool2d_bwd_k(const T *__restrict__ dy, const T *__restrict__ x, T *__restric
  * output, so that phase 2 finds it again without the window's loads.  A
  * row of threads takes an output row (plane, oh) at a time; SH and SW the
  * strides when known at compile time (0: g's), so that the divisions by
- * them are shifts. */
+ * them are shifts.  relu: x is a relu's result and the gradient goes on
+ * through the relu's backward, where(x <= 0, 0, g): a window whose
+ * maximum is <= 0 records 255 too, as that maximum is the x where its
+ * gradient lands (NaN is no <= 0: it passes, as where's le). */
 template <class T, int SH, int SW>
 __global__ void __launch_bounds__(256)
-sgk_maxpool_arg_k(const T *__restrict__ x, unsigned char *__restrict__ arg, SgConvGeom geom)
+sgk_maxpool_arg_k(const T *__restrict__ x, unsigned char *__restrict__ arg, SgConvGeom geom,
+                  int relu)
 {
 	typedef typename sgk_acc<T>::type A;
 	const SgkPoolGeom<int> g = sgk_pool_geom<int>(geom);
@@ -432,8 +440,8 @@ sgk_maxpool_arg_k(const T *__restrict__ x, unsigned char *__restrict__ arg, SgCo
 					}
 				}
 			arg[(long long)row * g.ow + ow] =
-				bh < 0 ? (unsigned char)255
-				       : (unsigned char)((bh - hs) * 16 + (bw - ws));
+				bh < 0 || (relu && m <= (A)0) ? (unsigned char)255
+				                              : (unsigned char)((bh - hs) * 16 + (bw - ws));
 		}
 	}
 }
@@ -619,7 +627,8 @@ sgk_pool2d_bwd_cl_k(const T *__restrict__ dy, const T *__restrict__ x, T *__rest
  * together (arg aligned to VEC bytes). */
 template <class T, int VEC, int SMALL>
 __global__ void __launch_bounds__(256)
-sgk_maxpool_arg_cl_k(const T *__restrict__ x, unsigned char *__restrict__ arg, SgConvGeom geom)
+sgk_maxpool_arg_cl_k(const T *__restrict__ x, unsigned char *__restrict__ arg, SgConvGeom geom,
+                     int relu)
 {
 	typedef typename sgk_acc<T>::type A;
 	const SgkPoolGeom<int> g = sgk_pool_geom<int>(geom);
@@ -669,8 +678,9 @@ sgk_maxpool_arg_cl_k(const T *__restrict__ x, unsigned char *__restrict__ arg, S
 		sgk_reg<VEC, unsigned char> r;
 #pragma unroll
 		for (int k = 0; k < VEC; k++)
-			r.v[k] = bh[k] < 0 ? (unsigned char)255
-			                   : (unsigned char)((bh[k] - hs) * 16 + (bw[k] - ws));
+			r.v[k] = bh[k] < 0 || (relu && m[k] <= (A)0)
+			                 ? (unsigned char)255
+			                 : (unsigned char)((bh[k] - hs) * 16 + (bw[k] - ws));
 		sgk_stv<VEC>(arg + (long long)i * VEC, r);
 	}
 }
@@ -1622,11 +1632,11 @@ static inline void sgk_rows_launch(long long len, long long nrows, dim3 &grid, d
 
 template <class T, int SH, int SW>
 static cudaError_t sgk_maxpool_bwd(const T *dy, const T *x, T *dx, SgConvGeom g,
-                                   unsigned char *arg, cudaStream_t stream)
+                                   unsigned char *arg, int relu, cudaStream_t stream)
 {
 	dim3 grid, block;
 	sgk_rows_launch(g.ow, g.n * g.c * g.oh, grid, block);
-	sgk_maxpool_arg_k<T, SH, SW><<<grid, block, 0, stream>>>(x, arg, g);
+	sgk_maxpool_arg_k<T, SH, SW><<<grid, block, 0, stream>>>(x, arg, g, relu);
 	cudaError_t e = sgk_launched();
 	if (e != cudaSuccess)
 		return e;
@@ -1642,13 +1652,13 @@ static cudaError_t sgk_maxpool_bwd(const T *dy, const T *x, T *dx, SgConvGeom g,
  * window loads in a loop, phase 2 an input at a time. */
 template <class T, int VEC, int BLOCKED = 1>
 static cudaError_t sgk_maxpool_bwd_cl(const T *dy, const T *x, T *dx, SgConvGeom g,
-                                      unsigned char *arg, cudaStream_t stream)
+                                      unsigned char *arg, int relu, cudaStream_t stream)
 {
 	const unsigned agrid = sgk_conv_grid(g.n * g.oh * g.ow * g.c / VEC);
 	if (BLOCKED && g.r <= 3 && g.s <= 3)
-		sgk_maxpool_arg_cl_k<T, VEC, 1><<<agrid, 256, 0, stream>>>(x, arg, g);
+		sgk_maxpool_arg_cl_k<T, VEC, 1><<<agrid, 256, 0, stream>>>(x, arg, g, relu);
 	else
-		sgk_maxpool_arg_cl_k<T, VEC, 0><<<agrid, 256, 0, stream>>>(x, arg, g);
+		sgk_maxpool_arg_cl_k<T, VEC, 0><<<agrid, 256, 0, stream>>>(x, arg, g, relu);
 	cudaError_t e = sgk_launched();
 	if (e != cudaSuccess)
 		return e;
@@ -1680,10 +1690,22 @@ static void sgk_pool2d_bwd_cl(const T *dy, const T *x, T *dx, SgConvGeom g, int 
 		sgk_pool2d_bwd_cl_k<T, I, 1><<<grid, 256, 0, stream>>>(dy, x, dx, g, mode);
 }
 
-/* work: sg_pool2d_bwd_workspace(g, mode) bytes (NULL when that is 0). */
+/* dx = where(x <= 0, 0, dx), a thread an element (either layout: x and
+ * dx alike). */
 template <class T>
-static cudaError_t sg_launch_pool2d_bwd(const T *dy, const T *x, T *dx, SgConvGeom g, int mode,
-                                        void *work, cudaStream_t stream)
+__global__ void __launch_bounds__(256)
+sgk_relu_mask_k(const T *__restrict__ x, T *__restrict__ dx, long long n)
+{
+	typedef typename sgk_acc<T>::type A;
+	SGK_CONV_LOOP(i, n)
+	if ((A)sgk_tof(x[i]) <= (A)0)
+		dx[i] = sgk_cvt<T>((A)0);
+}
+
+/* The backward with relu (sg_launch_maxpool2d_bwd_relu), else plain. */
+template <class T>
+static cudaError_t sgk_pool2d_bwd(const T *dy, const T *x, T *dx, SgConvGeom g, int mode,
+                                  void *work, int relu, cudaStream_t stream)
 {
 	long long count = g.n * g.c * g.h * g.w;
 	if (count <= 0)
@@ -1692,16 +1714,16 @@ static cudaError_t sg_launch_pool2d_bwd(const T *dy, const T *x, T *dx, SgConvGe
 		unsigned char *arg = (unsigned char *)work;
 		const int v = sgk_pool_vec<T>(g.c, dy, x, dx, arg);
 		if (v == SgkBnVec<T>::V16)
-			return sgk_maxpool_bwd_cl<T, SgkBnVec<T>::V16>(dy, x, dx, g, arg, stream);
+			return sgk_maxpool_bwd_cl<T, SgkBnVec<T>::V16>(dy, x, dx, g, arg, relu, stream);
 		if (v == SgkBnVec<T>::V8)
-			return sgk_maxpool_bwd_cl<T, SgkBnVec<T>::V8>(dy, x, dx, g, arg, stream);
-		return sgk_maxpool_bwd_cl<T, 1>(dy, x, dx, g, arg, stream);
+			return sgk_maxpool_bwd_cl<T, SgkBnVec<T>::V8>(dy, x, dx, g, arg, relu, stream);
+		return sgk_maxpool_bwd_cl<T, 1>(dy, x, dx, g, arg, relu, stream);
 	}
 	if (sg_pool2d_bwd_workspace(g, mode) > 0 && !g.cl) {
 		unsigned char *arg = (unsigned char *)work;
 		if (g.sh == 2 && g.sw == 2)
-			return sgk_maxpool_bwd<T, 2, 2>(dy, x, dx, g, arg, stream);
-		return sgk_maxpool_bwd<T, 0, 0>(dy, x, dx, g, arg, stream);
+			return sgk_maxpool_bwd<T, 2, 2>(dy, x, dx, g, arg, relu, stream);
+		return sgk_maxpool_bwd<T, 0, 0>(dy, x, dx, g, arg, relu, stream);
 	}
 	if (g.cl && sgk_pool_int(g))
 		sgk_pool2d_bwd_cl<T, int>(dy, x, dx, g, mode, stream);
@@ -1712,7 +1734,31 @@ static cudaError_t sg_launch_pool2d_bwd(const T *dy, const T *x, T *dx, SgConvGe
 	else
 		sgk_pool2d_bwd_k<T, long long><<<sgk_conv_grid(count), 256, 0, stream>>>(dy, x, dx, g,
 		                                                                         mode);
+	cudaError_t e = sgk_launched();
+	if (e != cudaSuccess || !relu)
+		return e;
+	/* (windows too large for the argmax bytes: the relu's mask after) */
+	sgk_relu_mask_k<T><<<sgk_conv_grid(count), 256, 0, stream>>>(x, dx, count);
 	return sgk_launched();
+}
+
+/* work: sg_pool2d_bwd_workspace(g, mode) bytes (NULL when that is 0). */
+template <class T>
+static cudaError_t sg_launch_pool2d_bwd(const T *dy, const T *x, T *dx, SgConvGeom g, int mode,
+                                        void *work, cudaStream_t stream)
+{
+	return sgk_pool2d_bwd<T>(dy, x, dx, g, mode, work, 0, stream);
+}
+
+/* max_pool2d's backward through the relu that made x: where(x <= 0, 0,
+ * max_pool2d_backward(dy, x)), the values of the two one after the
+ * other (kernels.c's pool_relu); work as sg_launch_pool2d_bwd's (mode
+ * 0). */
+template <class T>
+static cudaError_t sg_launch_maxpool2d_bwd_relu(const T *dy, const T *x, T *dx, SgConvGeom g,
+                                                void *work, cudaStream_t stream)
+{
+	return sgk_pool2d_bwd<T>(dy, x, dx, g, 0, work, 1, stream);
 }
 
 /* to_cl 1: x [n, c, hw] -> y [n, hw, c]; 0: x [n, hw, c] -> y [n, c, hw]

@@ -114,6 +114,8 @@ template cudaError_t sg_launch_pool2d_fwd<SGK_T>(const SGK_T *, SGK_T *, SgConvG
                                                  cudaStream_t);
 template cudaError_t sg_launch_pool2d_bwd<SGK_T>(const SGK_T *, const SGK_T *, SGK_T *,
                                                  SgConvGeom, int, void *, cudaStream_t);
+template cudaError_t sg_launch_maxpool2d_bwd_relu<SGK_T>(const SGK_T *, const SGK_T *, SGK_T *,
+                                                         SgConvGeom, void *, cudaStream_t);
 template cudaError_t sg_launch_to_layout<SGK_T>(const SGK_T *, SGK_T *, long long, long long,
                                                 long long, int, cudaStream_t);
 template size_t sg_batch_norm_workspace<SGK_T>(long long, long long, long long, int);

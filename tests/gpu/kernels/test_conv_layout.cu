@@ -17,6 +17,9 @@
  *   reference in double, and cl 1 near cl 0 (training: the sums' order
  *   differs, so within the tolerances below; eval: y and dx equal bit for
  *   bit, the per-channel scale and shift being the same);
+ *   sg_launch_maxpool2d_bwd_relu (the backward through a relu): equal
+ *   to where(x <= 0, 0, the plain backward) bit for bit, either layout,
+ *   with zeros, negatives and NaNs in x;
  *   sg_launch_batch_norm_fwd_relu (the epilogue, with and without a
  *   residual): equal to the plain forward's y then add and relu;
  *   sg_launch_to_layout both ways: equal to the host's transpose, and the
@@ -394,6 +397,56 @@ static void run_pool(long long n, long long c, long long h, long long w, int mod
 	dev_free_all();
 }
 
+/* max_pool2d's backward through a relu (sg_launch_maxpool2d_bwd_relu)
+ * with kernel r, stride st, padding pd: x from relu-like values (zeros,
+ * and negatives where neg, NaN where nans), both layouts equal bit for
+ * bit, and equal to where(x <= 0, 0, the plain backward) of each. */
+template <class T>
+static void run_pool_relu(long long n, long long c, long long h, long long w, long long r,
+                          long long st, long long pd, bool neg, bool nans)
+{
+	char what[160];
+	snprintf(what, sizeof what, "max_pool2d relu n%lld c%lld %lldx%lld r%lld s%lld p%lld%s%s", n,
+	         c, h, w, r, st, pd, neg ? " neg" : "", nans ? " NaN" : "");
+	SgConvGeom g0 = conv_geom(n, c, h, w, c, r, r, st, pd, 1, c), g1 = g0;
+	g1.cl = 1;
+	const size_t nx = n * c * h * w, ny = n * c * g0.oh * g0.ow;
+	std::vector<T> x = rnd_int<T>(nx, 4);
+	for (size_t i = 0; i < nx; i++)
+		if (neg && i % 3 == 0)
+			x[i] = kt_dt<T>::from(-1.0 - (double)(i % 5));
+		else if (nans && i % 41 == 0)
+			x[i] = kt_dt<T>::from(NAN);
+	const std::vector<T> dy = rnd_normal<T>(ny, 1, 0);
+	const size_t ws = sg_pool2d_bwd_workspace(g0, 0);
+	unsigned char *work = ws ? dev<unsigned char>(ws) : NULL;
+	std::vector<T> got[2], plain[2];
+	for (int cl = 0; cl < 2; cl++) {
+		const SgConvGeom &g = cl ? g1 : g0;
+		T *xd = dev_up(cl ? perm(x, n, c, h, w, 1) : x);
+		T *dyd = dev_up(cl ? perm(dy, n, c, g0.oh, g0.ow, 1) : dy);
+		T *dxr = dev<T>(nx), *dxp = dev<T>(nx);
+		launched(sg_launch_maxpool2d_bwd_relu<T>(dyd, xd, dxr, g, work, 0), what);
+		launched(sg_launch_pool2d_bwd<T>(dyd, xd, dxp, g, 0, work, 0), what);
+		got[cl] = down(dxr, nx);
+		plain[cl] = down(dxp, nx);
+		if (cl) {
+			got[cl] = perm(got[cl], n, c, h, w, 0);
+			plain[cl] = perm(plain[cl], n, c, h, w, 0);
+		}
+	}
+	char w2[200];
+	snprintf(w2, sizeof w2, "%s (cl 1 against cl 0)", what);
+	check_same(w2, got[1], got[0]);
+	std::vector<T> want = plain[0];
+	for (size_t i = 0; i < nx; i++)
+		if (kt_dt<T>::to(x[i]) <= 0)
+			want[i] = kt_dt<T>::from(0.0);
+	snprintf(w2, sizeof w2, "%s (where(x <= 0, 0, plain backward))", what);
+	check_same(w2, got[0], want);
+	dev_free_all();
+}
+
 /* ------------------------------------------------------------------ batch norm */
 
 /* The reference over NCHW x [n, c, inner] in double: y, each channel's
@@ -650,6 +703,14 @@ static void run_all(bool quick)
 	run_pool<T>(2, 64, 13, 11, 0, 3, 2, 1, 0, 0, 0, 1, false);
 	run_pool<T>(2, 64, 13, 11, 1, 3, 2, 1, 0, 0, 1, 0, false);
 	run_pool<T>(2, 64, 9, 9, 2, 1, 1, 0, 3, 3, 3, 0, false);
+	/* through a relu: the argmax bytes (NCHW, and channels last in 2 x 2
+	 * blocks and not), and a 16 x 16 window (the mask after) */
+	for (long long c : cs) {
+		run_pool_relu<T>(2, c, 13, 11, 3, 2, 1, false, false);
+		run_pool_relu<T>(2, c, 12, 12, 3, 2, 1, true, true);
+		run_pool_relu<T>(2, c, 12, 10, 4, 2, 1, true, false);
+		run_pool_relu<T>(1, c, 20, 18, 16, 2, 0, true, false);
+	}
 	if (!quick)
 		run_pool<T>(4, 64, 112, 112, 0, 3, 2, 1, 0, 0, 0, 0, false);
 	printf("%s pools done: %d passed, %d failed so far\n", kt_dt<T>::name(), kt_npass, kt_nfail);
@@ -793,7 +854,7 @@ static void bench_maxpool(long long n, long long c, long long h, double copy)
 		perf("max_pool2d bwd", shape, cl, b, (double)(2 * nx + ny) * es + 2.0 * ny, copy);
 		if (cl) {
 			const double a = kt_time([&] {
-				sgk_maxpool_bwd_cl<T, SgkBnVec<T>::V16, 0>(dy, x, dx, g, work, 0);
+				sgk_maxpool_bwd_cl<T, SgkBnVec<T>::V16, 0>(dy, x, dx, g, work, 0, 0);
 			}, 3, reps);
 			perf("max_pool2d bwd 1x1", shape, cl, a, (double)(2 * nx + ny) * es + 2.0 * ny,
 			     copy);
