@@ -15,13 +15,15 @@
  * offer, in their order, the deterministic ones only (all of them when none
  * is), f32 without TF32 (PyTorch's numerics with allow_tf32 off; f16 and
  * bf16 on tensor cores, accumulating in f32).  The first is the plan's
- * algorithm until its first eager call times them (as sgrt_blas.c does
- * cuBLASLt's, and cuDNN's benchmark mode in PyTorch): each candidate whose
- * workspace fits what the stream's buffer holds, or the first's need when
- * that is more, runs once and then three times between two events on the
- * call's own operands, and the fastest is kept unless it is within 1% of
- * the first.  The runs write the output, which the call then writes
- * again.  SGRT_CONV_TUNE=0 keeps the heuristic's first.  The workspace is
+ * algorithm.  Under SGRT_CONV_TUNE=1 the first eager call times them
+ * instead (as sgrt_blas.c does cuBLASLt's, and cuDNN's benchmark mode in
+ * PyTorch): each candidate whose workspace fits what the stream's buffer
+ * holds, or the first's need when that is more, runs once and then three
+ * times between two events on the call's own operands, and the fastest is
+ * kept unless it is within 1% of the first.  The runs write the output,
+ * which the call then writes again.  Not the default: timed alone, on
+ * operands the runs leave in L2, the choice was not shown faster in a
+ * step (docs/performance.md, 2026-12-04).  The workspace is
  * the model's, one buffer per stream, grown when a plan is made (never
  * while the stream is being captured into a CUDA graph: declined then,
  * and not timed then either: the next eager call times it).
@@ -109,6 +111,7 @@ typedef struct {
 	int algo;                        /* the candidate chosen, as the next three */
 	size_t ws;
 	cudnnMathType_t math;
+	cudnnMathType_t set_math;        /* the math type conv holds now */
 	int ncand;                       /* the heuristic's candidates, its order */
 	int cand_algo[MAXALGO];
 	size_t cand_ws[MAXALGO];
@@ -118,7 +121,7 @@ typedef struct {
 typedef struct {
 	Fns f;
 	cudnnHandle_t h;
-	int tune;                        /* time the candidates (not SGRT_CONV_TUNE=0) */
+	int tune;                        /* time the candidates (SGRT_CONV_TUNE=1) */
 	int debug;                       /* SGRT_CUDNN_DEBUG: say what timing chose */
 	Plan *plan;
 	int nplan, capplan;
@@ -201,7 +204,7 @@ load(SgrtModel *m)
 		return NULL;
 	c->h = h;
 	const char *tune = getenv("SGRT_CONV_TUNE");
-	c->tune = !tune || strcmp(tune, "0") != 0;
+	c->tune = tune && *tune && strcmp(tune, "0") != 0;
 	const char *debug = getenv("SGRT_CUDNN_DEBUG");
 	c->debug = debug && *debug && *debug != '0';
 	if (!sgrt_dlsyms(lib, sym, sizeof sym / sizeof sym[0], &c->f)) {
@@ -309,20 +312,27 @@ make_plan(Conv *c, const Key *k, Plan *p)
 		return 0;
 	p->algo = p->cand_algo[0];
 	p->ws = p->cand_ws[0];
-	p->math = p->cand_math[0];
+	p->math = p->set_math = p->cand_math[0];
 	p->tuned = !c->tune || p->ncand < 2;
-	return 1;
+	return c->f.SetMath(p->conv, p->math) == CUDNN_STATUS_SUCCESS;
 }
 
 /* One run of plan p with algorithm (algo, math), workspace ws of ws_bytes:
- * a, b the operands as sgrt_conv2d's, out written (beta 0). */
+ * a, b the operands as sgrt_conv2d's, out written (beta 0).  The math
+ * type is set on the descriptor only when it changes (while timing):
+ * with it set on every call, each convolution of a traced ResNet-18 step
+ * took at least about 0.1 ms (2026-12-04 00:05, H200), as if cuDNN
+ * planned the call again. */
 static cudnnStatus_t
-run_algo(Conv *c, const Plan *p, int algo, cudnnMathType_t math, void *ws, size_t ws_bytes,
+run_algo(Conv *c, Plan *p, int algo, cudnnMathType_t math, void *ws, size_t ws_bytes,
          const void *a, const void *b, void *out, const void *alpha, const void *beta)
 {
-	cudnnStatus_t e = c->f.SetMath(p->conv, math);
-	if (e != CUDNN_STATUS_SUCCESS)
-		return e;
+	if (math != p->set_math) {
+		cudnnStatus_t e = c->f.SetMath(p->conv, math);
+		if (e != CUDNN_STATUS_SUCCESS)
+			return e;
+		p->set_math = math;
+	}
 	if (p->key.dir == SGRT_CONV_FWD)
 		return c->f.Fwd(c->h, alpha, p->x, a, p->w, b, p->conv, (cudnnConvolutionFwdAlgo_t)algo,
 		                ws, ws_bytes, beta, p->y, out);
