@@ -535,6 +535,18 @@ sync_dealloc(CgGraph *G, const Node *n)
 		        {"s", cg_num(c, s)}, {"line", cg_num(c, line)});
 }
 
+/* A node that kernel_choice folded into node by's kernel: a comment
+ * saying so (how: the way it is computed there), and nothing else.
+ * Returns 1, as node_stmt. */
+static int
+computed_by(CgGraph *G, NodeId by, const char *how)
+{
+	const Node *b = &G->g->nodes.v[by];
+	fprintf(G->body, "\t/* (computed by the %s of line %u, %s) */\n", op_name(b->op),
+	        b->loc.line, how);
+	return 1;
+}
+
 /* The statements of node i (its comment first); a wait_stream that
  * orders nothing new (already_ordered) leaves only its comment. */
 static int
@@ -547,27 +559,18 @@ node_stmt(CgGraph *G, NodeId i, int already_ordered)
 	CG_EMIT(G->body, "host.cu:comment", {"where", cg_where(c, n)},
 	        {"text", cg_stmt_text(c, g, n)}, {"mark", cg_line_mark(c, n->loc.line)});
 	NodeId bn = G->fold ? G->fold->bn_act[i] : NONE; /* a batch_norm's epilogue */
-	if (bn != NONE && n->op != OP_BATCH_NORM) {
-		fprintf(G->body, "\t/* (computed by the batch_norm of line %u, as its kernel's "
-		        "epilogue) */\n", g->nodes.v[bn].loc.line);
-		return 1;
-	}
+	if (bn != NONE && n->op != OP_BATCH_NORM)
+		return computed_by(G, bn, "as its kernel's epilogue");
 	if (bn != NONE) /* it writes its relu's result */
 		bind_results(G, bn);
 	NodeId pr = G->fold ? G->fold->pool_relu[i] : NONE; /* a max pool's relu backward */
-	if (pr != NONE && n->op != OP_MAX_POOL2D_BACKWARD) {
-		fprintf(G->body, "\t/* (computed by the max_pool2d_backward of line %u, as its "
-		        "mask) */\n", g->nodes.v[pr].loc.line);
-		return 1;
-	}
+	if (pr != NONE && n->op != OP_MAX_POOL2D_BACKWARD)
+		return computed_by(G, pr, "as its mask");
 	if (pr != NONE) /* it writes the where's result */
 		bind_results(G, pr);
 	NodeId na = G->fold ? G->fold->norm_add[i] : NONE; /* a norm's residual add */
-	if (na != NONE && n->op == OP_ADD) {
-		fprintf(G->body, "\t/* (computed by the %s of line %u, as its kernel loads its "
-		        "rows) */\n", op_name(g->nodes.v[na].op), g->nodes.v[na].loc.line);
-		return 1;
-	}
+	if (na != NONE && n->op == OP_ADD)
+		return computed_by(G, na, "as its kernel loads its rows");
 	if (na != NONE) /* it writes the sum too */
 		bind_results(G, na);
 	if (!cg_fold_written(G, i) && !cg_fold_by_product(G, i)) /* else bound at its

@@ -332,6 +332,26 @@ SGK_DEV I sgk_pool_argmax(const T *plane, I W, I h0, I h1, I w0, I w1)
 	return best;
 }
 
+/* take(h, w) for each place of the window rows [h0, h1), columns [w0,
+ * w1), rows first; SMALL (windows of at most 3 x 3, max pools): the walk
+ * unrolled, so that the loads take makes are in flight together. */
+template <int SMALL, class I, class F>
+SGK_DEV void sgk_pool_walk(I h0, I h1, I w0, I w1, F &take)
+{
+	if (SMALL) {
+#pragma unroll
+		for (int dh = 0; dh < 3; dh++)
+#pragma unroll
+			for (int dw = 0; dw < 3; dw++)
+				if (h0 + dh < h1 && w0 + dw < w1)
+					take(h0 + dh, w0 + dw);
+	} else {
+		for (I h = h0; h < h1; h++)
+			for (I w = w0; w < w1; w++)
+				take(h, w);
+	}
+}
+
 /* A grid-stride loop over [0, total) in the index type I. */
 #define SGK_POOL_LOOP(I, i, total)                                             \
 	for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < (total);         \
@@ -521,20 +541,7 @@ sgk_pool2d_fwd_cl_k(const T *__restrict__ x, T *__restrict__ y, SgConvGeom geom,
 				}
 				any = true;
 			};
-			if (SMALL) {
-				/* max, windows of at most 3 x 3: the loads unrolled,
-				 * so that they are in flight together */
-#pragma unroll
-				for (int dh = 0; dh < 3; dh++)
-#pragma unroll
-					for (int dw = 0; dw < 3; dw++)
-						if (h0 + dh < h1 && w0 + dw < w1)
-							take(h0 + dh, w0 + dw);
-			} else {
-				for (I h = h0; h < h1; h++)
-					for (I w = w0; w < w1; w++)
-						take(h, w);
-			}
+			sgk_pool_walk<SMALL>(h0, h1, w0, w1, take);
 			sgk_stv<VEC>(y + (long long)i * VEC, r);
 			continue;
 		}
@@ -661,20 +668,7 @@ sgk_maxpool_arg_cl_k(const T *__restrict__ x, unsigned char *__restrict__ arg, S
 				}
 			}
 		};
-		if (SMALL) {
-			/* windows of at most 3 x 3: the loads unrolled, in flight
-			 * together (sgk_pool2d_fwd_cl_k's) */
-#pragma unroll
-			for (int dh = 0; dh < 3; dh++)
-#pragma unroll
-				for (int dw = 0; dw < 3; dw++)
-					if (h0 + dh < h1 && w0 + dw < w1)
-						take(h0 + dh, w0 + dw);
-		} else {
-			for (int h = h0; h < h1; h++)
-				for (int w = w0; w < w1; w++)
-					take(h, w);
-		}
+		sgk_pool_walk<SMALL>(h0, h1, w0, w1, take);
 		sgk_reg<VEC, unsigned char> r;
 #pragma unroll
 		for (int k = 0; k < VEC; k++)
