@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 #
-# bench/run_bench.sh [prepare|run|all] - sgc against PyTorch on the
+# bench/run_bench.sh [prepare|run|all|ab ...] - sgc against PyTorch on the
 # workloads of ../shared/anchors.md (bench/README.md).
 #
 #   prepare   here (flex, bison and cJSON installed; nvcc optional):
@@ -18,6 +18,9 @@
 #             table.  Files go to $OUT (the device tool's folder), else
 #             build-bench/gpu/out.
 #   all       prepare, then run (one machine with everything).
+#   ab        PROGRAM 'ENV A' 'ENV B' [ROUNDS] [ITERS] [DRIVER B]: an A/B
+#             of one program's driver under two environments, or against
+#             another binary (see ab() below), on the GPU machine.
 #
 # Environment: PYTHON (an interpreter with torch; default: the first of
 # python3 and /usr/bin/python3 that imports it), NVCC, BENCH_BUDGET_S
