@@ -101,6 +101,9 @@ typedef struct {
 
 enum { MAXALGO = 16 };
 
+/* The places in a Key's g (sgrt_conv2d's geometry, SgConvGeom's order). */
+enum { N, C, H, W, K, R, S, OH, OW, GROUPS, SH, SW, PH, PW, DH, DW, CL };
+
 typedef struct {
 	Key key;
 	int ok;                          /* 0: declined, remembered */
@@ -240,7 +243,6 @@ static int
 make_plan(Conv *c, const Key *k, Plan *p)
 {
 	const long long *g = k->g;
-	enum { N, C, H, W, K, R, S, OH, OW, GROUPS, SH, SW, PH, PW, DH, DW, CL };
 	cudnnDataType_t dt = cudnn_dt(k->dtype);
 	/* the sizes stay the logical ones; NHWC's filter is KRSC */
 	cudnnTensorFormat_t fmt = g[CL] ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
@@ -396,8 +398,8 @@ tune_plan(SgrtModel *m, Conv *c, int s, Plan *p, const void *a, const void *b, v
 		const long long *g = p->key.g;
 		fprintf(stderr, "sgrt: conv %s x [%lld, %lld, %lld, %lld] w [%lld, %lld, %lld, %lld]"
 		        " stride %lld pad %lld%s:", p->key.dir == SGRT_CONV_FWD ? "fwd"
-		        : p->key.dir == SGRT_CONV_BWD_DATA ? "data" : "filter", g[0], g[1], g[2],
-		        g[3], g[4], g[1] / g[9], g[5], g[6], g[10], g[12], g[16] ? " cl" : "");
+		        : p->key.dir == SGRT_CONV_BWD_DATA ? "data" : "filter", g[N], g[C], g[H],
+		        g[W], g[K], g[C] / g[GROUPS], g[R], g[S], g[SH], g[PH], g[CL] ? " cl" : "");
 		for (int i = 0; i < p->ncand; i++)
 			fprintf(stderr, " %s%d %.4f ms (%zu B)", i == best ? "*" : "", p->cand_algo[i],
 			        (double)ms[i], p->cand_ws[i]);
