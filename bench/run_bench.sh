@@ -21,6 +21,8 @@
 #   ab        PROGRAM 'ENV A' 'ENV B' [ROUNDS] [ITERS] [DRIVER B]: an A/B
 #             of one program's driver under two environments, or against
 #             another binary (see ab() below), on the GPU machine.
+#   kernels   PROGRAM ['ENV']: one step's kernels under ncu, by kernel
+#             (see kernels() below), on the GPU machine.
 #
 # Environment: PYTHON (an interpreter with torch; default: the first of
 # python3 and /usr/bin/python3 that imports it), NVCC, BENCH_BUDGET_S
@@ -381,6 +383,29 @@ ab() {
 		"B ($3${6:+, $6}) $(median "${b[@]}") ms"
 }
 
+# kernels PROGRAM ['ENV']: one step of PROGRAM's driver under ncu (three
+# calls, the step the repeating tail: bench/ncu_summary.py), each
+# kernel's gpu__time_duration at the clocks it runs at: the step's kernel
+# time in all, by kernel, and its kernels under 10 us.
+kernels() {
+	[ $# -ge 1 ] || die "usage: bench/run_bench.sh kernels PROGRAM ['ENV']"
+	local name=$1 bin ncu
+	run_setup >/dev/null
+	bin=$(driver "$name") || die "no driver for $name"
+	ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+	[ -x "$ncu" ] || die "no ncu"
+	"$PY" bench/torch_ref.py --make-inputs "$IN" --only "$name" >/dev/null ||
+		die "making $name's inputs failed"
+	local params=()
+	[ -f "$IN/$name.params.safetensors" ] && params=(--params "$IN/$name.params.safetensors")
+	# shellcheck disable=SC2086
+	env ${2:-} SGRT_BENCH_WARMUP=2 "$ncu" --csv --print-units base --clock-control none \
+		--metrics gpu__time_duration.sum "$bin" --inputs "$IN/$name.safetensors" \
+		"${params[@]}" --bench 1 >"$OUTD/$name.ncu.csv" 2>"$OUTD/$name.ncu.err" ||
+		die "ncu failed: $(tail -c 300 "$OUTD/$name.ncu.err")"
+	"$PY" bench/ncu_summary.py "$OUTD/$name.ncu.csv"
+}
+
 run() {
 	run_setup
 	{
@@ -435,6 +460,7 @@ case "${1:-run}" in
 prepare) prepare ;;
 run) run ;;
 ab) shift && ab "$@" ;;
+kernels) shift && kernels "$@" ;;
 all) prepare && run ;;
-*) echo "usage: bench/run_bench.sh [prepare|run|all|ab PROGRAM ENV_A ENV_B [ROUNDS] [ITERS]]" >&2; exit 2 ;;
+*) echo "usage: bench/run_bench.sh [prepare|run|all|ab PROGRAM ENV_A ENV_B [ROUNDS] [ITERS]|kernels PROGRAM [ENV]]" >&2; exit 2 ;;
 esac

@@ -173,6 +173,43 @@ pool(CgGraph *G, const Node *n)
 	cg_free_tmp(G, n, work);
 }
 
+/* The SgBnRunning<S> argument of training batch_norm n's call when its
+ * kernel makes running statistics' updates (kernel_choice's bn_rm,
+ * bn_rv): each stored into its class (the running statistic), with the
+ * update's two mul literals, the statistic's and the old value's; NULL
+ * when it makes none. */
+static const char *
+bn_running(CgGraph *G, const Node *n, const char *st)
+{
+	const Graph *g = G->g;
+	NodeId i = (NodeId)(n - g->nodes.v);
+	if (!G->fold || (G->fold->bn_rm[i] == NONE && G->fold->bn_rv[i] == NONE))
+		return NULL;
+	const char *ptr[2], *lit[2][2];
+	for (int j = 0; j < 2; j++) {
+		NodeId A = (j ? G->fold->bn_rv : G->fold->bn_rm)[i];
+		ptr[j] = cg_fmt(G->c, "(%s *)NULL", st);
+		lit[j][0] = lit[j][1] = "0.0f";
+		if (A == NONE)
+			continue;
+		const Node *a = &g->nodes.v[A];
+		ptr[j] = G->vname[a->res[0]];
+		for (int k = 0; k < 2; k++) { /* the mul of the statistic, of the old value */
+			const Node *m = &g->nodes.v[g->vals.v[a->opnd[k].v].def];
+			int v = m->opnd[0].kind == OK_VAL ? 0 : 1;
+			NodeId d = g->vals.v[m->opnd[v].v].def;
+			int stat = d != NONE && d < g->nodes.n && G->s->bn_stats[d] == i;
+			double x = 0;
+			if (!ir_literal(&m->opnd[1 - v], &x))
+				ICE("a running statistic's update without its literal (line %u)",
+				    m->loc.line);
+			lit[j][!stat] = cg_lit_float(G->c, (double)(float)x, 1);
+		}
+	}
+	return cg_fmt(G->c, "SgBnRunning<%s>{%s, %s, %s, %s, %s, %s}", st, ptr[0], ptr[1],
+	              lit[0][0], lit[0][1], lit[1][0], lit[1][1]);
+}
+
 /* batch_norm and batch_norm_backward. */
 static void
 batch_norm(CgGraph *G, const Node *n)
@@ -205,10 +242,13 @@ batch_norm(CgGraph *G, const Node *n)
 		/* the var_mean it computes (kernel_choice's bn_stats): var, mean */
 		NodeId vm = G->s->bn_stats[n - G->g->nodes.v];
 		const char *var_out = cg_fmt(c, "(%s *)NULL", ct), *mean_out = var_out;
-		if (vm != NONE) {
+		if (vm != NONE && !G->ingroup_only[G->g->nodes.v[vm].res[0]])
 			var_out = G->vname[G->g->nodes.v[vm].res[0]];
+		if (vm != NONE && !G->ingroup_only[G->g->nodes.v[vm].res[1]])
 			mean_out = G->vname[G->g->nodes.v[vm].res[1]];
-		}
+		/* the running statistics' updates it makes (kernel_choice's
+		 * bn_rm, bn_rv): stored in place, with mul's two literals */
+		const char *run = bn_running(G, n, st);
 		/* with its epilogue (kernel_choice's bn_act): the relu's result,
 		 * the add's residual */
 		NodeId i = (NodeId)(n - G->g->nodes.v), A = G->fold ? G->fold->bn_act[i] : NONE;
@@ -220,11 +260,12 @@ batch_norm(CgGraph *G, const Node *n)
 			      : var(G, &G->g->nodes.v[add], G->g->nodes.v[add].opnd[0].v == n->res[0]);
 		}
 		call = cg_fmt(c, "(sg_launch_batch_norm_fwd%s<%s, %s>(%s, %s, %s, %s, %s, %s%s%s, %s, %s, "
-		              "%s, %lld, %lld, %lld, %d, %s, %d, sgrt_stream(rt, %s)))",
+		              "%s, %lld, %lld, %lld, %d, %s, %d, sgrt_stream(rt, %s)%s%s))",
 		              A != NONE ? "_relu" : "", ct, st, var(G, n, 0), rm, rv, w, b,
 		              res ? res : "", res ? ", " : "", y, mean_out, var_out, work,
 		              (long long)nb, (long long)ch, (long long)inner, cl,
-		              cg_lit_float(c, (double)(float)eps, 1), training, s);
+		              cg_lit_float(c, (double)(float)eps, 1), training, s, run ? ", " : "",
+		              run ? run : "");
 	} else {
 		call = cg_fmt(c, "(sg_launch_batch_norm_bwd<%s, %s>(%s, %s, %s, %s, %s, %s, %s, %s, %s, "
 		              "%lld, %lld, %lld, %d, %s, %d, sgrt_stream(rt, %s)))", ct, st,

@@ -568,6 +568,13 @@ node_stmt(CgGraph *G, NodeId i, int already_ordered)
 		return computed_by(G, pr, "as its mask");
 	if (pr != NONE) /* it writes the where's result */
 		bind_results(G, pr);
+	for (int j = 0; G->fold && j < 2; j++) { /* a running statistic's update */
+		NodeId r = (j ? G->fold->bn_rv : G->fold->bn_rm)[i];
+		if (r != NONE && n->op != OP_BATCH_NORM)
+			return computed_by(G, r, "as it finishes the statistics");
+		if (r != NONE) /* it stores the update */
+			bind_results(G, r);
+	}
 	NodeId na = G->fold ? G->fold->norm_add[i] : NONE; /* a norm's residual add */
 	if (na != NONE && n->op == OP_ADD)
 		return computed_by(G, na, "as its kernel loads its rows");

@@ -137,7 +137,7 @@ otype(const Graph *g, const Node *n, int k)
 	return vtype(g, n->opnd[k].v);
 }
 
-static int same_bytes(const Node *n);
+static int same_bytes(const Graph *g, const Node *n);
 static int view_perm(const Graph *g, const Node *n, int *perm);
 
 /* Row-major element strides of t. */
@@ -408,7 +408,7 @@ sched_fold_strides(const Graph *g, const KernelFold *F, ValId v, int64_t *st, in
 	const Node *n = &g->nodes.v[g->vals.v[s != NONE ? v : w].def];
 	if (!sched_fold_strides(g, F, o, ost, off))
 		return 0;
-	if (same_bytes(n))
+	if (same_bytes(g, n))
 		return view_strides(&g->vals.v[o].type, ost, t, st);
 	if (is_parts(n->op)) { /* v is a slice of o */
 		*off += part_start(g, n, v, &dim) * ost[dim];
@@ -469,10 +469,17 @@ swaps_last2(Kc *G, const Node *n)
 	return 1;
 }
 
-/* 1 when view node n has the bytes of its operand (reshape and friends). */
+/* 1 when view node n has the bytes of its operand: reshape and friends,
+ * and a to_layout of a 4-D value with one channel or one position (a
+ * 1 x 1 filter, a pooled [n, c, 1, 1]), whose row order and channels
+ * last are the same bytes. */
 static int
-same_bytes(const Node *n)
+same_bytes(const Graph *g, const Node *n)
 {
+	if (n->op == OP_TO_LAYOUT && n->nopnd == 1 && n->opnd[0].kind == OK_VAL) {
+		const Type *t = &g->vals.v[n->opnd[0].v].type;
+		return t->rank == 4 && (t->d[1] == 1 || t->d[2] * t->d[3] == 1);
+	}
 	return n->op == OP_RESHAPE || n->op == OP_SQUEEZE || n->op == OP_UNSQUEEZE;
 }
 
@@ -591,7 +598,7 @@ takes_slice(Kc *G, NodeId X, ValId x, ValId y, const Node *p, uint32_t k)
 static int
 reads_slice(Kc *G, NodeId X, ValId x, const Node *n, uint32_t k)
 {
-	if (!G->fold->view[n - G->g->nodes.v] || !same_bytes(n))
+	if (!G->fold->view[n - G->g->nodes.v] || !same_bytes(G->g, n))
 		return takes_slice(G, X, x, x, n, k);
 	ValId y = n->res[0];
 	for (uint32_t u = G->uat[y]; u < G->uat[y + 1]; u++) {
@@ -807,7 +814,7 @@ fold_view(Kc *G, const uint32_t *nclass, NodeId X)
 		return;
 	if (parts)
 		trans = 3; /* slices read by attention through strides */
-	else if (same_bytes(n))
+	else if (same_bytes(G->g, n))
 		trans = 0;
 	else if ((n->op == OP_TRANSPOSE || n->op == OP_PERMUTE) && swaps_last2(G, n))
 		trans = 1;
@@ -867,7 +874,7 @@ sole_view_use(Kc *G, ValId c, uint32_t stream)
 	    G->prologue[use] >= 0 || F->view[use] ||
 	    vtype(G->g, n->res[0])->dt != vtype(G->g, c)->dt)
 		return NONE;
-	return same_bytes(n) || keeps_last(G, n) ? use : NONE;
+	return same_bytes(G->g, n) || keeps_last(G, n) ? use : NONE;
 }
 
 /* Links (F->out) the values of chain[0..nch) of views from v; clear:
@@ -1381,6 +1388,88 @@ fold_pool_relu(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
 	G->ingroup_only[gr] = G->ingroup_only[m] = 1; /* no memory */
 }
 
+/* The literal operand of binary node n besides value v (*x), 1 when n
+ * reads v and a literal. */
+static int
+times_literal(const Node *n, ValId v, double *x)
+{
+	if (n->nopnd != 2 || n->nres != 1)
+		return 0;
+	for (uint32_t k = 0; k < 2; k++)
+		if (n->opnd[k].kind == OK_VAL && n->opnd[k].v == v && ir_literal(&n->opnd[1 - k], x))
+			return 1;
+	return 0;
+}
+
+/* The running statistics' updates of training batch_norm P (see the top
+ * of the file): for each statistic st its var_mean V computes in P's
+ * kernel (the mean, the unbiased variance), the fused group right after
+ * P that alone reads it, {t = mul(st, take), k = mul(r, keep), u = add(t,
+ * k)}, u stored by fusion into r (store_into_copy: u joined r's class), r
+ * an input, param or const of st's 2-byte dtype and shape that nothing
+ * else reads or writes between P and u, no sync or other stream between
+ * (at most BN_EPI_GAP nodes).  P's kernel then stores the update into r
+ * as it finishes each channel (SgBnRunning); the group has no kernel. */
+static void
+fold_bn_running(Kc *G, FuseGroups *groups, NodeId P)
+{
+	Graph *g = G->g;
+	NodeId V = layout_bn_stats(g, P);
+	if (V == NONE || G->prologue[V] >= 0 || G->group[V] >= 0 || G->epilogue[V] >= 0)
+		return;
+	for (int j = 0; j < 2; j++) {
+		ValId st = g->nodes.v[V].res[j]; /* var, mean */
+		const Type *t = vtype(g, st);
+		double x;
+		if ((t->dt != DT_F16 && t->dt != DT_BF16) || t->rank != 1 || t->host)
+			continue;
+		NodeId M1 = sole_use(G, st, NULL);
+		int gi = M1 != NONE ? G->group[M1] : -1;
+		if (gi < 0 || g->nodes.v[M1].op != OP_MUL || !times_literal(&g->nodes.v[M1], st, &x))
+			continue;
+		const FuseGroup *grp = &groups->v[gi];
+		if (grp->n != 3 || grp->into != NONE || grp->after != NONE)
+			continue;
+		NodeId A = grp->nodes[2], M2 = grp->nodes[0] == M1 ? grp->nodes[1] : grp->nodes[0];
+		const Node *a = &g->nodes.v[A], *m2 = &g->nodes.v[M2], *m1 = &g->nodes.v[M1];
+		if (grp->nodes[2] == M1 || a->op != OP_ADD || a->nopnd != 2 || m2->op != OP_MUL ||
+		    m2->nopnd != 2 || a->opnd[0].kind != OK_VAL || a->opnd[1].kind != OK_VAL)
+			continue;
+		ValId t1 = m1->res[0], t2 = m2->res[0];
+		if (!((a->opnd[0].v == t1 && a->opnd[1].v == t2) ||
+		      (a->opnd[0].v == t2 && a->opnd[1].v == t1)) ||
+		    !G->ingroup_only[t1] || !G->ingroup_only[t2])
+			continue;
+		ValId r = m2->opnd[0].kind == OK_VAL ? m2->opnd[0].v : m2->opnd[1].v;
+		if (m2->opnd[0].kind == OK_VAL && m2->opnd[1].kind == OK_VAL)
+			continue;
+		if (!times_literal(m2, r, &x))
+			continue;
+		const Type *rt = vtype(g, r);
+		uint8_t kind = G->cls[r]->kind;
+		if ((kind != ST_PARAM && kind != ST_INPUT) || G->root[a->res[0]] != G->root[r] ||
+		    rt->dt != t->dt || !type_same_shape(rt, t) || rt->host ||
+		    vtype(g, t1)->dt != t->dt || vtype(g, t2)->dt != t->dt ||
+		    vtype(g, a->res[0])->dt != t->dt)
+			continue;
+		if (A <= P || A - P > BN_EPI_GAP || a->stream != g->nodes.v[P].stream ||
+		    !plain_between(g, P, A) || !source_stays(G, r, P, A))
+			continue;
+		int other = 0; /* r read between P and the update but by it */
+		for (uint32_t u = G->uat[r]; u < G->uat[r + 1] && !other; u++) {
+			NodeId i = G->unode[u];
+			other = i > P && i < A && i != M2 && g->nodes.v[i].op != OP_DEL;
+		}
+		if (other)
+			continue;
+		drop_group(G, groups, gi);
+		NodeId *F = j ? G->fold->bn_rm : G->fold->bn_rv;
+		F[P] = A;
+		F[M1] = F[M2] = F[A] = P;
+		G->ingroup_only[st] = 1; /* read by no kernel now: no memory */
+	}
+}
+
 /* The SGD update of product P's result computed by the product
  * (fold_update; see the top of the file), at most UPD_GAP nodes later. */
 enum { UPD_GAP = 64 };
@@ -1527,6 +1616,8 @@ fold_all(Kc *G, FuseGroups *groups)
 	F->pool_relu = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->pool_relu);
 	F->upd = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->upd);
 	F->norm_add = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->norm_add);
+	F->bn_rm = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_rm);
+	F->bn_rv = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_rv);
 	G->lastfwd = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *G->lastfwd);
 	G->attn_only = arena_alloc(G->tmp, g->vals.n + 1);
 	uint32_t *nclass = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *nclass);
@@ -1537,7 +1628,7 @@ fold_all(Kc *G, FuseGroups *groups)
 	index_uses(G);
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		F->act[i] = F->prod[i] = F->pair[i] = F->bn_act[i] = F->bn_add[i] = F->upd[i] =
-		    F->norm_add[i] = F->pool_relu[i] = NONE;
+		    F->norm_add[i] = F->pool_relu[i] = F->bn_rm[i] = F->bn_rv[i] = NONE;
 	for (NodeId i = g->nodes.n; i-- > 0;) /* uses before their views */
 		fold_view(G, nclass, i);
 	for (NodeId i = 0; i < g->nodes.n; i++)
@@ -1548,7 +1639,7 @@ fold_all(Kc *G, FuseGroups *groups)
 	 * read by any kernel: its source's pointer (codegen_host.c). */
 	G->plain = 1;
 	for (NodeId i = g->nodes.n; i-- > 0;)
-		if (!F->view[i] && !F->outview[i] && same_bytes(&g->nodes.v[i]) &&
+		if (!F->view[i] && !F->outview[i] && same_bytes(g, &g->nodes.v[i]) &&
 		    F->out[g->nodes.v[i].res[0]] == NONE)
 			fold_view(G, nclass, i);
 	G->plain = 0;
@@ -1556,6 +1647,7 @@ fold_all(Kc *G, FuseGroups *groups)
 		fold_epilogue(G, groups, nclass, i);
 		fold_bn_epilogue(G, groups, nclass, i);
 		fold_pool_relu(G, groups, nclass, i);
+		fold_bn_running(G, groups, i);
 		fold_update(G, nclass, i);
 	}
 	drop_empty_groups(G, groups);

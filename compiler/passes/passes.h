@@ -325,6 +325,12 @@ typedef struct {
 	                     backward its kernel computes (the mask in its
 	                     argmax pass), writing the where's result; per
 	                     such where and its le: the pool's backward; NONE */
+	NodeId *bn_rm;    /* per training batch_norm: the add of the running
+	                     mean's update (functionalize's mul, mul, add,
+	                     stored into the running mean) its kernel computes
+	                     as it finishes the statistics; per node of that
+	                     update: the batch_norm; NONE */
+	NodeId *bn_rv;    /* the same for the running variance */
 	NodeId *norm_add; /* per layer_norm or rms_norm of the library: the add
 	                     right before it making its input, which its kernel
 	                     computes as it loads its rows, storing the sum too;

@@ -415,6 +415,10 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 			pool_relu_plan(g, s, f, def, i);
 			continue;
 		}
+		if ((F->bn_rm[i] != NONE || F->bn_rv[i] != NONE) && n->op != OP_BATCH_NORM) {
+			n->flags |= NF_DEAD; /* a running statistic's update: at its batch_norm */
+			continue;
+		}
 		if (F->norm_add[i] != NONE && n->op != OP_ADD)
 			norm_add_plan(g, s, a, f, def, i); /* (then its operands, as any kernel's) */
 		if (n->op != OP_MATMUL && n->op != OP_LINEAR) {
@@ -561,12 +565,16 @@ check_groups(Graph *g, const Sched *s, const char *after)
 			     i, g->nodes.v[i].loc.line);
 		/* a copy_ onto its own class: the source stored by the last node of
 		 * a group in the same region, only inert nodes between
-		 * (fusion's store_into_copy) */
+		 * (fusion's store_into_copy), or by a batch_norm's kernel (a
+		 * running statistic's update, kernel_choice's bn_rm, bn_rv) */
 		const Node *n = &g->nodes.v[i];
 		if (n->flags & NF_DEAD || n->op != OP_COPY_ || n->nopnd != 2 ||
 		    n->opnd[1].kind != OK_VAL || s->root[n->opnd[0].v] != s->root[n->opnd[1].v])
 			continue;
 		NodeId d = g->vals.v[n->opnd[1].v].def, j = i;
+		if (s->fold && d != NONE && d < g->nodes.n && g->nodes.v[d].op == OP_ADD &&
+		    (s->fold->bn_rm[d] != NONE || s->fold->bn_rv[d] != NONE))
+			continue; /* (check_fold checks the update) */
 		while (j > 0 && (g->nodes.v[j - 1].flags & NF_DEAD || g->nodes.v[j - 1].op == OP_DEL ||
 		                 g->nodes.v[j - 1].op == OP_OFFLOAD))
 			j--;
@@ -647,6 +655,18 @@ check_fold(Graph *g, const Sched *s, const char *after)
 		                     (n->op == OP_WHERE && F->pool_relu[q] != i))))
 			FAIL("node %u (line %u): its max pool's relu backward is inconsistent", g->name,
 			     after, i, n->loc.line);
+		for (int j = 0; j < 2; j++) {
+			const NodeId *R = j ? F->bn_rv : F->bn_rm;
+			NodeId r = R[i];
+			if (r != NONE && (r >= g->nodes.n || g->nodes.v[r].stream != n->stream ||
+			                  (n->op == OP_BATCH_NORM
+			                   ? r <= i || g->nodes.v[r].op != OP_ADD || R[r] != i
+			                   : (n->op != OP_MUL && n->op != OP_ADD) || r >= i ||
+			                     g->nodes.v[r].op != OP_BATCH_NORM || s->group[i] >= 0 ||
+			                     (n->op == OP_ADD && R[r] != i))))
+				FAIL("node %u (line %u): its batch_norm's running statistics update is "
+				     "inconsistent", g->name, after, i, n->loc.line);
+		}
 		NodeId x = F->norm_add[i];
 		if (x != NONE && (x >= g->nodes.n || F->norm_add[x] != i ||
 		                  g->nodes.v[x].stream != n->stream ||
@@ -814,6 +834,15 @@ note(FILE *f, void *ctx, NodeId i)
 	else if (F && F->pool_relu[i] != NONE)
 		fprintf(f, "%scomputed by the max_pool2d_backward making %%%s", sep,
 		        g->vals.v[g->nodes.v[F->pool_relu[i]].res[0]].name), sep = ", ";
+	for (int j = 0; F && j < 2; j++) {
+		const NodeId *R = j ? F->bn_rv : F->bn_rm;
+		if (R[i] != NONE && n->op == OP_BATCH_NORM)
+			fprintf(f, "%supdates the running %s %%%s", sep, j ? "variance" : "mean",
+			        g->vals.v[s->root[g->nodes.v[R[i]].res[0]]].name), sep = ", ";
+		else if (R[i] != NONE)
+			fprintf(f, "%scomputed by the batch_norm making %%%s", sep,
+			        g->vals.v[g->nodes.v[R[i]].res[0]].name), sep = ", ";
+	}
 	if (F && F->norm_add[i] != NONE && n->op != OP_ADD)
 		fprintf(f, "%scomputes %%%s (the residual add) as it loads its rows", sep,
 		        g->vals.v[g->nodes.v[F->norm_add[i]].res[0]].name), sep = ", ";

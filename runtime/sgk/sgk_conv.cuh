@@ -43,8 +43,10 @@
  *   sg_launch_to_layout<T>(x, y, n, c, hw, to_cl, stream)
  *       to_cl 1: x [n, c, hw] -> y [n, hw, c]; 0: x [n, hw, c] ->
  *       y [n, c, hw].  32 x 32 tiles through shared memory (64 x 64 of
- *       2-byte elements, moved in pairs), both sides coalesced; below 8
- *       channels (an image's colours) a thread an element of y.
+ *       2-byte elements, moved in pairs), both sides coalesced; below 16
+ *       channels (an image's colours) or positions (a 3x3 filter's) all
+ *       of the narrow side and 256 of the other a block; one channel or
+ *       position: a copy.
  *   sg_batch_norm_workspace<T>(n, c, inner, cl)   bytes of work for:
  *   sg_launch_batch_norm_fwd<T, S>(x, rm, rv, w, b, y, mean_out, var_out,
  *                                  work, n, c, inner, cl, eps, training,
@@ -70,6 +72,11 @@
  *       The same with the epilogue the compiler folds in: y = relu(bn(x)
  *       + res), rounded as batch_norm, add and relu one after the other
  *       would (res NULL: relu(bn(x))); res in y's layout.
+ *       Both take a last, optional SgBnRunning<S> run: in training, the
+ *       running statistics' update the compiler folds in (functionalize's
+ *       rm = mean * take + rm * keep, rv likewise), stored in place as
+ *       the channel's statistics are finished, rounded as the three ops
+ *       would round (S and T alike).
  *   sg_launch_batch_norm_bwd<T, S>(dy, x, rm, rv, w, dx, dw, db, work, n,
  *                                  c, inner, cl, eps, training, stream)
  *       dw, db [c] of T: one pass over x and dy split the same way gives
@@ -906,22 +913,48 @@ sgk_transpose_k(const T *__restrict__ x, T *__restrict__ y, long long n, long lo
 			}
 }
 
+/* The side below which a layout conversion's side is narrow. */
+enum { SGK_NARROW = 16 };
+
 /* The layout conversion for a few channels (an image's colours) or a
- * few positions (a filter's): a thread an output element (count in all, I their index type), the
- * writes consecutive and each channel's reads consecutive across a
- * warp. */
-template <class T, class I>
+ * few positions (a filter's): each of n [rows, cols] matrices into
+ * [cols, rows] as sgk_transpose_k, with rows or cols (the narrow side,
+ * s of them) below SGK_NARROW.  A block takes 256 of the wide side and
+ * all s of the narrow one, 256 s values: one run of memory on one side
+ * (x's when cols is narrow, y's when rows is) and s runs of 256 on the
+ * other, both read or written by consecutive threads through shared
+ * memory.  The grid loops over the tiles of all matrices. */
+template <class T>
 __global__ void __launch_bounds__(256)
-sgk_to_layout_narrow_k(const T *__restrict__ x, T *__restrict__ y, I c, I hw, I count, int to_cl)
+sgk_transpose_narrow_k(const T *__restrict__ x, T *__restrict__ y, long long n, int rows,
+                       int cols, int cols_narrow)
 {
-	SGK_POOL_LOOP(I, i, count) {
-		if (to_cl) {   /* y [n, hw, c] from x [n, c, hw] */
-			const I ch = i % c, t = i / c, p = t % hw, b = t / hw;
-			y[i] = x[((long long)b * c + ch) * hw + p];
-		} else {       /* y [n, c, hw] from x [n, hw, c] */
-			const I p = i % hw, t = i / hw, ch = t % c, b = t / c;
-			y[i] = x[((long long)b * hw + p) * c + ch];
+	__shared__ T tile[SGK_NARROW * 256];
+	const int s = cols_narrow ? cols : rows;
+	const long long wide = cols_narrow ? rows : cols, nt = (wide + 255) / 256;
+	const int t = threadIdx.x;
+	for (long long bt = blockIdx.x; bt < n * nt; bt += gridDim.x) {
+		const long long b = bt / nt, w0 = bt % nt * 256;
+		const int wn = (int)(wide - w0 < 256 ? wide - w0 : 256);
+		const long long base = b * rows * cols;
+		if (cols_narrow) { /* rows w0.. of x, whole: one run; y's s rows */
+			const T *xp = x + base + w0 * cols;
+			for (int e = t; e < wn * s; e += 256)
+				tile[e] = xp[e];
+			__syncthreads();
+			if (t < wn)
+				for (int j = 0; j < s; j++)
+					y[base + (long long)j * rows + w0 + t] = tile[t * s + j];
+		} else {           /* x's s rows, columns w0..; y's rows w0.., whole */
+			if (t < wn)
+				for (int i = 0; i < s; i++)
+					tile[t * s + i] = x[base + (long long)i * cols + w0 + t];
+			__syncthreads();
+			T *yp = y + base + w0 * rows;
+			for (int e = t; e < wn * s; e += 256)
+				yp[e] = tile[e];
 		}
+		__syncthreads();
 	}
 }
 
@@ -1239,25 +1272,51 @@ sgk_bn_moments_cl_k(const T *__restrict__ x, const T *__restrict__ dy,
 	}
 }
 
+/* The running statistics' update a training batch_norm's kernel makes
+ * as it finishes a channel (kernels.c's fold_bn_running): rm = add(mul(
+ * mean, take_m), mul(rm, keep_m)), and rv so with the unbiased variance,
+ * each op's result rounded to S as the three ops one after the other
+ * would round it (for 2-byte S: no contraction across the roundings);
+ * rm or rv NULL: none. */
+template <class S>
+struct SgBnRunning {
+	S *rm, *rv;
+	float take_m, keep_m, take_v, keep_v;
+};
+
+template <class S>
+SGK_DEV S sgk_bn_running(float stat, S old, float take, float keep)
+{
+	const float a = sgk_tof(sgk_cvt<S>(stat * take));
+	const float b = sgk_tof(sgk_cvt<S>(sgk_tof(old) * keep));
+	return sgk_cvt<S>(a + b);
+}
+
 /* Stage 2's end for channel ch, given the moments v of its m values
  * (merged from the parts): its mean and rstd into work[ch] and work[c +
  * ch] (in eval the running ones); in training, when given, the batch
  * mean and unbiased variance into mean_out[ch], var_out[ch]; with dy
  * (NPART 4) also sum(dy) and sum(dy * xhat) into work[3c + ch] and
- * work[2c + ch], and db, dw. */
+ * work[2c + ch], and db, dw; in training, run's update (T and S alike). */
 template <class T, class S, int NPART>
 SGK_DEV void sgk_bn_finish(const SgkMoments<typename sgk_acc<T>::type> &v, long long ch,
                            const S *__restrict__ rm, const S *__restrict__ rv,
                            typename sgk_acc<T>::type *__restrict__ work, T *__restrict__ dw,
                            T *__restrict__ db, T *__restrict__ mean_out, T *__restrict__ var_out,
-                           long long m, long long c, float eps, int training)
+                           long long m, long long c, float eps, int training,
+                           const SgBnRunning<S> &run)
 {
 	typedef typename sgk_acc<T>::type A;
 	A mean = v.mx, var = v.m2 / (A)m;
+	const T bmean = sgk_cvt<T>(v.mx), bvar = sgk_cvt<T>(v.m2 / (A)(m - 1));
 	if (training && mean_out)
-		mean_out[ch] = sgk_cvt<T>(v.mx);
+		mean_out[ch] = bmean;
 	if (training && var_out)
-		var_out[ch] = sgk_cvt<T>(v.m2 / (A)(m - 1));
+		var_out[ch] = bvar;
+	if (training && run.rm)
+		run.rm[ch] = sgk_bn_running<S>(sgk_tof(bmean), run.rm[ch], run.take_m, run.keep_m);
+	if (training && run.rv)
+		run.rv[ch] = sgk_bn_running<S>(sgk_tof(bvar), run.rv[ch], run.take_v, run.keep_v);
 	if (!training) {
 		mean = (A)sgk_tof(rm[ch]);
 		var = (A)sgk_tof(rv[ch]);
@@ -1297,7 +1356,7 @@ sgk_bn_stats_final_k(const S *__restrict__ rm, const S *__restrict__ rv,
                      typename sgk_acc<T>::type *__restrict__ work, T *__restrict__ dw,
                      T *__restrict__ db, T *__restrict__ mean_out, T *__restrict__ var_out,
                      long long m, long long c, long long chunk, int nsplit, float eps,
-                     int training)
+                     int training, SgBnRunning<S> run)
 {
 	typedef typename sgk_acc<T>::type A;
 	const long long ch = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1307,7 +1366,7 @@ sgk_bn_stats_final_k(const S *__restrict__ rm, const S *__restrict__ rv,
 	for (int k = 0; k < nsplit; k++)
 		v.merge(sgk_bn_part<NPART>(part, k, nsplit, c, ch, chunk, m));
 	sgk_bn_finish<T, S, NPART>(v, ch, rm, rv, work, dw, db, mean_out, var_out, m, c, eps,
-	                           training);
+	                           training, run);
 }
 
 /* The same with a block a channel, for the many slices of channels
@@ -1320,7 +1379,7 @@ sgk_bn_stats_final_block_k(const S *__restrict__ rm, const S *__restrict__ rv,
                            typename sgk_acc<T>::type *__restrict__ work, T *__restrict__ dw,
                            T *__restrict__ db, T *__restrict__ mean_out, T *__restrict__ var_out,
                            long long m, long long c, long long chunk, int nsplit, float eps,
-                           int training)
+                           int training, SgBnRunning<S> run)
 {
 	typedef typename sgk_acc<T>::type A;
 	__shared__ SgkMoments<A> sh[8];
@@ -1339,7 +1398,7 @@ sgk_bn_stats_final_block_k(const S *__restrict__ rm, const S *__restrict__ rv,
 	v = sgk_block_moments(v, sh);
 	if (threadIdx.x == 0)
 		sgk_bn_finish<T, S, NPART>(v, ch, rm, rv, work, dw, db, mean_out, var_out, m, c, eps,
-		                           training);
+		                           training, run);
 }
 
 /* Batch norm's output value o as stored, with the epilogue the compiler
@@ -1756,11 +1815,11 @@ static cudaError_t sg_launch_maxpool2d_bwd_relu(const T *dy, const T *x, T *dx, 
 }
 
 /* to_cl 1: x [n, c, hw] -> y [n, hw, c]; 0: x [n, hw, c] -> y [n, c, hw]
- * (sgk_transpose_k; sgk_to_layout_narrow_k with fewer than SGK_NARROW
- * channels, an image's three colours, or positions, a 3x3 or 1x1
- * filter's: the 64-wide tiles would be mostly empty, a 3x3 filter's
- * [512, 512, 9] took 25 us as tiles, a 16th of the copy's rate). */
-enum { SGK_NARROW = 16 };
+ * (sgk_transpose_k; sgk_transpose_narrow_k with fewer than SGK_NARROW
+ * channels, an image's three colours, or positions, a 3x3 filter's: the
+ * 64-wide tiles would be mostly empty, a 3x3 filter's [512, 512, 9] took
+ * 25 us as tiles, a 16th of the copy's rate; a copy with one channel or
+ * one position, a 1x1 filter's, whose two layouts are the same bytes). */
 template <class T>
 static cudaError_t sg_launch_to_layout(const T *x, T *y, long long n, long long c, long long hw,
                                        int to_cl, cudaStream_t stream)
@@ -1768,17 +1827,17 @@ static cudaError_t sg_launch_to_layout(const T *x, T *y, long long n, long long 
 	enum { P = sizeof(T) == 2 ? 2 : 1, TS = 32 * P };
 	if (n <= 0 || c <= 0 || hw <= 0)
 		return cudaSuccess;
-	if (c < SGK_NARROW || hw < SGK_NARROW) {
-		const long long count = n * c * hw;
-		if (count < (1LL << 31) - (1LL << 24))
-			sgk_to_layout_narrow_k<T, int><<<sgk_conv_grid(count), 256, 0, stream>>>(
-				x, y, (int)c, (int)hw, (int)count, to_cl);
-		else
-			sgk_to_layout_narrow_k<T, long long><<<sgk_conv_grid(count), 256, 0, stream>>>(
-				x, y, c, hw, count, to_cl);
+	const long long rows = to_cl ? c : hw, cols = to_cl ? hw : c;
+	if (rows == 1 || cols == 1) /* the same bytes both ways */
+		return cudaMemcpyAsync(y, x, (size_t)(n * c * hw) * sizeof(T), cudaMemcpyDeviceToDevice,
+		                       stream);
+	if ((c < SGK_NARROW || hw < SGK_NARROW) && rows <= INT_MAX && cols <= INT_MAX) {
+		const long long tiles = n * (((cols < SGK_NARROW ? rows : cols) + 255) / 256);
+		const long long most = (long long)sgk_num_sms() * 16;
+		sgk_transpose_narrow_k<T><<<(unsigned)(tiles < most ? tiles : most), 256, 0, stream>>>(
+			x, y, n, (int)rows, (int)cols, cols < SGK_NARROW);
 		return sgk_launched();
 	}
-	const long long rows = to_cl ? c : hw, cols = to_cl ? hw : c;
 	const long long tr = (rows + TS - 1) / TS, tc = (cols + TS - 1) / TS;
 	const dim3 grid((unsigned)(tc < 0x7fffffffLL ? tc : 0x7fffffffLL),
 	                (unsigned)(tr < 65535 ? tr : 65535), (unsigned)(n < 65535 ? n : 65535));
@@ -1866,12 +1925,13 @@ static void sgk_bn_moments_cl(const T *x, const T *dy, typename sgk_acc<T>::type
 
 /* Each channel's mean and rstd into work[0..2c) (the parts after work[4c]);
  * with dy (NPART 4) also its sums and dw, db; in training mean_out and
- * var_out when given. */
+ * var_out when given, and run's update. */
 template <class T, class S, int NPART>
 static cudaError_t sgk_bn_stats(const T *x, const T *dy, const S *rm, const S *rv,
                                 typename sgk_acc<T>::type *work, T *dw, T *db, T *mean_out,
                                 T *var_out, long long n, long long c, long long inner, int cl,
-                                float eps, int training, cudaStream_t stream)
+                                float eps, int training, const SgBnRunning<S> &run,
+                                cudaStream_t stream)
 {
 	const long long m = n * inner;
 	const long long chunk = cl ? sgk_bn_chunk_cl(m, c) : sgk_bn_chunk(n, c, inner);
@@ -1910,11 +1970,11 @@ static cudaError_t sgk_bn_stats(const T *x, const T *dy, const S *rm, const S *r
 	if (cl && nsplit > 0)
 		sgk_bn_stats_final_block_k<T, S, NPART><<<(unsigned)c, 256, 0, stream>>>(
 			rm, rv, part, work, dw, db, mean_out, var_out, m, c, chunk, nsplit, eps,
-			training);
+			training, run);
 	else
 		sgk_bn_stats_final_k<T, S, NPART><<<(unsigned)((c + 255) / 256), 256, 0, stream>>>(
 			rm, rv, part, work, dw, db, mean_out, var_out, m, c, chunk, nsplit, eps,
-			training);
+			training, run);
 	return sgk_launched();
 }
 
@@ -1938,13 +1998,13 @@ static cudaError_t sgk_bn_fwd(const T *x, const S *rm, const S *rv, const T *w, 
                               const T *res, int relu, T *y, T *mean_out, T *var_out,
                               typename sgk_acc<T>::type *work, long long n, long long c,
                               long long inner, int cl, float eps, int training,
-                              cudaStream_t stream)
+                              const SgBnRunning<S> &run, cudaStream_t stream)
 {
 	if (n * c * inner <= 0)
 		return cudaSuccess;
 	cudaError_t e = sgk_bn_stats<T, S, 2>(x, (const T *)NULL, rm, rv, work, (T *)NULL,
 	                                      (T *)NULL, mean_out, var_out, n, c, inner, cl, eps,
-	                                      training, stream);
+	                                      training, run, stream);
 	if (e != cudaSuccess)
 		return e;
 	const int v = sgk_bn_vec<T>(cl ? c : inner, x, y, res);
@@ -1981,10 +2041,11 @@ static cudaError_t sg_launch_batch_norm_fwd(const T *x, const S *rm, const S *rv
                                             const T *b, T *y, T *mean_out, T *var_out,
                                             typename sgk_acc<T>::type *work, long long n,
                                             long long c, long long inner, int cl, float eps,
-                                            int training, cudaStream_t stream)
+                                            int training, cudaStream_t stream,
+                                            const SgBnRunning<S> &run = SgBnRunning<S>())
 {
 	return sgk_bn_fwd<T, S>(x, rm, rv, w, b, (const T *)NULL, 0, y, mean_out, var_out, work,
-	                        n, c, inner, cl, eps, training, stream);
+	                        n, c, inner, cl, eps, training, run, stream);
 }
 
 /* The forward with its epilogue: y = relu(bn(x) + res) as the three ops
@@ -1995,10 +2056,11 @@ static cudaError_t sg_launch_batch_norm_fwd_relu(const T *x, const S *rm, const 
                                                  T *mean_out, T *var_out,
                                                  typename sgk_acc<T>::type *work, long long n,
                                                  long long c, long long inner, int cl,
-                                                 float eps, int training, cudaStream_t stream)
+                                                 float eps, int training, cudaStream_t stream,
+                                                 const SgBnRunning<S> &run = SgBnRunning<S>())
 {
 	return sgk_bn_fwd<T, S>(x, rm, rv, w, b, res, 1, y, mean_out, var_out, work, n, c, inner,
-	                        cl, eps, training, stream);
+	                        cl, eps, training, run, stream);
 }
 
 template <class T, class S>
@@ -2011,7 +2073,7 @@ static cudaError_t sg_launch_batch_norm_bwd(const T *dy, const T *x, const S *rm
 	if (n * c * inner <= 0)
 		return cudaSuccess;
 	cudaError_t e = sgk_bn_stats<T, S, 4>(x, dy, rm, rv, work, dw, db, (T *)NULL, (T *)NULL, n,
-	                                      c, inner, cl, eps, training, stream);
+	                                      c, inner, cl, eps, training, SgBnRunning<S>(), stream);
 	if (e != cudaSuccess)
 		return e;
 	const int v = sgk_bn_vec<T>(cl ? c : inner, dy, x, dx);

@@ -17,23 +17,6 @@
 #include "sgk/sgk_device.cuh"
 #include "sgk/sgk_conv.cuh"
 #include "sgk/sgk_rows.cuh"
-// cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rm1.1 = mul(%bn_stats.1, 0.1)]
-// cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rm1.2 = mul(%rm1, 0.9)]
-// cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rm1.3 = add(%rm1.1, %rm1.2)]
-// (x0 = %bn_stats.1, x1 = %rm1, x2 = %rm1.3)
-static __global__ void __launch_bounds__(256)
-k_block_32_mul_rm1_1(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 8;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_bf16(sgk_mul_f(r0, (float)0.1));
-		const float r2 = sg_ld(x1[i]);
-		const float r3 = sg_to_bf16(sgk_mul_f(r2, (float)0.9));
-		const float r4 = sg_to_bf16(sgk_add_f(r1, r3));
-		x2[i] = sg_st_bf16(r4);
-	}
-}
 // cg_bn_epilogue.sg:41: %r3 = relu(%n3)
 // (x0 = %n3.cl, x1 = %r3)
 static __global__ void __launch_bounds__(256)
@@ -346,7 +329,7 @@ block_create(block_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 10752; /* the static memory plan's peak */
+	cfg.arena_bytes = 10496; /* the static memory plan's peak */
 	block_model *M = (block_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -467,21 +450,14 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_r2 = (sg_bf16 *)io[3];
 	sg_bf16 *v_n3 = NULL;
 	sg_bf16 *v_r3 = NULL;
-	sg_bf16 *v_q = NULL;
 	sg_bf16 *v_f = NULL;
 	sg_bf16 *v_y = NULL;
 	sg_bf16 *v_lg = NULL;
 	sg_bf16 *v_loss = (sg_bf16 *)io[2];
-	sg_bf16 *v_bn_stats = NULL;
-	sg_bf16 *v_bn_stats_1 = NULL;
 	sg_bf16 *v_rm1_3 = NULL;
 	sg_bf16 *v_rv1_3 = NULL;
-	sg_bf16 *v_bn_stats_2 = NULL;
-	sg_bf16 *v_bn_stats_3 = NULL;
 	sg_bf16 *v_rm2_3 = NULL;
 	sg_bf16 *v_rv2_3 = NULL;
-	sg_bf16 *v_bn_stats_4 = NULL;
-	sg_bf16 *v_bn_stats_5 = NULL;
 	sg_bf16 *v_rmd_3 = NULL;
 	sg_bf16 *v_rvd_3 = NULL;
 	sg_bf16 *v_grad_loss = NULL;
@@ -521,9 +497,7 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_x_cl = NULL;
 	sg_bf16 *v_w1_cl = NULL;
 	sg_bf16 *v_w2_cl = NULL;
-	sg_bf16 *v_wd_cl = NULL;
 	sg_bf16 *v_grad_n3_4_cl = NULL;
-	sg_bf16 *v_grad_q_cl = NULL;
 	sg_bf16 *v_x_cl_1 = NULL;
 	sg_bf16 *v_w2_cl_1 = NULL;
 
@@ -548,37 +522,37 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %bn_stats, %bn_stats.1 = var_mean(%c1, dims=[0, 2, 3])] */
-	v_bn_stats = (sg_bf16 *)SGRT_AT(rt, 2560); /* 16 bytes of the arena */
-	v_bn_stats_1 = (sg_bf16 *)SGRT_AT(rt, 2816); /* 16 bytes of the arena */
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true) */
 	v_r1 = (sg_bf16 *)SGRT_AT(rt, 1280); /* 1152 bytes of the arena */
+	v_rm1_3 = v_rm1;
+	v_rv1_3 = v_rv1;
 	float *tmp_bn_32 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_32, sg_batch_norm_workspace<sg_bf16>(2, 8, 36, 1), 0, 32));
 	SGRT_KERNEL(rt, 0, "k_block_32_batch_norm_n1", 32,
-	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_fwd_relu<sg_bf16, sg_bf16>(v_c1, v_rm1, v_rv1, v_g1, v_b1, (const sg_bf16 *)NULL, v_r1, v_bn_stats_1, v_bn_stats, tmp_bn_32, 2, 8, 36, 1, (float)1e-05, 1, sgrt_stream(rt, 0))), 32));
+	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_fwd_relu<sg_bf16, sg_bf16>(v_c1, v_rm1, v_rv1, v_g1, v_b1, (const sg_bf16 *)NULL, v_r1, (sg_bf16 *)NULL, (sg_bf16 *)NULL, tmp_bn_32, 2, 8, 36, 1, (float)1e-05, 1, sgrt_stream(rt, 0), SgBnRunning<sg_bf16>{v_rm1_3, v_rv1_3, (float)0.1, (float)0.9, (float)0.1, (float)0.9})), 32));
 	SGRT_TRY(sgrt_free_async(rt, tmp_bn_32, 0, 32));
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rm1.1 = mul(%bn_stats.1, 0.1)] */
+	/* (computed by the batch_norm of line 32, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rm1.2 = mul(%rm1, 0.9)] */
+	/* (computed by the batch_norm of line 32, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rm1.3 = add(%rm1.1, %rm1.2)] */
-	v_rm1_3 = v_rm1;
-	SGRT_KERNEL(rt, 0, "k_block_32_mul_rm1_1", 32,
-	            k_block_32_mul_rm1_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_1, v_rm1, v_rm1_3));
+	/* (computed by the batch_norm of line 32, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: copy_(%rm1, %rm1.3)] */
 	/* (no copy: the kernel computing %rm1.3 stored it in %rm1) */
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rv1.1 = mul(%bn_stats, 0.1)] */
+	/* (computed by the batch_norm of line 32, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rv1.2 = mul(%rv1, 0.9)] */
+	/* (computed by the batch_norm of line 32, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: %rv1.3 = add(%rv1.1, %rv1.2)] */
-	v_rv1_3 = v_rv1;
-	SGRT_KERNEL(rt, 0, "k_block_32_mul_rm1_1", 32,
-	            k_block_32_mul_rm1_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats, v_rv1, v_rv1_3));
+	/* (computed by the batch_norm of line 32, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:32: %n1 = batch_norm(%c1, %rm1, %rv1, %g1, %b1, training=true)  [sgc: copy_(%rv1, %rv1.3)] */
 	/* (no copy: the kernel computing %rv1.3 stored it in %rv1) */
@@ -602,88 +576,86 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %bn_stats.2, %bn_stats.3 = var_mean(%c2, dims=[0, 2, 3])] */
-	v_bn_stats_2 = (sg_bf16 *)SGRT_AT(rt, 5120); /* 16 bytes of the arena */
-	v_bn_stats_3 = (sg_bf16 *)SGRT_AT(rt, 5376); /* 16 bytes of the arena */
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true) */
+	v_rm2_3 = v_rm2;
+	v_rv2_3 = v_rv2;
 	v_n2 = (sg_bf16 *)SGRT_AT(rt, 3840); /* 1152 bytes of the arena */
 	float *tmp_bn_35 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_35, sg_batch_norm_workspace<sg_bf16>(2, 8, 36, 1), 0, 35));
 	SGRT_KERNEL(rt, 0, "k_block_35_batch_norm_n2", 35,
-	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_fwd<sg_bf16, sg_bf16>(v_c2, v_rm2, v_rv2, v_g2, v_b2, v_n2, v_bn_stats_3, v_bn_stats_2, tmp_bn_35, 2, 8, 36, 1, (float)1e-05, 1, sgrt_stream(rt, 0))), 35));
+	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_fwd<sg_bf16, sg_bf16>(v_c2, v_rm2, v_rv2, v_g2, v_b2, v_n2, (sg_bf16 *)NULL, (sg_bf16 *)NULL, tmp_bn_35, 2, 8, 36, 1, (float)1e-05, 1, sgrt_stream(rt, 0), SgBnRunning<sg_bf16>{v_rm2_3, v_rv2_3, (float)0.1, (float)0.9, (float)0.1, (float)0.9})), 35));
 	SGRT_TRY(sgrt_free_async(rt, tmp_bn_35, 0, 35));
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %rm2.1 = mul(%bn_stats.3, 0.1)] */
+	/* (computed by the batch_norm of line 35, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %rm2.2 = mul(%rm2, 0.9)] */
+	/* (computed by the batch_norm of line 35, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %rm2.3 = add(%rm2.1, %rm2.2)] */
-	v_rm2_3 = v_rm2;
-	SGRT_KERNEL(rt, 0, "k_block_32_mul_rm1_1", 35,
-	            k_block_32_mul_rm1_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_3, v_rm2, v_rm2_3));
+	/* (computed by the batch_norm of line 35, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: copy_(%rm2, %rm2.3)] */
 	/* (no copy: the kernel computing %rm2.3 stored it in %rm2) */
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %rv2.1 = mul(%bn_stats.2, 0.1)] */
+	/* (computed by the batch_norm of line 35, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %rv2.2 = mul(%rv2, 0.9)] */
+	/* (computed by the batch_norm of line 35, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: %rv2.3 = add(%rv2.1, %rv2.2)] */
-	v_rv2_3 = v_rv2;
-	SGRT_KERNEL(rt, 0, "k_block_32_mul_rm1_1", 35,
-	            k_block_32_mul_rm1_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_2, v_rv2, v_rv2_3));
+	/* (computed by the batch_norm of line 35, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:35: %n2 = batch_norm(%c2, %rm2, %rv2, %g2, %b2, training=true)  [sgc: copy_(%rv2, %rv2.3)] */
 	/* (no copy: the kernel computing %rv2.3 stored it in %rv2) */
 
 	/* cg_bn_epilogue.sg:36: %cd = conv2d(%x, %wd)  [sgc: %wd.cl = to_layout(%wd, layout="channels_last")] */
-	v_wd_cl = (sg_bf16 *)SGRT_AT(rt, 7680); /* 128 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_block_36_to_channels_last_wd_cl", 36,
-	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_wd, v_wd_cl, 8, 8, 1, 1, sgrt_stream(rt, 0)), 36));
+	/* (not copied: the same bytes as v_wd, read through its pointer) */
 
 	/* cg_bn_epilogue.sg:36: %cd = conv2d(%x, %wd) */
 	v_cd = (sg_bf16 *)SGRT_AT(rt, 5120); /* 1152 bytes of the arena */
 	{
 		const SgConvGeom geom = SgConvGeom{2, 8, 6, 6, 8, 1, 1, 6, 6, 1, 1, 1, 0, 0, 1, 1, 1};
-		SGRT_CONV_OR(rt, 0, SGRT_CONV_FWD, SGRT_BF16, &geom.n, v_x_cl, v_wd_cl, NULL, v_cd,
+		SGRT_CONV_OR(rt, 0, SGRT_CONV_FWD, SGRT_BF16, &geom.n, v_x_cl, v_wd, NULL, v_cd,
 		             "k_block_36_conv2d_cd[cudnn]", 36,
 		             SGRT_KERNEL(rt, 0, "k_block_36_conv2d_cd[direct]", 36,
-		                         SGRT_CHECK_CUDA(rt, sg_launch_conv2d_fwd<sg_bf16>(v_x_cl, v_wd_cl, NULL, v_cd, geom, sgrt_stream(rt, 0)), 36)));
+		                         SGRT_CHECK_CUDA(rt, sg_launch_conv2d_fwd<sg_bf16>(v_x_cl, v_wd, NULL, v_cd, geom, sgrt_stream(rt, 0)), 36)));
 	}
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %bn_stats.4, %bn_stats.5 = var_mean(%cd, dims=[0, 2, 3])] */
-	v_bn_stats_4 = (sg_bf16 *)SGRT_AT(rt, 7680); /* 16 bytes of the arena */
-	v_bn_stats_5 = (sg_bf16 *)SGRT_AT(rt, 7936); /* 16 bytes of the arena */
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true) */
 	v_r2_cl = (sg_bf16 *)SGRT_AT(rt, 6400); /* 1152 bytes of the arena */
+	v_rmd_3 = v_rmd;
+	v_rvd_3 = v_rvd;
 	float *tmp_bn_37 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_37, sg_batch_norm_workspace<sg_bf16>(2, 8, 36, 1), 0, 37));
 	SGRT_KERNEL(rt, 0, "k_block_37_batch_norm_nd", 37,
-	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_fwd_relu<sg_bf16, sg_bf16>(v_cd, v_rmd, v_rvd, (const sg_bf16 *)NULL, (const sg_bf16 *)NULL, v_n2, v_r2_cl, v_bn_stats_5, v_bn_stats_4, tmp_bn_37, 2, 8, 36, 1, (float)1e-05, 1, sgrt_stream(rt, 0))), 37));
+	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_fwd_relu<sg_bf16, sg_bf16>(v_cd, v_rmd, v_rvd, (const sg_bf16 *)NULL, (const sg_bf16 *)NULL, v_n2, v_r2_cl, (sg_bf16 *)NULL, (sg_bf16 *)NULL, tmp_bn_37, 2, 8, 36, 1, (float)1e-05, 1, sgrt_stream(rt, 0), SgBnRunning<sg_bf16>{v_rmd_3, v_rvd_3, (float)0.1, (float)0.9, (float)0.1, (float)0.9})), 37));
 	SGRT_TRY(sgrt_free_async(rt, tmp_bn_37, 0, 37));
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %rmd.1 = mul(%bn_stats.5, 0.1)] */
+	/* (computed by the batch_norm of line 37, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %rmd.2 = mul(%rmd, 0.9)] */
+	/* (computed by the batch_norm of line 37, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %rmd.3 = add(%rmd.1, %rmd.2)] */
-	v_rmd_3 = v_rmd;
-	SGRT_KERNEL(rt, 0, "k_block_32_mul_rm1_1", 37,
-	            k_block_32_mul_rm1_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_5, v_rmd, v_rmd_3));
+	/* (computed by the batch_norm of line 37, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: copy_(%rmd, %rmd.3)] */
 	/* (no copy: the kernel computing %rmd.3 stored it in %rmd) */
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %rvd.1 = mul(%bn_stats.4, 0.1)] */
+	/* (computed by the batch_norm of line 37, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %rvd.2 = mul(%rvd, 0.9)] */
+	/* (computed by the batch_norm of line 37, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: %rvd.3 = add(%rvd.1, %rvd.2)] */
-	v_rvd_3 = v_rvd;
-	SGRT_KERNEL(rt, 0, "k_block_32_mul_rm1_1", 37,
-	            k_block_32_mul_rm1_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_4, v_rvd, v_rvd_3));
+	/* (computed by the batch_norm of line 37, as it finishes the statistics) */
 
 	/* cg_bn_epilogue.sg:37: %nd = batch_norm(%cd, %rmd, %rvd, training=true)  [sgc: copy_(%rvd, %rvd.3)] */
 	/* (no copy: the kernel computing %rvd.3 stored it in %rvd) */
@@ -722,16 +694,14 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	            SGRT_CHECK_CUDA(rt, sg_launch_pool2d_fwd<sg_bf16>(v_r3, v_q_cl, SgConvGeom{2, 8, 6, 6, 8, 1, 1, 1, 1, 8, 1, 1, 0, 0, 1, 1, 1}, 2, sgrt_stream(rt, 0)), 42));
 
 	/* cg_bn_epilogue.sg:42: %q = adaptive_avg_pool2d(%r3, output_size=1)  [sgc: %q = to_layout(%q.cl, layout="row")] */
-	v_q = (sg_bf16 *)SGRT_AT(rt, 8960); /* 32 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_block_42_to_row_q", 42,
-	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_q_cl, v_q, 2, 8, 1, 0, sgrt_stream(rt, 0)), 42));
+	/* (not copied: the same bytes as v_q_cl, read through its pointer) */
 
 	/* cg_bn_epilogue.sg:43: %f = reshape(%q, shape=[B, 8]) */
-	v_f = (sg_bf16 *)SGRT_AT(rt, 9216); /* 32 bytes of the arena */
-	SGRT_TRY(sgrt_copy(rt, 0, v_f, v_q, 32, "reshape_f", 43));
+	v_f = (sg_bf16 *)SGRT_AT(rt, 8960); /* 32 bytes of the arena */
+	SGRT_TRY(sgrt_copy(rt, 0, v_f, v_q_cl, 32, "reshape_f", 43));
 
 	/* cg_bn_epilogue.sg:44: %m3 = mean(%n3, dims=[2, 3]) */
-	v_y = (sg_bf16 *)SGRT_AT(rt, 8960); /* 32 bytes of the arena */
+	v_y = (sg_bf16 *)SGRT_AT(rt, 9216); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_44_mean_m3", 44,
 	            k_block_44_mean_m3<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_n3, v_f, v_y));
 
@@ -739,7 +709,7 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (computed inside the kernel of line 44) */
 
 	/* cg_bn_epilogue.sg:46: %lg = linear(%y, %fc) */
-	v_lg = (sg_bf16 *)SGRT_AT(rt, 3840); /* 16 bytes of the arena */
+	v_lg = (sg_bf16 *)SGRT_AT(rt, 8960); /* 16 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -763,12 +733,12 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_bn_epilogue.sg:48: backward(%loss) */
 
 	/* cg_bn_epilogue.sg:48: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)] */
-	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2 bytes of the arena */
+	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 3840); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_48_ones_grad_loss", 48,
 	            k_block_48_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_bn_epilogue.sg:47: %loss = cross_entropy(%lg, %t)  [sgc: %grad.lg = cross_entropy_backward(%grad.loss, %lg, %t)] */
-	v_grad_lg = (sg_bf16 *)SGRT_AT(rt, 3840); /* 16 bytes of the arena */
+	v_grad_lg = (sg_bf16 *)SGRT_AT(rt, 8960); /* 16 bytes of the arena */
 	float *tmp_lse_47_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_47_2, 12, 0, 47));
 	SGRT_KERNEL(rt, 0, "k_block_47_cross_entropy_lse_grad_lg", 47,
@@ -830,14 +800,12 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_grad_y, read through its pointer) */
 
 	/* cg_bn_epilogue.sg:42: %q = adaptive_avg_pool2d(%r3, output_size=1)  [sgc: %grad.q.cl = to_layout(%grad.q, layout="channels_last")] */
-	v_grad_q_cl = (sg_bf16 *)SGRT_AT(rt, 10496); /* 32 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_block_42_to_channels_last_grad_q_cl", 42,
-	            SGRT_CHECK_CUDA(rt, sg_launch_to_layout<sg_bf16>(v_grad_y, v_grad_q_cl, 2, 8, 1, 1, sgrt_stream(rt, 0)), 42));
+	/* (not copied: the same bytes as v_grad_y, read through its pointer) */
 
 	/* cg_bn_epilogue.sg:42: %q = adaptive_avg_pool2d(%r3, output_size=1)  [sgc: %grad.r3 = adaptive_avg_pool2d_backward(%grad.q.cl, shape=[2, 8, 6, 6])] */
 	v_grad_r3 = (sg_bf16 *)SGRT_AT(rt, 3840); /* 1152 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_42_adaptive_avg_pool2d_backward_grad_r3", 42,
-	            SGRT_CHECK_CUDA(rt, sg_launch_pool2d_bwd<sg_bf16>(v_grad_q_cl, (const sg_bf16 *)NULL, v_grad_r3, SgConvGeom{2, 8, 6, 6, 8, 1, 1, 1, 1, 8, 1, 1, 0, 0, 1, 1, 1}, 2, NULL, sgrt_stream(rt, 0)), 42));
+	            SGRT_CHECK_CUDA(rt, sg_launch_pool2d_bwd<sg_bf16>(v_grad_y, (const sg_bf16 *)NULL, v_grad_r3, SgConvGeom{2, 8, 6, 6, 8, 1, 1, 1, 1, 8, 1, 1, 0, 0, 1, 1, 1}, 2, NULL, sgrt_stream(rt, 0)), 42));
 
 	/* cg_bn_epilogue.sg:41: %r3 = relu(%n3)  [sgc: %grad.n3.5 = le(%r3, 0.0)] */
 

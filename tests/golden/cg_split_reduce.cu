@@ -406,23 +406,6 @@ k_bn_train_37_mul_xg_vec(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
 		*(sg_vec<sg_bf16, 8> *)(x2 + w * 8) = x2_v;
 	}
 }
-// cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.1 = mul(%bn_stats.1, 0.1)]
-// cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.2 = mul(%rm, 0.9)]
-// cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.3 = add(%rm.1, %rm.2)]
-// (x0 = %bn_stats.1, x1 = %rm, x2 = %rm.3)
-static __global__ void __launch_bounds__(256)
-k_bn_train_38_mul_rm_1(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 16;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_bf16(sgk_mul_f(r0, (float)0.1));
-		const float r2 = sg_ld(x1[i]);
-		const float r3 = sg_to_bf16(sgk_mul_f(r2, (float)0.9));
-		const float r4 = sg_to_bf16(sgk_add_f(r1, r3));
-		x2[i] = sg_st_bf16(r4);
-	}
-}
 // cg_split_reduce.sg:39: %yt = mul(%y, %t)
 /* The element i of %yt, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
@@ -1345,8 +1328,6 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_xg = NULL;
 	sg_bf16 *v_y = NULL;
 	sg_bf16 *v_l = (sg_bf16 *)io[2];
-	sg_bf16 *v_bn_stats = NULL;
-	sg_bf16 *v_bn_stats_1 = NULL;
 	sg_bf16 *v_rm_3 = NULL;
 	sg_bf16 *v_rv_3 = NULL;
 	sg_bf16 *v_grad_l = NULL;
@@ -1368,37 +1349,37 @@ bn_train_run(bn_train_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_bn_train_37_mul_xg<<<578, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_g, v_xg));
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %bn_stats, %bn_stats.1 = var_mean(%xg, dims=[0, 2, 3])] */
-	v_bn_stats = (sg_bf16 *)SGRT_AT(rt, 591360); /* 32 bytes of the arena */
-	v_bn_stats_1 = (sg_bf16 *)SGRT_AT(rt, 591616); /* 32 bytes of the arena */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true) */
+	v_rm_3 = v_rm;
+	v_rv_3 = v_rv;
 	v_y = (sg_bf16 *)SGRT_AT(rt, 295680); /* 295680 bytes of the arena */
 	float *tmp_bn_38 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_bn_38, sg_batch_norm_workspace<sg_bf16>(8, 16, 1155, 0), 0, 38));
 	SGRT_KERNEL(rt, 0, "k_bn_train_38_batch_norm_y", 38,
-	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_fwd<sg_bf16, sg_bf16>(v_xg, v_rm, v_rv, v_w, v_b, v_y, v_bn_stats_1, v_bn_stats, tmp_bn_38, 8, 16, 1155, 0, (float)1e-05, 1, sgrt_stream(rt, 0))), 38));
+	            SGRT_CHECK_CUDA(rt, (sg_launch_batch_norm_fwd<sg_bf16, sg_bf16>(v_xg, v_rm, v_rv, v_w, v_b, v_y, (sg_bf16 *)NULL, (sg_bf16 *)NULL, tmp_bn_38, 8, 16, 1155, 0, (float)1e-05, 1, sgrt_stream(rt, 0), SgBnRunning<sg_bf16>{v_rm_3, v_rv_3, (float)0.1, (float)0.9, (float)0.1, (float)0.9})), 38));
 	SGRT_TRY(sgrt_free_async(rt, tmp_bn_38, 0, 38));
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.1 = mul(%bn_stats.1, 0.1)] */
+	/* (computed by the batch_norm of line 38, as it finishes the statistics) */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.2 = mul(%rm, 0.9)] */
+	/* (computed by the batch_norm of line 38, as it finishes the statistics) */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rm.3 = add(%rm.1, %rm.2)] */
-	v_rm_3 = v_rm;
-	SGRT_KERNEL(rt, 0, "k_bn_train_38_mul_rm_1", 38,
-	            k_bn_train_38_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats_1, v_rm, v_rm_3));
+	/* (computed by the batch_norm of line 38, as it finishes the statistics) */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: copy_(%rm, %rm.3)] */
 	/* (no copy: the kernel computing %rm.3 stored it in %rm) */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.1 = mul(%bn_stats, 0.1)] */
+	/* (computed by the batch_norm of line 38, as it finishes the statistics) */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.2 = mul(%rv, 0.9)] */
+	/* (computed by the batch_norm of line 38, as it finishes the statistics) */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: %rv.3 = add(%rv.1, %rv.2)] */
-	v_rv_3 = v_rv;
-	SGRT_KERNEL(rt, 0, "k_bn_train_38_mul_rm_1", 38,
-	            k_bn_train_38_mul_rm_1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_bn_stats, v_rv, v_rv_3));
+	/* (computed by the batch_norm of line 38, as it finishes the statistics) */
 
 	/* cg_split_reduce.sg:38: %y = batch_norm(%xg, %rm, %rv, %w, %b, training=true)  [sgc: copy_(%rv, %rv.3)] */
 	/* (no copy: the kernel computing %rv.3 stored it in %rv) */

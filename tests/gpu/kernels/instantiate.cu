@@ -123,7 +123,7 @@ template size_t sg_batch_norm_workspace<SGK_T>(long long, long long, long long, 
 template cudaError_t sg_launch_batch_norm_fwd<SGK_T, SGK_T>(
         const SGK_T *, const SGK_T *, const SGK_T *, const SGK_T *, const SGK_T *, SGK_T *,
         SGK_T *, SGK_T *, sgk_acc<SGK_T>::type *, long long, long long, long long, int, float,
-        int, cudaStream_t);
+        int, cudaStream_t, const SgBnRunning<SGK_T> &);
 template cudaError_t sg_launch_batch_norm_bwd<SGK_T, float>(
         const SGK_T *, const SGK_T *, const float *, const float *, const SGK_T *, SGK_T *,
         SGK_T *, SGK_T *, sgk_acc<SGK_T>::type *, long long, long long, long long, int, float,

@@ -553,6 +553,39 @@ static void bn_epilogue(const char *what, int cl, const std::vector<T> &hy, cons
 	check_same(w2, down(y3, nx), want3);
 }
 
+/* The running statistics' update folded into the training forward
+ * (SgBnRunning, 2-byte T: the running statistics in T): equal to
+ * add(mul(stat, take), mul(old, keep)) over the batch statistics the same
+ * call wrote, each op rounded to T as the generated kernel rounds it. */
+template <class T>
+static void bn_running(const char *what, int cl, const T *x, const T *w, const T *b,
+                       typename sgk_acc<T>::type *work, long long n, long long c,
+                       long long inner, int off)
+{
+	const size_t nx = n * c * inner;
+	const std::vector<T> rm0 = rnd_normal<T>(c, 1, 0), rv0 = rnd_normal<T>(c, 1, 1);
+	T *drm = dev_up(rm0), *drv = dev_up(rv0);
+	T *y = dev<T>(nx, off), *mo = dev<T>(c), *vo = dev<T>(c);
+	const SgBnRunning<T> run = {drm, drv, 0.1f, 0.9f, 0.25f, 0.75f};
+	launched(sg_launch_batch_norm_fwd_relu<T, T>(x, drm, drv, w, b, (const T *)NULL, y, mo, vo,
+	                                             work, n, c, inner, cl, 1e-5f, 1, 0, run), what);
+	const std::vector<T> hm = down(mo, c), hv = down(vo, c);
+	std::vector<T> wm(c), wv(c);
+	for (long long i = 0; i < c; i++) {
+		const float am = kt_dt<T>::to(kt_dt<T>::from((float)kt_dt<T>::to(hm[i]) * 0.1f));
+		const float bm = kt_dt<T>::to(kt_dt<T>::from((float)kt_dt<T>::to(rm0[i]) * 0.9f));
+		const float av = kt_dt<T>::to(kt_dt<T>::from((float)kt_dt<T>::to(hv[i]) * 0.25f));
+		const float bv = kt_dt<T>::to(kt_dt<T>::from((float)kt_dt<T>::to(rv0[i]) * 0.75f));
+		wm[i] = kt_dt<T>::from(am + bm); /* (float sums) */
+		wv[i] = kt_dt<T>::from(av + bv);
+	}
+	char w2[200];
+	snprintf(w2, sizeof w2, "%s running mean update (cl %d)", what, cl);
+	check_same(w2, down(drm, c), wm);
+	snprintf(w2, sizeof w2, "%s running var update (cl %d)", what, cl);
+	check_same(w2, down(drv, c), wv);
+}
+
 template <class T>
 static void run_bn(long long n, long long c, long long inner, int off, bool training)
 {
@@ -583,6 +616,8 @@ static void run_bn(long long n, long long c, long long inner, int off, bool trai
 		hy[cl] = down(y, nx);
 		bn_epilogue<T>(what, cl, hy[cl], dx_, drm, drv, dw_, db_, work, n, c, inner, off,
 		               training);
+		if (training && sizeof(T) == 2)
+			bn_running<T>(what, cl, dx_, dw_, db_, work, n, c, inner, off);
 		if (cl)
 			hy[cl] = perm(hy[cl], n, c, inner, 1, 0);
 		hmean[cl] = down(mo, c);
@@ -753,6 +788,11 @@ static void run_all(bool quick)
 	run_layout<T>(7, 513, 9, 1);
 	run_layout<T>(5, 300, 1, 0);     /* 1x1 */
 	run_layout<T>(3, 16, 16, 0);     /* the smallest tiled */
+	run_layout<T>(3, 15, 300, 1);    /* the narrow side's widest, two tiles of the other */
+	run_layout<T>(2, 300, 15, 0);
+	run_layout<T>(4, 1, 37, 1);      /* one channel: a copy */
+	run_layout<T>(3, 5, 1, 0);       /* one position: a copy */
+	run_layout<T>(1, 257, 9, 0);     /* one past a tile */
 	if (!quick)
 		run_layout<T>(16, 64, 12544, 0);
 	printf("%s to_layout done: %d passed, %d failed so far\n", kt_dt<T>::name(), kt_npass,
