@@ -173,6 +173,31 @@ pool(CgGraph *G, const Node *n)
 	cg_free_tmp(G, n, work);
 }
 
+/* The SgBnSgd<T> argument of batch_norm_backward n's call when its
+ * kernel makes the SGD updates of its weight's or bias's gradient
+ * (kernel_choice's bn_sgdw, bn_sgdb): the params updated in place and
+ * their -lr; NULL when it makes none. */
+static const char *
+bn_sgd(CgGraph *G, const Node *n, const char *ct)
+{
+	const Graph *g = G->g;
+	NodeId i = (NodeId)(n - g->nodes.v);
+	if (!G->fold || (G->fold->bn_sgdw[i] == NONE && G->fold->bn_sgdb[i] == NONE))
+		return NULL;
+	const char *ptr[2], *lr[2];
+	for (int j = 0; j < 2; j++) {
+		NodeId U = (j ? G->fold->bn_sgdb : G->fold->bn_sgdw)[i];
+		ptr[j] = cg_fmt(G->c, "(%s *)NULL", ct);
+		lr[j] = "0.0f";
+		if (U == NONE)
+			continue;
+		const Node *u = &g->nodes.v[U];
+		ptr[j] = G->vname[u->opnd[0].v];
+		lr[j] = cg_lit_float(G->c, (double)(float)-ir_attr_float(u, "lr", 0), 1);
+	}
+	return cg_fmt(G->c, "SgBnSgd<%s>{%s, %s, %s, %s}", ct, ptr[0], ptr[1], lr[0], lr[1]);
+}
+
 /* The SgBnRunning<S> argument of training batch_norm n's call when its
  * kernel makes running statistics' updates (kernel_choice's bn_rm,
  * bn_rv): each stored into its class (the running statistic), with the
@@ -267,12 +292,19 @@ batch_norm(CgGraph *G, const Node *n)
 		              cg_lit_float(c, (double)(float)eps, 1), training, s, run ? ", " : "",
 		              run ? run : "");
 	} else {
+		/* the SGD updates of w and b it makes (kernel_choice's bn_sgdw,
+		 * bn_sgdb): their gradients not stored */
+		const char *sgd = bn_sgd(G, n, ct), *res[2];
+		for (int j = 0; j < 2; j++)
+			res[j] = G->ingroup_only[n->res[1 + j]] ? cg_fmt(c, "(%s *)NULL", ct)
+			         : G->vname[n->res[1 + j]];
 		call = cg_fmt(c, "(sg_launch_batch_norm_bwd<%s, %s>(%s, %s, %s, %s, %s, %s, %s, %s, %s, "
-		              "%lld, %lld, %lld, %d, %s, %d, sgrt_stream(rt, %s)))", ct, st,
+		              "%lld, %lld, %lld, %d, %s, %d, sgrt_stream(rt, %s)%s%s))", ct, st,
 		              var(G, n, 0), var(G, n, 1), rm, rv, w, G->vname[n->res[0]],
-		              G->vname[n->res[1]], G->vname[n->res[2]], work, (long long)nb,
+		              res[0], res[1], work, (long long)nb,
 		              (long long)ch, (long long)inner, cl,
-		              cg_lit_float(c, (double)(float)eps, 1), training, s);
+		              cg_lit_float(c, (double)(float)eps, 1), training, s, sgd ? ", " : "",
+		              sgd ? sgd : "");
 	}
 	lib_call(G, n, op_name(n->op), call);
 	cg_free_tmp(G, n, work);

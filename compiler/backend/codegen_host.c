@@ -568,6 +568,11 @@ node_stmt(CgGraph *G, NodeId i, int already_ordered)
 		return computed_by(G, pr, "as its mask");
 	if (pr != NONE) /* it writes the where's result */
 		bind_results(G, pr);
+	for (int j = 0; G->fold && j < 2; j++) { /* an SGD update of a batch norm's */
+		NodeId u = (j ? G->fold->bn_sgdb : G->fold->bn_sgdw)[i];
+		if (u != NONE && n->op == OP_SGD_UPDATE_)
+			return computed_by(G, u, "as it finishes the gradient");
+	}
 	for (int j = 0; G->fold && j < 2; j++) { /* a running statistic's update */
 		NodeId r = (j ? G->fold->bn_rv : G->fold->bn_rm)[i];
 		if (r != NONE && n->op != OP_BATCH_NORM)

@@ -1470,6 +1470,58 @@ fold_bn_running(Kc *G, FuseGroups *groups, NodeId P)
 	}
 }
 
+/* The SGD updates of batch_norm_backward P's weight and bias gradients
+ * (see the top of the file): sgd_update_(w, g), momentum and weight decay
+ * 0, the only use of g, a 2-byte temporary of x's dtype, at most
+ * BN_EPI_GAP nodes after P on its stream with no sync between, w of g's
+ * dtype and shape that nothing else reads or writes between P and the
+ * update.  P's kernel makes the update as it finishes g (SgBnSgd); g gets
+ * no memory and the update no kernel. */
+static void
+fold_bn_sgd(Kc *G, const uint32_t *nclass, NodeId P)
+{
+	Graph *g = G->g;
+	const Node *p = &g->nodes.v[P];
+	if (p->flags & NF_DEAD || p->op != OP_BATCH_NORM_BACKWARD || p->nres != 3 || p->nopnd < 2 ||
+	    p->opnd[1].kind != OK_VAL)
+		return;
+	const DType dt = (DType)otype(g, p, 1)->dt;
+	if (dt != DT_F16 && dt != DT_BF16)
+		return;
+	for (int j = 1; j <= 2; j++) {
+		ValId v = p->res[j];
+		const Type *t = vtype(g, v);
+		uint32_t k;
+		if (t->dt != dt || t->host || !lone_temp(G, nclass, v) || g->vals.v[v].offload)
+			continue;
+		NodeId U = sole_use(G, v, &k);
+		if (U == NONE || k != 1 || U <= P || U - P > BN_EPI_GAP)
+			continue;
+		const Node *u = &g->nodes.v[U];
+		if (u->op != OP_SGD_UPDATE_ || u->nopnd != 2 || u->opnd[0].kind != OK_VAL ||
+		    u->stream != p->stream || G->group[U] >= 0 || G->prologue[U] >= 0 ||
+		    G->epilogue[U] >= 0 || ir_attr_float(u, "momentum", 0) != 0 ||
+		    ir_attr_float(u, "weight_decay", 0) != 0)
+			continue;
+		ValId w = u->opnd[0].v;
+		const Type *wt = vtype(g, w);
+		if (wt->host || wt->dt != dt || !type_same_shape(wt, t) || G->fold->src[w] != NONE ||
+		    G->ingroup_only[w] || !plain_between(g, P, U) || !source_stays(G, w, P, U - 1))
+			continue;
+		int other = 0; /* w read between P and the update */
+		for (uint32_t q = G->uat[w]; q < G->uat[w + 1] && !other; q++) {
+			NodeId i = G->unode[q];
+			other = i > P && i < U && g->nodes.v[i].op != OP_DEL;
+		}
+		if (other)
+			continue;
+		NodeId *F = j == 1 ? G->fold->bn_sgdw : G->fold->bn_sgdb;
+		F[P] = U;
+		F[U] = P;
+		G->ingroup_only[v] = 1; /* no memory */
+	}
+}
+
 /* The SGD update of product P's result computed by the product
  * (fold_update; see the top of the file), at most UPD_GAP nodes later. */
 enum { UPD_GAP = 64 };
@@ -1618,6 +1670,8 @@ fold_all(Kc *G, FuseGroups *groups)
 	F->norm_add = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->norm_add);
 	F->bn_rm = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_rm);
 	F->bn_rv = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_rv);
+	F->bn_sgdw = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_sgdw);
+	F->bn_sgdb = arena_alloc(a, (g->nodes.n + 1) * sizeof *F->bn_sgdb);
 	G->lastfwd = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *G->lastfwd);
 	G->attn_only = arena_alloc(G->tmp, g->vals.n + 1);
 	uint32_t *nclass = arena_alloc(G->tmp, (g->vals.n + 1) * sizeof *nclass);
@@ -1628,7 +1682,8 @@ fold_all(Kc *G, FuseGroups *groups)
 	index_uses(G);
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		F->act[i] = F->prod[i] = F->pair[i] = F->bn_act[i] = F->bn_add[i] = F->upd[i] =
-		    F->norm_add[i] = F->pool_relu[i] = F->bn_rm[i] = F->bn_rv[i] = NONE;
+		    F->norm_add[i] = F->pool_relu[i] = F->bn_rm[i] = F->bn_rv[i] = F->bn_sgdw[i] =
+		    F->bn_sgdb[i] = NONE;
 	for (NodeId i = g->nodes.n; i-- > 0;) /* uses before their views */
 		fold_view(G, nclass, i);
 	for (NodeId i = 0; i < g->nodes.n; i++)
@@ -1648,6 +1703,7 @@ fold_all(Kc *G, FuseGroups *groups)
 		fold_bn_epilogue(G, groups, nclass, i);
 		fold_pool_relu(G, groups, nclass, i);
 		fold_bn_running(G, groups, i);
+		fold_bn_sgd(G, nclass, i);
 		fold_update(G, nclass, i);
 	}
 	drop_empty_groups(G, groups);

@@ -331,6 +331,11 @@ typedef struct {
 	                     as it finishes the statistics; per node of that
 	                     update: the batch_norm; NONE */
 	NodeId *bn_rv;    /* the same for the running variance */
+	NodeId *bn_sgdw;  /* per batch_norm_backward: the sgd_update_ of its
+	                     weight's gradient that its kernel makes as it
+	                     finishes the sums (the gradient no memory); per
+	                     such update: the batch_norm_backward; NONE */
+	NodeId *bn_sgdb;  /* the same for its bias's gradient */
 	NodeId *norm_add; /* per layer_norm or rms_norm of the library: the add
 	                     right before it making its input, which its kernel
 	                     computes as it loads its rows, storing the sum too;

@@ -419,6 +419,11 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 			n->flags |= NF_DEAD; /* a running statistic's update: at its batch_norm */
 			continue;
 		}
+		if ((F->bn_sgdw[i] != NONE || F->bn_sgdb[i] != NONE) &&
+		    n->op == OP_SGD_UPDATE_) {
+			n->flags |= NF_DEAD; /* made by its batch_norm_backward's kernel */
+			continue;
+		}
 		if (F->norm_add[i] != NONE && n->op != OP_ADD)
 			norm_add_plan(g, s, a, f, def, i); /* (then its operands, as any kernel's) */
 		if (n->op != OP_MATMUL && n->op != OP_LINEAR) {
@@ -666,6 +671,17 @@ check_fold(Graph *g, const Sched *s, const char *after)
 			                     (n->op == OP_ADD && R[r] != i))))
 				FAIL("node %u (line %u): its batch_norm's running statistics update is "
 				     "inconsistent", g->name, after, i, n->loc.line);
+			const NodeId *W = j ? F->bn_sgdb : F->bn_sgdw;
+			NodeId w = W[i];
+			if (w != NONE && (w >= g->nodes.n || W[w] != i || g->nodes.v[w].stream != n->stream ||
+			                  (n->op == OP_BATCH_NORM_BACKWARD
+			                   ? w <= i || g->nodes.v[w].op != OP_SGD_UPDATE_ ||
+			                     g->nodes.v[w].opnd[1].v != n->res[1 + j] ||
+			                     !s->reg[n->res[1 + j]]
+			                   : n->op != OP_SGD_UPDATE_ || w >= i ||
+			                     g->nodes.v[w].op != OP_BATCH_NORM_BACKWARD)))
+				FAIL("node %u (line %u): its batch_norm_backward's SGD update is "
+				     "inconsistent", g->name, after, i, n->loc.line);
 		}
 		NodeId x = F->norm_add[i];
 		if (x != NONE && (x >= g->nodes.n || F->norm_add[x] != i ||
@@ -834,6 +850,15 @@ note(FILE *f, void *ctx, NodeId i)
 	else if (F && F->pool_relu[i] != NONE)
 		fprintf(f, "%scomputed by the max_pool2d_backward making %%%s", sep,
 		        g->vals.v[g->nodes.v[F->pool_relu[i]].res[0]].name), sep = ", ";
+	for (int j = 0; F && j < 2; j++) {
+		const NodeId *W = j ? F->bn_sgdb : F->bn_sgdw;
+		if (W[i] != NONE && n->op == OP_BATCH_NORM_BACKWARD)
+			fprintf(f, "%supdates %%%s by SGD", sep,
+			        g->vals.v[g->nodes.v[W[i]].opnd[0].v].name), sep = ", ";
+		else if (W[i] != NONE)
+			fprintf(f, "%scomputed by the batch_norm_backward making %%%s", sep,
+			        g->vals.v[g->nodes.v[W[i]].res[0]].name), sep = ", ";
+	}
 	for (int j = 0; F && j < 2; j++) {
 		const NodeId *R = j ? F->bn_rv : F->bn_rm;
 		if (R[i] != NONE && n->op == OP_BATCH_NORM)

@@ -83,7 +83,11 @@
  *       the statistics again with sum(dy) and sum(dy * xhat) (dy's mean
  *       and its co-moment with x, merged as the variance is), then dx
  *       pointwise: x and dy read twice in all (channels last: at most 4
- *       channels a thread in the pass, each with 4 moments).
+ *       channels a thread in the pass, each with 4 moments).  dw, db may
+ *       be NULL; the dx pass reads w * rstd from work, not w, so a last,
+ *       optional SgBnSgd<T> sgd can update w (and b) by SGD as the sums
+ *       are finished (the compiler's fold of sgd_update_(w, dw) and
+ *       sgd_update_(b, db)).
  *   The pointwise kernels keep each value's channel as they walk (no
  *   division a value); channels last, a thread keeps its channels' scale
  *   and shift and walks the rows.
@@ -1292,19 +1296,32 @@ SGK_DEV S sgk_bn_running(float stat, S old, float take, float keep)
 	return sgk_cvt<S>(a + b);
 }
 
+/* The SGD updates a batch_norm backward's kernel makes as it finishes a
+ * channel's sums (kernels.c's fold_bn_sgd): w -= lr * dw and b -= lr *
+ * db, with momentum and weight decay 0, each rounded to T as the
+ * generated sgd_update_ kernel rounds (its w + (-lr) * g); w or b NULL:
+ * none. */
+template <class T>
+struct SgBnSgd {
+	T *w, *b;
+	float neg_lr_w, neg_lr_b;   /* -lr of each */
+};
+
 /* Stage 2's end for channel ch, given the moments v of its m values
  * (merged from the parts): its mean and rstd into work[ch] and work[c +
  * ch] (in eval the running ones); in training, when given, the batch
  * mean and unbiased variance into mean_out[ch], var_out[ch]; with dy
  * (NPART 4) also sum(dy) and sum(dy * xhat) into work[3c + ch] and
- * work[2c + ch], and db, dw; in training, run's update (T and S alike). */
+ * work[2c + ch], w[ch] * rstd (w NULL: rstd) into work[4c + ch] for the
+ * dx kernels, and db, dw (NULL: not stored) with sgd's updates; in
+ * training, run's update (T and S alike). */
 template <class T, class S, int NPART>
 SGK_DEV void sgk_bn_finish(const SgkMoments<typename sgk_acc<T>::type> &v, long long ch,
-                           const S *__restrict__ rm, const S *__restrict__ rv,
+                           const S *__restrict__ rm, const S *__restrict__ rv, const T *w,
                            typename sgk_acc<T>::type *__restrict__ work, T *__restrict__ dw,
                            T *__restrict__ db, T *__restrict__ mean_out, T *__restrict__ var_out,
                            long long m, long long c, float eps, int training,
-                           const SgBnRunning<S> &run)
+                           const SgBnRunning<S> &run, const SgBnSgd<T> &sgd)
 {
 	typedef typename sgk_acc<T>::type A;
 	A mean = v.mx, var = v.m2 / (A)m;
@@ -1329,8 +1346,17 @@ SGK_DEV void sgk_bn_finish(const SgkMoments<typename sgk_acc<T>::type> &v, long 
 		const A sg = v.my * (A)m, sgx = rstd * (v.cxy + (v.mx - mean) * sg);
 		work[2 * c + ch] = sgx;
 		work[3 * c + ch] = sg;
-		dw[ch] = sgk_cvt<T>(sgx);
-		db[ch] = sgk_cvt<T>(sg);
+		/* (read before sgd's update of w) */
+		work[4 * c + ch] = (w ? (A)sgk_tof(w[ch]) : (A)1) * rstd;
+		const T gw = sgk_cvt<T>(sgx), gb = sgk_cvt<T>(sg);
+		if (dw)
+			dw[ch] = gw;
+		if (db)
+			db[ch] = gb;
+		if (sgd.w)
+			sgd.w[ch] = sgk_cvt<T>(sgk_tof(sgd.w[ch]) + sgd.neg_lr_w * sgk_tof(gw));
+		if (sgd.b)
+			sgd.b[ch] = sgk_cvt<T>(sgk_tof(sgd.b[ch]) + sgd.neg_lr_b * sgk_tof(gb));
 	}
 }
 
@@ -1351,12 +1377,12 @@ SGK_DEV SgkMoments<A> sgk_bn_part(const A *part, int k, int nsplit, long long c,
  * last the rest) merged in order, then sgk_bn_finish. */
 template <class T, class S, int NPART>
 __global__ void __launch_bounds__(256)
-sgk_bn_stats_final_k(const S *__restrict__ rm, const S *__restrict__ rv,
+sgk_bn_stats_final_k(const S *__restrict__ rm, const S *__restrict__ rv, const T *w,
                      const typename sgk_acc<T>::type *__restrict__ part,
                      typename sgk_acc<T>::type *__restrict__ work, T *__restrict__ dw,
                      T *__restrict__ db, T *__restrict__ mean_out, T *__restrict__ var_out,
                      long long m, long long c, long long chunk, int nsplit, float eps,
-                     int training, SgBnRunning<S> run)
+                     int training, SgBnRunning<S> run, SgBnSgd<T> sgd)
 {
 	typedef typename sgk_acc<T>::type A;
 	const long long ch = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1365,8 +1391,8 @@ sgk_bn_stats_final_k(const S *__restrict__ rm, const S *__restrict__ rv,
 	SgkMoments<A> v = {0, 0, 0, 0, 0};
 	for (int k = 0; k < nsplit; k++)
 		v.merge(sgk_bn_part<NPART>(part, k, nsplit, c, ch, chunk, m));
-	sgk_bn_finish<T, S, NPART>(v, ch, rm, rv, work, dw, db, mean_out, var_out, m, c, eps,
-	                           training, run);
+	sgk_bn_finish<T, S, NPART>(v, ch, rm, rv, w, work, dw, db, mean_out, var_out, m, c, eps,
+	                           training, run, sgd);
 }
 
 /* The same with a block a channel, for the many slices of channels
@@ -1374,12 +1400,12 @@ sgk_bn_stats_final_k(const S *__restrict__ rm, const S *__restrict__ rv,
  * merge as sgk_block_moments does, and thread 0 finishes. */
 template <class T, class S, int NPART>
 __global__ void __launch_bounds__(256)
-sgk_bn_stats_final_block_k(const S *__restrict__ rm, const S *__restrict__ rv,
+sgk_bn_stats_final_block_k(const S *__restrict__ rm, const S *__restrict__ rv, const T *w,
                            const typename sgk_acc<T>::type *__restrict__ part,
                            typename sgk_acc<T>::type *__restrict__ work, T *__restrict__ dw,
                            T *__restrict__ db, T *__restrict__ mean_out, T *__restrict__ var_out,
                            long long m, long long c, long long chunk, int nsplit, float eps,
-                           int training, SgBnRunning<S> run)
+                           int training, SgBnRunning<S> run, SgBnSgd<T> sgd)
 {
 	typedef typename sgk_acc<T>::type A;
 	__shared__ SgkMoments<A> sh[8];
@@ -1397,8 +1423,8 @@ sgk_bn_stats_final_block_k(const S *__restrict__ rm, const S *__restrict__ rv,
 	}
 	v = sgk_block_moments(v, sh);
 	if (threadIdx.x == 0)
-		sgk_bn_finish<T, S, NPART>(v, ch, rm, rv, work, dw, db, mean_out, var_out, m, c, eps,
-		                           training, run);
+		sgk_bn_finish<T, S, NPART>(v, ch, rm, rv, w, work, dw, db, mean_out, var_out, m, c,
+		                           eps, training, run, sgd);
 }
 
 /* Batch norm's output value o as stored, with the epilogue the compiler
@@ -1443,20 +1469,19 @@ sgk_bn_fwd_k(const T *__restrict__ x, const T *__restrict__ w, const T *__restri
 }
 
 /* dx = w * rstd * (dy - db / M - xhat * dw / M) (training: the batch's
- * statistics depend on x), w * rstd * dy in eval; VEC values at a time as
- * sgk_bn_fwd_k. */
+ * statistics depend on x), w * rstd * dy in eval, w * rstd from work (the
+ * stats kernel's); VEC values at a time as sgk_bn_fwd_k. */
 template <class T, int VEC>
 __global__ void __launch_bounds__(256)
-sgk_bn_bwd_dx_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
-                T *__restrict__ dx, const typename sgk_acc<T>::type *__restrict__ work,
-                long long n, long long c, long long inner, int training)
+sgk_bn_bwd_dx_k(const T *__restrict__ dy, const T *__restrict__ x, T *__restrict__ dx,
+                const typename sgk_acc<T>::type *__restrict__ work, long long n, long long c,
+                long long inner, int training)
 {
 	typedef typename sgk_acc<T>::type A;
 	const A m = (A)(n * inner);
 	for (SgkFlatWalk f(c, inner / VEC); f.i < n * c * inner / VEC; f.next()) {
 		const long long ch = f.ch;
-		const A rstd = work[c + ch], mean = work[ch];
-		const A sc = (w ? (A)sgk_tof(w[ch]) : (A)1) * rstd;
+		const A rstd = work[c + ch], mean = work[ch], sc = work[4 * c + ch];
 		const A gm = work[3 * c + ch] / m, xm = work[2 * c + ch] / m;
 		const sgk_reg<VEC, T> gr = sgk_ldv<VEC>(dy + f.i * VEC);
 		sgk_reg<VEC, T> xr, r;
@@ -1515,9 +1540,9 @@ sgk_bn_fwd_cl_k(const T *__restrict__ x, const T *__restrict__ w, const T *__res
 
 template <class T, int VEC>
 __global__ void __launch_bounds__(256)
-sgk_bn_bwd_dx_cl_k(const T *__restrict__ dy, const T *__restrict__ x, const T *__restrict__ w,
-                   T *__restrict__ dx, const typename sgk_acc<T>::type *__restrict__ work,
-                   long long m, long long c, int ctl, int training)
+sgk_bn_bwd_dx_cl_k(const T *__restrict__ dy, const T *__restrict__ x, T *__restrict__ dx,
+                   const typename sgk_acc<T>::type *__restrict__ work, long long m, long long c,
+                   int ctl, int training)
 {
 	typedef typename sgk_acc<T>::type A;
 	const int CT = 1 << ctl, RT = 256 >> ctl, tx = threadIdx.x & (CT - 1);
@@ -1531,7 +1556,7 @@ sgk_bn_bwd_dx_cl_k(const T *__restrict__ dy, const T *__restrict__ x, const T *_
 		const long long ch = ch0 + k;
 		rstd[k] = work[c + ch];
 		mean[k] = work[ch];
-		sc[k] = (w ? (A)sgk_tof(w[ch]) : (A)1) * rstd[k];
+		sc[k] = work[4 * c + ch]; /* w * rstd */
 		gm[k] = work[3 * c + ch] / am;
 		xm[k] = work[2 * c + ch] / am;
 	}
@@ -1909,7 +1934,7 @@ static size_t sg_batch_norm_workspace(long long n, long long c, long long inner,
 	const long long m = n * inner;
 	const long long chunk = cl ? sgk_bn_chunk_cl(m, c) : sgk_bn_chunk(n, c, inner);
 	const long long nsplit = (m + chunk - 1) / chunk;
-	return (size_t)(4 + 4 * nsplit) * (size_t)c * sizeof(typename sgk_acc<T>::type);
+	return (size_t)(5 + 4 * nsplit) * (size_t)c * sizeof(typename sgk_acc<T>::type);
 }
 
 template <class T, int NPART, int VEC>
@@ -1923,20 +1948,20 @@ static void sgk_bn_moments_cl(const T *x, const T *dy, typename sgk_acc<T>::type
 		x, dy, part, m, c, chunk, ctl);
 }
 
-/* Each channel's mean and rstd into work[0..2c) (the parts after work[4c]);
- * with dy (NPART 4) also its sums and dw, db; in training mean_out and
- * var_out when given, and run's update. */
+/* Each channel's mean and rstd into work[0..2c) (the parts after work[5c]);
+ * with dy (NPART 4) also its sums, w * rstd, dw, db and sgd's updates; in
+ * training mean_out and var_out when given, and run's update. */
 template <class T, class S, int NPART>
-static cudaError_t sgk_bn_stats(const T *x, const T *dy, const S *rm, const S *rv,
+static cudaError_t sgk_bn_stats(const T *x, const T *dy, const S *rm, const S *rv, const T *w,
                                 typename sgk_acc<T>::type *work, T *dw, T *db, T *mean_out,
                                 T *var_out, long long n, long long c, long long inner, int cl,
                                 float eps, int training, const SgBnRunning<S> &run,
-                                cudaStream_t stream)
+                                const SgBnSgd<T> &sgd, cudaStream_t stream)
 {
 	const long long m = n * inner;
 	const long long chunk = cl ? sgk_bn_chunk_cl(m, c) : sgk_bn_chunk(n, c, inner);
 	const int nsplit = training || NPART == 4 ? (int)((m + chunk - 1) / chunk) : 0;
-	typename sgk_acc<T>::type *part = work + 4 * c;
+	typename sgk_acc<T>::type *part = work + 5 * c;
 	if (nsplit > 0 && cl) {
 		int v = sgk_bn_vec<T>(c, x, dy, (const T *)NULL);
 		if (NPART == 4 && v > 4)   /* 4 channels a thread at most: their 16 moments */
@@ -1969,12 +1994,12 @@ static cudaError_t sgk_bn_stats(const T *x, const T *dy, const S *rm, const S *r
 	}
 	if (cl && nsplit > 0)
 		sgk_bn_stats_final_block_k<T, S, NPART><<<(unsigned)c, 256, 0, stream>>>(
-			rm, rv, part, work, dw, db, mean_out, var_out, m, c, chunk, nsplit, eps,
-			training, run);
+			rm, rv, w, part, work, dw, db, mean_out, var_out, m, c, chunk, nsplit, eps,
+			training, run, sgd);
 	else
 		sgk_bn_stats_final_k<T, S, NPART><<<(unsigned)((c + 255) / 256), 256, 0, stream>>>(
-			rm, rv, part, work, dw, db, mean_out, var_out, m, c, chunk, nsplit, eps,
-			training, run);
+			rm, rv, w, part, work, dw, db, mean_out, var_out, m, c, chunk, nsplit, eps,
+			training, run, sgd);
 	return sgk_launched();
 }
 
@@ -2002,9 +2027,9 @@ static cudaError_t sgk_bn_fwd(const T *x, const S *rm, const S *rv, const T *w, 
 {
 	if (n * c * inner <= 0)
 		return cudaSuccess;
-	cudaError_t e = sgk_bn_stats<T, S, 2>(x, (const T *)NULL, rm, rv, work, (T *)NULL,
-	                                      (T *)NULL, mean_out, var_out, n, c, inner, cl, eps,
-	                                      training, run, stream);
+	cudaError_t e = sgk_bn_stats<T, S, 2>(x, (const T *)NULL, rm, rv, (const T *)NULL, work,
+	                                      (T *)NULL, (T *)NULL, mean_out, var_out, n, c, inner,
+	                                      cl, eps, training, run, SgBnSgd<T>(), stream);
 	if (e != cudaSuccess)
 		return e;
 	const int v = sgk_bn_vec<T>(cl ? c : inner, x, y, res);
@@ -2068,12 +2093,14 @@ static cudaError_t sg_launch_batch_norm_bwd(const T *dy, const T *x, const S *rm
                                             const T *w, T *dx, T *dw, T *db,
                                             typename sgk_acc<T>::type *work, long long n,
                                             long long c, long long inner, int cl, float eps,
-                                            int training, cudaStream_t stream)
+                                            int training, cudaStream_t stream,
+                                            const SgBnSgd<T> &sgd = SgBnSgd<T>())
 {
 	if (n * c * inner <= 0)
 		return cudaSuccess;
-	cudaError_t e = sgk_bn_stats<T, S, 4>(x, dy, rm, rv, work, dw, db, (T *)NULL, (T *)NULL, n,
-	                                      c, inner, cl, eps, training, SgBnRunning<S>(), stream);
+	cudaError_t e = sgk_bn_stats<T, S, 4>(x, dy, rm, rv, w, work, dw, db, (T *)NULL, (T *)NULL,
+	                                      n, c, inner, cl, eps, training, SgBnRunning<S>(), sgd,
+	                                      stream);
 	if (e != cudaSuccess)
 		return e;
 	const int v = sgk_bn_vec<T>(cl ? c : inner, dy, x, dx);
@@ -2082,10 +2109,10 @@ static cudaError_t sg_launch_batch_norm_bwd(const T *dy, const T *x, const S *rm
 		const dim3 grid = sgk_bn_cl_grid(n * inner, c / v, ctl);
 		if (v == SgkBnVec<T>::V16)
 			sgk_bn_bwd_dx_cl_k<T, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(
-				dy, x, w, dx, work, n * inner, c, ctl, training);
+				dy, x, dx, work, n * inner, c, ctl, training);
 		else
 			sgk_bn_bwd_dx_cl_k<T, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(
-				dy, x, w, dx, work, n * inner, c, ctl, training);
+				dy, x, dx, work, n * inner, c, ctl, training);
 		return sgk_launched();
 	}
 	if (cl) {   /* [m, c] walked as [m, c, 1] */
@@ -2094,13 +2121,13 @@ static cudaError_t sg_launch_batch_norm_bwd(const T *dy, const T *x, const S *rm
 	}
 	const unsigned grid = sgk_conv_grid(n * c * inner / v);
 	if (v == SgkBnVec<T>::V16)
-		sgk_bn_bwd_dx_k<T, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(dy, x, w, dx, work, n,
-		                                                              c, inner, training);
+		sgk_bn_bwd_dx_k<T, SgkBnVec<T>::V16><<<grid, 256, 0, stream>>>(dy, x, dx, work, n, c,
+		                                                              inner, training);
 	else if (v == SgkBnVec<T>::V8)
-		sgk_bn_bwd_dx_k<T, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(dy, x, w, dx, work, n,
-		                                                             c, inner, training);
+		sgk_bn_bwd_dx_k<T, SgkBnVec<T>::V8><<<grid, 256, 0, stream>>>(dy, x, dx, work, n, c,
+		                                                             inner, training);
 	else
-		sgk_bn_bwd_dx_k<T, 1><<<grid, 256, 0, stream>>>(dy, x, w, dx, work, n, c, inner,
+		sgk_bn_bwd_dx_k<T, 1><<<grid, 256, 0, stream>>>(dy, x, dx, work, n, c, inner,
 		                                                training);
 	return sgk_launched();
 }

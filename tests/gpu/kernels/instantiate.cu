@@ -127,5 +127,5 @@ template cudaError_t sg_launch_batch_norm_fwd<SGK_T, SGK_T>(
 template cudaError_t sg_launch_batch_norm_bwd<SGK_T, float>(
         const SGK_T *, const SGK_T *, const float *, const float *, const SGK_T *, SGK_T *,
         SGK_T *, SGK_T *, sgk_acc<SGK_T>::type *, long long, long long, long long, int, float,
-        int, cudaStream_t);
+        int, cudaStream_t, const SgBnSgd<SGK_T> &);
 #endif

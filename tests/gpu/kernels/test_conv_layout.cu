@@ -586,6 +586,44 @@ static void bn_running(const char *what, int cl, const T *x, const T *w, const T
 	check_same(w2, down(drv, c), wv);
 }
 
+/* The generated sgd_update_ kernel's arithmetic (codegen's sgd_update_one:
+ * p + (-lr) * g in float, rounded to T). */
+template <class T>
+__global__ void kt_sgd_k(T *p, const T *g, float neg_lr, long long n)
+{
+	const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		p[i] = sgk_cvt<T>(sgk_tof(p[i]) + neg_lr * sgk_tof(g[i]));
+}
+
+/* The SGD updates folded into the backward (SgBnSgd, 2-byte T), dw and db
+ * not stored: dx the same as the plain backward's gx, and w, b as the
+ * sgd_update_ kernel leaves them after that backward (its gw, gb); w is
+ * also the backward's operand, read before its update. */
+template <class T>
+static void bn_sgd(const char *what, int cl, const T *dy, const T *x, const float *rm,
+                   const float *rv, const std::vector<T> &w, const std::vector<T> &b,
+                   const T *gx, const T *gw, const T *gb, typename sgk_acc<T>::type *work,
+                   long long n, long long c, long long inner, int off, bool training)
+{
+	const size_t nx = n * c * inner;
+	T *w1 = dev_up(w), *b1 = dev_up(b), *w2 = dev_up(w), *b2 = dev_up(b);
+	T *gx2 = dev<T>(nx, off);
+	const float nl = -0.0625f, nlb = -0.01f;
+	kt_sgd_k<T><<<(unsigned)((c + 255) / 256), 256>>>(w1, gw, nl, c);
+	kt_sgd_k<T><<<(unsigned)((c + 255) / 256), 256>>>(b1, gb, nlb, c);
+	launched(sg_launch_batch_norm_bwd<T, float>(dy, x, rm, rv, w2, gx2, (T *)NULL, (T *)NULL, work,
+	                                            n, c, inner, cl, 1e-5f, training, 0,
+	                                            SgBnSgd<T>{w2, b2, nl, nlb}), what);
+	char w3[200];
+	snprintf(w3, sizeof w3, "%s dx with the SGD updates folded in (cl %d)", what, cl);
+	check_same(w3, down(gx2, nx), down(gx, nx));
+	snprintf(w3, sizeof w3, "%s SGD update of w folded in (cl %d)", what, cl);
+	check_same(w3, down(w2, c), down(w1, c));
+	snprintf(w3, sizeof w3, "%s SGD update of b folded in (cl %d)", what, cl);
+	check_same(w3, down(b2, c), down(b1, c));
+}
+
 template <class T>
 static void run_bn(long long n, long long c, long long inner, int off, bool training)
 {
@@ -624,6 +662,9 @@ static void run_bn(long long n, long long c, long long inner, int off, bool trai
 		hvar[cl] = down(vo, c);
 		launched(sg_launch_batch_norm_bwd<T, float>(ddy, dx_, drm, drv, dw_, gx, gw, gb, work, n, c,
 		                                            inner, cl, (float)eps, training, 0), what);
+		if (sizeof(T) == 2)
+			bn_sgd<T>(what, cl, ddy, dx_, drm, drv, w, b, gx, gw, gb, work, n, c, inner, off,
+			          training);
 		hdx[cl] = down(gx, nx);
 		if (cl)
 			hdx[cl] = perm(hdx[cl], n, c, inner, 1, 0);
