@@ -73,6 +73,26 @@
  *     it lands) and writes the where's result; g and the mask get no
  *     memory and the le and where no kernel, a pass over three tensors of
  *     x's size saved (fold_pool_relu, sg_launch_maxpool2d_bwd_relu).
+ *   - A batch norm's running statistics.  functionalize writes each
+ *     update as mul(stat, m), mul(r, 1 - m), add, copy_ into r, which
+ *     fusion makes one small kernel storing into r.  With 2-byte
+ *     statistics, the training batch_norm's own kernel makes it as it
+ *     finishes each channel's statistics (SgBnRunning), rounding as the
+ *     three ops would; the group has no kernel and the statistics no
+ *     memory (fold_bn_running).  (A float group may contract the
+ *     multiply into the add, so f32 keeps its kernels.)
+ *   - SGD in a batch norm's backward.  sgd_update_(w, dw) and
+ *     sgd_update_(b, db) of a 2-byte batch_norm_backward's weight and
+ *     bias gradients, momentum and weight decay 0, right after it, are
+ *     made by its kernel as it finishes the sums (SgBnSgd), rounding as
+ *     the sgd_update_ kernel would; the gradients get no memory and the
+ *     updates no kernel.  Its dx pass reads w * rstd saved by that
+ *     kernel, so w may change first (fold_bn_sgd).
+ *   - Layout conversions that move nothing.  A to_layout of a 4-D value
+ *     with one channel or one position (a 1 x 1 filter, its gradient, a
+ *     pooled [n, c, 1, 1]) has the same bytes in both layouts: a folded
+ *     view keeping the bytes, read through its source's pointer
+ *     (same_bytes).
  *   - Attention layouts (docs/codegen.md, "-O2: attention").  A transpose
  *     or permute keeping the last dim whose uses are q, k, v (dout)
  *     operands of attention nodes is read by the flash kernels through

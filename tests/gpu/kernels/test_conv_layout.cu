@@ -21,9 +21,15 @@
  *   to where(x <= 0, 0, the plain backward) bit for bit, either layout,
  *   with zeros, negatives and NaNs in x;
  *   sg_launch_batch_norm_fwd_relu (the epilogue, with and without a
- *   residual): equal to the plain forward's y then add and relu;
+ *   residual): equal to the plain forward's y then add and relu; with
+ *   SgBnRunning (2-byte T): the running statistics equal to mul, mul,
+ *   add of the batch statistics it wrote, rounded as the ops round;
+ *   sg_launch_batch_norm_bwd with SgBnSgd (2-byte T, dw and db not
+ *   stored): dx equal to the plain backward's, w and b equal to the
+ *   sgd_update_ kernel's arithmetic on its gradients;
  *   sg_launch_to_layout both ways: equal to the host's transpose, and the
- *   round trip to the input, at odd sizes, few channels and n > 65535.
+ *   round trip to the input, at odd sizes, few channels or positions
+ *   (one: a copy) and n > 65535.
  *
  * Tolerances (relative error norms, ||out - ref|| / ||ref||): f32 2e-5
  * (4e-5 for the gradients), bf16 1e-2 (2e-2), f64 1e-12; the batch mean
@@ -570,14 +576,14 @@ static void bn_running(const char *what, int cl, const T *x, const T *w, const T
 	launched(sg_launch_batch_norm_fwd_relu<T, T>(x, drm, drv, w, b, (const T *)NULL, y, mo, vo,
 	                                             work, n, c, inner, cl, 1e-5f, 1, 0, run), what);
 	const std::vector<T> hm = down(mo, c), hv = down(vo, c);
+	/* T(x * k) as a float; then the float sum rounded to T */
+	auto mul = [](T x, float k) {
+		return (float)kt_dt<T>::to(kt_dt<T>::from((float)kt_dt<T>::to(x) * k));
+	};
 	std::vector<T> wm(c), wv(c);
 	for (long long i = 0; i < c; i++) {
-		const float am = kt_dt<T>::to(kt_dt<T>::from((float)kt_dt<T>::to(hm[i]) * 0.1f));
-		const float bm = kt_dt<T>::to(kt_dt<T>::from((float)kt_dt<T>::to(rm0[i]) * 0.9f));
-		const float av = kt_dt<T>::to(kt_dt<T>::from((float)kt_dt<T>::to(hv[i]) * 0.25f));
-		const float bv = kt_dt<T>::to(kt_dt<T>::from((float)kt_dt<T>::to(rv0[i]) * 0.75f));
-		wm[i] = kt_dt<T>::from(am + bm); /* (float sums) */
-		wv[i] = kt_dt<T>::from(av + bv);
+		wm[i] = kt_dt<T>::from(mul(hm[i], 0.1f) + mul(rm0[i], 0.9f));
+		wv[i] = kt_dt<T>::from(mul(hv[i], 0.25f) + mul(rv0[i], 0.75f));
 	}
 	char w2[200];
 	snprintf(w2, sizeof w2, "%s running mean update (cl %d)", what, cl);
