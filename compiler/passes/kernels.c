@@ -1408,6 +1408,19 @@ fold_pool_relu(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
 	G->ingroup_only[gr] = G->ingroup_only[m] = 1; /* no memory */
 }
 
+/* 1 when a live node strictly between `from` and `to`, other than
+ * `except` (and del), reads value v. */
+static int
+read_between(Kc *G, ValId v, NodeId from, NodeId to, NodeId except)
+{
+	for (uint32_t u = G->uat[v]; u < G->uat[v + 1]; u++) {
+		NodeId i = G->unode[u];
+		if (i > from && i < to && i != except && G->g->nodes.v[i].op != OP_DEL)
+			return 1;
+	}
+	return 0;
+}
+
 /* The literal operand of binary node n besides value v (*x), 1 when n
  * reads v and a literal. */
 static int
@@ -1461,9 +1474,7 @@ fold_bn_running(Kc *G, FuseGroups *groups, NodeId P)
 		    !G->ingroup_only[t1] || !G->ingroup_only[t2])
 			continue;
 		ValId r = m2->opnd[0].kind == OK_VAL ? m2->opnd[0].v : m2->opnd[1].v;
-		if (m2->opnd[0].kind == OK_VAL && m2->opnd[1].kind == OK_VAL)
-			continue;
-		if (!times_literal(m2, r, &x))
+		if (!times_literal(m2, r, &x)) /* (also when both operands are values) */
 			continue;
 		const Type *rt = vtype(g, r);
 		uint8_t kind = G->cls[r]->kind;
@@ -1473,14 +1484,8 @@ fold_bn_running(Kc *G, FuseGroups *groups, NodeId P)
 		    vtype(g, a->res[0])->dt != t->dt)
 			continue;
 		if (A <= P || A - P > BN_EPI_GAP || a->stream != g->nodes.v[P].stream ||
-		    !plain_between(g, P, A) || !source_stays(G, r, P, A))
-			continue;
-		int other = 0; /* r read between P and the update but by it */
-		for (uint32_t u = G->uat[r]; u < G->uat[r + 1] && !other; u++) {
-			NodeId i = G->unode[u];
-			other = i > P && i < A && i != M2 && g->nodes.v[i].op != OP_DEL;
-		}
-		if (other)
+		    !plain_between(g, P, A) || !source_stays(G, r, P, A) ||
+		    read_between(G, r, P, A, M2))
 			continue;
 		drop_group(G, groups, gi);
 		NodeId *F = j ? G->fold->bn_rm : G->fold->bn_rv;
@@ -1526,14 +1531,8 @@ fold_bn_sgd(Kc *G, const uint32_t *nclass, NodeId P)
 		ValId w = u->opnd[0].v;
 		const Type *wt = vtype(g, w);
 		if (wt->host || wt->dt != dt || !type_same_shape(wt, t) || G->fold->src[w] != NONE ||
-		    G->ingroup_only[w] || !plain_between(g, P, U) || !source_stays(G, w, P, U - 1))
-			continue;
-		int other = 0; /* w read between P and the update */
-		for (uint32_t q = G->uat[w]; q < G->uat[w + 1] && !other; q++) {
-			NodeId i = G->unode[q];
-			other = i > P && i < U && g->nodes.v[i].op != OP_DEL;
-		}
-		if (other)
+		    G->ingroup_only[w] || !plain_between(g, P, U) || !source_stays(G, w, P, U - 1) ||
+		    read_between(G, w, P, U, NONE))
 			continue;
 		NodeId *F = j == 1 ? G->fold->bn_sgdw : G->fold->bn_sgdb;
 		F[P] = U;
