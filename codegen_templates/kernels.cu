@@ -776,7 +776,7 @@ ${name}_one(${t} &p, const ${t} g${bufref})
 ${?wd}	d = sg_to_${dt}(d + ${w} * pi);
 ${?mom}	d = sg_to_${dt}(sg_to_${dt}(sg_ld(b) * ${m}) + d);
 ${?mom}	b = sg_st_${dt}(d);
-	p = sg_st_${dt}(sg_to_${dt}(pi + ${lr} * d));
+	p = sg_st_${dt}(sg_to_${dt}(sgk_sgd_step_${fd}(pi, ${lr}, d)));
 }
 /* ${vec} elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */

@@ -266,7 +266,8 @@ sgd(CgGraph *G, const Node *n, NodeId i)
 	        {"bufarg", mom != 0 ? ", buf[i]" : ""},
 	        {"wd", wd != 0 ? "1" : ""}, {"w", opmath(c, dt, wd)},
 	        {"mom", mom != 0 ? "1" : ""}, {"m", opmath(c, dt, mom)},
-	        {"lr", opmath(c, dt, -ir_attr_float(n, "lr", 0))});
+	        {"lr", opmath(c, dt, -ir_attr_float(n, "lr", 0))},
+	        {"fd", dt == DT_F64 ? "d" : "f"});
 	char *args = cg_fmt(c, "%s, %s", var(G, n, 0), var(G, n, 1));
 	if (mom != 0)
 		args = cg_fmt(c, "%s, (%s *)io[%d]", args, ct, G->optslot[i]);

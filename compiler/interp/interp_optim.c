@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "safetensors.h"
+#include "sgk/sgk_pointwise.h"
 #include "interp.h"
 
 typedef struct {
@@ -234,7 +235,7 @@ interp_sgd_update(Interp *I, Node *n, Tensor **in, Tensor **out)
 				d = rnd(p, rnd(p, interp_getf(buf->t, i) * m) + d);
 			interp_setf(buf->t, i, d);
 		}
-		interp_setf(p, i, pi + lr * d);
+		interp_setf(p, i, sgk_sgd_step_d(pi, lr, d));
 	}
 	if (buf)
 		buf->present = 1;

@@ -95,6 +95,7 @@
 #ifndef SGK_CONV_CUH
 #define SGK_CONV_CUH
 #include "sgk_common.cuh"
+#include "sgk_pointwise.h"
 /* nvcc remarks on the helpers a program leaves unused: off here */
 #pragma nv_diag_suppress 177
 
@@ -1299,7 +1300,7 @@ SGK_DEV S sgk_bn_running(float stat, S old, float take, float keep)
 /* The SGD updates a batch_norm backward's kernel makes as it finishes a
  * channel's sums (kernels.c's fold_bn_sgd): w -= lr * dw and b -= lr *
  * db, with momentum and weight decay 0, each rounded to T as the
- * generated sgd_update_ kernel rounds (its w + (-lr) * g); w or b NULL:
+ * generated sgd_update_ kernel rounds (both sgk_sgd_step_f); w or b NULL:
  * none. */
 template <class T>
 struct SgBnSgd {
@@ -1354,9 +1355,9 @@ SGK_DEV void sgk_bn_finish(const SgkMoments<typename sgk_acc<T>::type> &v, long 
 		if (db)
 			db[ch] = gb;
 		if (sgd.w)
-			sgd.w[ch] = sgk_cvt<T>(sgk_tof(sgd.w[ch]) + sgd.neg_lr_w * sgk_tof(gw));
+			sgd.w[ch] = sgk_cvt<T>(sgk_sgd_step_f(sgk_tof(sgd.w[ch]), sgd.neg_lr_w, sgk_tof(gw)));
 		if (sgd.b)
-			sgd.b[ch] = sgk_cvt<T>(sgk_tof(sgd.b[ch]) + sgd.neg_lr_b * sgk_tof(gb));
+			sgd.b[ch] = sgk_cvt<T>(sgk_sgd_step_f(sgk_tof(sgd.b[ch]), sgd.neg_lr_b, sgk_tof(gb)));
 	}
 }
 

@@ -18,6 +18,9 @@
  * two's complement wrap-around; an op whose shape rule never lets it
  * compute in integers has none.  Comparisons give 1 or 0.
  *
+ * sgk_sgd_step_f and _d are SGD's update of one element (the optimizer's
+ * formula, shared the same way).
+ *
  * Reductions combine with sgk_add, sgk_mul, sgk_rmax and sgk_rmin (max
  * and min that keep a NaN); under CUDA each has a functor, sgk_OP_op, for
  * the warp and block reductions.
@@ -41,7 +44,7 @@ typedef unsigned long long sgk_u64;
 #define SGK_FLOAT 1
 #define SGK_NAME(op) sgk_##op##_f
 #define SGK_M(fn) fn##f
-#include "sgk/sgk_pointwise.h"
+#include "sgk_pointwise.h"
 #undef SGK_T
 #undef SGK_FLOAT
 #undef SGK_NAME
@@ -50,7 +53,7 @@ typedef unsigned long long sgk_u64;
 #define SGK_FLOAT 0
 #define SGK_NAME(op) sgk_##op##_d
 #define SGK_M(fn) fn
-#include "sgk/sgk_pointwise.h"
+#include "sgk_pointwise.h"
 #undef SGK_T
 #undef SGK_FLOAT
 #undef SGK_NAME
@@ -191,6 +194,12 @@ SGK_FN SGK_T SGK_NAME(rmin)(SGK_T a, SGK_T b) { return a != a || a < b ? a : b; 
 /* clamp's bounds: a NaN operand stays, a NaN bound is taken. */
 SGK_FN SGK_T SGK_NAME(clamp_lo)(SGK_T a, SGK_T lo) { return a != a ? a : a < lo || lo != lo ? lo : a; }
 SGK_FN SGK_T SGK_NAME(clamp_hi)(SGK_T a, SGK_T hi) { return a != a ? a : a > hi || hi != hi ? hi : a; }
+
+/* torch.optim.SGD's last step of one element, p - lr * d, computed as
+ * PyTorch's kernel does: p + (-lr) * d.  The interpreter, the generated
+ * sgd_update_ kernels and the batch-norm backward that makes the update
+ * (sgk_conv.cuh's SgBnSgd) all call it. */
+SGK_FN SGK_T SGK_NAME(sgd_step)(SGK_T p, SGK_T neg_lr, SGK_T d) { return p + neg_lr * d; }
 
 /* gelu_backward(g, x) = g * d gelu(x) / dx, exact and with the tanh
  * approximation. */

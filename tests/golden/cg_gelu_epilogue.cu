@@ -89,7 +89,7 @@ k_mlp_16_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
 {
 	const float pi = sg_ld(p);
 	float d = sg_ld(g);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
+	p = sg_st_bf16(sg_to_bf16(sgk_sgd_step_f(pi, (float)-0.1, d)));
 }
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */

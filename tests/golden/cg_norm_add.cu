@@ -154,7 +154,7 @@ k_block_17_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
 {
 	const float pi = sg_ld(p);
 	float d = sg_ld(g);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.01 * d));
+	p = sg_st_bf16(sg_to_bf16(sgk_sgd_step_f(pi, (float)-0.01, d)));
 }
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
@@ -269,7 +269,7 @@ k_rms_34_sgd_update_one(float &p, const float g)
 {
 	const float pi = sg_ld(p);
 	float d = sg_ld(g);
-	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+	p = sg_st_f32(sg_to_f32(sgk_sgd_step_f(pi, (float)-0.1, d)));
 }
 /* 4 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */

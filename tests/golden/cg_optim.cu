@@ -437,7 +437,7 @@ k_sgd_bf16_59_sgd_update_one(sg_bf16 &p, const sg_bf16 g, sg_bf16 &b)
 	d = sg_to_bf16(d + (float)0.01 * pi);
 	d = sg_to_bf16(sg_to_bf16(sg_ld(b) * (float)0.9) + d);
 	b = sg_st_bf16(d);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.1 * d));
+	p = sg_st_bf16(sg_to_bf16(sgk_sgd_step_f(pi, (float)-0.1, d)));
 }
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
@@ -471,7 +471,7 @@ k_sgd_f16_unfused_74_sgd_update_one(sg_f16 &p, const sg_f16 g, sg_f16 &b)
 	float d = sg_ld(g);
 	d = sg_to_f16(sg_to_f16(sg_ld(b) * (float)0.5) + d);
 	b = sg_st_f16(d);
-	p = sg_st_f16(sg_to_f16(pi + (float)-0.1 * d));
+	p = sg_st_f16(sg_to_f16(sgk_sgd_step_f(pi, (float)-0.1, d)));
 }
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
@@ -504,7 +504,7 @@ k_sgd_f32_wd_85_sgd_update_one(float &p, const float g)
 	const float pi = sg_ld(p);
 	float d = sg_ld(g);
 	d = sg_to_f32(d + (float)0.001 * pi);
-	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+	p = sg_st_f32(sg_to_f32(sgk_sgd_step_f(pi, (float)-0.1, d)));
 }
 /* 4 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */

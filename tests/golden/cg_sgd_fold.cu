@@ -215,7 +215,7 @@ k_momentum_31_sgd_update_one(float &p, const float g, float &b)
 	float d = sg_ld(g);
 	d = sg_to_f32(sg_to_f32(sg_ld(b) * (float)0.9) + d);
 	b = sg_st_f32(d);
-	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+	p = sg_st_f32(sg_to_f32(sgk_sgd_step_f(pi, (float)-0.1, d)));
 }
 /* 4 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
@@ -248,7 +248,7 @@ k_decay_42_sgd_update_one(float &p, const float g)
 	const float pi = sg_ld(p);
 	float d = sg_ld(g);
 	d = sg_to_f32(d + (float)0.01 * pi);
-	p = sg_st_f32(sg_to_f32(pi + (float)-0.1 * d));
+	p = sg_st_f32(sg_to_f32(sgk_sgd_step_f(pi, (float)-0.1, d)));
 }
 /* 4 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
@@ -383,7 +383,7 @@ k_tall_57_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
 {
 	const float pi = sg_ld(p);
 	float d = sg_ld(g);
-	p = sg_st_bf16(sg_to_bf16(pi + (float)-0.01 * d));
+	p = sg_st_bf16(sg_to_bf16(sgk_sgd_step_f(pi, (float)-0.01, d)));
 }
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
