@@ -31,6 +31,9 @@
 # compute-sanitizer memcheck, racecheck and synccheck, benches a few
 # programs, and writes DIR/report.txt (also to $OUT when set).  Exit 0 when
 # everything passed.
+# (Not initcheck: it does not see what cuBLASLt's and cuDNN's sm90 kernels
+# store, and reports every read of their outputs; docs/performance.md,
+# "compute-sanitizer initcheck and the libraries' stores".)
 #
 # Environment: SGC_BUILD=DIR reuses a configured build directory for sgc
 # and libsgrt; JOBS (default: the CPU count) bounds parallel work;
