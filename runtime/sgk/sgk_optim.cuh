@@ -18,7 +18,7 @@
  *       torch.optim.SGD (dampening 0, maximize false):
  *           g = grad + weight_decay * p
  *           buf = momentum * buf + g;  g = nesterov ? g + momentum * buf : buf
- *           p = p - lr * g
+ *           p = p - lr * g  (sgk_pointwise.h's sgk_sgd_step_f: p + (-lr) * g)
  *       PyTorch's first step sets buf = g: a buffer that starts as zeros
  *       gives exactly that (momentum * 0 + g), so fresh state is zeros.
  *
@@ -39,6 +39,7 @@
 #ifndef SGK_OPTIM_CUH
 #define SGK_OPTIM_CUH
 #include "sgk_common.cuh"
+#include "sgk_pointwise.h"
 /* nvcc remarks on the helpers a program leaves unused: off here */
 #pragma nv_diag_suppress 177
 
@@ -95,7 +96,7 @@ SGK_DEV void sgk_sgd_math(float &p, float g, float &buf, float lr, float mom, fl
 		buf = sgk_rnd<T>(sgk_rnd<T>(buf * mom) + g);
 		g = nesterov ? sgk_rnd<T>(g + mom * buf) : buf;
 	}
-	p = sgk_rnd<T>(p + -lr * g);
+	p = sgk_rnd<T>(sgk_sgd_step_f(p, -lr, g));
 }
 
 /* Vectors of V elements: V consecutive elements of each operand. */

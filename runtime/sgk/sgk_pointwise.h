@@ -197,8 +197,9 @@ SGK_FN SGK_T SGK_NAME(clamp_hi)(SGK_T a, SGK_T hi) { return a != a ? a : a > hi 
 
 /* torch.optim.SGD's last step of one element, p - lr * d, computed as
  * PyTorch's kernel does: p + (-lr) * d.  The interpreter, the generated
- * sgd_update_ kernels and the batch-norm backward that makes the update
- * (sgk_conv.cuh's SgBnSgd) all call it. */
+ * sgd_update_ kernels, the batch-norm backward that makes the update
+ * (sgk_conv.cuh's SgBnSgd) and the multi-tensor SGD (sgk_optim.cuh) all
+ * call it. */
 SGK_FN SGK_T SGK_NAME(sgd_step)(SGK_T p, SGK_T neg_lr, SGK_T d) { return p + neg_lr * d; }
 
 /* gelu_backward(g, x) = g * d gelu(x) / dx, exact and with the tanh
