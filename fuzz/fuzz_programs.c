@@ -4,7 +4,8 @@
  * them into a type-correct .sg graph (shapes tracked, operands chosen to
  * fit), with pointwise ops and scalars, matrix products and linear layers
  * on fresh params, reductions, normalisations, shape ops, zero-size dims,
- * casts, a side stream with events, collectives with WORLD 1 or 2, and
+ * casts, 4-D images (conv2d on fresh filters, batch_norm with running
+ * statistics, pooling, flatten), a side stream with events, collectives with WORLD 1 or 2, and
  * often a loss with backward (grad_sync too) and an optimizer.  The text
  * then goes through the whole compiler (whole.h): checks, IR round trip,
  * dot, memory plan, code generation and the interpreter, so the passes,
@@ -95,6 +96,23 @@ new_param(Gen *G, int dt, int rank, const int *d)
 	return i;
 }
 
+/* A const (batch norm's running statistics) of the given shape, declared
+ * now; its value index or -1. */
+static int
+new_const(Gen *G, int dt, int rank, const int *d)
+{
+	if (G->nparams >= MAXPARAMS)
+		return -1;
+	int i = new_val(G, dt, rank, d, 0);
+	if (i < 0)
+		return -1;
+	G->nparams++;
+	fprintf(G->fd, "  const %%v%d : ", i);
+	put_type(G->fd, &G->v[i]);
+	fputc('\n', G->fd);
+	return i;
+}
+
 static int
 pick(Gen *G)
 {
@@ -125,6 +143,80 @@ def(Gen *G, int dt, int rank, const int *d, int tainted)
 	return r;
 }
 
+/* An image op on a 4-D value x [N, C, H, W]: conv2d with a fresh filter
+ * (a bias, stride, padding, groups), a batch_norm with fresh consts for its
+ * running statistics (training or not), the three poolings, or the
+ * flatten that a classifier's head starts with. */
+static void
+image(Gen *G, int a)
+{
+	GVal x = G->v[a];
+	int d[4], r, k, b = -1;
+	if (x.rank != 4)
+		return;
+	switch (take(G, 6)) {
+	case 0: {
+		int ks = take(G, 2) ? 3 : 1, st = 1 + (int)take(G, 2), pad = (int)take(G, 2);
+		int groups = x.d[1] > 0 && x.d[1] % 2 == 0 && take(G, 3) == 0 ? 2 : 1;
+		if (x.d[2] + 2 * pad < ks || x.d[3] + 2 * pad < ks)
+			return;
+		d[0] = sizes[take(G, 6)] * groups;
+		d[1] = x.d[1] / groups;
+		d[2] = d[3] = ks;
+		if ((k = new_param(G, x.dt, 4, d)) < 0)
+			return;
+		if (take(G, 3) == 0 && (b = new_param(G, x.dt, 1, d)) < 0)
+			return;
+		int out[4] = {x.d[0], d[0], (x.d[2] + 2 * pad - ks) / st + 1,
+		              (x.d[3] + 2 * pad - ks) / st + 1};
+		if ((r = def(G, x.dt, 4, out, 1)) < 0)
+			return;
+		fprintf(G->fb, "conv2d(%%v%d, %%v%d", a, k);
+		if (b >= 0)
+			fprintf(G->fb, ", %%v%d", b);
+		fprintf(G->fb, ", stride=%d, padding=%d", st, pad);
+		if (groups > 1)
+			fprintf(G->fb, ", groups=%d", groups);
+		fputs(")\n", G->fb);
+		return;
+	}
+	case 1: {
+		int v[4];
+		d[0] = x.d[1];
+		for (k = 0; k < 4; k++)
+			if ((v[k] = k < 2 ? new_const(G, x.dt, 1, d) : new_param(G, x.dt, 1, d)) < 0)
+				return;
+		if ((r = def(G, x.dt, 4, x.d, 1)) >= 0)
+			fprintf(G->fb, "batch_norm(%%v%d, %%v%d, %%v%d, %%v%d, %%v%d, training=%s)\n",
+			        a, v[0], v[1], v[2], v[3], take(G, 4) ? "true" : "false");
+		return;
+	}
+	case 2: case 3: {
+		int ks = 2 + (int)take(G, 2), st = 1 + (int)take(G, 2), pad = (int)take(G, 2);
+		if (x.d[2] + 2 * pad < ks || x.d[3] + 2 * pad < ks)
+			return;
+		int out[4] = {x.d[0], x.d[1], (x.d[2] + 2 * pad - ks) / st + 1,
+		              (x.d[3] + 2 * pad - ks) / st + 1};
+		if ((r = def(G, x.dt, 4, out, x.tainted)) >= 0)
+			fprintf(G->fb, "%s(%%v%d, kernel_size=%d, stride=%d, padding=%d)\n",
+			        take(G, 2) ? "max_pool2d" : "avg_pool2d", a, ks, st, pad);
+		return;
+	}
+	case 4: {
+		int o = 1 + (int)take(G, 2), out[4] = {x.d[0], x.d[1], o, o};
+		if ((r = def(G, x.dt, 4, out, x.tainted)) >= 0)
+			fprintf(G->fb, "adaptive_avg_pool2d(%%v%d, output_size=%d)\n", a, o);
+		return;
+	}
+	default:
+		d[0] = x.d[0];
+		d[1] = x.d[1] * x.d[2] * x.d[3];
+		if ((r = def(G, x.dt, 2, d, x.tainted)) >= 0)
+			fprintf(G->fb, "reshape(%%v%d, shape=[%d, %d])\n", a, d[0], d[1]);
+		return;
+	}
+}
+
 /* One statement built from the next choices. */
 static void
 statement(Gen *G)
@@ -132,7 +224,7 @@ statement(Gen *G)
 	int a = pick(G);
 	GVal x = G->v[a];
 	int r, d[4], k;
-	switch (take(G, 16)) {
+	switch (take(G, 18)) {
 	case 0: case 1:
 		if ((r = def(G, x.dt, x.rank, x.d, x.tainted)) >= 0)
 			fprintf(G->fb, "%s(%%v%d)\n", unary[take(G, sizeof unary / sizeof *unary)], a);
@@ -294,6 +386,9 @@ statement(Gen *G)
 		if ((r = def(G, x.dt, x.rank, x.d, x.tainted)) >= 0)
 			fprintf(G->fb, "sub(1.0, %%v%d)\n", a);
 		break;
+	case 15: case 16: /* convolution, batch norm, pooling (4-D values) */
+		image(G, a);
+		break;
 	default: /* where on a comparison */
 		if ((r = def(G, x.dt, x.rank, x.d, x.tainted)) >= 0)
 			fprintf(G->fb, "clamp(%%v%d, min=-1.0, max=1.0)\n", a);
@@ -315,7 +410,7 @@ generate(Gen *G, char **text, size_t *len)
 	dt = dt < 4 ? 0 : dt - 4;
 	int ninputs = 1 + (int)take(G, 3), d[4];
 	for (int i = 0; i < ninputs; i++) {
-		int rank = 1 + (int)take(G, 3);
+		int rank = 1 + (int)take(G, 4);
 		for (int k = 0; k < rank; k++)
 			d[k] = sizes[take(G, 8)] * (k == 0 ? G->world : 1);
 		int v = new_val(G, dt, rank, d, 0);

@@ -465,6 +465,7 @@ wrap(Ctx *C, NodeId i)
 		ValId r = ir_value_derived(g, g->vals.v[v].name,
 		                          (x.flags & NF_BACKWARD) != 0, x.loc);
 		g->vals.v[r].type = g->vals.v[v].type;
+		g->vals.v[r].layout = g->vals.v[v].layout; /* the same storage */
 		g->vals.v[r].def = i;
 		g->vals.v[r].resno = (uint16_t)j;
 		n.opnd[j].kind = OK_VAL;

@@ -71,7 +71,9 @@ check_operands(Graph *g, const char *after, const Node *n, NodeId id,
 
 /* The layouts (layout.c): channels last only on rank-4 values, read and
  * written only where a layout-aware node takes it, each such node all
- * channels last or all row order. */
+ * channels last or all row order.  An operand a node does not read
+ * (ir_access: sync_dealloc's, which only lets the value's memory go) may
+ * be in either; control_deps' results are in their operands'. */
 static void
 check_layouts(Graph *g, const char *after)
 {
@@ -87,13 +89,20 @@ check_layouts(Graph *g, const char *after)
 		if (n->op == OP_TO_LAYOUT)
 			continue; /* either side in either layout (its `layout` says which
 			             the pass meant; parsed back, a plain copy) */
+		if (n->op == OP_CONTROL_DEPS) { /* passes each value through */
+			for (uint32_t j = 0; j < n->nres; j++)
+				if (g->vals.v[n->res[j]].layout != g->vals.v[n->opnd[j].v].layout)
+					FAIL("node %u (control_deps) passes '%%%s' through in another layout",
+					     id, g->vals.v[n->opnd[j].v].name);
+			continue;
+		}
 		LayoutRole r;
 		int aware = layout_role(g, id, &r), cl = -1;
 		for (uint32_t k = 0; k < n->nopnd + n->nres; k++) {
 			int res = k >= n->nopnd;
 			uint32_t j = res ? k - n->nopnd : k;
-			if (!res && n->opnd[j].kind != OK_VAL)
-				continue;
+			if (!res && ir_access(n, j) == RACC_NONE)
+				continue; /* not a value, or not read (sync_dealloc's) */
 			ValId v = res ? n->res[j] : n->opnd[j].v;
 			int tied = aware && (res ? ((r.act_res && j == 0) || (int)j == r.w_res)
 			                         : (((r.act_ops >> j) & 1) || (int)j == r.w_op));
