@@ -5,7 +5,8 @@ a CUDA graph), the C API, the driver glue, and the --header text.
 The io order of a graph's tensors (${g}_tensors) is: inputs in declaration
 order, returned values in `return` order, params, consts.  Params and
 consts are model-owned (${g}_tensor gives their addresses); the caller
-owns inputs and outputs.
+owns inputs and outputs.  run_top's ${body} is set when the graph has
+statements (a graph whose statements are all dead reads no `rt`).
 //@ model
 
 // ================================================================ graph ${graph} (${where})
@@ -140,7 +141,8 @@ ${g}_runtime(${g}_model *M)
 static int
 ${g}_run(${g}_model *M, void *const *io, const cudaEvent_t *ext)
 {
-	SgrtModel *rt = M->rt;
+${?body}	SgrtModel *rt = M->rt;
+${!body}	(void)M;
 	(void)io;
 	(void)ext;
 //@ run_bottom

@@ -202,7 +202,7 @@ cg_graph_api(CgGraph *G)
 	char *params, *doc, *fill, *ext;
 	model(G, f);
 	CG_EMIT(f, "api.cu:run_top", {"graph", g->name}, {"g", G->name},
-	        {"source", cg_source_name(c)});
+	        {"source", cg_source_name(c)}, {"body", G->bodylen ? "1" : ""});
 	if (G->bodylen)
 		fwrite(G->bodytext, 1, G->bodylen, f);
 	CG_EMIT(f, "api.cu:run_bottom", {"x", ""});

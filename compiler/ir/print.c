@@ -269,7 +269,12 @@ print_decls(Printer *P)
 		        g->events.v[i].name);
 		any = 1;
 	}
-	if (any && g->nodes.n)
+	/* the blank line before the statements: only when one is printed (a
+	 * graph whose statements are all dead prints as one that has none) */
+	int stmts = 0;
+	for (uint32_t i = 0; i < g->nodes.n && !stmts; i++)
+		stmts = !(g->nodes.v[i].flags & NF_DEAD);
+	if (any && stmts)
 		fputc('\n', f);
 }
 
