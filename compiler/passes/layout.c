@@ -280,11 +280,18 @@ layout_pass(Graph *g, const PassOptions *po, Diag *d)
 	 * only for values of the same type, which leaves every role as it was */
 	for (NodeId i = 0; i < nn; i++)
 		L.aware[i] = (uint8_t)layout_role(g, i, &L.role[i]);
-	/* the components */
+	/* the components; a control_deps passes each value through (the same
+	 * storage: ctrldeps.c), so its result j joins operand j's component,
+	 * and a printed graph compiled again decides as the first compile did
+	 * (that one ran before control_deps existed) */
 	for (NodeId i = 0; i < nn; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->op == OP_CONTROL_DEPS && !(n->flags & NF_DEAD))
+			for (uint32_t j = 0; j < n->nres && j < n->nopnd; j++)
+				if (n->opnd[j].kind == OK_VAL)
+					unite(&L, n->opnd[j].v, n->res[j]);
 		if (!L.aware[i])
 			continue;
-		const Node *n = &g->nodes.v[i];
 		const LayoutRole *r = &L.role[i];
 		uint32_t first = node_comp(&L, i);
 		for (uint32_t k = 0; k < n->nopnd; k++)
