@@ -80,37 +80,27 @@ new_val(Gen *G, int dt, int rank, const int *d, int tainted)
 	return G->nv++;
 }
 
-/* A param of the given shape, declared now; its value index or -1. */
+/* A param (a gradient flows to it) or a const (batch norm's running
+ * statistics) of the given shape, declared now; its value index or -1. */
 static int
-new_param(Gen *G, int dt, int rank, const int *d)
+declare(Gen *G, const char *kind, int dt, int rank, const int *d)
 {
 	if (G->nparams >= MAXPARAMS)
 		return -1;
-	int i = new_val(G, dt, rank, d, 1);
+	int i = new_val(G, dt, rank, d, strcmp(kind, "param") == 0);
 	if (i < 0)
 		return -1;
 	G->nparams++;
-	fprintf(G->fd, "  param %%v%d : ", i);
+	fprintf(G->fd, "  %s %%v%d : ", kind, i);
 	put_type(G->fd, &G->v[i]);
 	fputc('\n', G->fd);
 	return i;
 }
 
-/* A const (batch norm's running statistics) of the given shape, declared
- * now; its value index or -1. */
 static int
-new_const(Gen *G, int dt, int rank, const int *d)
+new_param(Gen *G, int dt, int rank, const int *d)
 {
-	if (G->nparams >= MAXPARAMS)
-		return -1;
-	int i = new_val(G, dt, rank, d, 0);
-	if (i < 0)
-		return -1;
-	G->nparams++;
-	fprintf(G->fd, "  const %%v%d : ", i);
-	put_type(G->fd, &G->v[i]);
-	fputc('\n', G->fd);
-	return i;
+	return declare(G, "param", dt, rank, d);
 }
 
 static int
@@ -184,7 +174,7 @@ image(Gen *G, int a)
 		int v[4];
 		d[0] = x.d[1];
 		for (k = 0; k < 4; k++)
-			if ((v[k] = k < 2 ? new_const(G, x.dt, 1, d) : new_param(G, x.dt, 1, d)) < 0)
+			if ((v[k] = declare(G, k < 2 ? "const" : "param", x.dt, 1, d)) < 0)
 				return;
 		if ((r = def(G, x.dt, 4, x.d, 1)) >= 0)
 			fprintf(G->fb, "batch_norm(%%v%d, %%v%d, %%v%d, %%v%d, %%v%d, training=%s)\n",
