@@ -5,8 +5,8 @@
  * fit), with pointwise ops and scalars, matrix products and linear layers
  * on fresh params, reductions, normalisations, shape ops, zero-size dims,
  * casts, 4-D images (conv2d on fresh filters, batch_norm with running
- * statistics, pooling, flatten), a side stream with events, collectives with WORLD 1 or 2, and
- * often a loss with backward (grad_sync too) and an optimizer.  The text
+ * statistics, pooling, flatten), a side stream with events, collectives
+ * with WORLD 1 or 2, and often a loss with backward (grad_sync too) and an optimizer.  The text
  * then goes through the whole compiler (whole.h): checks, IR round trip,
  * dot, memory plan, code generation and the interpreter, so the passes,
  * the back end and `sgc run` see programs that get past the checks far
@@ -133,6 +133,14 @@ def(Gen *G, int dt, int rank, const int *d, int tainted)
 	return r;
 }
 
+/* A window's output size along a dim of n: kernel ks, stride st, padding
+ * pad on both sides (conv2d's and the poolings'); 0 when no window fits. */
+static int
+windows(int n, int ks, int st, int pad)
+{
+	return n + 2 * pad < ks ? 0 : (n + 2 * pad - ks) / st + 1;
+}
+
 /* An image op on a 4-D value x [N, C, H, W]: conv2d with a fresh filter
  * (a bias, stride, padding, groups), a batch_norm with fresh consts for its
  * running statistics (training or not), the three poolings, or the
@@ -148,7 +156,8 @@ image(Gen *G, int a)
 	case 0: {
 		int ks = take(G, 2) ? 3 : 1, st = 1 + (int)take(G, 2), pad = (int)take(G, 2);
 		int groups = x.d[1] > 0 && x.d[1] % 2 == 0 && take(G, 3) == 0 ? 2 : 1;
-		if (x.d[2] + 2 * pad < ks || x.d[3] + 2 * pad < ks)
+		int oh = windows(x.d[2], ks, st, pad), ow = windows(x.d[3], ks, st, pad);
+		if (!oh || !ow)
 			return;
 		d[0] = sizes[take(G, 6)] * groups;
 		d[1] = x.d[1] / groups;
@@ -157,8 +166,7 @@ image(Gen *G, int a)
 			return;
 		if (take(G, 3) == 0 && (b = new_param(G, x.dt, 1, d)) < 0)
 			return;
-		int out[4] = {x.d[0], d[0], (x.d[2] + 2 * pad - ks) / st + 1,
-		              (x.d[3] + 2 * pad - ks) / st + 1};
+		int out[4] = {x.d[0], d[0], oh, ow};
 		if ((r = def(G, x.dt, 4, out, 1)) < 0)
 			return;
 		fprintf(G->fb, "conv2d(%%v%d, %%v%d", a, k);
@@ -183,10 +191,10 @@ image(Gen *G, int a)
 	}
 	case 2: case 3: {
 		int ks = 2 + (int)take(G, 2), st = 1 + (int)take(G, 2), pad = (int)take(G, 2);
-		if (x.d[2] + 2 * pad < ks || x.d[3] + 2 * pad < ks)
+		int out[4] = {x.d[0], x.d[1], windows(x.d[2], ks, st, pad),
+		              windows(x.d[3], ks, st, pad)};
+		if (!out[2] || !out[3])
 			return;
-		int out[4] = {x.d[0], x.d[1], (x.d[2] + 2 * pad - ks) / st + 1,
-		              (x.d[3] + 2 * pad - ks) / st + 1};
 		if ((r = def(G, x.dt, 4, out, x.tainted)) >= 0)
 			fprintf(G->fb, "%s(%%v%d, kernel_size=%d, stride=%d, padding=%d)\n",
 			        take(G, 2) ? "max_pool2d" : "avg_pool2d", a, ks, st, pad);
