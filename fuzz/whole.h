@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sgc.h"
 #include "backend.h"
@@ -66,10 +67,29 @@ whole_elems(const Graph *g)
 	return total;
 }
 
-/* Runs each small graph in program order and interleaved; an interpreter
- * error that calls itself internal is a bug. */
+/* Where whole_run writes each run's outputs, params and optimizer state
+ * (its --out): "DIR/whole.PID.TAG.g<graph>.<interleaved>", and what each
+ * run returned. */
+enum { WHOLE_MAX_GRAPHS = 8 };
+typedef struct {
+	const char *tag;                    /* NULL: print, write no file */
+	int ran[WHOLE_MAX_GRAPHS][2];       /* 1: run, 0: too big to run */
+	int rc[WHOLE_MAX_GRAPHS][2];        /* interp_run's exit status */
+} WholeOut;
+
 static void
-whole_run(Whole *W, Module *m, const char *src)
+whole_out_path(char *buf, size_t len, const char *tag, uint32_t g, int il)
+{
+	const char *dir = getenv("TMPDIR");
+	snprintf(buf, len, "%s/whole.%ld.%s.g%u.%d", dir && *dir ? dir : "/tmp",
+	         (long)getpid(), tag, g, il);
+}
+
+/* Runs each small graph in program order and interleaved; an interpreter
+ * error that calls itself internal is a bug.  With o->tag, each run's
+ * results go to a file (whole_out_path; "{rank}" in it for WORLD > 1). */
+static void
+whole_run(Whole *W, Module *m, const char *src, WholeOut *o)
 {
 	uint32_t *w = map_get(&m->dimmap, "WORLD", 5);
 	int64_t world = w && *w < m->dims.n ? m->dims.v[*w].n : 1;
@@ -78,7 +98,7 @@ whole_run(Whole *W, Module *m, const char *src)
 		if (whole_elems(g) * (uint64_t)world > WHOLE_MAX_ELEMS)
 			continue;
 		for (int il = 0; il < 2; il++) {
-			char *msg = NULL;
+			char *msg = NULL, path[256];
 			size_t len = 0;
 			FILE *mf = open_memstream(&msg, &len);
 			FILE *old = m->diag->out;
@@ -88,12 +108,22 @@ whole_run(Whole *W, Module *m, const char *src)
 			RunOptions ro = {.steps = 2, .seed = 1, .interleave = il,
 			                 .interleave_seed = 7, .seed_inputs = 1,
 			                 .print = W->devnull};
-			interp_run(m, g, &ro);
+			if (o && o->tag && i < WHOLE_MAX_GRAPHS) {
+				whole_out_path(path, sizeof path, o->tag, i, il);
+				if (world > 1)
+					strcat(path, ".{rank}");
+				ro.out = path;
+			}
+			int rc = interp_run(m, g, &ro);
 			fclose(mf);
 			m->diag->out = old;
 			if (msg && strstr(msg, "internal"))
 				whole_bug("the interpreter reports an internal error", msg, src);
 			free(msg);
+			if (o && i < WHOLE_MAX_GRAPHS) {
+				o->ran[i][il] = 1;
+				o->rc[i][il] = rc;
+			}
 		}
 	}
 }
@@ -118,13 +148,16 @@ whole_codegen(Module *m)
 
 /*
  * Compiles src[0..len) as `sgc check` does, with diagnostics to diagout.
- * With full, a clean compilation also goes through everything after the
- * checks (see the top), and *ir receives the printed IR (malloc'd).
- * Returns 1 on success, 0 when a diagnostic error stopped it.
+ * What a clean compilation goes through after the checks (see the top):
+ * with WHOLE_BACKEND the dot, plan report and code generation, with
+ * WHOLE_RUN the interpreter's runs (their results to o's files, o may be
+ * NULL); *ir receives the printed IR (malloc'd).  Returns 1 on success, 0
+ * when a diagnostic error stopped it.
  */
+enum { WHOLE_BACKEND = 1, WHOLE_RUN = 2 };
 static int
 whole_compile(Whole *W, const char *src, size_t len, FILE *diagout, int opt,
-              int full, char **ir, size_t *irlen)
+              int full, WholeOut *o, char **ir, size_t *irlen)
 {
 	Arena *a = arena_new();
 	Diag d;
@@ -155,12 +188,13 @@ whole_compile(Whole *W, const char *src, size_t len, FILE *diagout, int opt,
 			print_module(mf, &m, NULL);
 			fclose(mf);
 		}
-		if (full) {
+		if (full & WHOLE_BACKEND) {
 			dot_module(W->devnull, &m, NULL, opt);
 			memplan_report_module(W->devnull, &m, NULL, opt);
 			whole_codegen(&m);
-			whole_run(W, &m, src);
 		}
+		if (full & WHOLE_RUN)
+			whole_run(W, &m, src, o);
 	}
 	ast_free(&f);
 	module_free(&m);
@@ -170,15 +204,18 @@ whole_compile(Whole *W, const char *src, size_t len, FILE *diagout, int opt,
 }
 
 /* The whole check of one text: compiled through everything, and its
- * printed IR compiled again to the same print. */
-static void
-whole_check(Whole *W, const char *src, size_t len, int opt)
+ * printed IR compiled again to the same print.  Returns whether it
+ * compiled; its runs' results go to o's files (o may be NULL). */
+static int
+whole_check(Whole *W, const char *src, size_t len, int opt, WholeOut *o)
 {
 	char *ir1 = NULL, *ir2 = NULL;
 	size_t len1 = 0, len2 = 0;
-	if (whole_compile(W, src, len, W->devnull, opt, 1, &ir1, &len1)) {
-		if (!whole_compile(W, ir1, len1, W->devnull, opt, 0, &ir2, &len2)) {
-			whole_compile(W, ir1, len1, stderr, opt, 0, NULL, NULL);
+	int ok = whole_compile(W, src, len, W->devnull, opt, WHOLE_BACKEND | WHOLE_RUN,
+	                       o, &ir1, &len1);
+	if (ok) {
+		if (!whole_compile(W, ir1, len1, W->devnull, opt, 0, NULL, &ir2, &len2)) {
+			whole_compile(W, ir1, len1, stderr, opt, 0, NULL, NULL, NULL);
 			whole_bug("the printed IR does not compile", ir1, NULL);
 		}
 		if (len1 != len2 || memcmp(ir1, ir2, len1) != 0)
@@ -186,6 +223,7 @@ whole_check(Whole *W, const char *src, size_t len, int opt)
 	}
 	free(ir1);
 	free(ir2);
+	return ok;
 }
 
 /* The state of a fuzz target (libFuzzer calls plain functions). */

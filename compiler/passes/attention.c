@@ -24,6 +24,12 @@
  * (Hugging Face's repeat_kv: unsqueeze, expand, reshape) are read
  * unrepeated with enable_gqa=true, the copies gone.  One walk over the
  * nodes: linear in the graph.
+ *
+ * The one value that changes: a query row whose scores are all -inf (its
+ * every key masked out) gives NaN through softmax as written and zeros
+ * through the attention op, as PyTorch's scaled_dot_product_attention
+ * has given since 2.5 (its math path's _safe_softmax) and as Inductor's
+ * fuse_attention rewrite of the same chain does.
  */
 #include <math.h>
 #include <stdlib.h>

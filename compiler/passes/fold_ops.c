@@ -33,10 +33,11 @@
  *     %c = cast(%h, dtype=%x's)             (none when %x is f32)
  *     %y = mul(%w, %c)                      (%w: [C], %x's dtype)
  *
- * becomes %y = rms_norm(%x, %w, eps=eps): the kernel library's row
- * kernels forward and backward, saving %x instead of the f32 copy and the
- * normalised rows (the result rounded once, not after the normalisation
- * too).
+ * with %x f16, bf16 or f32 (an f64 %x cast down computes in f32 on
+ * purpose, and stays as written), becomes %y = rms_norm(%x, %w, eps=eps):
+ * the kernel library's row kernels forward and backward, saving %x
+ * instead of the f32 copy and the normalised rows (the result rounded
+ * once, not after the normalisation too).
  *
  * Only a chain whose intermediate values have no other reader (nor a
  * return) on one stream is rewritten.  One walk over the nodes: linear in
@@ -229,6 +230,8 @@ rewrite_rms(Gl *G, Node *y)
 			const Type *xt = ir_type(g, x);
 			if (!xt || xt->dt != yt->dt || !type_same_shape(xt, yt))
 				continue;
+			if (x != t && xt->dt == DT_F64)
+				continue; /* rms_norm of f64 would compute in f64, not f32 */
 			if (x != t)
 				gone[ng++] = tc;
 			gone[ng++] = r, gone[ng++] = a, gone[ng++] = m, gone[ng++] = p;

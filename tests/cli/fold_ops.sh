@@ -2,7 +2,8 @@
 #
 # fold_ops.sh - pass `fold_ops` (-O2, compiler/passes/fold_ops.c): the
 # hand-written RMS norm and tanh GELU of tests/golden/bw_fold_ops.sg become
-# rms_norm and gelu; the loss and gradients stay those of the ops as
+# rms_norm and gelu (not the f64 chain that computes in f32 on purpose);
+# the loss and gradients stay those of the ops as
 # written (-O0) to within the roundings the fused ops skip.
 source "$(dirname "$0")/common.bash"
 
@@ -11,6 +12,7 @@ g=$root/tests/golden/bw_fold_ops.sg
 check "two RMS norms folded" test "$(grep -c ' = rms_norm(' dump.txt)" = 2
 check "one GELU folded" test "$(grep -c ' = gelu(' dump.txt)" = 1
 check "the chain with a second reader of its tanh kept" grep -q '^  %t2 = tanh(%f2)$' dump.txt
+check "the f64 chain (f32 inside) kept" grep -q '^  %r4 = rsqrt(%a4)$' dump.txt
 "$SGC" check "$g" -O0 --dump-after=fold_ops 2>dump0.txt
 check "-O0: nothing folded" test "$(grep -c 'rms_norm(\|gelu(' dump0.txt)" = 0
 python3 - <<'PY'
@@ -22,14 +24,19 @@ def tensor(dt, shape, f):
     vals = [f(i) for i in range(n)]
     if dt == "BF16":
         return b"".join(struct.pack("<f", v)[2:] for v in vals)
+    if dt == "F64":
+        return struct.pack("<%dd" % n, *vals)
     return struct.pack("<%df" % n, *vals)
 x = tensor("BF16", [8, 64], lambda i: ((i * 37) % 101 - 50) / 32)
 xf = tensor("F32", [8, 64], lambda i: ((i * 53) % 97 - 48) / 24)
-h = {"x": {"dtype": "BF16", "shape": [8, 64], "data_offsets": [0, len(x)]},
-     "xf": {"dtype": "F32", "shape": [8, 64], "data_offsets": [len(x), len(x) + len(xf)]}}
+xd = tensor("F64", [8, 64], lambda i: ((i * 29) % 89 - 44) / 16)
+h = {"xd": {"dtype": "F64", "shape": [8, 64], "data_offsets": [0, len(xd)]},
+     "xf": {"dtype": "F32", "shape": [8, 64], "data_offsets": [len(xd), len(xd) + len(xf)]},
+     "x": {"dtype": "BF16", "shape": [8, 64],
+           "data_offsets": [len(xd) + len(xf), len(xd) + len(xf) + len(x)]}}
 hb = json.dumps(h).encode()
 hb += b" " * (-len(hb) % 8)
-open("in.st", "wb").write(struct.pack("<Q", len(hb)) + hb + x + xf)
+open("in.st", "wb").write(struct.pack("<Q", len(hb)) + hb + xd + xf + x)
 PY
 "$SGC" run "$g" --inputs in.st --out o2.st --seed 3
 check "-O2 run: exit 0" test $? -eq 0
@@ -49,7 +56,9 @@ def load(p):
             continue
         lo, hi = t["data_offsets"]
         raw = b[8 + n + lo:8 + n + hi]
-        if t["dtype"] == "F32":
+        if t["dtype"] == "F64":
+            out[k] = struct.unpack("<%dd" % (len(raw) // 8), raw)
+        elif t["dtype"] == "F32":
             out[k] = struct.unpack("<%df" % (len(raw) // 4), raw)
         elif t["dtype"] == "BF16":
             out[k] = [struct.unpack("<f", b"\0\0" + raw[i:i + 2])[0] for i in range(0, len(raw), 2)]
