@@ -10,6 +10,8 @@ extern events.
 ${?mark}${mark}
 //@ decl
 	${type} *${var} = ${init};
+//@ decl_empty
+	[[maybe_unused]] ${type} *${var} = ${init}; /* no elements: its readers may be skipped */
 //@ alloc
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&${var}, ${bytes}, ${s}, ${line}));
 //@ arena

@@ -73,6 +73,7 @@ whole_elems(const Graph *g)
 enum { WHOLE_MAX_GRAPHS = 8 };
 typedef struct {
 	const char *tag;                    /* NULL: print, write no file */
+	int steps;                          /* steps a run makes (0: 2) */
 	int ran[WHOLE_MAX_GRAPHS][2];       /* 1: run, 0: too big to run */
 	int rc[WHOLE_MAX_GRAPHS][2];        /* interp_run's exit status */
 } WholeOut;
@@ -105,7 +106,8 @@ whole_run(Whole *W, Module *m, const char *src, WholeOut *o)
 			if (!mf)
 				abort();
 			m->diag->out = mf;
-			RunOptions ro = {.steps = 2, .seed = 1, .interleave = il,
+			RunOptions ro = {.steps = o && o->steps ? o->steps : 2, .seed = 1,
+			                 .interleave = il,
 			                 .interleave_seed = 7, .seed_inputs = 1,
 			                 .print = W->devnull};
 			if (o && o->tag && i < WHOLE_MAX_GRAPHS) {

@@ -343,7 +343,10 @@ find_named(CgGraph *G)
 			G->named[G->root[v]] = 1;
 }
 
-/* Declarations of the pointers the call uses, bound to its tensors. */
+/* Declarations of the pointers the call uses, bound to its tensors.  A
+ * value of no elements gets no memory, and the work that reads it may all
+ * be skipped (a product of zero rows, a transpose it folds): its pointer
+ * is declared [[maybe_unused]], so nvcc does not warn (#177). */
 static void
 declare_values(CgGraph *G)
 {
@@ -355,8 +358,12 @@ declare_values(CgGraph *G)
 			continue;
 		if (G->root[v] == v && cl->slot >= 0)
 			init = cg_fmt(G->c, "(%s *)io[%d]", type, cl->slot);
-		CG_EMIT(G->body, "host.cu:decl", {"type", type}, {"var", G->vname[v]},
-		        {"init", init});
+		if (type_numel(&g->vals.v[v].type) == 0)
+			CG_EMIT(G->body, "host.cu:decl_empty", {"type", type},
+			        {"var", G->vname[v]}, {"init", init});
+		else
+			CG_EMIT(G->body, "host.cu:decl", {"type", type}, {"var", G->vname[v]},
+			        {"init", init});
 	}
 }
 

@@ -40,8 +40,9 @@
  * before it, so that fusion makes the copy and B one kernel reading %h
  * once.  Only when nothing in between is a sync op or work of another
  * stream, nothing B passes writes in place what B reads, nothing D passes
- * what D reads, and D reads only values made before the copy and not %a
- * (the moves then change no value).  --dump-after=remat names B beside the value.
+ * what D reads, D reads only values made before the copy and not %a, and
+ * neither reads a value recomputed too, whose copy goes where its first
+ * backward reader is (the moves then change no value).  --dump-after=remat names B beside the value.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -233,9 +234,13 @@ reads_root(const Rm *R, const Node *n, ValId r)
 
 /* Whether B (node b) can join the copy of r as its company (see the top),
  * with *hoist the node making B's other operand when that comes after the
- * copy's place. */
+ * copy's place.  Neither B nor that node may read a value recomputed too
+ * (re[u]): its reads become reads of its copy, which goes before its first
+ * reader in backward, and that may be B or D, after the place they would
+ * move to. */
 static int
-company_fits(Rm *R, const Remat *r, NodeId b, const uint8_t *moved, NodeId *hoist)
+company_fits(Rm *R, const Remat *r, NodeId b, const uint8_t *moved, const uint8_t *re,
+             NodeId *hoist)
 {
 	Graph *g = R->g;
 	const Node *B = &g->nodes.v[b], *F = &g->nodes.v[r->first];
@@ -256,7 +261,7 @@ company_fits(Rm *R, const Remat *r, NodeId b, const uint8_t *moved, NodeId *hois
 		if (B->opnd[k].kind != OK_VAL)
 			continue;
 		ValId u = B->opnd[k].v;
-		if (u == v)
+		if (u == v || re[u])
 			return 0;
 		if (made_before(g, u, r->first))
 			continue;
@@ -271,7 +276,7 @@ company_fits(Rm *R, const Remat *r, NodeId b, const uint8_t *moved, NodeId *hois
 			return 0;
 		for (uint32_t k = 0; k < D->nopnd; k++)
 			if (D->opnd[k].kind == OK_VAL &&
-			    (D->opnd[k].v == v || ir_access(D, k) == RACC_WRITE ||
+			    (D->opnd[k].v == v || re[D->opnd[k].v] || ir_access(D, k) == RACC_WRITE ||
 			     !made_before(g, D->opnd[k].v, r->first)))
 				return 0;
 	}
@@ -306,12 +311,14 @@ find_company(Rm *R)
 	Graph *g = R->g;
 	uint32_t *opof = xmalloc(((size_t)g->vals.n + 1) * sizeof *opof);
 	uint8_t *moved = calloc((size_t)g->nodes.n + 1, 1);
-	if (!moved)
+	uint8_t *re = calloc((size_t)g->vals.n + 1, 1); /* recomputed values */
+	if (!moved || !re)
 		out_of_memory(0);
 	for (ValId v = 0; v < g->vals.n; v++)
 		opof[v] = NONE;
 	for (uint32_t j = 0; j < R->r.n; j++) {
 		const Node *p = &g->nodes.v[R->r.v[j].def];
+		re[R->r.v[j].v] = 1;
 		for (uint32_t k = 0; k < p->nopnd; k++)
 			if (p->opnd[k].kind == OK_VAL && opof[p->opnd[k].v] == NONE)
 				opof[p->opnd[k].v] = j;
@@ -325,7 +332,7 @@ find_company(Rm *R)
 				continue;
 			Remat *r = &R->r.v[opof[n->opnd[k].v]];
 			NodeId d;
-			if (r->beside != NONE || !company_fits(R, r, i, moved, &d))
+			if (r->beside != NONE || !company_fits(R, r, i, moved, re, &d))
 				continue;
 			r->beside = i;
 			r->hoist = d;
@@ -338,6 +345,7 @@ find_company(Rm *R)
 	}
 	free(opof);
 	free(moved);
+	free(re);
 	return any;
 }
 

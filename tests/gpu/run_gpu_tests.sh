@@ -42,7 +42,8 @@
 # only the i-th of n interleaved parts of the sanitizer list; SAN_FIRST=RE
 # runs those of the programs whose id matches RE first; ONLY=RE (build)
 # prepares only the programs whose id matches RE (a quick check of a
-# change; the report then covers those alone).
+# change; the report then covers those alone); EXTRA=DIR (build) adds
+# DIR/*.sg (programs written by fuzz/programs_of.sh, say) to the list.
 
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -151,7 +152,7 @@ build() {
 	: >"$dir/programs"
 	local n=0 file graph
 	for file in samples/*.sg tests/golden/ok_*.sg tests/golden/bw_*.sg \
-	            tests/golden/st_*.sg tests/golden/cg_*.sg; do
+	            tests/golden/st_*.sg tests/golden/cg_*.sg ${EXTRA:+"$EXTRA"/*.sg}; do
 		[ -f "$file" ] || continue
 		mapfile -t extra < <(args_of "$file")
 		case " ${extra[*]+"${extra[*]}"} " in
@@ -290,7 +291,7 @@ run() {
 				echo "FAIL $id/$v: exit $(cat "$t/$v.rc"): $(tail -n 5 "$t/$v.log" | tr '\n' ' ')"
 				runfail=$((runfail + 1))
 			else
-				echo "$id/$v $t/expected$s.safetensors $t/got-$v.safetensors" >>"$list"
+				echo "$id/$v $t/expected$s.safetensors $t/got-$v.safetensors $t/ir.sg" >>"$list"
 			fi
 		done
 	done <"$dir/programs" >>"$report"
