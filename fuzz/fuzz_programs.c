@@ -146,6 +146,21 @@ def(Gen *G, int dt, int rank, const int *d, int tainted)
 	return r;
 }
 
+/* "%vN = " and the statement's text (fmt and what follows) for a new
+ * value; returns N (or -1: pool full, nothing written). */
+static int __attribute__((format(printf, 6, 7)))
+emit(Gen *G, int dt, int rank, const int *d, int tainted, const char *fmt, ...)
+{
+	int r = def(G, dt, rank, d, tainted);
+	if (r >= 0) {
+		va_list ap;
+		va_start(ap, fmt);
+		vfprintf(G->fb, fmt, ap);
+		va_end(ap);
+	}
+	return r;
+}
+
 /* A window's output size along a dim of n: kernel ks, stride st, padding
  * pad on both sides (conv2d's and the poolings'); 0 when no window fits. */
 static int
@@ -251,7 +266,7 @@ static void
 written_out(Gen *G, int a)
 {
 	GVal x = G->v[a];
-	int d[4], r, k, n = x.rank, t = n >= 2 ? x.d[n - 2] : 0;
+	int d[4], k, n = x.rank, t = n >= 2 ? x.d[n - 2] : 0;
 	int taint = x.tainted;
 	if (n < 1)
 		return;
@@ -273,9 +288,9 @@ written_out(Gen *G, int a)
 		}
 		const char *pre = mask == 2 ? "%v" : "%t";
 		if (take(G, 2)) { /* the op */
-			if ((r = def(G, x.dt, n, x.d, taint)) < 0)
+			if (emit(G, x.dt, n, x.d, taint, "scaled_dot_product_attention(%%v%d, %%v%d, %%v%d",
+			         a, kk, v) < 0)
 				return;
-			fprintf(G->fb, "scaled_dot_product_attention(%%v%d, %%v%d, %%v%d", a, kk, v);
 			if (m >= 0)
 				fprintf(G->fb, ", %s%d", pre, m);
 			else if (take(G, 2))
@@ -286,34 +301,21 @@ written_out(Gen *G, int a)
 		memcpy(d, x.d, sizeof d);
 		d[n - 2] = x.d[n - 1];
 		d[n - 1] = t;
-		int kt = def(G, x.dt, n, d, G->v[kk].tainted);
-		if (kt < 0)
-			return;
-		fprintf(G->fb, "transpose(%%v%d, dim0=-2, dim1=-1)\n", kk);
+		int kt = emit(G, x.dt, n, d, G->v[kk].tainted,
+		              "transpose(%%v%d, dim0=-2, dim1=-1)\n", kk);
 		memcpy(d, x.d, sizeof d);
-		d[n - 1] = t;
-		int sc = def(G, x.dt, n, d, taint);
+		d[n - 1] = t; /* the scores' type: [..., T, T] */
+#define LIKE_S(...) emit(G, x.dt, n, d, taint, __VA_ARGS__)
+		int sc = kt < 0 ? -1 : LIKE_S("matmul(%%v%d, %%v%d)\n", a, kt);
 		if (sc < 0)
 			return;
-		fprintf(G->fb, "matmul(%%v%d, %%v%d)\n", a, kt);
 		switch (take(G, 3)) {
-		case 0:
-			if ((k = def(G, x.dt, n, d, taint)) < 0)
-				return;
-			fprintf(G->fb, "mul(%%v%d, 0.5)\n", sc);
-			sc = k;
-			break;
-		case 1:
-			if ((k = def(G, x.dt, n, d, taint)) < 0)
-				return;
-			fprintf(G->fb, "div(%%v%d, 2.0)\n", sc);
-			sc = k;
-			break;
-		default:
-			break;
+		case 0: sc = LIKE_S("mul(%%v%d, 0.5)\n", sc); break;
+		case 1: sc = LIKE_S("div(%%v%d, 2.0)\n", sc); break;
+		default: break;
 		}
 		const char *in = "%v"; /* the softmax's operand: %v<sc> or %t<sc> */
-		if (mask == 1) {
+		if (sc >= 0 && mask == 1) {
 			/* -inf scores stay out of the pool: a row of them gives NaN
 			 * through softmax and zeros through the attention op
 			 * (attention.c), and another op reading them would make such
@@ -321,65 +323,42 @@ written_out(Gen *G, int a)
 			fprintf(G->fb, "  %%t%d = where(%%t%d, %%v%d, -inf)\n", G->naux, m, sc);
 			sc = G->naux++;
 			in = "%t";
-		} else if (m >= 0) {
-			if ((k = def(G, x.dt, n, d, taint)) < 0)
-				return;
-			fprintf(G->fb, "add(%%v%d, %%v%d)\n", sc, m);
-			sc = k;
+		} else if (sc >= 0 && m >= 0) {
+			sc = LIKE_S("add(%%v%d, %%v%d)\n", sc, m);
 		}
-		if ((k = def(G, x.dt, n, d, taint)) < 0)
-			return;
-		fprintf(G->fb, "softmax(%s%d, dim=-1)\n", in, sc);
-		if ((r = def(G, x.dt, n, x.d, taint)) >= 0)
-			fprintf(G->fb, "matmul(%%v%d, %%v%d)\n", k, v);
+		if (sc >= 0 && (k = LIKE_S("softmax(%s%d, dim=-1)\n", in, sc)) >= 0)
+			emit(G, x.dt, n, x.d, taint, "matmul(%%v%d, %%v%d)\n", k, v);
+#undef LIKE_S
 		return;
 	}
-	case 2: { /* GELU, tanh form, as gelu_new */
-		int h, c, e;
-		if ((h = def(G, x.dt, n, x.d, taint)) < 0)
+	case 2: { /* GELU, tanh form, as gelu_new: each value of x's type */
+		int h, c, e, u;
+#define LIKE_X(...) emit(G, x.dt, n, x.d, taint, __VA_ARGS__)
+		if ((h = LIKE_X("mul(%%v%d, 0.5)\n", a)) < 0)
 			return;
-		fprintf(G->fb, "mul(%%v%d, 0.5)\n", a);
-		if (take(G, 2)) {
-			if ((c = def(G, x.dt, n, x.d, taint)) < 0)
-				return;
-			fprintf(G->fb, "pow(%%v%d, 3.0)\n", a);
-		} else {
-			if ((e = def(G, x.dt, n, x.d, taint)) < 0)
-				return;
-			fprintf(G->fb, "mul(%%v%d, %%v%d)\n", a, a);
-			if ((c = def(G, x.dt, n, x.d, taint)) < 0)
-				return;
-			fprintf(G->fb, "mul(%%v%d, %%v%d)\n", e, a);
-		}
-		if ((e = def(G, x.dt, n, x.d, taint)) < 0)
+		if (take(G, 2))
+			c = LIKE_X("pow(%%v%d, 3.0)\n", a);
+		else if ((e = LIKE_X("mul(%%v%d, %%v%d)\n", a, a)) < 0)
 			return;
-		fprintf(G->fb, "mul(%%v%d, 0.044715)\n", c);
-		if ((c = def(G, x.dt, n, x.d, taint)) < 0)
+		else
+			c = LIKE_X("mul(%%v%d, %%v%d)\n", e, a);
+		if (c < 0 || (e = LIKE_X("mul(%%v%d, 0.044715)\n", c)) < 0 ||
+		    (c = LIKE_X("add(%%v%d, %%v%d)\n", a, e)) < 0 ||
+		    (e = LIKE_X("mul(%%v%d, 0.7978845608028654)\n", c)) < 0 ||
+		    (c = LIKE_X("tanh(%%v%d)\n", e)) < 0 ||
+		    (u = LIKE_X("add(%%v%d, 1.0)\n", c)) < 0)
 			return;
-		fprintf(G->fb, "add(%%v%d, %%v%d)\n", a, e);
-		if ((e = def(G, x.dt, n, x.d, taint)) < 0)
-			return;
-		fprintf(G->fb, "mul(%%v%d, 0.7978845608028654)\n", c);
-		if ((c = def(G, x.dt, n, x.d, taint)) < 0)
-			return;
-		fprintf(G->fb, "tanh(%%v%d)\n", e);
-		if ((e = def(G, x.dt, n, x.d, taint)) < 0)
-			return;
-		fprintf(G->fb, "add(%%v%d, 1.0)\n", c);
-		if ((r = def(G, x.dt, n, x.d, taint)) >= 0)
-			fprintf(G->fb, "mul(%%v%d, %%v%d)\n", h, e);
+		LIKE_X("mul(%%v%d, %%v%d)\n", h, u);
+#undef LIKE_X
 		return;
 	}
 	default: { /* RMS norm as LlamaRMSNorm, in f32 */
-		int f32 = 0, tv = a, p, mm;
+		int f32 = 0, tv = a, p, m, q, hh;
 		d[0] = x.d[n - 1];
 		if ((k = new_param(G, x.dt, 1, d)) < 0)
 			return;
-		if (x.dt != f32) {
-			if ((tv = def(G, f32, n, x.d, taint)) < 0)
-				return;
-			fprintf(G->fb, "cast(%%v%d, dtype=f32)\n", a);
-		}
+		if (x.dt != f32 && (tv = emit(G, f32, n, x.d, taint, "cast(%%v%d, dtype=f32)\n", a)) < 0)
+			return;
 		if ((p = def(G, f32, n, x.d, taint)) < 0)
 			return;
 		if (take(G, 2))
@@ -388,26 +367,15 @@ written_out(Gen *G, int a)
 			fprintf(G->fb, "mul(%%v%d, %%v%d)\n", tv, tv);
 		memcpy(d, x.d, sizeof d);
 		d[n - 1] = 1;
-		if ((mm = def(G, f32, n, d, taint)) < 0)
+		if ((m = emit(G, f32, n, d, taint, "mean(%%v%d, dims=[-1], keepdim=true)\n", p)) < 0 ||
+		    (q = emit(G, f32, n, d, taint, "add(%%v%d, 1e-06)\n", m)) < 0 ||
+		    (m = emit(G, f32, n, d, taint, "rsqrt(%%v%d)\n", q)) < 0 ||
+		    (hh = emit(G, f32, n, x.d, taint, "mul(%%v%d, %%v%d)\n", tv, m)) < 0)
 			return;
-		fprintf(G->fb, "mean(%%v%d, dims=[-1], keepdim=true)\n", p);
-		if ((p = def(G, f32, n, d, taint)) < 0)
+		if (x.dt != f32 &&
+		    (hh = emit(G, x.dt, n, x.d, taint, "cast(%%v%d, dtype=%s)\n", hh, dtypes[x.dt])) < 0)
 			return;
-		fprintf(G->fb, "add(%%v%d, 1e-06)\n", mm);
-		if ((mm = def(G, f32, n, d, taint)) < 0)
-			return;
-		fprintf(G->fb, "rsqrt(%%v%d)\n", p);
-		if ((p = def(G, f32, n, x.d, taint)) < 0)
-			return;
-		fprintf(G->fb, "mul(%%v%d, %%v%d)\n", tv, mm);
-		if (x.dt != f32) {
-			if ((mm = def(G, x.dt, n, x.d, taint)) < 0)
-				return;
-			fprintf(G->fb, "cast(%%v%d, dtype=%s)\n", p, dtypes[x.dt]);
-			p = mm;
-		}
-		if ((r = def(G, x.dt, n, x.d, 1)) >= 0)
-			fprintf(G->fb, "mul(%%v%d, %%v%d)\n", k, p);
+		emit(G, x.dt, n, x.d, 1, "mul(%%v%d, %%v%d)\n", k, hh);
 		return;
 	}
 	}
