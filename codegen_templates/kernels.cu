@@ -186,7 +186,7 @@ ${name}(${params})
 	for (sg_i64 r = t; r < ${nred}; r += ${tpr})
 		s += ${load};
 	s = sg_reduce<${tpr}>(s, sg_sum_op());
-	const ${acc} mean = s / (${acc})${nred};
+	const ${acc} mean = ${smean};
 	${acc} q = 0;
 	for (sg_i64 r = t; r < ${nred}; r += ${tpr}) {
 		const ${acc} d = ${load} - mean;
@@ -564,7 +564,7 @@ ${?mask}			ps[jj] = tm == -${inf} ? (${acc})0 : sg_exp(ps[jj] - tm);
 	${acc} dot = 0;
 	for (int e = threadIdx.x; e < ${ev}; e += 128)
 ${!mask}		dot += ${opc}(sg_ld(g[goff + e])) * (acc[e] / l);
-${?mask}		dot += l > 0 ? ${opc}(sg_ld(g[goff + e])) * (acc[e] / l) : 0;
+${?mask}		dot += l == 0 ? 0 : ${opc}(sg_ld(g[goff + e])) * (acc[e] / l);
 	dot = sg_reduce<128>(dot, sg_sum_op());
 	if (threadIdx.x == 0) {
 		stats[3 * blockIdx.x] = m;
@@ -615,7 +615,7 @@ ${?mask}	const sg_i64 moff = ${mbase};
 ${?mask}			const sg_i64 jk = j0 + jj;
 			if (lane == 0) {
 ${!mask}				const ${acc} p = sg_exp(s * ${scale} - m) / l;
-${?mask}				const ${acc} p = l > 0 ? sg_exp(s * ${scale}${bias} - m) / l : 0;
+${?mask}				const ${acc} p = l == 0 ? 0 : sg_exp(s * ${scale}${bias} - m) / l;
 				ds[jj] = p * (dp - dd) * ${scale};
 			}
 		}
@@ -683,7 +683,7 @@ ${?mask}			const sg_i64 jk = j;
 			if (lane == 0) {
 				const ${acc} *st = stats + 3 * (b * ${l} + i);
 ${!mask}				const ${acc} p = sg_exp(s * ${scale} - st[0]) / st[1];
-${?mask}				const ${acc} p = st[1] > 0 ? sg_exp(s * ${scale}${bias} - st[0]) / st[1] : 0;
+${?mask}				const ${acc} p = st[1] == 0 ? 0 : sg_exp(s * ${scale}${bias} - st[0]) / st[1];
 				ps[ii] = p;
 				ds[ii] = p * (dp - st[2]) * ${scale};
 			}

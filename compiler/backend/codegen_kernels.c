@@ -852,7 +852,7 @@ sdpa(CgGraph *G, const Node *n)
 	CgBind b[CG_SDPA_NBIND + 3];
 	memcpy(b, s.b, sizeof s.b);
 	b[CG_SDPA_NBIND] = (CgBind){"name", kname};
-	b[CG_SDPA_NBIND + 1] = (CgBind){"store", cg_store(c, dt, n->nopnd > 3 ? "l > 0 ? acc[e] / l : 0"
+	b[CG_SDPA_NBIND + 1] = (CgBind){"store", cg_store(c, dt, n->nopnd > 3 ? "l == 0 ? 0 : acc[e] / l"
 	                                                                    : "acc[e] / l")};
 	b[CG_SDPA_NBIND + 2] = (CgBind){NULL, NULL};
 	cg_emit(c->kern, "kernels.cu:sdpa", b);

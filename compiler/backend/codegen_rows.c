@@ -393,6 +393,7 @@ cg_reduce(CgGraph *G, const Node *n)
 		        {"rows", cg_num(c, rg.rows)}, {"tpr", cg_num(c, rg.tpr)},
 		        {"nout", cg_num(c, nout)}, {"base", base},
 		        {"acc", acc}, {"nred", cg_num(c, nred)}, {"load", loadexpr}, {"put", put},
+		        {"smean", divide(c, "s", acc, nred)},
 		        {"mean", mean ? "1" : ""}, {"store_mean", cg_store(c, rdt, "mean")});
 		cg_launch(G, n, kname, rg.grid, rg.block, 0,
 		       mean ? cg_fmt(c, "%s, %s, %s", xv, ov, G->vname[n->res[1]])

@@ -453,11 +453,11 @@ __global__ void __launch_bounds__(NW * 32, 8 / NW) sgk_flash_fwd_tc(SgFlashParam
 				float l = lrow[mt][h];
 				l += __shfl_xor_sync(0xffffffffu, l, 1);
 				l += __shfl_xor_sync(0xffffffffu, l, 2);
-				inv[h] = l > 0.f ? 1.f / l : 0.f;
+				inv[h] = l == 0.f ? 0.f : 1.f / l;
 				const int row = row0 + 8 * h;
 				if (tig == 0 && row < p.L)
 					p.lse[(sgk_i64)b * p.L + row] =
-					        l > 0.f ? (mrow[mt][h] + log2f(l)) * SGK_LN2 : SGK_INF;
+					        l == 0.f ? SGK_INF : (mrow[mt][h] + log2f(l)) * SGK_LN2;
 			}
 #pragma unroll
 			for (int t = 0; t < DP / 8; t++) {
@@ -875,13 +875,13 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_fwd_simt(SgFlashPara
 		}
 		if (i < p.L) {
 			T *og = (T *)p.o + b0 * p.o_s0 + b1 * p.o_s1 + (sgk_i64)i * p.o_sr;
-			const A inv = l > 0 ? (A)1 / l : (A)0;
+			const A inv = l == 0 ? (A)0 : (A)1 / l;
 #pragma unroll
 			for (int c = 0; c < DMAX / 32; c++)
 				if (lane + 32 * c < Dv)
 					og[lane + 32 * c] = sgk_cvt<T>(o[c] * inv);
 			if (lane == 0)
-				p.lse[(sgk_i64)b * p.L + i] = l > 0 ? (float)(m + sgk_log(l)) : SGK_INF;
+				p.lse[(sgk_i64)b * p.L + i] = l == 0 ? SGK_INF : (float)(m + sgk_log(l));
 		}
 	}
 }

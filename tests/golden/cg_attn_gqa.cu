@@ -290,7 +290,7 @@ k_masked_bf16_58_sdpa_att(const sg_bf16 *__restrict__ q, const sg_bf16 *__restri
 		__syncthreads();
 	}
 	for (int e = threadIdx.x; e < 64; e += 128)
-		out[ooff + e] = sg_st_bf16(sg_to_bf16(l > 0 ? acc[e] / l : 0));
+		out[ooff + e] = sg_st_bf16(sg_to_bf16(l == 0 ? 0 : acc[e] / l));
 }
 // cg_attn_gqa.sg:58: %att  = scaled_dot_product_attention(%q, %k, %v, %keep, enable_gqa=true)  [sgc: %grad.k.1, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, %keep, causal=false, enable_gqa=true)]
 /* Attention backward, stage 1, one block per query row: the softmax's
@@ -352,7 +352,7 @@ k_masked_bf16_58_sdpa_bwd_stats_grad_k_1(const sg_bf16 *__restrict__ q, const sg
 	}
 	float dot = 0;
 	for (int e = threadIdx.x; e < 64; e += 128)
-		dot += l > 0 ? sg_opf(sg_ld(g[goff + e])) * (acc[e] / l) : 0;
+		dot += l == 0 ? 0 : sg_opf(sg_ld(g[goff + e])) * (acc[e] / l);
 	dot = sg_reduce<128>(dot, sg_sum_op());
 	if (threadIdx.x == 0) {
 		stats[3 * blockIdx.x] = m;
@@ -401,7 +401,7 @@ k_masked_bf16_58_sdpa_bwd_dq_grad_k_1(const sg_bf16 *__restrict__ q, const sg_bf
 			dp = sg_reduce<32>(dp, sg_sum_op());
 			const sg_i64 jk = j0 + jj;
 			if (lane == 0) {
-				const float p = l > 0 ? sg_exp(s * (float)0.125 + (mask[moff + i * 64 + jk * 1] ? (float)0 : -sg_inff()) - m) / l : 0;
+				const float p = l == 0 ? 0 : sg_exp(s * (float)0.125 + (mask[moff + i * 64 + jk * 1] ? (float)0 : -sg_inff()) - m) / l;
 				ds[jj] = p * (dp - dd) * (float)0.125;
 			}
 		}
@@ -464,7 +464,7 @@ k_masked_bf16_58_sdpa_bwd_dkdv_grad_k_1(const sg_bf16 *__restrict__ q, const sg_
 			const sg_i64 jk = j;
 			if (lane == 0) {
 				const float *st = stats + 3 * (b * 64 + i);
-				const float p = st[1] > 0 ? sg_exp(s * (float)0.125 + (mask[moff + i * 64 + jk * 1] ? (float)0 : -sg_inff()) - st[0]) / st[1] : 0;
+				const float p = st[1] == 0 ? 0 : sg_exp(s * (float)0.125 + (mask[moff + i * 64 + jk * 1] ? (float)0 : -sg_inff()) - st[0]) / st[1];
 				ps[ii] = p;
 				ds[ii] = p * (dp - st[2]) * (float)0.125;
 			}
