@@ -20,7 +20,6 @@
 #include <math.h>
 #include <stdarg.h>
 
-#include "half.h"
 #include "safetensors.h"
 #include "whole.h"
 
@@ -637,18 +636,14 @@ generate(Gen *G, char **text, size_t *len)
 	free(G->body);
 }
 
-/* Element i of tensor t as a double. */
-static double
-elem(const SgrtTensor *t, size_t i)
+/* Tensor t of a results file as the interpreter's tensor, so that
+ * interp_getf reads its elements (sgrt_st_write lays each tensor out
+ * aligned to its element size, in a buffer that malloc aligned). */
+static Tensor
+as_tensor(const SgrtTensor *t)
 {
-	const unsigned char *p = t->data;
-	switch (t->dtype) {
-	case SGRT_F64: { double x; memcpy(&x, p + 8 * i, 8); return x; }
-	case SGRT_F32: { float x; memcpy(&x, p + 4 * i, 4); return x; }
-	case SGRT_F16: { uint16_t x; memcpy(&x, p + 2 * i, 2); return half_f16_to_f32(x); }
-	case SGRT_BF16: { uint16_t x; memcpy(&x, p + 2 * i, 2); return half_bf16_to_f32(x); }
-	default: return 0;
-	}
+	Tensor v = {.dt = (uint8_t)t->dtype, .data = t->data}; /* SgrtDType is DType */
+	return v;
 }
 
 /* How two runs' results are compared (differ): exact, byte for byte; else
@@ -689,22 +684,23 @@ differ(const SgrtTensor *x, const SgrtTensor *y, const Cmp *c, char *why, size_t
 		snprintf(why, len, "'%s': dtype or shape differs", x->name);
 		return 1;
 	}
-	int fl = x->dtype == SGRT_F64 || x->dtype == SGRT_F32 ||
-	         x->dtype == SGRT_F16 || x->dtype == SGRT_BF16;
-	if (c->exact || !fl) {
+	if (c->exact || !dtype_is_float((DType)x->dtype)) {
 		if (memcmp(x->data, y->data, x->nbytes) == 0)
 			return 0;
 		snprintf(why, len, "'%s': the bytes differ", x->name);
 		return 1;
 	}
 	size_t n = x->nbytes / (size_t)sgrt_dtype_size(x->dtype);
+	Tensor tx = as_tensor(x), ty = as_tensor(y);
 	double scale = 0;
-	for (size_t i = 0; i < n; i++)
-		if (isfinite(elem(x, i)) && fabs(elem(x, i)) > scale)
-			scale = fabs(elem(x, i));
+	for (size_t i = 0; i < n; i++) {
+		double a = interp_getf(&tx, (int64_t)i);
+		if (isfinite(a) && fabs(a) > scale)
+			scale = fabs(a);
+	}
 	double tol = c->rel * (scale > 1 ? scale : 1);
 	for (size_t i = 0; i < n; i++) {
-		double a = elem(x, i), b = elem(y, i);
+		double a = interp_getf(&tx, (int64_t)i), b = interp_getf(&ty, (int64_t)i);
 		int same = isnan(a) ? isnan(b) : isinf(a) ? a == b
 		                    : isfinite(b) && fabs(a - b) <= tol;
 		if (!same && !(c->narrow && !isfinite(a) && isfinite(b))) {
@@ -760,19 +756,23 @@ differ_files(const char *pa, const char *pb, const Cmp *c, char *why, size_t len
 	return rc;
 }
 
-/* Removes the files a run of whole_run wrote (rank 0's and 1's). */
+/* Removes the files o's runs wrote (a file per rank). */
 static void
-remove_outputs(const char *tag)
+remove_outputs(const WholeOut *o, int world)
 {
 	for (uint32_t g = 0; g < WHOLE_MAX_GRAPHS; g++)
 		for (int il = 0; il < 2; il++) {
 			char p[256], q[300];
-			whole_out_path(p, sizeof p, tag, g, il);
-			remove(p);
-			for (int r = 0; r < 2; r++) {
-				snprintf(q, sizeof q, "%s.%d", p, r);
-				remove(q);
-			}
+			if (!o->ran[g][il])
+				continue;
+			whole_out_path(p, sizeof p, o->tag, g, il);
+			if (world == 1)
+				remove(p);
+			else
+				for (int r = 0; r < world; r++) {
+					snprintf(q, sizeof q, "%s.%d", p, r);
+					remove(q);
+				}
 		}
 }
 
@@ -835,8 +835,8 @@ check_outputs(const char *text, size_t len, int world, int full0, const Cmp *lev
 			}
 		}
 	}
-	remove_outputs("O0");
-	remove_outputs("O2");
+	remove_outputs(&o0, world);
+	remove_outputs(&o2, world);
 	if (what) {
 		fprintf(stderr, "fuzz: %s\n", why);
 		whole_bug(what, text, NULL);

@@ -7,7 +7,7 @@
 #
 # Writes every program to a scratch directory (fuzz_programs with
 # FUZZ_PROGRAMS_DIR set writes instead of checking), keeps those that
-# `sgc check` accepts on one rank and whose graph does some work, and
+# `sgc check` accepts on one rank, and
 # copies at most N of them to OUTDIR, each time the one with the most ops
 # (and pairs of neighbouring ops) not yet covered, then the most ops: the
 # N cover as many as the corpus does.  Needs build-fuzz (fuzz/make.sh)
