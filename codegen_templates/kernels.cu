@@ -872,3 +872,16 @@ ${name}(${params}, sg_i64 i)
 ${body}
 	return ${ret};
 }
+//@ gemm_epi
+${comment}
+/* The pointwise ops after a small product, computed where the library's
+ * sgk_gemm_small (sgk/sgk_gemm.cuh) has the product's element (row, col),
+ * given as ${reg} (a consumer fused into the product at -O2). */
+struct ${name} {
+${members}
+	__device__ __forceinline__ void operator()(const float ${reg}, sg_i64 row, sg_i64 col) const
+	{
+		const sg_i64 i = row * ${ncols} + col;
+${body}
+	}
+};

@@ -11,7 +11,12 @@
 // default one for the side at the end, as the programs do.  Per order: the
 // host's time to issue a call (start to the last launch returned) and the
 // call's time (start to the end of its work), medians of 200 calls.  The
-// same with empty kernels for the products and tanh: the launches alone.
+// same with empty kernels for the products and tanh: the launches alone;
+// and with libsgrt's small product (runtime/sgk/sgk_gemm.cuh) instead of
+// cuBLASLt's, followed by the tanh kernel, or with the tanh in its
+// epilogue (one launch a layer).  Then the GPU's time of a call without the
+// host's issue: each order captured into a CUDA graph, replayed.  First,
+// the small product against cuBLASLt's on random operands.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -19,6 +24,9 @@
 #include <algorithm>
 #include <chrono>
 #include <vector>
+#include <math.h>
+
+#include "sgk/sgk_gemm.cuh"
 #define CK(x) do { cudaError_t e_ = (x); if (e_) { printf("cuda %s line %d\n", cudaGetErrorString(e_), __LINE__); exit(1);} } while (0)
 #define LT(x) do { cublasStatus_t s_ = (x); if (s_) { printf("cublas %d line %d\n", (int)s_, __LINE__); exit(1);} } while (0)
 
@@ -33,6 +41,24 @@ __global__ void tanh_k(const float *x, float *y, int n)
 
 __global__ void empty_k() {}
 
+// y = tanh(acc), as the generated functor of tanh(matmul(x, w)) stores it.
+struct EpiTanh {
+	float *y;
+	__device__ void operator()(float acc, sgk_i64 row, sgk_i64 col) const
+	{
+		y[row * D + col] = tanhf(acc);
+	}
+};
+
+// How a layer is issued.
+enum Kind { LT, EMPTY, OWN, FUSED, NKINDS };
+static const char *const kind_name[] = {
+	"cuBLASLt product and tanh kernel (2 launches a layer)",
+	"empty kernels (2 launches a layer)",
+	"sgk_gemm_small and tanh kernel (2 launches a layer)",
+	"sgk_gemm_small with tanh in its epilogue (1 launch a layer)",
+};
+
 struct Ctx {
 	cublasLtHandle_t lt;
 	cublasLtMatmulDesc_t op;
@@ -43,26 +69,36 @@ struct Ctx {
 	void *ws[2];
 	size_t wsz;
 	float *w[L], *x[2], *h[2][L], *y[2][L];
+	int split;
 };
 
 // One layer of chain c on stream st: y = tanh(x @ w), or two empty kernels.
-static void layer(Ctx &C, int c, int l, cudaStream_t st, bool empty)
+static void layer(Ctx &C, int c, int l, cudaStream_t st, Kind kind)
 {
-	if (empty) {
+	if (kind == EMPTY) {
 		empty_k<<<1, 32, 0, st>>>();
 		empty_k<<<1, 32, 0, st>>>();
 		return;
 	}
 	const float one = 1, zero = 0;
 	const float *in = l ? C.y[c][l - 1] : C.x[c];
-	// row-major y[B, D] = x[B, D] w[D, D] as column-major y^T = w^T x^T
-	LT(cublasLtMatmul(C.lt, C.op, &one, C.w[l], C.lb, in, C.la, &zero, C.h[c][l], C.lc,
-	                  C.h[c][l], C.lc, &C.algo, C.ws[st == C.s[1]], C.wsz, st));
+	if (kind == FUSED) {
+		CK(sg_launch_gemm_small(in, D, C.w[l], D, B, D, D, C.split, EpiTanh{C.y[c][l]}, st));
+		return;
+	}
+	if (kind == OWN) {
+		CK(sg_launch_gemm_small(in, D, C.w[l], D, B, D, D, C.split,
+		                        SgkGemmStore{C.h[c][l], D}, st));
+	} else {
+		// row-major y[B, D] = x[B, D] w[D, D] as column-major y^T = w^T x^T
+		LT(cublasLtMatmul(C.lt, C.op, &one, C.w[l], C.lb, in, C.la, &zero, C.h[c][l],
+		                  C.lc, C.h[c][l], C.lc, &C.algo, C.ws[st == C.s[1]], C.wsz, st));
+	}
 	tanh_k<<<B * D / 256, 256, 0, st>>>(C.h[c][l], C.y[c][l], B * D);
 }
 
 // One call in order g (0: one stream; else groups of g layers per chain).
-static void call(Ctx &C, int g, bool empty)
+static void call(Ctx &C, int g, Kind empty)
 {
 	if (g == 0) {
 		for (int l = 0; l < L; l++)
@@ -86,6 +122,48 @@ static double median(std::vector<double> v)
 	return v[v.size() / 2];
 }
 
+static void fill(float *d, size_t n, float scale, unsigned seed)
+{
+	std::vector<float> h(n);
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		h[i] = scale * ((float)(seed >> 8) / 16777216.0f * 2 - 1);
+	}
+	CK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+// The GPU's time of one call of order g, captured as a graph: median of
+// CALLS replays, each waited for.
+static double replay_ms(Ctx &C, int g, Kind kind)
+{
+	cudaGraph_t gr;
+	cudaGraphExec_t ex;
+	cudaEvent_t e0, e1;
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	CK(cudaStreamBeginCapture(C.s[0], cudaStreamCaptureModeThreadLocal));
+	call(C, g, kind);
+	CK(cudaStreamEndCapture(C.s[0], &gr));
+	CK(cudaGraphInstantiate(&ex, gr, 0));
+	std::vector<double> t;
+	for (int k = 0; k < 20 + CALLS; k++) {
+		CK(cudaEventRecord(e0, C.s[0]));
+		CK(cudaGraphLaunch(ex, C.s[0]));
+		CK(cudaEventRecord(e1, C.s[0]));
+		CK(cudaEventSynchronize(e1));
+		float ms;
+		CK(cudaEventElapsedTime(&ms, e0, e1));
+		if (k >= 20)
+			t.push_back(ms);
+	}
+	CK(cudaGraphExecDestroy(ex));
+	CK(cudaGraphDestroy(gr));
+	CK(cudaEventDestroy(e0));
+	CK(cudaEventDestroy(e1));
+	std::sort(t.begin(), t.end());
+	return t[t.size() / 2];
+}
+
 int main()
 {
 	Ctx C;
@@ -99,11 +177,11 @@ int main()
 		CK(cudaMalloc(&C.ws[i], C.wsz));
 	for (int l = 0; l < L; l++) {
 		CK(cudaMalloc(&C.w[l], sizeof(float) * D * D));
-		CK(cudaMemset(C.w[l], 0, sizeof(float) * D * D));
+		fill(C.w[l], (size_t)D * D, 1.5f / 32, 7 + l);
 	}
 	for (int c = 0; c < 2; c++) {
 		CK(cudaMalloc(&C.x[c], sizeof(float) * B * D));
-		CK(cudaMemset(C.x[c], 0, sizeof(float) * B * D));
+		fill(C.x[c], (size_t)B * D, 1.0f, 100 + c);
 		for (int l = 0; l < L; l++) {
 			CK(cudaMalloc(&C.h[c][l], sizeof(float) * B * D));
 			CK(cudaMalloc(&C.y[c][l], sizeof(float) * B * D));
@@ -125,16 +203,65 @@ int main()
 		return 1;
 	}
 	C.algo = res.algo;
+	int sms = 0;
+	CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+	// The small product against cuBLASLt's: one call of each, 1s order.
+	{
+		std::vector<float> a((size_t)2 * L * B * D), b(a.size());
+		call(C, 0, LT);
+		CK(cudaDeviceSynchronize());
+		for (int c = 0; c < 2; c++)
+			for (int l = 0; l < L; l++)
+				CK(cudaMemcpy(&a[((size_t)c * L + l) * B * D], C.y[c][l],
+				              sizeof(float) * B * D, cudaMemcpyDeviceToHost));
+		double worst[NKINDS] = {};
+		for (int k = OWN; k <= FUSED; k++) {
+			for (int split = 1; split <= 8; split *= 2) {
+				C.split = split;
+				call(C, 0, (Kind)k);
+				CK(cudaDeviceSynchronize());
+				for (int c = 0; c < 2; c++)
+					for (int l = 0; l < L; l++)
+						CK(cudaMemcpy(&b[((size_t)c * L + l) * B * D], C.y[c][l],
+						              sizeof(float) * B * D, cudaMemcpyDeviceToHost));
+				for (size_t i = 0; i < a.size(); i++)
+					worst[k] = std::max(worst[k], (double)fabsf(a[i] - b[i]));
+			}
+		}
+		double mean = 0;
+		for (size_t i = 0; i < a.size(); i++)
+			mean += fabsf(a[i]);
+		printf("check: the 32 layers' outputs (mean |y| %.3f), largest difference from "
+		       "cuBLASLt's: %.3g (product + tanh), %.3g (fused), splits 1-8\n",
+		       mean / a.size(), worst[OWN], worst[FUSED]);
+		if (worst[OWN] > 1e-4 || worst[FUSED] > 1e-4 || !(mean > 0.05)) {
+			printf("FAILED\n");
+			return 1;
+		}
+	}
+	C.split = sg_gemm_small_split(B, D, D, sms);
+	printf("split %d (sg_gemm_small_split for %d SMs)\n", C.split, sms);
+	printf("GPU time of a call, captured and replayed (ms), by split:\n");
+	for (int split = 1; split <= 8; split *= 2) {
+		int keep = C.split;
+		C.split = split;
+		printf("  split %d: own+tanh 1s %.3f 2s/1 %.3f; fused 1s %.3f 2s/1 %.3f 2s/2 %.3f\n",
+		       split, replay_ms(C, 0, OWN), replay_ms(C, 1, OWN), replay_ms(C, 0, FUSED),
+		       replay_ms(C, 1, FUSED), replay_ms(C, 2, FUSED));
+		C.split = keep;
+	}
+	printf("  cuBLASLt+tanh: 1s %.3f 2s/1 %.3f 2s/2 %.3f\n", replay_ms(C, 0, LT),
+	       replay_ms(C, 1, LT), replay_ms(C, 2, LT));
 	const int orders[] = {0, 1, 2, 4, 16};
-	for (int empty = 0; empty < 2; empty++) {
-		printf("%s\n", empty ? "empty kernels (64 launches a call)"
-		                     : "products and tanh (64 launches a call)");
+	for (int kind = 0; kind < NKINDS; kind++) {
+		printf("%s\n", kind_name[kind]);
+		int launches = kind == FUSED ? 32 : 64;
 		printf("  %-6s %10s %10s %12s\n", "order", "issue ms", "call ms", "us/launch");
 		for (int g : orders) {
 			std::vector<double> issue, total;
 			for (int k = 0; k < 20 + CALLS; k++) {
 				auto t0 = std::chrono::steady_clock::now();
-				call(C, g, empty);
+				call(C, g, (Kind)kind);
 				auto t1 = std::chrono::steady_clock::now();
 				CK(cudaStreamSynchronize(C.s[0]));
 				auto t2 = std::chrono::steady_clock::now();
@@ -146,7 +273,7 @@ int main()
 			char name[16];
 			snprintf(name, sizeof name, g ? "2s/%d" : "1s", g);
 			printf("  %-6s %10.3f %10.3f %12.2f\n", name, median(issue), median(total),
-			       1000 * median(issue) / 64);
+			       1000 * median(issue) / launches);
 		}
 	}
 	return 0;

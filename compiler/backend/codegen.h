@@ -226,6 +226,13 @@ CgInput cg_input(CgGraph *G, const Node *n);
  * here): its parameters, arguments and a format of the call taking the
  * element offset and r's register (two %s). */
 void cg_ep_fn(CgGraph *G, const CgGroup *grp, ValId r, CgInput *ep);
+/* The functor type computing group grp fused after the small product
+ * making r (sgk_gemm_small's epilogue, emitted once per distinct
+ * computation): given r's element (row, col) of a result ncols wide, it
+ * stores what the group stores, and r itself when keep.  *args: the
+ * values of its members, to initialise it with. */
+const char *cg_gemm_epi(CgGraph *G, const CgGroup *grp, ValId r, int keep, int64_t ncols,
+                        char **args);
 /* The type of value v, and of operand k of node n. */
 static inline const Type *
 cg_vtype(CgGraph *G, ValId v)

@@ -5,7 +5,10 @@
  *
  * At -O2 the pass kernel_choice (kernels.c) decides which views the
  * products read through cuBLASLt's operand layouts and which activations
- * run as cuBLASLt epilogues (g->sched->fold); this file emits that.
+ * run as cuBLASLt epilogues (g->sched->fold), and which small f32
+ * products run as the kernel library's sgk_gemm_small with the pointwise
+ * group after them in their epilogue (Sched.gemm_split); this file emits
+ * that.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -168,10 +171,41 @@ matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, cons
 	return 1;
 }
 
+/* matmul n as the kernel library's small product (sgk_gemm_small) with
+ * the group after it as its epilogue, K split over `split` CTAs
+ * (kernel_choice's Sched.gemm_split): one launch. */
+static int
+small_matmul(CgGraph *G, const Node *n, int split)
+{
+	Cg *c = G->c;
+	const Type *a = cg_otype(G, n, 0), *b = cg_otype(G, n, 1);
+	int64_t k = a->d[a->rank - 1], m = type_numel(a) / k, nn = b->d[1];
+	Operand oa = operand(G, n->opnd[0].v), ob = operand(G, n->opnd[1].v);
+	ValId r = n->res[0];
+	int e = cg_epilogue(G, (NodeId)(n - G->g->nodes.v));
+	if (oa.trans || ob.trans || e < 0 || k < 1 || b->rank != 2)
+		ICE("a small product that sgk_gemm_small cannot take");
+	char *args;
+	const char *epi = cg_gemm_epi(G, &G->groups->v[e], r, !G->ingroup_only[r], nn, &args);
+	const char *s = cg_num(c, cg_stream(n));
+	cg_use_library(G, "sgk_gemm.cuh");
+	CG_EMIT(G->body, "host.cu:lib_call", {"s", s},
+	        {"kname", cg_kernel_name(G, n, "matmul_epi")}, {"line", cg_num(c, n->loc.line)},
+	        {"call", cg_fmt(c, "sg_launch_gemm_small(%s, %lld, %s, %lld, %lld, %lld, %lld, %d, "
+	                        "%s{%s}, sgrt_stream(rt, %s))", oa.var,
+	                        (long long)(oa.ld ? oa.ld : k), ob.var,
+	                        (long long)(ob.ld ? ob.ld : nn), (long long)m, (long long)nn,
+	                        (long long)k, split, epi, args, s)});
+	return 1;
+}
+
 /* cg_matmul(a, b) as torch.matmul (1-d operands, broadcast batch dims). */
 int
 cg_matmul(CgGraph *G, const Node *n)
 {
+	int split = G->s->gemm_split[n - G->g->nodes.v];
+	if (split)
+		return small_matmul(G, n, split);
 	return matmul_into(G, n, n->res[0], 0, NULL, NULL, cg_kernel_name(G, n, "matmul"));
 }
 

@@ -670,6 +670,38 @@ cg_ep_fn(CgGraph *G, const CgGroup *grp, ValId r, CgInput *ep)
 	pw_free(&p);
 }
 
+const char *
+cg_gemm_epi(CgGraph *G, const CgGroup *grp, ValId r, int keep, int64_t ncols, char **args)
+{
+	Cg *c = G->c;
+	Graph *g = G->g;
+	Pw p = {.G = G, .c = c, .grp = grp, .ind = "\t\t", .given1 = r + 1};
+	p.shape = group_shape(G, grp);
+	p.n = type_numel(&p.shape);
+	pw_build(&p, 1);
+	pw_trim(&p);
+	char *body = p.btext;
+	if (keep) /* the product itself is read elsewhere too */
+		body = cg_fmt(c, "\t\t%s[i] = sg_st_f32(%s);\n%s", pname(&p, r, 1), reg(&p, r), body);
+	CgStr ms = {0}; /* the members: what the group reads and stores */
+	for (uint32_t k = 0; k < p.params.n; k++)
+		cg_str_itemf(&ms, "\n", "\t%s%s *x%u;", p.param_out[k] ? "" : "const ",
+		             cg_ctype((DType)cg_vtype(G, p.params.v[k])->dt), k);
+	char *params;
+	pw_signature(&p, &params, args);
+	CgStr ps = {0}; /* which value each member is, here */
+	for (uint32_t k = 0; k < p.params.n; k++)
+		cg_str_itemf(&ps, ", ", "x%u = %%%s", k, g->vals.v[p.params.v[k]].name);
+	char *cmt = cg_fmt(c, "%s\n// (%s)", group_comment(G, grp), cg_str_done(c, &ps));
+	const char *name = CG_KERNEL(G, "kernels.cu:gemm_epi", {"comment", cmt},
+	        {"name", cg_kernel_name(G, &g->nodes.v[grp->nodes[0]], "gemm_epi")},
+	        {"members", cg_str_done(c, &ms)}, {"reg", reg(&p, r)},
+	        {"ncols", cg_num(c, ncols)}, {"body", body});
+	free(p.btext);
+	pw_free(&p);
+	return name;
+}
+
 CgInput
 cg_input(CgGraph *G, const Node *n)
 {

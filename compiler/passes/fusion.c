@@ -35,6 +35,9 @@
  * function called where the op's kernel stores an element of its result
  * (an epilogue, FuseGroup.after), so `mul(mean(%x), 2.0)` is one kernel,
  * and the op's result goes to memory only when something else uses it.
+ * So is a group right after a small f32 matmul (kernel_small_product):
+ * the kernel library's sgk_gemm_small computes the product and the group
+ * in one launch, `tanh(matmul(%x, %w))` with no product in memory.
  *
  * A group whose one stored value is only copied, right after it, into an
  * input, param or const (functionalize's write-backs, batch_norm's
@@ -329,11 +332,14 @@ consumer(const Graph *g, const Sched *s, const Uses *u, const FuseGroup *grp)
 }
 
 /* 1 when op's kernel stores its (single) result through a put statement
- * that can call an epilogue (codegen_rows.c). */
+ * that can call an epilogue (codegen_rows.c), or n is a small f32 product
+ * that the library's sgk_gemm_small computes with an epilogue
+ * (kernel_small_product, codegen_gemm.c). */
 static int
-takes_epilogue(const Node *n)
+takes_epilogue(const Graph *g, const Node *n)
 {
-	return n->op < OP__N && (op_table[n->op].flags & OPF_EPILOGUE) && n->nres == 1;
+	return n->op < OP__N && (((op_table[n->op].flags & OPF_EPILOGUE) && n->nres == 1) ||
+	                         kernel_small_product(g, n));
 }
 
 /* 1 when group grp reads value v as an operand, 0 when not; -1 when it
@@ -450,7 +456,7 @@ producer(const Graph *g, const Sched *s, const Uses *u, const FuseGroup *grp, in
 		return NONE;
 	p--;
 	const Node *r = &g->nodes.v[p], *f = &g->nodes.v[first];
-	if (r->op >= OP__N || !takes_epilogue(r) || s->group[p] >= 0 ||
+	if (r->op >= OP__N || !takes_epilogue(g, r) || s->group[p] >= 0 ||
 	    r->stream != f->stream || !fusion_legal(g, p, first))
 		return NONE;
 	ValId v = r->res[0];

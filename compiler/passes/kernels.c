@@ -37,6 +37,12 @@
  *     back to the plain product and a kernel of its own.  cuBLASLt's GELU
  *     is the tanh form, so the exact (erf) gelu stays a kernel of its own
  *     (remat.c fuses its recomputation with its derivative instead).
+ *   - Small products.  A matmul that fusion gave a pointwise group as its
+ *     epilogue (kernel_small_product: f32, at most 64 tiles of 32 x 64
+ *     outputs) runs as the kernel library's sgk_gemm_small, the group
+ *     computed where it stores each element (one launch instead of
+ *     cuBLASLt's product and a kernel): its split of K over a cluster is
+ *     recorded (Sched.gemm_split), and it reads no folded transpose.
  *   - SGD updates.  sgd_update_(w, g) with momentum and weight_decay 0
  *     of a product's result g that nothing else reads is computed by the
  *     product, run at the update's place as an accumulation into w:
@@ -464,6 +470,58 @@ is_product(int op)
 	return op == OP_MATMUL || op == OP_LINEAR;
 }
 
+/* ------------------------------------------------------------------ small products */
+
+enum { SMALL_BM = 32, SMALL_BN = 64, SMALL_TILES = 64, SMALL_KMAX = 16384, SMALL_SMS = 132 };
+
+/* Small product p's rows (a's rows flattened), columns and sum length;
+ * 0 when p is no matmul of a matrix b. */
+static int
+small_dims(const Graph *g, const Node *p, int64_t *m, int64_t *n, int64_t *k)
+{
+	if (p->op != OP_MATMUL || p->nopnd != 2 || p->nres != 1 || p->opnd[0].kind != OK_VAL ||
+	    p->opnd[1].kind != OK_VAL)
+		return 0;
+	const Type *a = otype(g, p, 0), *b = otype(g, p, 1);
+	if (a->rank < 1 || b->rank != 2)
+		return 0;
+	*k = a->d[a->rank - 1];
+	*m = *k ? type_numel(a) / *k : 0;
+	*n = b->d[1];
+	return 1;
+}
+
+int
+kernel_small_product(const Graph *g, const Node *p)
+{
+	int64_t m, n, k;
+	if (!small_dims(g, p, &m, &n, &k) || vtype(g, p->res[0])->dt != DT_F32 ||
+	    otype(g, p, 0)->dt != DT_F32 || otype(g, p, 1)->dt != DT_F32 || k < 1 ||
+	    k > SMALL_KMAX || m < 1 || n < 1 ||
+	    ((m + SMALL_BM - 1) / SMALL_BM) * ((n + SMALL_BN - 1) / SMALL_BN) > SMALL_TILES)
+		return 0;
+	for (uint32_t q = 0; q < 2; q++) { /* cuBLASLt reads these in place */
+		const Value *v = &g->vals.v[p->opnd[q].v];
+		if (v->kind == VK_NODE && (g->nodes.v[v->def].op == OP_TRANSPOSE ||
+		                           g->nodes.v[v->def].op == OP_PERMUTE))
+			return 0;
+	}
+	return 1;
+}
+
+int
+kernel_small_split(const Graph *g, const Node *p)
+{
+	int64_t m, n, k;
+	if (!small_dims(g, p, &m, &n, &k))
+		return 0;
+	int64_t tiles = ((m + SMALL_BM - 1) / SMALL_BM) * ((n + SMALL_BN - 1) / SMALL_BN);
+	int split = 1;
+	while (split < 8 && tiles * split < SMALL_SMS && k / (split * 2) >= 2 * 32)
+		split *= 2;
+	return split;
+}
+
 /* 1 when view node n swaps the last two dims of its operand and nothing
  * else (transpose, permute). */
 static int
@@ -576,6 +634,8 @@ takes_view(Kc *G, const Node *p, uint32_t k, int trans)
 		return 0; /* linear's bias */
 	if (!trans)
 		return 1;
+	if (p->op == OP_MATMUL && G->epilogue[p - G->g->nodes.v] >= 0)
+		return 0; /* sgk_gemm_small reads its operands as stored */
 	const Type *a = otype(G->g, p, 0), *b = otype(G->g, p, 1);
 	if (p->op == OP_LINEAR)
 		return k == 1 || a->rank == 2;
@@ -1858,6 +1918,8 @@ choose_library(Graph *g, Sched *s)
 			s->flash[i] = (uint8_t)kernel_flash(g, s->fold, n, n->op == OP_SDPA_BACKWARD, &f);
 		else if (!(n->flags & NF_DEAD) && n->op < OP__N)
 			s->rows_lib[i] = (uint8_t)rows_library(g, s, i);
+		if (!(n->flags & NF_DEAD) && n->op == OP_MATMUL && s->epilogue[i] >= 0)
+			s->gemm_split[i] = (uint8_t)kernel_small_split(g, n);
 		/* a training batch_norm computes the var_mean right before it
 		 * (functionalize's running statistics) in its own pass over x */
 		NodeId v = layout_bn_stats(g, i);

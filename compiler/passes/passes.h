@@ -369,6 +369,10 @@ typedef struct Sched {
 	uint8_t *rows_lib;    /* per node: a row op (softmax, log_softmax, a
 	                         norm, cross_entropy, their backward) the kernel
 	                         library's row kernels take (else generated ones) */
+	uint8_t *gemm_split;  /* per node: a small f32 matmul that the library's
+	                         sgk_gemm_small computes with its fused group as
+	                         epilogue (kernel_small_product): its split of K
+	                         (1, 2, 4, 8); 0: cuBLASLt (and no epilogue group) */
 	NodeId *bn_stats;     /* per node: a training batch_norm's var_mean of
 	                         the same x (layout_bn_stats) that its kernel
 	                         computes, and for that var_mean the batch_norm
@@ -418,6 +422,19 @@ int kernel_choice_pass(Graph *g, const PassOptions *po, Diag *d);
  * DGELU epilogue of product p as far as the two nodes go (no bias, one
  * matrix, a dtype cuBLASLt takes); kernel_choice checks the rest. */
 int kernel_dgelu_pair(const Graph *g, const Node *p, const Node *b);
+/* 1 when matmul p is a small f32 product that the kernel library's
+ * sgk_gemm_small computes with the pointwise ops after it in its epilogue
+ * (one launch where cuBLASLt's product and a kernel take two): f32
+ * operands and result, b a matrix read as stored (no transpose or
+ * permute making either operand), at most 64 tiles of 32 x 64 outputs
+ * (a's rows flattened), 1 <= K <= 16384.  fusion.c makes the group after
+ * it an epilogue; kernel_choice records the split (kernel_small_split). */
+int kernel_small_product(const Graph *g, const Node *p);
+/* The split of K over a cluster for small product p: the fewest CTAs a
+ * tile (1, 2, 4, 8) that give each of sm_90's 132 multiprocessors one,
+ * no part shorter than 64 (runtime/sgk/sgk_gemm.cuh's sg_gemm_small_split
+ * for 132). */
+int kernel_small_split(const Graph *g, const Node *p);
 /* The batch items of t (the product of all but its last two dims); the
  * broadcast batch of a matmul of a and b: its rank, item count and each
  * operand's element strides (0 where broadcast). */

@@ -116,6 +116,7 @@ sched_get(Graph *g, int opt_level)
 	s->softmax_bwd = arena_alloc(a, (g->nodes.n + 1) * sizeof *s->softmax_bwd);
 	s->flash = arena_alloc(a, g->nodes.n + 1);
 	s->rows_lib = arena_alloc(a, g->nodes.n + 1);
+	s->gemm_split = arena_alloc(a, g->nodes.n + 1);
 	s->bn_stats = arena_alloc(a, (g->nodes.n + 1) * sizeof *s->bn_stats);
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		s->bn_stats[i] = NONE;
@@ -639,6 +640,11 @@ check_fold(Graph *g, const Sched *s, const char *after)
 		                   g->nodes.v[p].stream != n->stream)))
 			FAIL("node %u (line %u): its epilogue or attention pair is inconsistent",
 			     g->name, after, i, n->loc.line);
+		if ((s->gemm_split[i] != 0) !=
+		    (!(n->flags & NF_DEAD) && n->op == OP_MATMUL && s->epilogue[i] >= 0) ||
+		    (s->gemm_split[i] & (s->gemm_split[i] - 1)) || s->gemm_split[i] > 8)
+			FAIL("node %u (line %u): its small product and epilogue group are inconsistent",
+			     g->name, after, i, n->loc.line);
 		NodeId b = F->bn_act[i];
 		if (b != NONE && (b >= g->nodes.n || g->nodes.v[b].stream != n->stream ||
 		                  (n->op == OP_BATCH_NORM
@@ -889,6 +895,9 @@ note(FILE *f, void *ctx, NodeId i)
 		fprintf(f, "%sflash attention", sep), sep = ", ";
 	if (s->rows_lib[i])
 		fprintf(f, "%slibrary row kernels", sep), sep = ", ";
+	if (s->gemm_split[i])
+		fprintf(f, "%ssgk_gemm_small (K split %d) with its epilogue group", sep,
+		        s->gemm_split[i]), sep = ", ";
 	if (s->bn_stats[i] != NONE && n->op == OP_BATCH_NORM)
 		fprintf(f, "%scomputes %%%s, %%%s", sep,
 		        g->vals.v[g->nodes.v[s->bn_stats[i]].res[0]].name,

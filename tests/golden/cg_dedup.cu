@@ -15,6 +15,7 @@
 #include "sgrt_codegen.h"
 #endif
 #include "sgk/sgk_device.cuh"
+#include "sgk/sgk_gemm.cuh"
 // cg_dedup.sg:13: %a1 = gelu(%x)
 // cg_dedup.sg:14: %a = add(%a1, 1.0)
 // (x0 = %x, x1 = %a)
@@ -53,59 +54,46 @@ k_dedup_13_gelu_a1_vec(const float *x0, float *x1)
 		*(sg_vec<float, 4> *)(x1 + w * 4) = x1_v;
 	}
 }
+// cg_dedup.sg:16: %b1 = gelu(%p)
+// cg_dedup.sg:17: %b = add(%b1, 1.0)
+// (x0 = %b)
+/* The pointwise ops after a small product, computed where the library's
+ * sgk_gemm_small (sgk/sgk_gemm.cuh) has the product's element (row, col),
+ * given as r0 (a consumer fused into the product at -O2). */
+struct k_dedup_16_gemm_epi_b1 {
+	float *x0;
+	__device__ __forceinline__ void operator()(const float r0, sg_i64 row, sg_i64 col) const
+	{
+		const sg_i64 i = row * 256 + col;
+		const float r1 = sg_to_f32(sgk_gelu_f(r0));
+		const float r2 = sg_to_f32(sgk_add_f(r1, (float)1.0));
+		x0[i] = sg_st_f32(r2);
+	}
+};
 // cg_dedup.sg:19: %c1 = gelu(%q)
 // cg_dedup.sg:20: %c = add(%c1, 2.0)
 // cg_dedup.sg:21: %d1 = gelu(%z)
 // cg_dedup.sg:22: %d = add(%d1, 1.0)
-// (x0 = %q, x1 = %c, x2 = %z, x3 = %d)
-static __global__ void __launch_bounds__(256)
-k_dedup_19_gelu_c1(const float *x0, float *x1, const double *x2, double *x3)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r0 = sg_ld(x0[i]);
+// (x0 = %c, x1 = %z, x2 = %d)
+/* The pointwise ops after a small product, computed where the library's
+ * sgk_gemm_small (sgk/sgk_gemm.cuh) has the product's element (row, col),
+ * given as r0 (a consumer fused into the product at -O2). */
+struct k_dedup_19_gemm_epi_c1 {
+	float *x0;
+	const double *x1;
+	double *x2;
+	__device__ __forceinline__ void operator()(const float r0, sg_i64 row, sg_i64 col) const
+	{
+		const sg_i64 i = row * 256 + col;
 		const float r1 = sg_to_f32(sgk_gelu_f(r0));
 		const float r2 = sg_to_f32(sgk_add_f(r1, (float)2.0));
-		x1[i] = sg_st_f32(r2);
-		const double r3 = sg_ld(x2[i]);
+		x0[i] = sg_st_f32(r2);
+		const double r3 = sg_ld(x1[i]);
 		const double r4 = sg_to_f64(sgk_gelu_d(r3));
 		const double r5 = sg_to_f64(sgk_add_d(r4, 1.0));
-		x3[i] = sg_st_f64(r5);
+		x2[i] = sg_st_f64(r5);
 	}
-}
-// cg_dedup.sg:19: %c1 = gelu(%q)
-// cg_dedup.sg:20: %c = add(%c1, 2.0)
-// cg_dedup.sg:21: %d1 = gelu(%z)
-// cg_dedup.sg:22: %d = add(%d1, 1.0)
-// (x0 = %q, x1 = %c, x2 = %z, x3 = %d)
-/* 2 elements a thread through aligned vector loads and stores (the
- * launch checks the alignment; k_dedup_19_gelu_c1 is the fallback). */
-static __global__ void __launch_bounds__(256)
-k_dedup_19_gelu_c1_vec(const float *x0, float *x1, const double *x2, double *x3)
-{
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 512;
-	     w += (int)gridDim.x * blockDim.x) {
-		const sg_vec<float, 2> x0_v = *(const sg_vec<float, 2> *)(x0 + w * 2);
-		sg_vec<float, 2> x1_v;
-		const sg_vec<double, 2> x2_v = *(const sg_vec<double, 2> *)(x2 + w * 2);
-		sg_vec<double, 2> x3_v;
-#pragma unroll
-		for (int j = 0; j < 2; j++) {
-			const int i = w * 2 + j;
-			(void)i;
-			const float r0 = sg_ld(x0_v.v[j]);
-			const float r1 = sg_to_f32(sgk_gelu_f(r0));
-			const float r2 = sg_to_f32(sgk_add_f(r1, (float)2.0));
-			x1_v.v[j] = sg_st_f32(r2);
-			const double r3 = sg_ld(x2_v.v[j]);
-			const double r4 = sg_to_f64(sgk_gelu_d(r3));
-			const double r5 = sg_to_f64(sgk_add_d(r4, 1.0));
-			x3_v.v[j] = sg_st_f64(r5);
-		}
-		*(sg_vec<float, 2> *)(x1 + w * 2) = x1_v;
-		*(sg_vec<double, 2> *)(x3 + w * 2) = x3_v;
-	}
-}
+};
 // cg_dedup.sg:24: %e0 = exp(%t)
 // cg_dedup.sg:25: %e1 = exp(%e0)
 // cg_dedup.sg:26: %e2 = exp(%e1)
@@ -170,13 +158,15 @@ k_dedup_19_gelu_c1_vec(const float *x0, float *x1, const double *x2, double *x3)
 // cg_dedup.sg:85: %e61 = exp(%e60)
 // cg_dedup.sg:86: %e62 = exp(%e61)
 // cg_dedup.sg:87: %e63 = exp(%e62)
-// (x0 = %t, x1 = %e63)
-static __global__ void __launch_bounds__(256)
-k_dedup_24_exp_e0(const float *x0, float *x1)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1024;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r0 = sg_ld(x0[i]);
+// (x0 = %e63)
+/* The pointwise ops after a small product, computed where the library's
+ * sgk_gemm_small (sgk/sgk_gemm.cuh) has the product's element (row, col),
+ * given as r0 (a consumer fused into the product at -O2). */
+struct k_dedup_24_gemm_epi_e0 {
+	float *x0;
+	__device__ __forceinline__ void operator()(const float r0, sg_i64 row, sg_i64 col) const
+	{
+		const sg_i64 i = row * 256 + col;
 		const float r1 = sg_to_f32(sgk_exp_f(r0));
 		const float r2 = sg_to_f32(sgk_exp_f(r1));
 		const float r3 = sg_to_f32(sgk_exp_f(r2));
@@ -241,157 +231,9 @@ k_dedup_24_exp_e0(const float *x0, float *x1)
 		const float r62 = sg_to_f32(sgk_exp_f(r61));
 		const float r63 = sg_to_f32(sgk_exp_f(r62));
 		const float r64 = sg_to_f32(sgk_exp_f(r63));
-		x1[i] = sg_st_f32(r64);
+		x0[i] = sg_st_f32(r64);
 	}
-}
-// cg_dedup.sg:24: %e0 = exp(%t)
-// cg_dedup.sg:25: %e1 = exp(%e0)
-// cg_dedup.sg:26: %e2 = exp(%e1)
-// cg_dedup.sg:27: %e3 = exp(%e2)
-// cg_dedup.sg:28: %e4 = exp(%e3)
-// cg_dedup.sg:29: %e5 = exp(%e4)
-// cg_dedup.sg:30: %e6 = exp(%e5)
-// cg_dedup.sg:31: %e7 = exp(%e6)
-// cg_dedup.sg:32: %e8 = exp(%e7)
-// cg_dedup.sg:33: %e9 = exp(%e8)
-// cg_dedup.sg:34: %e10 = exp(%e9)
-// cg_dedup.sg:35: %e11 = exp(%e10)
-// cg_dedup.sg:36: %e12 = exp(%e11)
-// cg_dedup.sg:37: %e13 = exp(%e12)
-// cg_dedup.sg:38: %e14 = exp(%e13)
-// cg_dedup.sg:39: %e15 = exp(%e14)
-// cg_dedup.sg:40: %e16 = exp(%e15)
-// cg_dedup.sg:41: %e17 = exp(%e16)
-// cg_dedup.sg:42: %e18 = exp(%e17)
-// cg_dedup.sg:43: %e19 = exp(%e18)
-// cg_dedup.sg:44: %e20 = exp(%e19)
-// cg_dedup.sg:45: %e21 = exp(%e20)
-// cg_dedup.sg:46: %e22 = exp(%e21)
-// cg_dedup.sg:47: %e23 = exp(%e22)
-// cg_dedup.sg:48: %e24 = exp(%e23)
-// cg_dedup.sg:49: %e25 = exp(%e24)
-// cg_dedup.sg:50: %e26 = exp(%e25)
-// cg_dedup.sg:51: %e27 = exp(%e26)
-// cg_dedup.sg:52: %e28 = exp(%e27)
-// cg_dedup.sg:53: %e29 = exp(%e28)
-// cg_dedup.sg:54: %e30 = exp(%e29)
-// cg_dedup.sg:55: %e31 = exp(%e30)
-// cg_dedup.sg:56: %e32 = exp(%e31)
-// cg_dedup.sg:57: %e33 = exp(%e32)
-// cg_dedup.sg:58: %e34 = exp(%e33)
-// cg_dedup.sg:59: %e35 = exp(%e34)
-// cg_dedup.sg:60: %e36 = exp(%e35)
-// cg_dedup.sg:61: %e37 = exp(%e36)
-// cg_dedup.sg:62: %e38 = exp(%e37)
-// cg_dedup.sg:63: %e39 = exp(%e38)
-// cg_dedup.sg:64: %e40 = exp(%e39)
-// cg_dedup.sg:65: %e41 = exp(%e40)
-// cg_dedup.sg:66: %e42 = exp(%e41)
-// cg_dedup.sg:67: %e43 = exp(%e42)
-// cg_dedup.sg:68: %e44 = exp(%e43)
-// cg_dedup.sg:69: %e45 = exp(%e44)
-// cg_dedup.sg:70: %e46 = exp(%e45)
-// cg_dedup.sg:71: %e47 = exp(%e46)
-// cg_dedup.sg:72: %e48 = exp(%e47)
-// cg_dedup.sg:73: %e49 = exp(%e48)
-// cg_dedup.sg:74: %e50 = exp(%e49)
-// cg_dedup.sg:75: %e51 = exp(%e50)
-// cg_dedup.sg:76: %e52 = exp(%e51)
-// cg_dedup.sg:77: %e53 = exp(%e52)
-// cg_dedup.sg:78: %e54 = exp(%e53)
-// cg_dedup.sg:79: %e55 = exp(%e54)
-// cg_dedup.sg:80: %e56 = exp(%e55)
-// cg_dedup.sg:81: %e57 = exp(%e56)
-// cg_dedup.sg:82: %e58 = exp(%e57)
-// cg_dedup.sg:83: %e59 = exp(%e58)
-// cg_dedup.sg:84: %e60 = exp(%e59)
-// cg_dedup.sg:85: %e61 = exp(%e60)
-// cg_dedup.sg:86: %e62 = exp(%e61)
-// cg_dedup.sg:87: %e63 = exp(%e62)
-// (x0 = %t, x1 = %e63)
-/* 4 elements a thread through aligned vector loads and stores (the
- * launch checks the alignment; k_dedup_24_exp_e0 is the fallback). */
-static __global__ void __launch_bounds__(256)
-k_dedup_24_exp_e0_vec(const float *x0, float *x1)
-{
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 256;
-	     w += (int)gridDim.x * blockDim.x) {
-		const sg_vec<float, 4> x0_v = *(const sg_vec<float, 4> *)(x0 + w * 4);
-		sg_vec<float, 4> x1_v;
-#pragma unroll
-		for (int j = 0; j < 4; j++) {
-			const int i = w * 4 + j;
-			(void)i;
-			const float r0 = sg_ld(x0_v.v[j]);
-			const float r1 = sg_to_f32(sgk_exp_f(r0));
-			const float r2 = sg_to_f32(sgk_exp_f(r1));
-			const float r3 = sg_to_f32(sgk_exp_f(r2));
-			const float r4 = sg_to_f32(sgk_exp_f(r3));
-			const float r5 = sg_to_f32(sgk_exp_f(r4));
-			const float r6 = sg_to_f32(sgk_exp_f(r5));
-			const float r7 = sg_to_f32(sgk_exp_f(r6));
-			const float r8 = sg_to_f32(sgk_exp_f(r7));
-			const float r9 = sg_to_f32(sgk_exp_f(r8));
-			const float r10 = sg_to_f32(sgk_exp_f(r9));
-			const float r11 = sg_to_f32(sgk_exp_f(r10));
-			const float r12 = sg_to_f32(sgk_exp_f(r11));
-			const float r13 = sg_to_f32(sgk_exp_f(r12));
-			const float r14 = sg_to_f32(sgk_exp_f(r13));
-			const float r15 = sg_to_f32(sgk_exp_f(r14));
-			const float r16 = sg_to_f32(sgk_exp_f(r15));
-			const float r17 = sg_to_f32(sgk_exp_f(r16));
-			const float r18 = sg_to_f32(sgk_exp_f(r17));
-			const float r19 = sg_to_f32(sgk_exp_f(r18));
-			const float r20 = sg_to_f32(sgk_exp_f(r19));
-			const float r21 = sg_to_f32(sgk_exp_f(r20));
-			const float r22 = sg_to_f32(sgk_exp_f(r21));
-			const float r23 = sg_to_f32(sgk_exp_f(r22));
-			const float r24 = sg_to_f32(sgk_exp_f(r23));
-			const float r25 = sg_to_f32(sgk_exp_f(r24));
-			const float r26 = sg_to_f32(sgk_exp_f(r25));
-			const float r27 = sg_to_f32(sgk_exp_f(r26));
-			const float r28 = sg_to_f32(sgk_exp_f(r27));
-			const float r29 = sg_to_f32(sgk_exp_f(r28));
-			const float r30 = sg_to_f32(sgk_exp_f(r29));
-			const float r31 = sg_to_f32(sgk_exp_f(r30));
-			const float r32 = sg_to_f32(sgk_exp_f(r31));
-			const float r33 = sg_to_f32(sgk_exp_f(r32));
-			const float r34 = sg_to_f32(sgk_exp_f(r33));
-			const float r35 = sg_to_f32(sgk_exp_f(r34));
-			const float r36 = sg_to_f32(sgk_exp_f(r35));
-			const float r37 = sg_to_f32(sgk_exp_f(r36));
-			const float r38 = sg_to_f32(sgk_exp_f(r37));
-			const float r39 = sg_to_f32(sgk_exp_f(r38));
-			const float r40 = sg_to_f32(sgk_exp_f(r39));
-			const float r41 = sg_to_f32(sgk_exp_f(r40));
-			const float r42 = sg_to_f32(sgk_exp_f(r41));
-			const float r43 = sg_to_f32(sgk_exp_f(r42));
-			const float r44 = sg_to_f32(sgk_exp_f(r43));
-			const float r45 = sg_to_f32(sgk_exp_f(r44));
-			const float r46 = sg_to_f32(sgk_exp_f(r45));
-			const float r47 = sg_to_f32(sgk_exp_f(r46));
-			const float r48 = sg_to_f32(sgk_exp_f(r47));
-			const float r49 = sg_to_f32(sgk_exp_f(r48));
-			const float r50 = sg_to_f32(sgk_exp_f(r49));
-			const float r51 = sg_to_f32(sgk_exp_f(r50));
-			const float r52 = sg_to_f32(sgk_exp_f(r51));
-			const float r53 = sg_to_f32(sgk_exp_f(r52));
-			const float r54 = sg_to_f32(sgk_exp_f(r53));
-			const float r55 = sg_to_f32(sgk_exp_f(r54));
-			const float r56 = sg_to_f32(sgk_exp_f(r55));
-			const float r57 = sg_to_f32(sgk_exp_f(r56));
-			const float r58 = sg_to_f32(sgk_exp_f(r57));
-			const float r59 = sg_to_f32(sgk_exp_f(r58));
-			const float r60 = sg_to_f32(sgk_exp_f(r59));
-			const float r61 = sg_to_f32(sgk_exp_f(r60));
-			const float r62 = sg_to_f32(sgk_exp_f(r61));
-			const float r63 = sg_to_f32(sgk_exp_f(r62));
-			const float r64 = sg_to_f32(sgk_exp_f(r63));
-			x1_v.v[j] = sg_st_f32(r64);
-		}
-		*(sg_vec<float, 4> *)(x1 + w * 4) = x1_v;
-	}
-}
+};
 // cg_dedup.sg:88: %e64 = exp(%e63)
 // cg_dedup.sg:89: %e65 = exp(%e64)
 // cg_dedup.sg:90: %e66 = exp(%e65)
@@ -574,12 +416,9 @@ dedup_run(dedup_model *M, void *const *io, const cudaEvent_t *ext)
 	double *v_z = (double *)io[1];
 	float *v_w = (float *)io[4];
 	float *v_a = NULL;
-	float *v_p = NULL;
 	float *v_b = NULL;
-	float *v_q = NULL;
 	float *v_c = NULL;
 	double *v_d = (double *)io[3];
-	float *v_t = NULL;
 	float *v_e63 = NULL;
 	float *v_e69 = (float *)io[2];
 
@@ -595,69 +434,33 @@ dedup_run(dedup_model *M, void *const *io, const cudaEvent_t *ext)
 		            k_dedup_13_gelu_a1<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_a));
 
 	/* cg_dedup.sg:15: %p = matmul(%a, %w) */
-	v_p = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_F32;
-		g.trans_b = 0;
-		g.m = 4;
-		g.n = 256;
-		g.k = 256;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_a, v_w, v_p, "k_dedup_15_matmul_p", 15));
-	}
+	v_b = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
+	SGRT_KERNEL(rt, 0, "k_dedup_15_matmul_epi_p", 15,
+	            SGRT_CHECK_CUDA(rt, sg_launch_gemm_small(v_a, 256, v_w, 256, 4, 256, 256, 4, k_dedup_16_gemm_epi_b1{v_b}, sgrt_stream(rt, 0)), 15));
 
 	/* cg_dedup.sg:16: %b1 = gelu(%p) */
 
 	/* cg_dedup.sg:17: %b = add(%b1, 1.0) */
-	v_b = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
-	if (((uintptr_t)v_p % 16) == 0 && ((uintptr_t)v_b % 16) == 0)
-		SGRT_KERNEL(rt, 0, "k_dedup_13_gelu_a1_vec", 16,
-		            k_dedup_13_gelu_a1_vec<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_p, v_b));
-	else
-		SGRT_KERNEL(rt, 0, "k_dedup_13_gelu_a1", 16,
-		            k_dedup_13_gelu_a1<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_p, v_b));
+	/* (computed inside the kernel of line 15) */
 
 	/* cg_dedup.sg:18: %q = matmul(%b, %w) */
-	v_q = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_F32;
-		g.trans_b = 0;
-		g.m = 4;
-		g.n = 256;
-		g.k = 256;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_b, v_w, v_q, "k_dedup_18_matmul_q", 18));
-	}
+	v_c = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
+	SGRT_KERNEL(rt, 0, "k_dedup_18_matmul_epi_q", 18,
+	            SGRT_CHECK_CUDA(rt, sg_launch_gemm_small(v_b, 256, v_w, 256, 4, 256, 256, 4, k_dedup_19_gemm_epi_c1{v_c, v_z, v_d}, sgrt_stream(rt, 0)), 18));
 
 	/* cg_dedup.sg:19: %c1 = gelu(%q) */
 
 	/* cg_dedup.sg:20: %c = add(%c1, 2.0) */
-	v_c = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
 
 	/* cg_dedup.sg:21: %d1 = gelu(%z) */
 
 	/* cg_dedup.sg:22: %d = add(%d1, 1.0) */
-	if (((uintptr_t)v_q % 8) == 0 && ((uintptr_t)v_c % 8) == 0 && ((uintptr_t)v_z % 16) == 0 && ((uintptr_t)v_d % 16) == 0)
-		SGRT_KERNEL(rt, 0, "k_dedup_19_gelu_c1_vec", 19,
-		            k_dedup_19_gelu_c1_vec<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_q, v_c, v_z, v_d));
-	else
-		SGRT_KERNEL(rt, 0, "k_dedup_19_gelu_c1", 19,
-		            k_dedup_19_gelu_c1<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_q, v_c, v_z, v_d));
+	/* (computed inside the kernel of line 18) */
 
 	/* cg_dedup.sg:23: %t = matmul(%c, %w) */
-	v_t = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_F32;
-		g.trans_b = 0;
-		g.m = 4;
-		g.n = 256;
-		g.k = 256;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_c, v_w, v_t, "k_dedup_23_matmul_t", 23));
-	}
+	v_e63 = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
+	SGRT_KERNEL(rt, 0, "k_dedup_23_matmul_epi_t", 23,
+	            SGRT_CHECK_CUDA(rt, sg_launch_gemm_small(v_c, 256, v_w, 256, 4, 256, 256, 4, k_dedup_24_gemm_epi_e0{v_e63}, sgrt_stream(rt, 0)), 23));
 
 	/* cg_dedup.sg:24: %e0 = exp(%t) */
 
@@ -786,13 +589,7 @@ dedup_run(dedup_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_dedup.sg:86: %e62 = exp(%e61) */
 
 	/* cg_dedup.sg:87: %e63 = exp(%e62) */
-	v_e63 = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
-	if (((uintptr_t)v_t % 16) == 0 && ((uintptr_t)v_e63 % 16) == 0)
-		SGRT_KERNEL(rt, 0, "k_dedup_24_exp_e0_vec", 24,
-		            k_dedup_24_exp_e0_vec<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_t, v_e63));
-	else
-		SGRT_KERNEL(rt, 0, "k_dedup_24_exp_e0", 24,
-		            k_dedup_24_exp_e0<<<4, 256, 0, sgrt_stream(rt, 0)>>>(v_t, v_e63));
+	/* (computed inside the kernel of line 23) */
 
 	/* cg_dedup.sg:88: %e64 = exp(%e63) */
 

@@ -15,6 +15,7 @@
 #include "sgrt_codegen.h"
 #endif
 #include "sgk/sgk_device.cuh"
+#include "sgk/sgk_gemm.cuh"
 // cg_gemm.sg:43: %kt = transpose(%x, dim0=0, dim1=1)
 static __global__ void __launch_bounds__(256)
 k_gemm_43_transpose_kt(const float *__restrict__ x, float *__restrict__ out)
@@ -55,6 +56,20 @@ k_gemm_54_mul_u_1(const float *x0, float *x1)
 		x1[i] = sg_st_f32(r1);
 	}
 }
+// cg_gemm.sg:60: %a2 = gelu(%l2, approximate="tanh")
+// (x0 = %a2)
+/* The pointwise ops after a small product, computed where the library's
+ * sgk_gemm_small (sgk/sgk_gemm.cuh) has the product's element (row, col),
+ * given as r0 (a consumer fused into the product at -O2). */
+struct k_gemm_60_gemm_epi_a2 {
+	float *x0;
+	__device__ __forceinline__ void operator()(const float r0, sg_i64 row, sg_i64 col) const
+	{
+		const sg_i64 i = row * 16 + col;
+		const float r1 = sg_to_f32(sgk_gelu_tanh_f(r0));
+		x0[i] = sg_st_f32(r1);
+	}
+};
 // cg_gemm.sg:64: %a4 = gelu(%l4)
 // (x0 = %l4, x1 = %a4)
 static __global__ void __launch_bounds__(256)
@@ -68,17 +83,21 @@ k_gemm_64_gelu_a4(const float *x0, float *x1)
 	}
 }
 // cg_gemm.sg:66: %a5 = relu(%l5)
-// (x0 = %l5, x1 = %a5)
-static __global__ void __launch_bounds__(256)
-k_gemm_66_relu_a5(const float *x0, float *x1)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 320;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r0 = sg_ld(x0[i]);
+// (x0 = %a5, x1 = %l5)
+/* The pointwise ops after a small product, computed where the library's
+ * sgk_gemm_small (sgk/sgk_gemm.cuh) has the product's element (row, col),
+ * given as r0 (a consumer fused into the product at -O2). */
+struct k_gemm_66_gemm_epi_a5 {
+	float *x0;
+	float *x1;
+	__device__ __forceinline__ void operator()(const float r0, sg_i64 row, sg_i64 col) const
+	{
+		const sg_i64 i = row * 16 + col;
+		x1[i] = sg_st_f32(r0);
 		const float r1 = sg_to_f32(sgk_relu_f(r0));
-		x1[i] = sg_st_f32(r1);
+		x0[i] = sg_st_f32(r1);
 	}
-}
+};
 // cg_gemm.sg:68: %a6 = relu(%l6)
 // cg_gemm.sg:69: %m6 = mul(%a6, 2.0)
 // (x0 = %l6, x1 = %m6)
@@ -486,20 +505,11 @@ gemm_run(gemm_model *M, void *const *io, const cudaEvent_t *ext)
 	}
 
 	/* cg_gemm.sg:59: %l2 = matmul(%x, %y) */
-	/* (run at line 60, with its gelu as cuBLASLt's epilogue) */
+	SGRT_KERNEL(rt, 0, "k_gemm_59_matmul_epi_l2", 59,
+	            SGRT_CHECK_CUDA(rt, sg_launch_gemm_small(v_x, 24, v_y, 16, 20, 16, 24, 1, k_gemm_60_gemm_epi_a2{v_a2}, sgrt_stream(rt, 0)), 59));
 
 	/* cg_gemm.sg:60: %a2 = gelu(%l2, approximate="tanh") */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_F32;
-		g.trans_b = 0;
-		g.m = 20;
-		g.n = 16;
-		g.k = 24;
-		g.epilogue = SGRT_EPI_GELU;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_y, v_a2, "k_gemm_59_matmul_gelu_l2", 59));
-	}
+	/* (computed inside the kernel of line 59) */
 
 	/* cg_gemm.sg:61: %l3 = linear(%h, %wh, %bh) */
 	/* (run at line 62, with its gelu as cuBLASLt's epilogue) */
@@ -537,20 +547,11 @@ gemm_run(gemm_model *M, void *const *io, const cudaEvent_t *ext)
 	            k_gemm_64_gelu_a4<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_l4, v_a4));
 
 	/* cg_gemm.sg:65: %l5 = matmul(%x, %y) */
-	{
-		SgrtGemm g;
-		memset(&g, 0, sizeof g);
-		g.dtype = SGRT_F32;
-		g.trans_b = 0;
-		g.m = 20;
-		g.n = 16;
-		g.k = 24;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_y, v_l5, "k_gemm_65_matmul_l5", 65));
-	}
+	SGRT_KERNEL(rt, 0, "k_gemm_65_matmul_epi_l5", 65,
+	            SGRT_CHECK_CUDA(rt, sg_launch_gemm_small(v_x, 24, v_y, 16, 20, 16, 24, 1, k_gemm_66_gemm_epi_a5{v_a5, v_l5}, sgrt_stream(rt, 0)), 65));
 
 	/* cg_gemm.sg:66: %a5 = relu(%l5) */
-	SGRT_KERNEL(rt, 0, "k_gemm_66_relu_a5", 66,
-	            k_gemm_66_relu_a5<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_l5, v_a5));
+	/* (computed inside the kernel of line 65) */
 
 	/* cg_gemm.sg:67: %l6 = linear(%x, %w) */
 	v_l6 = (float *)SGRT_AT(rt, 2048); /* 1280 bytes of the arena */

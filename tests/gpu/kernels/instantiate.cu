@@ -8,7 +8,8 @@
  *
  * SGK_TEST_T: float, double, __half or __nv_bfloat16 (default __nv_bfloat16).
  * SGK_ONLY_ATTENTION, SGK_ONLY_ROWS, SGK_ONLY_OPTIM, SGK_ONLY_ELEMENTWISE,
- * SGK_ONLY_CONV: one family (default all; not optim for double).
+ * SGK_ONLY_CONV, SGK_ONLY_GEMM: one family (default all; not optim for
+ * double; the small product is f32 whatever SGK_TEST_T says).
  * Used by tests/meson.build as a compile-only check where nvcc is found.
  */
 #include "sgk_common.cuh"
@@ -17,7 +18,7 @@
 #define SGK_TEST_T __nv_bfloat16
 #endif
 #if !defined(SGK_ONLY_ATTENTION) && !defined(SGK_ONLY_ROWS) && !defined(SGK_ONLY_OPTIM) && \
-        !defined(SGK_ONLY_ELEMENTWISE) && !defined(SGK_ONLY_CONV)
+        !defined(SGK_ONLY_ELEMENTWISE) && !defined(SGK_ONLY_CONV) && !defined(SGK_ONLY_GEMM)
 #define SGK_ALL 1
 #else
 #define SGK_ALL 0
@@ -128,4 +129,11 @@ template cudaError_t sg_launch_batch_norm_bwd<SGK_TEST_T, float>(
         const SGK_TEST_T *, const SGK_TEST_T *, const float *, const float *, const SGK_TEST_T *, SGK_TEST_T *,
         SGK_TEST_T *, SGK_TEST_T *, sgk_acc<SGK_TEST_T>::type *, long long, long long, long long, int, float,
         int, cudaStream_t, const SgBnSgd<SGK_TEST_T> &);
+#endif
+
+#if defined(SGK_ONLY_GEMM) || SGK_ALL
+#include "sgk_gemm.cuh"
+template cudaError_t sg_launch_gemm_small<SgkGemmStore>(const float *, sgk_i64, const float *,
+                                                        sgk_i64, sgk_i64, sgk_i64, sgk_i64, int,
+                                                        SgkGemmStore, cudaStream_t);
 #endif

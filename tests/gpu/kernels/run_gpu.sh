@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 date -u >>"$out/gpu.txt"
 
 # The carried binaries, or a build here when one does not start.
-for t in attention rows elementwise optim conv_layout; do
+for t in attention rows elementwise optim conv_layout gemm_small; do
 	if ! "$bin/test_$t" --probe >/dev/null 2>&1; then
 		echo "test_$t does not start here: rebuilding" | tee -a "$out/gpu.txt"
 		bin=/tmp/sgk-build
@@ -57,8 +57,8 @@ if command -v cuobjdump >/dev/null; then
 fi
 
 # SGK_STEPS picks steps (default all): attention torchbench rows optim
-# elementwise conv_layout torchcheck sanitizer.
-steps=${SGK_STEPS:-attention torchbench rows optim elementwise conv_layout torchcheck sanitizer}
+# elementwise conv_layout gemm_small torchcheck sanitizer.
+steps=${SGK_STEPS:-attention torchbench rows optim elementwise conv_layout gemm_small torchcheck sanitizer}
 want() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
 
 want attention && run attention 120 "$bin/test_attention" --dump "$dump"
@@ -67,18 +67,20 @@ want rows && run rows 120 "$bin/test_rows" --dump "$dump"
 want optim && run optim 40 "$bin/test_optim" --dump "$dump"
 want elementwise && run elementwise 40 "$bin/test_elementwise"
 want conv_layout && run conv_layout 90 "$bin/test_conv_layout"
+want gemm_small && run gemm_small 40 "$bin/test_gemm_small"
 want torchcheck && run torch 40 python3 tests/gpu/kernels/torch_check.py "$dump"
 if want sanitizer && command -v compute-sanitizer >/dev/null; then
 	for tool in memcheck racecheck; do
 		run sanitizer 60 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/test_attention" --sanitize
 		want rows && run sanitizer 60 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/test_rows" --sanitize
 		want conv_layout && run sanitizer 60 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/test_conv_layout" --sanitize
+		want gemm_small && run sanitizer 60 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/test_gemm_small" --sanitize
 	done
 	want optim && run sanitizer 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_optim" --quick
 fi
 
 echo "==================== summary"
-for f in attention rows optim elementwise conv_layout torch sanitizer; do
+for f in attention rows optim elementwise conv_layout gemm_small torch sanitizer; do
 	[ -f "$out/$f.log" ] || continue
 	grep -H -E "passed, [0-9]+ failed|^=== exit|ERROR SUMMARY|^FAIL|FATAL" "$out/$f.log" | head -40
 done
