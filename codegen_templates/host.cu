@@ -11,7 +11,7 @@ ${?mark}${mark}
 //@ decl
 	${type} *${var} = ${init};
 //@ decl_empty
-	[[maybe_unused]] ${type} *${var} = ${init}; /* no elements: its readers may be skipped */
+	[[maybe_unused]] ${type} *${var} = ${init}; /* its readers may all be skipped */
 //@ alloc
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&${var}, ${bytes}, ${s}, ${line}));
 //@ arena

@@ -156,7 +156,7 @@ struct CgGraph {
 	CgClass **cls;        /* per value: its class (shared by the class) */
 	const int *group;     /* per node: fused group id, -1: alone */
 	const uint8_t *ingroup_only; /* per value: no memory (Sched.reg) */
-	uint8_t *named;       /* per value: the host code names it */
+	uint8_t *named;       /* per value: the host code names it (2: only sets it) */
 	const int *epilogue;  /* per node: the group fused after its result
 	                         (CgGroup.after), or -1 */
 	const int *prologue;  /* per node: the group fused into its operand 0,

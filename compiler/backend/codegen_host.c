@@ -345,8 +345,10 @@ find_named(CgGraph *G)
 
 /* Declarations of the pointers the call uses, bound to its tensors.  A
  * value of no elements gets no memory, and the work that reads it may all
- * be skipped (a product of zero rows, a transpose it folds): its pointer
- * is declared [[maybe_unused]], so nvcc does not warn (#177). */
+ * be skipped (a product of zero rows, a transpose it folds); a value only
+ * set (an alias through a sync whose readers are all skipped: G->named
+ * 2): their pointers are declared [[maybe_unused]], so nvcc does not warn
+ * (#177, #550). */
 static void
 declare_values(CgGraph *G)
 {
@@ -358,7 +360,7 @@ declare_values(CgGraph *G)
 			continue;
 		if (G->root[v] == v && cl->slot >= 0)
 			init = cg_fmt(G->c, "(%s *)io[%d]", type, cl->slot);
-		if (type_numel(&g->vals.v[v].type) == 0)
+		if (type_numel(&g->vals.v[v].type) == 0 || G->named[v] == 2)
 			CG_EMIT(G->body, "host.cu:decl_empty", {"type", type},
 			        {"var", G->vname[v]}, {"init", init});
 		else
@@ -673,8 +675,9 @@ ident_char(char ch)
 
 /* The pointer declarations, then the statements (text); a value no
  * statement names (an op with no elements to compute names nothing) is
- * not declared, so that the generated code compiles without warnings.
- * The identifiers of text are collected once into a set. */
+ * not declared, and one only set is declared [[maybe_unused]], so that
+ * the generated code compiles without warnings.  The identifiers of text
+ * are collected once into a map. */
 static char *
 with_declarations(CgGraph *G, const char *text, size_t len, size_t *outlen)
 {
@@ -690,13 +693,21 @@ with_declarations(CgGraph *G, const char *text, size_t len, size_t *outlen)
 		size_t q = p;
 		while (q < len && ident_char(text[q]))
 			q++;
-		if (q - p > 2 && text[p] == 'v' && text[p + 1] == '_') /* value names */
-			map_put(&idents, text + p, q - p, 1);
+		if (q - p > 2 && text[p] == 'v' && text[p + 1] == '_') { /* value names */
+			/* "\tv_x = ...": set there (1), else read (2) */
+			int set = p >= 1 && text[p - 1] == '\t' && (p == 1 || text[p - 2] == '\n') &&
+			          q + 3 <= len && memcmp(text + q, " = ", 3) == 0;
+			uint32_t *seen = map_get(&idents, text + p, q - p);
+			if (!seen || (!set && *seen == 1))
+				map_put(&idents, text + p, q - p, set ? 1 : 2);
+		}
 		p = q;
 	}
-	for (ValId v = 0; v < G->g->vals.n; v++)
-		if (G->named[v] && !map_get(&idents, G->vname[v], strlen(G->vname[v])))
-			G->named[v] = 0;
+	for (ValId v = 0; v < G->g->vals.n; v++) {
+		uint32_t *seen = G->named[v] ? map_get(&idents, G->vname[v], strlen(G->vname[v]))
+		                             : NULL;
+		G->named[v] = !seen ? 0 : *seen == 1 ? 2 : 1; /* 2: set, never read */
+	}
 	map_free(&idents);
 	FILE *body = G->body = open_memstream(&out, &olen);
 	if (!body)
