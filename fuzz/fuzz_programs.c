@@ -435,8 +435,13 @@ statement(Gen *G)
 			break;
 		memcpy(d, x.d, sizeof d);
 		d[x.rank - 1] = G->v[k].d[1];
-		if ((r = def(G, x.dt, x.rank, d, 1)) >= 0)
-			fprintf(G->fb, "matmul(%%v%d, %%v%d)\n", a, k);
+		if ((r = def(G, x.dt, x.rank, d, 1)) < 0)
+			break;
+		fprintf(G->fb, "matmul(%%v%d, %%v%d)\n", a, k);
+		/* a layer: an activation right after it (a small f32 product
+		 * computes it in its epilogue at -O2: kernels.c) */
+		if (take(G, 2) && (k = def(G, x.dt, x.rank, d, 1)) >= 0)
+			fprintf(G->fb, "%s(%%v%d)\n", unary[take(G, sizeof unary / sizeof *unary)], r);
 		break;
 	case 6: { /* reduction over one dim, or all */
 		const char *op = reduce[take(G, sizeof reduce / sizeof *reduce)];

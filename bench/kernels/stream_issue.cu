@@ -203,8 +203,6 @@ int main()
 		return 1;
 	}
 	C.algo = res.algo;
-	int sms = 0;
-	CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
 	// The small product against cuBLASLt's: one call of each, 1s order.
 	{
 		std::vector<float> a((size_t)2 * L * B * D), b(a.size());
@@ -239,8 +237,8 @@ int main()
 			return 1;
 		}
 	}
-	C.split = sg_gemm_small_split(B, D, D, sms);
-	printf("split %d (sg_gemm_small_split for %d SMs)\n", C.split, sms);
+	C.split = sg_gemm_small_split(D);
+	printf("split %d (sg_gemm_small_split)\n", C.split);
 	printf("GPU time of a call, captured and replayed (ms), by split:\n");
 	for (int split = 1; split <= 8; split *= 2) {
 		int keep = C.split;

@@ -39,7 +39,7 @@
  *     (remat.c fuses its recomputation with its derivative instead).
  *   - Small products.  A matmul that fusion gave a pointwise group as its
  *     epilogue (kernel_small_product: f32, at most 64 tiles of 32 x 64
- *     outputs) runs as the kernel library's sgk_gemm_small, the group
+ *     outputs, K at most 2048, tiles x K at most 32768) runs as the kernel library's sgk_gemm_small, the group
  *     computed where it stores each element (one launch instead of
  *     cuBLASLt's product and a kernel): its split of K over a cluster is
  *     recorded (Sched.gemm_split), and it reads no folded transpose.
@@ -472,7 +472,11 @@ is_product(int op)
 
 /* ------------------------------------------------------------------ small products */
 
-enum { SMALL_BM = 32, SMALL_BN = 64, SMALL_TILES = 64, SMALL_KMAX = 16384, SMALL_SMS = 132 };
+/* sgk_gemm_small's tiles; the most tiles, the longest sum and the most
+ * tile-steps of K (tiles x K) it takes: where bench/kernels/gemm_small.cu
+ * found it at most 1.02x the GPU time of cuBLASLt's product and a kernel
+ * (docs/performance.md, "A small product and its epilogue in one launch"). */
+enum { SMALL_BM = 32, SMALL_BN = 64, SMALL_TILES = 64, SMALL_KMAX = 2048, SMALL_WORK = 32768 };
 
 /* Small product p's rows (a's rows flattened), columns and sum length;
  * 0 when p is no matmul of a matrix b. */
@@ -497,8 +501,10 @@ kernel_small_product(const Graph *g, const Node *p)
 	int64_t m, n, k;
 	if (!small_dims(g, p, &m, &n, &k) || vtype(g, p->res[0])->dt != DT_F32 ||
 	    otype(g, p, 0)->dt != DT_F32 || otype(g, p, 1)->dt != DT_F32 || k < 1 ||
-	    k > SMALL_KMAX || m < 1 || n < 1 ||
-	    ((m + SMALL_BM - 1) / SMALL_BM) * ((n + SMALL_BN - 1) / SMALL_BN) > SMALL_TILES)
+	    k > SMALL_KMAX || m < 1 || n < 1)
+		return 0;
+	int64_t tiles = ((m + SMALL_BM - 1) / SMALL_BM) * ((n + SMALL_BN - 1) / SMALL_BN);
+	if (tiles > SMALL_TILES || tiles * k > SMALL_WORK)
 		return 0;
 	for (uint32_t q = 0; q < 2; q++) { /* cuBLASLt reads these in place */
 		const Value *v = &g->vals.v[p->opnd[q].v];
@@ -515,9 +521,8 @@ kernel_small_split(const Graph *g, const Node *p)
 	int64_t m, n, k;
 	if (!small_dims(g, p, &m, &n, &k))
 		return 0;
-	int64_t tiles = ((m + SMALL_BM - 1) / SMALL_BM) * ((n + SMALL_BN - 1) / SMALL_BN);
 	int split = 1;
-	while (split < 8 && tiles * split < SMALL_SMS && k / (split * 2) >= 2 * 32)
+	while (split < 8 && k / (split * 2) >= 32)
 		split *= 2;
 	return split;
 }

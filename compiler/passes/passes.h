@@ -427,13 +427,13 @@ int kernel_dgelu_pair(const Graph *g, const Node *p, const Node *b);
  * (one launch where cuBLASLt's product and a kernel take two): f32
  * operands and result, b a matrix read as stored (no transpose or
  * permute making either operand), at most 64 tiles of 32 x 64 outputs
- * (a's rows flattened), 1 <= K <= 16384.  fusion.c makes the group after
+ * (a's rows flattened), 1 <= K <= 2048 and tiles x K at most 32768 (where
+ * it was measured as fast as cuBLASLt).  fusion.c makes the group after
  * it an epilogue; kernel_choice records the split (kernel_small_split). */
 int kernel_small_product(const Graph *g, const Node *p);
-/* The split of K over a cluster for small product p: the fewest CTAs a
- * tile (1, 2, 4, 8) that give each of sm_90's 132 multiprocessors one,
- * no part shorter than 64 (runtime/sgk/sgk_gemm.cuh's sg_gemm_small_split
- * for 132). */
+/* The split of K over a cluster for small product p: 8 CTAs a tile, or
+ * fewer where a part would be shorter than 32 (runtime/sgk/sgk_gemm.cuh's
+ * sg_gemm_small_split). */
 int kernel_small_split(const Graph *g, const Node *p);
 /* The batch items of t (the product of all but its last two dims); the
  * broadcast batch of a matmul of a and b: its rank, item count and each

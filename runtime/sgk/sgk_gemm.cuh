@@ -194,15 +194,15 @@ sgk_gemm_small(const float *__restrict__ A, sgk_i64 lda, const float *__restrict
 #ifndef __CUDACC_RTC__
 #include <stdint.h>
 
-/* The split of K (CTAs a cluster) for an M x N x K product on a GPU of
- * `sms` multiprocessors: the fewest that give every multiprocessor a CTA,
- * at most 8, and no part shorter than two steps of K. */
+/* The split of K (CTAs a cluster) for a sum of length K: 8, or fewer
+ * where a part would be shorter than a step of K.  At every shape of
+ * bench/kernels/gemm_small.cu the split of 8 was the fastest (2026-12-04,
+ * docs/performance.md). */
 static inline int
-sg_gemm_small_split(sgk_i64 M, sgk_i64 N, sgk_i64 K, int sms)
+sg_gemm_small_split(sgk_i64 K)
 {
-	sgk_i64 tiles = ((M + SGK_GEMM_BM - 1) / SGK_GEMM_BM) * ((N + SGK_GEMM_BN - 1) / SGK_GEMM_BN);
 	int split = 1;
-	while (split < 8 && tiles * split < sms && K / (split * 2) >= 2 * SGK_GEMM_BK)
+	while (split < 8 && K / (split * 2) >= SGK_GEMM_BK)
 		split *= 2;
 	return split;
 }

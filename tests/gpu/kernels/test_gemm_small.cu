@@ -109,8 +109,6 @@ int main(int argc, char **argv)
 {
 	kt_start(argc, argv);
 	const bool quick = kt_flag(argc, argv, "--quick") || kt_flag(argc, argv, "--sanitize");
-	int sms = 0;
-	KT_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
 	const Case cases[] = {
 		{64, 1024, 1024, 0, 0, 0}, /* two_branch's layer */
 		{1, 1, 1, 0, 0, 0},
@@ -131,7 +129,7 @@ int main(int argc, char **argv)
 		for (int split = 1; split <= 8; split *= 2)
 			run_case(c, split, split == 2 || split == 8);
 		if (!quick)
-			run_case(c, sg_gemm_small_split(c.m, c.n, c.k, sms), true);
+			run_case(c, sg_gemm_small_split(c.k), true);
 	}
 	KT_CHECK(sg_launch_gemm_small((const float *)0, 1, (const float *)0, 1, 4, 4, 4, 3,
 	                              SgkGemmStore{0, 4}, 0) == cudaErrorInvalidValue,
@@ -147,7 +145,7 @@ int main(int argc, char **argv)
 		t.alloc(64 * 1024);
 		a.fill([] { return kt_unif(-1, 1); });
 		b.fill([] { return kt_unif(-1, 1) / 32; });
-		int split = sg_gemm_small_split(64, 1024, 1024, sms);
+		int split = sg_gemm_small_split(1024);
 		double ms = kt_time([&] {
 			KT_CUDA(sg_launch_gemm_small(a.d, 1024, b.d, 1024, 64, 1024, 1024, split,
 			                             EpiBoth{p.d, t.d, 1024}, 0));
