@@ -321,6 +321,7 @@ parse_options(int argc, char **argv, Options *o)
 			    strspn(v + 3, "0123456789") < 2)
 				return usage_error("--arch expects sm_NN (e.g. sm_90), not '%s'", v);
 			o->arch = v;
+			o->po.sm = atoi(v + 3);
 		} else if (opt_value(argc, argv, &i, "--graph", &v, &err)) {
 			o->graph = v;
 		} else if (strncmp(a, "-fdiagnostics-color=", 20) == 0) {

@@ -35,9 +35,10 @@
  * function called where the op's kernel stores an element of its result
  * (an epilogue, FuseGroup.after), so `mul(mean(%x), 2.0)` is one kernel,
  * and the op's result goes to memory only when something else uses it.
- * So is a group right after a small f32 matmul (kernel_small_product):
- * the kernel library's sgk_gemm_small computes the product and the group
- * in one launch, `tanh(matmul(%x, %w))` with no product in memory.
+ * So is a group right after a small f32 matmul (kernel_small_product) when
+ * the target has thread block clusters (--arch sm_90 and later): the
+ * kernel library's sgk_gemm_small computes the product and the group in
+ * one launch, `tanh(matmul(%x, %w))` with no product in memory.
  *
  * A group whose one stored value is only copied, right after it, into an
  * input, param or const (functionalize's write-backs, batch_norm's
@@ -339,7 +340,7 @@ static int
 takes_epilogue(const Graph *g, const Node *n)
 {
 	return n->op < OP__N && (((op_table[n->op].flags & OPF_EPILOGUE) && n->nres == 1) ||
-	                         kernel_small_product(g, n));
+	                         (g->sched->clusters && kernel_small_product(g, n)));
 }
 
 /* 1 when group grp reads value v as an operand, 0 when not; -1 when it
@@ -620,6 +621,7 @@ fusion_pass(Graph *g, const PassOptions *po, Diag *d)
 	(void)d;
 	sched_free(g); /* (decided again from the graph as it is now) */
 	Sched *s = sched_get(g, po->opt_level);
+	s->clusters = !po->sm || po->sm >= 90;
 	if (po->opt_level < 2)
 		return 1; /* -O0: one kernel per op */
 	FusionInfo fi;

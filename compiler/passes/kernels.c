@@ -474,8 +474,9 @@ is_product(int op)
 
 /* sgk_gemm_small's tiles; the most tiles, the longest sum and the most
  * tile-steps of K (tiles x K) it takes: where bench/kernels/gemm_small.cu
- * found it at most 1.02x the GPU time of cuBLASLt's product and a kernel
- * (docs/performance.md, "A small product and its epilogue in one launch"). */
+ * found it at most 1.02x the GPU time of cuBLASLt's product and a kernel,
+ * at the shapes it timed (docs/performance.md, "A small product and its
+ * epilogue in one launch"). */
 enum { SMALL_BM = 32, SMALL_BN = 64, SMALL_TILES = 64, SMALL_KMAX = 2048, SMALL_WORK = 32768 };
 
 /* Small product p's rows (a's rows flattened), columns and sum length;

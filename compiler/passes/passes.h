@@ -29,6 +29,7 @@ typedef struct {
 	uint64_t offload_budget;/* --offload-budget: device bytes for auto */
 	uint64_t bucket_bytes;  /* --bucket-bytes: grad_sync buckets; 0: 25 MiB */
 	int no_remat;           /* --no-remat: keep every activation (remat.c) */
+	int sm;                 /* --arch's compute capability (sm_90: 90); 0: 90 */
 } PassOptions;
 
 /* A pass returns 0 when a diagnostic error stops the pipeline, PASS_SAME
@@ -350,6 +351,8 @@ typedef struct {
 typedef struct Sched {
 	Arena *a;             /* the module's arena: every array below */
 	int opt_level;
+	int clusters;         /* the target has thread block clusters (sm_90 and
+	                         later): sgk_gemm_small may take small products */
 	/* storage */
 	ValId *root;          /* per value: its class's first value */
 	StoreClass **cls;     /* per value: its class (shared by the class) */

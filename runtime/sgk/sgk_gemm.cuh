@@ -10,10 +10,10 @@
  * f32 product without TF32.  Tiles of 32 x 64 outputs, 128 threads each
  * computing 4 x 4, K in steps of 32 through shared memory with the next
  * step's loads in registers.  K is split over the `split` CTAs of a thread
- * block cluster (1, 2, 4 or 8; sm_90): each sums its part of K, and the
- * cluster adds the parts through distributed shared memory, in rank order
- * (so the result does not depend on timing), each CTA finishing 1/split
- * of the tile's rows.  No workspace, no atomics.
+ * block cluster (1, 2, 4 or 8; more than 1 needs sm_90): each sums its
+ * part of K, and the cluster adds the parts through distributed shared
+ * memory, in rank order (so the result does not depend on timing), each
+ * CTA finishing 1/split of the tile's rows.  No workspace, no atomics.
  *
  * The epilogue is a functor, `void operator()(float acc, sgk_i64 row,
  * sgk_i64 col) const`, given each element's sum and place, which stores
@@ -117,8 +117,10 @@ sgk_gemm_stash(SgkGemmSmem &sm, int t, const float4 ra[2], const float4 rb[4])
 SGK_DEV void
 sgk_cluster_sync()
 {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 	__cluster_barrier_arrive();
 	__cluster_barrier_wait();
+#endif
 }
 
 template <bool VEC, class Epi>
@@ -168,6 +170,9 @@ sgk_gemm_small(const float *__restrict__ A, sgk_i64 lda, const float *__restrict
 		}
 		return;
 	}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+	__trap(); /* (no clusters before sm_90: the launcher takes split 1 only) */
+#else
 	/* The cluster's sum: every CTA puts its part in shared memory; CTA r
 	 * adds the parts of rows [r * BM / split, (r + 1) * BM / split) in rank
 	 * order. */
@@ -189,6 +194,7 @@ sgk_gemm_small(const float *__restrict__ A, sgk_i64 lda, const float *__restrict
 			epi(v, row, col);
 	}
 	sgk_cluster_sync(); /* no CTA leaves while another reads its part */
+#endif
 }
 
 #ifndef __CUDACC_RTC__
@@ -233,7 +239,7 @@ sg_launch_gemm_small(const float *A, sgk_i64 lda, const float *B, sgk_i64 ldb, s
 	attr[0].val.clusterDim.y = 1;
 	attr[0].val.clusterDim.z = (unsigned)split;
 	cfg.attrs = attr;
-	cfg.numAttrs = 1;
+	cfg.numAttrs = split > 1; /* (split 1 runs without clusters: any GPU) */
 	if (vec)
 		return cudaLaunchKernelEx(&cfg, sgk_gemm_small<true, Epi>, A, lda, B, ldb, M, N, K,
 		                          kchunk, epi);
