@@ -39,10 +39,11 @@
  *     (remat.c fuses its recomputation with its derivative instead).
  *   - Small products.  A matmul that fusion gave a pointwise group as its
  *     epilogue (kernel_small_product: f32, at most 64 tiles of 32 x 64
- *     outputs, K at most 2048, tiles x K at most 32768) runs as the kernel library's sgk_gemm_small, the group
- *     computed where it stores each element (one launch instead of
- *     cuBLASLt's product and a kernel): its split of K over a cluster is
- *     recorded (Sched.gemm_split), and it reads no folded transpose.
+ *     outputs, K at most 2048, tiles x K at most 32768; a target with
+ *     thread block clusters) runs as the kernel library's sgk_gemm_small,
+ *     the group computed where it stores each element (one launch instead
+ *     of cuBLASLt's product and a kernel): its split of K over a cluster
+ *     is recorded (Sched.gemm_split), and it reads no folded transpose.
  *   - SGD updates.  sgd_update_(w, g) with momentum and weight_decay 0
  *     of a product's result g that nothing else reads is computed by the
  *     product, run at the update's place as an accumulation into w:

@@ -44,28 +44,20 @@ static void run_case(const Case &c, int split, bool both)
 	p.poison();
 	t.poison();
 	const float *A = a.d + c.off, *B = b.d + c.off;
-	cudaError_t e;
-	if (both)
-		e = sg_launch_gemm_small(A, lda, B, ldb, c.m, c.n, c.k, split,
-		                         EpiBoth{p.d, t.d, ldc}, 0);
-	else
-		e = sg_launch_gemm_small(A, lda, B, ldb, c.m, c.n, c.k, split,
-		                         SgkGemmStore{p.d, ldc}, 0);
-	KT_CUDA(e);
-	KT_CUDA(cudaDeviceSynchronize());
-	p.get();
+	auto launch = [&] {
+		if (both)
+			KT_CUDA(sg_launch_gemm_small(A, lda, B, ldb, c.m, c.n, c.k, split,
+			                             EpiBoth{p.d, t.d, ldc}, 0));
+		else
+			KT_CUDA(sg_launch_gemm_small(A, lda, B, ldb, c.m, c.n, c.k, split,
+			                             SgkGemmStore{p.d, ldc}, 0));
+		KT_CUDA(cudaDeviceSynchronize());
+		p.get();
+	};
+	launch();
 	t.get();
 	std::vector<double> first = p.h;
-	/* the same call again: the same bits */
-	if (both)
-		e = sg_launch_gemm_small(A, lda, B, ldb, c.m, c.n, c.k, split,
-		                         EpiBoth{p.d, t.d, ldc}, 0);
-	else
-		e = sg_launch_gemm_small(A, lda, B, ldb, c.m, c.n, c.k, split,
-		                         SgkGemmStore{p.d, ldc}, 0);
-	KT_CUDA(e);
-	KT_CUDA(cudaDeviceSynchronize());
-	p.get();
+	launch(); /* the same call again: the same bits */
 	double worst = 0, worst_t = 0, bound = 0;
 	size_t diff = 0;
 	for (long long i = 0; i < c.m; i++)
