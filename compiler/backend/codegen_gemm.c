@@ -178,12 +178,11 @@ static int
 small_matmul(CgGraph *G, const Node *n, int split)
 {
 	Cg *c = G->c;
-	const Type *a = cg_otype(G, n, 0), *b = cg_otype(G, n, 1);
-	int64_t k = a->d[a->rank - 1], m = type_numel(a) / k, nn = b->d[1];
+	int64_t m, nn, k;
 	Operand oa = operand(G, n->opnd[0].v), ob = operand(G, n->opnd[1].v);
 	ValId r = n->res[0];
 	int e = cg_epilogue(G, (NodeId)(n - G->g->nodes.v));
-	if (oa.trans || ob.trans || e < 0 || k < 1 || b->rank != 2)
+	if (!kernel_small_dims(G->g, n, &m, &nn, &k) || oa.trans || ob.trans || e < 0 || k < 1)
 		ICE("a small product that sgk_gemm_small cannot take");
 	char *args;
 	const char *epi = cg_gemm_epi(G, &G->groups->v[e], r, !G->ingroup_only[r], nn, &args);

@@ -126,6 +126,7 @@
 #include <string.h>
 
 #include "passes.h"
+#include "sgk/sgk_gemm_small.h"
 
 /* The pass's state: the graph, its schedule (the fields of which it
  * reads and writes under the names the decisions use) and indexes built
@@ -473,17 +474,16 @@ is_product(int op)
 
 /* ------------------------------------------------------------------ small products */
 
-/* sgk_gemm_small's tiles; the most tiles, the longest sum and the most
- * tile-steps of K (tiles x K) it takes: where bench/kernels/gemm_small.cu
- * found it at most 1.02x the GPU time of cuBLASLt's product and a kernel,
- * at the shapes it timed (docs/performance.md, "A small product and its
- * epilogue in one launch"). */
-enum { SMALL_BM = 32, SMALL_BN = 64, SMALL_TILES = 64, SMALL_KMAX = 2048, SMALL_WORK = 32768 };
+/* The most tiles (runtime/sgk/sgk_gemm_small.h), the longest sum and the
+ * most tile-steps of K (tiles x K) sgk_gemm_small takes: where
+ * bench/kernels/gemm_small.cu found it at most 1.02x the GPU time of
+ * cuBLASLt's product and a kernel, at the shapes it timed
+ * (docs/performance.md, "A small product and its epilogue in one
+ * launch"). */
+enum { SMALL_TILES = 64, SMALL_KMAX = 2048, SMALL_WORK = 32768 };
 
-/* Small product p's rows (a's rows flattened), columns and sum length;
- * 0 when p is no matmul of a matrix b. */
-static int
-small_dims(const Graph *g, const Node *p, int64_t *m, int64_t *n, int64_t *k)
+int
+kernel_small_dims(const Graph *g, const Node *p, int64_t *m, int64_t *n, int64_t *k)
 {
 	if (p->op != OP_MATMUL || p->nopnd != 2 || p->nres != 1 || p->opnd[0].kind != OK_VAL ||
 	    p->opnd[1].kind != OK_VAL)
@@ -501,11 +501,11 @@ int
 kernel_small_product(const Graph *g, const Node *p)
 {
 	int64_t m, n, k;
-	if (!small_dims(g, p, &m, &n, &k) || vtype(g, p->res[0])->dt != DT_F32 ||
+	if (!kernel_small_dims(g, p, &m, &n, &k) || vtype(g, p->res[0])->dt != DT_F32 ||
 	    otype(g, p, 0)->dt != DT_F32 || otype(g, p, 1)->dt != DT_F32 || k < 1 ||
 	    k > SMALL_KMAX || m < 1 || n < 1)
 		return 0;
-	int64_t tiles = ((m + SMALL_BM - 1) / SMALL_BM) * ((n + SMALL_BN - 1) / SMALL_BN);
+	int64_t tiles = sg_gemm_small_tiles(m, n);
 	if (tiles > SMALL_TILES || tiles * k > SMALL_WORK)
 		return 0;
 	for (uint32_t q = 0; q < 2; q++) { /* cuBLASLt reads these in place */
@@ -521,12 +521,7 @@ int
 kernel_small_split(const Graph *g, const Node *p)
 {
 	int64_t m, n, k;
-	if (!small_dims(g, p, &m, &n, &k))
-		return 0;
-	int split = 1;
-	while (split < 8 && k / (split * 2) >= 32)
-		split *= 2;
-	return split;
+	return kernel_small_dims(g, p, &m, &n, &k) ? sg_gemm_small_split(k) : 0;
 }
 
 /* 1 when view node n swaps the last two dims of its operand and nothing

@@ -434,9 +434,11 @@ int kernel_dgelu_pair(const Graph *g, const Node *p, const Node *b);
  * it was measured as fast as cuBLASLt).  fusion.c makes the group after
  * it an epilogue; kernel_choice records the split (kernel_small_split). */
 int kernel_small_product(const Graph *g, const Node *p);
-/* The split of K over a cluster for small product p: 8 CTAs a tile, or
- * fewer where a part would be shorter than 32 (runtime/sgk/sgk_gemm.cuh's
- * sg_gemm_small_split). */
+/* A matmul's rows (a's rows flattened), columns and sum length as
+ * sgk_gemm_small computes it; 0 when p is no matmul of a matrix b. */
+int kernel_small_dims(const Graph *g, const Node *p, int64_t *m, int64_t *n, int64_t *k);
+/* The split of K over a cluster for small product p: the library's own
+ * rule, sg_gemm_small_split (runtime/sgk/sgk_gemm_small.h). */
 int kernel_small_split(const Graph *g, const Node *p);
 /* The batch items of t (the product of all but its last two dims); the
  * broadcast batch of a matmul of a and b: its rank, item count and each

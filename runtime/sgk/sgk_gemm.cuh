@@ -25,10 +25,9 @@
 #define SGK_GEMM_CUH
 
 #include "sgk_common.cuh"
+#include "sgk_gemm_small.h" /* the tiles and sg_gemm_small_split */
 
 #pragma nv_diag_suppress 177
-
-enum { SGK_GEMM_BM = 32, SGK_GEMM_BN = 64, SGK_GEMM_BK = 32, SGK_GEMM_THREADS = 128 };
 
 struct SgkGemmStore {
 	float *c;
@@ -199,19 +198,6 @@ sgk_gemm_small(const float *__restrict__ A, sgk_i64 lda, const float *__restrict
 
 #ifndef __CUDACC_RTC__
 #include <stdint.h>
-
-/* The split of K (CTAs a cluster) for a sum of length K: 8, or fewer
- * where a part would be shorter than a step of K.  At every shape of
- * bench/kernels/gemm_small.cu the split of 8 was the fastest (2026-12-04,
- * docs/performance.md). */
-static inline int
-sg_gemm_small_split(sgk_i64 K)
-{
-	int split = 1;
-	while (split < 8 && K / (split * 2) >= SGK_GEMM_BK)
-		split *= 2;
-	return split;
-}
 
 /* epi(A @ B) on stream st, K split over `split` CTAs (1, 2, 4 or 8;
  * sg_gemm_small_split chooses). */
