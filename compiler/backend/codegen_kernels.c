@@ -490,6 +490,18 @@ group_comment(CgGraph *G, const CgGroup *grp)
 	return cg_str_done(G->c, &s);
 }
 
+/* The comment of p's kernel: its group's lines, then which value each
+ * param x0, x1, ... is, here (the kernel's text names none, so that one
+ * kernel serves every group computing the same thing). */
+static char *
+params_comment(Pw *p)
+{
+	CgStr ps = {0};
+	for (uint32_t k = 0; k < p->params.n; k++)
+		cg_str_itemf(&ps, ", ", "x%u = %%%s", k, p->G->g->vals.v[p->params.v[k]].name);
+	return cg_fmt(p->c, "%s\n// (%s)", group_comment(p->G, p->grp), cg_str_done(p->c, &ps));
+}
+
 /* The group's output shape: its first node's result (or in-place
  * operand). */
 static Type
@@ -597,11 +609,7 @@ cg_pointwise(CgGraph *G, const CgGroup *grp)
 		vbody = arena_strndup(c->a, p.btext, p.blen);
 		free(p.btext);
 	}
-	char *cmt = group_comment(G, grp);
-	CgStr ps = {0}; /* which value each param is, here */
-	for (uint32_t k = 0; k < p.params.n; k++)
-		cg_str_itemf(&ps, ", ", "x%u = %%%s", k, G->g->vals.v[p.params.v[k]].name);
-	cmt = cg_fmt(c, "%s\n// (%s)", cmt, cg_str_done(c, &ps));
+	char *cmt = params_comment(&p);
 	const char *kname = CG_KERNEL(G, "kernels.cu:pointwise", {"comment", cmt},
 	        {"name", cg_kernel_name(G, n0, op_name(n0->op))}, {"params", params},
 	        {"idx", cg_index_type(p.n)}, {"n", cg_num(c, p.n)}, {"body", body});
@@ -689,11 +697,7 @@ cg_gemm_epi(CgGraph *G, const CgGroup *grp, ValId r, int keep, int64_t ncols, ch
 		             cg_ctype((DType)cg_vtype(G, p.params.v[k])->dt), k);
 	char *params;
 	pw_signature(&p, &params, args);
-	CgStr ps = {0}; /* which value each member is, here */
-	for (uint32_t k = 0; k < p.params.n; k++)
-		cg_str_itemf(&ps, ", ", "x%u = %%%s", k, g->vals.v[p.params.v[k]].name);
-	char *cmt = cg_fmt(c, "%s\n// (%s)", group_comment(G, grp), cg_str_done(c, &ps));
-	const char *name = CG_KERNEL(G, "kernels.cu:gemm_epi", {"comment", cmt},
+	const char *name = CG_KERNEL(G, "kernels.cu:gemm_epi", {"comment", params_comment(&p)},
 	        {"name", cg_kernel_name(G, &g->nodes.v[grp->nodes[0]], "gemm_epi")},
 	        {"members", cg_str_done(c, &ms)}, {"reg", reg(&p, r)},
 	        {"ncols", cg_num(c, ncols)}, {"body", body});
