@@ -440,7 +440,7 @@ statement(Gen *G)
 		fprintf(G->fb, "matmul(%%v%d, %%v%d)\n", a, k);
 		/* a layer: an activation right after it (a small f32 product
 		 * computes it in its epilogue at -O2: kernels.c) */
-		if (take(G, 2) && (k = def(G, x.dt, x.rank, d, 1)) >= 0)
+		if (take(G, 2) && def(G, x.dt, x.rank, d, 1) >= 0)
 			fprintf(G->fb, "%s(%%v%d)\n", unary[take(G, sizeof unary / sizeof *unary)], r);
 		break;
 	case 6: { /* reduction over one dim, or all */
