@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 #
-# bench/run_bench.sh [prepare|run|all|ab ...] - sgc against PyTorch on the
+# bench/run_bench.sh [prepare|run|check|all|ab ...] - sgc against PyTorch on the
 # workloads of ../shared/anchors.md (bench/README.md).
 #
 #   prepare   here (flex, bison and cJSON installed; nvcc optional):
@@ -18,6 +18,8 @@
 #             table.  Files go to $OUT (the device tool's folder), else
 #             build-bench/gpu/out.
 #   all       prepare, then run (one machine with everything).
+#   check     on the GPU machine: only run's small-dims checks (each
+#             prepared program's driver against `sgc run`'s output).
 #   ab        PROGRAM 'ENV A' 'ENV B' [ROUNDS] [ITERS] [DRIVER B]: an A/B
 #             of one program's driver under two environments, or against
 #             another binary (see ab() below), on the GPU machine.
@@ -459,8 +461,9 @@ NVCC=$(find_nvcc)
 case "${1:-run}" in
 prepare) prepare ;;
 run) run ;;
+check) run_setup >/dev/null && run_small_checks ;;
 ab) shift && ab "$@" ;;
 kernels) shift && kernels "$@" ;;
 all) prepare && run ;;
-*) echo "usage: bench/run_bench.sh [prepare|run|all|ab PROGRAM ENV_A ENV_B [ROUNDS] [ITERS]|kernels PROGRAM [ENV]]" >&2; exit 2 ;;
+*) echo "usage: bench/run_bench.sh [prepare|run|check|all|ab PROGRAM ENV_A ENV_B [ROUNDS] [ITERS]|kernels PROGRAM [ENV]]" >&2; exit 2 ;;
 esac

@@ -123,6 +123,9 @@ ${?epilogue}		g.epilogue = ${epilogue};
 ${?aux}		g.aux = ${aux};
 ${?alpha}		g.alpha = ${alpha};
 ${?alpha}		g.beta = 1;
+${?c_in}		g.c_in = ${c_in};
+${?c_in}		g.alpha = 1;
+${?c_in}		g.beta = 1;
 		SGRT_TRY(sgrt_gemm(rt, ${s}, &g, ${a}, ${b}, ${c}, "${kname}", ${line}));
 	}
 //@ all_reduce

@@ -244,7 +244,8 @@ int sgrt_trace_write(SgrtModel *m, const char *path);
 
 /* D = alpha * op(A) @ op(B) + beta * C (+ bias), all row-major, batched.
  * op(A) is m x k (A is stored k x m when trans_a), op(B) is k x n, C is
- * m x n and is overwritten with D. */
+ * m x n and is overwritten with D, unless c_in gives another C to read
+ * (of C's layout, not overlapping it). */
 typedef struct {
 	int dtype;            /* SGRT_F32, SGRT_F16, SGRT_BF16 or SGRT_F64 */
 	int trans_a, trans_b;
@@ -261,6 +262,10 @@ typedef struct {
 	                         goes; SGRT_EPI_DGELU: the pre-activation read;
 	                         m x n, row stride ldaux (0: n); not batched */
 	int64_t ldaux;
+	const void *c_in;     /* NULL, or the C that beta multiplies when it is
+	                         not D (the c of sgrt_gemm): D = A @ B + C
+	                         with beta 1, a residual added as the product
+	                         stores */
 } SgrtGemm;
 
 /* SgrtGemm.epilogue.  SGRT_EPI_GELU is the tanh form, as PyTorch's

@@ -141,6 +141,8 @@ make_key(const SgrtModel *m, const SgrtGemm *g, const void *a, const void *b,
 	k->align_a = alignment(a);
 	k->align_b = alignment(b);
 	k->align_c = alignment(c);
+	if (g->c_in && g->beta != 0 && alignment(g->c_in) < k->align_c)
+		k->align_c = alignment(g->c_in); /* (C's and D's, one preference) */
 	k->align_bias = g->bias ? alignment(g->bias) : 0;
 	if (has_aux(g->epilogue)) {
 		k->ldaux = g->ldaux ? g->ldaux : g->n;
@@ -526,7 +528,7 @@ copy_c(SgrtModel *m, int s, const GemmKey *k, void *c, void *h, int size,
  * three between events e; *ms < 0 when cuBLASLt refuses it. */
 static int
 time_candidate(SgrtModel *m, int s, GemmPlan *p, int i, const void *a,
-               const void *b, void *c, const void *pa, const void *pb,
+               const void *b, const void *cin, void *c, const void *pa, const void *pb,
                cudaEvent_t *e, float *ms, int sgline)
 {
 	*ms = -1;
@@ -536,7 +538,7 @@ time_candidate(SgrtModel *m, int s, GemmPlan *p, int i, const void *a,
 		if (r == 1)
 			SGRT_CHECK_CUDA(m, cudaEventRecord(e[0], m->stream[s]), sgline);
 		if (cublasLtMatmul((cublasLtHandle_t)m->lt, p->op, pa, b, p->la, a,
-		                   p->lb, pb, c, p->lc, c, p->lc, &p->cand[i], m->ws[s],
+		                   p->lb, pb, cin, p->lc, c, p->lc, &p->cand[i], m->ws[s],
 		                   m->ws_have[s], m->stream[s]) != CUBLAS_STATUS_SUCCESS)
 			return SGRT_OK;
 	}
@@ -555,8 +557,8 @@ time_candidate(SgrtModel *m, int s, GemmPlan *p, int i, const void *a,
  * but not the best for every shape (the transformer's products: up to 13%
  * apart, 3% of their time in all).  The heuristic's choice stays unless
  * another is 1% faster.  The runs write c, which the call then writes
- * again; when the product reads c (beta not 0) its elements are copied to
- * the host first and back after.  Not while capturing (the next eager call
+ * again; when the product reads c (beta not 0, no c_in) its elements are
+ * copied to the host first and back after.  Not while capturing (the next eager call
  * does it), not when c overlaps an operand or an aux output does, not for
  * small products, not under SGRT_GEMM_TUNE=0: there the heuristic's
  * choice. */
@@ -589,12 +591,13 @@ tune_plan(SgrtModel *m, int s, GemmPlan *p, const SgrtGemm *g, const void *a,
 	uint64_t nbias = g->bias ? (uint64_t)k->n * 8 : 0; /* (any type) */
 	uint64_t naux = has_aux(k->epilogue) ? extent(k->m, k->n, k->ldaux, 1, 0, size) : 0;
 	int aux_out = k->epilogue == SGRT_EPI_GELU_AUX && !p->by_kernel;
+	const void *cin = g->c_in && g->beta != 0 ? g->c_in : c;
 	if (overlap(c, nc, a, na) || overlap(c, nc, b, nb) ||
 	    overlap(c, nc, g->bias, nbias) || overlap(c, nc, g->aux, naux) ||
 	    (aux_out && (overlap(g->aux, naux, a, na) || overlap(g->aux, naux, b, nb) ||
 	                 overlap(g->aux, naux, g->bias, nbias))))
 		return SGRT_OK;
-	if (g->beta != 0) {
+	if (g->beta != 0 && cin == c) {
 		save = malloc((size_t)(k->m * k->n * k->batch) * size);
 		if (!save)
 			return sgrt_fail(m, SGRT_ENOMEM, sgline, "out of memory");
@@ -605,7 +608,7 @@ tune_plan(SgrtModel *m, int s, GemmPlan *p, const SgrtGemm *g, const void *a,
 	if (!rc)
 		rc = sgrt_check_cuda(m, cudaEventCreate(&e[1]), "cudaEventCreate", sgline);
 	for (int i = 0; i < p->ncand && !rc; i++) {
-		rc = time_candidate(m, s, p, i, a, b, c, pa, pb, e, &ms[i], sgline);
+		rc = time_candidate(m, s, p, i, a, b, cin, c, pa, pb, e, &ms[i], sgline);
 		if (!rc && ms[i] >= 0 && (ms[best] < 0 || ms[i] < 0.99f * ms[best]))
 			best = i;
 	}
@@ -637,6 +640,15 @@ sgrt_gemm(SgrtModel *m, int s, const SgrtGemm *g, const void *a,
 	SGRT_TRY(check_gemm(m, s, g, sgline));
 	SGRT_TRY(ready(m, sgline));
 	make_key(m, g, a, b, c, &key);
+	if (g->c_in && g->c_in != c && beta != 0) {
+		int size = 4;
+		cudaDataType_t t;
+		(void)cuda_type(g->dtype, &t, &size);
+		uint64_t nc = extent(key.m, key.n, key.ldc, key.batch, key.stride_c, size);
+		if (overlap(c, nc, g->c_in, nc))
+			return sgrt_fail(m, SGRT_EUSAGE, sgline,
+			                 "a matmul's C (c_in) overlaps its result without being it");
+	}
 	SGRT_TRY(plan_for_stream(m, s, &key, g->bias, g->aux, &p, sgline));
 	if (alpha == 0 && beta == 0)
 		alpha = 1;
@@ -658,7 +670,7 @@ sgrt_gemm(SgrtModel *m, int s, const SgrtGemm *g, const void *a,
 		SGRT_TRY(tune_plan(m, s, p, g, a, b, c, pa, pb, sgline));
 	h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, name ? name : "matmul", sgline);
 	CHECK_LT(m, cublasLtMatmul((cublasLtHandle_t)m->lt, p->op, pa, b, p->la,
-	         a, p->lb, pb, c, p->lc, c, p->lc, &p->algo, m->ws[s],
+	         a, p->lb, pb, g->c_in && beta != 0 ? g->c_in : c, p->lc, c, p->lc, &p->algo, m->ws[s],
 	         m->ws_have[s], m->stream[s]), sgline);
 	SGRT_TRY(sgrt_op_end(m, h));
 	return p->by_kernel ? epilogue_kernel(m, s, g, &key, c, sgline) : SGRT_OK;

@@ -57,6 +57,7 @@ typedef struct {
 	int64_t m, n, k, batch, sa, sb, lda, ldb; /* ld 0: packed */
 	const char *bias, *a, *b, *out, *aux;
 	const char *alpha;    /* NULL, or alpha with beta 1: out += alpha * a @ b */
+	const char *c_in;     /* NULL, or a residual: out = a @ b (+ bias) + c_in */
 } Gemm;
 
 /* One sgrt_gemm statement. */
@@ -74,6 +75,7 @@ gemm(CgGraph *G, const Node *n, const char *kname, const Gemm *q)
 	        {"stride_a", cg_num(c, q->sa)}, {"stride_b", cg_num(c, q->sb)},
 	        {"bias", q->bias ? q->bias : ""}, {"epilogue", epi[q->epi]},
 	        {"aux", q->aux ? q->aux : ""}, {"alpha", q->alpha ? q->alpha : ""},
+	        {"c_in", q->c_in ? q->c_in : ""},
 	        {"s", cg_num(c, cg_stream(n))}, {"a", q->a}, {"b", q->b}, {"c", q->out},
 	        {"kname", kname}, {"line", cg_num(c, n->loc.line)});
 }
@@ -111,13 +113,28 @@ operand(CgGraph *G, ValId v)
 	return o;
 }
 
+/* The variable of the add's other operand when product n runs with the
+ * add as epilogue epi (KEPI_ADD: the residual, C; KEPI_BIAS: the bias),
+ * else NULL. */
+static const char *
+added(CgGraph *G, const Node *n, int epi, int which)
+{
+	NodeId P = (NodeId)(n - G->g->nodes.v);
+	if (epi != which || !G->fold || G->fold->act[P] == NONE)
+		return NULL;
+	return G->vname[sched_add_operand(G->g, G->fold, P)];
+}
+
 /* matmul n into value out (its result, or the activation of epilogue
  * epi with aux matrix aux, or, alpha not NULL, a param its SGD update
- * accumulates into: out += alpha * product), named kname. */
+ * accumulates into: out += alpha * product; or, KEPI_ADD, the residual
+ * add's result), named kname. */
 static int
 matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, const char *alpha,
             const char *kname)
 {
+	const char *cin = added(G, n, epi, KEPI_ADD), *cbias = added(G, n, epi, KEPI_BIAS);
+	epi = epi >= KEPI_ADD ? KEPI_NONE : epi;
 	const Type *a = cg_otype(G, n, 0), *b = cg_otype(G, n, 1), *r = cg_vtype(G, n->res[0]);
 	DType dt = (DType)r->dt;
 	int64_t m = a->rank >= 2 ? a->d[a->rank - 2] : 1, k = a->d[a->rank - 1];
@@ -129,11 +146,11 @@ matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, cons
 	int64_t nb = kernel_matmul_batch(a, b, &brank, bshape, st);
 	Gemm q = {.dt = dt, .ta = oa.trans, .tb = ob.trans, .epi = epi, .m = m, .n = nn,
 	          .k = k, .lda = oa.ld, .ldb = ob.ld, .a = oa.var, .b = ob.var, .out = rv,
-	          .aux = aux, .alpha = alpha};
+	          .aux = aux, .alpha = alpha, .c_in = cin, .bias = cbias};
 	if (type_numel(r) == 0)
 		return 1;
-	if (k == 0 && alpha) /* (kernel_choice takes no such product) */
-		ICE("an empty product accumulating into a param");
+	if (k == 0 && (alpha || cin || cbias)) /* (kernel_choice takes no such product) */
+		ICE("an empty product accumulating into a param or adding a residual or bias");
 	if (k == 0) {
 		cg_zero(G, n, rv, type_numel(r) * dtype_size(dt));
 		return 1;
@@ -158,8 +175,8 @@ matmul_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, cons
 			ICE("a folded transpose needs its batch expanded");
 		q.b = expand_batch(G, n, ob.var, b, brank, bshape, st[1], "b");
 	}
-	if (aux)
-		ICE("an aux epilogue on a batched product");
+	if (aux || cin || cbias)
+		ICE("an aux, residual or bias epilogue on a batched product");
 	q.batch = nb;
 	q.sa = na == 1 ? 0 : m * k;
 	q.sb = nbb == 1 ? 0 : k * nn;
@@ -229,16 +246,20 @@ add_bias(CgGraph *G, const Node *n, DType dt, const char *bias, const char *out,
 static int
 linear_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, const char *kname)
 {
+	const char *cin = added(G, n, epi, KEPI_ADD), *cbias = added(G, n, epi, KEPI_BIAS);
+	epi = epi >= KEPI_ADD ? KEPI_NONE : epi;
 	const Type *x = cg_otype(G, n, 0), *w = cg_otype(G, n, 1), *r = cg_vtype(G, n->res[0]);
 	DType dt = (DType)r->dt;
 	int64_t k = w->d[1], nout = w->d[0], rows = k ? type_numel(x) / k : 0;
-	const char *bias = n->nopnd > 2 ? G->vname[n->opnd[2].v] : NULL;
+	const char *bias = n->nopnd > 2 ? G->vname[n->opnd[2].v] : cbias;
 	const char *rv = G->vname[out];
 	Operand ox = operand(G, n->opnd[0].v), ow = operand(G, n->opnd[1].v);
 	if (k == 0)
 		rows = nout ? type_numel(r) / nout : 0;
 	if (type_numel(r) == 0)
 		return 1;
+	if (k == 0 && (cin || cbias)) /* (kernel_choice takes no such product) */
+		ICE("an empty product adding a residual or bias");
 	if (k == 0) {
 		cg_zero(G, n, rv, type_numel(r) * dtype_size(dt));
 		if (bias)
@@ -249,7 +270,7 @@ linear_into(CgGraph *G, const Node *n, ValId out, int epi, const char *aux, cons
 	/* w is stored [nout, k]; a folded transpose of [k, nout] is read as is */
 	Gemm q = {.dt = dt, .ta = ox.trans, .tb = !ow.trans, .epi = epi, .m = rows,
 	          .n = nout, .k = k, .lda = ox.ld, .bias = epilogue ? bias : NULL, .a = ox.var,
-	          .b = ow.var, .out = rv, .aux = aux};
+	          .b = ow.var, .out = rv, .aux = aux, .c_in = cin};
 	gemm(G, n, kname, &q);
 	if (bias && !epilogue)
 		add_bias(G, n, dt, bias, rv, type_numel(r), nout);
@@ -268,7 +289,7 @@ cg_gemm_stmt(CgGraph *G, NodeId i)
 {
 	const KernelFold *F = G->fold;
 	Graph *g = G->g;
-	static const char *act[] = {"", "relu", "gelu", "gelu", "dgelu"};
+	static const char *act[] = {"", "relu", "gelu", "gelu", "dgelu", "add", "bias"};
 	if (!F)
 		return -1;
 	NodeId r = F->view[i] ? F->last[g->nodes.v[i].res[0]] : NONE; /* its last reader */

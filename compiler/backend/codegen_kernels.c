@@ -181,12 +181,16 @@ typedef struct {
 	                       whose params join that kernel's */
 } Pw;
 
-/* Index of value v among the kernel's params, added when new. */
+/* Index of value v among the kernel's params, added when new.  Params
+ * named by their values (by_name) are one per name: a view keeping its
+ * source's bytes has the source's (codegen_host.c's name_values), and a
+ * group reading both reads one pointer. */
 static uint32_t
 pw_param(Pw *p, ValId v, int out)
 {
 	for (uint32_t k = 0; k < p->params.n; k++)
-		if (p->params.v[k] == v) {
+		if (p->params.v[k] == v ||
+		    (p->by_name && p->G->vname[p->params.v[k]] == p->G->vname[v])) {
 			p->param_out[k] |= (uint8_t)out;
 			return k;
 		}

@@ -18,9 +18,12 @@
  *     account for.  A view with any other use, or used on another stream,
  *     keeps its copy, unless plain kernels read it (a second sweep, after
  *     the attention layouts took theirs): a view keeping the bytes read by
- *     kernels of their own (no fused group, no collective, no in-place
+ *     kernels (their own or a fused group's, no collective, no in-place
  *     write: reads_bytes) is its source's pointer (codegen_host.c), the
- *     memory plan reading the source there (schedule.c's fold_plan).
+ *     memory plan reading the source there (schedule.c's fold_plan; a
+ *     group fused into a later consumer reads it there).  torch.export's
+ *     view of a product read by a pointwise op (gpt2's gelu) so copies
+ *     nothing.
  *   - Epilogues.  relu(p) or gelu(p, approximate="tanh") of a product p
  *     that nothing else uses, right after it on its stream, is computed
  *     by cuBLASLt's RELU(_BIAS) / GELU(_BIAS) epilogue: the product writes
@@ -37,6 +40,22 @@
  *     back to the plain product and a kernel of its own.  cuBLASLt's GELU
  *     is the tanh form, so the exact (erf) gelu stays a kernel of its own
  *     (remat.c fuses its recomputation with its derivative instead).
+ *   - Residual adds.  x1 = add(p, c) (or add(c, p)) right after a
+ *     product p that nothing else reads, on its stream, with c, p and x1
+ *     of one shape, dtype and layout in memory (c defined before p, in
+ *     memory of its own or a view keeping its source's bytes), is
+ *     computed by the product: cuBLASLt's D = A @ B + C with
+ *     beta 1, C = c and D = x1 (SgrtGemm.c_in), the add's kernel gone
+ *     and p given no memory (fold_add; XLA's GEMM rewriter does the
+ *     same).  A pre-LN block's x + proj(...) and x + fc2(...) so reach
+ *     their norm as one tensor: the norm's kernel reads x1 and writes
+ *     its result, where with the add folded into it (below) it read c
+ *     and p and wrote x1 too.  Backward's accumulation of a gradient's
+ *     two parts, add(g1, matmul(...)), is the same.  An add of a 1-D
+ *     bias of p's last dim (torch.export's addmm: mm, then add) is
+ *     cuBLASLt's bias epilogue the same way, for a matmul or a linear
+ *     without its own bias.  One rounding (of acc + c) for the add's
+ *     two (of acc, then of the sum), as the SGD updates below.
  *   - Small products.  A matmul that fusion gave a pointwise group as its
  *     epilogue (kernel_small_product: f32, at most 64 tiles of 32 x 64
  *     outputs, K at most 2048, tiles x K at most 32768; a target with
@@ -753,14 +772,19 @@ views_attn(Kc *G, const Node *n)
 }
 
 /* 1 when node i reads operand k as memory in a kernel or call of its
- * own (no fused group around it, no in-place write of it): what a view
- * keeping its source's bytes can give it as the source's pointer. */
+ * own, or in its fused group's kernel (no in-place write of it): what a
+ * view keeping its source's bytes can give it as the source's pointer,
+ * the elements in the same order.  *at: where that kernel reads it, the
+ * consumer a group is fused into (a prologue) running after i. */
 static int
-reads_bytes(Kc *G, NodeId i, uint32_t k)
+reads_bytes(Kc *G, NodeId i, uint32_t k, NodeId *at)
 {
 	const Node *n = &G->g->nodes.v[i];
-	return n->op < OP__N && ir_access(n, k) == RACC_READ && G->group[i] < 0 &&
-	       G->prologue[i] < 0 && G->epilogue[i] < 0 && n->op != OP_OFFLOAD &&
+	int gi = G->group[i];
+	*at = gi >= 0 && G->s->groups.v[gi].into != NONE && G->s->groups.v[gi].into > i
+	      ? G->s->groups.v[gi].into : i;
+	return n->op < OP__N && ir_access(n, k) == RACC_READ && G->prologue[i] < 0 &&
+	       G->epilogue[i] < 0 && n->op != OP_OFFLOAD &&
 	       !(op_table[n->op].flags & OPF_COLLECTIVE);
 }
 
@@ -794,7 +818,7 @@ uses_fold(Kc *G, NodeId X, ValId x, int trans, NodeId *last, int *attn)
 		} else if (trans == 3 && reads_slice(G, X, x, n, k)) {
 			l = F->view[i] ? view_last(F, n) : i;
 			*attn = 0;
-		} else if (trans == 0 && G->plain && reads_bytes(G, i, k)) {
+		} else if (trans == 0 && G->plain && reads_bytes(G, i, k, &l)) {
 			*attn = 0; /* the source's bytes, through its pointer */
 		} else if (trans >= 2 || n->op >= OP__N || !is_product(n->op) ||
 		           !takes_view(G, n, k, trans)) {
@@ -1328,6 +1352,64 @@ group_is(const FuseGroups *groups, int gi, const NodeId *a, uint32_t na)
 	return 1;
 }
 
+/* The add right after product P computed by it (see the top of the
+ * file): of a residual, cuBLASLt's C with beta 1 (KEPI_ADD), or of a bias
+ * along the product's last dim, cuBLASLt's bias epilogue (KEPI_BIAS); the
+ * product runs at the add, writing its result. */
+static void
+fold_add(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
+{
+	Graph *g = G->g;
+	const Node *p = &g->nodes.v[P];
+	if (p->flags & NF_DEAD || p->op >= OP__N || !is_product(p->op) || p->nres != 1 ||
+	    G->fold->act[P] != NONE || G->fold->upd[P] != NONE || G->epilogue[P] >= 0 ||
+	    !one_matrix(g, p) || batched_view(G, p))
+		return;
+	ValId v = p->res[0];
+	const Value *pv = &g->vals.v[v];
+	const Type *k = otype(g, p, p->op == OP_LINEAR ? 1 : 0);
+	if (type_numel(&pv->type) == 0 || k->d[k->rank - 1] == 0 || pv->offload ||
+	    !lone_temp(G, nclass, v))
+		return;
+	NodeId A = next_sole_use(G, P, v);
+	if (A == NONE)
+		return;
+	const Node *a = &g->nodes.v[A];
+	if (a->op != OP_ADD || a->nopnd != 2 || a->nres != 1 || a->stream != p->stream ||
+	    a->opnd[0].kind != OK_VAL || a->opnd[1].kind != OK_VAL ||
+	    !group_is(groups, G->group[A], &A, 1) || G->prologue[A] >= 0 || G->epilogue[A] >= 0)
+		return;
+	ValId c = a->opnd[a->opnd[0].v == v ? 1 : 0].v, x1 = a->res[0], r = c;
+	while (G->fold->src[r] != NONE && G->fold->trans[r] == 0)
+		r = G->fold->src[r]; /* a view keeping the bytes: its source's */
+	const Value *cv = &g->vals.v[c], *xv = &g->vals.v[x1];
+	if (c == v || cv->type.host || xv->type.host || G->ingroup_only[r] || G->ingroup_only[x1] ||
+	    G->fold->src[r] != NONE || G->fold->out[r] != NONE || G->fold->src[x1] != NONE ||
+	    G->fold->out[x1] != NONE || (cv->kind == VK_NODE && cv->def >= P) ||
+	    g->vals.v[r].layout != cv->layout ||
+	    xv->type.dt != pv->type.dt || !type_same_shape(&xv->type, &pv->type) ||
+	    xv->layout != pv->layout || cv->type.dt != pv->type.dt)
+		return;
+	int epi = KEPI_NONE;
+	if (type_same_shape(&cv->type, &pv->type) && cv->layout == pv->layout)
+		epi = KEPI_ADD;
+	else if (cv->type.rank == 1 && pv->type.rank >= 1 &&
+	         cv->type.d[0] == pv->type.d[pv->type.rank - 1] &&
+	         (p->op == OP_MATMUL || p->nopnd == 2))
+		epi = KEPI_BIAS; /* (a linear's own bias comes first) */
+	if (!epi)
+		return;
+	if (G->group[A] >= 0)
+		drop_group(G, groups, G->group[A]);
+	G->fold->act[P] = A;
+	G->fold->prod[A] = P;
+	G->fold->epi[P] = (uint8_t)epi;
+	G->ingroup_only[v] = 1; /* no memory */
+	for (uint32_t q = 0; q < p->nopnd; q++)
+		if (p->opnd[q].kind == OK_VAL)
+			extend_use(G, sched_operand_root(G->s, p->opnd[q].v), A, p->stream);
+}
+
 /* 1 when every node strictly between `from` and `to` (dels aside) is an
  * op of from's stream, no sync, collective, control_deps or
  * sync_dealloc: work moved from one to the other crosses no ordering. */
@@ -1781,6 +1863,7 @@ fold_all(Kc *G, FuseGroups *groups)
 	G->plain = 0;
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		fold_epilogue(G, groups, nclass, i);
+		fold_add(G, groups, nclass, i);
 		fold_bn_epilogue(G, groups, nclass, i);
 		fold_pool_relu(G, groups, nclass, i);
 		fold_bn_running(G, groups, i);
@@ -1835,8 +1918,9 @@ rows_library(const Graph *g, const Sched *s, NodeId i)
 /* The residual add making the input of norm N (a layer_norm or rms_norm
  * the library's kernel computes, rows_lib) that the kernel can compute as
  * it loads its rows (see the top of the file), or NONE: x1 = add(a, b)
- * of two tensors of x1's shape, dtype and layout in memory, right before
- * N on its stream (dels between), a fused group of its own. */
+ * of two tensors of x1's shape, dtype and layout in memory (or views of
+ * such memory keeping its bytes: torch.export's reshape of a product),
+ * right before N on its stream (dels between), a fused group of its own. */
 static NodeId
 norm_add_of(Kc *G, const FuseGroups *groups, NodeId N)
 {
@@ -1860,10 +1944,13 @@ norm_add_of(Kc *G, const FuseGroups *groups, NodeId N)
 	for (uint32_t k = 0; k < 2; k++) {
 		if (a->opnd[k].kind != OK_VAL)
 			return NONE;
+		ValId r = a->opnd[k].v;
+		while (G->fold->src[r] != NONE && G->fold->trans[r] == 0)
+			r = G->fold->src[r]; /* a view keeping the bytes: its source's */
 		const Value *o = &g->vals.v[a->opnd[k].v];
 		if (o->type.host || o->type.dt != xv->type.dt || !type_same_shape(&o->type, &xv->type) ||
-		    o->layout != xv->layout || G->ingroup_only[a->opnd[k].v] ||
-		    G->fold->src[a->opnd[k].v] != NONE)
+		    o->layout != xv->layout || G->ingroup_only[r] || G->fold->src[r] != NONE ||
+		    g->vals.v[r].layout != xv->layout)
 			return NONE;
 	}
 	return X;

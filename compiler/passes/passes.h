@@ -291,10 +291,12 @@ typedef struct {
 } SoftmaxBwd;
 
 /* A product's cuBLASLt epilogue (KernelFold.epi; runtime/sgrt.h's
- * SGRT_EPI_* by number): relu, gelu (tanh), gelu writing the product's
- * own result too (the pre-activation, which other nodes read), and the
- * tanh gelu_backward of the product at a pre-activation. */
-enum { KEPI_NONE, KEPI_RELU, KEPI_GELU, KEPI_GELU_AUX, KEPI_DGELU };
+ * SGRT_EPI_* by number up to KEPI_DGELU): relu, gelu (tanh), gelu
+ * writing the product's own result too (the pre-activation, which other
+ * nodes read), the tanh gelu_backward of the product at a
+ * pre-activation; the add of a residual, cuBLASLt's C with beta 1
+ * (SgrtGemm.c_in), and the add of a bias (SgrtGemm.bias). */
+enum { KEPI_NONE, KEPI_RELU, KEPI_GELU, KEPI_GELU_AUX, KEPI_DGELU, KEPI_ADD, KEPI_BIAS };
 
 /* kernel_choice's decisions (-O2). */
 typedef struct {
@@ -305,8 +307,8 @@ typedef struct {
 	NodeId *last;     /* per value: the last product reading a folded view */
 	uint8_t *view;    /* per node: a folded view, or a chunk or split of
 	                     folded slices (no buffer, no kernel) */
-	NodeId *act;      /* per node: the activation a product runs as its
-	                     epilogue, or NONE */
+	NodeId *act;      /* per node: the activation (or add) a product
+	                     runs as its epilogue, or NONE */
 	NodeId *prod;     /* per node: the product an activation is the
 	                     epilogue of, or NONE */
 	uint8_t *epi;     /* per product with act: its epilogue, KEPI_* */
@@ -405,6 +407,9 @@ NodeId *sched_kernel_graph(const Graph *g, const Sched *s, Arena *a, Graph *f);
  * value v (through folded views); the value holding v's bytes when it is
  * written through views. */
 ValId sched_operand_root(const Sched *s, ValId v);
+/* The residual or bias (the add's other operand) of product P whose
+ * epilogue is that add (KEPI_ADD, KEPI_BIAS). */
+ValId sched_add_operand(const Graph *g, const KernelFold *F, NodeId P);
 ValId sched_out_end(const Sched *s, ValId v);
 /* The element strides (st[rank of v]) of v's elements in the memory of
  * its folded source or written value, from element *off of it: row-major

@@ -148,6 +148,13 @@ sched_operand_root(const Sched *s, ValId v)
 }
 
 ValId
+sched_add_operand(const Graph *g, const KernelFold *F, NodeId P)
+{
+	const Node *a = &g->nodes.v[F->act[P]];
+	return a->opnd[a->opnd[0].v == g->nodes.v[P].res[0] ? 1 : 0].v;
+}
+
+ValId
 sched_out_end(const Sched *s, ValId v)
 {
 	while (s->fold && s->fold->out[v] != NONE)
@@ -278,6 +285,19 @@ plan_operands(const Sched *s, Arena *a, Node *p)
 		if (ops[k].kind == OK_VAL)
 			ops[k].v = sched_operand_root(s, ops[k].v);
 	p->opnd = ops;
+}
+
+/* Node h of the copy reads operand o too (its source, when folded): a
+ * product's epilogue's other operand. */
+static void
+read_also(const Sched *s, Arena *a, Node *h, Opnd o)
+{
+	Opnd *ops = arena_alloc(a, (h->nopnd + 2) * sizeof *ops);
+	memcpy(ops, h->opnd, h->nopnd * sizeof *ops);
+	ops[h->nopnd] = o;
+	ops[h->nopnd].v = sched_operand_root(s, o.v);
+	h->nopnd++;
+	h->opnd = ops;
 }
 
 /* Attention node P of the copy f reads the sources of its folded operands
@@ -449,8 +469,9 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 		NodeId A = F->act[i];
 		if (A == NONE)
 			continue;
-		/* the product runs at its activation, writing its result (and,
-		 * GELU_AUX, its own: the pre-activation); DGELU runs at the
+		/* the product runs at its activation (or residual add),
+		 * writing its result (and, GELU_AUX, its own: the
+		 * pre-activation; ADD reading the residual); DGELU runs at the
 		 * product, writing gelu_backward's result and reading its
 		 * pre-activation (operand 1) */
 		Node h = *n;
@@ -459,17 +480,14 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 		h.nres = 1;
 		def[n->res[0]] = NONE;
 		if (F->epi[i] == KEPI_DGELU) {
-			Opnd *ops = arena_alloc(a, (h.nopnd + 2) * sizeof *ops);
-			memcpy(ops, h.opnd, h.nopnd * sizeof *ops);
-			ops[h.nopnd] = act->opnd[1];
-			ops[h.nopnd].v = sched_operand_root(s, ops[h.nopnd].v);
-			h.nopnd++;
-			h.opnd = ops;
+			read_also(s, a, &h, act->opnd[1]);
 			def[act->res[0]] = i;
 			act->flags |= NF_DEAD;
 			*n = h;
 			continue;
 		}
+		if (F->epi[i] == KEPI_ADD || F->epi[i] == KEPI_BIAS) /* the add's other operand */
+			read_also(s, a, &h, act->opnd[act->opnd[0].v == n->res[0] ? 1 : 0]);
 		if (F->epi[i] == KEPI_GELU_AUX) {
 			ValId *res = arena_alloc(a, 3 * sizeof *res);
 			res[0] = act->res[0];
@@ -834,6 +852,12 @@ note(FILE *f, void *ctx, NodeId i)
 		fprintf(f, "%swrites %%%s with its gelu_backward as epilogue (DGELU of %%%s)", sep,
 		        g->vals.v[g->nodes.v[F->act[i]].res[0]].name,
 		        g->vals.v[g->nodes.v[F->act[i]].opnd[1].v].name), sep = ", ";
+	else if (F && F->act[i] != NONE && (F->epi[i] == KEPI_ADD || F->epi[i] == KEPI_BIAS))
+		fprintf(f, "%sruns at %%%s with its add as epilogue (%s = %%%s%s)", sep,
+		        g->vals.v[g->nodes.v[F->act[i]].res[0]].name,
+		        F->epi[i] == KEPI_ADD ? "C" : "bias",
+		        g->vals.v[sched_add_operand(g, F, i)].name,
+		        F->epi[i] == KEPI_ADD ? ", beta 1" : ""), sep = ", ";
 	else if (F && F->act[i] != NONE)
 		fprintf(f, "%sruns at %%%s with its %s as epilogue%s", sep,
 		        g->vals.v[g->nodes.v[F->act[i]].res[0]].name,

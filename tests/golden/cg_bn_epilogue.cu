@@ -33,15 +33,15 @@ k_block_41_relu_r3(const sg_bf16 *x0, sg_bf16 *x1)
 /* The pointwise ops after %m3, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_block_45_ep_y(const sg_bf16 *v_f, sg_bf16 *v_y, sg_i64 i, const float r0)
+k_block_45_ep_y(const sg_bf16 *v_q_cl, sg_bf16 *v_y, sg_i64 i, const float r0)
 {
-	const float r1 = sg_ld(v_f[i]);
+	const float r1 = sg_ld(v_q_cl[i]);
 	const float r2 = sg_to_bf16(sgk_add_f(r1, r0));
 	v_y[i] = sg_st_bf16(r2);
 }
 // cg_bn_epilogue.sg:44: %m3 = mean(%n3, dims=[2, 3])
 static __global__ void __launch_bounds__(256)
-k_block_44_mean_m3(const sg_bf16 *__restrict__ x, const sg_bf16 *v_f, sg_bf16 *v_y)
+k_block_44_mean_m3(const sg_bf16 *__restrict__ x, const sg_bf16 *v_q_cl, sg_bf16 *v_y)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -53,7 +53,7 @@ k_block_44_mean_m3(const sg_bf16 *__restrict__ x, const sg_bf16 *v_f, sg_bf16 *v
 		acc = sgk_add_op()(acc, sg_opf(sg_ld(x[base + r])));
 	acc = sg_reduce<32>(acc, sgk_add_op());
 	if (t == 0)
-		{ const float r_ = sg_to_bf16(acc / (float)36); k_block_45_ep_y(v_f, v_y, o, r_); }
+		{ const float r_ = sg_to_bf16(acc / (float)36); k_block_45_ep_y(v_q_cl, v_y, o, r_); }
 }
 // cg_bn_epilogue.sg:47: %loss = cross_entropy(%lg, %t)
 /* cross_entropy, after the row logsumexps of the kernel library
@@ -450,7 +450,6 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_r2 = (sg_bf16 *)io[3];
 	sg_bf16 *v_n3 = NULL;
 	sg_bf16 *v_r3 = NULL;
-	sg_bf16 *v_f = NULL;
 	sg_bf16 *v_y = NULL;
 	sg_bf16 *v_lg = NULL;
 	sg_bf16 *v_loss = (sg_bf16 *)io[2];
@@ -697,19 +696,18 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* (not copied: the same bytes as v_q_cl, read through its pointer) */
 
 	/* cg_bn_epilogue.sg:43: %f = reshape(%q, shape=[B, 8]) */
-	v_f = (sg_bf16 *)SGRT_AT(rt, 8960); /* 32 bytes of the arena */
-	SGRT_TRY(sgrt_copy(rt, 0, v_f, v_q_cl, 32, "reshape_f", 43));
+	/* (not copied: the same bytes as v_q_cl, read through its pointer) */
 
 	/* cg_bn_epilogue.sg:44: %m3 = mean(%n3, dims=[2, 3]) */
-	v_y = (sg_bf16 *)SGRT_AT(rt, 9216); /* 32 bytes of the arena */
+	v_y = (sg_bf16 *)SGRT_AT(rt, 8960); /* 32 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_44_mean_m3", 44,
-	            k_block_44_mean_m3<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_n3, v_f, v_y));
+	            k_block_44_mean_m3<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_n3, v_q_cl, v_y));
 
 	/* cg_bn_epilogue.sg:45: %y = add(%f, %m3) */
 	/* (computed inside the kernel of line 44) */
 
 	/* cg_bn_epilogue.sg:46: %lg = linear(%y, %fc) */
-	v_lg = (sg_bf16 *)SGRT_AT(rt, 8960); /* 16 bytes of the arena */
+	v_lg = (sg_bf16 *)SGRT_AT(rt, 3840); /* 16 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -733,12 +731,12 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_bn_epilogue.sg:48: backward(%loss) */
 
 	/* cg_bn_epilogue.sg:48: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=bf16)] */
-	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 3840); /* 2 bytes of the arena */
+	v_grad_loss = (sg_bf16 *)SGRT_AT(rt, 4096); /* 2 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_block_48_ones_grad_loss", 48,
 	            k_block_48_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
 	/* cg_bn_epilogue.sg:47: %loss = cross_entropy(%lg, %t)  [sgc: %grad.lg = cross_entropy_backward(%grad.loss, %lg, %t)] */
-	v_grad_lg = (sg_bf16 *)SGRT_AT(rt, 8960); /* 16 bytes of the arena */
+	v_grad_lg = (sg_bf16 *)SGRT_AT(rt, 3840); /* 16 bytes of the arena */
 	float *tmp_lse_47_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_47_2, 12, 0, 47));
 	SGRT_KERNEL(rt, 0, "k_block_47_cross_entropy_lse_grad_lg", 47,

@@ -16,12 +16,12 @@
 #endif
 #include "sgk/sgk_device.cuh"
 #include "sgk/sgk_rows.cuh"
-// cg_norm_add.sg:19: %x2 = add(%x1, %o)
-// cg_norm_add.sg:20: %yf = cast(%x2, dtype=f32)
-// cg_norm_add.sg:21: %sq = square(%yf)
+// cg_norm_add.sg:21: %x2 = add(%x1, %o)
+// cg_norm_add.sg:22: %yf = cast(%x2, dtype=f32)
+// cg_norm_add.sg:23: %sq = square(%yf)
 // (x0 = %x1, x1 = %o, x2 = %yf, x3 = %sq)
 static __global__ void __launch_bounds__(256)
-k_block_19_add_x2(const sg_bf16 *x0, const sg_bf16 *x1, float *x2, float *x3)
+k_block_21_add_x2(const sg_bf16 *x0, const sg_bf16 *x1, float *x2, float *x3)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 2048;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -34,14 +34,14 @@ k_block_19_add_x2(const sg_bf16 *x0, const sg_bf16 *x1, float *x2, float *x3)
 		x3[i] = sg_st_f32(r4);
 	}
 }
-// cg_norm_add.sg:19: %x2 = add(%x1, %o)
-// cg_norm_add.sg:20: %yf = cast(%x2, dtype=f32)
-// cg_norm_add.sg:21: %sq = square(%yf)
+// cg_norm_add.sg:21: %x2 = add(%x1, %o)
+// cg_norm_add.sg:22: %yf = cast(%x2, dtype=f32)
+// cg_norm_add.sg:23: %sq = square(%yf)
 // (x0 = %x1, x1 = %o, x2 = %yf, x3 = %sq)
 /* 4 elements a thread through aligned vector loads and stores (the
- * launch checks the alignment; k_block_19_add_x2 is the fallback). */
+ * launch checks the alignment; k_block_21_add_x2 is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_block_19_add_x2_vec(const sg_bf16 *x0, const sg_bf16 *x1, float *x2, float *x3)
+k_block_21_add_x2_vec(const sg_bf16 *x0, const sg_bf16 *x1, float *x2, float *x3)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 512;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -65,9 +65,9 @@ k_block_19_add_x2_vec(const sg_bf16 *x0, const sg_bf16 *x1, float *x2, float *x3
 		*(sg_vec<float, 4> *)(x3 + w * 4) = x3_v;
 	}
 }
-// cg_norm_add.sg:22: %loss = mean(%sq)
+// cg_norm_add.sg:24: %loss = mean(%sq)
 static __global__ void __launch_bounds__(256)
-k_block_22_mean_loss(const float *__restrict__ x, float *__restrict__ out)
+k_block_24_mean_loss(const float *__restrict__ x, float *__restrict__ out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 1 + threadIdx.x / 256;
 	const int t = threadIdx.x % 256;
@@ -81,29 +81,29 @@ k_block_22_mean_loss(const float *__restrict__ x, float *__restrict__ out)
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc / (float)2048));
 }
-// cg_norm_add.sg:23: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)]
+// cg_norm_add.sg:25: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)]
 static __global__ void __launch_bounds__(256)
-k_block_23_ones_grad_loss(float *__restrict__ out)
+k_block_25_ones_grad_loss(float *__restrict__ out)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 1;
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = sg_st_f32(sg_to_f32((sg_i64)1));
 }
-// cg_norm_add.sg:22: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[4, 8, 64])]
+// cg_norm_add.sg:24: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[4, 8, 64])]
 static __global__ void __launch_bounds__(256)
-k_block_22_expand_grad_sq_2(const float *__restrict__ x, float *__restrict__ out)
+k_block_24_expand_grad_sq_2(const float *__restrict__ x, float *__restrict__ out)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 2048;
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[0];
 }
-// cg_norm_add.sg:22: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 2048)]
-// cg_norm_add.sg:21: %sq = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)]
-// cg_norm_add.sg:21: %sq = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)]
-// cg_norm_add.sg:20: %yf = cast(%x2, dtype=f32)  [sgc: %grad.x2 = cast(%grad.yf, dtype=bf16)]
+// cg_norm_add.sg:24: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 2048)]
+// cg_norm_add.sg:23: %sq = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)]
+// cg_norm_add.sg:23: %sq = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)]
+// cg_norm_add.sg:22: %yf = cast(%x2, dtype=f32)  [sgc: %grad.x2 = cast(%grad.yf, dtype=bf16)]
 // (x0 = %grad.sq.2, x1 = %yf, x2 = %grad.x2)
 static __global__ void __launch_bounds__(256)
-k_block_22_div_grad_sq(const float *x0, const float *x1, sg_bf16 *x2)
+k_block_24_div_grad_sq(const float *x0, const float *x1, sg_bf16 *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 2048;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -116,15 +116,15 @@ k_block_22_div_grad_sq(const float *x0, const float *x1, sg_bf16 *x2)
 		x2[i] = sg_st_bf16(r5);
 	}
 }
-// cg_norm_add.sg:22: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 2048)]
-// cg_norm_add.sg:21: %sq = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)]
-// cg_norm_add.sg:21: %sq = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)]
-// cg_norm_add.sg:20: %yf = cast(%x2, dtype=f32)  [sgc: %grad.x2 = cast(%grad.yf, dtype=bf16)]
+// cg_norm_add.sg:24: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 2048)]
+// cg_norm_add.sg:23: %sq = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)]
+// cg_norm_add.sg:23: %sq = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)]
+// cg_norm_add.sg:22: %yf = cast(%x2, dtype=f32)  [sgc: %grad.x2 = cast(%grad.yf, dtype=bf16)]
 // (x0 = %grad.sq.2, x1 = %yf, x2 = %grad.x2)
 /* 4 elements a thread through aligned vector loads and stores (the
- * launch checks the alignment; k_block_22_div_grad_sq is the fallback). */
+ * launch checks the alignment; k_block_24_div_grad_sq is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_block_22_div_grad_sq_vec(const float *x0, const float *x1, sg_bf16 *x2)
+k_block_24_div_grad_sq_vec(const float *x0, const float *x1, sg_bf16 *x2)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 512;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -146,11 +146,11 @@ k_block_22_div_grad_sq_vec(const float *x0, const float *x1, sg_bf16 *x2)
 		*(sg_vec<sg_bf16, 4> *)(x2 + w * 4) = x2_v;
 	}
 }
-// cg_norm_add.sg:17: %h = layer_norm(%x1, %g, %b)  [sgc: sgd_update_(%g, %grad.g, lr=0.01, momentum=0.0, weight_decay=0.0)]
+// cg_norm_add.sg:19: %h = layer_norm(%x1, %g, %b)  [sgc: sgd_update_(%g, %grad.g, lr=0.01, momentum=0.0, weight_decay=0.0)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to bf16 as PyTorch's are). */
 static __device__ __forceinline__ void
-k_block_17_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
+k_block_19_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
 {
 	const float pi = sg_ld(p);
 	float d = sg_ld(g);
@@ -159,7 +159,7 @@ k_block_17_sgd_update_one(sg_bf16 &p, const sg_bf16 g)
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-k_block_17_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, const int n)
+k_block_19_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, const int n)
 {
 	typedef sg_vec<sg_bf16, 8> V;
 	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 8 : 0;
@@ -169,64 +169,27 @@ k_block_17_sgd_update(sg_bf16 *__restrict__ p, const sg_bf16 *__restrict__ g, co
 		const V gv = *(const V *)(g + w * 8);
 #pragma unroll
 		for (int j = 0; j < 8; j++)
-			k_block_17_sgd_update_one(pv.v[j], gv.v[j]);
+			k_block_19_sgd_update_one(pv.v[j], gv.v[j]);
 		*(V *)(p + w * 8) = pv;
 	}
 	for (int i = nv * 8 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
-		k_block_17_sgd_update_one(p[i], g[i]);
+		k_block_19_sgd_update_one(p[i], g[i]);
 }
-// cg_norm_add.sg:15: %p = linear(%x, %w1)  [sgc: %grad.w1 = add(%grad.w1.1, %grad.w1.2)]
-// (x0 = %grad.w1.1, x1 = %grad.w1.2, x2 = %grad.w1)
-static __global__ void __launch_bounds__(256)
-k_block_15_add_grad_w1(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
-{
-	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
-	     i += (int)gridDim.x * blockDim.x) {
-		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_ld(x1[i]);
-		const float r2 = sg_to_bf16(sgk_add_f(r0, r1));
-		x2[i] = sg_st_bf16(r2);
-	}
-}
-// cg_norm_add.sg:15: %p = linear(%x, %w1)  [sgc: %grad.w1 = add(%grad.w1.1, %grad.w1.2)]
-// (x0 = %grad.w1.1, x1 = %grad.w1.2, x2 = %grad.w1)
-/* 8 elements a thread through aligned vector loads and stores (the
- * launch checks the alignment; k_block_15_add_grad_w1 is the fallback). */
-static __global__ void __launch_bounds__(256)
-k_block_15_add_grad_w1_vec(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
-{
-	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 512;
-	     w += (int)gridDim.x * blockDim.x) {
-		const sg_vec<sg_bf16, 8> x0_v = *(const sg_vec<sg_bf16, 8> *)(x0 + w * 8);
-		const sg_vec<sg_bf16, 8> x1_v = *(const sg_vec<sg_bf16, 8> *)(x1 + w * 8);
-		sg_vec<sg_bf16, 8> x2_v;
-#pragma unroll
-		for (int j = 0; j < 8; j++) {
-			const int i = w * 8 + j;
-			(void)i;
-			const float r0 = sg_ld(x0_v.v[j]);
-			const float r1 = sg_ld(x1_v.v[j]);
-			const float r2 = sg_to_bf16(sgk_add_f(r0, r1));
-			x2_v.v[j] = sg_st_bf16(r2);
-		}
-		*(sg_vec<sg_bf16, 8> *)(x2 + w * 8) = x2_v;
-	}
-}
-// cg_norm_add.sg:36: %y = mul(%t, %x1)
+// cg_norm_add.sg:38: %y = mul(%t, %x1)
 /* The element i of %y, computed where the kernel after it reads it
  * (a pointwise producer fused into its consumer at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) float
-k_rms_36_elem_y(const float *v_t, const float *v_x1, sg_i64 i)
+k_rms_38_elem_y(const float *v_t, const float *v_x1, sg_i64 i)
 {
 	const float r0 = sg_ld(v_t[i]);
 	const float r1 = sg_ld(v_x1[i]);
 	const float r2 = sg_to_f32(sgk_mul_f(r0, r1));
 	return r2;
 }
-// cg_norm_add.sg:37: %loss = sum(%y)
+// cg_norm_add.sg:39: %loss = sum(%y)
 static __global__ void __launch_bounds__(256)
-k_rms_37_sum_loss(const float *v_t, const float *v_x1, float *__restrict__ out)
+k_rms_39_sum_loss(const float *v_t, const float *v_x1, float *__restrict__ out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 1 + threadIdx.x / 256;
 	const int t = threadIdx.x % 256;
@@ -235,23 +198,23 @@ k_rms_37_sum_loss(const float *v_t, const float *v_x1, float *__restrict__ out)
 	const sg_i64 base = 0;
 	float acc = 0;
 	for (sg_i64 r = t; r < 512; r += 256)
-		acc = sgk_add_op()(acc, sg_opf(k_rms_36_elem_y(v_t, v_x1, base + r)));
+		acc = sgk_add_op()(acc, sg_opf(k_rms_38_elem_y(v_t, v_x1, base + r)));
 	acc = sg_reduce<256>(acc, sgk_add_op());
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc));
 }
-// cg_norm_add.sg:37: %loss = sum(%y)  [sgc: %grad.y = expand(%grad.y.1, shape=[16, 32])]
+// cg_norm_add.sg:39: %loss = sum(%y)  [sgc: %grad.y = expand(%grad.y.1, shape=[16, 32])]
 static __global__ void __launch_bounds__(256)
-k_rms_37_expand_grad_y(const float *__restrict__ x, float *__restrict__ out)
+k_rms_39_expand_grad_y(const float *__restrict__ x, float *__restrict__ out)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 512;
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[0];
 }
-// cg_norm_add.sg:36: %y = mul(%t, %x1)  [sgc: %grad.t = mul(%grad.y, %x1)]
+// cg_norm_add.sg:38: %y = mul(%t, %x1)  [sgc: %grad.t = mul(%grad.y, %x1)]
 // (x0 = %grad.y, x1 = %x1, x2 = %grad.t)
 static __global__ void __launch_bounds__(256)
-k_rms_36_mul_grad_t(const float *x0, const float *x1, float *x2)
+k_rms_38_mul_grad_t(const float *x0, const float *x1, float *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 512;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -261,11 +224,11 @@ k_rms_36_mul_grad_t(const float *x0, const float *x1, float *x2)
 		x2[i] = sg_st_f32(r2);
 	}
 }
-// cg_norm_add.sg:34: %h = rms_norm(%x1, %g)  [sgc: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)]
+// cg_norm_add.sg:36: %h = rms_norm(%x1, %g)  [sgc: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)]
 /* torch.optim.SGD's update of one element, op by op in float (each op
  * rounded to f32 as PyTorch's are). */
 static __device__ __forceinline__ void
-k_rms_34_sgd_update_one(float &p, const float g)
+k_rms_36_sgd_update_one(float &p, const float g)
 {
 	const float pi = sg_ld(p);
 	float d = sg_ld(g);
@@ -274,7 +237,7 @@ k_rms_34_sgd_update_one(float &p, const float g)
 /* 4 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
 static __global__ void __launch_bounds__(256)
-k_rms_34_sgd_update(float *__restrict__ p, const float *__restrict__ g, const int n)
+k_rms_36_sgd_update(float *__restrict__ p, const float *__restrict__ g, const int n)
 {
 	typedef sg_vec<float, 4> V;
 	const int nv = ((sg_u64)p | (sg_u64)g) % 16 == 0 ? n / 4 : 0;
@@ -284,18 +247,18 @@ k_rms_34_sgd_update(float *__restrict__ p, const float *__restrict__ g, const in
 		const V gv = *(const V *)(g + w * 4);
 #pragma unroll
 		for (int j = 0; j < 4; j++)
-			k_rms_34_sgd_update_one(pv.v[j], gv.v[j]);
+			k_rms_36_sgd_update_one(pv.v[j], gv.v[j]);
 		*(V *)(p + w * 4) = pv;
 	}
 	for (int i = nv * 4 + (int)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
-		k_rms_34_sgd_update_one(p[i], g[i]);
+		k_rms_36_sgd_update_one(p[i], g[i]);
 }
-// cg_norm_add.sg:47: %x1 = add(%x, %r)
-// cg_norm_add.sg:48: %e = exp(%q)
+// cg_norm_add.sg:49: %x1 = add(%x, %r)
+// cg_norm_add.sg:50: %e = exp(%q)
 // (x0 = %x, x1 = %r, x2 = %x1, x3 = %q, x4 = %e)
 static __global__ void __launch_bounds__(256)
-k_between_47_add_x1(const float *x0, const float *x1, float *x2, const float *x3, float *x4)
+k_between_49_add_x1(const float *x0, const float *x1, float *x2, const float *x3, float *x4)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 512;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -308,19 +271,19 @@ k_between_47_add_x1(const float *x0, const float *x1, float *x2, const float *x3
 		x4[i] = sg_st_f32(r4);
 	}
 }
-// cg_norm_add.sg:50: %y = mul(%h, %e)
+// cg_norm_add.sg:52: %y = mul(%h, %e)
 /* The pointwise ops after %h, computed where its kernel stores
  * element i (a consumer fused into a reduction or row kernel at -O2). */
 static __device__ __forceinline__ __attribute__((unused)) void
-k_between_50_ep_y(const float *v_e, float *v_y, sg_i64 i, const float r0)
+k_between_52_ep_y(const float *v_e, float *v_y, sg_i64 i, const float r0)
 {
 	const float r1 = sg_ld(v_e[i]);
 	const float r2 = sg_to_f32(sgk_mul_f(r0, r1));
 	v_y[i] = sg_st_f32(r2);
 }
-// cg_norm_add.sg:49: %h = layer_norm(%x1)
+// cg_norm_add.sg:51: %h = layer_norm(%x1)
 static __global__ void __launch_bounds__(256)
-k_between_49_layer_norm_h(const float *__restrict__ x, const float *v_e, float *v_y)
+k_between_51_layer_norm_h(const float *__restrict__ x, const float *v_e, float *v_y)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -340,13 +303,13 @@ k_between_49_layer_norm_h(const float *__restrict__ x, const float *v_e, float *
 	const float rstd = (float)1 / sg_sqrt(q / (float)32 + (float)1e-05);
 	for (sg_i64 r = t; r < 32; r += 32) {
 		float v = (sg_opf(sg_ld(x[base + r])) - mean) * rstd;
-		{ const float r_ = sg_to_f32(v); k_between_50_ep_y(v_e, v_y, base + r, r_); }
+		{ const float r_ = sg_to_f32(v); k_between_52_ep_y(v_e, v_y, base + r, r_); }
 	}
 }
-// cg_norm_add.sg:57: %x1 = add(%x, %r)
+// cg_norm_add.sg:59: %x1 = add(%x, %r)
 // (x0 = %x, x1 = %r, x2 = %x1)
 static __global__ void __launch_bounds__(256)
-k_bcast_57_add_x1(const float *x0, const float *x1, float *x2)
+k_bcast_59_add_x1(const float *x0, const float *x1, float *x2)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 512;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -359,7 +322,7 @@ k_bcast_57_add_x1(const float *x0, const float *x1, float *x2)
 
 #ifndef __CUDACC_RTC__
 
-// ================================================================ graph block (cg_norm_add.sg:10)
+// ================================================================ graph block (cg_norm_add.sg:12)
 
 /* The tensors of a call, in io order: inputs, outputs, params, consts. */
 static const SgrtTensorDesc block_tensors[5] = {
@@ -406,9 +369,9 @@ block_create(block_model **out, int device)
 	if (!M)
 		return SGRT_ENOMEM;
 	SGRT_TRY(sgrt_create(&M->rt, &cfg));
-	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[2], 8192, "w1", 12));
-	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[3], 128, "g", 13));
-	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[4], 128, "b", 14));
+	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[2], 8192, "w1", 14));
+	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[3], 128, "g", 15));
+	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[4], 128, "b", 16));
 	return SGRT_OK;
 }
 
@@ -486,7 +449,6 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_w1 = (sg_bf16 *)io[2];
 	sg_bf16 *v_g = (sg_bf16 *)io[3];
 	sg_bf16 *v_b = (sg_bf16 *)io[4];
-	sg_bf16 *v_p = NULL;
 	sg_bf16 *v_x1 = NULL;
 	sg_bf16 *v_h = NULL;
 	sg_bf16 *v_o = NULL;
@@ -501,11 +463,13 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_grad_x1 = NULL;
 	sg_bf16 *v_grad_g = NULL;
 	sg_bf16 *v_grad_b = NULL;
-	sg_bf16 *v_grad_w1_2 = NULL;
 	sg_bf16 *v_grad_w1 = NULL;
 
-	/* cg_norm_add.sg:15: %p = linear(%x, %w1) */
-	v_p = (sg_bf16 *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
+	/* cg_norm_add.sg:17: %p = linear(%x, %w1) */
+	/* (run at line 18, with its add as cuBLASLt's epilogue) */
+
+	/* cg_norm_add.sg:18: %x1 = add(%x, %p) */
+	v_x1 = (sg_bf16 *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -514,20 +478,19 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 32;
 		g.n = 64;
 		g.k = 64;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_w1, v_p, "k_block_15_linear_p", 15));
+		g.c_in = v_x;
+		g.alpha = 1;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_x, v_w1, v_x1, "k_block_17_linear_add_p", 17));
 	}
 
-	/* cg_norm_add.sg:16: %x1 = add(%x, %p) */
-	/* (computed by the layer_norm of line 17, as its kernel loads its rows) */
+	/* cg_norm_add.sg:19: %h = layer_norm(%x1, %g, %b) */
+	v_h = (sg_bf16 *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
+	SGRT_KERNEL(rt, 0, "k_block_19_layer_norm_h", 19,
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_x1, v_g, v_b, v_h, NULL, NULL, 32, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 19));
 
-	/* cg_norm_add.sg:17: %h = layer_norm(%x1, %g, %b) */
-	v_x1 = (sg_bf16 *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
-	v_h = (sg_bf16 *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_block_17_layer_norm_h", 17,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd_add<sg_bf16>(v_x, v_p, v_x1, v_g, v_b, v_h, NULL, NULL, 32, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 17));
-
-	/* cg_norm_add.sg:18: %o = linear(%h, %w1) */
-	v_o = (sg_bf16 *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
+	/* cg_norm_add.sg:20: %o = linear(%h, %w1) */
+	v_o = (sg_bf16 *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -536,67 +499,67 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 32;
 		g.n = 64;
 		g.k = 64;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_h, v_w1, v_o, "k_block_18_linear_o", 18));
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_h, v_w1, v_o, "k_block_20_linear_o", 20));
 	}
 
-	/* cg_norm_add.sg:19: %x2 = add(%x1, %o) */
+	/* cg_norm_add.sg:21: %x2 = add(%x1, %o) */
 
-	/* cg_norm_add.sg:20: %yf = cast(%x2, dtype=f32) */
+	/* cg_norm_add.sg:22: %yf = cast(%x2, dtype=f32) */
 	v_yf = (float *)SGRT_AT(rt, 12288); /* 8192 bytes of the arena */
 
-	/* cg_norm_add.sg:21: %sq = square(%yf) */
+	/* cg_norm_add.sg:23: %sq = square(%yf) */
 	v_sq = (float *)SGRT_AT(rt, 20480); /* 8192 bytes of the arena */
 	if (((uintptr_t)v_x1 % 8) == 0 && ((uintptr_t)v_o % 8) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_sq % 16) == 0)
-		SGRT_KERNEL(rt, 0, "k_block_19_add_x2_vec", 19,
-		            k_block_19_add_x2_vec<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_x1, v_o, v_yf, v_sq));
+		SGRT_KERNEL(rt, 0, "k_block_21_add_x2_vec", 21,
+		            k_block_21_add_x2_vec<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_x1, v_o, v_yf, v_sq));
 	else
-		SGRT_KERNEL(rt, 0, "k_block_19_add_x2", 19,
-		            k_block_19_add_x2<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_x1, v_o, v_yf, v_sq));
+		SGRT_KERNEL(rt, 0, "k_block_21_add_x2", 21,
+		            k_block_21_add_x2<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_x1, v_o, v_yf, v_sq));
 
-	/* cg_norm_add.sg:22: %loss = mean(%sq) */
-	SGRT_KERNEL(rt, 0, "k_block_22_mean_loss", 22,
-	            k_block_22_mean_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_sq, v_loss));
+	/* cg_norm_add.sg:24: %loss = mean(%sq) */
+	SGRT_KERNEL(rt, 0, "k_block_24_mean_loss", 24,
+	            k_block_24_mean_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_sq, v_loss));
 
-	/* cg_norm_add.sg:23: backward(%loss) */
+	/* cg_norm_add.sg:25: backward(%loss) */
 
-	/* cg_norm_add.sg:23: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
-	v_grad_loss = (float *)SGRT_AT(rt, 0); /* 4 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_block_23_ones_grad_loss", 23,
-	            k_block_23_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
+	/* cg_norm_add.sg:25: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
+	v_grad_loss = (float *)SGRT_AT(rt, 8192); /* 4 bytes of the arena */
+	SGRT_KERNEL(rt, 0, "k_block_25_ones_grad_loss", 25,
+	            k_block_25_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_norm_add.sg:22: %loss = mean(%sq)  [sgc: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1])] */
+	/* cg_norm_add.sg:24: %loss = mean(%sq)  [sgc: %grad.sq.1 = reshape(%grad.loss, shape=[1, 1, 1])] */
 	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
-	/* cg_norm_add.sg:22: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[4, 8, 64])] */
+	/* cg_norm_add.sg:24: %loss = mean(%sq)  [sgc: %grad.sq.2 = expand(%grad.sq.1, shape=[4, 8, 64])] */
 	v_grad_sq_2 = (float *)SGRT_AT(rt, 20480); /* 8192 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_block_22_expand_grad_sq_2", 22,
-	            k_block_22_expand_grad_sq_2<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_sq_2));
+	SGRT_KERNEL(rt, 0, "k_block_24_expand_grad_sq_2", 24,
+	            k_block_24_expand_grad_sq_2<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_sq_2));
 
-	/* cg_norm_add.sg:22: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 2048)] */
+	/* cg_norm_add.sg:24: %loss = mean(%sq)  [sgc: %grad.sq = div(%grad.sq.2, 2048)] */
 
-	/* cg_norm_add.sg:21: %sq = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)] */
+	/* cg_norm_add.sg:23: %sq = square(%yf)  [sgc: %grad.yf.1 = mul(%yf, 2.0)] */
 
-	/* cg_norm_add.sg:21: %sq = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)] */
+	/* cg_norm_add.sg:23: %sq = square(%yf)  [sgc: %grad.yf = mul(%grad.sq, %grad.yf.1)] */
 
-	/* cg_norm_add.sg:20: %yf = cast(%x2, dtype=f32)  [sgc: %grad.x2 = cast(%grad.yf, dtype=bf16)] */
-	v_grad_x2 = (sg_bf16 *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
+	/* cg_norm_add.sg:22: %yf = cast(%x2, dtype=f32)  [sgc: %grad.x2 = cast(%grad.yf, dtype=bf16)] */
+	v_grad_x2 = (sg_bf16 *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
 	if (((uintptr_t)v_grad_sq_2 % 16) == 0 && ((uintptr_t)v_yf % 16) == 0 && ((uintptr_t)v_grad_x2 % 8) == 0)
-		SGRT_KERNEL(rt, 0, "k_block_22_div_grad_sq_vec", 22,
-		            k_block_22_div_grad_sq_vec<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_x2));
+		SGRT_KERNEL(rt, 0, "k_block_24_div_grad_sq_vec", 24,
+		            k_block_24_div_grad_sq_vec<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_x2));
 	else
-		SGRT_KERNEL(rt, 0, "k_block_22_div_grad_sq", 22,
-		            k_block_22_div_grad_sq<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_x2));
+		SGRT_KERNEL(rt, 0, "k_block_24_div_grad_sq", 24,
+		            k_block_24_div_grad_sq<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_sq_2, v_yf, v_grad_x2));
 
-	/* cg_norm_add.sg:18: %o = linear(%h, %w1)  [sgc: %grad.w1.3 = reshape(%grad.x2, shape=[32, 64])] */
+	/* cg_norm_add.sg:20: %o = linear(%h, %w1)  [sgc: %grad.w1.3 = reshape(%grad.x2, shape=[32, 64])] */
 	/* (not copied: the products read v_grad_x2 through their operand layout) */
 
-	/* cg_norm_add.sg:18: %o = linear(%h, %w1)  [sgc: %grad.w1.4 = reshape(%h, shape=[32, 64])] */
+	/* cg_norm_add.sg:20: %o = linear(%h, %w1)  [sgc: %grad.w1.4 = reshape(%h, shape=[32, 64])] */
 	/* (not copied: the products read v_h through their operand layout) */
 
-	/* cg_norm_add.sg:18: %o = linear(%h, %w1)  [sgc: %grad.w1.5 = transpose(%grad.w1.3, dim0=0, dim1=1)] */
+	/* cg_norm_add.sg:20: %o = linear(%h, %w1)  [sgc: %grad.w1.5 = transpose(%grad.w1.3, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_x2 through their operand layout) */
 
-	/* cg_norm_add.sg:18: %o = linear(%h, %w1)  [sgc: %grad.w1.1 = matmul(%grad.w1.5, %grad.w1.4)] */
+	/* cg_norm_add.sg:20: %o = linear(%h, %w1)  [sgc: %grad.w1.1 = matmul(%grad.w1.5, %grad.w1.4)] */
 	v_grad_w1_1 = (sg_bf16 *)SGRT_AT(rt, 12288); /* 8192 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -607,11 +570,11 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 64;
 		g.n = 64;
 		g.k = 32;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_x2, v_h, v_grad_w1_1, "k_block_18_matmul_grad_w1_1", 18));
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_x2, v_h, v_grad_w1_1, "k_block_20_matmul_grad_w1_1", 20));
 	}
 
-	/* cg_norm_add.sg:18: %o = linear(%h, %w1)  [sgc: %grad.h = matmul(%grad.x2, %w1)] */
-	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 8192); /* 4096 bytes of the arena */
+	/* cg_norm_add.sg:20: %o = linear(%h, %w1)  [sgc: %grad.h = matmul(%grad.x2, %w1)] */
+	v_grad_h = (sg_bf16 *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -620,42 +583,45 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 32;
 		g.n = 64;
 		g.k = 64;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_x2, v_w1, v_grad_h, "k_block_18_matmul_grad_h", 18));
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_x2, v_w1, v_grad_h, "k_block_20_matmul_grad_h", 20));
 	}
 
-	/* cg_norm_add.sg:17: %h = layer_norm(%x1, %g, %b)  [sgc: %grad.x1, %grad.g, %grad.b = layer_norm_backward(%grad.h, %x1, %g, %grad.x2, eps=1e-05, residual=true)] */
+	/* cg_norm_add.sg:19: %h = layer_norm(%x1, %g, %b)  [sgc: %grad.x1, %grad.g, %grad.b = layer_norm_backward(%grad.h, %x1, %g, %grad.x2, eps=1e-05, residual=true)] */
 	v_grad_x1 = (sg_bf16 *)SGRT_AT(rt, 20480); /* 4096 bytes of the arena */
 	v_grad_g = (sg_bf16 *)SGRT_AT(rt, 24576); /* 128 bytes of the arena */
 	v_grad_b = (sg_bf16 *)SGRT_AT(rt, 24832); /* 128 bytes of the arena */
-	void *tmp_norm_parts_17 = NULL;
-	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_17, sg_layer_norm_bwd_fused_workspace<sg_bf16>(32, 64), 0, 17));
-	SGRT_KERNEL(rt, 0, "k_block_17_layer_norm_backward_grad_x1", 17,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_fused<sg_bf16>(v_grad_h, v_x1, v_g, v_grad_x2, v_grad_x1, v_grad_g, v_grad_b, tmp_norm_parts_17, 32, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 17));
-	SGRT_TRY(sgrt_free_async(rt, tmp_norm_parts_17, 0, 17));
+	void *tmp_norm_parts_19 = NULL;
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_19, sg_layer_norm_bwd_fused_workspace<sg_bf16>(32, 64), 0, 19));
+	SGRT_KERNEL(rt, 0, "k_block_19_layer_norm_backward_grad_x1", 19,
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_fused<sg_bf16>(v_grad_h, v_x1, v_g, v_grad_x2, v_grad_x1, v_grad_g, v_grad_b, tmp_norm_parts_19, 32, 64, (float)1e-05, 0, sgrt_stream(rt, 0)), 19));
+	SGRT_TRY(sgrt_free_async(rt, tmp_norm_parts_19, 0, 19));
 
-	/* cg_norm_add.sg:17: %h = layer_norm(%x1, %g, %b)  [sgc: sgd_update_(%g, %grad.g, lr=0.01, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_block_17_sgd_update", 17,
-	            k_block_17_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, 64LL));
+	/* cg_norm_add.sg:19: %h = layer_norm(%x1, %g, %b)  [sgc: sgd_update_(%g, %grad.g, lr=0.01, momentum=0.0, weight_decay=0.0)] */
+	SGRT_KERNEL(rt, 0, "k_block_19_sgd_update", 19,
+	            k_block_19_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, 64LL));
 
-	/* cg_norm_add.sg:17: %h = layer_norm(%x1, %g, %b)  [sgc: del %grad.g] */
+	/* cg_norm_add.sg:19: %h = layer_norm(%x1, %g, %b)  [sgc: del %grad.g] */
 
-	/* cg_norm_add.sg:17: %h = layer_norm(%x1, %g, %b)  [sgc: sgd_update_(%b, %grad.b, lr=0.01, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_block_17_sgd_update", 17,
-	            k_block_17_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, 64LL));
+	/* cg_norm_add.sg:19: %h = layer_norm(%x1, %g, %b)  [sgc: sgd_update_(%b, %grad.b, lr=0.01, momentum=0.0, weight_decay=0.0)] */
+	SGRT_KERNEL(rt, 0, "k_block_19_sgd_update", 19,
+	            k_block_19_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_b, v_grad_b, 64LL));
 
-	/* cg_norm_add.sg:17: %h = layer_norm(%x1, %g, %b)  [sgc: del %grad.b] */
+	/* cg_norm_add.sg:19: %h = layer_norm(%x1, %g, %b)  [sgc: del %grad.b] */
 
-	/* cg_norm_add.sg:15: %p = linear(%x, %w1)  [sgc: %grad.w1.6 = reshape(%grad.x1, shape=[32, 64])] */
+	/* cg_norm_add.sg:17: %p = linear(%x, %w1)  [sgc: %grad.w1.6 = reshape(%grad.x1, shape=[32, 64])] */
 	/* (not copied: the products read v_grad_x1 through their operand layout) */
 
-	/* cg_norm_add.sg:15: %p = linear(%x, %w1)  [sgc: %grad.w1.7 = reshape(%x, shape=[32, 64])] */
+	/* cg_norm_add.sg:17: %p = linear(%x, %w1)  [sgc: %grad.w1.7 = reshape(%x, shape=[32, 64])] */
 	/* (not copied: the products read v_x through their operand layout) */
 
-	/* cg_norm_add.sg:15: %p = linear(%x, %w1)  [sgc: %grad.w1.8 = transpose(%grad.w1.6, dim0=0, dim1=1)] */
+	/* cg_norm_add.sg:17: %p = linear(%x, %w1)  [sgc: %grad.w1.8 = transpose(%grad.w1.6, dim0=0, dim1=1)] */
 	/* (not copied: the products read v_grad_x1 through their operand layout) */
 
-	/* cg_norm_add.sg:15: %p = linear(%x, %w1)  [sgc: %grad.w1.2 = matmul(%grad.w1.8, %grad.w1.7)] */
-	v_grad_w1_2 = (sg_bf16 *)SGRT_AT(rt, 0); /* 8192 bytes of the arena */
+	/* cg_norm_add.sg:17: %p = linear(%x, %w1)  [sgc: %grad.w1.2 = matmul(%grad.w1.8, %grad.w1.7)] */
+	/* (run at line 17, with its add as cuBLASLt's epilogue) */
+
+	/* cg_norm_add.sg:17: %p = linear(%x, %w1)  [sgc: %grad.w1 = add(%grad.w1.1, %grad.w1.2)] */
+	v_grad_w1 = (sg_bf16 *)SGRT_AT(rt, 0); /* 8192 bytes of the arena */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -665,25 +631,19 @@ block_run(block_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 64;
 		g.n = 64;
 		g.k = 32;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_x1, v_x, v_grad_w1_2, "k_block_15_matmul_grad_w1_2", 15));
+		g.c_in = v_grad_w1_1;
+		g.alpha = 1;
+		g.beta = 1;
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_x1, v_x, v_grad_w1, "k_block_17_matmul_add_grad_w1_2", 17));
 	}
 
-	/* cg_norm_add.sg:15: %p = linear(%x, %w1)  [sgc: %grad.w1 = add(%grad.w1.1, %grad.w1.2)] */
-	v_grad_w1 = (sg_bf16 *)SGRT_AT(rt, 12288); /* 8192 bytes of the arena */
-	if (((uintptr_t)v_grad_w1_1 % 16) == 0 && ((uintptr_t)v_grad_w1_2 % 16) == 0 && ((uintptr_t)v_grad_w1 % 16) == 0)
-		SGRT_KERNEL(rt, 0, "k_block_15_add_grad_w1_vec", 15,
-		            k_block_15_add_grad_w1_vec<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_w1_1, v_grad_w1_2, v_grad_w1));
-	else
-		SGRT_KERNEL(rt, 0, "k_block_15_add_grad_w1", 15,
-		            k_block_15_add_grad_w1<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_w1_1, v_grad_w1_2, v_grad_w1));
+	/* cg_norm_add.sg:17: %p = linear(%x, %w1)  [sgc: sgd_update_(%w1, %grad.w1, lr=0.01, momentum=0.0, weight_decay=0.0)] */
+	SGRT_KERNEL(rt, 0, "k_block_19_sgd_update", 17,
+	            k_block_19_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w1, v_grad_w1, 4096LL));
 
-	/* cg_norm_add.sg:15: %p = linear(%x, %w1)  [sgc: sgd_update_(%w1, %grad.w1, lr=0.01, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_block_17_sgd_update", 15,
-	            k_block_17_sgd_update<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_w1, v_grad_w1, 4096LL));
+	/* cg_norm_add.sg:17: %p = linear(%x, %w1)  [sgc: del %grad.w1] */
 
-	/* cg_norm_add.sg:15: %p = linear(%x, %w1)  [sgc: del %grad.w1] */
-
-	/* cg_norm_add.sg:23: backward(%loss)  [sgc: backward_end()] */
+	/* cg_norm_add.sg:25: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -713,7 +673,7 @@ block_call(block_model *M, cudaStream_t stream, const uint16_t *in_x, float *out
 	return block_call_io(M, stream, io, ext);
 }
 
-// ================================================================ graph rms (cg_norm_add.sg:28)
+// ================================================================ graph rms (cg_norm_add.sg:30)
 
 /* The tensors of a call, in io order: inputs, outputs, params, consts. */
 static const SgrtTensorDesc rms_tensors[6] = {
@@ -761,8 +721,8 @@ rms_create(rms_model **out, int device)
 	if (!M)
 		return SGRT_ENOMEM;
 	SGRT_TRY(sgrt_create(&M->rt, &cfg));
-	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[4], 128, "g", 31));
-	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[5], 4096, "w", 32));
+	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[4], 128, "g", 33));
+	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[5], 4096, "w", 34));
 	return SGRT_OK;
 }
 
@@ -851,15 +811,15 @@ rms_run(rms_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_grad_g_1 = NULL;
 	float *v_grad_g = NULL;
 
-	/* cg_norm_add.sg:33: %x1 = add(%r, %x) */
-	/* (computed by the rms_norm of line 34, as its kernel loads its rows) */
+	/* cg_norm_add.sg:35: %x1 = add(%r, %x) */
+	/* (computed by the rms_norm of line 36, as its kernel loads its rows) */
 
-	/* cg_norm_add.sg:34: %h = rms_norm(%x1, %g) */
+	/* cg_norm_add.sg:36: %h = rms_norm(%x1, %g) */
 	v_h = (float *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_rms_34_rms_norm_h", 34,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd_add<float>(v_r, v_x, v_x1, v_g, NULL, v_h, NULL, NULL, 16, 32, (float)1e-06, 1, sgrt_stream(rt, 0)), 34));
+	SGRT_KERNEL(rt, 0, "k_rms_36_rms_norm_h", 36,
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd_add<float>(v_r, v_x, v_x1, v_g, NULL, v_h, NULL, NULL, 16, 32, (float)1e-06, 1, sgrt_stream(rt, 0)), 36));
 
-	/* cg_norm_add.sg:35: %t = matmul(%h, %w) */
+	/* cg_norm_add.sg:37: %t = matmul(%h, %w) */
 	v_t = (float *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -869,43 +829,43 @@ rms_run(rms_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 16;
 		g.n = 32;
 		g.k = 32;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_h, v_w, v_t, "k_rms_35_matmul_t", 35));
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_h, v_w, v_t, "k_rms_37_matmul_t", 37));
 	}
 
-	/* cg_norm_add.sg:36: %y = mul(%t, %x1) */
-	/* (computed inside the kernel of line 37) */
+	/* cg_norm_add.sg:38: %y = mul(%t, %x1) */
+	/* (computed inside the kernel of line 39) */
 
-	/* cg_norm_add.sg:37: %loss = sum(%y) */
-	SGRT_KERNEL(rt, 0, "k_rms_37_sum_loss", 37,
-	            k_rms_37_sum_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_t, v_x1, v_loss));
+	/* cg_norm_add.sg:39: %loss = sum(%y) */
+	SGRT_KERNEL(rt, 0, "k_rms_39_sum_loss", 39,
+	            k_rms_39_sum_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_t, v_x1, v_loss));
 
-	/* cg_norm_add.sg:38: backward(%loss) */
+	/* cg_norm_add.sg:40: backward(%loss) */
 
-	/* cg_norm_add.sg:38: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
+	/* cg_norm_add.sg:40: backward(%loss)  [sgc: %grad.loss = ones(shape=[], dtype=f32)] */
 	v_grad_loss = (float *)SGRT_AT(rt, 4096); /* 4 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_block_23_ones_grad_loss", 38,
-	            k_block_23_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
+	SGRT_KERNEL(rt, 0, "k_block_25_ones_grad_loss", 40,
+	            k_block_25_ones_grad_loss<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss));
 
-	/* cg_norm_add.sg:37: %loss = sum(%y)  [sgc: %grad.y.1 = reshape(%grad.loss, shape=[1, 1])] */
+	/* cg_norm_add.sg:39: %loss = sum(%y)  [sgc: %grad.y.1 = reshape(%grad.loss, shape=[1, 1])] */
 	/* (not copied: the same bytes as v_grad_loss, read through its pointer) */
 
-	/* cg_norm_add.sg:37: %loss = sum(%y)  [sgc: %grad.y = expand(%grad.y.1, shape=[16, 32])] */
+	/* cg_norm_add.sg:39: %loss = sum(%y)  [sgc: %grad.y = expand(%grad.y.1, shape=[16, 32])] */
 	v_grad_y = (float *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_rms_37_expand_grad_y", 37,
-	            k_rms_37_expand_grad_y<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_y));
+	SGRT_KERNEL(rt, 0, "k_rms_39_expand_grad_y", 39,
+	            k_rms_39_expand_grad_y<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_loss, v_grad_y));
 
-	/* cg_norm_add.sg:36: %y = mul(%t, %x1)  [sgc: %grad.t = mul(%grad.y, %x1)] */
+	/* cg_norm_add.sg:38: %y = mul(%t, %x1)  [sgc: %grad.t = mul(%grad.y, %x1)] */
 	v_grad_t = (float *)SGRT_AT(rt, 2048); /* 2048 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_rms_36_mul_grad_t", 36,
-	            k_rms_36_mul_grad_t<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_y, v_x1, v_grad_t));
+	SGRT_KERNEL(rt, 0, "k_rms_38_mul_grad_t", 38,
+	            k_rms_38_mul_grad_t<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_y, v_x1, v_grad_t));
 
-	/* cg_norm_add.sg:35: %t = matmul(%h, %w)  [sgc: %grad.w.1 = transpose(%h, dim0=-2, dim1=-1)] */
+	/* cg_norm_add.sg:37: %t = matmul(%h, %w)  [sgc: %grad.w.1 = transpose(%h, dim0=-2, dim1=-1)] */
 	/* (not copied: the products read v_h through their operand layout) */
 
-	/* cg_norm_add.sg:35: %t = matmul(%h, %w)  [sgc: %grad.w = matmul(%grad.w.1, %grad.t)] */
-	/* (run at line 35, as the SGD update of %w: cuBLASLt accumulates -lr times the product into it) */
+	/* cg_norm_add.sg:37: %t = matmul(%h, %w)  [sgc: %grad.w = matmul(%grad.w.1, %grad.t)] */
+	/* (run at line 37, as the SGD update of %w: cuBLASLt accumulates -lr times the product into it) */
 
-	/* cg_norm_add.sg:35: %t = matmul(%h, %w)  [sgc: %grad.h = linear(%grad.t, %w)] */
+	/* cg_norm_add.sg:37: %t = matmul(%h, %w)  [sgc: %grad.h = linear(%grad.t, %w)] */
 	v_grad_h = (float *)SGRT_AT(rt, 4096); /* 2048 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -915,10 +875,10 @@ rms_run(rms_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 16;
 		g.n = 32;
 		g.k = 32;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_t, v_w, v_grad_h, "k_rms_35_linear_grad_h", 35));
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_grad_t, v_w, v_grad_h, "k_rms_37_linear_grad_h", 37));
 	}
 
-	/* cg_norm_add.sg:35: %t = matmul(%h, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)] */
+	/* cg_norm_add.sg:37: %t = matmul(%h, %w)  [sgc: sgd_update_(%w, %grad.w, lr=0.1, momentum=0.0, weight_decay=0.0)] */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -930,27 +890,27 @@ rms_run(rms_model *M, void *const *io, const cudaEvent_t *ext)
 		g.k = 16;
 		g.alpha = -0.10000000000000001;
 		g.beta = 1;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_h, v_grad_t, v_w, "k_rms_35_matmul_sgd_grad_w", 35));
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_h, v_grad_t, v_w, "k_rms_37_matmul_sgd_grad_w", 37));
 	}
 
-	/* cg_norm_add.sg:35: %t = matmul(%h, %w)  [sgc: del %grad.w] */
+	/* cg_norm_add.sg:37: %t = matmul(%h, %w)  [sgc: del %grad.w] */
 
-	/* cg_norm_add.sg:34: %h = rms_norm(%x1, %g)  [sgc: %grad.g.1, %grad.g = rms_norm_backward(%grad.h, %x1, %g, eps=1e-06, residual=false)] */
+	/* cg_norm_add.sg:36: %h = rms_norm(%x1, %g)  [sgc: %grad.g.1, %grad.g = rms_norm_backward(%grad.h, %x1, %g, eps=1e-06, residual=false)] */
 	v_grad_g_1 = (float *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
 	v_grad_g = (float *)SGRT_AT(rt, 2048); /* 128 bytes of the arena */
-	void *tmp_norm_parts_34 = NULL;
-	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_34, sg_layer_norm_bwd_fused_workspace<float>(16, 32), 0, 34));
-	SGRT_KERNEL(rt, 0, "k_rms_34_rms_norm_backward_grad_g_1", 34,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_fused<float>(v_grad_h, v_x1, v_g, NULL, v_grad_g_1, v_grad_g, NULL, tmp_norm_parts_34, 16, 32, (float)1e-06, 1, sgrt_stream(rt, 0)), 34));
-	SGRT_TRY(sgrt_free_async(rt, tmp_norm_parts_34, 0, 34));
+	void *tmp_norm_parts_36 = NULL;
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_norm_parts_36, sg_layer_norm_bwd_fused_workspace<float>(16, 32), 0, 36));
+	SGRT_KERNEL(rt, 0, "k_rms_36_rms_norm_backward_grad_g_1", 36,
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_bwd_fused<float>(v_grad_h, v_x1, v_g, NULL, v_grad_g_1, v_grad_g, NULL, tmp_norm_parts_36, 16, 32, (float)1e-06, 1, sgrt_stream(rt, 0)), 36));
+	SGRT_TRY(sgrt_free_async(rt, tmp_norm_parts_36, 0, 36));
 
-	/* cg_norm_add.sg:34: %h = rms_norm(%x1, %g)  [sgc: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)] */
-	SGRT_KERNEL(rt, 0, "k_rms_34_sgd_update", 34,
-	            k_rms_34_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, 32LL));
+	/* cg_norm_add.sg:36: %h = rms_norm(%x1, %g)  [sgc: sgd_update_(%g, %grad.g, lr=0.1, momentum=0.0, weight_decay=0.0)] */
+	SGRT_KERNEL(rt, 0, "k_rms_36_sgd_update", 36,
+	            k_rms_36_sgd_update<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_g, v_grad_g, 32LL));
 
-	/* cg_norm_add.sg:34: %h = rms_norm(%x1, %g)  [sgc: del %grad.g] */
+	/* cg_norm_add.sg:36: %h = rms_norm(%x1, %g)  [sgc: del %grad.g] */
 
-	/* cg_norm_add.sg:38: backward(%loss)  [sgc: backward_end()] */
+	/* cg_norm_add.sg:40: backward(%loss)  [sgc: backward_end()] */
 	return SGRT_OK;
 }
 
@@ -982,7 +942,7 @@ rms_call(rms_model *M, cudaStream_t stream, const float *in_x, const float *in_r
 	return rms_call_io(M, stream, io, ext);
 }
 
-// ================================================================ graph between (cg_norm_add.sg:43)
+// ================================================================ graph between (cg_norm_add.sg:45)
 
 /* The tensors of a call, in io order: inputs, outputs, params, consts. */
 static const SgrtTensorDesc between_tensors[5] = {
@@ -1109,19 +1069,19 @@ between_run(between_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_e = NULL;
 	float *v_y = (float *)io[3];
 
-	/* cg_norm_add.sg:47: %x1 = add(%x, %r) */
+	/* cg_norm_add.sg:49: %x1 = add(%x, %r) */
 
-	/* cg_norm_add.sg:48: %e = exp(%q) */
+	/* cg_norm_add.sg:50: %e = exp(%q) */
 	v_e = (float *)SGRT_AT(rt, 0); /* 2048 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_between_47_add_x1", 47,
-	            k_between_47_add_x1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_r, v_x1, v_q, v_e));
+	SGRT_KERNEL(rt, 0, "k_between_49_add_x1", 49,
+	            k_between_49_add_x1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_r, v_x1, v_q, v_e));
 
-	/* cg_norm_add.sg:49: %h = layer_norm(%x1) */
-	SGRT_KERNEL(rt, 0, "k_between_49_layer_norm_h", 49,
-	            k_between_49_layer_norm_h<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_x1, v_e, v_y));
+	/* cg_norm_add.sg:51: %h = layer_norm(%x1) */
+	SGRT_KERNEL(rt, 0, "k_between_51_layer_norm_h", 51,
+	            k_between_51_layer_norm_h<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_x1, v_e, v_y));
 
-	/* cg_norm_add.sg:50: %y = mul(%h, %e) */
-	/* (computed inside the kernel of line 49) */
+	/* cg_norm_add.sg:52: %y = mul(%h, %e) */
+	/* (computed inside the kernel of line 51) */
 	return SGRT_OK;
 }
 
@@ -1154,7 +1114,7 @@ between_call(between_model *M, cudaStream_t stream, const float *in_x, const flo
 	return between_call_io(M, stream, io, ext);
 }
 
-// ================================================================ graph bcast (cg_norm_add.sg:54)
+// ================================================================ graph bcast (cg_norm_add.sg:56)
 
 /* The tensors of a call, in io order: inputs, outputs, params, consts. */
 static const SgrtTensorDesc bcast_tensors[4] = {
@@ -1278,13 +1238,13 @@ bcast_run(bcast_model *M, void *const *io, const cudaEvent_t *ext)
 	float *v_x1 = (float *)io[3];
 	float *v_h = (float *)io[2];
 
-	/* cg_norm_add.sg:57: %x1 = add(%x, %r) */
-	SGRT_KERNEL(rt, 0, "k_bcast_57_add_x1", 57,
-	            k_bcast_57_add_x1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_r, v_x1));
+	/* cg_norm_add.sg:59: %x1 = add(%x, %r) */
+	SGRT_KERNEL(rt, 0, "k_bcast_59_add_x1", 59,
+	            k_bcast_59_add_x1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_r, v_x1));
 
-	/* cg_norm_add.sg:58: %h = layer_norm(%x1) */
-	SGRT_KERNEL(rt, 0, "k_bcast_58_layer_norm_h", 58,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_x1, NULL, NULL, v_h, NULL, NULL, 16, 32, (float)1e-05, 0, sgrt_stream(rt, 0)), 58));
+	/* cg_norm_add.sg:60: %h = layer_norm(%x1) */
+	SGRT_KERNEL(rt, 0, "k_bcast_60_layer_norm_h", 60,
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_x1, NULL, NULL, v_h, NULL, NULL, 16, 32, (float)1e-05, 0, sgrt_stream(rt, 0)), 60));
 	return SGRT_OK;
 }
 

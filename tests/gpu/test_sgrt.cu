@@ -340,11 +340,13 @@ download_as(int dtype, double *x, const void *dev, size_t n)
 }
 
 /* One product checked against a double-precision reference on the
- * rounded inputs.  `offset` misaligns A by that many bytes. */
+ * rounded inputs.  `offset` misaligns A by that many bytes; `cin` 1 reads
+ * C from a buffer of its own (SgrtGemm.c_in, a residual), D's holding
+ * NaNs before; 2 gives c_in as D itself. */
 static void
 gemm_case(SgrtModel *m, int dtype, int ta, int tb, int64_t M, int64_t N,
           int64_t K, int64_t batch, int bcast_a, int bias, double beta,
-          size_t offset)
+          size_t offset, int cin)
 {
 	int64_t lda = ta ? M : K, ldb = tb ? K : N, ldc = N;
 	int64_t sa = bcast_a ? 0 : M * K, sb = K * N, sc = M * N;
@@ -356,7 +358,7 @@ gemm_case(SgrtModel *m, int dtype, int ta, int tb, int64_t M, int64_t N,
 	double *bv = (double *)malloc(N * 8), maxerr = 0, tol;
 	char *dev = (char *)sgrt_arena(m);
 	void *da = dev + offset, *db = dev + (1 << 20), *dc = dev + (2 << 20);
-	void *dbias = dev + (3 << 20);
+	void *dbias = dev + (3 << 20), *dcin = dev + (3 << 20) + (512 << 10);
 	SgrtGemm g;
 	int64_t bt, r, c, k;
 
@@ -371,7 +373,9 @@ gemm_case(SgrtModel *m, int dtype, int ta, int tb, int64_t M, int64_t N,
 		bv[i] = round_to(dtype, rand() / (double)RAND_MAX - 0.5);
 	upload_as(dtype, da, A, na);
 	upload_as(dtype, db, B, nbb);
-	upload_as(dtype, dc, C, nc);
+	upload_as(dtype, cin == 1 ? dcin : dc, C, nc);
+	if (cin == 1) /* (every byte 0xff: a NaN in each float type) */
+		cudaMemset(dc, 0xff, nc * (dtype == SGRT_F64 ? 8 : dtype == SGRT_F32 ? 4 : 2));
 	upload_as(dtype, dbias, bv, N);
 
 	memset(&g, 0, sizeof g);
@@ -388,6 +392,7 @@ gemm_case(SgrtModel *m, int dtype, int ta, int tb, int64_t M, int64_t N,
 	g.alpha = beta != 0 ? 1 : 0; /* 0 and 0 means alpha 1 */
 	g.beta = beta;
 	g.bias = bias ? dbias : NULL;
+	g.c_in = cin == 1 ? dcin : cin == 2 ? dc : NULL;
 	CHECK_OK(sgrt_gemm(m, 0, &g, da, db, dc, NULL, 40), m);
 	download_as(dtype, D, dc, nc);
 	for (bt = 0; bt < nb; bt++)
@@ -554,19 +559,35 @@ test_gemm(void)
 	CHECK_OK(sgrt_call_begin(m, cs), m);
 	for (ta = 0; ta < 2; ta++)
 		for (tb = 0; tb < 2; tb++)
-			gemm_case(m, SGRT_F32, ta, tb, 37, 29, 53, 1, 0, 0, 0, 0);
-	gemm_case(m, SGRT_F32, 0, 0, 64, 48, 32, 3, 0, 0, 0, 0);   /* batched */
-	gemm_case(m, SGRT_F32, 0, 1, 16, 24, 8, 4, 1, 0, 0, 0);    /* A broadcast */
-	gemm_case(m, SGRT_F32, 0, 1, 33, 40, 17, 1, 0, 1, 0, 0);   /* bias */
-	gemm_case(m, SGRT_F32, 0, 0, 20, 30, 10, 1, 0, 0, 1.0, 0); /* beta */
-	gemm_case(m, SGRT_F32, 0, 0, 20, 30, 10, 1, 0, 0, 0, 4);   /* unaligned A */
-	gemm_case(m, SGRT_F64, 1, 0, 21, 13, 34, 2, 0, 0, 0, 0);
-	gemm_case(m, SGRT_F16, 0, 1, 64, 64, 64, 1, 0, 1, 0, 0);
-	gemm_case(m, SGRT_BF16, 0, 0, 32, 48, 16, 2, 0, 0, 0, 0);
+			gemm_case(m, SGRT_F32, ta, tb, 37, 29, 53, 1, 0, 0, 0, 0, 0);
+	gemm_case(m, SGRT_F32, 0, 0, 64, 48, 32, 3, 0, 0, 0, 0, 0);   /* batched */
+	gemm_case(m, SGRT_F32, 0, 1, 16, 24, 8, 4, 1, 0, 0, 0, 0);    /* A broadcast */
+	gemm_case(m, SGRT_F32, 0, 1, 33, 40, 17, 1, 0, 1, 0, 0, 0);   /* bias */
+	gemm_case(m, SGRT_F32, 0, 0, 20, 30, 10, 1, 0, 0, 1.0, 0, 0); /* beta */
+	gemm_case(m, SGRT_F32, 0, 0, 20, 30, 10, 1, 0, 0, 0, 4, 0);   /* unaligned A */
+	gemm_case(m, SGRT_F64, 1, 0, 21, 13, 34, 2, 0, 0, 0, 0, 0);
+	gemm_case(m, SGRT_F16, 0, 1, 64, 64, 64, 1, 0, 1, 0, 0, 0);
+	gemm_case(m, SGRT_BF16, 0, 0, 32, 48, 16, 2, 0, 0, 0, 0, 0);
 	/* The same product again reuses its plan. */
-	gemm_case(m, SGRT_F32, 0, 0, 37, 29, 53, 1, 0, 0, 0, 0);
+	gemm_case(m, SGRT_F32, 0, 0, 37, 29, 53, 1, 0, 0, 0, 0, 0);
+	/* C read from a residual of its own (D = A @ B + C): sgc's adds
+	 * folded into products; with a bias; a batch; C given as D itself */
+	gemm_case(m, SGRT_BF16, 0, 1, 64, 48, 32, 1, 0, 0, 1.0, 0, 1);
+	gemm_case(m, SGRT_F16, 0, 0, 33, 40, 17, 1, 0, 1, 1.0, 0, 1);
+	gemm_case(m, SGRT_F32, 1, 0, 20, 30, 10, 2, 0, 1, 1.0, 0, 1);
+	gemm_case(m, SGRT_F32, 0, 0, 20, 30, 10, 1, 0, 0, 1.0, 0, 2);
 	CHECK_OK(sgrt_call_end(m), m);
-	CHECK(sgrt_kernel_count(m) == 13);
+	CHECK(sgrt_kernel_count(m) == 17);
+	/* A C that overlaps D without being it is refused. */
+	memset(&g, 0, sizeof g);
+	g.dtype = SGRT_F32;
+	g.m = g.n = g.k = 4;
+	g.beta = 1;
+	g.c_in = (char *)sgrt_arena(m) + (2 << 20) + 8;
+	CHECK(sgrt_gemm(m, 0, &g, sgrt_arena(m), sgrt_arena(m), (char *)sgrt_arena(m) + (2 << 20),
+	                NULL, 45) == SGRT_EUSAGE);
+	fprintf(stderr, "  (expected) %s\n", sgrt_last_error(m));
+	sgrt_clear_error(m);
 
 	memset(&g, 0, sizeof g);
 	g.dtype = SGRT_I32;
@@ -682,7 +703,7 @@ test_gemm_tune(void)
 	size_t nab = (size_t)M * K, nc = (size_t)M * LDC;
 	double *A = (double *)malloc(nab * 8), *B = (double *)malloc(nab * 8);
 	double *C = (double *)malloc(nc * 8), *D[2];
-	void *da, *db, *dc;
+	void *da, *db, *dc, *dcin;
 	cudaStream_t cs;
 	SgrtGemm g;
 
@@ -696,14 +717,26 @@ test_gemm_tune(void)
 	cudaMalloc(&da, nab * 2);
 	cudaMalloc(&db, nab * 2);
 	cudaMalloc(&dc, nc * 2);
+	cudaMalloc(&dcin, nc * 2);
 	upload_as(SGRT_BF16, da, A, nab);
 	upload_as(SGRT_BF16, db, B, nab);
 	cudaStreamCreate(&cs);
-	for (int beta = 0; beta < 2; beta++) {
+	/* mode 0: D = A @ B; 1: D = -0.5 A @ B + D; 2: the same with C read
+	 * from a residual of its own (SgrtGemm.c_in), D all 7 before: the
+	 * candidates timed write D, which C must not see */
+	for (int mode = 0; mode < 3; mode++) {
+		int beta = mode > 0;
 		for (int tune = 0; tune < 2; tune++) {
 			setenv("SGRT_GEMM_TUNE", tune ? "1" : "0", 1);
 			SgrtModel *m = new_model("tune.sg");
-			upload_as(SGRT_BF16, dc, C, nc);
+			upload_as(SGRT_BF16, mode == 2 ? dcin : dc, C, nc);
+			if (mode == 2) {
+				double *sevens = (double *)malloc(nc * 8);
+				for (size_t i = 0; i < nc; i++)
+					sevens[i] = 7;
+				upload_as(SGRT_BF16, dc, sevens, nc);
+				free(sevens);
+			}
 			memset(&g, 0, sizeof g);
 			g.dtype = SGRT_BF16;
 			g.trans_b = 1;
@@ -713,6 +746,7 @@ test_gemm_tune(void)
 			g.ldc = LDC;
 			g.alpha = beta ? -0.5 : 1;
 			g.beta = beta;
+			g.c_in = mode == 2 ? dcin : NULL;
 			CHECK_OK(sgrt_call_begin(m, cs), m);
 			CHECK_OK(sgrt_gemm(m, 0, &g, da, db, dc, NULL, 70), m);
 			CHECK_OK(sgrt_call_end(m), m);
@@ -740,8 +774,8 @@ test_gemm_tune(void)
 			double e = fabs(D[1][r * LDC + c] - s) / (1 + fabs(s));
 			ref_worst = e > ref_worst ? e : ref_worst;
 		}
-		fprintf(stderr, "  beta %d: tuned against untuned %g, against double %g\n", beta,
-		        worst, ref_worst);
+		fprintf(stderr, "  beta %d%s: tuned against untuned %g, against double %g\n", beta,
+		        mode == 2 ? " (c_in)" : "", worst, ref_worst);
 		CHECK(gaps_ok);
 		CHECK(worst <= 1.0 / 64);
 		CHECK(ref_worst <= 1.0 / 64);
@@ -753,6 +787,7 @@ test_gemm_tune(void)
 	cudaFree(da);
 	cudaFree(db);
 	cudaFree(dc);
+	cudaFree(dcin);
 	free(A);
 	free(B);
 	free(C);
