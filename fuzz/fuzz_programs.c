@@ -391,6 +391,29 @@ written_out(Gen *G, int a)
 	}
 }
 
+/* Sometimes an add right after product r: of another value of its shape
+ * (a residual) or of a fresh bias along its last dim, which -O2 computes
+ * in the product (cuBLASLt's C or bias: kernels.c's fold_add). */
+static void
+after_product(Gen *G, int r)
+{
+	GVal y = G->v[r];
+	int b, k, d[4];
+	switch (take(G, 4)) {
+	case 1:
+		if ((b = same_shape(G, r)) >= 0)
+			emit(G, y.dt, y.rank, y.d, 1, "add(%%v%d, %%v%d)\n", b, r);
+		break;
+	case 2:
+		if (y.rank < 1)
+			break;
+		d[0] = y.d[y.rank - 1];
+		if ((k = new_param(G, y.dt, 1, d)) >= 0)
+			emit(G, y.dt, y.rank, y.d, 1, "add(%%v%d, %%v%d)\n", r, k);
+		break;
+	}
+}
+
 /* One statement built from the next choices. */
 static void
 statement(Gen *G)
@@ -423,8 +446,10 @@ statement(Gen *G)
 			break;
 		memcpy(d, x.d, sizeof d);
 		d[x.rank - 1] = G->v[k].d[0];
-		if ((r = def(G, x.dt, x.rank, d, 1)) >= 0)
+		if ((r = def(G, x.dt, x.rank, d, 1)) >= 0) {
 			fprintf(G->fb, "linear(%%v%d, %%v%d)\n", a, k);
+			after_product(G, r);
+		}
 		break;
 	case 5: /* matmul with a fresh [K, N] */
 		if (x.rank < 2)
@@ -442,6 +467,8 @@ statement(Gen *G)
 		 * computes it in its epilogue at -O2: kernels.c) */
 		if (take(G, 2) && def(G, x.dt, x.rank, d, 1) >= 0)
 			fprintf(G->fb, "%s(%%v%d)\n", unary[take(G, sizeof unary / sizeof *unary)], r);
+		else
+			after_product(G, r);
 		break;
 	case 6: { /* reduction over one dim, or all */
 		const char *op = reduce[take(G, sizeof reduce / sizeof *reduce)];
