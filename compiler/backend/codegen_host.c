@@ -674,8 +674,9 @@ ident_char(char ch)
 }
 
 /* The pointer declarations, then the statements (text); a value no
- * statement names (an op with no elements to compute names nothing) is
- * not declared, and one only set is declared [[maybe_unused]], so that
+ * statement names (an op with no elements to compute names nothing; a
+ * comment's mention, "not copied: the products read v_x ...", is no use)
+ * is not declared, and one only set is declared [[maybe_unused]], so that
  * the generated code compiles without warnings.  The identifiers of text
  * are collected once into a map. */
 static char *
@@ -686,6 +687,11 @@ with_declarations(CgGraph *G, const char *text, size_t len, size_t *outlen)
 	Map idents;
 	map_init(&idents);
 	for (size_t p = 0; p < len;) {
+		if (p + 1 < len && text[p] == '/' && text[p + 1] == '*') { /* a comment names */
+			const char *e = strstr(text + p + 2, "*/");          /* nothing it uses */
+			p = e ? (size_t)(e - text) + 2 : len;
+			continue;
+		}
 		if (!ident_char(text[p])) {
 			p++;
 			continue;
