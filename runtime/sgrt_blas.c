@@ -114,10 +114,11 @@ cuda_type(int dtype, cudaDataType_t *t, int *size)
 	}
 }
 
-/* The key of product g on these pointers (packed strides filled in). */
+/* The key of product g on these pointers, cin the C it reads (packed
+ * strides filled in). */
 static void
 make_key(const SgrtModel *m, const SgrtGemm *g, const void *a, const void *b,
-         const void *c, GemmKey *k)
+         const void *cin, const void *c, GemmKey *k)
 {
 	memset(k, 0, sizeof *k);
 	k->dtype = g->dtype;
@@ -141,8 +142,8 @@ make_key(const SgrtModel *m, const SgrtGemm *g, const void *a, const void *b,
 	k->align_a = alignment(a);
 	k->align_b = alignment(b);
 	k->align_c = alignment(c);
-	if (g->c_in && g->beta != 0 && alignment(g->c_in) < k->align_c)
-		k->align_c = alignment(g->c_in); /* (C's and D's, one preference) */
+	if (alignment(cin) < k->align_c)
+		k->align_c = alignment(cin); /* (C's and D's, one preference) */
 	k->align_bias = g->bias ? alignment(g->bias) : 0;
 	if (has_aux(g->epilogue)) {
 		k->ldaux = g->ldaux ? g->ldaux : g->n;
@@ -564,7 +565,8 @@ time_candidate(SgrtModel *m, int s, GemmPlan *p, int i, const void *a,
  * choice. */
 static int
 tune_plan(SgrtModel *m, int s, GemmPlan *p, const SgrtGemm *g, const void *a,
-          const void *b, void *c, const void *pa, const void *pb, int sgline)
+          const void *b, const void *cin, void *c, const void *pa, const void *pb,
+          int sgline)
 {
 	const GemmKey *k = &p->key;
 	cudaDataType_t t = CUDA_R_32F;
@@ -591,7 +593,6 @@ tune_plan(SgrtModel *m, int s, GemmPlan *p, const SgrtGemm *g, const void *a,
 	uint64_t nbias = g->bias ? (uint64_t)k->n * 8 : 0; /* (any type) */
 	uint64_t naux = has_aux(k->epilogue) ? extent(k->m, k->n, k->ldaux, 1, 0, size) : 0;
 	int aux_out = k->epilogue == SGRT_EPI_GELU_AUX && !p->by_kernel;
-	const void *cin = g->c_in && g->beta != 0 ? g->c_in : c;
 	if (overlap(c, nc, a, na) || overlap(c, nc, b, nb) ||
 	    overlap(c, nc, g->bias, nbias) || overlap(c, nc, g->aux, naux) ||
 	    (aux_out && (overlap(g->aux, naux, a, na) || overlap(g->aux, naux, b, nb) ||
@@ -639,13 +640,14 @@ sgrt_gemm(SgrtModel *m, int s, const SgrtGemm *g, const void *a,
 
 	SGRT_TRY(check_gemm(m, s, g, sgline));
 	SGRT_TRY(ready(m, sgline));
-	make_key(m, g, a, b, c, &key);
-	if (g->c_in && g->c_in != c && beta != 0) {
+	const void *cin = g->c_in && beta != 0 ? g->c_in : c; /* the C read */
+	make_key(m, g, a, b, cin, c, &key);
+	if (cin != c) {
 		int size = 4;
 		cudaDataType_t t;
 		(void)cuda_type(g->dtype, &t, &size);
 		uint64_t nc = extent(key.m, key.n, key.ldc, key.batch, key.stride_c, size);
-		if (overlap(c, nc, g->c_in, nc))
+		if (overlap(c, nc, cin, nc))
 			return sgrt_fail(m, SGRT_EUSAGE, sgline,
 			                 "a matmul's C (c_in) overlaps its result without being it");
 	}
@@ -667,10 +669,10 @@ sgrt_gemm(SgrtModel *m, int s, const SgrtGemm *g, const void *a,
 		         CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
 		         sizeof g->aux), sgline);
 	if (!p->tuned)
-		SGRT_TRY(tune_plan(m, s, p, g, a, b, c, pa, pb, sgline));
+		SGRT_TRY(tune_plan(m, s, p, g, a, b, cin, c, pa, pb, sgline));
 	h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, name ? name : "matmul", sgline);
 	CHECK_LT(m, cublasLtMatmul((cublasLtHandle_t)m->lt, p->op, pa, b, p->la,
-	         a, p->lb, pb, g->c_in && beta != 0 ? g->c_in : c, p->lc, c, p->lc, &p->algo, m->ws[s],
+	         a, p->lb, pb, cin, p->lc, c, p->lc, &p->algo, m->ws[s],
 	         m->ws_have[s], m->stream[s]), sgline);
 	SGRT_TRY(sgrt_op_end(m, h));
 	return p->by_kernel ? epilogue_kernel(m, s, g, &key, c, sgline) : SGRT_OK;

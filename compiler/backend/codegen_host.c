@@ -88,9 +88,7 @@ name_values(CgGraph *G)
 	/* A folded view keeping its source's bytes (kernel_choice: reshape,
 	 * squeeze, unsqueeze) is its source's pointer. */
 	for (ValId v = 0; G->fold && v < g->vals.n; v++) {
-		ValId r = v;
-		while (G->fold->src[r] != NONE && G->fold->trans[r] == 0)
-			r = G->fold->src[r];
+		ValId r = sched_bytes_root(G->fold, v);
 		if (r != v && G->fold->src[r] == NONE)
 			G->vname[v] = G->vname[r];
 	}

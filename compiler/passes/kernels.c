@@ -1379,9 +1379,8 @@ fold_add(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
 	    a->opnd[0].kind != OK_VAL || a->opnd[1].kind != OK_VAL ||
 	    !group_is(groups, G->group[A], &A, 1) || G->prologue[A] >= 0 || G->epilogue[A] >= 0)
 		return;
-	ValId c = a->opnd[a->opnd[0].v == v ? 1 : 0].v, x1 = a->res[0], r = c;
-	while (G->fold->src[r] != NONE && G->fold->trans[r] == 0)
-		r = G->fold->src[r]; /* a view keeping the bytes: its source's */
+	ValId c = a->opnd[a->opnd[0].v == v ? 1 : 0].v, x1 = a->res[0];
+	ValId r = sched_bytes_root(G->fold, c); /* a view keeping the bytes: its source's */
 	const Value *cv = &g->vals.v[c], *xv = &g->vals.v[x1];
 	if (c == v || cv->type.host || xv->type.host || G->ingroup_only[r] || G->ingroup_only[x1] ||
 	    G->fold->src[r] != NONE || G->fold->out[r] != NONE || G->fold->src[x1] != NONE ||
@@ -1944,9 +1943,7 @@ norm_add_of(Kc *G, const FuseGroups *groups, NodeId N)
 	for (uint32_t k = 0; k < 2; k++) {
 		if (a->opnd[k].kind != OK_VAL)
 			return NONE;
-		ValId r = a->opnd[k].v;
-		while (G->fold->src[r] != NONE && G->fold->trans[r] == 0)
-			r = G->fold->src[r]; /* a view keeping the bytes: its source's */
+		ValId r = sched_bytes_root(G->fold, a->opnd[k].v); /* a view's: its source's */
 		const Value *o = &g->vals.v[a->opnd[k].v];
 		if (o->type.host || o->type.dt != xv->type.dt || !type_same_shape(&o->type, &xv->type) ||
 		    o->layout != xv->layout || G->ingroup_only[r] || G->fold->src[r] != NONE ||

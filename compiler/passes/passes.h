@@ -407,6 +407,10 @@ NodeId *sched_kernel_graph(const Graph *g, const Sched *s, Arena *a, Graph *f);
  * value v (through folded views); the value holding v's bytes when it is
  * written through views. */
 ValId sched_operand_root(const Sched *s, ValId v);
+/* The value whose memory holds v's bytes: v's source through folded
+ * views keeping the bytes (reshape, squeeze, unsqueeze; trans 0), else
+ * v. */
+ValId sched_bytes_root(const KernelFold *F, ValId v);
 /* The residual or bias (the add's other operand) of product P whose
  * epilogue is that add (KEPI_ADD, KEPI_BIAS). */
 ValId sched_add_operand(const Graph *g, const KernelFold *F, NodeId P);

@@ -148,10 +148,24 @@ sched_operand_root(const Sched *s, ValId v)
 }
 
 ValId
+sched_bytes_root(const KernelFold *F, ValId v)
+{
+	while (F->src[v] != NONE && F->trans[v] == 0)
+		v = F->src[v];
+	return v;
+}
+
+/* The operand of add node a that is not product p's result p_res. */
+static const Opnd *
+add_other(const Node *a, ValId p_res)
+{
+	return &a->opnd[a->opnd[0].v == p_res ? 1 : 0];
+}
+
+ValId
 sched_add_operand(const Graph *g, const KernelFold *F, NodeId P)
 {
-	const Node *a = &g->nodes.v[F->act[P]];
-	return a->opnd[a->opnd[0].v == g->nodes.v[P].res[0] ? 1 : 0].v;
+	return add_other(&g->nodes.v[F->act[P]], g->nodes.v[P].res[0])->v;
 }
 
 ValId
@@ -487,7 +501,7 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 			continue;
 		}
 		if (F->epi[i] == KEPI_ADD || F->epi[i] == KEPI_BIAS) /* the add's other operand */
-			read_also(s, a, &h, act->opnd[act->opnd[0].v == n->res[0] ? 1 : 0]);
+			read_also(s, a, &h, *add_other(act, n->res[0]));
 		if (F->epi[i] == KEPI_GELU_AUX) {
 			ValId *res = arena_alloc(a, 3 * sizeof *res);
 			res[0] = act->res[0];
