@@ -265,12 +265,14 @@ def same_result_cases():
     interleaved("offload.sg", SAMPLE, inputs, params, dims + ["--steps", "2"])
     dims, params, inputs, _, _ = attention_sample()
     att = os.path.join(ROOT, "samples", "train_attention.sg")
-    # auto takes no view (q is a transpose of a reshape: offloading it
-    # would make a copy of it); written out, a view and a value are taken
+    # auto takes views last, and only where that frees their source: here
+    # %q (a transpose of a reshape of q0, which nothing else holds) is the
+    # one take that lowers the estimated peak, and no value that is no
+    # view does; written out, a view and a value are taken
     ir = ir_of(att, "--offload=auto", *dims)
-    views = re.findall(r"= to_host\(%(q|k|v|att2)\b", ir or "")
-    S.report("train_attention.sg --offload=auto leaves the views alone",
-             None if ir and not views else "to_host of %s" % views)
+    taken = re.findall(r"= to_host\(%(\w+)[.)]", ir or "")
+    S.report("train_attention.sg --offload=auto takes the view %q alone",
+             None if ir and taken == ["q"] else "to_host of %s" % taken)
     with open(att) as f:
         marked = write("train_attention_marked.sg",
                        f.read().replace("  backward(%loss)", "  offload %q\n  offload %res\n"
@@ -289,7 +291,8 @@ def same_result_cases():
         if os.path.exists(p[:-3] + ".args"):
             with open(p[:-3] + ".args") as f:
                 args = f.read().split()
-        if "B = " in open(p).read():
+        m = re.search(r"^dim B = (\d+)", open(p).read(), re.M)
+        if m and int(m.group(1)) > 16:  # (a small program stays as it is)
             args = small + args
         ir = ir_of(p, *args)
         if ir is None:
