@@ -826,10 +826,14 @@ output_path(char *buf, size_t len, const char *tag, uint32_t g, int il, int worl
  * step each.  And under each, the interleaved run gives the bytes
  * of the run in program order (freed buffers are poisoned there).  The
  * level whose compilation goes through everything (whole_check) is -O0
- * when full0, else -O2; the other is only run.
+ * when full0, else -O2; the other is only run.  With off2, -O2 compiles
+ * with --offload=auto (offload.c: every saved activation whose copy
+ * lowers the estimated peak goes to the host and back), so the copies,
+ * their syncs and the renamed backward reads are checked against -O0
+ * without them, and interleaved.
  */
 static void
-check_outputs(const char *text, size_t len, int world, int full0, const Cmp *levels)
+check_outputs(const char *text, size_t len, int world, int full0, int off2, const Cmp *levels)
 {
 	WholeOut o0 = {.tag = "O0", .steps = levels->skip ? 1 : 2};
 	WholeOut o2 = {.tag = "O2", .steps = levels->skip ? 1 : 2};
@@ -837,13 +841,18 @@ check_outputs(const char *text, size_t len, int world, int full0, const Cmp *lev
 	char why[512] = "", pa[300], pb[300];
 	const char *what = NULL;
 	int ok0, ok2;
+	int off = off2 ? OFFLOAD_AUTO : OFFLOAD_MARKED;
 	if (full0) {
 		ok0 = whole_check(&whole, text, len, 0, &o0);
+		whole.offload = off;
 		ok2 = whole_compile(&whole, text, len, whole.devnull, 2, WHOLE_RUN, &o2, NULL, NULL);
 	} else {
+		whole.offload = off;
 		ok2 = whole_check(&whole, text, len, 2, &o2);
+		whole.offload = OFFLOAD_MARKED;
 		ok0 = whole_compile(&whole, text, len, whole.devnull, 0, WHOLE_RUN, &o0, NULL, NULL);
 	}
+	whole.offload = OFFLOAD_MARKED;
 	if (ok0 != ok2)
 		what = "the program compiles at one of -O0 and -O2 only";
 	for (uint32_t g = 0; g < WHOLE_MAX_GRAPHS && !what; g++) {
@@ -901,13 +910,15 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	/* The last byte's low bit: which of -O0 and -O2 goes through
-	 * everything (whole_check); the other is only run. */
+	 * everything (whole_check); the other is only run; its second bit:
+	 * whether -O2 offloads. */
 	/* AdamW divides each gradient by its own magnitude: a gradient that is
 	 * rounding noise (a shift that log_softmax cancels, say) moves its
 	 * param by up to lr whatever the noise, so the two levels' params
 	 * (and what a second step computes from them) need not agree */
 	Cmp levels = levels_cmp(G.dts, G.adamw ? G.params : 0);
-	check_outputs(text, len, G.world, size && (data[size - 1] & 1), &levels);
+	check_outputs(text, len, G.world, size && (data[size - 1] & 1),
+	              size && (data[size - 1] & 2), &levels);
 	free(text);
 	return 0;
 }

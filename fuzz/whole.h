@@ -33,6 +33,7 @@ enum { WHOLE_MAX_ELEMS = 1 << 16 };
 
 typedef struct {
 	FILE *devnull;
+	int offload; /* PassOptions.offload of the compilations (0: marked) */
 } Whole;
 
 static _Noreturn void
@@ -165,7 +166,8 @@ whole_compile(Whole *W, const char *src, size_t len, FILE *diagout, int opt,
 	Diag d;
 	AstFile f;
 	Module m;
-	PassOptions po = {.allow_races = 0, .opt_level = opt, .dump_after = NULL};
+	PassOptions po = {.allow_races = 0, .opt_level = opt, .dump_after = NULL,
+	                  .offload = W->offload};
 	int ok = 0;
 
 	memset(&f, 0, sizeof f);

@@ -526,9 +526,9 @@ by_late_use(const void *pa, const void *pb)
 
 static double simulate(Off *O);
 
-/* Chooses (on 1) or drops (0) the group whose first member is c. */
+/* Chooses (on 1) or drops (0) the unit (auto_units) whose first member is c. */
 static void
-choose_group(Off *O, Cand *c, uint8_t on)
+choose_unit(Off *O, Cand *c, uint8_t on)
 {
 	for (;;) {
 		c->chosen = on;
@@ -559,18 +559,18 @@ take_in_order(Off *O, Cand **order, uint32_t n)
 			    (!fit || order[k]->gbytes < fit->gbytes))
 				fit = order[k];
 		if (fit) {
-			choose_group(O, fit, 1);
+			choose_unit(O, fit, 1);
 			uint64_t p = estimate(O);
 			if (p <= budget)
 				return p;
-			choose_group(O, fit, 0);
+			choose_unit(O, fit, 0);
 		}
-		choose_group(O, order[j], 1);
+		choose_unit(O, order[j], 1);
 		uint64_t p = estimate(O);
 		if (p < peak)
 			peak = p;
 		else
-			choose_group(O, order[j], 0);
+			choose_unit(O, order[j], 0);
 	}
 	return peak;
 }
@@ -582,7 +582,7 @@ try_order(Off *O, Cand **order, uint32_t n, Cand **tmp, const char *what,
           uint64_t *peak, double *secs)
 {
 	for (uint32_t j = 0; j < n; j++)
-		choose_group(O, order[j], 0);
+		choose_unit(O, order[j], 0);
 	*peak = take_in_order(O, order, n);
 	plan(O, tmp);
 	*secs = simulate(O);
@@ -707,7 +707,7 @@ choose_auto(Off *O, const uint8_t *aliased, const uint8_t *ret, Cand **tmp)
 	if (!second) {
 		qsort(order, n, sizeof *order, by_size);
 		for (uint32_t j = 0; j < n; j++)
-			choose_group(O, order[j], 0);
+			choose_unit(O, order[j], 0);
 		take_in_order(O, order, n);
 	}
 	uint64_t peak = second ? p2 : p1;

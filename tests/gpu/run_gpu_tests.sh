@@ -11,7 +11,7 @@
 #
 # build: configures and builds sgc and libsgrt in DIR/build (libsgrt also
 # without NCCL in DIR/build-nonccl, for a machine without libnccl), then
-# for every graph of samples/*.sg and tests/golden/{ok,bw,st,cg}_*.sg that
+# for every graph of samples/*.sg and tests/golden/{ok,bw,st,cg,off}_*.sg that
 # `sgc check` accepts: random inputs (make_inputs.py), the interpreter's
 # --out after 1, 2 and 3 steps, and the CUDA C of three drivers, built
 # with nvcc -arch=sm_90 against libsgrt.so:
@@ -67,13 +67,14 @@ graphs_of() {
 	"$sgc" "$1" --emit=ir -o - "${@:2}" 2>/dev/null | sed -n 's/^graph \([A-Za-z_][A-Za-z0-9_]*\) {$/\1/p'
 }
 
-# -D and --allow-races options from a golden test's NAME.args.
+# -D, --allow-races, --offload, --offload-budget and --bucket-bytes options
+# from a golden test's NAME.args.
 args_of() {
 	local f=${1%.sg}.args
 	[ -f "$f" ] || return 0
 	grep -v '^#' "$f" | tr ' ' '\n' | awk '
 		/^-D$/ { getline v; print "-D"; print v; next }
-		/^-D/ || /^--allow-races$/ { print }'
+		/^-D/ || /^--allow-races$/ || /^--offload(-budget)?=/ || /^--bucket-bytes=/ { print }'
 }
 
 # -D NAME=64 for every dim of the printed IR above 64 (what shrinks a
@@ -152,7 +153,8 @@ build() {
 	: >"$dir/programs"
 	local n=0 file graph
 	for file in samples/*.sg tests/golden/ok_*.sg tests/golden/bw_*.sg \
-	            tests/golden/st_*.sg tests/golden/cg_*.sg ${EXTRA:+"$EXTRA"/*.sg}; do
+	            tests/golden/st_*.sg tests/golden/cg_*.sg tests/golden/off_*.sg \
+	            ${EXTRA:+"$EXTRA"/*.sg}; do
 		[ -f "$file" ] || continue
 		mapfile -t extra < <(args_of "$file")
 		case " ${extra[*]+"${extra[*]}"} " in
