@@ -533,7 +533,7 @@ PROGRAMS = [
     ("mlp8_adamw", "mlp8_adamw.sg", [], "mlp8", "eager_opt_in_bwd",
      "compile_opt_in_bwd", "fused"),
     ("transformer", "transformer.sg", [], "transformer", "eager", "compile",
-     "time_mem"),
+     "time90_mem"),
     # offloading (docs/offload.md): the set of 55 values written out, and
     # --offload=auto at the largest budgets (the fewest bytes over the
     # link) whose plans lower the transformer's peak by 15% and by 20%
@@ -1388,10 +1388,13 @@ def judge(target, prog, ms, gib, rms, rgib, rate, limit, sgc, wd, ctx=None):
         return "-", ""
     if rms is None:
         return "-", "no PyTorch reference"
-    ok = ms <= rms
-    why = "" if ok else "%.2fx the reference's time" % (ms / rms)
-    if target == "time_mem" and gib is not None and rgib is not None \
-            and gib > rgib:
+    # (the transformer: at most 0.90x the reference's time, issue 18)
+    most = 0.90 if target == "time90_mem" else 1.0
+    ok = ms <= most * rms
+    why = "" if ok else "%.2fx the reference's time (target %.2fx)" % (ms / rms, most) \
+        if most != 1.0 else "%.2fx the reference's time" % (ms / rms)
+    if target in ("time_mem", "time90_mem") and gib is not None and \
+            rgib is not None and gib > rgib:
         ok = False
         why = (why + "; " if why else "") + \
             "%.2fx the reference's peak memory" % (gib / rgib)

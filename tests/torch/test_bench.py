@@ -13,6 +13,8 @@ that need no GPU: the real models' rows and the table's judgements.
    in at most 3% more time; at least 60% less activation memory within
    1.1x of the host link's bound (and "-" without the bytes offloaded or
    the transformer's trace); each bound, crossed, gives "no".
+6. The transformer's row: at most 0.90x torch.compile's time and at most
+   its peak (issue 18); 0.95x or a larger peak gives "no".
 
 Usage: test_bench.py PATH/TO/sgc
 """
@@ -151,8 +153,19 @@ def offload_judge_cases():
               met == want and (want == "-" or "200.0 ms" in why), "%s: %s" % (met, why))
 
 
+def transformer_judge_cases():
+    w = R.WORKLOADS["transformer"]
+    d = R.dims_of(w, False)
+    for ms, gib, want in ((68.0, 7.7, "yes"), (72.8, 7.7, "no"), (68.0, 9.1, "no")):
+        met, why = R.judge("time90_mem", "transformer", ms, gib, 76.0, 9.0, None, None,
+                           {}, (w, d))
+        check("transformer: %.1f ms, %.1f GiB against 76 ms, 9 GiB: %s" % (ms, gib, want),
+              met == want and (want == "yes" or why), "%s: %s" % (met, why))
+
+
 decl_cases()
 programs_cases()
 model_check_cases()
 offload_judge_cases()
+transformer_judge_cases()
 S.finish()
