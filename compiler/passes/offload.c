@@ -348,8 +348,11 @@ static int
 by_firstb(const void *pa, const void *pb)
 {
 	const Cand *a = *(Cand *const *)pa, *b = *(Cand *const *)pb;
-	return a->firstb != b->firstb ? (a->firstb < b->firstb ? -1 : 1)
-	       : a->def < b->def ? -1 : a->def > b->def;
+	if (a->firstb != b->firstb)
+		return a->firstb < b->firstb ? -1 : 1;
+	if (a->def != b->def)
+		return a->def < b->def ? -1 : 1;
+	return a->v < b->v ? -1 : a->v > b->v;
 }
 
 /* The chosen candidates in order of their first backward use. */
@@ -506,8 +509,11 @@ by_size(const void *pa, const void *pb)
 	const Cand *a = *(Cand *const *)pa, *b = *(Cand *const *)pb;
 	if (a->gview != b->gview)
 		return a->gview ? 1 : -1;
-	return a->gbytes != b->gbytes ? (a->gbytes > b->gbytes ? -1 : 1)
-	       : a->def < b->def ? -1 : a->def > b->def;
+	if (a->gbytes != b->gbytes)
+		return a->gbytes > b->gbytes ? -1 : 1;
+	if (a->def != b->def)
+		return a->def < b->def ? -1 : 1;
+	return a->v < b->v ? -1 : a->v > b->v; /* (results of one node) */
 }
 
 /* Latest first backward use first (the earliest layers of a network),
