@@ -82,7 +82,7 @@ static const char help_text[] =
 "                       compute-sanitizer and cuda-gdb)\n"
 "  --offload=MODE       marked: honour `offload` statements (default); none:\n"
 "                       ignore them; auto: also offload saved activations,\n"
-"                       largest first, until the estimated peak fits the budget\n"
+"                       each that lowers the estimated peak, until it fits\n"
 "  --offload-budget=B   device bytes for --offload=auto (implies it; default 0)\n"
 "  --bucket-bytes=B     size of grad_sync's all_reduce buckets (default 25 MiB)\n"
 "  --no-remat           keep every activation backward reads (by default, at\n"
