@@ -1379,7 +1379,7 @@ fold_add(Kc *G, FuseGroups *groups, const uint32_t *nclass, NodeId P)
 	    a->opnd[0].kind != OK_VAL || a->opnd[1].kind != OK_VAL ||
 	    !group_is(groups, G->group[A], &A, 1) || G->prologue[A] >= 0 || G->epilogue[A] >= 0)
 		return;
-	ValId c = a->opnd[a->opnd[0].v == v ? 1 : 0].v, x1 = a->res[0];
+	ValId c = sched_add_other(a, v)->v, x1 = a->res[0];
 	ValId r = sched_bytes_root(G->fold, c); /* a view keeping the bytes: its source's */
 	const Value *cv = &g->vals.v[c], *xv = &g->vals.v[x1];
 	if (c == v || cv->type.host || xv->type.host || G->ingroup_only[r] || G->ingroup_only[x1] ||

@@ -411,6 +411,9 @@ ValId sched_operand_root(const Sched *s, ValId v);
  * views keeping the bytes (reshape, squeeze, unsqueeze; trans 0), else
  * v. */
 ValId sched_bytes_root(const KernelFold *F, ValId v);
+/* The operand of add node a that is not a product's result p_res: the
+ * residual or bias an epilogue adds. */
+const Opnd *sched_add_other(const Node *a, ValId p_res);
 /* The residual or bias (the add's other operand) of product P whose
  * epilogue is that add (KEPI_ADD, KEPI_BIAS). */
 ValId sched_add_operand(const Graph *g, const KernelFold *F, NodeId P);

@@ -155,9 +155,8 @@ sched_bytes_root(const KernelFold *F, ValId v)
 	return v;
 }
 
-/* The operand of add node a that is not product p's result p_res. */
-static const Opnd *
-add_other(const Node *a, ValId p_res)
+const Opnd *
+sched_add_other(const Node *a, ValId p_res)
 {
 	return &a->opnd[a->opnd[0].v == p_res ? 1 : 0];
 }
@@ -165,7 +164,7 @@ add_other(const Node *a, ValId p_res)
 ValId
 sched_add_operand(const Graph *g, const KernelFold *F, NodeId P)
 {
-	return add_other(&g->nodes.v[F->act[P]], g->nodes.v[P].res[0])->v;
+	return sched_add_other(&g->nodes.v[F->act[P]], g->nodes.v[P].res[0])->v;
 }
 
 ValId
@@ -368,7 +367,7 @@ bn_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def, NodeId 
 	const Node *ad = &g->nodes.v[add];
 	Opnd *ops = arena_alloc(a, (p->nopnd + 1) * sizeof *ops);
 	memcpy(ops, p->opnd, p->nopnd * sizeof *ops);
-	ops[p->nopnd] = ad->opnd[ad->opnd[0].v == g->nodes.v[P].res[0] ? 1 : 0];
+	ops[p->nopnd] = *sched_add_other(ad, g->nodes.v[P].res[0]);
 	p->opnd = ops;
 	p->nopnd++;
 	def[ad->res[0]] = NONE;
@@ -501,7 +500,7 @@ fold_plan(const Graph *g, const Sched *s, Arena *a, Graph *f, NodeId *def)
 			continue;
 		}
 		if (F->epi[i] == KEPI_ADD || F->epi[i] == KEPI_BIAS) /* the add's other operand */
-			read_also(s, a, &h, *add_other(act, n->res[0]));
+			read_also(s, a, &h, *sched_add_other(act, n->res[0]));
 		if (F->epi[i] == KEPI_GELU_AUX) {
 			ValId *res = arena_alloc(a, 3 * sizeof *res);
 			res[0] = act->res[0];
