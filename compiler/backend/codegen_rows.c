@@ -316,7 +316,7 @@ reduce_cols_split(CgGraph *G, const Node *n, const CgInput *in, const RowOut *ro
 }
 
 /* v / n in type acc ("float" or "double"): a division by a zero count
- * (the mean of nothing, the variance of one element) is NaN, written as
+ * (the mean of nothing, the variance of one element or of none) is NaN, written as
  * such rather than as a constant division by zero. */
 static char *
 divide(Cg *c, const char *v, const char *acc, int64_t n)
@@ -379,7 +379,7 @@ cg_reduce(CgGraph *G, const Node *n)
 	const char *kname = cg_kernel_name(G, n, op_name(n->op));
 	char *base = cg_index(c, "o", nk, ks, kst, 0);
 	if (op_table[n->op].finish == FIN_VAR) {
-		char *put = row_put(c, &ro, "o", divide(c, "q", acc, nred - 1));
+		char *put = row_put(c, &ro, "o", divide(c, "q", acc, nred > 1 ? nred - 1 : 0));
 		if (reduce_split(G, n, &in, &ro, x, red, base, acc, "sg_sum_op", "0", cv, nout, nred,
 		                 1, put))
 			return 1;

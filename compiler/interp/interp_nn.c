@@ -81,8 +81,10 @@ reduce_var(const Tensor *x, const int *red, const double *mean, double *var,
 		double dv = interp_getf(x, i) - mean[it.off[0]];
 		var[it.off[0]] += dv * dv;
 	}
+	/* PyTorch divides by max(0, N - 1): the variance of one element or
+	 * of none is 0 / 0, NaN (not 0 / -1). */
 	for (int64_t o = 0; o < nout; o++)
-		var[o] /= (double)(count - 1);
+		var[o] /= (double)(count > 1 ? count - 1 : 0);
 }
 
 int

@@ -16,9 +16,9 @@
 #endif
 #include "sgk/sgk_device.cuh"
 #include "sgk/sgk_rows.cuh"
-// cg_reduce.sg:14: %s = sum(%x, dims=[0, 2])
+// cg_reduce.sg:15: %s = sum(%x, dims=[0, 2])
 static __global__ void __launch_bounds__(256)
-k_reduce_14_sum_s(const float *__restrict__ x, float *__restrict__ out)
+k_reduce_15_sum_s(const float *__restrict__ x, float *__restrict__ out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -32,9 +32,9 @@ k_reduce_14_sum_s(const float *__restrict__ x, float *__restrict__ out)
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc));
 }
-// cg_reduce.sg:15: %m = mean(%x, dims=[1], keepdim=true)
+// cg_reduce.sg:16: %m = mean(%x, dims=[1], keepdim=true)
 static __global__ void __launch_bounds__(256)
-k_reduce_15_mean_m(const float *__restrict__ x, float *__restrict__ out)
+k_reduce_16_mean_m(const float *__restrict__ x, float *__restrict__ out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -48,9 +48,9 @@ k_reduce_15_mean_m(const float *__restrict__ x, float *__restrict__ out)
 	if (t == 0)
 		out[o] = sg_st_f32(sg_to_f32(acc / (float)6));
 }
-// cg_reduce.sg:16: %mx = amax(%h, dims=[-1])
+// cg_reduce.sg:17: %mx = amax(%h, dims=[-1])
 static __global__ void __launch_bounds__(256)
-k_reduce_16_amax_mx(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
+k_reduce_17_amax_mx(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -64,9 +64,9 @@ k_reduce_16_amax_mx(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 	if (t == 0)
 		out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
-// cg_reduce.sg:17: %v, %mu = var_mean(%x, dims=[2])
+// cg_reduce.sg:18: %v, %mu = var_mean(%x, dims=[2])
 static __global__ void __launch_bounds__(256)
-k_reduce_17_var_mean_v(const float *__restrict__ x, float *__restrict__ out, float *__restrict__ mean_out)
+k_reduce_18_var_mean_v(const float *__restrict__ x, float *__restrict__ out, float *__restrict__ mean_out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -89,9 +89,9 @@ k_reduce_17_var_mean_v(const float *__restrict__ x, float *__restrict__ out, flo
 		mean_out[o] = sg_st_f32(sg_to_f32(mean));
 	}
 }
-// cg_reduce.sg:18: %all = sum(%h)
+// cg_reduce.sg:19: %all = sum(%h)
 static __global__ void __launch_bounds__(256)
-k_reduce_18_sum_all(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
+k_reduce_19_sum_all(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -105,9 +105,9 @@ k_reduce_18_sum_all(const sg_bf16 *__restrict__ x, sg_bf16 *__restrict__ out)
 	if (t == 0)
 		out[o] = sg_st_bf16(sg_to_bf16(acc));
 }
-// cg_reduce.sg:19: %sm = softmax(%x, dim=1)
+// cg_reduce.sg:20: %sm = softmax(%x, dim=1)
 static __global__ void __launch_bounds__(256)
-k_reduce_19_softmax_sm(const float *__restrict__ x, float *__restrict__ out)
+k_reduce_20_softmax_sm(const float *__restrict__ x, float *__restrict__ out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -129,11 +129,11 @@ k_reduce_19_softmax_sm(const float *__restrict__ x, float *__restrict__ out)
 	}
 	(void)ls;
 }
-// cg_reduce.sg:23: %ce = cross_entropy(%x, %t)
+// cg_reduce.sg:24: %ce = cross_entropy(%x, %t)
 /* Stage 1 of cross_entropy: per row, the loss (part[o]) and whether it
  * counts (part[40 + o]; target -100 is ignored). */
 static __global__ void __launch_bounds__(256)
-k_reduce_23_cross_entropy_rows_ce(const float *__restrict__ x, const sg_i64 *__restrict__ target, float *__restrict__ part)
+k_reduce_24_cross_entropy_rows_ce(const float *__restrict__ x, const sg_i64 *__restrict__ target, float *__restrict__ part)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -145,7 +145,7 @@ k_reduce_23_cross_entropy_rows_ce(const float *__restrict__ x, const sg_i64 *__r
 			part[o] = part[40 + o] = 0;
 		return;
 	}
-	SG_CHECK(k >= 0 && k < 6, "cg_reduce.sg", 23, "cross_entropy: target out of range");
+	SG_CHECK(k >= 0 && k < 6, "cg_reduce.sg", 24, "cross_entropy: target out of range");
 	const sg_i64 base = (o / 10) * 60 + o % 10;
 	float m = -sg_inff();
 	for (sg_i64 r = t; r < 6; r += 32)
@@ -163,7 +163,7 @@ k_reduce_23_cross_entropy_rows_ce(const float *__restrict__ x, const sg_i64 *__r
 }
 /* Stage 2 of cross_entropy: the mean over the rows that count. */
 static __global__ void __launch_bounds__(256)
-k_reduce_23_cross_entropy_mean_ce(const float *__restrict__ part, float *__restrict__ out)
+k_reduce_24_cross_entropy_mean_ce(const float *__restrict__ part, float *__restrict__ out)
 {
 	float s = 0, c = 0;
 	for (sg_i64 r = threadIdx.x; r < 40; r += 256) {
@@ -175,10 +175,10 @@ k_reduce_23_cross_entropy_mean_ce(const float *__restrict__ part, float *__restr
 	if (threadIdx.x == 0)
 		out[0] = sg_st_f32(sg_to_f32(s / c));
 }
-// cg_reduce.sg:24: %mse = mse_loss(%x, %m)
+// cg_reduce.sg:25: %mse = mse_loss(%x, %m)
 /* Stage 1 of mse_loss: each block reduces a strided part into part[block]. */
 static __global__ void __launch_bounds__(256)
-k_reduce_24_mse_loss_part_mse(const float *__restrict__ a, const float *__restrict__ b, float *__restrict__ part)
+k_reduce_25_mse_loss_part_mse(const float *__restrict__ a, const float *__restrict__ b, float *__restrict__ part)
 {
 	float acc = 0;
 	for (sg_i64 r = (sg_i64)blockIdx.x * 256 + threadIdx.x; r < 240;
@@ -190,7 +190,7 @@ k_reduce_24_mse_loss_part_mse(const float *__restrict__ a, const float *__restri
 }
 /* Stage 2 of mse_loss: one block reduces the 1 parts. */
 static __global__ void __launch_bounds__(256)
-k_reduce_24_mse_loss_final_mse(const float *__restrict__ part, float *__restrict__ out)
+k_reduce_25_mse_loss_final_mse(const float *__restrict__ part, float *__restrict__ out)
 {
 	float acc = 0;
 	for (int r = threadIdx.x; r < 1; r += 256)
@@ -199,13 +199,70 @@ k_reduce_24_mse_loss_final_mse(const float *__restrict__ part, float *__restrict
 	if (threadIdx.x == 0)
 		out[0] = sg_st_f32(sg_to_f32(acc / (float)240));
 }
+// cg_reduce.sg:27: %ve, %me = var_mean(%e, dims=[2])
+static __global__ void __launch_bounds__(256)
+k_reduce_27_var_mean_ve(const float *__restrict__ x, float *__restrict__ out, float *__restrict__ mean_out)
+{
+	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
+	const int t = threadIdx.x % 32;
+	if (o >= 24)
+		return;
+	const sg_i64 base = 0;
+	float s = 0;
+	for (sg_i64 r = t; r < 0; r += 32)
+		s += sg_opf(sg_ld(x[base + r]));
+	s = sg_reduce<32>(s, sg_sum_op());
+	const float mean = sg_nanf();
+	float q = 0;
+	for (sg_i64 r = t; r < 0; r += 32) {
+		const float d = sg_opf(sg_ld(x[base + r])) - mean;
+		q += d * d;
+	}
+	q = sg_reduce<32>(q, sg_sum_op());
+	if (t == 0) {
+		out[o] = sg_st_f32(sg_to_f32(sg_nanf()));
+		mean_out[o] = sg_st_f32(sg_to_f32(mean));
+	}
+}
+// cg_reduce.sg:28: %x1 = slice(%x, dim=2, end=1)
+static __global__ void __launch_bounds__(256)
+k_reduce_28_slice_x1(const float *__restrict__ x, float *__restrict__ out)
+{
+	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 24;
+	     i += (int)gridDim.x * blockDim.x)
+		out[i] = x[i * 10];
+}
+// cg_reduce.sg:29: %v1 = var(%x1, dims=[2])
+static __global__ void __launch_bounds__(256)
+k_reduce_29_var_v1(const float *__restrict__ x, float *__restrict__ out)
+{
+	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
+	const int t = threadIdx.x % 32;
+	if (o >= 24)
+		return;
+	const sg_i64 base = o;
+	float s = 0;
+	for (sg_i64 r = t; r < 1; r += 32)
+		s += sg_opf(sg_ld(x[base + 0]));
+	s = sg_reduce<32>(s, sg_sum_op());
+	const float mean = s / (float)1;
+	float q = 0;
+	for (sg_i64 r = t; r < 1; r += 32) {
+		const float d = sg_opf(sg_ld(x[base + 0])) - mean;
+		q += d * d;
+	}
+	q = sg_reduce<32>(q, sg_sum_op());
+	if (t == 0) {
+		out[o] = sg_st_f32(sg_to_f32(sg_nanf()));
+	}
+}
 
 #ifndef __CUDACC_RTC__
 
-// ================================================================ graph reduce (cg_reduce.sg:7)
+// ================================================================ graph reduce (cg_reduce.sg:8)
 
 /* The tensors of a call, in io order: inputs, outputs, params, consts. */
-static const SgrtTensorDesc reduce_tensors[17] = {
+static const SgrtTensorDesc reduce_tensors[20] = {
 	{"x", SGRT_ROLE_INPUT, SGRT_F32, 3, {4, 6, 10}, 0},
 	{"w", SGRT_ROLE_INPUT, SGRT_F32, 1, {10}, 0},
 	{"bias", SGRT_ROLE_INPUT, SGRT_F32, 1, {10}, 0},
@@ -223,17 +280,20 @@ static const SgrtTensorDesc reduce_tensors[17] = {
 	{"rn", SGRT_ROLE_OUTPUT, SGRT_BF16, 3, {4, 6, 10}, 0},
 	{"ce", SGRT_ROLE_OUTPUT, SGRT_F32, 0, {}, 0},
 	{"mse", SGRT_ROLE_OUTPUT, SGRT_F32, 0, {}, 0},
+	{"ve", SGRT_ROLE_OUTPUT, SGRT_F32, 2, {4, 6}, 0},
+	{"me", SGRT_ROLE_OUTPUT, SGRT_F32, 2, {4, 6}, 0},
+	{"v1", SGRT_ROLE_OUTPUT, SGRT_F32, 2, {4, 6}, 0},
 };
 
 struct reduce_model {
 	SgrtModel *rt;
-	void *owned[17];      /* params and consts; NULL for inputs, outputs */
+	void *owned[20];      /* params and consts; NULL for inputs, outputs */
 	void *host[1];          /* pinned buffers of to_host results */
 	cudaEvent_t fev[1];      /* cross-stream frees */
 	void *scratch[1];    /* device scratch of optimizer updates */
 	int calls;                     /* calls made so far */
 	cudaGraphExec_t exec;          /* --cuda-graph: the captured call */
-	void *graph_io[17];   /* the tensors it was captured with */
+	void *graph_io[20];   /* the tensors it was captured with */
 	cudaEvent_t graph_ext[1];
 	int graph_kernels;             /* kernels in it */
 };
@@ -255,7 +315,7 @@ reduce_create(reduce_model **out, int device)
 	cfg.stream_priorities = NULL;
 	cfg.nevents = 0;
 	cfg.event_names = NULL;
-	cfg.arena_bytes = 0; /* the static memory plan's peak */
+	cfg.arena_bytes = 256; /* the static memory plan's peak */
 	reduce_model *M = (reduce_model *)calloc(1, sizeof *M);
 	*out = M;
 	if (!M)
@@ -285,7 +345,7 @@ extern "C" int
 reduce_load(reduce_model *M, const char *path, uint64_t seed)
 {
 	sgrt_clear_error(M->rt);
-	return sgrt_load_tensors(M->rt, path, reduce_tensors, 17, M->owned,
+	return sgrt_load_tensors(M->rt, path, reduce_tensors, 20, M->owned,
 	                         SGRT_ROLES_OWNED, seed);
 }
 
@@ -294,7 +354,7 @@ extern "C" int
 reduce_save(reduce_model *M, const char *path)
 {
 	sgrt_clear_error(M->rt);
-	return sgrt_save_tensors(M->rt, path, reduce_tensors, 17, M->owned);
+	return sgrt_save_tensors(M->rt, path, reduce_tensors, 20, M->owned);
 }
 
 /* The device address of tensor i of reduce_tensors when the model owns it
@@ -302,7 +362,7 @@ reduce_save(reduce_model *M, const char *path)
 extern "C" void *
 reduce_tensor(reduce_model *M, int i)
 {
-	return i >= 0 && i < 17 ? M->owned[i] : NULL;
+	return i >= 0 && i < 20 ? M->owned[i] : NULL;
 }
 
 /* The most device memory the model held at once (arena, params, scratch,
@@ -351,60 +411,80 @@ reduce_run(reduce_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_rn = (sg_bf16 *)io[14];
 	float *v_ce = (float *)io[15];
 	float *v_mse = (float *)io[16];
+	[[maybe_unused]] float *v_e = NULL; /* its readers may all be skipped */
+	float *v_ve = (float *)io[17];
+	float *v_me = (float *)io[18];
+	float *v_x1 = NULL;
+	float *v_v1 = (float *)io[19];
 
-	/* cg_reduce.sg:14: %s = sum(%x, dims=[0, 2]) */
-	SGRT_KERNEL(rt, 0, "k_reduce_14_sum_s", 14,
-	            k_reduce_14_sum_s<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_s));
+	/* cg_reduce.sg:15: %s = sum(%x, dims=[0, 2]) */
+	SGRT_KERNEL(rt, 0, "k_reduce_15_sum_s", 15,
+	            k_reduce_15_sum_s<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_s));
 
-	/* cg_reduce.sg:15: %m = mean(%x, dims=[1], keepdim=true) */
-	SGRT_KERNEL(rt, 0, "k_reduce_15_mean_m", 15,
-	            k_reduce_15_mean_m<<<5, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_m));
+	/* cg_reduce.sg:16: %m = mean(%x, dims=[1], keepdim=true) */
+	SGRT_KERNEL(rt, 0, "k_reduce_16_mean_m", 16,
+	            k_reduce_16_mean_m<<<5, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_m));
 
-	/* cg_reduce.sg:16: %mx = amax(%h, dims=[-1]) */
-	SGRT_KERNEL(rt, 0, "k_reduce_16_amax_mx", 16,
-	            k_reduce_16_amax_mx<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_mx));
+	/* cg_reduce.sg:17: %mx = amax(%h, dims=[-1]) */
+	SGRT_KERNEL(rt, 0, "k_reduce_17_amax_mx", 17,
+	            k_reduce_17_amax_mx<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_mx));
 
-	/* cg_reduce.sg:17: %v, %mu = var_mean(%x, dims=[2]) */
-	SGRT_KERNEL(rt, 0, "k_reduce_17_var_mean_v", 17,
-	            k_reduce_17_var_mean_v<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_v, v_mu));
+	/* cg_reduce.sg:18: %v, %mu = var_mean(%x, dims=[2]) */
+	SGRT_KERNEL(rt, 0, "k_reduce_18_var_mean_v", 18,
+	            k_reduce_18_var_mean_v<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_v, v_mu));
 
-	/* cg_reduce.sg:18: %all = sum(%h) */
-	SGRT_KERNEL(rt, 0, "k_reduce_18_sum_all", 18,
-	            k_reduce_18_sum_all<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_all));
+	/* cg_reduce.sg:19: %all = sum(%h) */
+	SGRT_KERNEL(rt, 0, "k_reduce_19_sum_all", 19,
+	            k_reduce_19_sum_all<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_h, v_all));
 
-	/* cg_reduce.sg:19: %sm = softmax(%x, dim=1) */
-	SGRT_KERNEL(rt, 0, "k_reduce_19_softmax_sm", 19,
-	            k_reduce_19_softmax_sm<<<5, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_sm));
+	/* cg_reduce.sg:20: %sm = softmax(%x, dim=1) */
+	SGRT_KERNEL(rt, 0, "k_reduce_20_softmax_sm", 20,
+	            k_reduce_20_softmax_sm<<<5, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_sm));
 
-	/* cg_reduce.sg:20: %lsm = log_softmax(%h, dim=-1) */
-	SGRT_KERNEL(rt, 0, "k_reduce_20_log_softmax_lsm", 20,
-	            SGRT_CHECK_CUDA(rt, sg_launch_softmax_fwd<sg_bf16>(v_h, v_lsm, 24, 10, 1, sgrt_stream(rt, 0)), 20));
+	/* cg_reduce.sg:21: %lsm = log_softmax(%h, dim=-1) */
+	SGRT_KERNEL(rt, 0, "k_reduce_21_log_softmax_lsm", 21,
+	            SGRT_CHECK_CUDA(rt, sg_launch_softmax_fwd<sg_bf16>(v_h, v_lsm, 24, 10, 1, sgrt_stream(rt, 0)), 21));
 
-	/* cg_reduce.sg:21: %ln = layer_norm(%x, %w, %bias) */
-	SGRT_KERNEL(rt, 0, "k_reduce_21_layer_norm_ln", 21,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_x, v_w, v_bias, v_ln, NULL, NULL, 24, 10, (float)1e-05, 0, sgrt_stream(rt, 0)), 21));
+	/* cg_reduce.sg:22: %ln = layer_norm(%x, %w, %bias) */
+	SGRT_KERNEL(rt, 0, "k_reduce_22_layer_norm_ln", 22,
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<float>(v_x, v_w, v_bias, v_ln, NULL, NULL, 24, 10, (float)1e-05, 0, sgrt_stream(rt, 0)), 22));
 
-	/* cg_reduce.sg:22: %rn = rms_norm(%h) */
-	SGRT_KERNEL(rt, 0, "k_reduce_22_rms_norm_rn", 22,
-	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_h, NULL, NULL, v_rn, NULL, NULL, 24, 10, (float)1e-06, 1, sgrt_stream(rt, 0)), 22));
+	/* cg_reduce.sg:23: %rn = rms_norm(%h) */
+	SGRT_KERNEL(rt, 0, "k_reduce_23_rms_norm_rn", 23,
+	            SGRT_CHECK_CUDA(rt, sg_launch_layer_norm_fwd<sg_bf16>(v_h, NULL, NULL, v_rn, NULL, NULL, 24, 10, (float)1e-06, 1, sgrt_stream(rt, 0)), 23));
 
-	/* cg_reduce.sg:23: %ce = cross_entropy(%x, %t) */
-	float *tmp_ce_23 = NULL;
-	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_ce_23, 320, 0, 23));
-	SGRT_KERNEL(rt, 0, "k_reduce_23_cross_entropy_rows_ce", 23,
-	            k_reduce_23_cross_entropy_rows_ce<<<5, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_t, tmp_ce_23));
-	SGRT_KERNEL(rt, 0, "k_reduce_23_cross_entropy_mean_ce", 23,
-	            k_reduce_23_cross_entropy_mean_ce<<<1, 256, 0, sgrt_stream(rt, 0)>>>(tmp_ce_23, v_ce));
-	SGRT_TRY(sgrt_free_async(rt, tmp_ce_23, 0, 23));
+	/* cg_reduce.sg:24: %ce = cross_entropy(%x, %t) */
+	float *tmp_ce_24 = NULL;
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_ce_24, 320, 0, 24));
+	SGRT_KERNEL(rt, 0, "k_reduce_24_cross_entropy_rows_ce", 24,
+	            k_reduce_24_cross_entropy_rows_ce<<<5, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_t, tmp_ce_24));
+	SGRT_KERNEL(rt, 0, "k_reduce_24_cross_entropy_mean_ce", 24,
+	            k_reduce_24_cross_entropy_mean_ce<<<1, 256, 0, sgrt_stream(rt, 0)>>>(tmp_ce_24, v_ce));
+	SGRT_TRY(sgrt_free_async(rt, tmp_ce_24, 0, 24));
 
-	/* cg_reduce.sg:24: %mse = mse_loss(%x, %m) */
-	float *tmp_part_24 = NULL;
-	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_part_24, 4, 0, 24));
-	SGRT_KERNEL(rt, 0, "k_reduce_24_mse_loss_part_mse", 24,
-	            k_reduce_24_mse_loss_part_mse<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_m, tmp_part_24));
-	SGRT_KERNEL(rt, 0, "k_reduce_24_mse_loss_final_mse", 24,
-	            k_reduce_24_mse_loss_final_mse<<<1, 256, 0, sgrt_stream(rt, 0)>>>(tmp_part_24, v_mse));
-	SGRT_TRY(sgrt_free_async(rt, tmp_part_24, 0, 24));
+	/* cg_reduce.sg:25: %mse = mse_loss(%x, %m) */
+	float *tmp_part_25 = NULL;
+	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_part_25, 4, 0, 25));
+	SGRT_KERNEL(rt, 0, "k_reduce_25_mse_loss_part_mse", 25,
+	            k_reduce_25_mse_loss_part_mse<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_m, tmp_part_25));
+	SGRT_KERNEL(rt, 0, "k_reduce_25_mse_loss_final_mse", 25,
+	            k_reduce_25_mse_loss_final_mse<<<1, 256, 0, sgrt_stream(rt, 0)>>>(tmp_part_25, v_mse));
+	SGRT_TRY(sgrt_free_async(rt, tmp_part_25, 0, 25));
+
+	/* cg_reduce.sg:26: %e = slice(%x, dim=2, end=0) */
+
+	/* cg_reduce.sg:27: %ve, %me = var_mean(%e, dims=[2]) */
+	SGRT_KERNEL(rt, 0, "k_reduce_27_var_mean_ve", 27,
+	            k_reduce_27_var_mean_ve<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_e, v_ve, v_me));
+
+	/* cg_reduce.sg:28: %x1 = slice(%x, dim=2, end=1) */
+	v_x1 = (float *)SGRT_AT(rt, 0); /* 96 bytes of the arena */
+	SGRT_KERNEL(rt, 0, "k_reduce_28_slice_x1", 28,
+	            k_reduce_28_slice_x1<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_x1));
+
+	/* cg_reduce.sg:29: %v1 = var(%x1, dims=[2]) */
+	SGRT_KERNEL(rt, 0, "k_reduce_29_var_v1", 29,
+	            k_reduce_29_var_v1<<<3, 256, 0, sgrt_stream(rt, 0)>>>(v_x1, v_v1));
 	return SGRT_OK;
 }
 
@@ -422,11 +502,11 @@ reduce_call_io(reduce_model *M, cudaStream_t stream, void *const *io, const cuda
 	return rc != SGRT_OK ? rc : end;
 }
 
-/* The same with typed arguments (f16 and bf16 as uint16_t): inputs x, w, bias, t, h; outputs s, m, mx, v, mu, all, sm, lsm, ln, rn, ce, mse. */
+/* The same with typed arguments (f16 and bf16 as uint16_t): inputs x, w, bias, t, h; outputs s, m, mx, v, mu, all, sm, lsm, ln, rn, ce, mse, ve, me, v1. */
 extern "C" int
-reduce_call(reduce_model *M, cudaStream_t stream, const float *in_x, const float *in_w, const float *in_bias, const int64_t *in_t, const uint16_t *in_h, float *out_s, float *out_m, uint16_t *out_mx, float *out_v, float *out_mu, uint16_t *out_all, float *out_sm, uint16_t *out_lsm, float *out_ln, uint16_t *out_rn, float *out_ce, float *out_mse)
+reduce_call(reduce_model *M, cudaStream_t stream, const float *in_x, const float *in_w, const float *in_bias, const int64_t *in_t, const uint16_t *in_h, float *out_s, float *out_m, uint16_t *out_mx, float *out_v, float *out_mu, uint16_t *out_all, float *out_sm, uint16_t *out_lsm, float *out_ln, uint16_t *out_rn, float *out_ce, float *out_mse, float *out_ve, float *out_me, float *out_v1)
 {
-	void *io[17];
+	void *io[20];
 	memcpy(io, M->owned, sizeof io);
 	io[0] = (void *)in_x;
 	io[1] = (void *)in_w;
@@ -445,6 +525,9 @@ reduce_call(reduce_model *M, cudaStream_t stream, const float *in_x, const float
 	io[14] = (void *)out_rn;
 	io[15] = (void *)out_ce;
 	io[16] = (void *)out_mse;
+	io[17] = (void *)out_ve;
+	io[18] = (void *)out_me;
+	io[19] = (void *)out_v1;
 	const cudaEvent_t *ext = NULL;
 	return reduce_call_io(M, stream, io, ext);
 }

@@ -79,6 +79,12 @@ def reduce_cases():
     one = torch.tensor([[1.5], [2.0]])
     S.case("var of one element", "%r = var(%x, dims=[1])", {"x": one},
            {"r": torch.var(one, 1)})
+    # and of none: NaN too (0 / max(0, N - 1)), not 0 / -1
+    none = torch.zeros([3, 0])
+    S.case("var and var_mean of no elements", "%r = var(%x, dims=[1])\n"
+           "%v, %m = var_mean(%x, dims=[1], keepdim=true)", {"x": none},
+           {"r": torch.var(none, 1), "v": torch.var_mean(none, 1, keepdim=True)[0],
+            "m": torch.var_mean(none, 1, keepdim=True)[1]})
     for dt in FLOATS:
         x = rand([4, 6], dt)
         for dims, keep in ((None, False), ([1], False), ([0], True)):
