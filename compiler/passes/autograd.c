@@ -619,20 +619,33 @@ choose_acc_stream(Grad *G, Slot *sl, uint32_t stream)
 	}
 }
 
+/* Whether v is dx, made by a layer or RMS norm's backward. */
+static int
+norm_dx(Grad *G, ValId v)
+{
+	NewVal *nv = newval(G, v);
+	if (!nv)
+		return 0;
+	const Node *n = &G->out.v[nv->at];
+	return (n->op == OP_LAYER_NORM_BACKWARD || n->op == OP_RMS_NORM_BACKWARD) &&
+	       n->res[0] == v;
+}
+
 /* Whether contribution v, dx of a norm backward just made, takes the
  * slot's gradient so far as its residual operand (residual=true: the
  * backward adds it to dx in its own kernel, as a pre-norm block's
  * residual stream needs) instead of an add after it.  Only in a graph with
- * the default stream alone: choose_acc_stream moves chains of adds. */
+ * the default stream alone: choose_acc_stream moves chains of adds.  Only
+ * for a v that the rule just made for this one operand (own): a gradient
+ * passed through (add's, sub's) is also another value's gradient, or
+ * another operand's, which the residual would change. */
 static int
-fuse_residual(Grad *G, const Slot *sl, ValId v)
+fuse_residual(Grad *G, const Slot *sl, ValId v, int own)
 {
-	NewVal *nv = newval(G, v);
-	if (G->g->streams.n != 1 || !nv)
+	if (G->g->streams.n != 1 || !own || !norm_dx(G, v))
 		return 0;
-	Node *n = &G->out.v[nv->at];
-	if ((n->op != OP_LAYER_NORM_BACKWARD && n->op != OP_RMS_NORM_BACKWARD) ||
-	    n->res[0] != v || ir_norm_bwd_residual(n) >= 0)
+	Node *n = &G->out.v[newval(G, v)->at];
+	if (ir_norm_bwd_residual(n) >= 0)
 		return 0;
 	Opnd *o = arena_alloc(G->a, ((size_t)n->nopnd + 2) * sizeof *o);
 	memcpy(o, n->opnd, n->nopnd * sizeof *o);
@@ -646,9 +659,9 @@ fuse_residual(Grad *G, const Slot *sl, ValId v)
 /* Adds contribution v to slot s, in the order backward makes them: the
  * first is taken as it is, later ones are summed on the slot's
  * accumulation stream (rule 4; default while none is chosen), by the
- * norm backward that made v when fuse_residual lets it. */
+ * norm backward that made v when fuse_residual lets it (own: see there). */
 static void
-contribute(Grad *G, uint32_t s, ValId v)
+contribute(Grad *G, uint32_t s, ValId v, int own)
 {
 	Slot *sl = &G->slots.v[s];
 	const Type *want = &G->g->vals.v[sl->val].type, *got = grad_type(G, v);
@@ -662,7 +675,7 @@ contribute(Grad *G, uint32_t s, ValId v)
 	}
 	if (!sl->acc_fixed && stream_of(G, v) != 0)
 		choose_acc_stream(G, sl, stream_of(G, v));
-	if (sl->grad == NONE || fuse_residual(G, sl, v)) {
+	if (sl->grad == NONE || fuse_residual(G, sl, v, own)) {
 		sl->grad = v;
 		return;
 	}
@@ -781,8 +794,13 @@ derive_node(Grad *G, NodeId i)
 			continue;
 		G->base = n->opnd[k].v;
 		G->stream = n->stream;
+		int own = norm_dx(G, gin[k]);
+		for (uint32_t j = 0; own && j < nr; j++)
+			own = gin[k] != gout[j];
+		for (uint32_t j = 0; own && j < n->nopnd; j++)
+			own = j == k || gin[j] != gin[k];
 		contribute(G, G->in[i][k],
-		           grad_fit(G, gin[k], &g->vals.v[n->opnd[k].v].type));
+		           grad_fit(G, gin[k], &g->vals.v[n->opnd[k].v].type), own);
 	}
 	/* only once every operand has its share: finalize may free one */
 	for (uint32_t k = 0; k < n->nopnd; k++) {
@@ -810,7 +828,7 @@ derive(Grad *G, uint32_t loss)
 		Node *n = grad_node(G, OP_ONES, NULL, 0);
 		grad_setints(G, n, "shape", t->d, t->rank);
 		grad_set(n, "dtype", t->dt);
-		contribute(G, loss, grad_end(G, n, 1));
+		contribute(G, loss, grad_end(G, n, 1), 0);
 	}
 	for (NodeId i = G->bw; i-- > 0;)
 		if (G->onpath[i] && !derive_node(G, i))
