@@ -30,6 +30,7 @@ typedef struct {
 	int d[4];
 	int dt;       /* index into dtypes[] */
 	int tainted;  /* depends on a param (a loss from it has gradients) */
+	int pview;    /* a param or a view of one: not to be written in place */
 } GVal;
 
 typedef struct {
@@ -87,6 +88,7 @@ new_val(Gen *G, int dt, int rank, const int *d, int tainted)
 	for (int k = 0; k < rank; k++)
 		v->d[k] = d[k];
 	v->tainted = tainted;
+	v->pview = 0;
 	return G->nv++;
 }
 
@@ -102,6 +104,7 @@ declare(Gen *G, const char *kind, int dt, int rank, const int *d)
 		return -1;
 	if (G->v[i].tainted)
 		G->params |= 1ull << i;
+	G->v[i].pview = G->v[i].tainted;
 	G->nparams++;
 	fprintf(G->fd, "  %s %%v%d : ", kind, i);
 	put_type(G->fd, &G->v[i]);
@@ -421,7 +424,7 @@ statement(Gen *G)
 	int a = pick(G);
 	GVal x = G->v[a];
 	int r, d[4], k;
-	switch (take(G, 20)) {
+	switch (take(G, 21)) {
 	case 0: case 1:
 		if ((r = def(G, x.dt, x.rank, x.d, x.tainted)) >= 0)
 			fprintf(G->fb, "%s(%%v%d)\n", unary[take(G, sizeof unary / sizeof *unary)], a);
@@ -511,15 +514,19 @@ statement(Gen *G)
 			memcpy(d, x.d, sizeof d);
 			d[0] = x.d[1];
 			d[1] = x.d[0];
-			if ((r = def(G, x.dt, x.rank, d, x.tainted)) >= 0)
+			if ((r = def(G, x.dt, x.rank, d, x.tainted)) >= 0) {
 				fprintf(G->fb, "transpose(%%v%d, dim0=0, dim1=1)\n", a);
+				G->v[r].pview = x.pview;
+			}
 			break;
 		case 1:
 			d[0] = 1;
 			for (k = 0; k < x.rank; k++)
 				d[0] *= x.d[k];
-			if ((r = def(G, x.dt, 1, d, x.tainted)) >= 0)
+			if ((r = def(G, x.dt, 1, d, x.tainted)) >= 0) {
 				fprintf(G->fb, "reshape(%%v%d, shape=[%d])\n", a, d[0]);
+				G->v[r].pview = x.pview;
+			}
 			break;
 		case 2:
 			if (x.rank < 1)
@@ -534,8 +541,10 @@ statement(Gen *G)
 				break;
 			d[0] = 1;
 			memcpy(d + 1, x.d, sizeof(int) * (size_t)x.rank);
-			if ((r = def(G, x.dt, x.rank + 1, d, x.tainted)) >= 0)
+			if ((r = def(G, x.dt, x.rank + 1, d, x.tainted)) >= 0) {
 				fprintf(G->fb, "unsqueeze(%%v%d, dim=0)\n", a);
+				G->v[r].pview = x.pview;
+			}
 			break;
 		}
 		break;
@@ -577,16 +586,20 @@ statement(Gen *G)
 		break;
 	case 12: /* cast */
 		k = (int)take(G, 4);
-		if ((r = def(G, k, x.rank, x.d, x.tainted)) >= 0)
+		if ((r = def(G, k, x.rank, x.d, x.tainted)) >= 0) {
 			fprintf(G->fb, "cast(%%v%d, dtype=%s)\n", a, dtypes[k]);
+			G->v[r].pview = x.pview && k == x.dt;
+		}
 		break;
 	case 13: /* slice */
 		if (x.rank < 1 || x.d[0] < 1)
 			break;
 		memcpy(d, x.d, sizeof d);
 		d[0] = 1;
-		if ((r = def(G, x.dt, x.rank, d, x.tainted)) >= 0)
+		if ((r = def(G, x.dt, x.rank, d, x.tainted)) >= 0) {
 			fprintf(G->fb, "slice(%%v%d, dim=0, start=0, end=1)\n", a);
+			G->v[r].pview = x.pview;
+		}
 		break;
 	case 14: /* a scalar literal on the left */
 		if ((r = def(G, x.dt, x.rank, x.d, x.tainted)) >= 0)
@@ -597,6 +610,38 @@ statement(Gen *G)
 		break;
 	case 17: case 18: /* chains that -O2 rewrites into one op */
 		written_out(G, a);
+		break;
+	case 19: /* in place: on a value, or through a slice of it, or a row
+	            of its transpose, so that the write shows in the value */
+		if (x.pview)
+			break;
+		switch (take(G, 3)) {
+		case 0:
+			fprintf(G->fb, "  mul_(%%v%d, 0.5)\n", a);
+			break;
+		case 1:
+			if (x.rank < 1 || x.d[0] < 1)
+				break;
+			memcpy(d, x.d, sizeof d);
+			d[0] = 1;
+			if ((r = def(G, x.dt, x.rank, d, x.tainted)) >= 0)
+				fprintf(G->fb, "slice(%%v%d, dim=0, start=%d)\n  add_(%%v%d, 1.0)\n",
+				        a, x.d[0] - 1, r);
+			break;
+		default:
+			if (x.rank < 2 || x.d[1] < 1)
+				break;
+			memcpy(d, x.d, sizeof d);
+			d[0] = x.d[1];
+			d[1] = x.d[0];
+			if ((r = def(G, x.dt, x.rank, d, x.tainted)) < 0)
+				break;
+			fprintf(G->fb, "transpose(%%v%d, dim0=0, dim1=1)\n", a);
+			d[0] = 1;
+			if ((k = def(G, x.dt, x.rank, d, x.tainted)) >= 0)
+				fprintf(G->fb, "slice(%%v%d, dim=0, end=1)\n  zero_(%%v%d)\n", r, k);
+			break;
+		}
 		break;
 	default: /* where on a comparison */
 		if ((r = def(G, x.dt, x.rank, x.d, x.tainted)) >= 0)

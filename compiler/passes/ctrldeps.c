@@ -27,7 +27,9 @@
  * they do not need.  For this test sync_dealloc counts as no sync: only
  * the program's syncs carry dependencies.  A sync nothing crosses stays
  * bare.  Inputs, params and consts are never moved and pass through
- * nothing; returned values are not renamed (they are the output names).
+ * nothing; returned values are not renamed (they are the output names),
+ * nor is what an in-place op writes (a write-back's destination is the
+ * caller's tensor or the output).
  *
  * ctrldeps_check is the verifier's half: after this pass a bare sync that
  * values cross means that some later pass moved work across it.
@@ -544,7 +546,7 @@ ctrldeps_pass(Graph *g, const PassOptions *po, Diag *d)
 		if (n->flags & NF_DEAD)
 			continue;
 		for (uint32_t k = 0; k < n->nopnd; k++)
-			if (n->opnd[k].kind == OK_VAL)
+			if (n->opnd[k].kind == OK_VAL && ir_access(n, k) != RACC_WRITE)
 				n->opnd[k].v = resolve(&C, n->opnd[k].v, n->stream);
 		if (bare_sync(n)) {
 			crossing(&C, i);

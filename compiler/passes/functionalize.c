@@ -15,8 +15,10 @@
  *     all_reduce(%x)    %x.1 = all_reduce(%x)
  *
  * and later uses of %x read %x.1 (returned values keep their names: they
- * are the graph's output names).  A mutated input, param or const, and a
- * mutated value the graph returns, is then written back with
+ * are the graph's output names).  Through a view, the write goes to the
+ * memory the view shares with the value it views ("Views", below).  A
+ * mutated input, param or const, and a mutated value the graph returns,
+ * is then written back with
  * `copy_(%x, %x.N)` at the end of the graph, on the stream of its last
  * mutation.  For an input, param or const the write-back comes earlier
  * when an `extern` event is recorded after the mutation, on any stream
@@ -58,6 +60,13 @@
 
 #include "passes.h"
 
+/* A view's strides and element offset in its root's memory, as PyTorch
+ * lays them out (the root dense, row-major). */
+typedef struct {
+	int64_t st[SG_MAXRANK];
+	int64_t off;
+} VStrides;
+
 typedef struct {
 	Graph *g;
 	Diag *d;
@@ -78,6 +87,15 @@ typedef struct {
 	NodeId backward;  /* the backward statement, NONE when none */
 	NodeInsVec ins;
 	int errors;
+	/* Views (see "Views" below). */
+	ValId *root;      /* per value: the value whose memory it views, itself
+	                     when it views none */
+	VStrides *vst;    /* per value: its strides and offset in root's memory */
+	uint32_t *gver;   /* per root: the mutations of its memory so far */
+	uint32_t *seen;   /* per view: the root's gver that cur[] reflects */
+	ValId *vpar;      /* per view: the value it views, as written */
+	uint32_t nv;      /* values before the pass: those the arrays cover */
+	VEC(ValId) chain;
 } Fn;
 
 /* Runs op's shape rule on n, giving it one fresh result named after base. */
@@ -133,6 +151,419 @@ coerce(Fn *F, const Node *at, NodeId i, ValId v, const Type *t, const char *base
 	if (g->vals.v[v].type.dt != t->dt)
 		v = unary_after(F, at, i, OP_CAST, v, t, base);
 	return v;
+}
+
+/* ------------------------------------------------------------------ views
+ *
+ * PyTorch's view ops (transpose, permute, slice, chunk, split, expand,
+ * squeeze, unsqueeze; reshape and contiguous where the strides allow it, as
+ * PyTorch decides; a cast to the same dtype) give tensors that share their
+ * operand's memory.  So an in-place op on a view changes the value it
+ * views, and every other view of that memory, and one on a value changes
+ * its views: `copy_` into a slice of a cache updates the cache.  This pass
+ * keeps that meaning as PyTorch's functionalisation does:
+ *
+ *     %s = slice(%c, dim=0, start=2, end=3)
+ *     copy_(%s, %n)        %c.1 = cat(slice(%c, dim=0, end=2), %n,
+ *                                     slice(%c, dim=0, start=3), dim=0)
+ *
+ * The mutated view's new version goes back through each view op to the
+ * root (the value whose memory it views): transposed or permuted back,
+ * reshaped back, a slice set between the untouched parts with cat.  Later
+ * uses of the root read its new version.  A view read after a mutation of
+ * its root's memory is made again from the root's new version, right
+ * before the read and on the reader's stream; a returned view is made
+ * again at the end, and that node takes its name.  Each view records how
+ * many mutations of its root its version reflects, so it is made again
+ * only when read, once per mutation.  An in-place op through an expand that
+ * broadcast (several elements sharing one location) is an error, as
+ * PyTorch's is, but for fill_ and zero_ of all of it, which PyTorch takes.
+ */
+
+/* Strides of a dense row-major tensor of type t, as PyTorch gives them. */
+static void
+dense_strides(const Type *t, VStrides *v)
+{
+	int64_t s = 1;
+	for (int i = t->rank; i-- > 0;) {
+		v->st[i] = s;
+		s *= t->d[i] > 1 ? t->d[i] : 1;
+	}
+	v->off = 0;
+}
+
+/* PyTorch's is_contiguous. */
+static int
+is_dense(const Type *t, const VStrides *v)
+{
+	if (type_numel(t) == 0)
+		return 1;
+	int64_t want = 1;
+	for (int i = t->rank; i-- > 0;) {
+		if (t->d[i] == 1)
+			continue;
+		if (v->st[i] != want)
+			return 0;
+		want *= t->d[i];
+	}
+	return 1;
+}
+
+/* PyTorch's computeStride: the strides sb of a tensor of type a and
+ * strides sa viewed as shape b; 0 when no strides can (reshape copies). */
+static int
+reshape_strides(const Type *a, const int64_t *sa, const Type *b, int64_t *sb)
+{
+	if (a->rank == 0) {
+		for (int i = 0; i < b->rank; i++)
+			sb[i] = 1;
+		return 1;
+	}
+	if (type_numel(a) == 0) {
+		VStrides d;
+		dense_strides(b, &d);
+		memcpy(sb, type_same_shape(a, b) ? sa : d.st, (size_t)b->rank * sizeof *sb);
+		return 1;
+	}
+	int vd = b->rank - 1;
+	int64_t base = sa[a->rank - 1], tn = 1, vn = 1;
+	for (int td = a->rank - 1; td >= 0; td--) {
+		tn *= a->d[td];
+		if (td > 0 && (a->d[td - 1] == 1 || sa[td - 1] == tn * base))
+			continue;
+		while (vd >= 0 && (vn < tn || b->d[vd] == 1)) {
+			sb[vd] = vn * base;
+			vn *= b->d[vd];
+			vd--;
+		}
+		if (vn != tn)
+			return 0;
+		if (td > 0) {
+			base = sa[td - 1];
+			tn = vn = 1;
+		}
+	}
+	return vd == -1;
+}
+
+/* Dim attribute `name` of n normalised against rank. */
+static int
+dim_of(const Node *n, const char *name, int rank)
+{
+	return shape_norm_dim(ir_attr_int(n, name, 0), rank);
+}
+
+/* Where result k of slice, chunk or split node n starts along its dim d. */
+static int64_t
+part_start(const Graph *g, const Node *n, uint32_t k, int d)
+{
+	if (n->op == OP_SLICE) {
+		int64_t size = g->vals.v[n->opnd[0].v].type.d[d];
+		int64_t lo = ir_attr_int(n, "start", 0);
+		lo += lo < 0 ? size : 0;
+		return lo < 0 ? 0 : lo > size ? size : lo;
+	}
+	int64_t lo = 0;
+	for (uint32_t j = 0; j < k; j++)
+		lo += g->vals.v[n->res[j]].type.d[d];
+	return lo;
+}
+
+/* Whether result k of forward node n views its operand's memory; if so,
+ * its strides and offset into r. */
+static int
+view_of(Fn *F, const Node *n, uint32_t k, VStrides *r)
+{
+	Graph *g = F->g;
+	if (n->nopnd < 1 || n->opnd[0].kind != OK_VAL)
+		return 0;
+	ValId x = n->opnd[0].v;
+	const Type *xt = &g->vals.v[x].type, *rt = &g->vals.v[n->res[k]].type;
+	const VStrides *xs = &F->vst[x];
+	*r = *xs;
+	switch (n->op) {
+	case OP_TRANSPOSE: {
+		if (xt->rank == 0)
+			return 1;
+		int a = dim_of(n, "dim0", xt->rank), b = dim_of(n, "dim1", xt->rank);
+		r->st[a] = xs->st[b];
+		r->st[b] = xs->st[a];
+		return 1;
+	}
+	case OP_PERMUTE: {
+		const Attr *p = ir_attr(n, "dims");
+		for (int i = 0; i < xt->rank; i++)
+			r->st[i] = xs->st[shape_norm_dim(p->ints[i], xt->rank)];
+		return 1;
+	}
+	case OP_SLICE:
+	case OP_CHUNK:
+	case OP_SPLIT: {
+		int d = dim_of(n, "dim", xt->rank);
+		r->off += part_start(g, n, k, d) * xs->st[d];
+		return 1;
+	}
+	case OP_EXPAND: {
+		int lead = rt->rank - xt->rank;
+		for (int i = rt->rank; i-- > 0;) {
+			int j = i - lead;
+			int64_t size = j >= 0 ? xt->d[j] : 1;
+			int64_t st = j >= 0 ? xs->st[j]
+			           : i + 1 < rt->rank ? rt->d[i + 1] * r->st[i + 1] : 1;
+			r->st[i] = size != rt->d[i] ? 0 : st;
+		}
+		return 1;
+	}
+	case OP_SQUEEZE:
+		if (rt->rank < xt->rank)
+			for (int i = dim_of(n, "dim", xt->rank); i < rt->rank; i++)
+				r->st[i] = xs->st[i + 1];
+		return 1;
+	case OP_UNSQUEEZE: {
+		int d = dim_of(n, "dim", rt->rank);
+		for (int i = rt->rank - 1; i > d; i--)
+			r->st[i] = xs->st[i - 1];
+		r->st[d] = d >= xt->rank ? 1 : xt->d[d] * xs->st[d];
+		return 1;
+	}
+	case OP_RESHAPE:
+		return reshape_strides(xt, xs->st, rt, r->st);
+	case OP_CONTIGUOUS:
+		return is_dense(xt, xs);
+	case OP_CAST:
+		return xt->dt == rt->dt;
+	default:
+		return 0;
+	}
+}
+
+/* Roots and strides of every forward value (see "Views"). */
+static void
+find_views(Fn *F)
+{
+	Graph *g = F->g;
+	uint32_t nv = F->nv = g->vals.n;
+	F->root = xmalloc((nv + 1) * sizeof *F->root);
+	F->vpar = xmalloc((nv + 1) * sizeof *F->vpar);
+	F->vst = xmalloc((nv + 1) * sizeof *F->vst);
+	F->gver = calloc(nv + 1, sizeof *F->gver);
+	F->seen = calloc(nv + 1, sizeof *F->seen);
+	if (!F->gver || !F->seen)
+		out_of_memory(0);
+	for (ValId v = 0; v < nv; v++) {
+		F->root[v] = v;
+		F->vpar[v] = NONE;
+		dense_strides(&g->vals.v[v].type, &F->vst[v]);
+	}
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & (NF_DEAD | NF_BACKWARD))
+			continue;
+		for (uint32_t k = 0; k < n->nres; k++) {
+			VStrides r;
+			ValId v = n->res[k];
+			if (!view_of(F, n, k, &r))
+				continue;
+			F->root[v] = F->root[n->opnd[0].v];
+			F->vpar[v] = n->opnd[0].v;
+			F->vst[v] = r;
+		}
+	}
+}
+
+/* Node i's kind of node, made again on operand x: a slice for a part of
+ * chunk or split, else a copy of the view op with its attributes. */
+static Node
+view_again(Fn *F, const Node *dn, uint32_t k, ValId x, uint32_t stream, Loc loc)
+{
+	Graph *g = F->g;
+	int split = dn->op == OP_CHUNK || dn->op == OP_SPLIT;
+	Node m = ir_node_make(g, split ? OP_SLICE : dn->op, 1, 1, stream, 0, loc);
+	if (split) {
+		int rank = g->vals.v[x].type.rank, d = dim_of(dn, "dim", rank);
+		int64_t lo = part_start(g, dn, k, d);
+		ir_attr_set(&m, "dim")->i = d;
+		ir_attr_set(&m, "start")->i = lo;
+		ir_attr_set(&m, "end")->i = lo + g->vals.v[dn->res[k]].type.d[d];
+	} else {
+		memcpy(m.attr, dn->attr, dn->nattr * sizeof *m.attr);
+	}
+	m.opnd[0].kind = OK_VAL;
+	m.opnd[0].v = x;
+	m.opnd[0].loc = loc;
+	return m;
+}
+
+/* View u's version as of now, made again before node `slot` (on stream,
+ * at loc) where a mutation of its root's memory came after it. */
+static ValId
+fresh_view(Fn *F, ValId u, NodeId slot, uint32_t stream, Loc loc)
+{
+	Graph *g = F->g;
+	ValId r = F->root[u], top = u;
+	F->chain.n = 0;
+	while (top != r && F->seen[top] != F->gver[r]) {
+		vec_push(&F->chain, top);
+		top = F->vpar[top];
+	}
+	ValId at = F->cur[top];
+	for (uint32_t j = F->chain.n; j-- > 0;) {
+		ValId m = F->chain.v[j];
+		const Value *mv = &g->vals.v[m];
+		Node n = view_again(F, &g->nodes.v[mv->def], mv->resno, at, stream, loc);
+		at = finish(F, &n, g->vals.v[m].name);
+		NodeIns x = {slot, 0, n};
+		vec_push(&F->ins, x);
+		F->cur[m] = at;
+		F->seen[m] = F->gver[r];
+	}
+	return F->cur[u];
+}
+
+/* The version node i (on stream, at loc) reads of value v. */
+static ValId
+version(Fn *F, ValId v, NodeId i, uint32_t stream, Loc loc)
+{
+	return F->root[v] == v ? F->cur[v] : fresh_view(F, v, i, stream, loc);
+}
+
+/* A node op(opnd...) before node slot, on stream; its fresh result. */
+static ValId
+node_after(Fn *F, Node *n, NodeId slot, const char *base)
+{
+	ValId r = finish(F, n, base);
+	NodeIns x = {slot, 0, *n};
+	vec_push(&F->ins, x);
+	return r;
+}
+
+/* slice(x, dim=d, start=lo, end=hi) before node slot. */
+static ValId
+slice_after(Fn *F, ValId x, int d, int64_t lo, int64_t hi, NodeId slot,
+            uint32_t stream, Loc loc, const char *base)
+{
+	Node m = ir_node_make(F->g, OP_SLICE, 1, 1, stream, 0, loc);
+	ir_attr_set(&m, "dim")->i = d;
+	ir_attr_set(&m, "start")->i = lo;
+	ir_attr_set(&m, "end")->i = hi;
+	m.opnd[0].kind = OK_VAL;
+	m.opnd[0].v = x;
+	m.opnd[0].loc = loc;
+	return node_after(F, &m, slot, base);
+}
+
+/* Whether expand node n broadcast: a dim of size 1 (or a new one) made
+ * larger, so that several elements share one memory location. */
+static int
+broadcasts(const Graph *g, const Node *n)
+{
+	const Type *x = &g->vals.v[n->opnd[0].v].type, *r = &g->vals.v[n->res[0]].type;
+	for (int i = 0, lead = r->rank - x->rank; i < r->rank; i++)
+		if (r->d[i] != 1 && (i < lead || x->d[i - lead] == 1))
+			return 1;
+	return 0;
+}
+
+/* The new version of view c's operand p (its version now: pc) when c's
+ * new version is cn: the view op undone, before node slot. */
+static ValId
+scatter(Fn *F, ValId c, ValId pc, ValId cn, NodeId slot, uint32_t stream, Loc loc)
+{
+	Graph *g = F->g;
+	const Value *cv = &g->vals.v[c];
+	const Node *dn = &g->nodes.v[cv->def];
+	uint32_t k = cv->resno;
+	Type pt = g->vals.v[F->vpar[c]].type;
+	const char *base = g->vals.v[F->root[c]].name;
+	Arena *a = g->mod->arena;
+	Node m;
+	switch (dn->op) {
+	case OP_TRANSPOSE:
+		if (pt.rank == 0)
+			return cn;
+		m = view_again(F, dn, k, cn, stream, loc);
+		return node_after(F, &m, slot, base);
+	case OP_PERMUTE: {
+		const Attr *p = ir_attr(dn, "dims");
+		m = ir_node_make(g, OP_PERMUTE, 1, 1, stream, 0, loc);
+		Attr *inv = ir_attr_set(&m, "dims");
+		inv->nints = (uint32_t)pt.rank;
+		inv->ints = arena_alloc(a, ((size_t)pt.rank + 1) * sizeof *inv->ints);
+		for (int i = 0; i < pt.rank; i++)
+			inv->ints[shape_norm_dim(p->ints[i], pt.rank)] = i;
+		m.opnd[0].kind = OK_VAL;
+		m.opnd[0].v = cn;
+		m.opnd[0].loc = loc;
+		return node_after(F, &m, slot, base);
+	}
+	case OP_SLICE:
+	case OP_CHUNK:
+	case OP_SPLIT: {
+		int d = dim_of(dn, "dim", pt.rank);
+		int64_t lo = part_start(g, dn, k, d), hi = lo + g->vals.v[cn].type.d[d];
+		if (lo == 0 && hi == pt.d[d])
+			return cn;
+		m = ir_node_make(g, OP_CAT, 1 + (lo > 0) + (hi < pt.d[d]), 1, stream, 0, loc);
+		ir_attr_set(&m, "dim")->i = d;
+		uint32_t j = 0;
+		if (lo > 0)
+			m.opnd[j++].v = slice_after(F, pc, d, 0, lo, slot, stream, loc, base);
+		m.opnd[j++].v = cn;
+		if (hi < pt.d[d])
+			m.opnd[j++].v = slice_after(F, pc, d, hi, pt.d[d], slot, stream, loc, base);
+		for (j = 0; j < m.nopnd; j++) {
+			m.opnd[j].kind = OK_VAL;
+			m.opnd[j].loc = loc;
+		}
+		return node_after(F, &m, slot, base);
+	}
+	default: /* reshape, squeeze, unsqueeze, contiguous, cast, expand */
+		if (dn->op == OP_EXPAND && broadcasts(g, dn)) {
+			/* fill_ or zero_ of all of it: every copy holds the value */
+			int lead = g->vals.v[cn].type.rank - pt.rank;
+			for (int i = 0; i < g->vals.v[cn].type.rank; i++)
+				if (g->vals.v[cn].type.d[i] > 1 && (i < lead || pt.d[i - lead] == 1))
+					cn = slice_after(F, cn, i, 0, 1, slot, stream, loc, base);
+		}
+		if (type_same_shape(&g->vals.v[cn].type, &pt))
+			return cn;
+		m = ir_node_make(g, OP_RESHAPE, 1, 1, stream, 0, loc);
+		set_shape(F, &m, &pt);
+		m.opnd[0].kind = OK_VAL;
+		m.opnd[0].v = cn;
+		m.opnd[0].loc = loc;
+		return node_after(F, &m, slot, base);
+	}
+}
+
+/* Whether in-place op `op` may write into view x through the expands on
+ * its way to its root that broadcast: only fill_ and zero_ (one value for
+ * every element sharing a location), and only into the whole of such an
+ * expand's result (no slice between it and x). */
+static int
+through_expand_ok(Fn *F, ValId x, int op)
+{
+	Graph *g = F->g;
+	int part = 0;
+	for (; F->vpar[x] != NONE; x = F->vpar[x]) {
+		const Node *n = &g->nodes.v[g->vals.v[x].def];
+		if (n->op == OP_EXPAND && broadcasts(g, n) &&
+		    ((op != OP_FILL_ && op != OP_ZERO_) || part))
+			return 0;
+		part |= n->op == OP_SLICE || n->op == OP_CHUNK || n->op == OP_SPLIT;
+	}
+	return 1;
+}
+
+/* Whether view x has elements that share one memory location. */
+static int
+overlaps(Fn *F, ValId x)
+{
+	const Type *t = &F->g->vals.v[x].type;
+	for (int i = 0; i < t->rank; i++)
+		if (F->vst[x].st[i] == 0 && t->d[i] > 1)
+			return 1;
+	return 0;
 }
 
 /* The out-of-place node replacing in-place node i; returns the new version
@@ -192,12 +623,14 @@ inplace(const Node *n)
 	return (f & OPF_COLLECTIVE) && n->nres == 0;
 }
 
-/* copy_(%x, ...) into a caller-visible %x that nothing names afterwards. */
+/* copy_(%x, ...) into a caller-visible %x that nothing names afterwards,
+ * nor any view of its memory. */
 static int
 is_write_back(Fn *F, const Node *n, NodeId i)
 {
 	ValId x = n->opnd[0].v;
-	return n->op == OP_COPY_ && F->visible[x] && (F->lastref[x] == i || F->wbok[i]);
+	return n->op == OP_COPY_ && F->visible[x] && F->root[x] == x &&
+	       (F->lastref[x] == i || F->wbok[i]);
 }
 
 /* An `extern` event recorded by node n (bare or through control_deps). */
@@ -213,6 +646,8 @@ records_extern(Graph *g, const Node *n)
 static void
 write_back(Fn *F, ValId x, NodeId m, uint32_t slot, Loc loc)
 {
+	if (F->mval[m] == x)
+		return; /* copy_(%x, %x) left x as it was */
 	Node n = ir_node_make(F->g, OP_COPY_, 2, 0, F->g->nodes.v[m].stream, 0, loc);
 	n.opnd[0].kind = n.opnd[1].kind = OK_VAL;
 	n.opnd[0].v = x;
@@ -251,53 +686,96 @@ write_back_before(Fn *F, const int32_t *clock)
 	F->pendx.n = kept;
 }
 
-/* In-place node i on %x (as written): checks, rewrites, renames. */
+/* In-place node i on %x (as written): checks, rewrites, renames.  When %x
+ * views another value's memory, the new version goes back to its root
+ * ("Views"), whose mutation it then is. */
 static void
 mutate(Fn *F, NodeId i)
 {
 	Graph *g = F->g;
 	Node *n = &g->nodes.v[i];
-	ValId x = n->opnd[0].v;
-	const Value *xv = &g->vals.v[x];
-	if (xv->kind == VK_PARAM && F->backward != NONE && i < F->backward) {
-		diag_error(F->d, n->opnd[0].loc, "'%s' changes param '%%%s' in place "
-		           "before 'backward'; PyTorch forbids that for a tensor that "
-		           "requires grad", op_name(n->op), xv->name);
+	ValId x = n->opnd[0].v, r = F->root[x];
+	const Value *rv = &g->vals.v[r];
+	if (rv->kind == VK_PARAM && F->backward != NONE && i < F->backward) {
+		if (r == x)
+			diag_error(F->d, n->opnd[0].loc, "'%s' changes param '%%%s' in place "
+			           "before 'backward'; PyTorch forbids that for a tensor that "
+			           "requires grad", op_name(n->op), rv->name);
+		else
+			diag_error(F->d, n->opnd[0].loc, "'%s' changes '%%%s', a view of param "
+			           "'%%%s', in place before 'backward'; PyTorch forbids that "
+			           "for a tensor that requires grad", op_name(n->op),
+			           g->vals.v[x].name, rv->name);
 		F->errors++;
 		return;
 	}
-	const char *name = xv->name;
-	int decl = xv->kind != VK_NODE; /* xv moves when values are made */
-	n->opnd[0].v = F->cur[x];
-	for (uint32_t k = 1; k < n->nopnd; k++)
+	if (r != x && !through_expand_ok(F, x, n->op)) {
+		if (overlaps(F, x) && n->op != OP_FILL_ && n->op != OP_ZERO_)
+			diag_error(F->d, n->opnd[0].loc, "'%s' writes into '%%%s', a view in "
+			           "which several elements share one memory location (made by "
+			           "an 'expand' that broadcast); PyTorch rejects that: write into "
+			           "a copy ('contiguous' of it) instead", op_name(n->op),
+			           g->vals.v[x].name);
+		else
+			diag_error(F->d, n->opnd[0].loc, "'%s' writes into '%%%s', part of a "
+			           "view made by an 'expand' that broadcast; sgc takes in-place "
+			           "ops through such an expand only for 'fill_' and 'zero_' of "
+			           "all of it: write into a copy ('contiguous' of it) instead",
+			           op_name(n->op), g->vals.v[x].name);
+		F->errors++;
+		return;
+	}
+	const char *name = g->vals.v[x].name;
+	int decl = rv->kind != VK_NODE; /* rv moves when values are made */
+	for (uint32_t k = 0; k < n->nopnd; k++)
 		if (n->opnd[k].kind == OK_VAL)
-			n->opnd[k].v = F->cur[n->opnd[k].v];
-	ValId r = out_of_place(F, i, name);
-	F->cur[x] = r;
-	if (F->visible[x]) {
-		F->mval[i] = r;
-		F->mprev[i] = F->mlast[x];
-		if (F->mlast[x] == NONE && decl)
-			vec_push(&F->pendx, x);
-		F->mlast[x] = i;
+			n->opnd[k].v = version(F, n->opnd[k].v, i, n->stream, n->loc);
+	ValId nx = out_of_place(F, i, name);
+	n = &g->nodes.v[i];
+	for (ValId c = x; c != r; c = F->vpar[c]) {
+		ValId p = F->vpar[c];
+		ValId np = scatter(F, c, F->cur[p], nx, i + 1, n->stream, n->loc);
+		F->cur[c] = nx;
+		nx = np;
+	}
+	F->cur[r] = nx;
+	F->gver[r]++;
+	for (ValId c = x; c != r; c = F->vpar[c])
+		F->seen[c] = F->gver[r];
+	if (F->visible[r]) {
+		F->mval[i] = nx;
+		F->mprev[i] = F->mlast[r];
+		if (F->mlast[r] == NONE && decl)
+			vec_push(&F->pendx, r);
+		F->mlast[r] = i;
 	}
 }
 
-/* Renames the operands of node i; an offload mark follows its value. */
+/* Renames the operands of node i; an offload mark follows its value.  A
+ * `del` or `offload` names a view as it is, without making it again. */
 static void
 rename_uses(Fn *F, NodeId i)
 {
 	Graph *g = F->g;
 	Node *n = &g->nodes.v[i];
+	int mark = n->op == OP_DEL || n->op == OP_OFFLOAD;
 	for (uint32_t k = 0; k < n->nopnd; k++) {
-		if (n->opnd[k].kind != OK_VAL || F->cur[n->opnd[k].v] == n->opnd[k].v)
+		if (n->opnd[k].kind != OK_VAL)
 			continue;
-		ValId was = n->opnd[k].v, now = F->cur[was];
+		ValId was = n->opnd[k].v;
+		ValId now = mark ? F->cur[was] : version(F, was, i, n->stream, n->loc);
+		if (now == was)
+			continue;
 		n->opnd[k].v = now;
 		if (n->op == OP_OFFLOAD) {
 			g->vals.v[was].offload = 0;
 			g->vals.v[now].offload = 1;
 		}
+	}
+	for (uint32_t k = 0; k < n->nres; k++) {
+		ValId v = n->res[k];
+		if (F->root[v] != v)
+			F->seen[v] = F->gver[F->root[v]];
 	}
 }
 
@@ -328,6 +806,8 @@ rewrite(Fn *F)
 			rename_uses(F, i);
 			n->opnd[0].v = x;
 			F->mlast[x] = NONE;
+			if (n->opnd[1].kind == OK_VAL && n->opnd[1].v == x)
+				n->flags |= NF_DEAD; /* copy_(%x, %x): nothing to write */
 			continue;
 		}
 		mutate(F, i);
@@ -430,6 +910,97 @@ bn_updates(Graph *g, Diag *d)
 	return any;
 }
 
+/* The write-backs at the end of the graph, each before the write-back
+ * into what its source reads: after copy_(%v5, %v2) (%v5 took %v2's value
+ * and kept it), copy_(%v2, %v2.1) would change the %v2 that the first
+ * reads.  A source reads the root of the memory it views.  Readers of one
+ * value form a forest (a value's latest version can be another only while
+ * that one is unchanged), so readers first, depth first, orders them all. */
+static void
+end_write_backs(Fn *F)
+{
+	Graph *g = F->g;
+	uint32_t nv = F->nv;
+	ValId *head = xmalloc((nv + 1) * sizeof *head);  /* first reader */
+	ValId *next = xmalloc((nv + 1) * sizeof *next);  /* next reader of the same */
+	uint8_t *state = calloc(nv + 1, 1);              /* 1 pending, 2 on the path, 3 done */
+	if (!state)
+		out_of_memory(0);
+	for (ValId x = 0; x < nv; x++) {
+		head[x] = NONE;
+		state[x] = F->visible[x] && F->mlast[x] != NONE;
+	}
+	for (ValId x = 0; x < nv; x++) {
+		if (state[x] != 1)
+			continue;
+		ValId src = F->mval[F->mlast[x]];
+		ValId y = src < nv ? F->root[src] : NONE;
+		if (y != NONE && y != x && state[y] == 1) {
+			next[x] = head[y];
+			head[y] = x;
+		}
+	}
+	VEC(ValId) stack = {0};
+	for (ValId x = 0; x < nv; x++) {
+		if (state[x] != 1)
+			continue;
+		vec_push(&stack, x);
+		while (stack.n) {
+			ValId y = stack.v[stack.n - 1];
+			if (state[y] == 1) { /* its readers first */
+				state[y] = 2;
+				for (ValId r = head[y]; r != NONE; r = next[r])
+					if (state[r] == 1)
+						vec_push(&stack, r);
+				continue;
+			}
+			stack.n--;
+			if (state[y] == 2) {
+				state[y] = 3;
+				write_back(F, y, F->mlast[y], g->nodes.n, g->retloc);
+			}
+		}
+	}
+	vec_free(&stack);
+	free(head);
+	free(next);
+	free(state);
+}
+
+/* Each returned view whose memory changed after it was made: its view op
+ * made again at the end, on the default stream, from the final version of
+ * what it views, and that node's result takes the view's name (the old
+ * one a fresh name), so that the graph returns it.  No copy_ into a view:
+ * the printed IR then has no in-place op that compiling it again would
+ * take for a write through the view. */
+static void
+return_views(Fn *F)
+{
+	Graph *g = F->g;
+	uint32_t nn = g->nodes.n;
+	for (uint32_t i = 0; i < g->rets.n; i++) {
+		ValId x = g->rets.v[i];
+		if (x >= F->nv || F->root[x] == x)
+			continue; /* made here (a view returned twice), or a root */
+		if (fresh_view(F, x, nn, 0, g->retloc) == x)
+			continue;
+		const Value *xv = &g->vals.v[x];
+		ValId p = version(F, F->vpar[x], nn, 0, g->retloc);
+		Node n = view_again(F, &g->nodes.v[xv->def], xv->resno, p, 0, g->retloc);
+		ValId f = finish(F, &n, g->vals.v[x].name);
+		NodeIns at = {nn, 1, n};
+		vec_push(&F->ins, at);
+		const char *old = g->vals.v[x].name, *now = g->vals.v[f].name;
+		g->vals.v[x].name = now;
+		g->vals.v[f].name = old;
+		map_put(&g->valmap, old, strlen(old), f);
+		map_put(&g->valmap, now, strlen(now), x);
+		for (uint32_t j = i; j < g->rets.n; j++)
+			if (g->rets.v[j] == x)
+				g->rets.v[j] = f;
+	}
+}
+
 /* Pass `functionalize`: checks, rewrites, writes back at the end. */
 int
 functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
@@ -458,6 +1029,8 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	}
 	for (uint32_t i = 0; i < g->rets.n; i++)
 		F.visible[g->rets.v[i]] = 1;
+	find_views(&F);
+	/* Per root: the last node naming it or a view of its memory. */
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		const Node *n = &g->nodes.v[i];
 		if (n->flags & NF_DEAD)
@@ -466,11 +1039,12 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 			F.backward = i;
 		for (uint32_t k = 0; k < n->nopnd; k++)
 			if (n->opnd[k].kind == OK_VAL)
-				F.lastref[n->opnd[k].v] = i;
+				F.lastref[F.root[n->opnd[k].v]] = i;
 	}
-	/* A copy_ into a visible value that nothing reads before the next full
-	 * overwrite already is a write-back (as printed IR has it). */
-	uint8_t *next = calloc(nv + 1, 1); /* per value: 1 overwrite, 2 other */
+	/* A copy_ into a visible value that nothing reads (nor a view of its
+	 * memory) before the next full overwrite already is a write-back (as
+	 * printed IR has it). */
+	uint8_t *next = calloc(nv + 1, 1); /* per root: 1 overwrite, 2 other */
 	F.wbok = calloc(g->nodes.n + 1, 1);
 	if (!next || !F.wbok)
 		out_of_memory(0);
@@ -481,10 +1055,13 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 		int full = n->op == OP_COPY_ || n->op == OP_ZERO_ || n->op == OP_FILL_;
 		if (n->op == OP_COPY_ && n->nopnd && n->opnd[0].kind == OK_VAL &&
 		    n->opnd[0].v < nv)
-			F.wbok[i] = next[n->opnd[0].v] != 2;
-		for (uint32_t k = n->nopnd; k-- > 0;)
-			if (n->opnd[k].kind == OK_VAL && n->opnd[k].v < nv)
-				next[n->opnd[k].v] = full && k == 0 ? 1 : 2;
+			F.wbok[i] = next[F.root[n->opnd[0].v]] != 2;
+		for (uint32_t k = n->nopnd; k-- > 0;) {
+			if (n->opnd[k].kind != OK_VAL || n->opnd[k].v >= nv)
+				continue;
+			ValId v = n->opnd[k].v;
+			next[F.root[v]] = full && k == 0 && F.root[v] == v ? 1 : 2;
+		}
 	}
 	free(next);
 	for (uint32_t e = 0; e < g->events.n; e++)
@@ -494,9 +1071,9 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	rewrite(&F);
 	if (F.any_extern)
 		hb_free(&F.hb);
-	for (ValId x = 0; x < nv; x++)
-		if (F.visible[x] && F.mlast[x] != NONE)
-			write_back(&F, x, F.mlast[x], g->nodes.n, g->retloc);
+	end_write_backs(&F);
+	if (!F.errors)
+		return_views(&F);
 	if (!F.errors)
 		ir_insert(g, &F.ins);
 	vec_free(&F.ins);
@@ -508,5 +1085,11 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	free(F.visible);
 	free(F.wbok);
 	free(F.lastref);
+	free(F.root);
+	free(F.vpar);
+	free(F.vst);
+	free(F.gver);
+	free(F.seen);
+	vec_free(&F.chain);
 	return F.errors == 0;
 }

@@ -44,10 +44,10 @@ k_gemm_46_transpose_st(const float *__restrict__ x, float *__restrict__ out)
 	     i += (int)gridDim.x * blockDim.x)
 		out[i] = x[i / 16 + (i % 16) * 24];
 }
-// cg_gemm.sg:54: mul_(%u, 2.0)
+// cg_gemm.sg:55: mul_(%u, 2.0)
 // (x0 = %u, x1 = %u.1)
 static __global__ void __launch_bounds__(256)
-k_gemm_54_mul_u_1(const float *x0, float *x1)
+k_gemm_55_mul_u_1(const float *x0, float *x1)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 480;
 	     i += (int)gridDim.x * blockDim.x) {
@@ -469,12 +469,7 @@ gemm_run(gemm_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_gemm.sg:53: %zt = transpose(%u, dim0=0, dim1=1) */
 	/* (not copied: the products read v_u through their operand layout) */
 
-	/* cg_gemm.sg:54: mul_(%u, 2.0) */
-	v_u_1 = (float *)SGRT_AT(rt, 0); /* 1920 bytes of the arena */
-	SGRT_KERNEL(rt, 0, "k_gemm_54_mul_u_1", 54,
-	            k_gemm_54_mul_u_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_u, v_u_1));
-
-	/* cg_gemm.sg:55: %p9 = matmul(%zt, %x) */
+	/* cg_gemm.sg:54: %p9 = matmul(%zt, %x) */
 	{
 		SgrtGemm g;
 		memset(&g, 0, sizeof g);
@@ -484,8 +479,13 @@ gemm_run(gemm_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 24;
 		g.n = 24;
 		g.k = 20;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_u, v_x, v_p9, "k_gemm_55_matmul_p9", 55));
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_u, v_x, v_p9, "k_gemm_54_matmul_p9", 54));
 	}
+
+	/* cg_gemm.sg:55: mul_(%u, 2.0) */
+	v_u_1 = (float *)SGRT_AT(rt, 0); /* 1920 bytes of the arena */
+	SGRT_KERNEL(rt, 0, "k_gemm_55_mul_u_1", 55,
+	            k_gemm_55_mul_u_1<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_u, v_u_1));
 
 	/* cg_gemm.sg:57: %l1 = linear(%x, %w, %bias) */
 	/* (run at line 58, with its relu as cuBLASLt's epilogue) */
