@@ -1041,6 +1041,10 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 			if (n->opnd[k].kind == OK_VAL)
 				F.lastref[F.root[n->opnd[k].v]] = i;
 	}
+	/* A returned view reads its memory at the end. */
+	for (uint32_t i = 0; i < g->rets.n; i++)
+		if (F.root[g->rets.v[i]] != g->rets.v[i])
+			F.lastref[F.root[g->rets.v[i]]] = g->nodes.n;
 	/* A copy_ into a visible value that nothing reads (nor a view of its
 	 * memory) before the next full overwrite already is a write-back (as
 	 * printed IR has it). */
@@ -1048,6 +1052,9 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	F.wbok = calloc(g->nodes.n + 1, 1);
 	if (!next || !F.wbok)
 		out_of_memory(0);
+	for (uint32_t i = 0; i < g->rets.n; i++)
+		if (F.root[g->rets.v[i]] != g->rets.v[i])
+			next[F.root[g->rets.v[i]]] = 2;
 	for (NodeId i = g->nodes.n; i-- > 0;) {
 		const Node *n = &g->nodes.v[i];
 		if (n->flags & NF_DEAD)

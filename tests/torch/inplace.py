@@ -164,6 +164,10 @@ def view_cases():
                    program({}, "%t = transpose(%w, dim0=0, dim1=1)\nadd_(%t, 1.0)\n"
                            "%l = sum(%w)\nbackward(%l)", ["l"], params={"w": w}),
                    1, "a view of param '%w'", params={"w": w})
+    xa, ya = rand([2, 3], F32), rand([2, 3], F32)
+    S.case("a returned view of an input that copy_ overwrites after it",
+           "%t = transpose(%x, dim0=0, dim1=1)\ncopy_(%x, %y)", {"x": xa, "y": ya},
+           {"t": ya.t(), "x": ya})
     x8 = rand([8], F32)
     S.case("--steps 3: an input written through a slice carries over",
            "%s = slice(%x, dim=0, start=2, end=5)\nadd_(%s, 1.0)\n%r = sum(%x)", {"x": x8},
