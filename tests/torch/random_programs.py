@@ -21,7 +21,9 @@ other views.
 
 Usage: random_programs.py PATH/TO/sgc [COUNT [SEED]]
 (default 150 programs from seed 1; each program's seed is printed, so a
-failure is reproduced with COUNT 1 and that seed).
+failure is reproduced with COUNT 1 and that seed).  With
+SGC_RANDOM_PROGRAMS_DIR set, each program is also written there as
+randomSEED.sg, for the GPU tests (`EXTRA=DIR tests/gpu/run_gpu_tests.sh`).
 """
 import math
 import os
@@ -551,6 +553,10 @@ def check(S, seed):
         if expected is not None:
             break
     src = g.source()
+    keep = os.environ.get("SGC_RANDOM_PROGRAMS_DIR")
+    if keep:  # for tests/gpu/run_gpu_tests.sh's EXTRA=DIR
+        with open(os.path.join(keep, "random%d.sg" % seed), "w") as f:
+            f.write(src)
     params = {n: p.detach() for n, p in g.params.items()}
     rc, out, err, _ = S.run(src, g.inputs, params)
     label = "seed %d" % seed
