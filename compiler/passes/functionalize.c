@@ -801,13 +801,18 @@ rewrite(Fn *F)
 			rename_uses(F, i);
 			continue;
 		}
+		if (n->op == OP_COPY_ && n->opnd[1].kind == OK_VAL &&
+		    n->opnd[1].v == n->opnd[0].v) {
+			n->flags |= NF_DEAD; /* copy_(%x, %x) writes nothing (PyTorch's too) */
+			continue;
+		}
 		if (is_write_back(F, n, i)) {
 			ValId x = n->opnd[0].v;
 			rename_uses(F, i);
 			n->opnd[0].v = x;
 			F->mlast[x] = NONE;
 			if (n->opnd[1].kind == OK_VAL && n->opnd[1].v == x)
-				n->flags |= NF_DEAD; /* copy_(%x, %x): nothing to write */
+				n->flags |= NF_DEAD; /* copy_(%x, %x.N) with %x.N %x itself */
 			continue;
 		}
 		mutate(F, i);

@@ -151,6 +151,9 @@ def view_cases():
            "%e = expand(%p, shape=[2, 3])\nzero_(%e)\n%q = mul(%x, 1.0)\n"
            "%q1 = unsqueeze(%q, dim=0)\n%f = expand(%q1, shape=[4, 1, 3])\nfill_(%f, value=7.0)",
            {"x": p13}, fill_expand(p13))
+    S.case("copy_ of a broadcasting expand onto itself: nothing written, as in PyTorch",
+           "%p = mul(%x, 1.0)\n%e = expand(%p, shape=[2, 3])\ncopy_(%e, %e)\n%q = add(%e, 0.0)",
+           {"x": p13}, {"q": p13.expand(2, 3) * 1.0})
     S.expect_error("add_ on a broadcasting expand: an error, as in PyTorch",
                    program({"x": p13}, "%p = mul(%x, 1.0)\n%e = expand(%p, shape=[2, 3])\n"
                            "add_(%e, 1.0)", ["p"]),
