@@ -432,6 +432,19 @@ statement(Gen *G)
 	case 2: case 3: {
 		int b = same_shape(G, a);
 		const char *op = binary[take(G, sizeof binary / sizeof *binary)];
+		if (b >= 0 && strcmp(op, "div") == 0) {
+			/* A divisor of 1 + b^2: -O0 and -O2 may round b apart (-O2's
+			 * fused attention and GELU compute in f32), and a quotient
+			 * by a b near 0 would take that past any tolerance. */
+			int t = b;
+			if ((b = def(G, x.dt, x.rank, x.d, G->v[t].tainted)) < 0)
+				break;
+			fprintf(G->fb, "square(%%v%d)\n", t);
+			if ((t = def(G, x.dt, x.rank, x.d, G->v[b].tainted)) < 0)
+				break;
+			fprintf(G->fb, "add(%%v%d, 1.0)\n", b);
+			b = t;
+		}
 		if ((r = def(G, x.dt, x.rank, x.d, x.tainted || (b >= 0 && G->v[b].tainted))) < 0)
 			break;
 		if (b >= 0)
