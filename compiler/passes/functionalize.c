@@ -779,6 +779,35 @@ rename_uses(Fn *F, NodeId i)
 	}
 }
 
+/* The value v passes on through control_deps (itself when none). */
+static ValId
+passed_from(Fn *F, ValId v)
+{
+	Graph *g = F->g;
+	while (v < F->nv && g->vals.v[v].kind == VK_NODE && g->vals.v[v].def != NONE) {
+		const Node *d = &g->nodes.v[g->vals.v[v].def];
+		if (d->op != OP_CONTROL_DEPS)
+			break;
+		v = d->opnd[g->vals.v[v].resno].v;
+	}
+	return v;
+}
+
+/* copy_(%x, %y) where %y is %x's version now, itself or passed on through
+ * control_deps: nothing to write. */
+static int
+copies_itself(Fn *F, const Node *n)
+{
+	if (n->op != OP_COPY_ || n->opnd[1].kind != OK_VAL)
+		return 0;
+	ValId x = n->opnd[0].v, y = n->opnd[1].v;
+	if (x == y)
+		return 1;
+	if (F->root[x] != x || F->root[y] != y)
+		return 0;
+	return passed_from(F, F->cur[y]) == F->cur[x];
+}
+
 /* Walks the nodes: write-backs before extern records, in-place ops out
  * of place, later uses renamed.  The clocks step each node as written,
  * before it is rewritten (a copy_ that becomes nothing still marks its
@@ -801,8 +830,7 @@ rewrite(Fn *F)
 			rename_uses(F, i);
 			continue;
 		}
-		if (n->op == OP_COPY_ && n->opnd[1].kind == OK_VAL &&
-		    n->opnd[1].v == n->opnd[0].v) {
+		if (copies_itself(F, n)) {
 			n->flags |= NF_DEAD; /* copy_(%x, %x) writes nothing (PyTorch's too) */
 			continue;
 		}
