@@ -15,7 +15,10 @@
  * or a collective, not compiler-made, not batch_norm, which updates its
  * running statistics in training, not a copy to or from the host) and it
  * is on `default`: work the program put on a side stream is its schedule,
- * kept as written (and joined at the end, rule 0).  The walk runs
+ * kept as written (and joined at the end, rule 0).  `offload` and `del`
+ * statements do not count as reads: one naming a value removed goes too,
+ * so that printing the result and compiling it again removes nothing
+ * more.  The walk runs
  * backwards, so a chain that only fed a removed node goes with it; each
  * node's operands are counted down once: linear in the graph.
  */
@@ -32,6 +35,14 @@ pure(uint32_t k)
 	return !(op_table[k].flags & (OPF_INPLACE | OPF_SYNC | OPF_COLLECTIVE | OPF_COMPILER));
 }
 
+/* An `offload` or `del` statement: it names its value, reading nothing. */
+static int
+names_only(const Node *n)
+{
+	return !(n->flags & NF_DEAD) && (n->op == OP_OFFLOAD || n->op == OP_DEL) &&
+	       n->nopnd == 1 && n->opnd[0].kind == OK_VAL;
+}
+
 int
 dce_pass(Graph *g, const PassOptions *po, Diag *d)
 {
@@ -40,6 +51,11 @@ dce_pass(Graph *g, const PassOptions *po, Diag *d)
 		return PASS_SAME;
 	uint32_t *uses = ir_use_counts(g);
 	int changed = 0;
+	/* `offload` and `del` name a value without reading it: one only they
+	 * name is unread, and they go with it (below). */
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		if (names_only(&g->nodes.v[i]))
+			uses[g->nodes.v[i].opnd[0].v]--;
 	for (uint32_t i = g->nodes.n; i-- > 0;) {
 		Node *n = &g->nodes.v[i];
 		if ((n->flags & NF_DEAD) || n->nres == 0 || n->stream != 0 || !pure(n->op))
@@ -54,6 +70,13 @@ dce_pass(Graph *g, const PassOptions *po, Diag *d)
 		for (uint32_t j = 0; j < n->nopnd; j++)
 			if (n->opnd[j].kind == OK_VAL)
 				uses[n->opnd[j].v]--;
+	}
+	for (NodeId i = 0; changed && i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		const Value *v = names_only(n) ? &g->vals.v[n->opnd[0].v] : NULL;
+		if (v && v->kind == VK_NODE && v->def != NONE &&
+		    (g->nodes.v[v->def].flags & NF_DEAD))
+			n->flags |= NF_DEAD;
 	}
 	free(uses);
 	return changed ? 1 : PASS_SAME;

@@ -445,6 +445,8 @@ class Gen:
         the reference.  What PyTorch rejects at once (a write into a view
         of a param, or into an expand that broadcast; a source sharing the
         destination's memory) is not generated."""
+        if self.rng.random() < 0.5:
+            self.op_view()  # often through a view made just for it
         x = self.pick(lambda t: t.is_floating_point() and not self.leafy(t))
         if x is None:
             return None
