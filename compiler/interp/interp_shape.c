@@ -97,10 +97,7 @@ slice(Interp *I, const Node *n, const Tensor *x, Tensor *r)
 	int d = shape_norm_dim(ir_attr_int(n, "dim", 0), x->rank);
 	if (d < 0 || r->rank != x->rank)
 		return interp_fail(I, n, "internal: slice dim out of range");
-	int64_t size = x->shape[d], start = ir_attr_int(n, "start", 0);
-	if (start < 0)
-		start += size;
-	start = start < 0 ? 0 : start > size ? size : start;
+	int64_t start = shape_clamp_index(ir_attr_int(n, "start", 0), x->shape[d]);
 	int64_t st[SG_MAXRANK];
 	interp_strides(x->rank, x->shape, st);
 	strided_copy(x, r, start * st[d], st);

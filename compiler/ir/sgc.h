@@ -655,6 +655,9 @@ int64_t shape_attn_group(const Type *q, const Type *k, int gqa);
 int shape_attn_batch(const Type *q, const Type *k, const Type *v, int64_t group, Type *out);
 /* Normalises a possibly negative dim against rank; -1 when out of range. */
 int shape_norm_dim(int64_t dim, int rank);
+/* An index of Python slicing: negative counts from the end, then clamped
+ * to [0, size] (slice's start and end). */
+int64_t shape_clamp_index(int64_t v, int64_t size);
 /* Marks in red[0..rank) the dims a reduction node reduces: its `dims`
  * attribute, or every dim when absent or empty (as torch.sum(x, dim=[])). */
 void shape_reduced_dims(const Node *n, int rank, int *red);

@@ -1038,10 +1038,8 @@ shape_expand(Graph *g, Node *n, Diag *d)
 	return set_result(g, n, d, 0, &r);
 }
 
-/* An index of Python slicing: negative counts from the end, then clamped
- * to [0, size]. */
-static int64_t
-clamp_index(int64_t v, int64_t size)
+int64_t
+shape_clamp_index(int64_t v, int64_t size)
 {
 	if (v < 0)
 		v += size;
@@ -1058,8 +1056,8 @@ shape_slice(Graph *g, Node *n, Diag *d)
 	Type r = *otype(g, n, 0);
 	const Attr *end = attr(n, "end");
 	int64_t size = r.d[k];
-	int64_t lo = clamp_index(attr(n, "start")->i, size);
-	int64_t hi = end->set ? clamp_index(end->i, size) : size;
+	int64_t lo = shape_clamp_index(attr(n, "start")->i, size);
+	int64_t hi = end->set ? shape_clamp_index(end->i, size) : size;
 	r.d[k] = hi > lo ? hi - lo : 0;
 	return set_result(g, n, d, 0, &r);
 }

@@ -619,16 +619,16 @@ choose_acc_stream(Grad *G, Slot *sl, uint32_t stream)
 	}
 }
 
-/* Whether v is dx, made by a layer or RMS norm's backward. */
-static int
+/* The layer or RMS norm backward whose dx v is, or NULL. */
+static Node *
 norm_dx(Grad *G, ValId v)
 {
 	NewVal *nv = newval(G, v);
 	if (!nv)
-		return 0;
-	const Node *n = &G->out.v[nv->at];
+		return NULL;
+	Node *n = &G->out.v[nv->at];
 	return (n->op == OP_LAYER_NORM_BACKWARD || n->op == OP_RMS_NORM_BACKWARD) &&
-	       n->res[0] == v;
+	       n->res[0] == v ? n : NULL;
 }
 
 /* Whether contribution v, dx of a norm backward just made, takes the
@@ -642,10 +642,8 @@ norm_dx(Grad *G, ValId v)
 static int
 fuse_residual(Grad *G, const Slot *sl, ValId v, int own)
 {
-	if (G->g->streams.n != 1 || !own || !norm_dx(G, v))
-		return 0;
-	Node *n = &G->out.v[newval(G, v)->at];
-	if (ir_norm_bwd_residual(n) >= 0)
+	Node *n = own && G->g->streams.n == 1 ? norm_dx(G, v) : NULL;
+	if (!n || ir_norm_bwd_residual(n) >= 0)
 		return 0;
 	Opnd *o = arena_alloc(G->a, ((size_t)n->nopnd + 2) * sizeof *o);
 	memcpy(o, n->opnd, n->nopnd * sizeof *o);
@@ -794,7 +792,7 @@ derive_node(Grad *G, NodeId i)
 			continue;
 		G->base = n->opnd[k].v;
 		G->stream = n->stream;
-		int own = norm_dx(G, gin[k]);
+		int own = norm_dx(G, gin[k]) != NULL;
 		for (uint32_t j = 0; own && j < nr; j++)
 			own = gin[k] != gout[j];
 		for (uint32_t j = 0; own && j < n->nopnd; j++)

@@ -257,12 +257,9 @@ dim_of(const Node *n, const char *name, int rank)
 static int64_t
 part_start(const Graph *g, const Node *n, uint32_t k, int d)
 {
-	if (n->op == OP_SLICE) {
-		int64_t size = g->vals.v[n->opnd[0].v].type.d[d];
-		int64_t lo = ir_attr_int(n, "start", 0);
-		lo += lo < 0 ? size : 0;
-		return lo < 0 ? 0 : lo > size ? size : lo;
-	}
+	if (n->op == OP_SLICE)
+		return shape_clamp_index(ir_attr_int(n, "start", 0),
+		                         g->vals.v[n->opnd[0].v].type.d[d]);
 	int64_t lo = 0;
 	for (uint32_t j = 0; j < k; j++)
 		lo += g->vals.v[n->res[j]].type.d[d];
@@ -1015,8 +1012,8 @@ return_views(Fn *F)
 		ValId x = g->rets.v[i];
 		if (x >= F->nv || F->root[x] == x)
 			continue; /* made here (a view returned twice), or a root */
-		if (fresh_view(F, x, nn, 0, g->retloc) == x)
-			continue;
+		if (F->seen[x] == F->gver[F->root[x]] && F->cur[x] == x)
+			continue; /* its memory unchanged since it was made */
 		const Value *xv = &g->vals.v[x];
 		ValId p = version(F, F->vpar[x], nn, 0, g->retloc);
 		Node n = view_again(F, &g->nodes.v[xv->def], xv->resno, p, 0, g->retloc);
@@ -1074,20 +1071,20 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 			if (n->opnd[k].kind == OK_VAL)
 				F.lastref[F.root[n->opnd[k].v]] = i;
 	}
-	/* A returned view reads its memory at the end. */
-	for (uint32_t i = 0; i < g->rets.n; i++)
-		if (F.root[g->rets.v[i]] != g->rets.v[i])
-			F.lastref[F.root[g->rets.v[i]]] = g->nodes.n;
 	/* A copy_ into a visible value that nothing reads (nor a view of its
 	 * memory) before the next full overwrite already is a write-back (as
-	 * printed IR has it). */
+	 * printed IR has it).  A returned view reads its memory at the end. */
 	uint8_t *next = calloc(nv + 1, 1); /* per root: 1 overwrite, 2 other */
 	F.wbok = calloc(g->nodes.n + 1, 1);
 	if (!next || !F.wbok)
 		out_of_memory(0);
-	for (uint32_t i = 0; i < g->rets.n; i++)
-		if (F.root[g->rets.v[i]] != g->rets.v[i])
-			next[F.root[g->rets.v[i]]] = 2;
+	for (uint32_t i = 0; i < g->rets.n; i++) {
+		ValId r = F.root[g->rets.v[i]];
+		if (r != g->rets.v[i]) {
+			F.lastref[r] = g->nodes.n;
+			next[r] = 2;
+		}
+	}
 	for (NodeId i = g->nodes.n; i-- > 0;) {
 		const Node *n = &g->nodes.v[i];
 		if (n->flags & NF_DEAD)

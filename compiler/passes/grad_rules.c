@@ -653,15 +653,6 @@ GRAD_RULE_DEF(grad_expand_rule)
 	return 1;
 }
 
-/* A Python slice index clamped to [0, size]. */
-static int64_t
-clamp_index(int64_t v, int64_t size)
-{
-	if (v < 0)
-		v += size;
-	return v < 0 ? 0 : v > size ? size : v;
-}
-
 /* x with sizes along dim k changed to len: for the zero padding. */
 static Type
 with_size(const Type *x, int k, int64_t len)
@@ -679,9 +670,9 @@ GRAD_RULE_DEF(grad_slice)
 	const Type *x = &xt;
 	int k = shape_norm_dim(ir_attr_int(n, "dim", 0), x->rank);
 	int64_t size = x->d[k];
-	int64_t start = clamp_index(ir_attr_int(n, "start", 0), size);
+	int64_t start = shape_clamp_index(ir_attr_int(n, "start", 0), size);
 	const Attr *e = ir_attr(n, "end");
-	int64_t end = e ? clamp_index(e->i, size) : size;
+	int64_t end = e ? shape_clamp_index(e->i, size) : size;
 	if (end <= start) {
 		gin[0] = grad_zeros(G, x);
 		return 1;
