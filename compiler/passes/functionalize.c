@@ -1014,8 +1014,8 @@ return_views(Fn *F)
 			continue; /* made here (a view returned twice), or a root */
 		if (F->seen[x] == F->gver[F->root[x]] && F->cur[x] == x)
 			continue; /* its memory unchanged since it was made */
+		ValId p = version(F, F->vpar[x], nn, 0, g->retloc); /* may move g->vals */
 		const Value *xv = &g->vals.v[x];
-		ValId p = version(F, F->vpar[x], nn, 0, g->retloc);
 		Node n = view_again(F, &g->nodes.v[xv->def], xv->resno, p, 0, g->retloc);
 		ValId f = finish(F, &n, g->vals.v[x].name);
 		NodeIns at = {nn, 1, n};
