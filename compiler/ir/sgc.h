@@ -658,6 +658,18 @@ int shape_norm_dim(int64_t dim, int rank);
 /* An index of Python slicing: negative counts from the end, then clamped
  * to [0, size] (slice's start and end). */
 int64_t shape_clamp_index(int64_t v, int64_t size);
+/* Views' layouts, in elements (kernel_choice's folds, functionalize's
+ * views): t's row-major strides; whether the dims of t other than size 1
+ * have strides st's row-major ones; the strides bst of type b viewing,
+ * in row-major order (a reshape), the elements of type a laid out with
+ * strides ast, 0 when no strides can (PyTorch's view rule: each run of
+ * a's dims that is contiguous in memory splits or merges only within
+ * itself); the offset along its dim *dim of part v of node n (a result
+ * of chunk or split, an operand of cat). */
+void shape_row_strides(const Type *t, int64_t *st);
+int shape_row_major(const Type *t, const int64_t *st);
+int shape_view_strides(const Type *a, const int64_t *ast, const Type *b, int64_t *bst);
+int64_t shape_part_start(const Graph *g, const Node *n, ValId v, int *dim);
 /* Marks in red[0..rank) the dims a reduction node reduces: its `dims`
  * attribute, or every dim when absent or empty (as torch.sum(x, dim=[])). */
 void shape_reduced_dims(const Node *n, int rank, int *red);

@@ -1038,6 +1038,72 @@ shape_expand(Graph *g, Node *n, Diag *d)
 	return set_result(g, n, d, 0, &r);
 }
 
+/* ------------------------------------------------------------------ layouts of views */
+
+void
+shape_row_strides(const Type *t, int64_t *st)
+{
+	int64_t s = 1;
+	for (int d = t->rank - 1; d >= 0; d--) {
+		st[d] = s;
+		s *= t->d[d];
+	}
+}
+
+int
+shape_row_major(const Type *t, const int64_t *st)
+{
+	int64_t want[SG_MAXRANK];
+	shape_row_strides(t, want);
+	for (int d = 0; d < t->rank; d++)
+		if (t->d[d] != 1 && st[d] != want[d])
+			return 0;
+	return 1;
+}
+
+int
+shape_view_strides(const Type *a, const int64_t *ast, const Type *b, int64_t *bst)
+{
+	shape_row_strides(b, bst);
+	if (shape_row_major(a, ast))
+		return 1;
+	if (type_numel(a) == 0 || a->rank == 0)
+		return 0;
+	int vd = b->rank - 1;
+	int64_t base = ast[a->rank - 1], tn = 1, vn = 1;
+	for (int td = a->rank - 1; td >= 0; td--) {
+		tn *= a->d[td];
+		if (td > 0 && (a->d[td - 1] == 1 || ast[td - 1] == tn * base))
+			continue; /* the run goes on */
+		while (vd >= 0 && (vn < tn || b->d[vd] == 1)) {
+			bst[vd] = vn * base;
+			vn *= b->d[vd--];
+		}
+		if (vn != tn)
+			return 0;
+		if (td > 0)
+			base = ast[td - 1], tn = vn = 1;
+	}
+	return vd == -1;
+}
+
+int64_t
+shape_part_start(const Graph *g, const Node *n, ValId v, int *dim)
+{
+	int64_t start = 0;
+	int cat = n->op == OP_CAT;
+	uint32_t np = cat ? n->nopnd : n->nres;
+	const Type *whole = cat ? &g->vals.v[n->res[0]].type : &g->vals.v[n->opnd[0].v].type;
+	*dim = shape_norm_dim(ir_attr_int(n, "dim", 0), whole->rank);
+	for (uint32_t j = 0; j < np; j++) {
+		ValId p = cat ? n->opnd[j].v : n->res[j];
+		if (p == v)
+			break;
+		start += g->vals.v[p].type.d[*dim];
+	}
+	return start;
+}
+
 int64_t
 shape_clamp_index(int64_t v, int64_t size)
 {

@@ -180,72 +180,6 @@ coerce(Fn *F, const Node *at, NodeId i, ValId v, const Type *t, const char *base
  * PyTorch's is, but for fill_ and zero_ of all of it, which PyTorch takes.
  */
 
-/* Strides of a dense row-major tensor of type t, as PyTorch gives them. */
-static void
-dense_strides(const Type *t, VStrides *v)
-{
-	int64_t s = 1;
-	for (int i = t->rank; i-- > 0;) {
-		v->st[i] = s;
-		s *= t->d[i] > 1 ? t->d[i] : 1;
-	}
-	v->off = 0;
-}
-
-/* PyTorch's is_contiguous. */
-static int
-is_dense(const Type *t, const VStrides *v)
-{
-	if (type_numel(t) == 0)
-		return 1;
-	int64_t want = 1;
-	for (int i = t->rank; i-- > 0;) {
-		if (t->d[i] == 1)
-			continue;
-		if (v->st[i] != want)
-			return 0;
-		want *= t->d[i];
-	}
-	return 1;
-}
-
-/* PyTorch's computeStride: the strides sb of a tensor of type a and
- * strides sa viewed as shape b; 0 when no strides can (reshape copies). */
-static int
-reshape_strides(const Type *a, const int64_t *sa, const Type *b, int64_t *sb)
-{
-	if (a->rank == 0) {
-		for (int i = 0; i < b->rank; i++)
-			sb[i] = 1;
-		return 1;
-	}
-	if (type_numel(a) == 0) {
-		VStrides d;
-		dense_strides(b, &d);
-		memcpy(sb, type_same_shape(a, b) ? sa : d.st, (size_t)b->rank * sizeof *sb);
-		return 1;
-	}
-	int vd = b->rank - 1;
-	int64_t base = sa[a->rank - 1], tn = 1, vn = 1;
-	for (int td = a->rank - 1; td >= 0; td--) {
-		tn *= a->d[td];
-		if (td > 0 && (a->d[td - 1] == 1 || sa[td - 1] == tn * base))
-			continue;
-		while (vd >= 0 && (vn < tn || b->d[vd] == 1)) {
-			sb[vd] = vn * base;
-			vn *= b->d[vd];
-			vd--;
-		}
-		if (vn != tn)
-			return 0;
-		if (td > 0) {
-			base = sa[td - 1];
-			tn = vn = 1;
-		}
-	}
-	return vd == -1;
-}
-
 /* Dim attribute `name` of n normalised against rank. */
 static int
 dim_of(const Node *n, const char *name, int rank)
@@ -257,13 +191,9 @@ dim_of(const Node *n, const char *name, int rank)
 static int64_t
 part_start(const Graph *g, const Node *n, uint32_t k, int d)
 {
-	if (n->op == OP_SLICE)
-		return shape_clamp_index(ir_attr_int(n, "start", 0),
-		                         g->vals.v[n->opnd[0].v].type.d[d]);
-	int64_t lo = 0;
-	for (uint32_t j = 0; j < k; j++)
-		lo += g->vals.v[n->res[j]].type.d[d];
-	return lo;
+	if (n->op != OP_SLICE)
+		return shape_part_start(g, n, n->res[k], &d);
+	return shape_clamp_index(ir_attr_int(n, "start", 0), g->vals.v[n->opnd[0].v].type.d[d]);
 }
 
 /* Whether result k of forward node n views its operand's memory; if so,
@@ -324,9 +254,9 @@ view_of(Fn *F, const Node *n, uint32_t k, VStrides *r)
 		return 1;
 	}
 	case OP_RESHAPE:
-		return reshape_strides(xt, xs->st, rt, r->st);
+		return shape_view_strides(xt, xs->st, rt, r->st);
 	case OP_CONTIGUOUS:
-		return is_dense(xt, xs);
+		return shape_row_major(xt, xs->st);
 	case OP_CAST:
 		return xt->dt == rt->dt;
 	default:
@@ -350,7 +280,8 @@ find_views(Fn *F)
 	for (ValId v = 0; v < nv; v++) {
 		F->root[v] = v;
 		F->vpar[v] = NONE;
-		dense_strides(&g->vals.v[v].type, &F->vst[v]);
+		shape_row_strides(&g->vals.v[v].type, F->vst[v].st);
+		F->vst[v].off = 0;
 	}
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		const Node *n = &g->nodes.v[i];

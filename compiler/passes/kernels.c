@@ -139,7 +139,7 @@
  *     dk, dv through their views) is not copied either: the kernel writes
  *     each into its slice of the cat's result (out; the cat is an outview),
  *     which the memory plan allocates at the attention node.  A reshape
- *     of a strided value is a view when its strides allow (view_strides).
+ *     of a strided value is a view when its strides allow (shape_view_strides).
  */
 #include <math.h>
 #include <string.h>
@@ -186,17 +186,6 @@ otype(const Graph *g, const Node *n, int k)
 
 static int same_bytes(const Graph *g, const Node *n);
 static int view_perm(const Graph *g, const Node *n, int *perm);
-
-/* Row-major element strides of t. */
-static void
-row_strides(const Type *t, int64_t *st)
-{
-	int64_t s = 1;
-	for (int d = t->rank - 1; d >= 0; d--) {
-		st[d] = s;
-		s *= t->d[d];
-	}
-}
 
 int
 kernel_batch_bcast(const Type **ops, int nop, int64_t *shape, int64_t st[][SG_MAXRANK])
@@ -313,7 +302,7 @@ flash_tensor(const Graph *g, const KernelFold *F, Flash *f, ValId v, const Type 
 	x->v = v;
 	x->off = 0;
 	if (v == NONE) {
-		row_strides(t, x->st);
+		shape_row_strides(t, x->st);
 		return 1;
 	}
 	/* A slice starts 16-byte aligned (cuDNN's and the kernels' loads). */
@@ -373,67 +362,6 @@ kernel_flash(const Graph *g, const KernelFold *F, const Node *n, int bwd, Flash 
 
 /* ------------------------------------------------------------------ layouts of folded views */
 
-/* 1 when the nonzero-size dims of strides st are t's row-major ones. */
-static int
-row_major(const Type *t, const int64_t *st)
-{
-	int64_t want[SG_MAXRANK];
-	row_strides(t, want);
-	for (int d = 0; d < t->rank; d++)
-		if (t->d[d] != 1 && st[d] != want[d])
-			return 0;
-	return 1;
-}
-
-/* The strides (bst) of type b viewing the elements of type a, laid out
- * with strides ast, in row-major order (a reshape): 0 when no strides
- * can (PyTorch's view rule: each run of a's dims that is contiguous in
- * memory splits or merges only within itself). */
-static int
-view_strides(const Type *a, const int64_t *ast, const Type *b, int64_t *bst)
-{
-	row_strides(b, bst);
-	if (row_major(a, ast))
-		return 1;
-	if (type_numel(a) == 0 || a->rank == 0)
-		return 0;
-	int vd = b->rank - 1;
-	int64_t base = ast[a->rank - 1], tn = 1, vn = 1;
-	for (int td = a->rank - 1; td >= 0; td--) {
-		tn *= a->d[td];
-		if (td > 0 && (a->d[td - 1] == 1 || ast[td - 1] == tn * base))
-			continue; /* the run goes on */
-		while (vd >= 0 && (vn < tn || b->d[vd] == 1)) {
-			bst[vd] = vn * base;
-			vn *= b->d[vd--];
-		}
-		if (vn != tn)
-			return 0;
-		if (td > 0)
-			base = ast[td - 1], tn = vn = 1;
-	}
-	return vd == -1;
-}
-
-/* The element offset, along its dim *dim, of part v of node n: a result
- * of a chunk or split, or an operand of a cat. */
-static int64_t
-part_start(const Graph *g, const Node *n, ValId v, int *dim)
-{
-	int64_t start = 0;
-	int cat = n->op == OP_CAT;
-	uint32_t np = cat ? n->nopnd : n->nres;
-	const Type *whole = cat ? &g->vals.v[n->res[0]].type : otype(g, n, 0);
-	*dim = shape_norm_dim(ir_attr_int(n, "dim", 0), whole->rank);
-	for (uint32_t j = 0; j < np; j++) {
-		ValId p = cat ? n->opnd[j].v : n->res[j];
-		if (p == v)
-			break;
-		start += g->vals.v[p].type.d[*dim];
-	}
-	return start;
-}
-
 /* 1 for the nodes whose parts are slices of one tensor along a dim. */
 static int
 is_parts(int op)
@@ -448,7 +376,7 @@ sched_fold_strides(const Graph *g, const KernelFold *F, ValId v, int64_t *st, in
 	ValId s = F ? F->src[v] : NONE, w = F ? F->out[v] : NONE, o = s != NONE ? s : w;
 	int64_t ost[SG_MAXRANK];
 	int perm[SG_MAXRANK], dim;
-	row_strides(t, st);
+	shape_row_strides(t, st);
 	*off = 0;
 	if (o == NONE)
 		return 1;
@@ -456,9 +384,9 @@ sched_fold_strides(const Graph *g, const KernelFold *F, ValId v, int64_t *st, in
 	if (!sched_fold_strides(g, F, o, ost, off))
 		return 0;
 	if (same_bytes(g, n))
-		return view_strides(&g->vals.v[o].type, ost, t, st);
+		return shape_view_strides(&g->vals.v[o].type, ost, t, st);
 	if (is_parts(n->op)) { /* v is a slice of o */
-		*off += part_start(g, n, v, &dim) * ost[dim];
+		*off += shape_part_start(g, n, v, &dim) * ost[dim];
 		memcpy(st, ost, (size_t)t->rank * sizeof *st);
 		return 1;
 	}
@@ -679,7 +607,7 @@ takes_slice(Kc *G, NodeId X, ValId x, ValId y, const Node *p, uint32_t k)
 	const Graph *g = G->g;
 	const Type *t = vtype(g, x), *ty = vtype(g, y), *s = otype(g, &g->nodes.v[X], 0);
 	int dim;
-	int64_t start = part_start(g, &g->nodes.v[X], x, &dim), es = dtype_size((DType)t->dt);
+	int64_t start = shape_part_start(g, &g->nodes.v[X], x, &dim), es = dtype_size((DType)t->dt);
 	if (p->op >= OP__N || !is_product(p->op) || k > 1 || t->rank < 2 || ty->rank < 2 ||
 	    dim != t->rank - 1 || ty->d[ty->rank - 1] != t->d[dim] || start * es % 16 ||
 	    s->d[dim] * es % 16)
