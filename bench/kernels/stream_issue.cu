@@ -214,7 +214,7 @@ int main()
 				              sizeof(float) * B * D, cudaMemcpyDeviceToHost));
 		double worst[NKINDS] = {};
 		for (int k = OWN; k <= FUSED; k++) {
-			for (int split = 1; split <= 8; split *= 2) {
+			for (int split = 1; split <= 16; split *= 2) {
 				C.split = split;
 				call(C, 0, (Kind)k);
 				CK(cudaDeviceSynchronize());
@@ -230,17 +230,17 @@ int main()
 		for (size_t i = 0; i < a.size(); i++)
 			mean += fabsf(a[i]);
 		printf("check: the 32 layers' outputs (mean |y| %.3f), largest difference from "
-		       "cuBLASLt's: %.3g (product + tanh), %.3g (fused), splits 1-8\n",
+		       "cuBLASLt's: %.3g (product + tanh), %.3g (fused), splits 1-16\n",
 		       mean / a.size(), worst[OWN], worst[FUSED]);
 		if (worst[OWN] > 1e-4 || worst[FUSED] > 1e-4 || !(mean > 0.05)) {
 			printf("FAILED\n");
 			return 1;
 		}
 	}
-	C.split = sg_gemm_small_split(D);
+	C.split = sg_gemm_small_split(B, D, D);
 	printf("split %d (sg_gemm_small_split)\n", C.split);
 	printf("GPU time of a call, captured and replayed (ms), by split:\n");
-	for (int split = 1; split <= 8; split *= 2) {
+	for (int split = 1; split <= 16; split *= 2) {
 		int keep = C.split;
 		C.split = split;
 		printf("  split %d: own+tanh 1s %.3f 2s/1 %.3f; fused 1s %.3f 2s/1 %.3f 2s/2 %.3f\n",

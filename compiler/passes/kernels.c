@@ -468,7 +468,7 @@ int
 kernel_small_split(const Graph *g, const Node *p)
 {
 	int64_t m, n, k;
-	return kernel_small_dims(g, p, &m, &n, &k) ? sg_gemm_small_split(k) : 0;
+	return kernel_small_dims(g, p, &m, &n, &k) ? sg_gemm_small_split(m, n, k) : 0;
 }
 
 /* 1 when view node n swaps the last two dims of its operand and nothing

@@ -377,7 +377,7 @@ typedef struct Sched {
 	uint8_t *gemm_split;  /* per node: a small f32 matmul that the library's
 	                         sgk_gemm_small computes with its fused group as
 	                         epilogue (kernel_small_product): its split of K
-	                         (1, 2, 4, 8); 0: cuBLASLt (and no epilogue group) */
+	                         (1, 2, 4, 8, 16); 0: cuBLASLt (and no epilogue group) */
 	NodeId *bn_stats;     /* per node: a training batch_norm's var_mean of
 	                         the same x (layout_bn_stats) that its kernel
 	                         computes, and for that var_mean the batch_norm

@@ -673,7 +673,7 @@ check_fold(Graph *g, const Sched *s, const char *after)
 			     g->name, after, i, n->loc.line);
 		if ((s->gemm_split[i] != 0) !=
 		    (!(n->flags & NF_DEAD) && n->op == OP_MATMUL && s->epilogue[i] >= 0) ||
-		    (s->gemm_split[i] & (s->gemm_split[i] - 1)) || s->gemm_split[i] > 8)
+		    (s->gemm_split[i] & (s->gemm_split[i] - 1)) || s->gemm_split[i] > 16)
 			FAIL("node %u (line %u): its small product and epilogue group are inconsistent",
 			     g->name, after, i, n->loc.line);
 		NodeId b = F->bn_act[i];

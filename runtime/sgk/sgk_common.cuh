@@ -58,6 +58,43 @@ SGK_DEV double sgk_sqrt(double x) { return sqrt(x); }
 SGK_DEV float sgk_max(float a, float b) { return fmaxf(a, b); }
 SGK_DEV double sgk_max(double a, double b) { return fmax(a, b); }
 
+/* Asynchronous copies, global to shared memory (sm_80 and later). */
+
+/* The shared-memory address of a generic pointer into shared memory. */
+SGK_DEV unsigned sgk_smem_addr(const void *p)
+{
+	return (unsigned)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros. */
+SGK_DEV void sgk_cp_async16(void *dst, const void *src, int src_bytes)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sgk_smem_addr(dst)),
+	             "l"(src), "r"(src_bytes)
+	             : "memory");
+}
+
+/* 4 bytes global -> shared, asynchronously; src_bytes 0 writes zeros. */
+SGK_DEV void sgk_cp_async4(void *dst, const void *src, int src_bytes)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sgk_smem_addr(dst)),
+	             "l"(src), "r"(src_bytes)
+	             : "memory");
+}
+
+/* Closes the group of this thread's cp.async copies issued so far. */
+SGK_DEV void sgk_cp_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Waits until at most N of this thread's groups are still in flight. */
+template <int N>
+SGK_DEV void sgk_cp_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 /* V elements of T in registers, aligned so that a load or store of the
  * whole is one instruction when it spans 16 bytes or fewer (V and
  * sizeof(T) powers of two). */

@@ -23,15 +23,17 @@ sg_gemm_small_tiles(long long M, long long N)
 	return ((M + SGK_GEMM_BM - 1) / SGK_GEMM_BM) * ((N + SGK_GEMM_BN - 1) / SGK_GEMM_BN);
 }
 
-/* The split of K (CTAs a cluster) for a sum of length K: 8, or fewer
- * where a part would be shorter than a step of K.  At every shape of
- * bench/kernels/gemm_small.cu the split of 8 was the fastest (2026-12-04,
- * docs/performance.md). */
+/* The split of K (CTAs a cluster) for an M x N product summing K: as many
+ * CTAs as keep each part of K at least half a step long, at most 8, or 16
+ * for a product of at most 32 tiles (a cluster of 16 is sm_90's
+ * non-portable size).  The fastest split, or within 3% of it, at every
+ * shape of bench/kernels/gemm_small.cu on the H200 (2026-12-05,
+ * docs/performance.md, "The small product's copies in flight"). */
 SGK_GEMM_FN int
-sg_gemm_small_split(long long K)
+sg_gemm_small_split(long long M, long long N, long long K)
 {
-	int split = 1;
-	while (split < 8 && K / (split * 2) >= SGK_GEMM_BK)
+	int cap = sg_gemm_small_tiles(M, N) <= 32 ? 16 : 8, split = 1;
+	while (split < cap && K / (split * 2) >= SGK_GEMM_BK / 2)
 		split *= 2;
 	return split;
 }

@@ -436,7 +436,7 @@ dedup_run(dedup_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_dedup.sg:15: %p = matmul(%a, %w) */
 	v_b = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_dedup_15_matmul_epi_p", 15,
-	            SGRT_CHECK_CUDA(rt, sg_launch_gemm_small(v_a, 256, v_w, 256, 4, 256, 256, 8, k_dedup_16_gemm_epi_b1{v_b}, sgrt_stream(rt, 0)), 15));
+	            SGRT_CHECK_CUDA(rt, sg_launch_gemm_small(v_a, 256, v_w, 256, 4, 256, 256, 16, k_dedup_16_gemm_epi_b1{v_b}, sgrt_stream(rt, 0)), 15));
 
 	/* cg_dedup.sg:16: %b1 = gelu(%p) */
 
@@ -446,7 +446,7 @@ dedup_run(dedup_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_dedup.sg:18: %q = matmul(%b, %w) */
 	v_c = (float *)SGRT_AT(rt, 0); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_dedup_18_matmul_epi_q", 18,
-	            SGRT_CHECK_CUDA(rt, sg_launch_gemm_small(v_b, 256, v_w, 256, 4, 256, 256, 8, k_dedup_19_gemm_epi_c1{v_c, v_z, v_d}, sgrt_stream(rt, 0)), 18));
+	            SGRT_CHECK_CUDA(rt, sg_launch_gemm_small(v_b, 256, v_w, 256, 4, 256, 256, 16, k_dedup_19_gemm_epi_c1{v_c, v_z, v_d}, sgrt_stream(rt, 0)), 18));
 
 	/* cg_dedup.sg:19: %c1 = gelu(%q) */
 
@@ -460,7 +460,7 @@ dedup_run(dedup_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_dedup.sg:23: %t = matmul(%c, %w) */
 	v_e63 = (float *)SGRT_AT(rt, 4096); /* 4096 bytes of the arena */
 	SGRT_KERNEL(rt, 0, "k_dedup_23_matmul_epi_t", 23,
-	            SGRT_CHECK_CUDA(rt, sg_launch_gemm_small(v_c, 256, v_w, 256, 4, 256, 256, 8, k_dedup_24_gemm_epi_e0{v_e63}, sgrt_stream(rt, 0)), 23));
+	            SGRT_CHECK_CUDA(rt, sg_launch_gemm_small(v_c, 256, v_w, 256, 4, 256, 256, 16, k_dedup_24_gemm_epi_e0{v_e63}, sgrt_stream(rt, 0)), 23));
 
 	/* cg_dedup.sg:24: %e0 = exp(%t) */
 
