@@ -300,7 +300,6 @@ char *cg_row_base(Cg *c, int64_t outer, int64_t len, int64_t inner);
  * per-operand element strides (0 where broadcast); returns the rank. */
 int cg_batch_bcast(const Type **ops, int nop, int64_t *shape,
                    int64_t st[][SG_MAXRANK]);
-void cg_strides(const Type *t, int64_t *st);      /* row-major strides */
 const char *cg_index_type(int64_t n);             /* "int" or "sg_i64" */
 /* A strided copy kernel: dst[dstidx(i)] = src[srcidx(i)] for i < count,
  * converted when the dtypes differ. */

@@ -182,7 +182,7 @@ gather_backward(CgGraph *G, const Node *n)
 	const Type *gt = cg_otype(G, n, 0), *r = cg_vtype(G, n->res[0]);
 	int d = r->rank ? shape_norm_dim(ir_attr_int(n, "dim", 0), r->rank) : 0;
 	int64_t rs[SG_MAXRANK], st[SG_MAXRANK];
-	cg_strides(r, rs);
+	shape_row_strides(r, rs);
 	for (int j = 0; j < gt->rank; j++)
 		st[j] = j == d ? 0 : rs[j];
 	char *off = cg_index(c, "i", gt->rank, gt->d, st, 0);

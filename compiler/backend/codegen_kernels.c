@@ -82,17 +82,6 @@ group_grid(const CgGroup *grp, int64_t n, int block)
 	return !grp->spread ? cg_grid(n, block) : g < 1 ? 1 : g;
 }
 
-/* Row-major strides of a shape. */
-void
-cg_strides(const Type *t, int64_t *st)
-{
-	int64_t s = 1;
-	for (int d = t->rank - 1; d >= 0; d--) {
-		st[d] = s;
-		s *= t->d[d];
-	}
-}
-
 /* The index type for n elements. */
 const char *
 cg_index_type(int64_t n)
@@ -249,7 +238,7 @@ elem_index(Pw *p, ValId v)
 		return "0";
 	if (type_same_shape(t, &p->shape))
 		return p->vec > 1 ? "w" : "i";
-	cg_strides(t, st);
+	shape_row_strides(t, st);
 	for (int d = 0; d < p->shape.rank; d++) {
 		int td = d - (p->shape.rank - t->rank);
 		bst[d] = td >= 0 && t->d[td] != 1 ? st[td] : 0;
@@ -957,7 +946,7 @@ strided(CgGraph *G, const Node *n)
 	Cg *c = G->c;
 	const Type *x = cg_otype(G, n, 0), *r = cg_vtype(G, n->res[0]);
 	int64_t xs[SG_MAXRANK], st[SG_MAXRANK], base = 0;
-	cg_strides(x, xs);
+	shape_row_strides(x, xs);
 	int perm[SG_MAXRANK];
 	for (int d = 0; d < x->rank; d++)
 		perm[d] = d;
@@ -1007,7 +996,7 @@ cat(CgGraph *G, const Node *n)
 	const Type *r = cg_vtype(G, n->res[0]);
 	int d = shape_norm_dim(ir_attr_int(n, "dim", 0), r->rank);
 	int64_t rs[SG_MAXRANK], off = 0;
-	cg_strides(r, rs);
+	shape_row_strides(r, rs);
 	for (uint32_t k = 0; k < n->nopnd; k++) {
 		const Type *p = cg_otype(G, n, (int)k);
 		cg_copy_kernel(G, n, cg_fmt(c, "cat%u", k), G->vname[n->opnd[k].v], (DType)p->dt,
@@ -1026,7 +1015,7 @@ split(CgGraph *G, const Node *n)
 	const Type *x = cg_otype(G, n, 0);
 	int d = shape_norm_dim(ir_attr_int(n, "dim", 0), x->rank);
 	int64_t xs[SG_MAXRANK], off = 0;
-	cg_strides(x, xs);
+	shape_row_strides(x, xs);
 	for (uint32_t j = 0; j < n->nres; j++) {
 		const Type *r = cg_vtype(G, n->res[j]);
 		cg_copy_kernel(G, n, cg_fmt(c, "%s%u", op_name(n->op), j), G->vname[n->opnd[0].v],
@@ -1110,7 +1099,7 @@ gather(CgGraph *G, const Node *n)
 	if (count == 0)
 		return 1;
 	int d = x->rank ? shape_norm_dim(ir_attr_int(n, "dim", 0), x->rank) : 0;
-	cg_strides(x, xs);
+	shape_row_strides(x, xs);
 	for (int k = 0; k < idx->rank; k++)
 		st[k] = k == d ? 0 : xs[k];
 	const char *kname = cg_kernel_name(G, n, "gather");

@@ -135,7 +135,7 @@ split_dims(const Type *x, const int *red, int64_t *ks, int64_t *kst, int *nk,
            int64_t *rs, int64_t *rst, int *nr, int64_t *nout, int64_t *nred)
 {
 	int64_t st[SG_MAXRANK];
-	cg_strides(x, st);
+	shape_row_strides(x, st);
 	*nk = *nr = 0;
 	*nout = *nred = 1;
 	for (int d = 0; d < x->rank; d++) {
@@ -237,7 +237,7 @@ reduce_split(CgGraph *G, const Node *n, const CgInput *in, const RowOut *ro, con
 	nsplit = (nred + chunk - 1) / chunk;
 	if (chunk + inner >= INT32_MAX)
 		return 0;
-	cg_strides(x, st);
+	shape_row_strides(x, st);
 	for (int k = 0; k < d; k++)
 		if (red[k]) {
 			qs[nq] = x->d[k];
@@ -776,7 +776,7 @@ void
 cg_bcast_strides(const Type *t, const Type *s, int64_t *bst)
 {
 	int64_t st[SG_MAXRANK];
-	cg_strides(t, st);
+	shape_row_strides(t, st);
 	for (int d = 0; d < s->rank; d++) {
 		int td = d - (s->rank - t->rank);
 		bst[d] = td >= 0 && t->d[td] != 1 ? st[td] : 0;
