@@ -310,8 +310,9 @@ GRAD_RULE_DEF(grad_clamp)
 	return 1;
 }
 
-/* cast: the gradient cast back to the source dtype (the pass does it). */
-GRAD_RULE_DEF(grad_cast_rule)
+/* cast and expand: the output's gradient as it is; the pass casts it back
+ * to the source dtype (cast) or sums it back to x's shape (expand). */
+GRAD_RULE_DEF(grad_pass_through)
 {
 	(void)G;
 	(void)n;
@@ -640,16 +641,6 @@ GRAD_RULE_DEF(grad_permute)
 	Node *m = grad_node(G, OP_PERMUTE, &o, 1);
 	grad_setints(G, m, "dims", inv, rank);
 	gin[0] = grad_end(G, m, 1);
-	return 1;
-}
-
-/* expand: summed back to x's shape (by the pass). */
-GRAD_RULE_DEF(grad_expand_rule)
-{
-	(void)G;
-	(void)n;
-	(void)need;
-	gin[0] = gout[0];
 	return 1;
 }
 
