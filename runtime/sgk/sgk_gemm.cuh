@@ -53,8 +53,21 @@ struct alignas(16) SgkGemmSmem {
 	};
 };
 
+/* p[0..3], element by element: p[j] where `in` and i + j < end, else 0. */
+SGK_DEV float4
+sgk_gemm_ld4(const float *p, bool in, sgk_i64 i, sgk_i64 end)
+{
+	float4 v;
+	v.x = in && i < end ? p[0] : 0.0f;
+	v.y = in && i + 1 < end ? p[1] : 0.0f;
+	v.z = in && i + 2 < end ? p[2] : 0.0f;
+	v.w = in && i + 3 < end ? p[3] : 0.0f;
+	return v;
+}
+
 /* One step's loads into registers, element by element (any alignment):
- * the A step is 256 groups of 4 (2 a thread), the B step 512 (4 a thread). */
+ * the A step is 256 groups of 4 along k (2 a thread), the B step 512
+ * along n (4 a thread). */
 SGK_DEV void
 sgk_gemm_load(const float *A, sgk_i64 lda, const float *B, sgk_i64 ldb, sgk_i64 M, sgk_i64 N,
               sgk_i64 m0, sgk_i64 n0, sgk_i64 kk, sgk_i64 k1, int t, float4 ra[2], float4 rb[4])
@@ -63,23 +76,13 @@ sgk_gemm_load(const float *A, sgk_i64 lda, const float *B, sgk_i64 ldb, sgk_i64 
 	for (int r = 0; r < 2; r++) {
 		int idx = t + SGK_GEMM_THREADS * r;
 		sgk_i64 row = m0 + idx / 8, k = kk + (idx % 8) * 4;
-		const float *p = A + row * lda + k;
-		bool in = row < M;
-		ra[r].x = in && k < k1 ? p[0] : 0.0f;
-		ra[r].y = in && k + 1 < k1 ? p[1] : 0.0f;
-		ra[r].z = in && k + 2 < k1 ? p[2] : 0.0f;
-		ra[r].w = in && k + 3 < k1 ? p[3] : 0.0f;
+		ra[r] = sgk_gemm_ld4(A + row * lda + k, row < M, k, k1);
 	}
 #pragma unroll
 	for (int r = 0; r < 4; r++) {
 		int idx = t + SGK_GEMM_THREADS * r;
 		sgk_i64 k = kk + idx / 16, col = n0 + (idx % 16) * 4;
-		const float *p = B + k * ldb + col;
-		bool in = k < k1;
-		rb[r].x = in && col < N ? p[0] : 0.0f;
-		rb[r].y = in && col + 1 < N ? p[1] : 0.0f;
-		rb[r].z = in && col + 2 < N ? p[2] : 0.0f;
-		rb[r].w = in && col + 3 < N ? p[3] : 0.0f;
+		rb[r] = sgk_gemm_ld4(B + k * ldb + col, k < k1, col, N);
 	}
 }
 
