@@ -336,6 +336,26 @@ call(Pw *p, const Node *n, const PwFormula *f, int dom, const char *a, const cha
 	return cg_fmt(p->c, "sgk_%s_%s(%s)", f->name, sfx, a);
 }
 
+/* Operand k of n in compute dtype cdt, converted to it as PyTorch's
+ * kernels load every tensor operand: a 0-d f32 operand of a bf16 op is
+ * rounded to bf16, an i64 one of an i32 op wraps.  A scalar literal stays
+ * in opmath precision (float for f16 and bf16) except in comparisons (cmp),
+ * which compare in cdt itself; an integer literal wraps into i32 too. */
+static char *
+in_compute(Pw *p, const Node *n, int k, DType cdt, int cmp)
+{
+	const Opnd *o = &n->opnd[k];
+	char *e = operand(p, n, k, domain(cdt));
+	DType dt = o->kind == OK_VAL ? (DType)cg_vtype(p->G, o->v)->dt : DT_ERR;
+	int conv = 0;
+	if (cdt == DT_F16 || cdt == DT_BF16)
+		conv = o->kind == OK_VAL ? dt != cdt && dt != DT_BOOL : cmp;
+	else if (cdt == DT_I32)
+		conv = o->kind == OK_VAL ? dt == DT_I64
+		                         : o->kind == OK_FLOAT || o->i != (int32_t)o->i;
+	return conv ? cg_fmt(p->c, "sg_to_%s(%s)", cg_dtname(cdt), e) : e;
+}
+
 /* Binary ops (and their in-place forms): the expression converted to
  * dtype rdt; cdt is the compute dtype. */
 static char *
@@ -345,11 +365,8 @@ binary(Pw *p, const Node *n, int op, DType cdt)
 	if (!dtype_is_float(cdt) && !f->i2)
 		cdt = DT_F32; /* no integer form: div, true division */
 	int dom = domain(cdt);
-	char *a = operand(p, n, 0, dom), *b = operand(p, n, 1, dom);
-	if (is_compare(op) && (cdt == DT_F16 || cdt == DT_BF16)) {
-		a = cg_fmt(p->c, "sg_to_%s(%s)", cg_dtname(cdt), a);
-		b = cg_fmt(p->c, "sg_to_%s(%s)", cg_dtname(cdt), b);
-	}
+	char *a = in_compute(p, n, 0, cdt, is_compare(op));
+	char *b = in_compute(p, n, 1, cdt, is_compare(op));
 	return call(p, n, f, dom, a, b);
 }
 

@@ -78,9 +78,16 @@ void interp_seti(Tensor *t, int64_t i, int64_t v);
 /* v rounded to the precision PyTorch computes dtype dt in ("opmath": double
  * for f64, float for f32/f16/bf16); the identity for other dtypes. */
 double interp_opmath(DType dt, double v);
-/* Operand k of n as a double in dt's opmath (a tensor element or scalar). */
+/* v converted to float dtype dt and back: Tensor.to(dt) of a double. */
+double interp_round(DType dt, double v);
+/* Operand k of n as a double in dt's opmath: a tensor element converted to
+ * dt first, as PyTorch's kernels load every tensor operand in the compute
+ * dtype (a 0-d f32 operand of a bf16 op is rounded to bf16); a scalar
+ * literal in opmath precision, as PyTorch's CUDA kernels take it. */
 double interp_opndf(const Node *n, int k, Tensor *t, int64_t off, DType dt);
-int64_t interp_opndi(const Node *n, int k, Tensor *t, int64_t off);
+/* Operand k of n as an integer of compute dtype dt: an i64 tensor element
+ * or literal wraps into an i32 computation, as PyTorch converts it. */
+int64_t interp_opndi(const Node *n, int k, Tensor *t, int64_t off, DType dt);
 
 /* Broadcasting iteration over an output shape: off[k] follows operand k. */
 typedef struct {

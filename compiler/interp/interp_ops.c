@@ -52,17 +52,6 @@ interp_unary(Interp *I, Node *n, Tensor **in, Tensor **out)
 
 /* ------------------------------------------------------------------ binary */
 
-/* v rounded to dtype dt (a float type). */
-static double
-round_to(DType dt, double v)
-{
-	Tensor t = {.dt = (uint8_t)dt, .rank = 0, .numel = 1};
-	double buf;
-	t.data = &buf;
-	interp_setf(&t, 0, v);
-	return interp_getf(&t, 0);
-}
-
 /* r = op(a, b) over r's shape, operands 0 and 1 of n broadcast, computed
  * in dtype cdt and stored converted to r's dtype.  Comparisons convert a
  * scalar to cdt itself (bf16 == 0.1 compares with bf16(0.1), as PyTorch
@@ -82,13 +71,13 @@ binary(const Node *n, int op, DType cdt, Tensor *a, Tensor *b, Tensor *r)
 			double x = interp_opndf(n, 0, a, it.off[0], cdt);
 			double y = interp_opndf(n, 1, b, it.off[1], cdt);
 			if (cmp) {
-				x = round_to(cdt, x);
-				y = round_to(cdt, y);
+				x = interp_round(cdt, x);
+				y = interp_round(cdt, y);
 			}
 			interp_setf(r, i, f->d2(x, y));
 		} else {
-			int64_t x = interp_opndi(n, 0, a, it.off[0]);
-			int64_t y = interp_opndi(n, 1, b, it.off[1]);
+			int64_t x = interp_opndi(n, 0, a, it.off[0], cdt);
+			int64_t y = interp_opndi(n, 1, b, it.off[1], cdt);
 			interp_seti(r, i, f->i2(x, y));
 		}
 	}
@@ -113,12 +102,12 @@ interp_where(Interp *I, Node *n, Tensor **in, Tensor **out)
 	interp_iter_init(&it, r->rank, r->shape, in, 3);
 	int fl = dtype_is_float(r->dt);
 	for (int64_t i = 0; i < r->numel; i++, interp_iter_next(&it)) {
-		int c = interp_opndi(n, 0, in[0], it.off[0]) != 0;
+		int c = interp_opndi(n, 0, in[0], it.off[0], DT_I64) != 0;
 		int k = c ? 1 : 2;
 		if (fl)
 			interp_setf(r, i, interp_opndf(n, k, in[k], it.off[k], r->dt));
 		else
-			interp_seti(r, i, interp_opndi(n, k, in[k], it.off[k]));
+			interp_seti(r, i, interp_opndi(n, k, in[k], it.off[k], (DType)r->dt));
 	}
 	return 0;
 }

@@ -165,13 +165,23 @@ interp_opmath(DType dt, double v)
 }
 
 double
+interp_round(DType dt, double v)
+{
+	Tensor t = {.dt = (uint8_t)dt, .rank = 0, .numel = 1};
+	double buf;
+	t.data = &buf;
+	interp_setf(&t, 0, v);
+	return interp_getf(&t, 0);
+}
+
+double
 interp_opndf(const Node *n, int k, Tensor *t, int64_t off, DType dt)
 {
 	if (t) {
-		if (dtype_is_float(t->dt))
-			return interp_opmath(dt, interp_getf(t, off));
-		int64_t v = interp_geti(t, off);
-		return dt == DT_F64 ? (double)v : (double)(float)v;
+		double v = dtype_is_float(t->dt) ? interp_getf(t, off)
+		           : dt == DT_F64        ? (double)interp_geti(t, off)
+		                                 : (double)(float)interp_geti(t, off);
+		return interp_opmath(dt, t->dt == dt ? v : interp_round(dt, v));
 	}
 	const Opnd *o = &n->opnd[k];
 	switch (o->kind) {
@@ -183,17 +193,21 @@ interp_opndf(const Node *n, int k, Tensor *t, int64_t off, DType dt)
 }
 
 int64_t
-interp_opndi(const Node *n, int k, Tensor *t, int64_t off)
+interp_opndi(const Node *n, int k, Tensor *t, int64_t off, DType dt)
 {
-	if (t)
-		return interp_geti(t, off);
-	const Opnd *o = &n->opnd[k];
-	switch (o->kind) {
-	case OK_FLOAT: return trunc_int(o->f, -0x1p63, 0x1p63);
-	case OK_INT: return o->i;
-	case OK_BOOL: return o->i != 0;
+	int64_t v;
+	if (t) {
+		v = interp_geti(t, off);
+	} else {
+		const Opnd *o = &n->opnd[k];
+		switch (o->kind) {
+		case OK_FLOAT: v = trunc_int(o->f, -0x1p63, 0x1p63); break;
+		case OK_INT: v = o->i; break;
+		case OK_BOOL: v = o->i != 0; break;
+		default: ICE("operand %d of %s is not a number", k, op_name(n->op));
+		}
 	}
-	ICE("operand %d of %s is not a number", k, op_name(n->op));
+	return dt == DT_I32 ? (int32_t)(uint32_t)(uint64_t)v : v;
 }
 
 void

@@ -143,7 +143,7 @@ k_block_41_le_grad_n3_5(const sg_bf16 *x0, const sg_bf16 *x1, const sg_bf16 *x2,
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 576;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const sg_i64 r1 = sg_to_bool(sgk_le_f(sg_to_bf16(r0), sg_to_bf16((float)0.0)));
+		const sg_i64 r1 = sg_to_bool(sgk_le_f(r0, sg_to_bf16((float)0.0)));
 		const float r2 = sg_ld(x1[i]);
 		const float r3 = sg_to_bf16((sg_to_i64(r1) != 0 ? (float)0.0 : r2));
 		const float r4 = sg_ld(x2[i]);
@@ -160,7 +160,7 @@ k_block_39_le_grad_a_1(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 576;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const sg_i64 r1 = sg_to_bool(sgk_le_f(sg_to_bf16(r0), sg_to_bf16((float)0.0)));
+		const sg_i64 r1 = sg_to_bool(sgk_le_f(r0, sg_to_bf16((float)0.0)));
 		const float r2 = sg_ld(x1[i]);
 		const float r3 = sg_to_bf16((sg_to_i64(r1) != 0 ? (float)0.0 : r2));
 		x2[i] = sg_st_bf16(r3);

@@ -134,7 +134,7 @@ k_pointwise_22_lt_lt(const sg_bf16 *x0, sg_bool *x1)
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 240;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const sg_i64 r1 = sg_to_bool(sgk_lt_f(sg_to_bf16(r0), sg_to_bf16((float)0.1)));
+		const sg_i64 r1 = sg_to_bool(sgk_lt_f(r0, sg_to_bf16((float)0.1)));
 		x1[i] = sg_st_bool(r1);
 	}
 }

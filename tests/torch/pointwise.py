@@ -173,6 +173,42 @@ def binary_cases():
                 torch.tensor([2, 2, 0, 0], dtype=I64), "i64 true division by 0")
 
 
+def zero_dim_cases():
+    """A 0-d tensor (or a scalar) of a wider dtype than the op's compute
+    dtype is converted to it first, as PyTorch's kernels load every operand
+    in the common dtype: a 0-d f32 of a bf16 product rounds to bf16, an i64
+    one of an i32 op wraps (PyTorch's own result is the reference)."""
+    # (a - b with a = the rounded b: 0 when b is rounded first, as PyTorch
+    # does, about 1e-4 when it is not)
+    y = torch.tensor(1.0 / 3.0)
+    for dt in HALF:
+        for b in (y, y.to(F64)):
+            a = torch.tensor([1.0, 0.0, -2.0]) * b.to(dt).float()
+            a = a.to(dt)
+            for name in ("sub", "mul", "maximum"):
+                ref = half_ref(BINARY[name], a, b.to(dt))
+                S.case("%s %s, 0-d %s" % (name, SG[dt], SG[b.dtype]),
+                       "%%r = %s(%%a, %%b)" % name, {"a": a, "b": b}, {"r": ref})
+        k = 257 if dt == BF16 else 2049  # rounds to 256 and 2048
+        a, b = torch.tensor([k - 1, 0, 5], dtype=dt), torch.tensor(k, dtype=I64)
+        S.case("sub %s, 0-d i64 %d" % (SG[dt], k), "%r = sub(%a, %b)", {"a": a, "b": b},
+               {"r": half_ref(torch.sub, a, b.to(dt))})
+    a = torch.tensor([2049, 70000, 257], dtype=I32)
+    e = torch.tensor(2 ** 32 + 1, dtype=I64)
+    for name in ("maximum", "minimum", "pow", "eq", "lt"):
+        S.case("%s i32, 0-d i64 beyond i32" % name, "%%r = %s(%%a, %%e)" % name,
+               {"a": a, "e": e}, {"r": BINARY[name](a, e)})
+    big = torch.tensor(-3000000000, dtype=I64)
+    S.case("minimum i32, literal beyond i32", "%r = minimum(%a, -3000000000)",
+           {"a": a}, {"r": torch.minimum(a, big)})
+    S.case("lt i32, literal beyond i32", "%r = lt(%a, 3000000000)", {"a": a},
+           {"r": torch.lt(a, 3000000000)})
+    b = torch.tensor([-1000.0, 3.0], dtype=BF16)
+    i = torch.tensor([1001, 70001], dtype=I32)  # 1000 and 70144 in bf16
+    S.case("add i32, bf16", "%r = add(%i, %b)", {"i": i, "b": b},
+           {"r": half_ref(torch.add, i.to(BF16), b)})
+
+
 def where_cases():
     c = rand([3, 4], BOOL)
     for dt in ALL:
@@ -237,6 +273,7 @@ def cast_cases():
 
 unary_cases()
 binary_cases()
+zero_dim_cases()
 where_cases()
 clamp_cases()
 cast_cases()
