@@ -148,7 +148,8 @@ copy_part(Tensor *big, Tensor *part, int d, int64_t off, int to_big)
 	}
 }
 
-/* cat converts each operand to the result dtype (PyTorch promotes). */
+/* cat converts each operand to the result dtype (PyTorch promotes) and
+ * skips 1-D empty ones, as PyTorch does whatever the others' rank. */
 int
 interp_cat(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
@@ -158,6 +159,8 @@ interp_cat(Interp *I, Node *n, Tensor **in, Tensor **out)
 		return interp_fail(I, n, "internal: cat dim out of range");
 	int64_t off = 0;
 	for (uint32_t i = 0; i < n->nopnd; i++) {
+		if (in[i]->rank == 1 && in[i]->numel == 0)
+			continue; /* PyTorch's legacy empty operand (shape_cat) */
 		if (in[i]->rank != r->rank)
 			return interp_fail(I, n, "internal: cat operand rank differs");
 		copy_part(r, in[i], d, off, 1);

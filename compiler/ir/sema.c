@@ -445,6 +445,7 @@ convert_attr(Sema *S, const AttrSpec *sp, const AstArg *a, Attr *out,
 		if (a->kind == AA_INT || a->kind == AA_IDENT) {
 			out->ints = arena_alloc(S->m->arena, sizeof(int64_t));
 			out->nints = 1;
+			out->one = 1;
 			if (arg_int(S, a, &out->ints[0], &bad))
 				return 1;
 		}

@@ -490,6 +490,7 @@ typedef struct {
 	const char *s;/* AT_STR, AT_IDENT */
 	int64_t *ints;/* AT_INTS */
 	uint32_t nints;
+	uint8_t one;  /* AT_INTS written as one integer, not a list */
 	Loc loc;
 } Attr;
 
@@ -655,6 +656,9 @@ int64_t shape_attn_group(const Type *q, const Type *k, int gqa);
 int shape_attn_batch(const Type *q, const Type *k, const Type *v, int64_t group, Type *out);
 /* Normalises a possibly negative dim against rank; -1 when out of range. */
 int shape_norm_dim(int64_t dim, int rank);
+/* A 1-D tensor of size 0, which PyTorch's cat skips whatever the others'
+ * shapes. */
+int shape_legacy_empty(const Type *t);
 /* An index of Python slicing: negative counts from the end, then clamped
  * to [0, size] (slice's start and end). */
 int64_t shape_clamp_index(int64_t v, int64_t size);

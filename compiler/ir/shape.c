@@ -1128,9 +1128,8 @@ shape_slice(Graph *g, Node *n, Diag *d)
 	return set_result(g, n, d, 0, &r);
 }
 
-/* PyTorch's cat skips 1-D tensors of size 0 whatever the others' shapes. */
-static int
-legacy_empty(const Type *t)
+int
+shape_legacy_empty(const Type *t)
 {
 	return t->rank == 1 && t->d[0] == 0;
 }
@@ -1166,7 +1165,7 @@ shape_cat(Graph *g, Node *n, Diag *d)
 			return fail(g, n, d, oloc(n, i), "0-d %s can't be concatenated",
 			            opnd_desc(&x, g, n, i));
 		dt = dtype_promote(dt, (DType)t->dt);
-		if (ref < 0 && !legacy_empty(t))
+		if (ref < 0 && !shape_legacy_empty(t))
 			ref = i;
 	}
 	if (ref < 0) {
@@ -1180,7 +1179,7 @@ shape_cat(Graph *g, Node *n, Diag *d)
 	Type r = *otype(g, n, ref);
 	r.d[k] = 0;
 	for (int i = 0; i < n->nopnd; i++) {
-		if (legacy_empty(otype(g, n, i)))
+		if (shape_legacy_empty(otype(g, n, i)))
 			continue;
 		if (!cat_match(g, n, d, i, ref, k))
 			return 0;
@@ -1223,16 +1222,41 @@ shape_chunk(Graph *g, Node *n, Diag *d)
 	return 1;
 }
 
+/* split(x, sizes=N) as PyTorch's torch.split(x, N): pieces of N along the
+ * dim, the last smaller (one piece of 0 for a dim of 0); the attribute
+ * becomes that list, as the printed IR shows it. */
+static int
+split_size(Graph *g, Node *n, Diag *d, Attr *a, int64_t size)
+{
+	int64_t s = a->ints[0], count = s > 0 ? size / s + (size % s != 0) : 1;
+	if (s < 0 || (s == 0 && size != 0))
+		return fail(g, n, d, a->loc, "split size %" PRId64 " must be %s", s,
+		            s < 0 ? "non-negative" : "positive for a dim of size above 0");
+	if (count < 1)
+		count = 1;
+	if (!want_results(g, n, d, count))
+		return 0;
+	int64_t *v = arena_alloc(g->mod->arena, (size_t)count * sizeof *v);
+	for (int64_t i = 0; i < count; i++)
+		v[i] = i + 1 < count ? s : size - s * (count - 1);
+	a->ints = v;
+	a->nints = (uint32_t)count;
+	a->one = 0;
+	return 1;
+}
+
 /* split(x, sizes=[...], dim=0): non-negative sizes that sum to the dim's
- * size, one result each. */
+ * size, one result each; split(x, sizes=N) as PyTorch's split size. */
 int
 shape_split(Graph *g, Node *n, Diag *d)
 {
 	Text s, x;
 	int k;
 	int64_t sum = 0;
-	const Attr *a = attr(n, "sizes");
+	Attr *a = &n->attr[op_attr_index(OP_SPLIT, "sizes")];
 	if (!need_dims(g, n, d, 0) || (k = dim_attr(g, n, d, "dim", 0)) < 0)
+		return 0;
+	if (a->one && !split_size(g, n, d, a, otype(g, n, 0)->d[k]))
 		return 0;
 	ints_text(&s, a->ints, (int)a->nints);
 	for (uint32_t j = 0; j < a->nints; j++)

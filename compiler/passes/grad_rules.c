@@ -689,13 +689,6 @@ GRAD_RULE_DEF(grad_slice)
 	return 1;
 }
 
-/* PyTorch's cat skips 1-D empty tensors whatever the rank of the rest. */
-static int
-legacy_empty(const Type *t, int rank)
-{
-	return t->rank == 1 && t->d[0] == 0 && rank != 1;
-}
-
 /* cat: the gradient split back into the operands' sizes. */
 GRAD_RULE_DEF(grad_cat)
 {
@@ -706,7 +699,7 @@ GRAD_RULE_DEF(grad_cat)
 	int owner[n->nopnd + 1], ns = 0;
 	for (int i = 0; i < n->nopnd; i++) {
 		Type t = in_type(G, n, i);
-		if (legacy_empty(&t, r.rank))
+		if (shape_legacy_empty(&t) && r.rank != 1)
 			continue;
 		owner[ns] = i;
 		sizes[ns++] = t.d[k];

@@ -80,6 +80,19 @@ def cat_split_cases():
         S.case("split %s dim=%d" % (sizes, dim),
                "%s = split(%%x, sizes=%s, dim=%d)" % (", ".join("%" + n for n in names), ints(sizes), dim),
                {"x": x}, dict(zip(names, parts)))
+    # an integer is PyTorch's split size: pieces of it, the last smaller
+    for size, dim in ((2, 0), (3, 1), (4, 1), (7, 0)):
+        parts = torch.split(x, size, dim)
+        names = ["s%d" % i for i in range(len(parts))]
+        S.case("split size %d dim=%d (%d results)" % (size, dim, len(parts)),
+               "%s = split(%%x, sizes=%d, dim=%d)" % (", ".join("%" + n for n in names), size, dim),
+               {"x": x}, dict(zip(names, parts)))
+    # cat skips a 1-D empty operand whatever the others' rank (PyTorch's
+    # legacy rule)
+    e = torch.zeros(0)
+    for dim in (0, 1):
+        S.case("cat a 1-D empty operand dim=%d" % dim, "%%r = cat(%%e, %%x, %%e, dim=%d)" % dim,
+               {"e": e, "x": x}, {"r": torch.cat([e, x, e], dim)})
 
 
 def creation_cases():
