@@ -542,16 +542,18 @@ put_make_path(FILE *f, const char *p)
 	}
 }
 
+/* The input's path with its .sg (if any) replaced by suffix, in the
+ * input's directory: the contract's "FILE.cu beside the input". */
 static char *
-stem_with(const char *input, const char *suffix)
+beside_input(const char *input, const char *suffix)
 {
+	size_t n = strlen(input);
 	const char *base = strrchr(input, '/');
 	base = base ? base + 1 : input;
-	size_t n = strlen(base);
-	if (n > 3 && strcmp(base + n - 3, ".sg") == 0)
+	if (strlen(base) > 3 && strcmp(input + n - 3, ".sg") == 0)
 		n -= 3;
 	char *s = xmalloc(n + strlen(suffix) + 1);
-	memcpy(s, base, n);
+	memcpy(s, input, n);
 	strcpy(s + n, suffix);
 	return s;
 }
@@ -607,7 +609,7 @@ compile(Options *o, Module *m)
 	if (!out) {
 		/* FILE.sg -> FILE.cu; standard input -> standard output. */
 		if (o->emit == EMIT_CU && strcmp(o->input, "-") != 0)
-			out = out_default = stem_with(o->input, ".cu");
+			out = out_default = beside_input(o->input, ".cu");
 		else
 			out = "-";
 	}
