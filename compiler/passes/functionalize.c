@@ -962,6 +962,34 @@ return_views(Fn *F)
 	}
 }
 
+/* `del %h` drops the name %h, as Python's del does: while a view of %h's
+ * memory is still written in place after it, the memory lives on, and the
+ * new version of %h that the write makes (to give the other views) reads
+ * it.  So such a del goes (the memory is released after its last use). */
+static void
+keep_deleted_roots(Fn *F)
+{
+	Graph *g = F->g;
+	NodeId *lastvw = xmalloc((F->nv + 1) * sizeof *lastvw); /* per root */
+	for (ValId v = 0; v < F->nv; v++)
+		lastvw[v] = NONE;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (!(n->flags & NF_DEAD) && inplace(n) && n->opnd[0].kind == OK_VAL &&
+		    F->root[n->opnd[0].v] != n->opnd[0].v)
+			lastvw[F->root[n->opnd[0].v]] = i;
+	}
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		if (n->op != OP_DEL || (n->flags & NF_DEAD) || n->opnd[0].kind != OK_VAL)
+			continue;
+		ValId x = n->opnd[0].v;
+		if (F->root[x] == x && lastvw[x] != NONE && lastvw[x] > i)
+			n->flags |= NF_DEAD;
+	}
+	free(lastvw);
+}
+
 /* Pass `functionalize`: checks, rewrites, writes back at the end. */
 int
 functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
@@ -969,8 +997,6 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	int bn = bn_updates(g, d);
 	if (!bn && nothing_to_do(g))
 		return PASS_SAME;
-	if (!races_check_writes(g, po, d))
-		return 0;
 	uint32_t nv = g->vals.n;
 	Fn F = {.g = g, .d = d, .backward = NONE};
 	uint32_t nn = g->nodes.n;
@@ -991,6 +1017,8 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	for (uint32_t i = 0; i < g->rets.n; i++)
 		F.visible[g->rets.v[i]] = 1;
 	find_views(&F);
+	if (!races_check_writes(g, F.vpar, po, d))
+		F.errors++;
 	/* Per root: the last node naming it or a view of its memory. */
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		const Node *n = &g->nodes.v[i];
@@ -1002,6 +1030,7 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 			if (n->opnd[k].kind == OK_VAL)
 				F.lastref[F.root[n->opnd[k].v]] = i;
 	}
+	keep_deleted_roots(&F);
 	/* A copy_ into a visible value that nothing reads (nor a view of its
 	 * memory) before the next full overwrite already is a write-back (as
 	 * printed IR has it).  A returned view reads its memory at the end. */
@@ -1034,12 +1063,14 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	free(next);
 	for (uint32_t e = 0; e < g->events.n; e++)
 		F.any_extern |= g->events.v[e].is_extern;
-	if (F.any_extern)
-		hb_init(&F.hb, g);
-	rewrite(&F);
-	if (F.any_extern)
-		hb_free(&F.hb);
-	end_write_backs(&F);
+	if (!F.errors) { /* (after a race, nothing to rewrite) */
+		if (F.any_extern)
+			hb_init(&F.hb, g);
+		rewrite(&F);
+		if (F.any_extern)
+			hb_free(&F.hb);
+		end_write_backs(&F);
+	}
 	if (!F.errors)
 		return_views(&F);
 	if (!F.errors)

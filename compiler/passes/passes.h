@@ -96,6 +96,8 @@ typedef struct {
 	ValId v;          /* the value accessed (for RACE_JOIN: NONE) */
 	NodeId prev;      /* the earlier access; NONE: the call start */
 	uint32_t pstream; /* its stream */
+	uint8_t view;     /* RACE_RAW: v is a view read after an in-place write
+	                     through another alias of its memory */
 } Race;
 /* Called with the races found at node i (nodes.n: the end of the call),
  * before i is stepped; it may join clocks (a sync it will insert). */
@@ -111,9 +113,12 @@ int races_pass(Graph *g, const PassOptions *po, Diag *d);
  * control_deps pass ran, so no bare sync may have values crossing it. */
 int races_recheck(Graph *g, const PassOptions *po, Diag *d, const char *after,
                   int ctrl_done);
-/* Write-after-read and write-after-write races of the user's in-place
- * ops, checked before functionalize rewrites them.  Returns 0 on error. */
-int races_check_writes(Graph *g, const PassOptions *po, Diag *d);
+/* The races of the user's in-place ops, checked before functionalize
+ * rewrites them: write-after-read and write-after-write, and a view read
+ * after a write through another alias of its memory; vpar[v] is the value
+ * v views (NONE: not a view), so that views share their memory's accesses.
+ * Returns 0 on error. */
+int races_check_writes(Graph *g, const ValId *vpar, const PassOptions *po, Diag *d);
 
 /* ------------------------------------------------------------------ attention.c */
 

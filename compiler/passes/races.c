@@ -147,6 +147,8 @@ typedef struct {
 	int32_t *rd;      /* nv x ns: last read position per stream */
 	NodeId *freed;    /* per root: its release (sync_dealloc, del) */
 	uint32_t *astream;/* per root: the stream that allocated it */
+	ValId *wval;      /* per root: the value its last write named */
+	const ValId *vpar;/* per value: the value it views (NONE), or NULL */
 	VEC(Race) found;
 } Walk;
 
@@ -161,12 +163,13 @@ check_access(Walk *W, const int32_t *c, NodeId i, uint32_t k, ValId v, int acc)
 	int32_t wpos = w == NONE ? 0 : (int32_t)w + 1;
 	if (W->freed[r] != NONE) {
 		Race x = {RACE_AFTER_FREE, 0, k, v, W->freed[r],
-		          W->g->nodes.v[W->freed[r]].stream};
+		          W->g->nodes.v[W->freed[r]].stream, 0};
 		vec_push(&W->found, x);
 		return;
 	}
 	if (W->defined[r] && !HB_DONE(c, W->wstream[r], wpos)) {
-		Race x = {RACE_RAW, W->wdef[r], k, v, w, W->wstream[r]};
+		Race x = {RACE_RAW, W->wdef[r], k, v, w, W->wstream[r], 0};
+		x.view = W->vpar && W->vpar[v] != NONE && !W->wdef[r] && W->wval[r] != v;
 		vec_push(&W->found, x);
 	}
 	if (acc != RACC_WRITE)
@@ -174,7 +177,7 @@ check_access(Walk *W, const int32_t *c, NodeId i, uint32_t k, ValId v, int acc)
 	for (uint32_t t = 0; t < ns; t++) {
 		int32_t p = W->rd[(size_t)r * ns + t];
 		if (p > 0 && p != (int32_t)i + 1 && !HB_DONE(c, t, p)) {
-			Race x = {RACE_WAR, 0, k, v, (NodeId)p - 1, t};
+			Race x = {RACE_WAR, 0, k, v, (NodeId)p - 1, t, 0};
 			vec_push(&W->found, x);
 		}
 	}
@@ -202,6 +205,7 @@ apply_accesses(Walk *W, NodeId i)
 		ValId r = W->root[n->opnd[k].v];
 		W->lastw[r] = i;
 		W->wstream[r] = n->stream;
+		W->wval[r] = n->opnd[k].v;
 		W->wdef[r] = 0;
 		W->defined[r] = 1;
 		for (uint32_t t = 0; t < ns; t++)
@@ -231,13 +235,13 @@ check_release(Walk *W, const int32_t *c, ValId v)
 	uint32_t ns = W->h.ns;
 	NodeId w = W->lastw[r];
 	if (W->defined[r] && w != NONE && !HB_DONE(c, W->wstream[r], w + 1)) {
-		Race x = {RACE_FREE, W->wdef[r], 0, v, w, W->wstream[r]};
+		Race x = {RACE_FREE, W->wdef[r], 0, v, w, W->wstream[r], 0};
 		vec_push(&W->found, x);
 	}
 	for (uint32_t t = 0; t < ns; t++) {
 		int32_t p = W->rd[(size_t)r * ns + t];
 		if (p > 0 && !HB_DONE(c, t, p)) {
-			Race x = {RACE_FREE, 0, 0, v, (NodeId)p - 1, t};
+			Race x = {RACE_FREE, 0, 0, v, (NodeId)p - 1, t, 0};
 			vec_push(&W->found, x);
 		}
 	}
@@ -256,7 +260,7 @@ walk_node(Walk *W, NodeId i, unsigned what, RaceFn fn, void *ctx)
 			ValId r = W->root[n->opnd[0].v];
 			if (W->freed[r] != NONE) { /* released twice */
 				Race x = {RACE_AFTER_FREE, 0, 0, n->opnd[0].v, W->freed[r],
-				          g->nodes.v[W->freed[r]].stream};
+				          g->nodes.v[W->freed[r]].stream, 0};
 				vec_push(&W->found, x);
 			} else {
 				check_release(W, hb_clock(&W->h, n->stream), n->opnd[0].v);
@@ -302,14 +306,14 @@ walk_end(Walk *W, RaceFn fn, void *ctx)
 		ValId r = W->root[g->rets.v[i]];
 		NodeId w = W->lastw[r];
 		if (W->defined[r] && w != NONE && !HB_DONE(c, W->wstream[r], w + 1)) {
-			Race x = {RACE_RET, W->wdef[r], NONE, g->rets.v[i], w, W->wstream[r]};
+			Race x = {RACE_RET, W->wdef[r], NONE, g->rets.v[i], w, W->wstream[r], 0};
 			vec_push(&W->found, x);
 		}
 	}
 	for (uint32_t t = 1; t < W->h.ns; t++) {
 		NodeId last = W->h.laston[t];
 		if (last != NONE && !HB_DONE(c, t, last + 1)) {
-			Race x = {RACE_JOIN, 0, NONE, NONE, last, t};
+			Race x = {RACE_JOIN, 0, NONE, NONE, last, t, 0};
 			vec_push(&W->found, x);
 		}
 	}
@@ -317,11 +321,36 @@ walk_end(Walk *W, RaceFn fn, void *ctx)
 		fn(ctx, &W->h, g->nodes.n, W->found.v, W->found.n);
 }
 
-/* One walk in program order over clocks and storage (see sgc.h). */
-void
-races_walk(Graph *g, unsigned what, RaceFn fn, void *ctx)
+/* Storage classes with views (vpar): a view's class is the class of the
+ * value it views, a control_deps result's that of its operand. */
+static void
+view_roots(const Graph *g, const ValId *vpar, ValId *root)
 {
-	Walk W = {.g = g};
+	for (ValId v = 0; v < g->vals.n; v++)
+		root[v] = v;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		if (n->op == OP_CONTROL_DEPS) {
+			uint32_t j = 0;
+			for (uint32_t k = 0; k < n->nopnd && j < n->nres; k++)
+				if (n->opnd[k].kind == OK_VAL)
+					root[n->res[j++]] = root[n->opnd[k].v];
+			continue;
+		}
+		for (uint32_t j = 0; j < n->nres; j++)
+			if (vpar[n->res[j]] != NONE)
+				root[n->res[j]] = root[vpar[n->res[j]]];
+	}
+}
+
+/* One walk in program order over clocks and storage; with vpar, a view
+ * shares the storage of the value it views. */
+static void
+walk(Graph *g, const ValId *vpar, unsigned what, RaceFn fn, void *ctx)
+{
+	Walk W = {.g = g, .vpar = vpar};
 	uint32_t nv = g->vals.n;
 	hb_init(&W.h, g);
 	uint32_t ns = W.h.ns;
@@ -333,11 +362,16 @@ races_walk(Graph *g, unsigned what, RaceFn fn, void *ctx)
 	W.wdef = calloc(nv + 1, 1);
 	W.freed = xmalloc((nv + 1) * sizeof *W.freed);
 	W.rd = xmalloc(((size_t)nv * ns + 1) * sizeof *W.rd);
+	W.wval = xmalloc((nv + 1) * sizeof *W.wval);
 	if (!W.wstream || !W.astream || !W.defined || !W.wdef)
 		out_of_memory(0);
-	ir_alias_roots(g, W.root);
+	if (vpar)
+		view_roots(g, vpar, W.root);
+	else
+		ir_alias_roots(g, W.root);
 	for (ValId v = 0; v < nv; v++) {
 		W.lastw[v] = NONE;
+		W.wval[v] = NONE;
 		W.freed[v] = NONE;
 		W.defined[v] = g->vals.v[v].kind != VK_NODE;
 	}
@@ -357,7 +391,15 @@ races_walk(Graph *g, unsigned what, RaceFn fn, void *ctx)
 	free(W.wdef);
 	free(W.freed);
 	free(W.rd);
+	free(W.wval);
 	vec_free(&W.found);
+}
+
+/* One walk in program order over clocks and storage (see passes.h). */
+void
+races_walk(Graph *g, unsigned what, RaceFn fn, void *ctx)
+{
+	walk(g, NULL, what, fn, ctx);
 }
 
 /* ------------------------------------------------------------------ reports */
@@ -432,8 +474,14 @@ note_prev(Report *R, const Race *x, const char *nm)
 		return;
 	}
 	const Node *p = &g->nodes.v[x->prev];
+	int named = 0; /* the earlier access names v (else another view of it) */
+	for (uint32_t k = 0; k < p->nopnd; k++)
+		named |= p->opnd[k].kind == OK_VAL && p->opnd[k].v == x->v;
 	if (x->kind == RACE_AFTER_FREE)
 		diag_note(R->d, p->loc, "its memory is released here");
+	else if (!named && !x->pdef && (x->kind == RACE_RAW || x->kind == RACE_WAR))
+		diag_note(R->d, p->loc, "the memory of '%s' is %s here, through another view of it",
+		          nm, x->kind == RACE_RAW ? "written" : "read");
 	else if (x->pdef)
 		diag_note(R->d, p->loc, "'%s' is produced here", nm);
 	else if (x->kind == RACE_RAW)
@@ -496,8 +544,12 @@ race_text(Report *R, NodeId i, const Race *x, const char *nm, char *buf, size_t 
 	const char *t = stream_name(R, x->pstream);
 	switch (x->kind) {
 	case RACE_RAW:
-		snprintf(buf, cap, "'%s' is used on stream '%s' but produced on '%s' with "
-		         "no event between them", nm, s, t);
+		if (x->view)
+			snprintf(buf, cap, "'%s' is used on stream '%s' but its memory is written "
+			         "in place on '%s' with no event between them", nm, s, t);
+		else
+			snprintf(buf, cap, "'%s' is used on stream '%s' but produced on '%s' with "
+			         "no event between them", nm, s, t);
 		break;
 	case RACE_WAR:
 		snprintf(buf, cap, "'%s' is written in place on stream '%s' but read on "
@@ -540,7 +592,11 @@ report_races(void *ctx, Hb *h, NodeId i, Race *rs, uint32_t nr)
 			dup |= rs[k].v == x->v && rs[k].kind == x->kind;
 		if (dup)
 			continue;
-		if (R->mode == MODE_WRITES && x->kind != RACE_WAR)
+		/* Before functionalize: in-place writes after an unordered read,
+		 * and reads of a view after an unordered in-place write through
+		 * another alias of its memory (once functionalised, the view is
+		 * made again by the compiler, which would order it itself). */
+		if (R->mode == MODE_WRITES && x->kind != RACE_WAR && !(x->kind == RACE_RAW && x->view))
 			continue;
 		/* An unsafe del is the compiler's to fix (sync_dealloc, which runs
 		 * after the first check). */
@@ -603,13 +659,13 @@ races_recheck(Graph *g, const PassOptions *po, Diag *d, const char *after,
 	return R.errors == 0;
 }
 
-/* Write-after-read races of the user's in-place ops, for functionalize. */
+/* The races of the user's in-place ops, views included, for functionalize. */
 int
-races_check_writes(Graph *g, const PassOptions *po, Diag *d)
+races_check_writes(Graph *g, const ValId *vpar, const PassOptions *po, Diag *d)
 {
 	if (po->test_drop_sync)
 		return 1;
 	Report R = {.g = g, .po = po, .d = d, .mode = MODE_WRITES, .after = "sema"};
-	races_walk(g, 0, report_races, &R);
+	walk(g, vpar, 0, report_races, &R);
 	return R.errors == 0;
 }
