@@ -196,6 +196,58 @@ interp_collective(Interp *I, Node *n, Tensor **in, Tensor **out)
 	return flat_copy(I, n, in[0], out[0]);
 }
 
+/* An element of a collective: float or integer, as its dtype. */
+enum { RED_SUM, RED_MAX, RED_MIN, RED_AVG };
+typedef struct {
+	double f;
+	int64_t i;
+} Num;
+
+static Num
+num_get(const Tensor *t, int64_t e, int fl)
+{
+	Num v = {0, 0};
+	if (fl)
+		v.f = interp_getf(t, e);
+	else
+		v.i = interp_geti(t, e);
+	return v;
+}
+
+/* Element e reduced over the W ranks' operands: sum (wrapping for
+ * integers), max or min (NaN wins), avg (integers: the sum divided,
+ * truncated). */
+static Num
+reduce(Tensor **in, int64_t W, int64_t e, int fl, int how)
+{
+	Num v = num_get(in[0], e, fl);
+	for (int64_t q = 1; q < W; q++) {
+		Num u = num_get(in[q], e, fl);
+		if (fl) {
+			if (how == RED_MAX)
+				v.f = u.f > v.f || u.f != u.f ? u.f : v.f;
+			else if (how == RED_MIN)
+				v.f = u.f < v.f || u.f != u.f ? u.f : v.f;
+			else
+				v.f += u.f;
+		} else {
+			if (how == RED_MAX)
+				v.i = u.i > v.i ? u.i : v.i;
+			else if (how == RED_MIN)
+				v.i = u.i < v.i ? u.i : v.i;
+			else
+				v.i = (int64_t)((uint64_t)v.i + (uint64_t)u.i);
+		}
+	}
+	if (how == RED_AVG) {
+		if (fl)
+			v.f /= (double)W;
+		else
+			v.i /= W;
+	}
+	return v;
+}
+
 /* One rank-combining op over every rank's operand at once (`sgc run`
  * simulates the WORLD ranks in one process; interp.c runs the ranks in
  * lockstep and calls this at a collective).  in[r] is rank r's operand,
@@ -237,56 +289,62 @@ interp_collective_world(Interp *I, Node *n, int world, Tensor **in, Tensor **out
 	}
 	if (root < 0 || root >= W)
 		return interp_fail(I, n, "internal: broadcast root out of range");
-	double *res = xmalloc(((size_t)N * (size_t)W + 1) * sizeof *res);
+	/* Integers stay integers (exact beyond 2^53; a sum wraps, as NCCL's). */
+	int fl = dtype_is_float((DType)x->dt);
+	int how = strcmp(op, "max") == 0 ? RED_MAX : strcmp(op, "min") == 0 ? RED_MIN
+	          : strcmp(op, "avg") == 0 ? RED_AVG : RED_SUM;
+	Num *res = xmalloc(((size_t)N * (size_t)W + 1) * sizeof *res);
+	Num *red = NULL; /* all_reduce: the reduction, computed once */
+	if (n->op == OP_ALL_REDUCE) {
+		red = xmalloc(((size_t)N + 1) * sizeof *red);
+		for (int64_t e = 0; e < N; e++)
+			red[e] = reduce(in, W, e, fl, how);
+	}
 	for (int64_t r = 0; r < W; r++) {
-		double *y = res + r * N;
+		Num *y = res + r * N;
+		if (red) {
+			memcpy(y, red, (size_t)N * sizeof *y);
+			continue;
+		}
 		for (int64_t o = 0; o < outer; o++)
 			for (int64_t i = 0; i < (n->op == OP_ALL_GATHER ? len * W : len); i++)
 				for (int64_t j = 0; j < inner; j++) {
-					int64_t e = (o * len + i) * inner + j, src = e, q;
-					double v;
+					int64_t e = (o * len + i) * inner + j, q;
 					switch (n->op) {
 					case OP_ALL_GATHER: /* block q of dim d is rank q's x */
 						q = i / len;
 						y[(o * len * W + i) * inner + j] =
-						    interp_getf(in[q], (o * len + i % len) * inner + j);
-						continue;
+						    num_get(in[q], (o * len + i % len) * inner + j, fl);
+						break;
 					case OP_BROADCAST:
-						y[e] = interp_getf(in[root], e);
-						continue;
+						y[e] = num_get(in[root], e, fl);
+						break;
 					case OP_ALL_TO_ALL: /* block q of rank r's result: rank q's block r */
 						if (!lc)
-							continue;
+							break;
 						q = i / lc;
-						y[e] = interp_getf(in[q], (o * len + r * lc + i % lc) * inner + j);
-						continue;
+						y[e] = num_get(in[q], (o * len + r * lc + i % lc) * inner + j, fl);
+						break;
 					case OP_REDUCE_SCATTER: /* rank r keeps block r of the reduction */
-						if (i >= lc)
-							continue;
-						src = (o * len + r * lc + i) * inner + j;
-						e = (o * lc + i) * inner + j;
+						if (i < lc)
+							y[(o * lc + i) * inner + j] =
+							    reduce(in, W, (o * len + r * lc + i) * inner + j, fl, how);
 						break;
 					default:
-						break;
+						ICE("%s is not a collective", op_name(n->op));
 					}
-					v = interp_getf(in[0], src);
-					for (q = 1; q < W; q++) {
-						double u = interp_getf(in[q], src);
-						if (strcmp(op, "max") == 0)
-							v = u > v || u != u ? u : v;
-						else if (strcmp(op, "min") == 0)
-							v = u < v || u != u ? u : v;
-						else
-							v += u;
-					}
-					y[e] = strcmp(op, "avg") == 0 ? v / (double)W : v;
 				}
 	}
 	for (int r = 0; r < world; r++) {
 		Tensor *t = out[r] ? out[r] : in[r];
-		for (int64_t e = 0; e < N; e++)
-			interp_setf(t, e, res[(int64_t)r * N + e]);
+		for (int64_t e = 0; e < N; e++) {
+			if (fl)
+				interp_setf(t, e, res[(int64_t)r * N + e].f);
+			else
+				interp_seti(t, e, res[(int64_t)r * N + e].i);
+		}
 	}
+	free(red);
 	free(res);
 	return 0;
 }

@@ -85,5 +85,42 @@ st read il0.st >a
 st read dp0.st >b
 check "interleaved: same as program order" cmp -s a b
 
+# Integer collectives are exact beyond 2^53 (they went through doubles),
+# and a sum wraps as NCCL's does.
+cat >coll64.sg <<'SG'
+dim WORLD = 2
+graph g {
+  input %x : i64[2]
+  %s = all_reduce(%x, op="sum")
+  %m = all_reduce(%x, op="max")
+  %b = broadcast(%x, root=0)
+  %g = all_gather(%x, dim=0)
+  return %s, %m, %b, %g
+}
+SG
+st write i0.st x=2:i64:9007199254740993,9223372036854775807
+st write i1.st x=2:i64:2,1
+"$SGC" run coll64.sg --inputs 'i{rank}.st' --out 'o64{rank}.st'
+check "i64 collectives run: exit 0" test $? -eq 0
+st read o641.st >r1
+expect 1 s "9007199254740995 -9223372036854775808"
+expect 1 m "9007199254740993 9223372036854775807"
+expect 1 b "9007199254740993 9223372036854775807"
+expect 1 g "9007199254740993 9223372036854775807 2 1"
+
+# An all_reduce over 100000 ranks is computed once, not once a rank (that
+# took minutes).
+cat >wide.sg <<'SG'
+graph g {
+  input %x : f32[4, 2]
+  %c = all_reduce(%x, op="avg")
+  return %c
+}
+SG
+timeout 60 "$SGC" run wide.sg -D WORLD=100000 --inputs in0.st --out wide.st
+check "WORLD=100000: done within a minute" test $? -eq 0
+st read wide.st >r0
+expect 0 c "1.0 2.0 3.0 4.0 5.0 6.0 7.0 8.0"
+
 echo "$fails failed"
 [ "$fails" -eq 0 ]

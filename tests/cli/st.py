@@ -2,7 +2,7 @@
 
     python3 st.py write FILE NAME=SHAPE:v,v,... ...   (SHAPE: 2x3, or - for a scalar)
     python3 st.py write FILE NAME=SHAPE:i64:v,v,...   (an i64 tensor)
-    python3 st.py read FILE            prints NAME v v ... per tensor (f32 only)
+    python3 st.py read FILE            prints NAME v v ... per tensor (f32 and i64)
 """
 import json
 import struct
@@ -38,9 +38,12 @@ def read(path):
         t = h[name]
         lo, hi = t["data_offsets"]
         raw = b[8 + n + lo:8 + n + hi]
-        if t["dtype"] != "F32":
+        if t["dtype"] == "I64":
+            vals = struct.unpack("<%dq" % (len(raw) // 8), raw)
+        elif t["dtype"] == "F32":
+            vals = struct.unpack("<%df" % (len(raw) // 4), raw)
+        else:
             continue
-        vals = struct.unpack("<%df" % (len(raw) // 4), raw)
         print(name, " ".join(repr(v) for v in vals))
 
 
