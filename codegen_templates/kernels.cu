@@ -821,12 +821,12 @@ ${name}_one(${t} &p, const ${t} g, ${t} &m, ${t} &v, const ${c} size, const ${c}
 	const ${c} pi = sg_to_${dt}(sg_ld(p) * ${decay});
 	const ${c} gi = sg_ld(g);
 	const ${c} mi = sg_to_${dt}(sg_lerp(sg_ld(m), gi, ${w1}));
-	const ${c} gg = sg_to_${dt}(sg_to_${dt}(${c2} * gi) * gi);
-	const ${c} vi = sg_to_${dt}(sg_to_${dt}(sg_ld(v) * ${bb2}) + gg);
+	/* addcmul_ and addcdiv_ are one op each, rounded once */
+	const ${c} vi = sg_to_${dt}(sg_to_${dt}(sg_ld(v) * ${bb2}) + ${c2} * (gi * gi));
 	const ${c} den = sg_to_${dt}(sg_to_${dt}(sg_to_${dt}(sg_sqrt(vi)) / bc2) + ${eps});
 	m = sg_st_${dt}(mi);
 	v = sg_st_${dt}(vi);
-	p = sg_st_${dt}(sg_to_${dt}(pi + sg_to_${dt}(sg_to_${dt}(size * mi) / den)));
+	p = sg_st_${dt}(sg_to_${dt}(pi + size * (mi / den)));
 }
 /* ${vec} elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */

@@ -197,23 +197,6 @@ state(Interp *I, const Node *n, const char *what)
 	return e;
 }
 
-/* v rounded to the tensor's dtype and back (each PyTorch op's result). */
-static double
-rnd(const Tensor *t, double v)
-{
-	switch (t->dt) {
-	case DT_F64: return v;
-	case DT_F32: return (float)v;
-	default: {
-		Tensor tmp = {.dt = t->dt, .numel = 1};
-		uint16_t b;
-		tmp.data = &b;
-		interp_setf(&tmp, 0, v);
-		return interp_getf(&tmp, 0);
-	}
-	}
-}
-
 /* sgd_update_(p, g): torch.optim.SGD's step (see the top). */
 int
 interp_sgd_update(Interp *I, Node *n, Tensor **in, Tensor **out)
@@ -229,10 +212,11 @@ interp_sgd_update(Interp *I, Node *n, Tensor **in, Tensor **out)
 	for (int64_t i = 0; i < p->numel; i++) {
 		double pi = interp_getf(p, i), d = interp_getf(g, i);
 		if (wd != 0)
-			d = rnd(p, d + w * pi);
+			d = interp_round(dt, d + w * pi);
 		if (buf) {
 			if (buf->present)
-				d = rnd(p, rnd(p, interp_getf(buf->t, i) * m) + d);
+				d = interp_round(dt, interp_round(dt, interp_getf(buf->t, i) * m) +
+				                         d);
 			interp_setf(buf->t, i, d);
 		}
 		interp_setf(p, i, sgk_sgd_step_d(pi, lr, d));
@@ -276,15 +260,18 @@ interp_adamw_update(Interp *I, Node *n, Tensor **in, Tensor **out)
 	double size = interp_opmath(dt, -(lr / (1 - pow(b1, step))));
 	double e = interp_opmath(dt, eps);
 	for (int64_t i = 0; i < p->numel; i++) {
-		double pi = rnd(p, interp_getf(p, i) * decay), gi = interp_getf(g, i);
-		double mi = rnd(p, lerp(interp_getf(m->t, i), gi, w1));
-		/* addcmul: self + (value * t1) * t2; addcdiv: self + (value * t1) / t2 */
-		double gg = rnd(p, rnd(p, c2 * gi) * gi);
-		double vi = rnd(p, rnd(p, interp_getf(v->t, i) * bb2) + gg);
-		double den = rnd(p, rnd(p, rnd(p, sqrt(vi)) / bc2) + e);
+		double pi = interp_round(dt, interp_getf(p, i) * decay), gi = interp_getf(g, i);
+		double mi = interp_round(dt, lerp(interp_getf(m->t, i), gi, w1));
+		/* addcmul_: self + value * (t1 * t2), addcdiv_: self + value *
+		 * (t1 / t2), each one op rounded once (in opmath within) */
+		double gg = interp_opmath(dt, c2 * interp_opmath(dt, gi * gi));
+		double vb = interp_round(dt, interp_getf(v->t, i) * bb2);
+		double vi = interp_round(dt, interp_opmath(dt, vb + gg));
+		double den = interp_round(dt, interp_round(dt, interp_round(dt, sqrt(vi)) / bc2) + e);
+		double step_i = interp_opmath(dt, size * interp_opmath(dt, mi / den));
 		interp_setf(m->t, i, mi);
 		interp_setf(v->t, i, vi);
-		interp_setf(p, i, pi + rnd(p, rnd(p, size * mi) / den));
+		interp_setf(p, i, interp_opmath(dt, pi + step_i));
 	}
 	return 0;
 }

@@ -117,12 +117,12 @@ k_adamw_bf16_19_adamw_update_one(sg_bf16 &p, const sg_bf16 g, sg_bf16 &m, sg_bf1
 	const float pi = sg_to_bf16(sg_ld(p) * (float)0.9999);
 	const float gi = sg_ld(g);
 	const float mi = sg_to_bf16(sg_lerp(sg_ld(m), gi, (float)0.1));
-	const float gg = sg_to_bf16(sg_to_bf16((float)0.001 * gi) * gi);
-	const float vi = sg_to_bf16(sg_to_bf16(sg_ld(v) * (float)0.999) + gg);
+	/* addcmul_ and addcdiv_ are one op each, rounded once */
+	const float vi = sg_to_bf16(sg_to_bf16(sg_ld(v) * (float)0.999) + (float)0.001 * (gi * gi));
 	const float den = sg_to_bf16(sg_to_bf16(sg_to_bf16(sg_sqrt(vi)) / bc2) + (float)1e-08);
 	m = sg_st_bf16(mi);
 	v = sg_st_bf16(vi);
-	p = sg_st_bf16(sg_to_bf16(pi + sg_to_bf16(sg_to_bf16(size * mi) / den)));
+	p = sg_st_bf16(sg_to_bf16(pi + size * (mi / den)));
 }
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
@@ -261,12 +261,12 @@ k_adamw_f16_unfused_35_adamw_update_one(sg_f16 &p, const sg_f16 g, sg_f16 &m, sg
 	const float pi = sg_to_f16(sg_ld(p) * (float)0.9995);
 	const float gi = sg_ld(g);
 	const float mi = sg_to_f16(sg_lerp(sg_ld(m), gi, (float)0.1));
-	const float gg = sg_to_f16(sg_to_f16((float)0.01 * gi) * gi);
-	const float vi = sg_to_f16(sg_to_f16(sg_ld(v) * (float)0.99) + gg);
+	/* addcmul_ and addcdiv_ are one op each, rounded once */
+	const float vi = sg_to_f16(sg_to_f16(sg_ld(v) * (float)0.99) + (float)0.01 * (gi * gi));
 	const float den = sg_to_f16(sg_to_f16(sg_to_f16(sg_sqrt(vi)) / bc2) + (float)0.001);
 	m = sg_st_f16(mi);
 	v = sg_st_f16(vi);
-	p = sg_st_f16(sg_to_f16(pi + sg_to_f16(sg_to_f16(size * mi) / den)));
+	p = sg_st_f16(sg_to_f16(pi + size * (mi / den)));
 }
 /* 8 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */
@@ -383,12 +383,12 @@ k_adamw_f32_46_adamw_update_one(float &p, const float g, float &m, float &v, con
 	const float pi = sg_to_f32(sg_ld(p) * (float)0.9999);
 	const float gi = sg_ld(g);
 	const float mi = sg_to_f32(sg_lerp(sg_ld(m), gi, (float)0.1));
-	const float gg = sg_to_f32(sg_to_f32((float)0.001 * gi) * gi);
-	const float vi = sg_to_f32(sg_to_f32(sg_ld(v) * (float)0.999) + gg);
+	/* addcmul_ and addcdiv_ are one op each, rounded once */
+	const float vi = sg_to_f32(sg_to_f32(sg_ld(v) * (float)0.999) + (float)0.001 * (gi * gi));
 	const float den = sg_to_f32(sg_to_f32(sg_to_f32(sg_sqrt(vi)) / bc2) + (float)1e-06);
 	m = sg_st_f32(mi);
 	v = sg_st_f32(vi);
-	p = sg_st_f32(sg_to_f32(pi + sg_to_f32(sg_to_f32(size * mi) / den)));
+	p = sg_st_f32(sg_to_f32(pi + size * (mi / den)));
 }
 /* 4 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */

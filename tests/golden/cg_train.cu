@@ -96,12 +96,12 @@ k_train_18_adamw_update_one(float &p, const float g, float &m, float &v, const f
 	const float pi = sg_to_f32(sg_ld(p) * (float)0.9999);
 	const float gi = sg_ld(g);
 	const float mi = sg_to_f32(sg_lerp(sg_ld(m), gi, (float)0.1));
-	const float gg = sg_to_f32(sg_to_f32((float)0.001 * gi) * gi);
-	const float vi = sg_to_f32(sg_to_f32(sg_ld(v) * (float)0.999) + gg);
+	/* addcmul_ and addcdiv_ are one op each, rounded once */
+	const float vi = sg_to_f32(sg_to_f32(sg_ld(v) * (float)0.999) + (float)0.001 * (gi * gi));
 	const float den = sg_to_f32(sg_to_f32(sg_to_f32(sg_sqrt(vi)) / bc2) + (float)1e-08);
 	m = sg_st_f32(mi);
 	v = sg_st_f32(vi);
-	p = sg_st_f32(sg_to_f32(pi + sg_to_f32(sg_to_f32(size * mi) / den)));
+	p = sg_st_f32(sg_to_f32(pi + size * (mi / den)));
 }
 /* 4 elements a thread through 16-byte loads and stores when every
  * pointer is aligned; element by element otherwise and for the tail. */

@@ -291,7 +291,47 @@ def interleave_cases():
         S.report("train_mlp --interleave=%d gives the sequential result" % seed, why)
 
 
+def half_adamw_cases():
+    """AdamW on bf16 and f16 params, bit for bit against PyTorch's update as
+    its CUDA kernels compute it (the foreach ops, each rounded once to the
+    param's dtype from float: addcmul_ and addcdiv_ are one op each; scalars
+    stay float).  A loss linear in w, so that the gradient is exact."""
+    import math
+    lr, b1, b2, eps, wd = 0.01, 0.9, 0.999, 1e-8, 0.1
+    f = lambda x: torch.tensor(x, dtype=torch.float32)
+    for dt in (torch.bfloat16, torch.float16):
+        name = "bf16" if dt == torch.bfloat16 else "f16"
+        src = """graph g {
+  input %%c : %s[64]
+  param %%w : %s[64]
+  %%m = mul(%%w, %%c)
+  %%loss = sum(%%m)
+  backward(%%loss)
+  optimizer adamw(lr=%r, weight_decay=%r)
+  return %%loss
+}
+""" % (name, name, lr, wd)
+        c = rn(64).to(dt)
+        w0 = rn(64).to(dt)
+        rc, out, err = run_sgc(src, [], {"w": w0}, {"c": c}, STEPS)
+        r = lambda t: t.to(dt).float()
+        w, m, v, g = w0.float(), torch.zeros(64), torch.zeros(64), c.float()
+        for step in range(1, STEPS + 1):
+            w = r(w * f(1 - lr * wd))
+            m = r(m + f(1 - b1) * (g - m))
+            v = r(r(v * f(b2)) + f(1 - b2) * (g * g))
+            den = r(r(r(v.sqrt()) / f(math.sqrt(1 - b2 ** step))) + f(eps))
+            w = r(w + f(-(lr / (1 - b1 ** step))) * (m / den))
+        why = "sgc run failed: " + err.strip()[:400] if rc else None
+        for k, want in (("w", w), ("opt.w.exp_avg", m), ("opt.w.exp_avg_sq", v)):
+            if not why and not torch.equal(out[k].float(), want):
+                n = int((out[k].float() != want).sum())
+                why = "%s: %d of 64 elements differ from PyTorch's update" % (k, n)
+        S.report("adamw on %s params: %d steps bit for bit" % (name, STEPS), why)
+
+
 train_cases()
+half_adamw_cases()
 chain_cases()
 resume_cases()
 memory_cases()
