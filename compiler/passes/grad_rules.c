@@ -852,9 +852,55 @@ GRAD_RULE_DEF(grad_inplace)
 
 /* ------------------------------------------------------------------ collectives, control_deps */
 
+/* WORLD, the number of ranks. */
+static int64_t
+world_of(Grad *G)
+{
+	uint32_t *w = map_get(&grad_graph(G)->mod->dimmap, "WORLD", 5);
+	return w ? grad_graph(G)->mod->dims.v[*w].n : 1;
+}
+
+/* broadcast(x, root=R): every rank's gradient summed onto rank R, zeros on
+ * the others (torch.distributed.nn's broadcast).  Each rank puts its g in
+ * block R of a tensor of WORLD blocks along dim 0, zeros elsewhere; a
+ * reduce_scatter (sum) gives rank r the sum of block r: sum(g) on R. */
+static ValId
+grad_broadcast(Grad *G, const Node *n, ValId g)
+{
+	Type x = *grad_type(G, g);
+	int64_t W = world_of(G), root = ir_attr_int(n, "root", 0);
+	int scalar = x.rank == 0;
+	if (scalar) {
+		int64_t one = 1;
+		g = grad_reshape(G, g, &one, 1);
+		x = *grad_type(G, g);
+	}
+	Opnd parts[3];
+	int np = 0;
+	if (root > 0) {
+		Type t = with_size(&x, 0, x.d[0] * root);
+		parts[np++] = V(grad_zeros(G, &t));
+	}
+	parts[np++] = V(g);
+	if (root < W - 1) {
+		Type t = with_size(&x, 0, x.d[0] * (W - 1 - root));
+		parts[np++] = V(grad_zeros(G, &t));
+	}
+	Node *m = grad_node(G, OP_CAT, parts, np);
+	grad_set(m, "dim", 0);
+	Opnd all = V(grad_end(G, m, 1));
+	m = grad_node(G, OP_REDUCE_SCATTER, &all, 1);
+	grad_sets(m, "op", "sum");
+	grad_set(m, "dim", 0);
+	ValId r = grad_end(G, m, 1);
+	int64_t none = 0;
+	return scalar ? grad_reshape(G, r, &none, 0) : r;
+}
+
 /* The adjoint of each collective: all_reduce (sum or avg) is its own,
  * all_gather's is reduce_scatter (sum) and the other way round (avg:
- * divided by WORLD), all_to_all's is all_to_all. */
+ * divided by WORLD), all_to_all's is all_to_all, broadcast's a sum onto
+ * its root. */
 GRAD_RULE_DEF(grad_collective)
 {
 	(void)need;
@@ -881,13 +927,13 @@ GRAD_RULE_DEF(grad_collective)
 		m = grad_node(G, OP_ALL_GATHER, &o, 1);
 		grad_set(m, "dim", ir_attr_int(n, "dim", 0));
 		gin[0] = grad_end(G, m, 1);
-		if (strcmp(op->s, "avg") == 0) {
-			uint32_t *w = map_get(&grad_graph(G)->mod->dimmap, "WORLD", 5);
-			int64_t world = w ? grad_graph(G)->mod->dims.v[*w].n : 1;
-			gin[0] = grad_op2(G, OP_DIV, V(gin[0]), grad_li(world));
-		}
+		if (strcmp(op->s, "avg") == 0)
+			gin[0] = grad_op2(G, OP_DIV, V(gin[0]), grad_li(world_of(G)));
 		break;
 	}
+	case OP_BROADCAST:
+		gin[0] = grad_broadcast(G, n, g);
+		break;
 	case OP_ALL_TO_ALL:
 		m = grad_node(G, OP_ALL_TO_ALL, &o, 1);
 		grad_set(m, "dim", ir_attr_int(n, "dim", 0));

@@ -108,6 +108,37 @@ expect 1 m "9007199254740993 9223372036854775807"
 expect 1 b "9007199254740993 9223372036854775807"
 expect 1 g "9007199254740993 9223372036854775807 2 1"
 
+# broadcast's derivative (torch.distributed.nn's): every rank's gradient
+# summed onto the root, zeros on the others; a 0-d operand too.
+cat >bgrad.sg <<'SG'
+dim WORLD = 3
+graph g {
+  input %x : f32[2]
+  input %s : f32[]
+  param %w : f32[2]
+  param %u : f32[]
+  %y = mul(%x, %w)
+  %b = broadcast(%y, root=1)
+  %z = mul(%s, %u)
+  %c = broadcast(%z, root=2)
+  %q = mul(%b, %x)
+  %l0 = sum(%q)
+  %l = add(%l0, %c)
+  backward(%l)
+  return %l
+}
+SG
+for r in 0 1 2; do st write bg$r.st x=2:$((r + 1)),$((r + 2)) s=-:$((r + 5)); done
+st write bgp.st w=2:0.5,-1.5 u=-:2
+"$SGC" run bgrad.sg --inputs 'bg{rank}.st' --params bgp.st --out 'bgo{rank}.st'
+check "broadcast's derivative: exit 0" test $? -eq 0
+for r in 0 1 2; do st read bgo$r.st >r$r; done
+expect 0 grad.w "0.0 0.0"
+expect 1 grad.w "12.0 27.0"
+expect 2 grad.w "0.0 0.0"
+expect 1 grad.u "0.0"
+expect 2 grad.u "21.0"
+
 # An all_reduce over 100000 ranks is computed once, not once a rank (that
 # took minutes).
 cat >wide.sg <<'SG'

@@ -496,10 +496,10 @@ def error_cases():
                    "graph g {\n  param %w : f64[3]\n  mul_(%w, 2.0)\n"
                    "  %l = sum(%w)\n  backward(%l)\n  return %l\n}\n",
                    1, "in place")
-    S.expect_error("error: no derivative (broadcast)",
-                   "graph g {\n  param %w : f64[3]\n  %b = broadcast(%w)\n"
+    S.expect_error("error: no derivative (reduce_scatter min)",
+                   "graph g {\n  param %w : f64[3]\n  %b = reduce_scatter(%w, op=\"min\")\n"
                    "  %l = sum(%b)\n  backward(%l)\n  return %l\n}\n",
-                   1, "'broadcast' has no derivative")
+                   1, "'reduce_scatter' with op=\"min\" has no derivative")
     S.expect_error("error: all_reduce max has no derivative",
                    'graph g {\n  param %w : f64[3]\n  %b = all_reduce(%w, op="max")\n'
                    "  %l = sum(%b)\n  backward(%l)\n  return %l\n}\n",

@@ -267,13 +267,14 @@ test_no_derivative(void **state)
 	derive(&c,
 	    "graph g {\n"
 	    "  param %w : f32[4]\n"
-	    "  %b = broadcast(%w)\n"
+	    "  %b = all_reduce(%w, op=\"min\")\n"
 	    "  %l = sum(%b)\n"
 	    "  backward(%l)\n"
 	    "  return %l\n"
 	    "}\n");
 	assert_false(c.ok);
-	assert_non_null(strstr(c.errs, "t.sg:3:3: error: 'broadcast' has no derivative"));
+	assert_non_null(strstr(c.errs, "t.sg:3:3: error: 'all_reduce' with op=\"min\" has no "
+	                               "derivative"));
 	done(&c);
 }
 
