@@ -924,6 +924,42 @@ sgrt_st_check_extra(const char *path, const SgrtSafetensors *f,
 	return n ? SGRT_EMISMATCH : SGRT_OK;
 }
 
+/* The length of name's part before its last '.' (opt.PARAM). */
+static size_t
+state_prefix(const char *name)
+{
+	const char *dot = strrchr(name, '.');
+	return dot ? (size_t)(dot - name) : strlen(name);
+}
+
+int
+sgrt_st_check_state(const char *path, const SgrtSafetensors *f,
+                    const char *const *names, size_t n, char *err, size_t errlen)
+{
+	size_t i = 0, j;
+
+	while (i < n) {
+		size_t len = state_prefix(names[i]);
+		const char *have = NULL, *lack = NULL;
+		for (j = i; j < n && state_prefix(names[j]) == len &&
+		            strncmp(names[j], names[i], len) == 0; j++) {
+			if (f && sgrt_st_find(f, names[j]))
+				have = names[j];
+			else
+				lack = names[j];
+		}
+		if (have && lack) {
+			if (err && errlen)
+				snprintf(err, errlen, "%s: holds '%s' but not '%s': a param's "
+				         "optimizer state is loaded whole or not at all", path,
+				         have, lack);
+			return SGRT_EMISMATCH;
+		}
+		i = j;
+	}
+	return SGRT_OK;
+}
+
 void
 sgrt_warn_missing(const char *prog, const char *path,
                   const char *const *names, size_t n, uint64_t seed)

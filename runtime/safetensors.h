@@ -96,6 +96,14 @@ int sgrt_st_check_extra(const char *path, const SgrtSafetensors *f,
                         const char *const *expect, size_t nexpect,
                         const char *hint, char *err, size_t errlen);
 
+/* Optimizer state names[0..n) (opt.PARAM.what, each param's next to each
+ * other): each param's must be in f all or none, since a partial state
+ * (the moments without the step count) has no meaning; PyTorch refuses
+ * it.  Otherwise returns SGRT_EMISMATCH with a message naming one present
+ * and one missing tensor. */
+int sgrt_st_check_state(const char *path, const SgrtSafetensors *f,
+                        const char *const *names, size_t n, char *err, size_t errlen);
+
 /* Prints to stderr "PROG: warning: PATH lacks 'a', 'b', which start from
  * --seed S" (nothing when n is 0): params and consts a file lacks. */
 void sgrt_warn_missing(const char *prog, const char *path,

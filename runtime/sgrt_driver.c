@@ -227,6 +227,14 @@ sgrt_load_tensors(SgrtModel *m, const char *path, const SgrtTensorDesc *t,
 	                              "--allow-extra ignores them", err,
 	                              sizeof err)))
 		rc = sgrt_fail(m, rc, -1, "%s", err);
+	if (rc == SGRT_OK && path && (roles & (1 << SGRT_ROLE_STATE))) {
+		size_t ns = 0; /* the optimizer state, into lack[] for the check */
+		for (i = 0; i < n; i++)
+			if (ptr[i] && t[i].role == SGRT_ROLE_STATE)
+				lack[ns++] = t[i].name;
+		if ((rc = sgrt_st_check_state(path, &f, lack, ns, err, sizeof err)))
+			rc = sgrt_fail(m, rc, -1, "%s", err);
+	}
 	for (i = 0; i < n && rc == SGRT_OK; i++) {
 		const SgrtTensor *ft;
 		if (!ptr[i] || !(roles & (1 << t[i].role)))

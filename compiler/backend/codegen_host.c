@@ -137,16 +137,18 @@ add_tensor(CgGraph *G, ValId v, int role, int flags)
 	return (int)G->tensors.n - 1;
 }
 
-/* The slot of optimizer state opt.PARAM.what (added once). */
+/* The slot of optimizer state opt.PARAM.what (added once: seen maps the
+ * names added to their slots). */
 static int
-add_state(CgGraph *G, ValId param, const char *what, const Type *t)
+add_state(CgGraph *G, Map *seen, ValId param, const char *what, const Type *t)
 {
 	char *name = cg_fmt(G->c, "opt.%s.%s", G->g->vals.v[param].name, what);
-	for (uint32_t i = 0; i < G->tensors.n; i++)
-		if (strcmp(G->tensors.v[i].name, name) == 0)
-			return (int)i;
+	uint32_t *at = map_get(seen, name, strlen(name));
+	if (at)
+		return (int)*at;
 	CgTensor s = {.name = name, .role = CG_ROLE_STATE, .v = param, .type = *t};
 	vec_push(&G->tensors, s);
+	map_put(seen, name, strlen(name), G->tensors.n - 1);
 	return (int)G->tensors.n - 1;
 }
 
@@ -157,6 +159,8 @@ find_state(CgGraph *G)
 {
 	Graph *g = G->g;
 	Type step = {.dt = DT_F32, .rank = 0};
+	Map seen;
+	map_init(&seen);
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		Node *n = &g->nodes.v[i];
 		G->optslot[i] = G->scratch[i] = -1;
@@ -166,15 +170,16 @@ find_state(CgGraph *G)
 		const Type *t = &g->vals.v[p].type;
 		if (n->op == OP_SGD_UPDATE_) {
 			if (ir_attr_float(n, "momentum", 0) != 0)
-				G->optslot[i] = add_state(G, p, "momentum_buffer", t);
+				G->optslot[i] = add_state(G, &seen, p, "momentum_buffer", t);
 			continue;
 		}
-		G->optslot[i] = add_state(G, p, "exp_avg", t);
-		add_state(G, p, "exp_avg_sq", t);
-		add_state(G, p, "step", &step);
+		G->optslot[i] = add_state(G, &seen, p, "exp_avg", t);
+		add_state(G, &seen, p, "exp_avg_sq", t);
+		add_state(G, &seen, p, "step", &step);
 		G->scratch[i] = (int)G->scratch_bytes.n;
 		vec_push(&G->scratch_bytes, (int64_t)16);
 	}
+	map_free(&seen);
 }
 
 /* The interface: inputs, outputs (returned values), params, consts. */

@@ -40,18 +40,17 @@ typedef struct {
 
 struct OptimState {
 	VEC(OptEntry) e;
+	Map index;      /* name -> index in e */
 };
 
 /* The entry called name, or NULL. */
 static OptEntry *
-find(const Interp *I, const char *name)
+find(Interp *I, const char *name)
 {
 	if (!I->optim)
 		return NULL;
-	for (uint32_t i = 0; i < I->optim->e.n; i++)
-		if (strcmp(I->optim->e.v[i].name, name) == 0)
-			return &I->optim->e.v[i];
-	return NULL;
+	uint32_t *at = map_get(&I->optim->index, name, strlen(name));
+	return at ? &I->optim->e.v[*at] : NULL;
 }
 
 /* Adds the (absent) entry opt.PARAM.what of a type, once. */
@@ -69,6 +68,7 @@ declare(Interp *I, const char *param, const char *what, DType dt, int rank,
 	OptEntry e = {.name = name, .t = interp_tensor_new(NULL, dt, rank, shape)};
 	e.t->keep = 1;
 	vec_push(&I->optim->e, e);
+	map_put(&I->optim->index, name, strlen(name), I->optim->e.n - 1);
 }
 
 /* The state each update op of the graph needs. */
@@ -101,6 +101,7 @@ interp_optim_load(Interp *I, const RunOptions *ro)
 	I->optim = calloc(1, sizeof *I->optim);
 	if (!I->optim)
 		out_of_memory(0);
+	map_init(&I->optim->index);
 	declare_all(I);
 	if (!ro->params || I->optim->e.n == 0)
 		return 0;
@@ -111,6 +112,14 @@ interp_optim_load(Interp *I, const RunOptions *ro)
 		return 3;
 	}
 	int rc = 0;
+	const char **names = xmalloc((I->optim->e.n + 1) * sizeof *names);
+	for (uint32_t i = 0; i < I->optim->e.n; i++)
+		names[i] = I->optim->e.v[i].name;
+	if (sgrt_st_check_state(ro->params, &f, names, I->optim->e.n, err, sizeof err)) {
+		interp_report(I, I->g->opt.loc, "%s", err);
+		rc = 1;
+	}
+	free(names);
 	for (uint32_t i = 0; i < I->optim->e.n && !rc; i++) {
 		OptEntry *e = &I->optim->e.v[i];
 		const SgrtTensor *st = sgrt_st_find(&f, e->name);
@@ -179,6 +188,7 @@ interp_optim_free(Interp *I)
 		interp_tensor_free(I->optim->e.v[i].t);
 	}
 	vec_free(&I->optim->e);
+	map_free(&I->optim->index);
 	free(I->optim);
 	I->optim = NULL;
 }

@@ -86,11 +86,18 @@ graph g {
   return %l
 }
 SG
-python3 "$here/st.py" write p.st opt.w.exp_avg=3:1,2,3
+python3 "$here/st.py" write p.st opt.w.exp_avg=3:1,2,3 opt.w.exp_avg_sq=2:1,2 opt.w.step=-:1
 python3 "$here/st.py" write i.st x=2:1,2
 "$SGC" run opt.sg --params p.st --inputs i.st 2>err
 check "optimizer state mismatch: exit 1" test $? -eq 1
 check "optimizer state mismatch: FILE:LINE:COL" grep -q '^opt.sg:7:3: error: ' err
+# A partial state (the moments without the step count) is refused, as
+# PyTorch refuses it, rather than silently started afresh.
+python3 "$here/st.py" write p.st opt.w.exp_avg=2:1,2 opt.w.exp_avg_sq=2:1,2
+"$SGC" run opt.sg --params p.st --inputs i.st 2>err
+check "partial optimizer state: exit 1" test $? -eq 1
+check "partial optimizer state: names what is missing" \
+	grep -q "holds 'opt.w.exp_avg_sq' but not 'opt.w.step'" err
 
 # ---- out of memory: a diagnostic naming the tensor, exit status 1 (2^60
 # bytes: more than any address space; ASan is told to return NULL too,

@@ -865,6 +865,41 @@ test_check_extra(void **state)
 	                    "'a', 'b'");
 }
 
+/* Each param's optimizer state is in a file all or none. */
+static void
+test_check_state(void **state)
+{
+	static const char *const names[] = {"opt.a.exp_avg", "opt.a.exp_avg_sq",
+	                                    "opt.a.step", "opt.l0.w.exp_avg",
+	                                    "opt.l0.w.exp_avg_sq", "opt.l0.w.step",
+	                                    "opt.b.momentum_buffer"};
+	SgrtSafetensors f;
+	char err[512] = "";
+	size_t len;
+	unsigned char *b = mkfile("{\"opt.a.exp_avg\":{\"dtype\":\"BOOL\",\"shape\":[1],"
+	                          "\"data_offsets\":[0,1]},\"opt.a.exp_avg_sq\":{\"dtype\":"
+	                          "\"BOOL\",\"shape\":[1],\"data_offsets\":[1,2]},\"opt.a.step\":"
+	                          "{\"dtype\":\"BOOL\",\"shape\":[1],\"data_offsets\":[2,3]},"
+	                          "\"opt.l0.w.exp_avg\":{\"dtype\":\"BOOL\",\"shape\":[1],"
+	                          "\"data_offsets\":[3,4]}}", 4, &len);
+
+	(void)state;
+	assert_int_equal(sgrt_st_parse("s.safetensors", b, len, &f, err, sizeof err), SGRT_OK);
+	/* a whole, b (absent) fresh: fine */
+	assert_int_equal(sgrt_st_check_state("s.safetensors", &f, names, 3, err, sizeof err),
+	                 SGRT_OK);
+	assert_int_equal(sgrt_st_check_state("s.safetensors", &f, names + 6, 1, err,
+	                                     sizeof err), SGRT_OK);
+	/* l0.w's moments without the rest: refused, naming both */
+	assert_int_equal(sgrt_st_check_state("s.safetensors", &f, names, 7, err, sizeof err),
+	                 SGRT_EMISMATCH);
+	assert_string_equal(err, "s.safetensors: holds 'opt.l0.w.exp_avg' but not "
+	                    "'opt.l0.w.step': a param's optimizer state is loaded whole "
+	                    "or not at all");
+	sgrt_st_free(&f);
+	free(b);
+}
+
 static void
 test_check(void **state)
 {
@@ -954,6 +989,7 @@ main(void)
 		cmocka_unit_test(test_message_names),
 		cmocka_unit_test(test_check),
 		cmocka_unit_test(test_check_extra),
+		cmocka_unit_test(test_check_state),
 		cmocka_unit_test(test_reserialize),
 	};
 
