@@ -56,6 +56,7 @@ struct Sema {
 	Loc retloc;
 	int has_backward, in_block;
 	Loc backward_loc;
+	NodeId backward;     /* an underived backward's node, or NONE */
 	int has_optimizer;
 	Map later;           /* value name -> index of the stmt defining it,
 	                        made at the first use of an unknown name */
@@ -232,6 +233,32 @@ make_later(Sema *S)
 	}
 }
 
+/* %grad.NAME after an underived backward, NAME a param: the param's final
+ * gradient, a result of the backward node until autograd makes the value
+ * and puts it in this one's place (autograd.c, bind_gradient_uses).
+ * NONE when name is no such thing. */
+static ValId
+gradient_use(Sema *S, const char *name, Loc loc)
+{
+	Graph *g = S->g;
+	if (S->backward == NONE || S->in_block || strncmp(name, "grad.", 5) != 0)
+		return NONE;
+	uint32_t *p = map_get(&g->valmap, name + 5, strlen(name + 5));
+	if (!p || g->vals.v[*p].kind != VK_PARAM)
+		return NONE;
+	Node *bw = &g->nodes.v[S->backward];
+	ValId v = ir_value_new(g, arena_strdup(S->m->arena, name), VK_NODE, loc);
+	g->vals.v[v].type = g->vals.v[*p].type;
+	g->vals.v[v].def = S->backward;
+	g->vals.v[v].resno = (uint16_t)bw->nres;
+	ValId *res = arena_alloc(S->m->arena, (bw->nres + 1) * sizeof *res);
+	if (bw->nres)
+		memcpy(res, bw->res, bw->nres * sizeof *res);
+	res[bw->nres++] = v;
+	bw->res = res;
+	return v;
+}
+
 /* Resolves a use of %name; reports undefined, used-before-definition and
  * used-after-del.  Returns NONE on error. */
 static ValId
@@ -240,6 +267,9 @@ use_value(Sema *S, const char *name, Loc loc)
 	size_t len = strlen(name);
 	uint32_t *slot = map_get(&S->g->valmap, name, len);
 	if (!slot) {
+		ValId gv = gradient_use(S, name, loc);
+		if (gv != NONE)
+			return gv;
 		if (!S->later_made)
 			make_later(S);
 		uint32_t *later = map_get(&S->later, name, len);
@@ -1089,6 +1119,8 @@ stmt_backward(Sema *S, AstStmt *st)
 		n.flags |= NF_BACKWARD; /* a derived block follows */
 	}
 	ir_node_add(g, &n);
+	if (!st->has_block)
+		S->backward = g->nodes.n - 1;
 }
 
 static void
@@ -1240,6 +1272,7 @@ sema_graph(Sema *S, AstGraph *ag)
 	S->nstmts = 0;
 	S->returned = 0;
 	S->has_backward = S->has_optimizer = S->in_block = 0;
+	S->backward = NONE;
 	map_init(&S->later);
 	S->later_made = 0;
 	map_init(&S->deleted);

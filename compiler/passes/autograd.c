@@ -92,6 +92,8 @@ struct Grad {
 	VEC(Node) out;        /* the derived nodes, in order */
 	ValId *pgrad;         /* per param (index into g->params): final grad */
 	uint8_t *final;       /* per param: finalize ran */
+	uint8_t *named;       /* per param: %grad.NAME read after the backward
+	                         (its memory is not freed after the update) */
 	uint32_t *pindex;     /* per forward value: its index in g->params, or NONE */
 	uint32_t comm;        /* grad_sync's stream; 0 when none */
 	/* the rule running */
@@ -755,7 +757,7 @@ finalize(Grad *G, uint32_t p, NodeId i)
 	G->pgrad[p] = v;
 	if (g->opt.name && g->opt.fused) {
 		optim_update(G, pv, v, raw_stream);
-		if (!held_elsewhere(G, v, p, i))
+		if (!held_elsewhere(G, v, p, i) && !G->named[p])
 			emit_del(G, v, raw_stream);
 	}
 }
@@ -1147,11 +1149,88 @@ grad_free(Grad *G)
 	free(G->onpath);
 	free(G->pgrad);
 	free(G->final);
+	free(G->named);
 	free(G->pindex);
 	if (G->scratch.out)
 		fclose(G->scratch.out);
 	free(G->scratch_text);
 	diag_fini(&G->scratch);
+}
+
+/* Statements after the backward that name %grad.NAME (sema.c's
+ * gradient_use) read a result of the backward node standing for the
+ * param's final gradient.  First, each such param's gradient (zeros when
+ * the loss does not depend on it) is put at the end of the outputs, so
+ * that the clean-up keeps what makes it; returns how many. */
+static uint32_t
+gradient_uses_begin(Grad *G)
+{
+	Graph *g = G->g;
+	Node *bwn = &g->nodes.v[G->bw];
+	for (uint32_t j = 0; j < bwn->nres; j++) {
+		const char *name = g->vals.v[bwn->res[j]].name + 5; /* grad. */
+		ValId pv = *map_get(&g->valmap, name, strlen(name));
+		uint32_t p = G->pindex[pv];
+		if (G->pgrad[p] == NONE) {
+			G->stream = G->bwstream;
+			G->loc = bwn->loc;
+			G->base = pv;
+			G->pgrad[p] = grad_zeros(G, &g->vals.v[pv].type);
+		}
+		vec_push(&g->rets, G->pgrad[p]);
+	}
+	return bwn->nres;
+}
+
+/* Then, once the clean-up has renumbered them, each gradient takes the
+ * place of the backward's result: the later statements read it, it gets
+ * the name %grad.NAME they used, and the backward node has no results. */
+static void
+gradient_uses_end(Grad *G, uint32_t nref)
+{
+	Graph *g = G->g;
+	Node *bwn = &g->nodes.v[G->bw];
+	if (!nref)
+		return;
+	ValId *to = xmalloc((size_t)g->vals.n * sizeof *to);
+	for (ValId v = 0; v < g->vals.n; v++)
+		to[v] = v;
+	g->rets.n -= nref;
+	for (uint32_t j = 0; j < nref; j++) {
+		ValId r = bwn->res[j], v = g->rets.v[g->rets.n + j];
+		Value *rv = &g->vals.v[r];
+		to[r] = v;
+		const char *name = rv->name;
+		rv->name = ir_name_fresh(g, arena_cat(g->mod->arena, name, ".use")); /* unused now */
+		map_put(&g->valmap, rv->name, strlen(rv->name), r);
+		if (!g->vals.v[v].name) { /* else a value it is already (the loss...) */
+			g->vals.v[v].name = name;
+			map_put(&g->valmap, name, strlen(name), v);
+		}
+		rv->def = NONE;
+	}
+	bwn->nres = 0;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		Node *n = &g->nodes.v[i];
+		for (uint32_t k = 0; k < n->nopnd; k++)
+			if (n->opnd[k].kind == OK_VAL)
+				n->opnd[k].v = to[n->opnd[k].v];
+	}
+	/* a gradient the program returns itself is returned once: the
+	 * outputs grad.NAME (no optimizer) name it again */
+	uint8_t *seen = calloc((size_t)g->vals.n + 1, 1);
+	if (!seen)
+		out_of_memory(0);
+	uint32_t nr = 0;
+	for (uint32_t i = 0; i < g->rets.n; i++) {
+		ValId v = to[g->rets.v[i]];
+		if (!seen[v])
+			g->rets.v[nr++] = v;
+		seen[v] = 1;
+	}
+	g->rets.n = nr;
+	free(seen);
+	free(to);
 }
 
 /* The pass on one graph with an underived backward; 0 after errors. */
@@ -1169,12 +1248,14 @@ run(Grad *G)
 		G->comm = comm_stream(g);
 	if (!derive(G, loss))
 		return 0;
+	uint32_t nref = gradient_uses_begin(G);
 	uint32_t nv = g->vals.n;
 	uint8_t *used = calloc((size_t)nv + 1, 1), *live = calloc((size_t)G->out.n + 1, 1);
 	if (!used || !live)
 		out_of_memory(0);
 	remove_dead(G, used, live);
 	compact(G, used, live);
+	gradient_uses_end(G, nref);
 	name_values(G);
 	rebuild(G, live);
 	free(used);
@@ -1211,14 +1292,19 @@ autograd_run(Graph *g, const PassOptions *po, Diag *d)
 	G.onpath = calloc((size_t)g->nodes.n + 1, 1);
 	G.pgrad = xmalloc(((size_t)g->params.n + 1) * sizeof *G.pgrad);
 	G.final = calloc((size_t)g->params.n + 1, 1);
+	G.named = calloc((size_t)g->params.n + 1, 1);
 	G.pindex = xmalloc(((size_t)g->vals.n + 1) * sizeof *G.pindex);
-	if (!G.in || !G.res || !G.onpath || !G.final)
+	if (!G.in || !G.res || !G.onpath || !G.final || !G.named)
 		out_of_memory(0);
 	for (ValId v = 0; v < g->vals.n; v++)
 		G.pindex[v] = NONE;
 	for (uint32_t p = 0; p < g->params.n; p++) {
 		G.pgrad[p] = NONE;
 		G.pindex[g->params.v[p]] = p;
+	}
+	for (uint32_t j = 0; j < g->nodes.v[bw].nres; j++) {
+		const char *name = g->vals.v[g->nodes.v[bw].res[j]].name + 5; /* grad. */
+		G.named[G.pindex[*map_get(&g->valmap, name, strlen(name))]] = 1;
 	}
 	diag_init(&G.scratch, d->path, d->src, d->srclen);
 	G.scratch.out = open_memstream(&G.scratch_text, &G.scratch_len);

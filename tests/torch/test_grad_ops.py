@@ -491,6 +491,27 @@ def fd_check(c, src, ins, params, res):
     S.report(c["label"] + " (finite differences)", "; ".join(bad) or None)
 
 
+def gradient_name_cases():
+    """%grad.NAME read after backward(%loss): the param's final gradient
+    (zeros for a param the loss does not reach); with a fused optimizer it
+    outlives its update."""
+    x, w, u = R(4, 3), R(3, 2), R(2)
+    wt = w.clone().requires_grad_(True)
+    (x @ wt).sum().backward()
+    g = wt.grad
+    body = "%y = matmul(%x, %w)\n%l = sum(%y)\nbackward(%l)\n"
+    S.case("grad.w and grad.u read after backward",
+           body + "%n = sum(%grad.w)\n%h = mul(%grad.w, %grad.w)",
+           {"x": x}, {"n": g.sum(), "h": g * g, "grad.w": g, "grad.u": torch.zeros(2, dtype=F64)},
+           params={"w": w, "u": u})
+    S.case("grad.w read after a fused sgd update",
+           body + "optimizer sgd(lr=0.1)\n%n = sum(%grad.w)\nmul_(%grad.w, 0.5)\n%m = sum(%grad.w)",
+           {"x": x}, {"n": g.sum(), "m": g.sum() / 2, "w": w - 0.1 * g}, params={"w": w, "u": u})
+    S.expect_error("error: grad.w before backward",
+                   "graph g {\n  param %w : f64[3]\n  %n = sum(%grad.w)\n  %l = sum(%w)\n"
+                   "  backward(%l)\n  return %n\n}\n", 1, "use of undefined value '%grad.w'")
+
+
 def error_cases():
     S.expect_error("error: in-place on a param before backward",
                    "graph g {\n  param %w : f64[3]\n  mul_(%w, 2.0)\n"
@@ -558,6 +579,7 @@ def main():
             run_case(c, F32)
             run_half(c, C.BF16)
             run_half(c, C.F16)
+    gradient_name_cases()
     error_cases()
     S.finish()
 
