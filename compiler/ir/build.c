@@ -84,16 +84,28 @@ ir_sync_of(const Node *n, uint32_t *target)
 void
 ir_alias_roots(const Graph *g, ValId *root)
 {
+	ir_view_roots(g, NULL, root);
+}
+
+void
+ir_view_roots(const Graph *g, const ValId *vpar, ValId *root)
+{
 	for (ValId v = 0; v < g->vals.n; v++)
 		root[v] = v;
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		const Node *n = &g->nodes.v[i];
-		if ((n->flags & NF_DEAD) || n->op != OP_CONTROL_DEPS)
+		if (n->flags & NF_DEAD)
 			continue;
-		uint32_t j = 0;
-		for (uint32_t k = 0; k < n->nopnd && j < n->nres; k++)
-			if (n->opnd[k].kind == OK_VAL)
-				root[n->res[j++]] = root[n->opnd[k].v];
+		if (n->op == OP_CONTROL_DEPS) {
+			uint32_t j = 0;
+			for (uint32_t k = 0; k < n->nopnd && j < n->nres; k++)
+				if (n->opnd[k].kind == OK_VAL)
+					root[n->res[j++]] = root[n->opnd[k].v];
+		} else if (vpar) {
+			for (uint32_t j = 0; j < n->nres; j++)
+				if (vpar[n->res[j]] != NONE)
+					root[n->res[j]] = root[vpar[n->res[j]]];
+		}
 	}
 }
 

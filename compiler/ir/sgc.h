@@ -730,6 +730,9 @@ int ir_sync_of(const Node *n, uint32_t *target);
 /* Storage classes: root[v] is the first value of v's control_deps alias
  * class. */
 void ir_alias_roots(const Graph *g, ValId *root);
+/* The same with views: vpar[v] is the value v views (NONE: not a view), and
+ * a view joins that value's class (races.c before functionalize). */
+void ir_view_roots(const Graph *g, const ValId *vpar, ValId *root);
 enum { RACC_NONE, RACC_READ, RACC_WRITE };
 /* What node n does to value operand k: read it, write it in place (also
  * a read), or nothing (del, offload, control_deps, sync_dealloc...).

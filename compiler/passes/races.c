@@ -321,30 +321,6 @@ walk_end(Walk *W, RaceFn fn, void *ctx)
 		fn(ctx, &W->h, g->nodes.n, W->found.v, W->found.n);
 }
 
-/* Storage classes with views (vpar): a view's class is the class of the
- * value it views, a control_deps result's that of its operand. */
-static void
-view_roots(const Graph *g, const ValId *vpar, ValId *root)
-{
-	for (ValId v = 0; v < g->vals.n; v++)
-		root[v] = v;
-	for (NodeId i = 0; i < g->nodes.n; i++) {
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD)
-			continue;
-		if (n->op == OP_CONTROL_DEPS) {
-			uint32_t j = 0;
-			for (uint32_t k = 0; k < n->nopnd && j < n->nres; k++)
-				if (n->opnd[k].kind == OK_VAL)
-					root[n->res[j++]] = root[n->opnd[k].v];
-			continue;
-		}
-		for (uint32_t j = 0; j < n->nres; j++)
-			if (vpar[n->res[j]] != NONE)
-				root[n->res[j]] = root[vpar[n->res[j]]];
-	}
-}
-
 /* One walk in program order over clocks and storage; with vpar, a view
  * shares the storage of the value it views. */
 static void
@@ -365,10 +341,7 @@ walk(Graph *g, const ValId *vpar, unsigned what, RaceFn fn, void *ctx)
 	W.wval = xmalloc((nv + 1) * sizeof *W.wval);
 	if (!W.wstream || !W.astream || !W.defined || !W.wdef)
 		out_of_memory(0);
-	if (vpar)
-		view_roots(g, vpar, W.root);
-	else
-		ir_alias_roots(g, W.root);
+	ir_view_roots(g, vpar, W.root);
 	for (ValId v = 0; v < nv; v++) {
 		W.lastw[v] = NONE;
 		W.wval[v] = NONE;
