@@ -235,7 +235,7 @@ make_later(Sema *S)
 
 /* %grad.NAME after an underived backward, NAME a param: the param's final
  * gradient, a result of the backward node until autograd makes the value
- * and puts it in this one's place (autograd.c, bind_gradient_uses).
+ * and puts it in this one's place (autograd.c, gradient_uses_end).
  * NONE when name is no such thing. */
 static ValId
 gradient_use(Sema *S, const char *name, Loc loc)
