@@ -243,12 +243,13 @@ gradient_use(Sema *S, const char *name, Loc loc)
 	Graph *g = S->g;
 	if (S->backward == NONE || S->in_block || strncmp(name, "grad.", 5) != 0)
 		return NONE;
-	uint32_t *p = map_get(&g->valmap, name + 5, strlen(name + 5));
-	if (!p || g->vals.v[*p].kind != VK_PARAM)
+	uint32_t *slot = map_get(&g->valmap, name + 5, strlen(name + 5));
+	if (!slot || g->vals.v[*slot].kind != VK_PARAM)
 		return NONE;
+	ValId p = *slot; /* (the map may move when the value is added) */
 	Node *bw = &g->nodes.v[S->backward];
 	ValId v = ir_value_new(g, arena_strdup(S->m->arena, name), VK_NODE, loc);
-	g->vals.v[v].type = g->vals.v[*p].type;
+	g->vals.v[v].type = g->vals.v[p].type;
 	g->vals.v[v].def = S->backward;
 	g->vals.v[v].resno = (uint16_t)bw->nres;
 	ValId *res = arena_alloc(S->m->arena, (bw->nres + 1) * sizeof *res);
