@@ -502,6 +502,25 @@ def check_errors(S, fx2sg):
     expect("error: unsupported op", _cumsum, "Error", "cumsum")
     expect("error: names the user's line", _cumsum, "Error", "test_fx2sg.py:")
     expect("error: data-dependent control flow", _data_dependent, "Error", "cannot trace")
+    expect("error: a trace failure names the user's line", _data_dependent, "Error",
+           "test_fx2sg.py:")
+    # an eager error while tracing is not blamed on control flow
+    try:
+        fx2sg.export(Fn(lambda m, x, y: x @ torch.ones(2, 2)), {"x": g(3), "y": g(3)})
+        S.report("error: a shape error while tracing", "exported without an error")
+    except Exception as e:  # noqa: BLE001
+        why = None if "test_fx2sg.py:" in str(e) and "control flow" not in str(e) else \
+            "message: %s" % e
+        S.report("error: a shape error while tracing names the line, not control flow", why)
+    # a bf16 module with an mse loss exports, though torch 1.13's CPU has
+    # no bf16 mse_loss for the reference (a warning says so)
+    try:
+        lin = nn.Linear(4, 4).to(torch.bfloat16)
+        ex = fx2sg.export(lin, {"input": g(2, 4).to(torch.bfloat16)}, loss="mse", trace="fx")
+        why = None if "%loss = mse_loss" in ex.sg or "mse_loss(" in ex.sg else "no loss in:\n" + ex.sg
+    except Exception as e:  # noqa: BLE001
+        why = "raised %s: %s" % (type(e).__name__, e)
+    S.report("bf16 module with --loss mse exports", why)
     expect("error: dropout with training=True", lambda m, x, y: F.dropout(x, 0.5, True),
            "Error", "training=True")
     expect("error: an argument fx2sg drops is named",
