@@ -264,8 +264,7 @@ number_events(CgGraph *G)
 static int
 world_size(Module *m)
 {
-	uint32_t *slot = map_get(&m->dimmap, "WORLD", 5);
-	return slot ? (int)m->dims.v[*slot].n : 1;
+	return (int)ir_world(m);
 }
 
 int

@@ -480,8 +480,7 @@ run_call(Run *Rs, int world)
 static int
 world_of(Module *m)
 {
-	uint32_t *i = map_get(&m->dimmap, "WORLD", 5);
-	int64_t w = i && *i < m->dims.n ? m->dims.v[*i].n : 1;
+	int64_t w = ir_world(m);
 	return w < 1 ? 1 : w > INT_MAX ? INT_MAX : (int)w;
 }
 

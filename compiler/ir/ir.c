@@ -6,6 +6,13 @@
 
 #include "sgc.h"
 
+int64_t
+ir_world(Module *m)
+{
+	uint32_t *i = m ? map_get(&m->dimmap, "WORLD", 5) : NULL;
+	return i && *i < m->dims.n ? m->dims.v[*i].n : 1;
+}
+
 Graph *
 ir_graph_new(Module *m, const char *name, Loc loc)
 {

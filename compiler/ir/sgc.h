@@ -614,6 +614,9 @@ typedef struct Module {
 } Module;
 
 Graph *ir_graph_new(Module *m, const char *name, Loc loc);
+/* The size of dim WORLD, the number of ranks (predeclared as 1; a file or
+ * -D may set it, even below 1, which shape rules report). */
+int64_t ir_world(Module *m);
 ValId ir_value_new(Graph *g, const char *name, ValKind k, Loc loc);
 /* Appends a node; operands, results and attributes are arena copies. */
 NodeId ir_node_add(Graph *g, const Node *proto);

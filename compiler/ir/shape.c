@@ -1228,12 +1228,10 @@ shape_chunk(Graph *g, Node *n, Diag *d)
 static int
 split_size(Graph *g, Node *n, Diag *d, Attr *a, int64_t size)
 {
-	int64_t s = a->ints[0], count = s > 0 ? size / s + (size % s != 0) : 1;
+	int64_t s = a->ints[0], count = s > 0 && size > 0 ? size / s + (size % s != 0) : 1;
 	if (s < 0 || (s == 0 && size != 0))
 		return fail(g, n, d, a->loc, "split size %" PRId64 " must be %s", s,
 		            s < 0 ? "non-negative" : "positive for a dim of size above 0");
-	if (count < 1)
-		count = 1;
 	if (!want_results(g, n, d, count))
 		return 0;
 	int64_t *v = arena_alloc(g->mod->arena, (size_t)count * sizeof *v);
@@ -1586,9 +1584,7 @@ shape_control_deps(Graph *g, Node *n, Diag *d)
 static int64_t
 world_size(Graph *g, Node *n, Diag *d)
 {
-	Module *m = g->mod;
-	uint32_t *i = m ? map_get(&m->dimmap, "WORLD", 5) : NULL;
-	int64_t w = i && *i < m->dims.n ? m->dims.v[*i].n : 1;
+	int64_t w = ir_world(g->mod);
 	if (w < 1)
 		fail(g, n, d, n->loc, "WORLD is %" PRId64 ", but there must be at least one rank", w);
 	return w < 1 ? 0 : w;

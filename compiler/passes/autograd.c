@@ -1159,18 +1159,26 @@ grad_free(Grad *G)
 
 /* Statements after the backward that name %grad.NAME (sema.c's
  * gradient_use) read a result of the backward node standing for the
- * param's final gradient.  First, each such param's gradient (zeros when
- * the loss does not depend on it) is put at the end of the outputs, so
- * that the clean-up keeps what makes it; returns how many. */
+ * param's final gradient: the index of that param (result j). */
 static uint32_t
+named_param(Grad *G, uint32_t j)
+{
+	Graph *g = G->g;
+	const char *name = g->vals.v[g->nodes.v[G->bw].res[j]].name + 5; /* grad. */
+	return G->pindex[*map_get(&g->valmap, name, strlen(name))];
+}
+
+/* First, each such param's gradient (zeros when the loss does not depend
+ * on it) is put at the end of the outputs, so that the clean-up keeps
+ * what makes it. */
+static void
 gradient_uses_begin(Grad *G)
 {
 	Graph *g = G->g;
 	Node *bwn = &g->nodes.v[G->bw];
 	for (uint32_t j = 0; j < bwn->nres; j++) {
-		const char *name = g->vals.v[bwn->res[j]].name + 5; /* grad. */
-		ValId pv = *map_get(&g->valmap, name, strlen(name));
-		uint32_t p = G->pindex[pv];
+		uint32_t p = named_param(G, j);
+		ValId pv = g->params.v[p];
 		if (G->pgrad[p] == NONE) {
 			G->stream = G->bwstream;
 			G->loc = bwn->loc;
@@ -1179,17 +1187,17 @@ gradient_uses_begin(Grad *G)
 		}
 		vec_push(&g->rets, G->pgrad[p]);
 	}
-	return bwn->nres;
 }
 
 /* Then, once the clean-up has renumbered them, each gradient takes the
  * place of the backward's result: the later statements read it, it gets
  * the name %grad.NAME they used, and the backward node has no results. */
 static void
-gradient_uses_end(Grad *G, uint32_t nref)
+gradient_uses_end(Grad *G)
 {
 	Graph *g = G->g;
 	Node *bwn = &g->nodes.v[G->bw];
+	uint32_t nref = bwn->nres;
 	if (!nref)
 		return;
 	ValId *to = xmalloc((size_t)g->vals.n * sizeof *to);
@@ -1248,14 +1256,14 @@ run(Grad *G)
 		G->comm = comm_stream(g);
 	if (!derive(G, loss))
 		return 0;
-	uint32_t nref = gradient_uses_begin(G);
+	gradient_uses_begin(G);
 	uint32_t nv = g->vals.n;
 	uint8_t *used = calloc((size_t)nv + 1, 1), *live = calloc((size_t)G->out.n + 1, 1);
 	if (!used || !live)
 		out_of_memory(0);
 	remove_dead(G, used, live);
 	compact(G, used, live);
-	gradient_uses_end(G, nref);
+	gradient_uses_end(G);
 	name_values(G);
 	rebuild(G, live);
 	free(used);
@@ -1302,10 +1310,8 @@ autograd_run(Graph *g, const PassOptions *po, Diag *d)
 		G.pgrad[p] = NONE;
 		G.pindex[g->params.v[p]] = p;
 	}
-	for (uint32_t j = 0; j < g->nodes.v[bw].nres; j++) {
-		const char *name = g->vals.v[g->nodes.v[bw].res[j]].name + 5; /* grad. */
-		G.named[G.pindex[*map_get(&g->valmap, name, strlen(name))]] = 1;
-	}
+	for (uint32_t j = 0; j < g->nodes.v[bw].nres; j++)
+		G.named[named_param(&G, j)] = 1;
 	diag_init(&G.scratch, d->path, d->src, d->srclen);
 	G.scratch.out = open_memstream(&G.scratch_text, &G.scratch_len);
 	if (!G.scratch.out)

@@ -653,6 +653,28 @@ with_size(const Type *x, int k, int64_t len)
 	return t;
 }
 
+/* g between zeros along dim k: `before` and `after` elements of zeros of
+ * g's other sizes and dtype around it, in one cat. */
+static ValId
+between_zeros(Grad *G, ValId g, int k, int64_t before, int64_t after)
+{
+	Type x = *grad_type(G, g);
+	Opnd parts[3];
+	int np = 0;
+	if (before > 0) {
+		Type t = with_size(&x, k, before);
+		parts[np++] = V(grad_zeros(G, &t));
+	}
+	parts[np++] = V(g);
+	if (after > 0) {
+		Type t = with_size(&x, k, after);
+		parts[np++] = V(grad_zeros(G, &t));
+	}
+	Node *m = grad_node(G, OP_CAT, parts, np);
+	grad_set(m, "dim", k);
+	return grad_end(G, m, 1);
+}
+
 /* slice: the gradient put back between zeros. */
 GRAD_RULE_DEF(grad_slice)
 {
@@ -672,20 +694,7 @@ GRAD_RULE_DEF(grad_slice)
 		gin[0] = gout[0];
 		return 1;
 	}
-	Opnd parts[3];
-	int np = 0;
-	if (start > 0) {
-		Type t = with_size(x, k, start);
-		parts[np++] = V(grad_zeros(G, &t));
-	}
-	parts[np++] = V(gout[0]);
-	if (end < size) {
-		Type t = with_size(x, k, size - end);
-		parts[np++] = V(grad_zeros(G, &t));
-	}
-	Node *m = grad_node(G, OP_CAT, parts, np);
-	grad_set(m, "dim", k);
-	gin[0] = grad_end(G, m, 1);
+	gin[0] = between_zeros(G, gout[0], k, start, size - end);
 	return 1;
 }
 
@@ -852,14 +861,6 @@ GRAD_RULE_DEF(grad_inplace)
 
 /* ------------------------------------------------------------------ collectives, control_deps */
 
-/* WORLD, the number of ranks. */
-static int64_t
-world_of(Grad *G)
-{
-	uint32_t *w = map_get(&grad_graph(G)->mod->dimmap, "WORLD", 5);
-	return w ? grad_graph(G)->mod->dims.v[*w].n : 1;
-}
-
 /* broadcast(x, root=R): every rank's gradient summed onto rank R, zeros on
  * the others (torch.distributed.nn's broadcast).  Each rank puts its g in
  * block R of a tensor of WORLD blocks along dim 0, zeros elsewhere; a
@@ -868,28 +869,15 @@ static ValId
 grad_broadcast(Grad *G, const Node *n, ValId g)
 {
 	Type x = *grad_type(G, g);
-	int64_t W = world_of(G), root = ir_attr_int(n, "root", 0);
+	int64_t W = ir_world(grad_graph(G)->mod), root = ir_attr_int(n, "root", 0);
 	int scalar = x.rank == 0;
 	if (scalar) {
 		int64_t one = 1;
 		g = grad_reshape(G, g, &one, 1);
 		x = *grad_type(G, g);
 	}
-	Opnd parts[3];
-	int np = 0;
-	if (root > 0) {
-		Type t = with_size(&x, 0, x.d[0] * root);
-		parts[np++] = V(grad_zeros(G, &t));
-	}
-	parts[np++] = V(g);
-	if (root < W - 1) {
-		Type t = with_size(&x, 0, x.d[0] * (W - 1 - root));
-		parts[np++] = V(grad_zeros(G, &t));
-	}
-	Node *m = grad_node(G, OP_CAT, parts, np);
-	grad_set(m, "dim", 0);
-	Opnd all = V(grad_end(G, m, 1));
-	m = grad_node(G, OP_REDUCE_SCATTER, &all, 1);
+	Opnd all = V(between_zeros(G, g, 0, x.d[0] * root, x.d[0] * (W - 1 - root)));
+	Node *m = grad_node(G, OP_REDUCE_SCATTER, &all, 1);
 	grad_sets(m, "op", "sum");
 	grad_set(m, "dim", 0);
 	ValId r = grad_end(G, m, 1);
@@ -928,7 +916,7 @@ GRAD_RULE_DEF(grad_collective)
 		grad_set(m, "dim", ir_attr_int(n, "dim", 0));
 		gin[0] = grad_end(G, m, 1);
 		if (strcmp(op->s, "avg") == 0)
-			gin[0] = grad_op2(G, OP_DIV, V(gin[0]), grad_li(world_of(G)));
+			gin[0] = grad_op2(G, OP_DIV, V(gin[0]), grad_li(ir_world(grad_graph(G)->mod)));
 		break;
 	}
 	case OP_BROADCAST:

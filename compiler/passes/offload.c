@@ -172,8 +172,7 @@ offload_copy_seconds(uint64_t bytes)
 double
 offload_collective_seconds(const Graph *g, uint64_t bytes)
 {
-	uint32_t *w = map_get(&g->mod->dimmap, "WORLD", 5);
-	double world = w ? (double)g->mod->dims.v[*w].n : 1;
+	double world = (double)ir_world(g->mod);
 	double factor = world > 1 ? 2 * (world - 1) / world : 0;
 	return OFF_COLL + (double)bytes * factor / OFF_NVLINK + (double)bytes / OFF_HBM;
 }
