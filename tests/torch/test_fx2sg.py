@@ -1094,6 +1094,56 @@ def check_loss_only(S):
              "exit %d: %s" % (pr.returncode, pr.stderr))
 
 
+def check_optimizer_spelling(S):
+    """--optimizer in PyTorch's spelling (torch.optim.AdamW with betas and
+    foreach): two steps of sgc run give the params and the optimizer state
+    of two steps of that optimizer in PyTorch; what sgc's optimizers do
+    not compute is a usage error naming it."""
+    spec = "%s:mlp" % os.path.join(HERE, "test_fx2sg.py")
+    text = "torch.optim.AdamW(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05, " \
+        "foreach=False)"
+    sg, par, inp = S.path("opt.sg"), S.path("opt.p"), S.path("opt.i")
+    pr = main_fx2sg(spec, "--trace", "fx", "--seed", "7", "--input", "x=f32[4,16]", "--loss",
+                    "cross_entropy", "--optimizer", text, "-o", sg, "--params", par,
+                    "--save-inputs", inp)
+    why = pr.returncode and "fx2sg exited %d: %s" % (pr.returncode, pr.stderr)
+    if not why:
+        line = [l.strip() for l in open(sg) if l.strip().startswith("optimizer ")]
+        want = "optimizer adamw(lr=1e-2, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.05)"
+        why = line != [want] and "statement %s, expected %s" % (line, want)
+    if not why:
+        out = S.path("opt.o")
+        r = subprocess.run([S.sgc, "run", sg, "--params", par, "--inputs", inp, "--out", out,
+                            "--steps", "2"], capture_output=True, text=True, timeout=120)
+        why = r.returncode and "sgc run exited %d: %s" % (r.returncode, r.stderr)
+    if not why:
+        got, ins, m = stio.load(out), stio.load(inp), mlp().eval()  # as exported
+        m.load_state_dict(stio.load(par))
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, betas=(0.8, 0.99), eps=1e-6,
+                                weight_decay=0.05, foreach=False)
+        for _ in range(2):
+            opt.zero_grad()
+            F.cross_entropy(m(ins["x"]), ins["target"]).backward()
+            opt.step()
+        for n, p in m.named_parameters():
+            st = opt.state[p]
+            for key, ref in ((n, p), ("opt.%s.exp_avg" % n, st["exp_avg"]),
+                             ("opt.%s.exp_avg_sq" % n, st["exp_avg_sq"])):
+                why = why or (key not in got and "%s missing" % key) or \
+                    compare(got[key], ref.detach(), atol=1e-5, rtol=1e-4)
+    S.report("--optimizer in PyTorch's spelling: two AdamW steps as PyTorch's", why or None)
+    for bad, needle in (("torch.optim.SGD(lr=0.1, nesterov=True)", "no nesterov=True"),
+                        ("torch.optim.Adam(lr=0.1)", "sgd and adamw"),
+                        ("adamw(lr=0.1, momentum=0.9)", "not momentum"),
+                        ("sgd(0.1)", "by keyword")):
+        pr = main_fx2sg(spec, "--input", "x=f32[4,16]", "--loss", "mse", "--optimizer", bad,
+                        "-o", S.path("opt_bad.sg"))
+        S.report("--optimizer %s: a usage error" % bad,
+                 None if pr.returncode == 2 and needle in pr.stderr and
+                 not os.path.exists(S.path("opt_bad.sg")) else
+                 "exit %d: %s" % (pr.returncode, pr.stderr))
+
+
 def main():
     global stio, compare, FX
     sys.path.insert(0, HERE)
@@ -1111,6 +1161,7 @@ def main():
     check_errors(S, fx2sg)
     check_cli_outputs(S)
     check_loss_only(S)
+    check_optimizer_spelling(S)
     check_dims(S)
     check_wrapped(S, fx2sg)
     check_resnet_train(S)
