@@ -155,6 +155,18 @@ GRAD_RULE_DEF(grad_unary)
 }
 
 /* pow's gradients, as pow_backward_self / pow_backward_exponent. */
+/* div's gradient for its denominator b, -g * ((a / b) / b) as PyTorch's
+ * div_tensor_other_backward computes it: b * b would overflow (or
+ * underflow) where the quotients do not. */
+static ValId
+div_other_grad(Grad *G, ValId g, Opnd a, Opnd b)
+{
+	ValId q = grad_op2(G, OP_DIV, a, b);
+	q = grad_op2(G, OP_DIV, V(q), b);
+	ValId t = grad_op1(G, OP_NEG, V(g));
+	return grad_op2(G, OP_MUL, V(t), V(q));
+}
+
 static void
 pow_rule(Grad *G, const Node *n, ValId g, ValId *gin, const uint8_t *need)
 {
@@ -228,7 +240,7 @@ extremum_rule(Grad *G, const Node *n, ValId g, ValId *gin, const uint8_t *need)
 /* add sub mul div pow maximum minimum (broadcast: the pass sums). */
 GRAD_RULE_DEF(grad_binary)
 {
-	ValId g = gout[0], t, u;
+	ValId g = gout[0];
 	Opnd a, b;
 	switch (n->op) {
 	case OP_ADD:
@@ -251,7 +263,7 @@ GRAD_RULE_DEF(grad_binary)
 			gin[1] = grad_op2(G, OP_MUL, V(g), grad_arg(G, n, 0));
 		}
 		break;
-	case OP_DIV: /* grad / other, -grad * self / (other * other) */
+	case OP_DIV: /* grad / other, -grad * ((self / other) / other) */
 		a = grad_arg(G, n, 0);
 		b = grad_arg(G, n, 1);
 		if (need[0]) {
@@ -260,10 +272,7 @@ GRAD_RULE_DEF(grad_binary)
 		}
 		if (need[1]) {
 			grad_target(G, n, 1);
-			t = grad_op1(G, OP_NEG, V(g));
-			u = grad_op2(G, OP_MUL, V(t), a);
-			t = grad_op2(G, OP_MUL, b, b);
-			gin[1] = grad_op2(G, OP_DIV, V(u), V(t));
+			gin[1] = div_other_grad(G, g, a, b);
 		}
 		break;
 	case OP_POW:
@@ -814,7 +823,7 @@ GRAD_RULE_DEF(grad_memory)
  * operand 0, gin[0] goes to its old version. */
 GRAD_RULE_DEF(grad_inplace)
 {
-	ValId g = gout[0], t, u;
+	ValId g = gout[0];
 	Opnd b = grad_arg(G, n, 1);
 	switch (n->op) {
 	case OP_ADD_:
@@ -844,10 +853,7 @@ GRAD_RULE_DEF(grad_inplace)
 		}
 		if (need[1]) {
 			grad_target(G, n, 1);
-			t = grad_op1(G, OP_NEG, V(g));
-			u = grad_op2(G, OP_MUL, V(t), V(grad_in(G, 0)));
-			t = grad_op2(G, OP_MUL, b, b);
-			gin[1] = grad_op2(G, OP_DIV, V(u), V(t));
+			gin[1] = div_other_grad(G, g, V(grad_in(G, 0)), b);
 		}
 		break;
 	case OP_COPY_: /* the old value is gone: only the source gets it */

@@ -512,6 +512,24 @@ def gradient_name_cases():
                    "  backward(%l)\n  return %n\n}\n", 1, "use of undefined value '%grad.w'")
 
 
+def extreme_value_cases():
+    """div's gradient for its denominator as PyTorch computes it,
+    -g * ((a / b) / b): b * b overflows or underflows where the quotients
+    do not (f32, f64 and f16 for a plain |b| of 400; div_ in place)."""
+    for dt, a, b in ((F32, [1e-25, 1e20, 3.0], [1e-25, 1e20, -7.0]),
+                     (F64, [1e-200, 1e200], [1e-200, 1e200]),
+                     (C.F16, [300.0, 1.0, 2.0], [300.0, 400.0, 1000.0])):
+        pa, pb = torch.tensor(a, dtype=dt), torch.tensor(b, dtype=dt)
+        for tag, fwd, body in (("", lambda x, y: x / y, "%q = div(%a, %b)"),
+                               (" in place", lambda x, y: (x * 1.0).div_(y),
+                                "%q = mul(%a, 1.0)\ndiv_(%q, %b)")):
+            at, bt = pa.clone().requires_grad_(True), pb.clone().requires_grad_(True)
+            fwd(at, bt).sum().backward()
+            want = {"grad.a": at.grad, "grad.b": bt.grad}
+            S.case("div%s: the denominator's gradient at extreme values (%s)" % (tag, C.SG[dt]),
+                   body + "\n%l = sum(%q)\nbackward(%l)", {}, want, params={"a": pa, "b": pb})
+
+
 def error_cases():
     S.expect_error("error: in-place on a param before backward",
                    "graph g {\n  param %w : f64[3]\n  mul_(%w, 2.0)\n"
@@ -580,6 +598,7 @@ def main():
             run_half(c, C.BF16)
             run_half(c, C.F16)
     gradient_name_cases()
+    extreme_value_cases()
     error_cases()
     S.finish()
 
