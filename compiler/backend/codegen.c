@@ -11,6 +11,7 @@
  * host code that launches it.
  */
 #include <inttypes.h>
+#include <ctype.h>
 #include <math.h>
 #include <string.h>
 
@@ -520,14 +521,20 @@ cg_line_mark(Cg *c, uint32_t line)
  * comment) gets `#line N "FILE.sg"`, so that every line of a kernel or
  * host statement is its .sg line in nvcc's errors, compute-sanitizer's
  * reports and cuda-gdb; after the region the first code line gets a
- * `#line` back to the .cu file's own numbering.  The text comes in
- * pieces (the prelude, the kernels, the host code), each ending a line,
- * so that none is copied into one string first. */
+ * `#line` back to the .cu file's own numbering.  A directive may not
+ * stand among a macro's arguments (ISO C++ leaves that undefined), so in a
+ * marked region a macro call that the templates spread over several lines
+ * (SGRT_KERNEL(..., launch)) is written on one.  The text comes in pieces
+ * (the prelude, the kernels, the host code), each ending a line, so that
+ * none is copied into one string first. */
 typedef struct {
 	FILE *f;
 	const char *sgq, *cuq;  /* the file names as C string literals */
 	uint32_t out, cur, back; /* back: return to .cu numbering */
 	int in_comment;         /* inside a block comment */
+	int depth;              /* open parentheses (at most 64 tracked) */
+	uint64_t macro;         /* bit k: parenthesis k opens a macro call */
+	int joining;            /* the last line ended inside a macro call */
 } LineWriter;
 
 static void
@@ -544,6 +551,24 @@ lines_begin(Cg *c, LineWriter *w, FILE *f)
 	}
 	*w = (LineWriter){.f = f, .sgq = text_c_string(c->a, sg),
 	                  .cuq = text_c_string(c->a, cu), .out = 1};
+}
+
+/* Whether the parenthesis at r (on the line from q) opens a macro call:
+ * the name before it is in capitals (SGRT_KERNEL, SGRT_TRY). */
+static int
+macro_before(const char *q, const char *r)
+{
+	while (r > q && (r[-1] == ' ' || r[-1] == '\t'))
+		r--;
+	const char *b = r;
+	while (b > q && (isalnum((unsigned char)b[-1]) || b[-1] == '_'))
+		b--;
+	if (r - b < 2 || !isupper((unsigned char)*b))
+		return 0;
+	for (const char *t = b; t < r; t++)
+		if (islower((unsigned char)*t))
+			return 0;
+	return 1;
 }
 
 static void
@@ -568,15 +593,38 @@ lines_write(LineWriter *w, const char *text, size_t len)
 		/* Code: not blank, not a comment (nor inside one), no directive. */
 		int code = !w->in_comment && q < e && *q != '\n' && *q != '#' &&
 		           !(q + 1 < e && q[0] == '/' && (q[1] == '/' || q[1] == '*'));
-		for (const char *r = q; r + 1 < e; r++) {
-			if (!w->in_comment && r[0] == '/' && r[1] == '/')
-				break;
-			if (r[0] == (w->in_comment ? '*' : '/') && r[1] == (w->in_comment ? '/' : '*')) {
-				w->in_comment = !w->in_comment;
+		int line_comment = 0;
+		for (const char *r = q; r < e; r++) {
+			if (w->in_comment) {
+				if (r + 1 < e && r[0] == '*' && r[1] == '/') {
+					w->in_comment = 0;
+					r++;
+				}
+			} else if (r + 1 < e && r[0] == '/' && (r[1] == '/' || r[1] == '*')) {
+				line_comment = r[1] == '/';
+				if (line_comment)
+					break;
+				w->in_comment = 1;
 				r++;
+			} else if (*r == '"' || *r == '\'') { /* a literal: to its end */
+				for (char qc = *r++; r < e && *r != qc && *r != '\n'; r++)
+					r += *r == '\\';
+			} else if (*r == '(') {
+				if (w->depth < 64)
+					w->macro = (w->macro & ~(1ull << w->depth)) |
+					           ((uint64_t)macro_before(q, r) << w->depth);
+				w->depth++;
+			} else if (*r == ')' && w->depth > 0) {
+				w->depth--;
 			}
 		}
-		if (code && w->cur) {
+		int in_macro = 0;
+		for (int k = 0; k < w->depth && k < 64; k++)
+			in_macro |= (int)((w->macro >> k) & 1);
+		if (w->joining) { /* the rest of a macro call: after one space */
+			p = q;
+			n = (size_t)(e - q);
+		} else if (code && w->cur) {
 			fprintf(w->f, "#line %u %s\n", w->cur, w->sgq);
 			w->out++;
 		} else if (code && w->back) {
@@ -584,11 +632,18 @@ lines_write(LineWriter *w, const char *text, size_t len)
 			w->out++;
 			w->back = 0;
 		}
-		fwrite(p, 1, n, w->f);
-		w->out++;
-		if (w->cur && p[0] == '}') { /* the end of the function */
+		w->joining = code && w->cur && in_macro && !line_comment && n > 1;
+		if (w->joining) {
+			fwrite(p, 1, n - 1, w->f);
+			fputc(' ', w->f);
+		} else {
+			fwrite(p, 1, n, w->f);
+			w->out++;
+		}
+		if (w->cur && p[0] == '}' && !w->joining) { /* the end of the function */
 			w->cur = 0;
 			w->back = 1;
+			w->depth = 0;
 		}
 		p = e;
 	}

@@ -192,15 +192,11 @@ lookup_run(lookup_model *M, void *const *io, const cudaEvent_t *ext)
 #line 15 "cg_line.sg"
 	v_e = (float *)SGRT_AT(rt, 0); /* 1024 bytes of the arena */
 #line 15 "cg_line.sg"
-	SGRT_KERNEL(rt, 0, "k_lookup_15_embedding_e", 15,
-#line 15 "cg_line.sg"
-	            k_lookup_15_embedding_e<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_tok, v_table, v_e));
+	SGRT_KERNEL(rt, 0, "k_lookup_15_embedding_e", 15, k_lookup_15_embedding_e<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_tok, v_table, v_e));
 
 	/* cg_line.sg:16: %r = relu(%e) */
 #line 16 "cg_line.sg"
-	SGRT_KERNEL(rt, 0, "k_lookup_16_relu_r", 16,
-#line 16 "cg_line.sg"
-	            k_lookup_16_relu_r<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_e, v_r));
+	SGRT_KERNEL(rt, 0, "k_lookup_16_relu_r", 16, k_lookup_16_relu_r<<<1, 256, 0, sgrt_stream(rt, 0)>>>(v_e, v_r));
 #line 16 "cg_line.sg"
 	return SGRT_OK;
 #line 16 "cg_line.sg"
@@ -210,7 +206,7 @@ lookup_run(lookup_model *M, void *const *io, const cudaEvent_t *ext)
  * address of lookup_tensors[i] (inputs and outputs the caller's, params and
  * consts from lookup_tensor), ext[] its 0 extern events.  The call
  * is complete when `stream` reaches its end. */
-#line 214 "cg_line.cu"
+#line 210 "cg_line.cu"
 extern "C" int
 lookup_call_io(lookup_model *M, cudaStream_t stream, void *const *io, const cudaEvent_t *ext)
 {
