@@ -283,10 +283,9 @@ main(int argc, char **argv)
  * Per graph G: G_create, G_load (params and consts from safetensors),
  * G_call (one call on the caller's stream), G_save, G_peak_bytes,
  * G_last_error, G_destroy.  Functions return 0 or an SGRT_E* code
- * (runtime/sgrt.h). */
-#ifndef ${guard}
-#define ${guard}
-
+ * (runtime/sgrt.h).  Each graph's declarations have their own guard,
+ * SGC_API_G: headers of different graphs may be included together, and
+ * the same graph's twice. */
 #include <stddef.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
@@ -298,7 +297,12 @@ extern "C" {
 typedef struct SgrtModel SgrtModel;
 //@ header_graph
 
-/* graph ${graph} (${where}): ${typed_doc} */
+/* graph ${graph} (${where}): ${typed_doc}.
+ * ${g}_call_io's io[] holds its ${ntensors} tensors in the .cu's
+ * ${g}_tensors order: the inputs and outputs as ${g}_call takes them, then
+ * params, consts and optimizer state (their addresses: ${g}_tensor). */
+#ifndef SGC_API_${g}
+#define SGC_API_${g}
 typedef struct ${g}_model ${g}_model;
 int ${g}_create(${g}_model **out, int device);
 void ${g}_destroy(${g}_model *m);
@@ -311,10 +315,9 @@ void *${g}_tensor(${g}_model *m, int i);
 size_t ${g}_peak_bytes(${g}_model *m);
 const char *${g}_last_error(${g}_model *m);
 SgrtModel *${g}_runtime(${g}_model *m);
+#endif
 //@ header_bottom
 
 #ifdef __cplusplus
 }
-#endif
-
 #endif

@@ -707,8 +707,18 @@ static const char *const api_suffixes[] = {
 	"tensors",
 };
 
-/* Graphs whose C names clash (`g` and `g_prog` both give g_prog_create):
- * an error at the later graph.  Returns 0 after reporting. */
+/* Whether a graph's C API names would be the runtime's (sgrt_create is
+ * libsgrt's) or the kernel library's: sgrt, sgrt_*, sg_*, sgk_*. */
+static int
+reserved_api_name(const char *name)
+{
+	return strcmp(name, "sgrt") == 0 || strncmp(name, "sgrt_", 5) == 0 ||
+	       strncmp(name, "sg_", 3) == 0 || strncmp(name, "sgk_", 4) == 0;
+}
+
+/* Graphs whose C names clash (`g` and `g_prog` both give g_prog_create),
+ * or are reserved: an error at the (later) graph.  Returns 0 after
+ * reporting. */
 static int
 check_api_names(Cg *c)
 {
@@ -718,6 +728,14 @@ check_api_names(Cg *c)
 	map_init(&seen);
 	for (uint32_t i = 0; i < m->graphs.n && ok; i++) {
 		Graph *g = m->graphs.v[i];
+		if (reserved_api_name(g->name)) {
+			diag_error(m->diag, g->loc, "graph name '%s' is reserved: its C API "
+			           "('%s_create'...) would clash with the runtime's and the "
+			           "kernel library's names (sgrt, sgrt_*, sg_*, sgk_*); rename it",
+			           g->name, g->name);
+			ok = 0;
+			break;
+		}
 		for (size_t k = 0; k < sizeof api_suffixes / sizeof *api_suffixes; k++) {
 			const char *name = *api_suffixes[k]
 			                   ? cg_fmt(c, "%s_%s", g->name, api_suffixes[k]) : g->name;
@@ -758,8 +776,7 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 	CgGraph *gs = arena_alloc(c.a, (m->graphs.n + 1) * sizeof *gs);
 	if (h)
 		CG_EMIT(h, "api.cu:header_top", {"version", SGC_VERSION},
-		        {"source", text_escape(c.a, co->input)},
-		        {"guard", cg_ident(&c, "SGC_", cg_source_name(&c))});
+		        {"source", text_escape(c.a, co->input)});
 	for (uint32_t i = 0; i < m->graphs.n && !c.failed; i++) {
 		if (!cg_graph_analyse(&gs[i], &c, m->graphs.v[i]) || !cg_graph_body(&gs[i]))
 			break;
@@ -768,7 +785,7 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 	if (!c.failed && co->emit_main && m->graphs.n > 0)
 		cg_main(&c, &gs[0]);
 	if (h)
-		CG_EMIT(h, "api.cu:header_bottom", {"guard", cg_ident(&c, "SGC_", cg_source_name(&c))});
+		CG_EMIT(h, "api.cu:header_bottom", {"x", ""});
 	for (uint32_t i = 0; i < m->graphs.n; i++)
 		cg_graph_free(&gs[i]);
 	fclose(c.kern);

@@ -154,6 +154,18 @@ model(CgGraph *G, FILE *f)
 	        {"nfev", cg_num(c, G->nfree_events)});
 }
 
+/* prefix + name as a C identifier not yet in used (name_2, name_3...
+ * after it, as the values' names are made unique). */
+static char *
+param_name(Cg *c, Map *used, const char *prefix, const char *name)
+{
+	char *base = cg_ident(c, prefix, name), *nm = base;
+	for (int k = 2; map_get(used, nm, strlen(nm)); k++)
+		nm = cg_fmt(c, "%s_%d", base, k);
+	map_put(used, nm, strlen(nm), 1);
+	return nm;
+}
+
 /* The typed call's parameters, its doc line, and the io assignments. */
 static void
 typed(CgGraph *G, char **params, char **doc, char **fill, char **ext)
@@ -162,13 +174,15 @@ typed(CgGraph *G, char **params, char **doc, char **fill, char **ext)
 	Graph *g = G->g;
 	CgStr ins = {0}, outs = {0}, evs = {0}, din = {0}, dout = {0}, dev = {0}, fl = {0},
 	      ex = {0};
+	Map used; /* C parameter names: %a.b and %a_b are both a_b in C */
+	map_init(&used);
 	for (uint32_t i = 0; i < G->tensors.n; i++) {
 		const CgTensor *t = &G->tensors.v[i];
 		if (t->role != CG_ROLE_INPUT && t->role != CG_ROLE_OUTPUT)
 			continue;
 		int in = t->role == CG_ROLE_INPUT;
 		const char *ty = api_type((DType)g->vals.v[t->v].type.dt);
-		char *nm = cg_ident(c, in ? "in_" : "out_", t->name);
+		char *nm = param_name(c, &used, in ? "in_" : "out_", t->name);
 		const char *cst = in && !(t->flags & CG_TF_MUTATED) ? "const " : "";
 		cg_str_addf(in ? &ins : &outs, ", %s%s *%s", cst, ty, nm);
 		cg_str_itemf(&fl, "\n", "\tio[%u] = (void *)%s;", i, nm);
@@ -177,11 +191,12 @@ typed(CgGraph *G, char **params, char **doc, char **fill, char **ext)
 	for (uint32_t e = 0; e < g->events.n; e++) {
 		if (!g->events.v[e].is_extern)
 			continue;
-		char *nm = cg_ident(c, "ev_", g->events.v[e].name);
+		char *nm = param_name(c, &used, "ev_", g->events.v[e].name);
 		cg_str_addf(&evs, ", cudaEvent_t %s", nm);
 		cg_str_itemf(&ex, ", ", "%s", nm);
 		cg_str_itemf(&dev, ", ", "%s", g->events.v[e].name);
 	}
+	map_free(&used);
 	*fill = cg_str_done(c, &fl);
 	*ext = cg_str_done(c, &ex);
 	char *i = cg_str_done(c, &ins), *e = cg_str_done(c, &evs), *o = cg_str_done(c, &outs);
@@ -219,7 +234,8 @@ cg_graph_api(CgGraph *G)
 	if (c->hdr)
 		CG_EMIT(c->hdr, "api.cu:header_graph", {"graph", g->name}, {"g", G->name},
 		        {"where", cg_fmt(c, "%s:%u", cg_source_name(c), g->loc.line)},
-		        {"typed_doc", doc}, {"typed_params", params});
+		        {"typed_doc", doc}, {"typed_params", params},
+		        {"ntensors", cg_num(c, (int)G->tensors.n)});
 	free(G->bodytext);
 	G->bodytext = NULL;
 }

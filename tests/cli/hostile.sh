@@ -44,6 +44,27 @@ SG
 check "graph name clash: exit 1" test $? -eq 1
 check "graph name clash: at the graph" grep -q "^gp.sg:6:7: error: graph 'g_prog' and graph 'g'" err
 check "graph name clash: no output" test ! -e gp.cu
+printf 'graph sgrt {\n  input %%x : f32[2]\n  %%y = relu(%%x)\n  return %%y\n}\n' >sgrt.sg
+"$SGC" sgrt.sg -o sgrt.cu 2>err
+check "graph named sgrt (libsgrt's sgrt_create): exit 1" test $? -eq 1
+check "graph named sgrt: reserved, at the graph" grep -q "^sgrt.sg:1:7: error: graph name 'sgrt' is reserved" err
+check "graph named sgrt: no output" test ! -e sgrt.cu
+
+# ---- C parameter names and header guards: %a.b and %a_b are both a_b in
+# C; two headers of different graphs from files of the same name
+mkdir enc dec
+for d in enc dec; do
+	printf 'graph %s {\n  input %%a.b : f32[2]\n  input %%a_b : f32[2]\n  %%a_b_2 = add(%%a.b, %%a_b)\n  return %%a_b_2\n}\n' \
+		"${d}oder" >$d/model.sg
+	"$SGC" $d/model.sg -o $d/model.cu --header $d/model.h
+	check "$d: header written" test -s $d/model.h
+done
+check "parameters of the typed call distinct" grep -q "const float \*in_a_b, const float \*in_a_b_2, float \*out_a_b_2)" enc/model.h
+printf '#include "enc/model.h"\n#include "dec/model.h"\n#include "enc/model.h"\nint main(void) { encoder_model *e = 0; decoder_model *d = 0; return e == 0 && d == 0 ? 0 : 1; }\n' >both.c
+if command -v cc >/dev/null; then
+	check "two graphs' headers (and one twice) in one C11 file" cc -std=c11 -Wall -Wextra \
+		-Werror -pedantic -fsyntax-only -I. -I"$root/runtime" -I/usr/local/cuda/include both.c
+fi
 
 # ---- valid programs that reached internal errors
 cat >mm0.sg <<'SG'
