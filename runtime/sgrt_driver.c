@@ -98,6 +98,19 @@ set_option(SgrtArgs *a, const char *name, const char *val, char *err,
 	return SGRT_OK;
 }
 
+/* Whether `name` is one of the options set_option takes a value for. */
+static int
+valued_option(const char *name)
+{
+	static const char *const names[] = {
+		"params", "inputs", "out", "trace", "steps", "bench", "device", "seed",
+	};
+	for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+		if (!strcmp(name, names[k]))
+			return 1;
+	return 0;
+}
+
 int
 sgrt_args_parse(SgrtArgs *a, int argc, char **argv, char *err, size_t errlen)
 {
@@ -132,6 +145,10 @@ sgrt_args_parse(SgrtArgs *a, int argc, char **argv, char *err, size_t errlen)
 		}
 		memcpy(name, arg, n);
 		name[n] = 0;
+		if (!valued_option(name)) { /* before wanting its value */
+			snprintf(err, errlen, "unknown option '--%s'", name);
+			return SGRT_EUSAGE;
+		}
 		if (eq)
 			val = eq + 1;
 		else if (i + 1 < argc)

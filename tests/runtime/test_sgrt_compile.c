@@ -151,6 +151,9 @@ test_args_errors(void **state)
 	(void)state;
 	assert_int_equal(parse(&a, err, "--frobnicate", "1", NULL), SGRT_EUSAGE);
 	assert_non_null(strstr(err, "--frobnicate"));
+	/* unknown as the last argument: unknown, not "needs a value" */
+	assert_int_equal(parse(&a, err, "--version", NULL), SGRT_EUSAGE);
+	assert_non_null(strstr(err, "unknown option '--version'"));
 	assert_int_equal(parse(&a, err, "--steps", NULL), SGRT_EUSAGE);
 	assert_non_null(strstr(err, "needs a value"));
 	assert_int_equal(parse(&a, err, "--steps", "-1", NULL), SGRT_EUSAGE);
