@@ -197,8 +197,11 @@ if [ $cuda = enabled ]; then
 		"$sgc" "$root/samples/classifier.sg" --main -o "$work/pc_main.cu" &&
 			nvcc -arch=sm_90 "$work/pc_main.cu" $(pkg-config --cflags --libs sgrt) \
 				-o "$work/pc_main" || return 1
-		local deps
-		deps=$(env -u LD_LIBRARY_PATH ldd "$work/pc_main") || return 1
+		# The loader itself, without its cache (ldconfig's directories
+		# would hide a missing rpath of libsgrt.so's own).
+		local deps ld
+		ld=$(readelf -l "$work/pc_main" | sed -n 's/.*interpreter: \(.*\)]$/\1/p')
+		deps=$(env -u LD_LIBRARY_PATH "$ld" --inhibit-cache --list "$work/pc_main") || return 1
 		echo "$deps" | grep -q "libsgrt.so => $libdir/libsgrt.so" ||
 			{ echo "libsgrt is not found in $libdir:"; echo "$deps"; return 1; }
 		! echo "$deps" | grep "not found"
