@@ -613,7 +613,12 @@ compile(Options *o, Module *m)
 		else
 			out = "-";
 	}
-	if (o->header && strcmp(out, "-") != 0 && same_file(out, o->header))
+	if (o->header && strcmp(out, "-") == 0 && strcmp(o->header, "-") == 0)
+		status = usage_error("the output and --header both go to standard output");
+	else if (o->md && !o->mf && strcmp(out, "-") == 0)
+		status = usage_error("-MD with the output on standard output needs -MF FILE "
+		                     "(the dependency file's name comes from the output's)");
+	else if (o->header && strcmp(out, "-") != 0 && same_file(out, o->header))
 		status = usage_error("the output and --header name the same file '%s'", out);
 	else if (o->md && !o->mf && o->header && strcmp(out, "-") != 0 &&
 	         strlen(o->header) == strlen(out) + 2 &&

@@ -61,6 +61,16 @@ check "input untouched" cmp -s m.sg "$root/samples/mlp.sg"
 # The default output (m.cu) as --header.
 "$SGC" m.sg --header m.cu 2>err
 check "default output as --header: exit 2" test $? -eq 2
+# Standard output twice, and a depfile named after standard output.
+"$SGC" m.sg -o - --header - >both.out 2>err
+check "-o - --header -: exit 2" test $? -eq 2
+check "-o - --header -: says so" grep -q 'both go to standard output' err
+check "-o - --header -: nothing written" test ! -s both.out
+"$SGC" m.sg -o - -MD >/dev/null 2>err
+check "-o - -MD without -MF: exit 2" test $? -eq 2
+check "-o - -MD without -MF: says so, no -.d" bash -c 'grep -q "needs -MF" err && test ! -e ./-.d'
+"$SGC" m.sg -o - -MD -MF std.d >/dev/null
+check "-o - -MD -MF FILE: the depfile" grep -q 'm.sg' std.d
 
 # Standard output that cannot be written: exit 3 with a message.
 if [ -w /dev/full ]; then
