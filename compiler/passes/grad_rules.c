@@ -154,7 +154,6 @@ GRAD_RULE_DEF(grad_unary)
 	return 1;
 }
 
-/* pow's gradients, as pow_backward_self / pow_backward_exponent. */
 /* div's gradient for its denominator b, -g * ((a / b) / b) as PyTorch's
  * div_tensor_other_backward computes it: b * b would overflow (or
  * underflow) where the quotients do not. */
@@ -167,6 +166,7 @@ div_other_grad(Grad *G, ValId g, Opnd a, Opnd b)
 	return grad_op2(G, OP_MUL, V(t), V(q));
 }
 
+/* pow's gradients, as pow_backward_self / pow_backward_exponent. */
 static void
 pow_rule(Grad *G, const Node *n, ValId g, ValId *gin, const uint8_t *need)
 {
