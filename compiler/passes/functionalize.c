@@ -93,6 +93,8 @@ typedef struct {
 	VStrides *vst;    /* per value: its strides and offset in root's memory */
 	uint32_t *gver;   /* per root: the mutations of its memory so far */
 	uint32_t *seen;   /* per view: the root's gver that cur[] reflects */
+	uint32_t *vstream;/* per view: the stream of the compiler's node that
+	                     made cur[] again (fresh_view), NONE for the user's */
 	ValId *vpar;      /* per view: the value it views, as written */
 	uint32_t nv;      /* values before the pass: those the arrays cover */
 	VEC(ValId) chain;
@@ -275,9 +277,11 @@ find_views(Fn *F)
 	F->vst = xmalloc((nv + 1) * sizeof *F->vst);
 	F->gver = calloc(nv + 1, sizeof *F->gver);
 	F->seen = calloc(nv + 1, sizeof *F->seen);
+	F->vstream = xmalloc((nv + 1) * sizeof *F->vstream);
 	if (!F->gver || !F->seen)
 		out_of_memory(0);
 	for (ValId v = 0; v < nv; v++) {
+		F->vstream[v] = NONE;
 		F->root[v] = v;
 		F->vpar[v] = NONE;
 		shape_row_strides(&g->vals.v[v].type, F->vst[v].st);
@@ -323,14 +327,18 @@ view_again(Fn *F, const Node *dn, uint32_t k, ValId x, uint32_t stream, Loc loc)
 }
 
 /* View u's version as of now, made again before node `slot` (on stream,
- * at loc) where a mutation of its root's memory came after it. */
+ * at loc) where a mutation of its root's memory came after it.  A view the
+ * compiler made again on another stream is made again on this one: a
+ * reader on this stream is ordered after the mutation, not after that
+ * other stream's view node. */
 static ValId
 fresh_view(Fn *F, ValId u, NodeId slot, uint32_t stream, Loc loc)
 {
 	Graph *g = F->g;
 	ValId r = F->root[u], top = u;
 	F->chain.n = 0;
-	while (top != r && F->seen[top] != F->gver[r]) {
+	while (top != r && (F->seen[top] != F->gver[r] ||
+	                    (F->vstream[top] != NONE && F->vstream[top] != stream))) {
 		vec_push(&F->chain, top);
 		top = F->vpar[top];
 	}
@@ -344,6 +352,7 @@ fresh_view(Fn *F, ValId u, NodeId slot, uint32_t stream, Loc loc)
 		vec_push(&F->ins, x);
 		F->cur[m] = at;
 		F->seen[m] = F->gver[r];
+		F->vstream[m] = stream;
 	}
 	return F->cur[u];
 }
@@ -668,8 +677,10 @@ mutate(Fn *F, NodeId i)
 	}
 	F->cur[r] = nx;
 	F->gver[r]++;
-	for (ValId c = x; c != r; c = F->vpar[c])
+	for (ValId c = x; c != r; c = F->vpar[c]) {
 		F->seen[c] = F->gver[r];
+		F->vstream[c] = NONE;
+	}
 	if (F->visible[r]) {
 		F->mval[i] = nx;
 		F->mprev[i] = F->mlast[r];
@@ -702,8 +713,10 @@ rename_uses(Fn *F, NodeId i)
 	}
 	for (uint32_t k = 0; k < n->nres; k++) {
 		ValId v = n->res[k];
-		if (F->root[v] != v)
+		if (F->root[v] != v) {
 			F->seen[v] = F->gver[F->root[v]];
+			F->vstream[v] = NONE;
+		}
 	}
 }
 
@@ -995,8 +1008,8 @@ int
 functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 {
 	int bn = bn_updates(g, d);
-	if (!bn && nothing_to_do(g))
-		return PASS_SAME;
+	if (!bn && nothing_to_do(g)) /* no in-place op: the races as written */
+		return races_check_writes(g, NULL, po, d) ? PASS_SAME : 0;
 	uint32_t nv = g->vals.n;
 	Fn F = {.g = g, .d = d, .backward = NONE};
 	uint32_t nn = g->nodes.n;
@@ -1089,6 +1102,7 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	free(F.vst);
 	free(F.gver);
 	free(F.seen);
+	free(F.vstream);
 	vec_free(&F.chain);
 	return F.errors == 0;
 }

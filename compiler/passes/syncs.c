@@ -10,7 +10,10 @@
  * record_event(E) right after the latest of them and wait_event(E) right
  * before itself.  One fresh event serves a producer and a consuming
  * stream: once the consumer's stream has waited, later consumers on it
- * are ordered already.  User nodes are left alone: their races are the
+ * are ordered already.  A user node gets syncs only for offload's reload
+ * of a value it reads (%h.dev, read after backward on a side stream that
+ * waited for %h): the user ordered %h, and functionalize's check has
+ * reported the races of the program as written.  Its other races are the
  * user's (the verifier reports them).
  *
  * Pass `join_streams` (rule 0 and the end of `backward`): at the end of
@@ -31,6 +34,13 @@ typedef struct {
 	uint8_t *start;   /* per stream: the call start is unordered */
 } Fixer;
 
+/* Whether p is offload's reload of a saved value to the device. */
+static int
+offload_reload(const Node *p)
+{
+	return p->op == OP_TO_DEVICE && ir_compiler_made(p);
+}
+
 /* Records after each unordered access (the latest per stream) and waits
  * before node i; joins the clocks the waits give. */
 static void
@@ -38,9 +48,10 @@ fix_node(void *ctx, Hb *h, NodeId i, Race *rs, uint32_t nr)
 {
 	Fixer *F = ctx;
 	Graph *g = F->g;
-	if (i >= g->nodes.n || !ir_compiler_made(&g->nodes.v[i]))
+	if (i >= g->nodes.n)
 		return;
 	const Node *n = &g->nodes.v[i];
+	int user = !ir_compiler_made(n);
 	uint32_t ns = h->ns, s = n->stream;
 	for (uint32_t t = 0; t < ns; t++) {
 		F->latest[t] = NONE;
@@ -49,6 +60,9 @@ fix_node(void *ctx, Hb *h, NodeId i, Race *rs, uint32_t nr)
 	for (uint32_t j = 0; j < nr; j++) {
 		const Race *x = &rs[j];
 		if (x->kind != RACE_RAW && x->kind != RACE_WAR)
+			continue;
+		if (user && (x->kind != RACE_RAW || x->prev == NONE ||
+		             !offload_reload(&g->nodes.v[x->prev])))
 			continue;
 		if (x->prev == NONE)
 			F->start[x->pstream] = 1;
