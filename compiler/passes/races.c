@@ -438,6 +438,18 @@ access_loc(Report *R, NodeId p, ValId v)
 	return n->loc;
 }
 
+/* The statement the user wrote for node p: the `backward` statement for
+ * a node of its derived block (a gradient, an update), else p. */
+static NodeId
+user_stmt(const Graph *g, NodeId p)
+{
+	NodeId bw, end;
+	if (p != NONE && (g->nodes.v[p].flags & NF_BACKWARD) &&
+	    ir_backward_block(g, &bw, &end) && p > bw && p < end)
+		return bw;
+	return p;
+}
+
 /* The note at the earlier access of a race. */
 static void
 note_prev(Report *R, const Race *x, const char *nm)
@@ -450,6 +462,13 @@ note_prev(Report *R, const Race *x, const char *nm)
 		                   : "a value";
 		diag_note(R->d, val->loc, "'%s' is %s, ready on 'default' when the call "
 		          "starts", nm, kind);
+		return;
+	}
+	NodeId st = user_stmt(g, x->prev);
+	if (st != x->prev) {
+		diag_note(R->d, g->nodes.v[st].loc, "'%s' is %s by this backward", nm,
+		          x->kind == RACE_WAR ? "read" : g->vals.v[x->v].kind == VK_PARAM ?
+		          "updated" : "written");
 		return;
 	}
 	const Node *p = &g->nodes.v[x->prev];
@@ -481,12 +500,18 @@ note_fix(Report *R, NodeId i, const Race *x, const char *nm)
 	if (i >= g->nodes.n || x->prev == NONE ||
 	    (x->kind != RACE_RAW && x->kind != RACE_WAR))
 		return;
-	const Node *p = &g->nodes.v[x->prev], *n = &g->nodes.v[i];
-	const char *ps = stream_name(R, x->pstream), *cs = stream_name(R, n->stream);
+	NodeId st = user_stmt(g, x->prev);
+	const Node *p = &g->nodes.v[st], *n = &g->nodes.v[i];
+	uint32_t pst = st != x->prev ? p->stream : x->pstream;
+	const char *ps = stream_name(R, pst);
+	const char *cs = stream_name(R, n->stream);
+	const char *verb = st != x->prev ? (x->kind == RACE_WAR ? "read by backward" :
+	                   "written by backward") : x->pdef ? "produced" :
+	                   x->kind == RACE_RAW ? "written" : "read";
 	uint32_t e, e2;
-	for (NodeId r = x->prev; r-- > 0;) {
+	for (NodeId r = st; r-- > 0;) {
 		const Node *rec = &g->nodes.v[r];
-		if (rec->stream != x->pstream || ir_sync_of(rec, &e) != OP_RECORD_EVENT)
+		if (rec->stream != pst || ir_sync_of(rec, &e) != OP_RECORD_EVENT)
 			continue;
 		for (NodeId w = r + 1; w < i; w++) {
 			const Node *wn = &g->nodes.v[w];
@@ -496,8 +521,7 @@ note_fix(Report *R, NodeId i, const Race *x, const char *nm)
 				diag_note(R->d, rec->loc, "'record_event(%s)' on '%s' comes before "
 				          "'%s' is %s on line %u; move it after that line, so that "
 				          "'wait_event(%s)' on line %u orders them", en, ps, nm,
-				          x->pdef ? "produced" : "read", p->loc.line, en,
-				          wn->loc.line);
+				          verb, p->loc.line, en, wn->loc.line);
 				return;
 			}
 		}
@@ -531,8 +555,9 @@ race_text(Report *R, NodeId i, const Race *x, const char *nm, char *buf, size_t 
 			snprintf(buf, cap, "'%s' is written in place on stream '%s' but produced "
 			         "on '%s' with no event between them", nm, s, t);
 		else
-			snprintf(buf, cap, "'%s' is used on stream '%s' but produced on '%s' with "
-			         "no event between them", nm, s, t);
+			snprintf(buf, cap, "'%s' is used on stream '%s' but %s on '%s' with "
+			         "no event between them", nm, s,
+			         x->pdef || x->prev == NONE ? "produced" : "written", t);
 		break;
 	case RACE_WAR:
 		snprintf(buf, cap, "'%s' is written in place on stream '%s' but read on "
