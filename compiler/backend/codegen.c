@@ -593,6 +593,7 @@ lines_write(LineWriter *w, const char *text, size_t len)
 		/* Code: not blank, not a comment (nor inside one), no directive. */
 		int code = !w->in_comment && q < e && *q != '\n' && *q != '#' &&
 		           !(q + 1 < e && q[0] == '/' && (q[1] == '/' || q[1] == '*'));
+		const char *line = p;
 		int line_comment = 0;
 		for (const char *r = q; r < e; r++) {
 			if (w->in_comment) {
@@ -640,7 +641,7 @@ lines_write(LineWriter *w, const char *text, size_t len)
 			fwrite(p, 1, n, w->f);
 			w->out++;
 		}
-		if (w->cur && p[0] == '}' && !w->joining) { /* the end of the function */
+		if (w->cur && *line == '}' && !w->joining) { /* the end of the function */
 			w->cur = 0;
 			w->back = 1;
 			w->depth = 0;
