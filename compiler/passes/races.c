@@ -149,6 +149,7 @@ typedef struct {
 	uint32_t *astream;/* per root: the stream that allocated it */
 	ValId *wval;      /* per root: the value its last write named */
 	const ValId *vpar;/* per value: the value it views (NONE), or NULL */
+	NodeId *vmade;    /* with vpar, per view: the node that made it */
 	VEC(Race) found;
 } Walk;
 
@@ -171,6 +172,14 @@ check_access(Walk *W, const int32_t *c, NodeId i, uint32_t k, ValId v, int acc)
 		Race x = {RACE_RAW, W->wdef[r], k, v, w, W->wstream[r], 0};
 		x.view = W->vpar && W->vpar[v] != NONE && !W->wdef[r] && W->wval[r] != v;
 		vec_push(&W->found, x);
+	} else if (W->vpar && W->vpar[v] != NONE && W->vmade[v] != NONE) {
+		/* A view is a value its statement produced on its stream. */
+		NodeId m = W->vmade[v];
+		uint32_t ms = W->g->nodes.v[m].stream;
+		if (!HB_DONE(c, ms, (int32_t)m + 1)) {
+			Race x = {RACE_RAW, 1, k, v, m, ms, 0};
+			vec_push(&W->found, x);
+		}
 	}
 	if (acc != RACC_WRITE)
 		return;
@@ -193,9 +202,14 @@ apply_accesses(Walk *W, NodeId i)
 	/* Before functionalize, a view names memory and writes none: its use
 	 * of its operand was checked (a read after a write), but it neither
 	 * ends the memory's last write nor counts as a read that a later
-	 * in-place write must wait for (the view's readers do). */
-	if (W->vpar && n->nres > 0 && W->vpar[n->res[0]] != NONE)
+	 * in-place write must wait for (the view's readers do).  It is a value
+	 * made on its stream, though: a read of it on another is checked
+	 * against that (check_access). */
+	if (W->vpar && n->nres > 0 && W->vpar[n->res[0]] != NONE) {
+		for (uint32_t j = 0; j < n->nres; j++)
+			W->vmade[n->res[j]] = i;
 		return;
+	}
 	for (uint32_t k = 0; k < n->nopnd; k++) {
 		int acc = ir_access(n, k);
 		if (acc == RACC_NONE)
@@ -345,12 +359,14 @@ walk(Graph *g, const ValId *vpar, unsigned what, RaceFn fn, void *ctx)
 	W.freed = xmalloc((nv + 1) * sizeof *W.freed);
 	W.rd = xmalloc(((size_t)nv * ns + 1) * sizeof *W.rd);
 	W.wval = xmalloc((nv + 1) * sizeof *W.wval);
+	W.vmade = xmalloc((nv + 1) * sizeof *W.vmade);
 	if (!W.wstream || !W.astream || !W.defined || !W.wdef)
 		out_of_memory(0);
 	ir_view_roots(g, vpar, W.root);
 	for (ValId v = 0; v < nv; v++) {
 		W.lastw[v] = NONE;
 		W.wval[v] = NONE;
+		W.vmade[v] = NONE;
 		W.freed[v] = NONE;
 		W.defined[v] = g->vals.v[v].kind != VK_NODE;
 	}
@@ -371,6 +387,7 @@ walk(Graph *g, const ValId *vpar, unsigned what, RaceFn fn, void *ctx)
 	free(W.freed);
 	free(W.rd);
 	free(W.wval);
+	free(W.vmade);
 	vec_free(&W.found);
 }
 
