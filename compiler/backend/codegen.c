@@ -298,6 +298,16 @@ cg_ident(Cg *c, const char *prefix, const char *name)
 }
 
 char *
+cg_unique_ident(Cg *c, Map *used, const char *prefix, const char *name)
+{
+	char *base = cg_ident(c, prefix, name), *nm = base;
+	for (int k = 2; map_get(used, nm, strlen(nm)); k++)
+		nm = cg_fmt(c, "%s_%d", base, k);
+	map_put(used, nm, strlen(nm), 1);
+	return nm;
+}
+
+char *
 cg_lit_float(Cg *c, double v, int f)
 {
 	char buf[32];

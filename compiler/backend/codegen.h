@@ -75,6 +75,9 @@ char *cg_subst(Cg *c, const char *text, const CgBind *b);
 char *cg_fmt(Cg *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A C identifier for a .sg name: [A-Za-z0-9_] kept, others as '_'. */
 char *cg_ident(Cg *c, const char *prefix, const char *name);
+/* cg_ident made unique among the names in used (name_2, name_3... after
+ * it), and added to used. */
+char *cg_unique_ident(Cg *c, Map *used, const char *prefix, const char *name);
 /* A double as a C expression of type float (f = 1) or double. */
 char *cg_lit_float(Cg *c, double v, int f);
 /* An int64 as a C literal of type sg_i64. */

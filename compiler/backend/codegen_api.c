@@ -154,18 +154,6 @@ model(CgGraph *G, FILE *f)
 	        {"nfev", cg_num(c, G->nfree_events)});
 }
 
-/* prefix + name as a C identifier not yet in used (name_2, name_3...
- * after it, as the values' names are made unique). */
-static char *
-param_name(Cg *c, Map *used, const char *prefix, const char *name)
-{
-	char *base = cg_ident(c, prefix, name), *nm = base;
-	for (int k = 2; map_get(used, nm, strlen(nm)); k++)
-		nm = cg_fmt(c, "%s_%d", base, k);
-	map_put(used, nm, strlen(nm), 1);
-	return nm;
-}
-
 /* The typed call's parameters, its doc line, and the io assignments. */
 static void
 typed(CgGraph *G, char **params, char **doc, char **fill, char **ext)
@@ -182,7 +170,7 @@ typed(CgGraph *G, char **params, char **doc, char **fill, char **ext)
 			continue;
 		int in = t->role == CG_ROLE_INPUT;
 		const char *ty = api_type((DType)g->vals.v[t->v].type.dt);
-		char *nm = param_name(c, &used, in ? "in_" : "out_", t->name);
+		char *nm = cg_unique_ident(c, &used, in ? "in_" : "out_", t->name);
 		const char *cst = in && !(t->flags & CG_TF_MUTATED) ? "const " : "";
 		cg_str_addf(in ? &ins : &outs, ", %s%s *%s", cst, ty, nm);
 		cg_str_itemf(&fl, "\n", "\tio[%u] = (void *)%s;", i, nm);
@@ -191,7 +179,7 @@ typed(CgGraph *G, char **params, char **doc, char **fill, char **ext)
 	for (uint32_t e = 0; e < g->events.n; e++) {
 		if (!g->events.v[e].is_extern)
 			continue;
-		char *nm = param_name(c, &used, "ev_", g->events.v[e].name);
+		char *nm = cg_unique_ident(c, &used, "ev_", g->events.v[e].name);
 		cg_str_addf(&evs, ", cudaEvent_t %s", nm);
 		cg_str_itemf(&ex, ", ", "%s", nm);
 		cg_str_itemf(&dev, ", ", "%s", g->events.v[e].name);

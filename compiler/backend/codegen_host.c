@@ -77,13 +77,8 @@ name_values(CgGraph *G)
 	Map used;
 	map_init(&used);
 	G->vname = arena_alloc(G->c->a, (g->vals.n + 1) * sizeof *G->vname);
-	for (ValId v = 0; v < g->vals.n; v++) {
-		char *base = cg_ident(G->c, "v_", g->vals.v[v].name), *name = base;
-		for (int k = 2; map_get(&used, name, strlen(name)); k++)
-			name = cg_fmt(G->c, "%s_%d", base, k);
-		map_put(&used, name, strlen(name), v);
-		G->vname[v] = name;
-	}
+	for (ValId v = 0; v < g->vals.n; v++)
+		G->vname[v] = cg_unique_ident(G->c, &used, "v_", g->vals.v[v].name);
 	map_free(&used);
 	/* A folded view keeping its source's bytes (kernel_choice: reshape,
 	 * squeeze, unsqueeze) is its source's pointer. */
