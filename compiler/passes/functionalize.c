@@ -749,6 +749,32 @@ copies_itself(Fn *F, const Node *n)
 	return passed_from(F, F->cur[y]) == F->cur[x];
 }
 
+/* Whether node n ends `backward`: the statement, or its derived block's
+ * end where printed IR has one. */
+static int
+ends_backward(const Node *n)
+{
+	return n->op == OP_BACKWARD_END ||
+	       (n->op == OP_BACKWARD && !(n->flags & NF_BACKWARD));
+}
+
+/* The optimizer updates every param in place at the end of `backward`
+ * (autograd's optim.c writes the updates into the block), so its views
+ * made before then are made again where read after it, as after a user's
+ * in-place op: `%t = transpose(%w, ...)` read after an SGD step gives the
+ * updated %w transposed, as PyTorch's view of a param does after
+ * `opt.step()`.  Every param counts as changed: a view of one that gets
+ * no update is made again with the same values. */
+static void
+params_updated(Fn *F)
+{
+	Graph *g = F->g;
+	if (!g->opt.name)
+		return;
+	for (uint32_t k = 0; k < g->params.n; k++)
+		F->gver[g->params.v[k]]++;
+}
+
 /* Walks the nodes: write-backs before extern records, in-place ops out
  * of place, later uses renamed.  The clocks step each node as written,
  * before it is rewritten (a copy_ that becomes nothing still marks its
@@ -769,6 +795,8 @@ rewrite(Fn *F)
 			continue;
 		if (!inplace(n) || (n->flags & NF_BACKWARD)) {
 			rename_uses(F, i);
+			if (ends_backward(n))
+				params_updated(F);
 			continue;
 		}
 		if (copies_itself(F, n)) {
@@ -789,11 +817,13 @@ rewrite(Fn *F)
 }
 
 /* Whether the pass has nothing to do on g: no in-place op (so no write
- * to check for races, nothing to rewrite or write back) and no dead node
- * (which the rebuild would drop). */
+ * to check for races, nothing to rewrite or write back), no optimizer and
+ * no dead node (which the rebuild would drop). */
 static int
 nothing_to_do(const Graph *g)
 {
+	if (g->opt.name)
+		return 0; /* the updates change the params' views (params_updated) */
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		const Node *n = &g->nodes.v[i];
 		if ((n->flags & NF_DEAD) || inplace(n) ||

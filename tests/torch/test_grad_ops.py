@@ -512,6 +512,33 @@ def gradient_name_cases():
                    "  backward(%l)\n  return %n\n}\n", 1, "use of undefined value '%grad.w'")
 
 
+def param_view_cases():
+    """A view of a param taken before backward and read after the
+    optimizer's step sees the updated param, as PyTorch's views do after
+    opt.step(): transpose, reshape and slice, read by a product and
+    returned, with fused and unfused SGD and with AdamW."""
+    x, w = R(4, 3), R(3, 2)
+    wt = w.clone().requires_grad_(True)
+    (x @ wt).sum().backward()
+    g = wt.grad
+    sgd = w - 0.1 * g
+    wd, b1, b2, eps, lr = 0.01, 0.9, 0.999, 1e-8, 0.1
+    m, v = (1 - b1) * g, (1 - b2) * g * g
+    adamw = w * (1 - lr * wd) - lr * (m / (1 - b1)) / ((v / (1 - b2)).sqrt() + eps)
+    body = ("%t = transpose(%w, dim0=0, dim1=1)\n%r = reshape(%w, shape=[6])\n"
+            "%s = slice(%w, dim=0, start=1, end=3)\n"
+            "%y = matmul(%x, %w)\n%l = sum(%y)\nbackward(%l)\n")
+    after = "\n%p = matmul(%t, %q)"
+    q = R(3, 5)
+    for label, opt, new in (("sgd", "optimizer sgd(lr=0.1)", sgd),
+                            ("sgd, unfused", "optimizer sgd(lr=0.1, fused=false)", sgd),
+                            ("adamw", "optimizer adamw(lr=0.1, beta1=0.9, beta2=0.999, "
+                             "eps=1e-8, weight_decay=0.01)", adamw)):
+        S.case("a param's views read after its %s update" % label, body + opt + after,
+               {"x": x, "q": q}, {"t": new.t(), "r": new.reshape(6), "s": new[1:3],
+                                  "p": new.t() @ q, "w": new}, params={"w": w})
+
+
 def extreme_value_cases():
     """div's gradient for its denominator as PyTorch computes it,
     -g * ((a / b) / b): b * b overflows or underflows where the quotients
@@ -598,6 +625,7 @@ def main():
             run_half(c, C.BF16)
             run_half(c, C.F16)
     gradient_name_cases()
+    param_view_cases()
     extreme_value_cases()
     error_cases()
     S.finish()
