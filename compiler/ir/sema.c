@@ -602,9 +602,10 @@ arg_words(const AstArg *a)
 
 /* Converts one positional argument against one signature character. */
 static int
-convert_operand(Sema *S, char sig, const AstArg *a, Opnd *o, const char *opname,
+convert_operand(Sema *S, char sig, const AstArg *a, Opnd *o, const OpInfo *oi,
                 int *err_operand)
 {
+	const char *opname = oi->name;
 	o->loc = a->loc;
 	switch (sig) {
 	case 'p':
@@ -613,6 +614,15 @@ convert_operand(Sema *S, char sig, const AstArg *a, Opnd *o, const char *opname,
 			          ? OK_FLOAT : OK_BOOL;
 			o->i = a->kind == AA_BOOL ? a->b : a->i;
 			o->f = a->kind == AA_FLOAT ? a->f : (double)o->i;
+			return 1;
+		}
+		/* A dim name stands wherever an integer may (the spec's
+		 * "Arguments"): an integer literal of its value. */
+		if (a->kind == AA_IDENT && map_get(&S->m->dimmap, a->s, strlen(a->s))) {
+			o->kind = OK_INT;
+			if (!lookup_dim(S, a->s, a->loc, &o->i))
+				return 0;
+			o->f = (double)o->i;
 			return 1;
 		}
 		/* fall through */
@@ -627,9 +637,11 @@ convert_operand(Sema *S, char sig, const AstArg *a, Opnd *o, const char *opname,
 			return 1;
 		}
 		diag_error(S->d, a->loc, "'%s' expects a value here, not %s%s", opname,
-		           arg_words(a), is_literal(a) && sig != 'p'
-		           ? " (scalar literals stand only for operands of pointwise ops)"
-		           : "");
+		           arg_words(a), !is_literal(a) || sig == 'p' ? ""
+		           : (oi->flags & OPF_POINTWISE)
+		           ? " (a scalar stands for an operand of a pointwise op beside a "
+		             "tensor operand)"
+		           : " (scalar literals stand only for operands of pointwise ops)");
 		return 0;
 	case 'e':
 		if (a->kind == AA_IDENT) {
@@ -711,8 +723,7 @@ check_operands(Sema *S, int op, AstStmt *st, Node *n, int *err_operand)
 	size_t siglen = strlen(oi->opnds);
 	for (uint32_t i = 0; i < npos; i++) {
 		char sig = i < siglen ? oi->opnds[i] : oi->opnds[siglen - 1];
-		if (!convert_operand(S, sig, &st->args[i], &n->opnd[i], oi->name,
-		                     err_operand))
+		if (!convert_operand(S, sig, &st->args[i], &n->opnd[i], oi, err_operand))
 			ok = 0;
 	}
 	/* A pointwise op needs at least one tensor operand. */
