@@ -632,16 +632,19 @@ compile(Options *o, Module *m)
 		free(htext);
 		return status;
 	}
-	status = write_output(out, text, len);
-	if (!status && o->header) {
+	/* The side files first, the output last: standard output gets
+	 * nothing when the header or the depfile cannot be written, and a
+	 * failed output takes its side files with it. */
+	const char *mf = NULL;
+	char *mf_default = NULL;
+	if (o->header)
 		status = write_output(o->header, htext, hlen);
-		if (status && strcmp(out, "-") != 0)
-			drop_output(out); /* no output without its header */
-	}
 	if (!status && o->md) {
-		char *dep = NULL, *mf_default = NULL;
+		char *dep = NULL;
 		size_t dlen = 0;
 		FILE *d = open_memstream(&dep, &dlen);
+		if (!d)
+			ICE("open_memstream failed");
 		put_make_path(d, out);
 		fputs(":", d);
 		if (strcmp(o->input, "-") != 0) { /* standard input is no file */
@@ -650,7 +653,7 @@ compile(Options *o, Module *m)
 		}
 		fputs("\n", d);
 		fclose(d);
-		const char *mf = o->mf;
+		mf = o->mf;
 		if (!mf) {
 			size_t n = strlen(out);
 			mf_default = xmalloc(n + 3);
@@ -658,13 +661,19 @@ compile(Options *o, Module *m)
 			mf = mf_default;
 		}
 		status = write_output(mf, dep, dlen);
-		if (status && strcmp(out, "-") != 0)
-			drop_output(out); /* no output without its depfile */
-		if (status && o->header)
-			drop_output(o->header);
 		free(dep);
-		free(mf_default);
+		if (status)
+			mf = NULL;
 	}
+	if (!status)
+		status = write_output(out, text, len);
+	if (status) { /* no output without its header and depfile */
+		if (o->header)
+			drop_output(o->header);
+		if (mf)
+			drop_output(mf);
+	}
+	free(mf_default);
 	free(out_default);
 	free(text);
 	free(htext);
@@ -716,6 +725,11 @@ main(int argc, char **argv)
 	if (!diag.nerrors && o.graph && m.graphs.n == 0) {
 		fprintf(stderr, "%s: error: no graph named '%s'\n", o.input, o.graph);
 		diag.nerrors++;
+	} else if (!diag.nerrors && m.graphs.n == 0) {
+		/* "A .sg file holds one or more graphs" (the language spec):
+		 * --main would have no graph to drive. */
+		fprintf(stderr, "%s: error: the file holds no graph\n", o.input);
+		diag.nerrors++;
 	}
 	if (!diag.nerrors)
 		passes_run(&m, &o.po);
@@ -726,10 +740,7 @@ main(int argc, char **argv)
 	} else if (o.mode == MODE_CHECK && o.memory) {
 		codegen_memory_report(stdout, &m, o.graph, o.po.opt_level);
 	} else if (o.mode == MODE_RUN) {
-		if (m.graphs.n == 0) {
-			fprintf(stderr, "%s: error: the file has no graph to run\n", o.input);
-			status = EXIT_INPUT;
-		} else if (m.graphs.n > 1 && !o.graph) {
+		if (m.graphs.n > 1 && !o.graph) {
 			fprintf(stderr, "%s: error: the file has %u graphs; choose one "
 			        "with --graph NAME\n", o.input, m.graphs.n);
 			status = EXIT_INPUT;

@@ -96,5 +96,33 @@ cp m.sg sub/noext
 "$SGC" sub/noext
 check "no -o, no .sg: FILE.cu" test -f sub/noext.cu
 
+# The side files are written before the output: standard output gets
+# nothing when the header cannot be written, and an existing output is
+# left as it was when the depfile cannot be written (the header written
+# for it is taken back).
+"$SGC" m.sg -o - --header nodir/h.h >so.txt 2>err
+check "header fails: exit 3" test $? -eq 3
+check "header fails: nothing on standard output" test ! -s so.txt
+echo old >keep.cu
+"$SGC" m.sg -o keep.cu --header keep.h -MD -MF nodir/d 2>err
+check "depfile fails: exit 3" test $? -eq 3
+check "depfile fails: the output untouched" test "$(cat keep.cu)" = old
+check "depfile fails: no header left" test ! -e keep.h
+
+# A file with no graph ("A .sg file holds one or more graphs"): an error in
+# every mode, nothing written (--main would have no graph to drive).
+printf '# only dims\ndim X = 3\n' >nog.sg
+: >empty.sg
+for f in nog.sg empty.sg; do
+	"$SGC" "$f" --main -o nog.cu 2>err
+	check "$f: compile exit 1" test $? -eq 1
+	check "$f: says so" grep -q 'holds no graph' err
+	check "$f: no output" test ! -e nog.cu
+	"$SGC" check "$f" 2>/dev/null
+	check "$f: check exit 1" test $? -eq 1
+	"$SGC" run "$f" 2>/dev/null
+	check "$f: run exit 1" test $? -eq 1
+done
+
 echo "$fails failed"
 [ "$fails" -eq 0 ]
