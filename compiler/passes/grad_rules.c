@@ -589,27 +589,97 @@ GRAD_RULE_DEF(grad_linear)
 	return 1;
 }
 
-/* Attention: all three gradients from one backward op (at the broadcast
- * batch shape, with enable_gqa dk and dv summed over each head's group;
- * the pass sums them to each operand's).  The mask gets none: a float
- * mask the loss depends on through a param is an error. */
+/* k or v of grouped-query attention with each of its heads (dim -3)
+ * repeated for the group of q's heads that reads it, as PyTorch's
+ * enable_gqa does (repeat_interleave): [.., Hk, S, E] to [.., Hq, S, E]. */
+static ValId
+gqa_heads(Grad *G, ValId x, int64_t hq)
+{
+	Type t = *grad_type(G, x);
+	int r = t.rank;
+	int64_t hk = t.d[r - 3];
+	if (hk == hq)
+		return x;
+	Opnd o = V(x);
+	Node *m = grad_node(G, OP_UNSQUEEZE, &o, 1);
+	grad_set(m, "dim", r - 2);
+	ValId u = grad_end(G, m, 1);
+	Type e = *grad_type(G, u);
+	e.d[r - 2] = hq / hk;
+	ValId ex = grad_expand(G, u, &e);
+	t.d[r - 3] = hq;
+	return grad_reshape(G, ex, t.d, r);
+}
+
+/* The gradient of attention's float mask: the scores' gradient, ds =
+ * p * (dp - sum(dp * p, -1)) with p = softmax(q k^T * scale + mask) made
+ * again and dp = grad v^T, as PyTorch's math attention differentiates
+ * (added to the scores, the mask gets their gradient; the pass sums it to
+ * the mask's shape).  A mask never comes with causal=true. */
+static ValId
+sdpa_mask_grad(Grad *G, const Node *n, ValId g)
+{
+	ValId q = grad_in(G, 0), k = grad_in(G, 1), v = grad_in(G, 2);
+	int rq = grad_type(G, q)->rank;
+	if (ir_attr_int(n, "enable_gqa", 0)) { /* (shape_sdpa: rank 3 or more) */
+		int64_t hq = grad_type(G, q)->d[rq - 3];
+		k = gqa_heads(G, k, hq);
+		v = gqa_heads(G, v, hq);
+	}
+	const Attr *sc = ir_attr(n, "scale");
+	double scale = sc ? sc->f : 1.0 / sqrt((double)grad_type(G, q)->d[rq - 1]);
+	int rk = grad_type(G, k)->rank;
+	ValId kt = grad_transpose(G, k, rk - 2, rk - 1);
+	ValId s = grad_op2(G, OP_MATMUL, V(q), V(kt));
+	s = grad_op2(G, OP_MUL, V(s), LF(scale));
+	s = grad_op2(G, OP_ADD, V(s), grad_arg(G, n, 3));
+	Opnd so = V(s);
+	Node *m = grad_node(G, OP_SOFTMAX, &so, 1);
+	grad_set(m, "dim", -1);
+	ValId p = grad_end(G, m, 1);
+	/* a row whose scores are all -inf: zeros, as the forward gives
+	 * (PyTorch's _safe_softmax) */
+	int rs = grad_type(G, s)->rank;
+	m = grad_node(G, OP_AMAX, &so, 1);
+	int64_t last = rs - 1;
+	grad_setints(G, m, "dims", &last, 1);
+	grad_set(m, "keepdim", 1);
+	ValId mx = grad_end(G, m, 1);
+	ValId none = grad_op2(G, OP_EQ, V(mx), LF(-INFINITY));
+	p = grad_op3(G, OP_WHERE, V(none), LF(0.0), V(p));
+	int rv = grad_type(G, v)->rank;
+	ValId vt = grad_transpose(G, v, rv - 2, rv - 1);
+	ValId dp = grad_op2(G, OP_MATMUL, V(g), V(vt));
+	ValId t = grad_op2(G, OP_MUL, V(dp), V(p));
+	t = grad_sum(G, t, 1u << (grad_type(G, t)->rank - 1), 1);
+	t = grad_op2(G, OP_SUB, V(dp), V(t));
+	return grad_op2(G, OP_MUL, V(p), V(t));
+}
+
+/* Attention: q's, k's and v's gradients from one backward op (at the
+ * broadcast batch shape, with enable_gqa dk and dv summed over each head's
+ * group; the pass sums them to each operand's); a float mask's from the
+ * scores made again (sdpa_mask_grad). */
 GRAD_RULE_DEF(grad_sdpa)
 {
-	if (n->nopnd > 3 && need[3])
-		return grad_error(G, "the mask of 'scaled_dot_product_attention' has no "
-		                  "derivative, but the loss depends on a param through it");
 	Opnd o[5] = {V(gout[0]), grad_arg(G, n, 0), grad_arg(G, n, 1), grad_arg(G, n, 2)};
 	if (n->nopnd > 3)
 		o[4] = grad_arg(G, n, 3);
-	Node *m = grad_node(G, OP_SDPA_BACKWARD, o, n->nopnd > 3 ? 5 : 4);
-	grad_copyattr(m, "causal", &n->attr[op_attr_index(n->op, "causal")]);
-	grad_copyattr(m, "enable_gqa", &n->attr[op_attr_index(n->op, "enable_gqa")]);
-	const Attr *sc = ir_attr(n, "scale");
-	if (sc)
-		grad_copyattr(m, "scale", sc);
-	grad_end(G, m, 3);
-	for (int k = 0; k < 3; k++)
-		gin[k] = m->res[k];
+	if (need[0] || need[1] || need[2]) {
+		Node *m = grad_node(G, OP_SDPA_BACKWARD, o, n->nopnd > 3 ? 5 : 4);
+		grad_copyattr(m, "causal", &n->attr[op_attr_index(n->op, "causal")]);
+		grad_copyattr(m, "enable_gqa", &n->attr[op_attr_index(n->op, "enable_gqa")]);
+		const Attr *sc = ir_attr(n, "scale");
+		if (sc)
+			grad_copyattr(m, "scale", sc);
+		grad_end(G, m, 3);
+		for (int k = 0; k < 3; k++)
+			gin[k] = m->res[k];
+	}
+	if (n->nopnd > 3 && need[3]) {
+		grad_target(G, n, 3);
+		gin[3] = sdpa_mask_grad(G, n, gout[0]);
+	}
 	return 1;
 }
 

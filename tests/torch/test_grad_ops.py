@@ -273,6 +273,23 @@ case("attention bool mask, a fully masked row", {"q": R(2, 3, 4), "k": R(2, 5, 4
      inputs={"m": torch.tensor([[1, 0, 1, 1, 0], [0, 0, 0, 0, 0], [0, 0, 1, 0, 0]],
                                dtype=torch.bool)})
 
+# a float mask the loss depends on (a learned bias, as ALiBi's or relative
+# positions'): its gradient is the scores' (PyTorch differentiates it)
+case("attention float mask param [T, S]", {"q": R(2, 2, 3, 4), "k": R(2, 2, 5, 4),
+                                           "v": R(2, 2, 5, 3), "m": R(3, 5)},
+     "%o = scaled_dot_product_attention(%q, %k, %v, %m)",
+     lambda P: sdpa(P["q"], P["k"], P["v"], mask=P["m"]), f32=True)
+case("attention float mask param [B, 1, T, S] gqa scale", {"q": R(2, 4, 3, 4),
+                                                          "k": R(2, 2, 5, 4),
+                                                          "v": R(2, 2, 5, 3),
+                                                          "m": R(2, 1, 3, 5)},
+     "%o = scaled_dot_product_attention(%q, %k, %v, %m, scale=0.7, enable_gqa=true)",
+     lambda P: sdpa(P["q"], P["k"], P["v"], scale=0.7, mask=P["m"], gqa=True))
+case("attention float mask, the only param", {"m": R(1, 3, 5)},
+     "%o = scaled_dot_product_attention(%q, %k, %v, %m)",
+     lambda P: sdpa(P["q"], P["k"], P["v"], mask=P["m"]),
+     inputs={"q": R(2, 3, 4), "k": R(2, 5, 4), "v": R(2, 5, 3)}, f32=True)
+
 # ---------------------------------------------------------------- shape ops
 case("reshape", {"x": R(2, 6)}, "%t = reshape(%x, shape=[3, -1])\n%o = mul(%t, %t)",
      lambda P: P["x"].reshape(3, -1) ** 2)
