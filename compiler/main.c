@@ -76,7 +76,8 @@ static const char help_text[] =
 "  --allow-races        report happens-before gaps as warnings\n"
 "  -fdiagnostics-color=auto|always|never\n"
 "                       colour in diagnostics (auto: on a terminal, and not\n"
-"                       with NO_COLOR set)\n"
+"                       with NO_COLOR set; alone: always)\n"
+"  --                   what follows is the input file, even one named -x.sg\n"
 "  --no-line            no #line directives (by default every kernel and host\n"
 "                       statement is mapped to its .sg line for nvcc,\n"
 "                       compute-sanitizer and cuda-gdb)\n"
@@ -270,9 +271,17 @@ parse_options(int argc, char **argv, Options *o)
 		o->mode = MODE_CHECK;
 		first = 2;
 	}
+	int files_only = 0; /* after "--": every word is a file */
 	for (int i = first; i < argc && !err; i++) {
 		const char *a = argv[i], *v = NULL;
-		if (strcmp(a, "-o") == 0) {
+		if (files_only || strcmp(a, "-") == 0 || a[0] != '-') {
+			if (o->input)
+				return usage_error("more than one input file ('%s' and '%s')",
+				                   o->input, a);
+			o->input = a;
+		} else if (strcmp(a, "--") == 0) {
+			files_only = 1;
+		} else if (strcmp(a, "-o") == 0) {
 			if (i + 1 >= argc)
 				return usage_error("option '-o' needs a file");
 			o->output = argv[++i];
@@ -324,6 +333,8 @@ parse_options(int argc, char **argv, Options *o)
 			o->po.sm = atoi(v + 3);
 		} else if (opt_value(argc, argv, &i, "--graph", &v, &err)) {
 			o->graph = v;
+		} else if (strcmp(a, "-fdiagnostics-color") == 0) {
+			o->color = "always"; /* as GCC */
 		} else if (strncmp(a, "-fdiagnostics-color=", 20) == 0) {
 			int on;
 			if (!diag_color_mode(a + 20, &on))
@@ -398,7 +409,7 @@ parse_options(int argc, char **argv, Options *o)
 		           opt_value(argc, argv, &i, "--interleave", &v, &err)) {
 			if (!err && parse_u64("--interleave", v, &o->ro.interleave_seed, &err))
 				o->ro.interleave = 1;
-		} else if (a[0] == '-' && a[1]) {
+		} else {
 			return usage_error("unknown option '%s'%s", a,
 			                   o->mode != MODE_RUN && (strncmp(a, "--params", 8) == 0 ||
 			                   strncmp(a, "--inputs", 8) == 0 || strncmp(a, "--out", 5) == 0 ||
@@ -406,11 +417,6 @@ parse_options(int argc, char **argv, Options *o)
 			                   strncmp(a, "--interleave", 12) == 0 ||
 			                   strcmp(a, "--allow-extra") == 0)
 			                   ? " (it belongs to 'sgc run')" : "");
-		} else {
-			if (o->input)
-				return usage_error("more than one input file ('%s' and '%s')",
-				                   o->input, a);
-			o->input = a;
 		}
 	}
 	if (err)
@@ -680,6 +686,19 @@ compile(Options *o, Module *m)
 	return status;
 }
 
+/* 0 when everything printed to standard output reached it, else an
+ * error (EXIT_IO): --help into a full disk fails as the output does. */
+static int
+stdout_written(void)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "sgc: error: cannot write standard output: %s\n",
+		        strerror(errno));
+		return EXIT_IO;
+	}
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -687,12 +706,12 @@ main(int argc, char **argv)
 	if (argc == 2 && (strcmp(argv[1], "--version") == 0 ||
 	                  strcmp(argv[1], "-v") == 0)) {
 		printf("sgc %s\n", SGC_VERSION_STR);
-		return 0;
+		return stdout_written();
 	}
 	if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
 		fputs(usage_text, stdout);
 		fputs(help_text, stdout);
-		return 0;
+		return stdout_written();
 	}
 	for (int i = 1; i < argc; i++)
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "--version") == 0)
@@ -750,11 +769,8 @@ main(int argc, char **argv)
 	}
 	/* sgc run's printed values, check --memory's report: a failed write
 	 * to standard output is an error. */
-	if (!status && (fflush(stdout) != 0 || ferror(stdout))) {
-		fprintf(stderr, "sgc: error: cannot write standard output: %s\n",
-		        strerror(errno));
-		status = EXIT_IO;
-	}
+	if (!status)
+		status = stdout_written();
 	ast_free(&ast);
 	module_free(&m);
 	for (uint32_t i = 0; i < o.dims.n; i++)
