@@ -5,10 +5,12 @@
  *      12 |   %o = matmul(%h, %w2)
  *         |               ^~
  *
- * Source lines are printed byte for byte except that bytes that are not
- * printable ASCII (NUL, control bytes, invalid UTF-8) are shown as '?', so
- * a diagnostic never writes raw garbage to the terminal.  Lines longer than
- * 200 bytes are cut around the caret.
+ * Source lines are printed byte for byte, UTF-8 characters as they are
+ * (the caret line counts one column for each), except that bytes that are
+ * neither printable ASCII nor part of a valid UTF-8 character (NUL,
+ * control bytes, invalid UTF-8) are shown as '?', so a diagnostic never
+ * writes raw garbage to the terminal.  Lines longer than 200 bytes are cut
+ * around the caret.
  *
  * With colour (-fdiagnostics-color), as Clang: the location and message in
  * bold, the kind in red (error), magenta (warning) or cyan (note), the
@@ -84,6 +86,24 @@ sgr(const Diag *d, const char *code)
 		fprintf(d->out, "\033[%sm", code);
 }
 
+/* The length of the valid UTF-8 character of two to four bytes at p (of
+ * left bytes), 0 when there is none (RFC 3629: no overlong form, no
+ * surrogate, nothing above U+10FFFF). */
+static size_t
+utf8_len(const unsigned char *p, size_t left)
+{
+	size_t n = p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
+	if (p[0] < 0xc2 || n > left)
+		return 0;
+	for (size_t i = 1; i < n; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+	if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0) ||
+	    (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
+		return 0;
+	return n;
+}
+
 static void
 show_source(Diag *d, Loc at)
 {
@@ -103,18 +123,31 @@ show_source(Diag *d, Loc at)
 	/* The gutter is 5 wide, wider for line numbers of 6 digits or more. */
 	int w = at.line > 99999 ? snprintf(NULL, 0, "%u", at.line) + 1 : 5;
 	fprintf(d->out, "%*u | ", w, at.line);
-	for (size_t i = from; i < to; i++) {
-		unsigned char c = (unsigned char)line[i];
-		fputc(c == '\t' || (c >= 0x20 && c < 0x7f) ? c : '?', d->out);
+	/* (the window's ends may cut a character: its bytes show as '?') */
+	const unsigned char *u = (const unsigned char *)line;
+	for (size_t i = from; i < to;) {
+		size_t k = utf8_len(u + i, to - i);
+		if (k) {
+			fwrite(u + i, 1, k, d->out);
+			i += k;
+			continue;
+		}
+		fputc(u[i] == '\t' || (u[i] >= 0x20 && u[i] < 0x7f) ? u[i] : '?', d->out);
+		i++;
 	}
 	fprintf(d->out, "\n%*s | ", w, "");
-	for (size_t i = from; i < col; i++)
+	for (size_t i = from; i < col;) {
+		size_t k = utf8_len(u + i, to - i);
 		fputc(line[i] == '\t' ? '\t' : ' ', d->out);
+		i += k ? k : 1;
+	}
 	sgr(d, "1;32");
 	fputc('^', d->out);
-	size_t len = at.len;
-	for (size_t i = 1; i < len && col + i < to; i++)
+	size_t end = col + (at.len ? at.len : 1), k = utf8_len(u + col, to - col);
+	for (size_t i = col + (k ? k : 1); i < end && i < to; i += k ? k : 1) {
+		k = utf8_len(u + i, to - i);
 		fputc('~', d->out);
+	}
 	sgr(d, "0");
 	fputc('\n', d->out);
 }
