@@ -916,6 +916,174 @@ def export_and_run(S, fx2sg, m, args, train=False):
     return why or compare(out["out"], exp, atol=1e-5, rtol=1e-4)
 
 
+class InplaceChain(nn.Module):
+    def forward(self, x):
+        h = x * 1
+        h.mul_(2).add_(1)      # the add_ writes h too
+        y = h.sub_(0.5)
+        y.div_(3)
+        return h
+
+
+class InplaceEma(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("ema", torch.ones(4))
+
+    def forward(self, x):
+        self.ema.mul_(0.9).add_(x.mean(0))
+        return x + self.ema
+
+
+class InplaceInput(nn.Module):
+    def forward(self, x):
+        x.add_(1)
+        return x * 2
+
+
+class InplaceView(nn.Module):
+    def forward(self, x):
+        y = x * 1
+        y[:, :2].mul_(10)
+        return y
+
+
+class InplaceViewLater(nn.Module):
+    def forward(self, x):
+        y = x * 1
+        v = y.view(-1)
+        y.add_(1)
+        return v
+
+
+class ScalarAlpha(nn.Module):
+    def forward(self, x):
+        return (torch.rsub(x, x * 3, alpha=2) + torch.add(x, 2, alpha=3) +
+                torch.sub(x, 1.5, alpha=2) + torch.rsub(x, 4, alpha=0.5))
+
+
+class MaskedFillInt(nn.Module):
+    def forward(self, x):
+        return (x * 10).long().masked_fill(x > 0, 2.7)
+
+
+class AddmmBetaZero(nn.Module):
+    def forward(self, x):
+        b = torch.full((3, 4), float("nan")) + x[:, :1]
+        return torch.addmm(b, x, torch.ones(4, 4), beta=0) + \
+            torch.addmm(b, x, torch.ones(4, 4), beta=0, alpha=2)
+
+
+class DetachParam(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.l(x)
+        return h + (h.floor() - h).detach()   # a straight-through estimator
+
+
+class DetachInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.l(x.detach() * 2)
+
+
+class NoGradRegion(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l, self.m = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            g = self.l(x).sigmoid()
+        return self.m(x) * g
+
+
+class AutocastRegion(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.l(x)
+
+
+def check_small_ops(S, fx2sg):
+    """alpha of add, sub and rsub (rsub scales its input, not other; with
+    a number the product is a number), masked_fill of an integer tensor
+    with a float (stored in its dtype), addmm with beta=0 (input ignored,
+    nan and all); and under --loss, detach() of what a param computes and a
+    torch.no_grad() region that torch.fx cannot see: Errors, not gradients
+    through them."""
+    x = torch.randn(3, 4, generator=GEN)
+    for label, m in (("alpha", ScalarAlpha()), ("masked_fill int", MaskedFillInt()),
+                     ("addmm beta=0", AddmmBetaZero())):
+        S.report("api " + label, export_and_run(S, fx2sg, m, [x.clone()]))
+    for label, m, want in (("detach of a param's value", DetachParam(), "detach()"),
+                           ("no_grad region", NoGradRegion(), "no_grad"),
+                           ("detach of an input", DetachInput(), None)):
+        try:
+            fx2sg.export(m, [x.clone()], loss="mse", trace="fx")
+            why = None if want is None else "exported"
+        except fx2sg.Error as e:
+            why = "raised: %s" % e if want is None or want not in str(e) else None
+        S.report("api --loss, %s: %s" % (label, "an Error" if want else "exported"), why)
+    try:
+        fx2sg.export(AutocastRegion(), [x.clone()], trace="fx")
+        why = "exported"
+    except fx2sg.Error as e:
+        why = None if "autocast" in str(e) else "another error: %s" % e
+    S.report("api an autocast region on the fx path: an Error", why)
+
+
+def check_inplace(S, fx2sg):
+    """In-place ops as PyTorch runs them: a chain of them writes the
+    tensor each names (h.mul_(2).add_(1) changes h twice); a module's
+    buffer and an input written in place are written back (sgc run's --out
+    holds the buffer after the call and the input as changed); an in-place
+    op on memory a view shares, read afterwards, is an Error, not a
+    silently stale value."""
+    x = torch.randn(3, 4, generator=GEN)
+    for name, m, kept in (("chain", InplaceChain(), ()), ("buffer", InplaceEma(), ("ema",)),
+                          ("input", InplaceInput(), ("x",))):
+        label = "api in place: " + name
+        try:
+            ex = fx2sg.export(m, [x.clone()])
+        except fx2sg.Error as e:
+            S.report(label, "export raised: %s" % e)
+            continue
+        sg, par, inp = S.path("ip.sg"), S.path("ip.p"), S.path("ip.i")
+        with open(sg, "w") as f:
+            f.write(ex.sg)
+        stio.save(par, ex.params)
+        stio.save(inp, ex.inputs)
+        out, why = sgc_run(S, sg, par, inp, S.path("ip.o"))
+        xe = x.clone()
+        with torch.no_grad():
+            want = {"out": m.eval()(xe)}
+        if "ema" in kept:
+            want["ema"] = m.ema
+        if "x" in kept:
+            want["x"] = xe
+        for k, e in want.items():
+            why = why or ("'%s' missing from --out" % k if k not in out else
+                          compare(out[k], e, atol=1e-6, rtol=1e-5))
+        S.report(label, why)
+    for name, m in (("a slice of it", InplaceView()), ("a view read later", InplaceViewLater())):
+        try:
+            fx2sg.export(m, [x.clone()])
+            why = "exported"
+        except fx2sg.Error as e:
+            why = None if "in-place op on memory" in str(e) else "another error: %s" % e
+        S.report("api in place on %s: an Error" % name, why)
+
+
 def check_conv_args(S, fx2sg):
     """nn.Conv2d's and the pools' arguments: exported ones match PyTorch,
     the ones sgc cannot honour are Errors naming them."""
@@ -1168,6 +1336,8 @@ def main():
     if HAVE_EXPORT:
         check_resnet_train(S, "export")
     check_conv_args(S, fx2sg)
+    check_inplace(S, fx2sg)
+    check_small_ops(S, fx2sg)
     check_sample(S)
     check_sample_files(S)
     S.finish()
