@@ -819,6 +819,35 @@ def cumsum_model():
     return Fn(_cumsum)
 
 
+def check_cli_user_code(S):
+    """The user's module file failing to import (a syntax error, a missing
+    import), a factory that raises or gets unknown --kwargs, a spec naming
+    a number, a directory as FILE: a message naming the spec and where,
+    exit 2 (3 for the directory), no Python traceback."""
+    d = S.path("user")
+    os.makedirs(d, exist_ok=True)
+    files = {"syn.py": "import torch\ndef f(:\n", "imp.py": "import no_such_module_sgc\n",
+             "fac.py": "def make(width):\n    raise ValueError('no such width')\nthree = 3\n"}
+    for name, text in files.items():
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+    cases = [("a syntax error", [os.path.join(d, "syn.py") + ":f"], 2, "syn.py:2"),
+             ("a missing import", [os.path.join(d, "imp.py") + ":f"], 2, "no_such_module_sgc"),
+             ("no such package", ["no_such_package_sgc:f"], 2, "no_such_package_sgc"),
+             ("a factory that raises", [os.path.join(d, "fac.py") + ":make", "--kwargs",
+                                        '{"width": 3}'], 2, "no such width"),
+             ("unknown --kwargs", [os.path.join(d, "fac.py") + ":make", "--kwargs",
+                                   '{"depth": 3}'], 2, "depth"),
+             ("a number", [os.path.join(d, "fac.py") + ":three"], 2, "type int"),
+             ("a directory", [d + ":make"], 3, "not a file")]
+    for label, args, rc, needle in cases:
+        pr = main_fx2sg(*(args + ["-o", S.path("u.sg"), "--input", "x=f32[2,4]"]))
+        why = None
+        if pr.returncode != rc or needle not in pr.stderr or "Traceback" in pr.stderr:
+            why = "exit %d, stderr: %s" % (pr.returncode, pr.stderr.strip()[:500])
+        S.report("cli: the user's code, %s: exit %d" % (label, rc), why)
+
+
 def check_cli_outputs(S):
     """--outputs names the returns; --save-outputs holds eager's outputs
     under those names; stdout output; the file round-trips through sgc."""
@@ -1328,6 +1357,7 @@ def main():
     check_api(S, fx2sg)
     check_errors(S, fx2sg)
     check_cli_outputs(S)
+    check_cli_user_code(S)
     check_loss_only(S)
     check_optimizer_spelling(S)
     check_dims(S)
