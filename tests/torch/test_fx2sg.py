@@ -594,12 +594,7 @@ def check_embedding_args(S, fx2sg):
     with torch.no_grad():
         m.emb.weight[0] = 3.0      # a loaded table need not have a zero row
     ex = fx2sg.export(m, idx)
-    sg, par, inp = S.path("emb.sg"), S.path("emb.p"), S.path("emb.i")
-    with open(sg, "w") as f:
-        f.write(ex.sg)
-    stio.save(par, ex.params)
-    stio.save(inp, ex.inputs)
-    out, why = sgc_run(S, sg, par, inp, S.path("emb.o"))
+    out, why = run_export(S, ex, "emb")
     S.report("embedding padding_idx: forward export exact",
              why or compare(out["out"], m(idx["x"]).detach()))
 
@@ -927,6 +922,17 @@ class ConvArgs(nn.Module):
         return self.conv(x)
 
 
+def run_export(S, ex, tag):
+    """sgc run on an Export's program, params and inputs (files named after
+    tag): (--out's tensors, None) or (None, why not)."""
+    sg, par, inp = S.path(tag + ".sg"), S.path(tag + ".p"), S.path(tag + ".i")
+    with open(sg, "w") as f:
+        f.write(ex.sg)
+    stio.save(par, ex.params)
+    stio.save(inp, ex.inputs)
+    return sgc_run(S, sg, par, inp, S.path(tag + ".o"))
+
+
 def export_and_run(S, fx2sg, m, args, train=False):
     """fx2sg's export of m on args, then sgc run: None when its output is
     m's (in the mode exported), else why not."""
@@ -934,12 +940,7 @@ def export_and_run(S, fx2sg, m, args, train=False):
         ex = fx2sg.export(m, args, train=train)
     except fx2sg.Error as e:
         return "export raised: %s" % e
-    sg, par, inp = S.path("c.sg"), S.path("c.p"), S.path("c.i")
-    with open(sg, "w") as f:
-        f.write(ex.sg)
-    stio.save(par, ex.params)
-    stio.save(inp, ex.inputs)
-    out, why = sgc_run(S, sg, par, inp, S.path("c.o"))
+    out, why = run_export(S, ex, "c")
     with torch.no_grad():
         exp = m.train(train)(*args)
     return why or compare(out["out"], exp, atol=1e-5, rtol=1e-4)
@@ -1087,12 +1088,7 @@ def check_inplace(S, fx2sg):
         except fx2sg.Error as e:
             S.report(label, "export raised: %s" % e)
             continue
-        sg, par, inp = S.path("ip.sg"), S.path("ip.p"), S.path("ip.i")
-        with open(sg, "w") as f:
-            f.write(ex.sg)
-        stio.save(par, ex.params)
-        stio.save(inp, ex.inputs)
-        out, why = sgc_run(S, sg, par, inp, S.path("ip.o"))
+        out, why = run_export(S, ex, "ip")
         xe = x.clone()
         with torch.no_grad():
             want = {"out": m.eval()(xe)}
