@@ -1034,6 +1034,23 @@ class NoGradRegion(nn.Module):
         return self.m(x) * g
 
 
+class BoolLogic(nn.Module):
+    def forward(self, x):
+        a, b = x > 0, x < 0.5
+        m = (a & b) | (~a ^ (x > 1))
+        n = torch.logical_and(x, x - 0.3) | torch.logical_or(a, x > 2)
+        return torch.where(m & n, x, -x) + torch.logical_xor(a, b).float()
+
+
+class IgnoreIndex(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 5)
+
+    def forward(self, x, t):
+        return F.cross_entropy(self.l(x), t, ignore_index=2)
+
+
 class AutocastRegion(nn.Module):
     def __init__(self):
         super().__init__()
@@ -1046,7 +1063,8 @@ class AutocastRegion(nn.Module):
 
 def check_small_ops(S, fx2sg):
     """alpha of add, sub and rsub (rsub scales its input, not other; with
-    a number the product is a number), masked_fill of an integer tensor
+    a number the product is a number), &, |, ^ and the logical_ ops,
+    cross_entropy's ignore_index other than -100, masked_fill of an integer tensor
     with a float (stored in its dtype), addmm with beta=0 (input ignored,
     nan and all); and under --loss, detach() of what a param computes and a
     torch.no_grad() region that torch.fx cannot see: Errors, not gradients
@@ -1055,6 +1073,9 @@ def check_small_ops(S, fx2sg):
     for label, m in (("alpha", ScalarAlpha()), ("masked_fill int", MaskedFillInt()),
                      ("addmm beta=0", AddmmBetaZero())):
         S.report("api " + label, export_and_run(S, fx2sg, m, [x.clone()]))
+    S.report("api and, or, xor of bools", export_and_run(S, fx2sg, BoolLogic(), [x.clone()]))
+    S.report("api cross_entropy ignore_index=2",
+             export_and_run(S, fx2sg, IgnoreIndex(), [x.clone(), torch.tensor([2, 0, 4])]))
     for label, m, want in (("detach of a param's value", DetachParam(), "detach()"),
                            ("no_grad region", NoGradRegion(), "no_grad"),
                            ("detach of an input", DetachInput(), None)):
