@@ -1074,6 +1074,9 @@ def check_small_ops(S, fx2sg):
                      ("addmm beta=0", AddmmBetaZero())):
         S.report("api " + label, export_and_run(S, fx2sg, m, [x.clone()]))
     S.report("api and, or, xor of bools", export_and_run(S, fx2sg, BoolLogic(), [x.clone()]))
+    # a GraphModule of the user's (torch.fx renames forward's `input` to input_1)
+    gm = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)))
+    S.report("api a symbolic_trace GraphModule", export_and_run(S, fx2sg, gm, [x.clone()]))
     S.report("api cross_entropy ignore_index=2",
              export_and_run(S, fx2sg, IgnoreIndex(), [x.clone(), torch.tensor([2, 0, 4])]))
     for label, m, want in (("detach of a param's value", DetachParam(), "detach()"),
