@@ -1051,6 +1051,18 @@ class IgnoreIndex(nn.Module):
         return F.cross_entropy(self.l(x), t, ignore_index=2)
 
 
+class MoreOps(nn.Module):
+    def forward(self, x):
+        y = F.softplus(x) + F.softplus(x * 30, beta=2, threshold=10) + F.hardswish(x) + F.mish(x)
+        g = F.glu(torch.cat([x, x * 2], -1), -1)
+        lse = torch.logsumexp(x, dim=-1, keepdim=True) + torch.logsumexp(x, 1).unsqueeze(-1)
+        n = F.normalize(x, dim=-1)
+        t = torch.tril(x) + torch.triu(x, diagonal=1) * 2 + torch.tril(x, -1)
+        r = x.repeat_interleave(2, dim=1)[:, :4] + \
+            torch.repeat_interleave(x, 3)[:12].reshape(3, 4)
+        return y + g + lse + n + t + r
+
+
 class AutocastRegion(nn.Module):
     def __init__(self):
         super().__init__()
@@ -1074,6 +1086,8 @@ def check_small_ops(S, fx2sg):
                      ("addmm beta=0", AddmmBetaZero())):
         S.report("api " + label, export_and_run(S, fx2sg, m, [x.clone()]))
     S.report("api and, or, xor of bools", export_and_run(S, fx2sg, BoolLogic(), [x.clone()]))
+    S.report("api softplus, hardswish, mish, glu, logsumexp, normalize, tril, triu, "
+             "repeat_interleave", export_and_run(S, fx2sg, MoreOps(), [x.clone()]))
     # a GraphModule of the user's (torch.fx renames forward's `input` to input_1)
     gm = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)))
     S.report("api a symbolic_trace GraphModule", export_and_run(S, fx2sg, gm, [x.clone()]))
