@@ -641,10 +641,12 @@ compile(Options *o, Module *m)
 	/* The side files first, the output last: standard output gets
 	 * nothing when the header or the depfile cannot be written, and a
 	 * failed output takes its side files with it. */
-	const char *mf = NULL;
+	const char *mf = NULL, *hdr = NULL; /* the side files written */
 	char *mf_default = NULL;
-	if (o->header)
+	if (o->header) {
 		status = write_output(o->header, htext, hlen);
+		hdr = status ? NULL : o->header;
+	}
 	if (!status && o->md) {
 		char *dep = NULL;
 		size_t dlen = 0;
@@ -674,8 +676,8 @@ compile(Options *o, Module *m)
 	if (!status)
 		status = write_output(out, text, len);
 	if (status) { /* no output without its header and depfile */
-		if (o->header)
-			drop_output(o->header);
+		if (hdr)
+			drop_output(hdr);
 		if (mf)
 			drop_output(mf);
 	}

@@ -108,6 +108,11 @@ echo old >keep.cu
 check "depfile fails: exit 3" test $? -eq 3
 check "depfile fails: the output untouched" test "$(cat keep.cu)" = old
 check "depfile fails: no header left" test ! -e keep.h
+# A header that cannot be written is not removed either (a directory).
+mkdir -p hdir.h
+"$SGC" m.sg -o keep.cu --header hdir.h 2>err
+check "header fails: exit 3" test $? -eq 3
+check "header fails: the path left as it was" test -d hdir.h
 
 # A file with no graph ("A .sg file holds one or more graphs"): an error in
 # every mode, nothing written (--main would have no graph to drive).
