@@ -971,6 +971,25 @@ class InplaceInput(nn.Module):
         return x * 2
 
 
+class CopyInto(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("last", torch.zeros(3, 4))
+        self.register_buffer("hist", torch.zeros(4, dtype=torch.float64))
+
+    def forward(self, x):
+        old = self.last * 1
+        self.last.copy_(x * 2)          # a buffer: written back
+        self.hist.copy_(x.sum(0))       # cast to the buffer's dtype
+        b = torch.zeros(3, 4) + 1
+        b.copy_(x[0])                   # broadcast
+        a = x * 3
+        c = a * 1
+        c.copy_(b)
+        a.add_(1)                       # c keeps b's values
+        return old + self.last + b + c + a
+
+
 class InplaceView(nn.Module):
     def forward(self, x):
         y = x * 1
@@ -1119,7 +1138,8 @@ def check_inplace(S, fx2sg):
     silently stale value."""
     x = torch.randn(3, 4, generator=GEN)
     for name, m, kept in (("chain", InplaceChain(), ()), ("buffer", InplaceEma(), ("ema",)),
-                          ("input", InplaceInput(), ("x",))):
+                          ("input", InplaceInput(), ("x",)),
+                          ("copy_", CopyInto(), ("last", "hist"))):
         label = "api in place: " + name
         try:
             ex = fx2sg.export(m, [x.clone()])
@@ -1130,8 +1150,9 @@ def check_inplace(S, fx2sg):
         xe = x.clone()
         with torch.no_grad():
             want = {"out": m.eval()(xe)}
-        if "ema" in kept:
-            want["ema"] = m.ema
+        for b in ("ema", "last", "hist"):
+            if b in kept:
+                want[b] = getattr(m, b)
         if "x" in kept:
             want["x"] = xe
         for k, e in want.items():
