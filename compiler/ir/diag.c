@@ -92,8 +92,10 @@ sgr(const Diag *d, const char *code)
 static size_t
 utf8_len(const unsigned char *p, size_t left)
 {
-	size_t n = p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
-	if (p[0] < 0xc2 || n > left)
+	if (!left || p[0] < 0xc2 || p[0] > 0xf4)
+		return 0;
+	size_t n = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : 2;
+	if (n > left)
 		return 0;
 	for (size_t i = 1; i < n; i++)
 		if ((p[i] & 0xc0) != 0x80)
@@ -102,6 +104,15 @@ utf8_len(const unsigned char *p, size_t left)
 	    (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
 		return 0;
 	return n;
+}
+
+/* Where the character at u[i] ends: after its UTF-8 bytes, or after the
+ * one byte that is none. */
+static size_t
+char_end(const unsigned char *u, size_t i, size_t to)
+{
+	size_t k = utf8_len(u + i, to - i);
+	return i + (k ? k : 1);
 }
 
 static void
@@ -136,18 +147,13 @@ show_source(Diag *d, Loc at)
 		i++;
 	}
 	fprintf(d->out, "\n%*s | ", w, "");
-	for (size_t i = from; i < col;) {
-		size_t k = utf8_len(u + i, to - i);
+	for (size_t i = from; i < col; i = char_end(u, i, to))
 		fputc(line[i] == '\t' ? '\t' : ' ', d->out);
-		i += k ? k : 1;
-	}
 	sgr(d, "1;32");
 	fputc('^', d->out);
-	size_t end = col + (at.len ? at.len : 1), k = utf8_len(u + col, to - col);
-	for (size_t i = col + (k ? k : 1); i < end && i < to; i += k ? k : 1) {
-		k = utf8_len(u + i, to - i);
+	size_t end = col + (at.len ? at.len : 1);
+	for (size_t i = char_end(u, col, to); i < end && i < to; i = char_end(u, i, to))
 		fputc('~', d->out);
-	}
 	sgr(d, "0");
 	fputc('\n', d->out);
 }

@@ -453,8 +453,18 @@ GRAD_RULE_DEF(grad_reduce)
 
 /* ------------------------------------------------------------------ normalisation */
 
-/* softmax: y * (grad - sum(grad * y, dim)); log_softmax: grad - exp(y) *
- * sum(grad, dim). */
+/* softmax's backward: y * (g - sum(g * y, dims of mask)), y its result
+ * (no dims: a 0-d softmax, whose sum is itself). */
+static ValId
+softmax_backward(Grad *G, ValId g, ValId y, uint32_t mask)
+{
+	ValId t = grad_op2(G, OP_MUL, V(g), V(y));
+	ValId s = mask ? grad_sum(G, t, mask, 1) : t;
+	t = grad_op2(G, OP_SUB, V(g), V(s));
+	return grad_op2(G, OP_MUL, V(y), V(t));
+}
+
+/* softmax: softmax_backward; log_softmax: grad - exp(y) * sum(grad, dim). */
 GRAD_RULE_DEF(grad_softmax)
 {
 	(void)need;
@@ -463,10 +473,7 @@ GRAD_RULE_DEF(grad_softmax)
 	uint32_t mask = rank ? 1u << d : 0;
 	ValId g = gout[0], y = grad_out(G, 0), t, s;
 	if (n->op == OP_SOFTMAX) {
-		t = grad_op2(G, OP_MUL, V(g), V(y));
-		s = mask ? grad_sum(G, t, mask, 1) : t;
-		t = grad_op2(G, OP_SUB, V(g), V(s));
-		gin[0] = grad_op2(G, OP_MUL, V(y), V(t));
+		gin[0] = softmax_backward(G, g, y, mask);
 	} else {
 		s = mask ? grad_sum(G, g, mask, 1) : g;
 		t = grad_op1(G, OP_EXP, V(y));
@@ -612,10 +619,11 @@ gqa_heads(Grad *G, ValId x, int64_t hq)
 }
 
 /* The gradient of attention's float mask: the scores' gradient, ds =
- * p * (dp - sum(dp * p, -1)) with p = softmax(q k^T * scale + mask) made
- * again and dp = grad v^T, as PyTorch's math attention differentiates
- * (added to the scores, the mask gets their gradient; the pass sums it to
- * the mask's shape).  A mask never comes with causal=true. */
+ * softmax_backward(dp, p) = p * (dp - sum(dp * p, -1)) with p =
+ * softmax(q k^T * scale + mask) made again and dp = grad v^T, as
+ * PyTorch's math attention differentiates (added to the scores, the mask
+ * gets their gradient; the pass sums it to the mask's shape).  A mask
+ * never comes with causal=true. */
 static ValId
 sdpa_mask_grad(Grad *G, const Node *n, ValId g)
 {
@@ -650,10 +658,7 @@ sdpa_mask_grad(Grad *G, const Node *n, ValId g)
 	int rv = grad_type(G, v)->rank;
 	ValId vt = grad_transpose(G, v, rv - 2, rv - 1);
 	ValId dp = grad_op2(G, OP_MATMUL, V(g), V(vt));
-	ValId t = grad_op2(G, OP_MUL, V(dp), V(p));
-	t = grad_sum(G, t, 1u << (grad_type(G, t)->rank - 1), 1);
-	t = grad_op2(G, OP_SUB, V(dp), V(t));
-	return grad_op2(G, OP_MUL, V(p), V(t));
+	return softmax_backward(G, dp, p, 1u << (rs - 1));
 }
 
 /* Attention: q's, k's and v's gradients from one backward op (at the
