@@ -1082,6 +1082,14 @@ class MoreOps(nn.Module):
         return y + g + lse + n + t + r
 
 
+class ManyMasks(nn.Module):
+    def forward(self, x):
+        out = x * 0
+        for k in range(-3, 4):    # 14 masks made by fx2sg, one after another
+            out = out + torch.triu(x, k) * (k + 5) + torch.tril(x, k) * (k - 7)
+        return out
+
+
 class AutocastRegion(nn.Module):
     def __init__(self):
         super().__init__()
@@ -1107,6 +1115,10 @@ def check_small_ops(S, fx2sg):
     S.report("api and, or, xor of bools", export_and_run(S, fx2sg, BoolLogic(), [x.clone()]))
     S.report("api softplus, hardswish, mish, glu, logsumexp, normalize, tril, triu, "
              "repeat_interleave", export_and_run(S, fx2sg, MoreOps(), [x.clone()]))
+    # each constant its own (a freed tensor's id, reused by the next one,
+    # named the earlier constant)
+    S.report("api many constants made while converting",
+             export_and_run(S, fx2sg, ManyMasks(), [torch.randn(4, 5, generator=GEN)]))
     # a GraphModule of the user's (torch.fx renames forward's `input` to input_1)
     gm = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)))
     S.report("api a symbolic_trace GraphModule", export_and_run(S, fx2sg, gm, [x.clone()]))
