@@ -23,6 +23,12 @@
  * `offload` (the user's choice wins), or made by a node with more than
  * one result.
  *
+ * A value v that is a reshape, squeeze, unsqueeze, transpose or permute
+ * of such a P's value (what torch.export's graphs save: `%y = gelu(%x)`,
+ * then `%v = reshape(%y, ...)` read by backward) is recomputed the same
+ * way, P's copy and then the view's, when backward reads P's value only
+ * through v: the view's storage is P's value, kept until v's last read.
+ *
  * A value recomputed this way is no operand of another (one level: the
  * copies read only what forward keeps).  The rewrite is made only when it
  * lowers the estimated device peak: values made by nodes, each live from
@@ -49,14 +55,15 @@
 
 #include "passes.h"
 
-/* One recomputation: v (made by node def, read last in forward by node
- * lastf) is read first in backward by node first, last by node lastb; its
- * copy goes before first.  beside: the backward pointwise node moved to
- * right after the copy (NONE: none), with hoist, the node making its
- * other operand, moved to right before it (NONE: none). */
+/* One recomputation: v (made by node def, or by node view from def's
+ * value; read last in forward by node lastf) is read first in backward by
+ * node first, last by node lastb; its copy goes before first.  beside:
+ * the backward pointwise node moved to right after the copy (NONE: none),
+ * with hoist, the node making its other operand, moved to right before it
+ * (NONE: none). */
 typedef struct {
 	ValId v;
-	NodeId def, lastf, first, lastb;
+	NodeId def, view, lastf, first, lastb;
 	NodeId beside, hoist;
 } Remat;
 
@@ -80,6 +87,25 @@ operand_kept(const Graph *g, ValId u, const ValId *root, const uint8_t *written)
 		return 0;
 	return val->kind == VK_INPUT || val->kind == VK_CONST ||
 	       (val->kind == VK_NODE && val->saved);
+}
+
+/* Whether op makes a view of its operand that remat may recompute with
+ * the pointwise node making the operand: the same elements, reshaped or
+ * reordered. */
+static int
+view_op(int op)
+{
+	return op == OP_RESHAPE || op == OP_SQUEEZE || op == OP_UNSQUEEZE ||
+	       op == OP_TRANSPOSE || op == OP_PERMUTE;
+}
+
+/* Whether value v may be dropped after its last forward read: not
+ * returned, offloaded, in host memory or written in place. */
+static int
+droppable(const Rm *R, ValId v)
+{
+	const Value *val = &R->g->vals.v[v];
+	return !val->offload && !val->type.host && !R->bad[v] && !R->written[R->root[v]];
 }
 
 /* Accesses of every value and the candidates, in program order of
@@ -130,27 +156,49 @@ find(Rm *R)
 				R->first[u] = i;
 		}
 	}
+	/* how many saved views each value has: a view is recomputed only
+	 * when it is the one way backward reads its operand */
+	uint32_t *nview = calloc((size_t)nv + 1, sizeof *nview);
+	if (!nview)
+		out_of_memory(0);
 	for (NodeId i = 0; i < R->bw; i++) {
 		const Node *n = &g->nodes.v[i];
-		if ((n->flags & NF_DEAD) || n->op >= OP__N || n->nres != 1 ||
-		    !(op_table[n->op].flags & OPF_POINTWISE))
+		if (!(n->flags & NF_DEAD) && view_op(n->op) && n->nres == 1 && n->nopnd == 1 &&
+		    n->opnd[0].kind == OK_VAL && g->vals.v[n->res[0]].saved)
+			nview[n->opnd[0].v]++;
+	}
+	for (NodeId i = 0; i < R->bw; i++) {
+		const Node *n = &g->nodes.v[i];
+		if ((n->flags & NF_DEAD) || n->op >= OP__N || n->nres != 1)
 			continue;
 		ValId v = n->res[0];
-		const Value *val = &g->vals.v[v];
-		if (!val->saved || val->offload || val->type.host || R->bad[v] ||
-		    R->written[R->root[v]] || R->first[v] == NONE)
+		NodeId def = i, view = NONE;
+		if (view_op(n->op)) {
+			ValId u = n->opnd[0].v;
+			if (n->nopnd != 1 || n->opnd[0].kind != OK_VAL ||
+			    g->vals.v[u].kind != VK_NODE || g->vals.v[u].saved || nview[u] != 1 ||
+			    !droppable(R, u))
+				continue;
+			def = g->vals.v[u].def;
+			view = i;
+		}
+		const Node *p = &g->nodes.v[def];
+		if ((p->flags & NF_DEAD) || p->op >= OP__N || p->nres != 1 ||
+		    !(op_table[p->op].flags & OPF_POINTWISE) || !g->vals.v[v].saved ||
+		    !droppable(R, v) || R->first[v] == NONE)
 			continue;
 		int ok = 1;
-		for (uint32_t k = 0; k < n->nopnd && ok; k++)
-			if (n->opnd[k].kind == OK_VAL)
-				ok = operand_kept(g, n->opnd[k].v, R->root, R->written) &&
-				     !R->cand[n->opnd[k].v];
+		for (uint32_t k = 0; k < p->nopnd && ok; k++)
+			if (p->opnd[k].kind == OK_VAL)
+				ok = operand_kept(g, p->opnd[k].v, R->root, R->written) &&
+				     !R->cand[p->opnd[k].v];
 		if (ok) {
-			Remat r = {v, i, R->lastf[v], R->first[v], R->last[v], NONE, NONE};
+			Remat r = {v, def, view, R->lastf[v], R->first[v], R->last[v], NONE, NONE};
 			vec_push(&R->r, r);
-			R->cand[v] = 1;
+			R->cand[v] = R->cand[p->res[0]] = 1;
 		}
 	}
+	free(nview);
 }
 
 /* The device peak of values made by nodes, each live from its definition
@@ -319,6 +367,8 @@ find_company(Rm *R)
 	for (uint32_t j = 0; j < R->r.n; j++) {
 		const Node *p = &g->nodes.v[R->r.v[j].def];
 		re[R->r.v[j].v] = 1;
+		if (R->r.v[j].view != NONE)
+			continue; /* a view's copy gets no company */
 		for (uint32_t k = 0; k < p->nopnd; k++)
 			if (p->opnd[k].kind == OK_VAL && opof[p->opnd[k].v] == NONE)
 				opof[p->opnd[k].v] = j;
@@ -366,13 +416,37 @@ move_node(Graph *g, NodeInsVec *ins, NodeId i, NodeId slot)
 	vec_push(ins, in);
 }
 
+/* A copy of node `from` (one result) inserted before node `slot`, on
+ * slot's stream, reading `to` where `from` reads u (NONE: reading what it
+ * reads); its result is a fresh value named after from's, with ".re". */
+static ValId
+copy_before(Graph *g, NodeInsVec *ins, NodeId from, NodeId slot, ValId u, ValId to)
+{
+	const Node *p = &g->nodes.v[from];
+	Node n = ir_node_make(g, p->op, p->nopnd, 1, g->nodes.v[slot].stream, 0, p->loc);
+	p = &g->nodes.v[from];
+	memcpy(n.opnd, p->opnd, p->nopnd * sizeof *n.opnd);
+	if (p->nattr)
+		memcpy(n.attr, p->attr, p->nattr * sizeof *n.attr);
+	for (uint32_t k = 0; k < n.nopnd; k++)
+		if (u != NONE && n.opnd[k].kind == OK_VAL && n.opnd[k].v == u)
+			n.opnd[k].v = to;
+	ValId r = p->res[0];
+	ValId c = ir_value_fresh(g, arena_printf(g->mod->arena, "%s.re", g->vals.v[r].name),
+	                         g->vals.v[r].loc);
+	g->vals.v[c].type = g->vals.v[r].type;
+	n.res[0] = c;
+	NodeIns in = {slot, 0, n};
+	vec_push(ins, in);
+	return c;
+}
+
 /* Inserts the copies (with their company) and points backward's reads at
  * them. */
 static void
 rewrite(Rm *R)
 {
 	Graph *g = R->g;
-	Arena *a = g->mod->arena;
 	NodeInsVec ins = {0};
 	uint32_t nv = g->vals.n;
 	ValId *to = xmalloc(((size_t)nv + 1) * sizeof *to);
@@ -380,21 +454,13 @@ rewrite(Rm *R)
 		to[v] = NONE;
 	for (uint32_t j = 0; j < R->r.n; j++) {
 		const Remat *r = &R->r.v[j];
-		const Node *p = &g->nodes.v[r->def];
-		Node n = ir_node_make(g, p->op, p->nopnd, 1, g->nodes.v[r->first].stream, 0, p->loc);
-		memcpy(n.opnd, p->opnd, p->nopnd * sizeof *n.opnd);
-		if (p->nattr)
-			memcpy(n.attr, p->attr, p->nattr * sizeof *n.attr);
-		ValId c = ir_value_fresh(g, arena_printf(a, "%s.re", g->vals.v[r->v].name),
-		                         g->vals.v[r->v].loc);
-		g->vals.v[c].type = g->vals.v[r->v].type;
-		n.res[0] = c;
-		to[r->v] = c;
-		g->vals.v[r->v].saved = 0;
 		if (r->hoist != NONE)
 			move_node(g, &ins, r->hoist, r->first);
-		NodeIns in = {r->first, 0, n};
-		vec_push(&ins, in);
+		ValId c = copy_before(g, &ins, r->def, r->first, NONE, NONE);
+		if (r->view != NONE)
+			c = copy_before(g, &ins, r->view, r->first, g->nodes.v[r->def].res[0], c);
+		to[r->v] = c;
+		g->vals.v[r->v].saved = 0;
 		if (r->beside != NONE)
 			move_node(g, &ins, r->beside, r->first);
 	}
@@ -439,6 +505,9 @@ remat_pass(Graph *g, const PassOptions *po, Diag *d)
 		for (uint32_t j = 0; j < R.r.n; j++) {
 			const Remat *r = &R.r.v[j];
 			fprintf(stderr, "#   %%%s", g->vals.v[r->v].name);
+			if (r->view != NONE)
+				fprintf(stderr, " (a view of %%%s, recomputed with it)",
+				        g->vals.v[g->nodes.v[r->def].res[0]].name);
 			if (r->beside != NONE)
 				fprintf(stderr, " (with %%%s beside it)",
 				        g->vals.v[g->nodes.v[r->beside].res[0]].name);

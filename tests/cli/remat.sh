@@ -41,6 +41,26 @@ check "remat_mlp: the same bytes with and without remat" cmp -s mon.st moff.st
 check "transformer: every recomputed GELU has its derivative beside it" \
 	test "$(grep -c '^#   %l[0-7].g (with %grad.l[0-7].f beside it)' dump.txt)" = 8
 
+# Through views (tests/golden/bw_remat_view.sg): a reshape and a transpose
+# of a pointwise value are recomputed with it; a value backward reads
+# through two views is kept; three SGD steps give the same bytes.
+"$SGC" check "$root/tests/golden/bw_remat_view.sg" --dump-after=remat 2>dump.txt
+check "remat_view: the reshape of gelu recomputed" \
+	grep -q '^#   %a3 (a view of %a, recomputed with it)$' dump.txt
+check "remat_view: the transpose of silu recomputed" \
+	grep -q '^#   %st (a view of %s, recomputed with it)$' dump.txt
+check "remat_view: copies in backward" grep -q '^    %a3.re = reshape(%a.re, shape=\[4, 16, 128\])$' dump.txt
+check "remat_view: %m, read through two views, kept" test -z "$(grep -E '^#   %m|%m[.]re' dump.txt)"
+"$SGC" run "$root/tests/golden/bw_remat_view.sg" --inputs x.st --steps 3 --out von.st
+check "remat_view with remat: exit 0" test $? -eq 0
+"$SGC" run "$root/tests/golden/bw_remat_view.sg" --inputs x.st --steps 3 --out voff.st --no-remat
+check "remat_view without remat: exit 0" test $? -eq 0
+check "remat_view: the same bytes with and without remat" cmp -s von.st voff.st
+gpeak() { "$SGC" check "$root/bench/gpt2.sg" --memory "$@" |
+	sed -n 's/.*device arena peak: \([0-9]*\) bytes.*/\1/p' | head -n 1; }
+on=$(gpeak) off=$(gpeak --no-remat)
+check "gpt2 (exported): peak $on with remat < $off without" test "$on" -lt "$off"
+
 # The planned peak (sgc check --memory, the arena the code reserves) is
 # lower with the recomputation on the 8-layer transformer.
 peak() { "$SGC" check "$root/bench/transformer.sg" --memory "$@" |
