@@ -173,6 +173,8 @@ find(Rm *R)
 			continue;
 		ValId v = n->res[0];
 		NodeId def = i, view = NONE;
+		if (nview[v])
+			continue; /* a saved view keeps v's storage alive anyway */
 		if (view_op(n->op)) {
 			ValId u = n->opnd[0].v;
 			if (n->nopnd != 1 || n->opnd[0].kind != OK_VAL ||

@@ -51,6 +51,7 @@ check "remat_view: the transpose of silu recomputed" \
 	grep -q '^#   %st (a view of %s, recomputed with it)$' dump.txt
 check "remat_view: copies in backward" grep -q '^    %a3.re = reshape(%a.re, shape=\[4, 16, 128\])$' dump.txt
 check "remat_view: %m, read through two views, kept" test -z "$(grep -E '^#   %m|%m[.]re' dump.txt)"
+check "remat_view: %e, read itself and through a view, kept" test -z "$(grep -E '^#   %e|%e3?[.]re' dump.txt)"
 "$SGC" run "$root/tests/golden/bw_remat_view.sg" --inputs x.st --steps 3 --out von.st
 check "remat_view with remat: exit 0" test $? -eq 0
 "$SGC" run "$root/tests/golden/bw_remat_view.sg" --inputs x.st --steps 3 --out voff.st --no-remat
