@@ -98,7 +98,7 @@ static const char help_text[] =
 "\n"
 "sgc run options:\n"
 "  --params P           params, consts and optimizer state (safetensors)\n"
-"  --inputs I           inputs (safetensors)\n"
+"  --inputs I           inputs (safetensors); repeated: read together, later wins\n"
 "  --out O              write outputs, params and state (safetensors)\n"
 "  --steps N            run N calls (default 1)\n"
 "  --seed S             seed for params missing from --params (default 0)\n"
@@ -386,7 +386,10 @@ parse_options(int argc, char **argv, Options *o)
 			o->ro.params = v;
 		} else if (o->mode == MODE_RUN &&
 		           opt_value(argc, argv, &i, "--inputs", &v, &err)) {
-			o->ro.inputs = v;
+			if (!err && o->ro.ninputs == SGRT_MAX_INPUT_FILES)
+				return usage_error("at most %d --inputs files", SGRT_MAX_INPUT_FILES);
+			if (!err)
+				o->ro.inputs[o->ro.ninputs++] = v;
 		} else if (o->mode == MODE_RUN &&
 		           opt_value(argc, argv, &i, "--out", &v, &err)) {
 			o->ro.out = v;

@@ -14,6 +14,9 @@
 #include <stdint.h>
 
 #define SGRT_MAXRANK 8
+/* At most this many --inputs files, read together (the later file's
+ * tensor wins where two hold one name). */
+#define SGRT_MAX_INPUT_FILES 8
 /* The largest tensor file read (64 GiB; docs/runtime.md): a bigger one,
  * or an endless stream such as /dev/zero, is refused with a message. */
 #define SGRT_ST_MAX_FILE ((unsigned long long)64 << 30)

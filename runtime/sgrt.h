@@ -422,7 +422,9 @@ int sgrt_group_end(SgrtModel *m, int sgline);
 
 /* The generated main()'s command line (interface.md, "The driver"). */
 typedef struct {
-	const char *params, *inputs, *out, *trace; /* NULL when not given */
+	const char *params, *out, *trace; /* NULL when not given */
+	const char *inputs[SGRT_MAX_INPUT_FILES]; /* --inputs, in order given */
+	int ninputs;
 	long steps;      /* -1 when not given */
 	long bench;      /* 0 when not given */
 	uint64_t seed;   /* 0 when not given */
@@ -478,6 +480,12 @@ size_t sgrt_tensor_bytes(const SgrtTensorDesc *t);
  * device before returning. */
 int sgrt_load_tensors(SgrtModel *m, const char *path, const SgrtTensorDesc *t,
                       int n, void *const *ptr, int roles, uint64_t seed);
+/* The same from npaths files (at most SGRT_MAX_INPUT_FILES) read together:
+ * a tensor comes from the last file that holds its name, and is missing
+ * when none does; each file is checked for extra names on its own. */
+int sgrt_load_tensors_from(SgrtModel *m, const char *const *paths, int npaths,
+                           const SgrtTensorDesc *t, int n, void *const *ptr,
+                           int roles, uint64_t seed);
 /* Writes to path: every output, param, const, state and mutated input with
  * ptr[i] not NULL (device or pinned host), each name once (first wins). */
 int sgrt_save_tensors(SgrtModel *m, const char *path, const SgrtTensorDesc *t,

@@ -32,7 +32,7 @@ void
 sgrt_usage(FILE *f, const char *prog)
 {
 	fprintf(f,
-	    "usage: %s [--params P.safetensors] [--inputs I.safetensors] "
+	    "usage: %s [--params P.safetensors] [--inputs I.safetensors]... "
 	    "[--out O.safetensors]\n"
 	    "       [--steps N] [--bench N] [--seed S] [--trace T.json] "
 	    "[--device K] [--allow-extra]\n", prog);
@@ -65,7 +65,14 @@ set_option(SgrtArgs *a, const char *name, const char *val, char *err,
 	unsigned long long v = 0;
 
 	if (!strcmp(name, "params")) a->params = val;
-	else if (!strcmp(name, "inputs")) a->inputs = val;
+	else if (!strcmp(name, "inputs")) {
+		if (a->ninputs == SGRT_MAX_INPUT_FILES) {
+			snprintf(err, errlen, "at most %d --inputs files",
+			         SGRT_MAX_INPUT_FILES);
+			return SGRT_EUSAGE;
+		}
+		a->inputs[a->ninputs++] = val;
+	}
 	else if (!strcmp(name, "out")) a->out = val;
 	else if (!strcmp(name, "trace")) a->trace = val;
 	else if (!strcmp(name, "steps") || !strcmp(name, "bench") ||
@@ -186,10 +193,11 @@ upload(SgrtModel *m, void *dst, const void *src, size_t bytes)
 	return SGRT_OK;
 }
 
-/* Tensor t, absent from the file: initialised, zeroed or an error. */
+/* Tensor t, absent from the npaths files (path: the last): initialised,
+ * zeroed or an error. */
 static int
-load_missing(SgrtModel *m, const char *path, const SgrtTensorDesc *t,
-             void *dst, uint64_t seed)
+load_missing(SgrtModel *m, const char *path, int npaths,
+             const SgrtTensorDesc *t, void *dst, uint64_t seed)
 {
 	size_t bytes = sgrt_tensor_bytes(t);
 	void *host;
@@ -200,6 +208,10 @@ load_missing(SgrtModel *m, const char *path, const SgrtTensorDesc *t,
 		if (!path)
 			return sgrt_fail(m, SGRT_EMISMATCH, -1, "missing input "
 			                 "'%s' (no --inputs file)", t->name);
+		if (npaths > 1)
+			return sgrt_fail(m, SGRT_EMISMATCH, -1, "missing input "
+			                 "'%s' (in none of the %d --inputs files)",
+			                 t->name, npaths);
 		return sgrt_fail(m, SGRT_EMISMATCH, -1, "%s: missing input '%s'",
 		                 path, t->name);
 	case SGRT_ROLE_STATE:
@@ -221,56 +233,77 @@ int
 sgrt_load_tensors(SgrtModel *m, const char *path, const SgrtTensorDesc *t,
                   int n, void *const *ptr, int roles, uint64_t seed)
 {
-	SgrtSafetensors f;
+	return sgrt_load_tensors_from(m, &path, path ? 1 : 0, t, n, ptr, roles,
+	                              seed);
+}
+
+int
+sgrt_load_tensors_from(SgrtModel *m, const char *const *paths, int npaths,
+                       const SgrtTensorDesc *t, int n, void *const *ptr,
+                       int roles, uint64_t seed)
+{
+	SgrtSafetensors f[SGRT_MAX_INPUT_FILES];
 	char err[SGRT_ERRLEN];
 	const char **known = calloc(n ? n : 1, sizeof *known);
 	const char **want = calloc(n ? n : 1, sizeof *want);
 	const char **lack = calloc(n ? n : 1, sizeof *lack);
+	const char *path = npaths ? paths[npaths - 1] : NULL; /* the last */
 	size_t nwant = 0, nlack = 0;
-	int i, rc = SGRT_OK;
+	int i, j, nread = 0, rc = SGRT_OK;
 
-	memset(&f, 0, sizeof f);
-	if (!known || !want || !lack)
+	memset(f, 0, sizeof f);
+	if (npaths < 0 || npaths > SGRT_MAX_INPUT_FILES)
+		rc = sgrt_fail(m, SGRT_EUSAGE, -1, "at most %d files",
+		               SGRT_MAX_INPUT_FILES);
+	else if (!known || !want || !lack)
 		rc = sgrt_fail(m, SGRT_ENOMEM, 0, "out of memory");
-	else if (path && (rc = sgrt_st_read(path, &f, err, sizeof err)))
-		rc = sgrt_fail(m, rc, -1, "%s", err);
+	for (; nread < npaths && rc == SGRT_OK; nread++)
+		if ((rc = sgrt_st_read(paths[nread], &f[nread], err, sizeof err)))
+			rc = sgrt_fail(m, rc, -1, "%s", err);
 	for (i = 0; i < n && rc == SGRT_OK; i++) {
 		known[i] = t[i].name;
 		if (ptr[i] && roles & (1 << t[i].role))
 			want[nwant++] = t[i].name;
 	}
-	if (rc == SGRT_OK && path && !(roles & SGRT_LOAD_ALLOW_EXTRA) &&
-	    (rc = sgrt_st_check_extra(path, &f, known, (size_t)n, want, nwant,
-	                              "--allow-extra ignores them", err,
-	                              sizeof err)))
-		rc = sgrt_fail(m, rc, -1, "%s", err);
-	if (rc == SGRT_OK && path && (roles & (1 << SGRT_ROLE_STATE))) {
-		size_t ns = 0; /* the optimizer state, into lack[] for the check */
-		for (i = 0; i < n; i++)
-			if (ptr[i] && t[i].role == SGRT_ROLE_STATE)
-				lack[ns++] = t[i].name;
-		if ((rc = sgrt_st_check_state(path, &f, lack, ns, err, sizeof err)))
+	for (j = 0; j < npaths && rc == SGRT_OK; j++) {
+		if (!(roles & SGRT_LOAD_ALLOW_EXTRA) &&
+		    (rc = sgrt_st_check_extra(paths[j], &f[j], known, (size_t)n,
+		                              want, nwant,
+		                              "--allow-extra ignores them", err,
+		                              sizeof err)))
 			rc = sgrt_fail(m, rc, -1, "%s", err);
+		if (rc == SGRT_OK && (roles & (1 << SGRT_ROLE_STATE))) {
+			size_t ns = 0; /* the optimizer state, into lack[] */
+			for (i = 0; i < n; i++)
+				if (ptr[i] && t[i].role == SGRT_ROLE_STATE)
+					lack[ns++] = t[i].name;
+			if ((rc = sgrt_st_check_state(paths[j], &f[j], lack, ns,
+			                              err, sizeof err)))
+				rc = sgrt_fail(m, rc, -1, "%s", err);
+		}
 	}
 	for (i = 0; i < n && rc == SGRT_OK; i++) {
-		const SgrtTensor *ft;
+		const SgrtTensor *ft = NULL;
 		if (!ptr[i] || !(roles & (1 << t[i].role)))
 			continue;
-		ft = path ? sgrt_st_find(&f, t[i].name) : NULL;
+		for (j = npaths - 1; j >= 0 && !ft; j--)
+			ft = sgrt_st_find(&f[j], t[i].name);
 		if (!ft && path && (t[i].role == SGRT_ROLE_PARAM ||
 		                    t[i].role == SGRT_ROLE_CONST))
 			lack[nlack++] = t[i].name;
 		if (!ft)
-			rc = load_missing(m, path, &t[i], ptr[i], seed);
-		else if ((rc = sgrt_st_check(path, ft, t[i].dtype, t[i].rank,
-		                             t[i].shape, err, sizeof err)))
+			rc = load_missing(m, path, npaths, &t[i], ptr[i], seed);
+		else if ((rc = sgrt_st_check(paths[j + 1], ft, t[i].dtype,
+		                             t[i].rank, t[i].shape, err,
+		                             sizeof err)))
 			rc = sgrt_fail(m, rc, -1, "%s", err);
 		else
 			rc = upload(m, ptr[i], ft->data, ft->nbytes);
 	}
 	if (rc == SGRT_OK)
 		sgrt_warn_missing("sgrt", path, lack, nlack, seed);
-	sgrt_st_free(&f);
+	for (j = 0; j < nread; j++)
+		sgrt_st_free(&f[j]);
 	free(known);
 	free(want);
 	free(lack);
@@ -489,8 +522,9 @@ static int
 load(Run *r)
 {
 	const SgrtProgram *p = r->p;
-	char path[4096];
-	int rc;
+	char path[4096], ipath[SGRT_MAX_INPUT_FILES][4096];
+	const char *ip[SGRT_MAX_INPUT_FILES];
+	int k, rc;
 
 	if (r->a.params &&
 	    sgrt_path_for_rank(path, sizeof path, r->a.params, r->rank))
@@ -501,13 +535,17 @@ load(Run *r)
 	                       r->a.seed);
 	if (rc)
 		return rc;
-	if (r->a.inputs &&
-	    sgrt_path_for_rank(path, sizeof path, r->a.inputs, r->rank))
-		return sgrt_fail(r->m, SGRT_EUSAGE, -1, "--inputs path too long");
-	return sgrt_load_tensors(r->m, r->a.inputs ? path : NULL, p->tensors,
-	                         p->ntensors, r->io, SGRT_ROLES_INPUTS |
-	                         (r->a.allow_extra ? SGRT_LOAD_ALLOW_EXTRA : 0),
-	                         0);
+	for (k = 0; k < r->a.ninputs; k++) {
+		if (sgrt_path_for_rank(ipath[k], sizeof ipath[k], r->a.inputs[k],
+		                       r->rank))
+			return sgrt_fail(r->m, SGRT_EUSAGE, -1,
+			                 "--inputs path too long");
+		ip[k] = ipath[k];
+	}
+	return sgrt_load_tensors_from(r->m, ip, r->a.ninputs, p->tensors,
+	                              p->ntensors, r->io, SGRT_ROLES_INPUTS |
+	                              (r->a.allow_extra ? SGRT_LOAD_ALLOW_EXTRA :
+	                               0), 0);
 }
 
 /* Issues one call (traced or not). */

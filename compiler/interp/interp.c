@@ -520,9 +520,11 @@ interp_run(Module *m, Graph *g, const RunOptions *ro)
 	for (int r = 0; r < world; r++) {
 		Run *R = &Rs[r];
 		ros[r] = *ro;
-		if (rank_path((char **)&ros[r].params, ro->params, r) ||
-		    rank_path((char **)&ros[r].inputs, ro->inputs, r) ||
-		    rank_path((char **)&ros[r].out, ro->out, r)) {
+		int bad = rank_path((char **)&ros[r].params, ro->params, r);
+		bad |= rank_path((char **)&ros[r].out, ro->out, r);
+		for (int k = 0; k < ro->ninputs; k++)
+			bad |= rank_path((char **)&ros[r].inputs[k], ro->inputs[k], r);
+		if (bad) {
 			fprintf(stderr, "sgc run: error: a file name for rank %d is too long\n", r);
 			status = 2;
 		}
@@ -556,7 +558,8 @@ interp_run(Module *m, Graph *g, const RunOptions *ro)
 		interp_blas_free(&Rs[r].I);
 		run_free(&Rs[r]);
 		free((char *)ros[r].params);
-		free((char *)ros[r].inputs);
+		for (int k = 0; k < ro->ninputs; k++)
+			free((char *)ros[r].inputs[k]);
 		free((char *)ros[r].out);
 	}
 	free(Rs);

@@ -6,6 +6,7 @@
 #ifndef INTERP_H
 #define INTERP_H
 
+#include "safetensors.h"
 #include "sgc.h"
 
 /* ------------------------------------------------------------------ interp.c, interp_*.c
@@ -16,7 +17,11 @@
  */
 
 typedef struct {
-	const char *params, *inputs, *out; /* file paths or NULL */
+	const char *params, *out;           /* file paths or NULL */
+	const char *inputs[SGRT_MAX_INPUT_FILES]; /* --inputs, in order given:
+	                                             read together, the later
+	                                             file's tensor winning */
+	int ninputs;
 	int steps;                          /* default 1 */
 	uint64_t seed;                      /* default 0 */
 	int interleave;                     /* --interleave=SEED given */

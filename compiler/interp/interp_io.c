@@ -143,7 +143,7 @@ load_model(Interp *I, const RunOptions *ro, const SgrtSafetensors *pf,
 	return 0;
 }
 
-/* Inputs: each must be in --inputs. */
+/* Inputs: each must be in an --inputs file (the last that holds it). */
 static int
 load_inputs(Interp *I, const RunOptions *ro, const SgrtSafetensors *inf,
             Tensor **persist)
@@ -151,9 +151,12 @@ load_inputs(Interp *I, const RunOptions *ro, const SgrtSafetensors *inf,
 	Graph *g = I->g;
 	for (uint32_t i = 0; i < g->inputs.n; i++) {
 		ValId v = g->inputs.v[i];
-		int rc = load_from(I, ro->inputs, inf, v, &persist[v]);
-		if (rc)
-			return rc;
+		persist[v] = NULL;
+		for (int k = ro->ninputs - 1; k >= 0 && !persist[v]; k--) {
+			int rc = load_from(I, ro->inputs[k], &inf[k], v, &persist[v]);
+			if (rc)
+				return rc;
+		}
 		if (persist[v])
 			continue;
 		const Value *val = &g->vals.v[v];
@@ -165,9 +168,12 @@ load_inputs(Interp *I, const RunOptions *ro, const SgrtSafetensors *inf,
 			persist[v] = t;
 			continue;
 		}
-		if (ro->inputs)
+		if (ro->ninputs > 1)
+			interp_report(I, val->loc, "input '%%%s' is in none of the %d "
+			       "--inputs files", val->name, ro->ninputs);
+		else if (ro->ninputs)
 			interp_report(I, val->loc, "input '%%%s' is missing from '%s'",
-			       val->name, ro->inputs);
+			       val->name, ro->inputs[0]);
 		else
 			interp_report(I, val->loc, "input '%%%s' is not given: pass a "
 			       "safetensors file holding '%s' with --inputs",
@@ -180,29 +186,31 @@ load_inputs(Interp *I, const RunOptions *ro, const SgrtSafetensors *inf,
 int
 interp_load(Interp *I, const RunOptions *ro, Tensor **persist)
 {
-	SgrtSafetensors pf, inf;
+	SgrtSafetensors pf, inf[SGRT_MAX_INPUT_FILES];
 	char err[512];
-	int rc = 0;
+	int rc = 0, nread = 0;
 	memset(&pf, 0, sizeof pf);
-	memset(&inf, 0, sizeof inf);
+	memset(inf, 0, sizeof inf);
 	if (ro->params && sgrt_st_read(ro->params, &pf, err, sizeof err)) {
 		fprintf(stderr, "sgc run: error: %s\n", err);
 		return EXIT_IO;
 	}
-	if (ro->inputs && sgrt_st_read(ro->inputs, &inf, err, sizeof err)) {
-		fprintf(stderr, "sgc run: error: %s\n", err);
-		sgrt_st_free(&pf);
-		return EXIT_IO;
-	}
-	rc = check_extra(I, ro, ro->params, &pf, 0);
+	for (; nread < ro->ninputs && !rc; nread++)
+		if (sgrt_st_read(ro->inputs[nread], &inf[nread], err, sizeof err)) {
+			fprintf(stderr, "sgc run: error: %s\n", err);
+			rc = EXIT_IO;
+		}
 	if (!rc)
-		rc = check_extra(I, ro, ro->inputs, &inf, 1);
+		rc = check_extra(I, ro, ro->params, &pf, 0);
+	for (int k = 0; k < ro->ninputs && !rc; k++)
+		rc = check_extra(I, ro, ro->inputs[k], &inf[k], 1);
 	if (!rc)
 		rc = load_model(I, ro, ro->params ? &pf : NULL, persist);
 	if (!rc)
-		rc = load_inputs(I, ro, ro->inputs ? &inf : NULL, persist);
+		rc = load_inputs(I, ro, inf, persist);
 	sgrt_st_free(&pf);
-	sgrt_st_free(&inf);
+	for (int k = 0; k < nread; k++)
+		sgrt_st_free(&inf[k]);
 	return rc;
 }
 

@@ -302,6 +302,18 @@ run() {
 			fi
 		done
 	done <"$dir/programs" >>"$report"
+	# Chained runs (interface.md, --steps): two runs of --steps 1 through
+	# --out, the second reading --inputs twice (the graph writes %x, not
+	# %c), equal the interpreter's --steps 2.
+	local ch=$dir/t/bw_chain_inputs-chain
+	if [ -x "$ch/O2" ] && [ -f "$ch/expected2.safetensors" ]; then
+		"$ch/O2" --inputs "$ch/inputs.safetensors" --out "$ch/chain1.safetensors" \
+			>"$ch/chain.log" 2>&1 &&
+			"$ch/O2" --params "$ch/chain1.safetensors" --inputs "$ch/inputs.safetensors" \
+				--inputs "$ch/chain1.safetensors" --out "$ch/chain2.safetensors" \
+				>>"$ch/chain.log" 2>&1
+		echo "bw_chain_inputs-chain/chained $ch/expected2.safetensors $ch/chain2.safetensors $ch/ir.sg" >>"$list"
+	fi
 	(cd "$root/tests/gpu" && python3 compare.py "$list") >>"$report"
 	local npass nfail
 	npass=$(grep -c '^ok ' "$report")

@@ -105,7 +105,7 @@ test_args_defaults(void **state)
 	(void)state;
 	assert_int_equal(parse(&a, err, NULL), SGRT_OK);
 	assert_null(a.params);
-	assert_null(a.inputs);
+	assert_int_equal(a.ninputs, 0);
 	assert_null(a.out);
 	assert_null(a.trace);
 	assert_int_equal(a.steps, -1);
@@ -127,7 +127,8 @@ test_args_all(void **state)
 	                       "--seed", "18446744073709551615", "--trace",
 	                       "t.json", "--device=2", NULL), SGRT_OK);
 	assert_string_equal(a.params, "p.st");
-	assert_string_equal(a.inputs, "i.st");
+	assert_int_equal(a.ninputs, 1);
+	assert_string_equal(a.inputs[0], "i.st");
 	assert_string_equal(a.out, "o.st");
 	assert_string_equal(a.trace, "t.json");
 	assert_int_equal(a.steps, 3);
@@ -138,6 +139,12 @@ test_args_all(void **state)
 	assert_int_equal(parse(&a, err, "--steps", "4", "--steps=0", NULL),
 	                 SGRT_OK);
 	assert_int_equal(a.steps, 0);
+	/* --inputs repeats: every file, in order (read together) */
+	assert_int_equal(parse(&a, err, "--inputs", "a.st", "--inputs=b.st",
+	                       NULL), SGRT_OK);
+	assert_int_equal(a.ninputs, 2);
+	assert_string_equal(a.inputs[0], "a.st");
+	assert_string_equal(a.inputs[1], "b.st");
 	assert_int_equal(parse(&a, err, "--help", NULL), SGRT_OK);
 	assert_int_equal(a.help, 1);
 }
@@ -166,6 +173,11 @@ test_args_errors(void **state)
 	assert_int_equal(parse(&a, err, "model.safetensors", NULL), SGRT_EUSAGE);
 	assert_non_null(strstr(err, "model.safetensors"));
 	assert_int_equal(parse(&a, err, "-x", NULL), SGRT_EUSAGE);
+	assert_int_equal(parse(&a, err, "--inputs", "1", "--inputs", "2",
+	                       "--inputs", "3", "--inputs", "4", "--inputs", "5",
+	                       "--inputs", "6", "--inputs", "7", "--inputs", "8",
+	                       "--inputs", "9", NULL), SGRT_EUSAGE);
+	assert_non_null(strstr(err, "at most 8 --inputs files"));
 }
 
 static void
