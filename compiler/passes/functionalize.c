@@ -82,6 +82,10 @@ typedef struct {
 	int any_extern;
 	uint8_t *visible; /* input, param, const or returned */
 	NodeId *lastref;  /* per value: the last node naming it */
+	NodeId *alast;    /* per visible value: the last node naming a value
+	                     whose version is its memory (`copy_(%s, %x)` into
+	                     a fresh %s of x's type makes %s's version %x, no
+	                     copy), NONE when none */
 	uint8_t *wbok;    /* per node: a copy_ whose target is named next only by
 	                     a full overwrite (copy_, zero_, fill_), or never */
 	NodeId backward;  /* the backward statement, NONE when none */
@@ -561,13 +565,35 @@ inplace(const Node *n)
 }
 
 /* copy_(%x, ...) into a caller-visible %x that nothing names afterwards,
- * nor any view of its memory. */
+ * nor any view of its memory, nor a value whose version is %x's memory
+ * (those read %x as it was: its write-back waits for the end). */
 static int
 is_write_back(Fn *F, const Node *n, NodeId i)
 {
 	ValId x = n->opnd[0].v;
 	return n->op == OP_COPY_ && F->visible[x] && F->root[x] == x &&
-	       (F->lastref[x] == i || F->wbok[i]);
+	       (F->lastref[x] == i || F->wbok[i]) &&
+	       (F->alast[x] == NONE || F->alast[x] < i);
+}
+
+/* copy_(%s, %x) of an input or const %x, as it is, into %s made by
+ * `zeros` and not changed since, of x's type: a copy kept as written, as
+ * autograd's snapshots are (`%x.saved`, printed IR; with %s only another
+ * name for %x, the write-back of a later copy_(%x, ...) would have to wait
+ * for %s's last read, and printed IR would not print the same again). */
+static int
+snapshot(Fn *F, const Node *n)
+{
+	Graph *g = F->g;
+	if (n->op != OP_COPY_ || n->opnd[0].kind != OK_VAL || n->opnd[1].kind != OK_VAL)
+		return 0;
+	ValId s = n->opnd[0].v, x = n->opnd[1].v;
+	const Value *sv = &g->vals.v[s], *xv = &g->vals.v[x];
+	return s < F->nv && x < F->nv && !F->visible[s] && F->root[s] == s &&
+	       F->cur[s] == s && sv->kind == VK_NODE && sv->def != NONE &&
+	       g->nodes.v[sv->def].op == OP_ZEROS && (xv->kind == VK_INPUT ||
+	       xv->kind == VK_CONST) && F->cur[x] == x && sv->type.dt == xv->type.dt &&
+	       type_same_shape(&sv->type, &xv->type);
 }
 
 /* An `extern` event recorded by node n (bare or through control_deps). */
@@ -623,6 +649,20 @@ write_back_before(Fn *F, const int32_t *clock)
 	F->pendx.n = kept;
 }
 
+/* The value v passes on through control_deps (itself when none). */
+static ValId
+passed_from(Fn *F, ValId v)
+{
+	Graph *g = F->g;
+	while (v < F->nv && g->vals.v[v].kind == VK_NODE && g->vals.v[v].def != NONE) {
+		const Node *d = &g->nodes.v[g->vals.v[v].def];
+		if (d->op != OP_CONTROL_DEPS)
+			break;
+		v = d->opnd[g->vals.v[v].resno].v;
+	}
+	return v;
+}
+
 /* In-place node i on %x (as written): checks, rewrites, renames.  When %x
  * views another value's memory, the new version goes back to its root
  * ("Views"), whose mutation it then is. */
@@ -667,8 +707,13 @@ mutate(Fn *F, NodeId i)
 	for (uint32_t k = 0; k < n->nopnd; k++)
 		if (n->opnd[k].kind == OK_VAL)
 			n->opnd[k].v = version(F, n->opnd[k].v, i, n->stream, n->loc);
+	int copy = n->op == OP_COPY_;
 	ValId nx = out_of_place(F, i, name);
 	n = &g->nodes.v[i];
+	ValId a = passed_from(F, nx);
+	if (copy && r == x && a < F->nv && a != r && F->visible[a] && F->lastref[r] != NONE &&
+	    (F->alast[a] == NONE || F->alast[a] < F->lastref[r]))
+		F->alast[a] = F->lastref[r]; /* %x's memory read as x's version */
 	for (ValId c = x; c != r; c = F->vpar[c]) {
 		ValId p = F->vpar[c];
 		ValId np = scatter(F, c, F->cur[p], nx, i + 1, n->stream, n->loc);
@@ -718,20 +763,6 @@ rename_uses(Fn *F, NodeId i)
 			F->vstream[v] = NONE;
 		}
 	}
-}
-
-/* The value v passes on through control_deps (itself when none). */
-static ValId
-passed_from(Fn *F, ValId v)
-{
-	Graph *g = F->g;
-	while (v < F->nv && g->vals.v[v].kind == VK_NODE && g->vals.v[v].def != NONE) {
-		const Node *d = &g->nodes.v[g->vals.v[v].def];
-		if (d->op != OP_CONTROL_DEPS)
-			break;
-		v = d->opnd[g->vals.v[v].resno].v;
-	}
-	return v;
 }
 
 /* copy_(%x, %y) where %y is %x's version now, itself or passed on through
@@ -801,6 +832,11 @@ rewrite(Fn *F)
 		}
 		if (copies_itself(F, n)) {
 			n->flags |= NF_DEAD; /* copy_(%x, %x) writes nothing (PyTorch's too) */
+			continue;
+		}
+		if (snapshot(F, n)) {
+			rename_uses(F, i);
+			F->gver[n->opnd[0].v]++; /* its views are made again */
 			continue;
 		}
 		if (is_write_back(F, n, i)) {
@@ -1049,12 +1085,13 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	F.mval = xmalloc((nn + 1) * sizeof *F.mval);
 	F.visible = calloc(nv + 1, 1);
 	F.lastref = xmalloc((nv + 1) * sizeof *F.lastref);
+	F.alast = xmalloc((nv + 1) * sizeof *F.alast);
 	if (!F.visible)
 		out_of_memory(0);
 	for (ValId v = 0; v < nv; v++) {
 		F.cur[v] = v;
 		F.mlast[v] = NONE;
-		F.lastref[v] = NONE;
+		F.lastref[v] = F.alast[v] = NONE;
 		F.visible[v] = g->vals.v[v].kind != VK_NODE;
 	}
 	for (uint32_t i = 0; i < g->rets.n; i++)
@@ -1127,6 +1164,7 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	free(F.visible);
 	free(F.wbok);
 	free(F.lastref);
+	free(F.alast);
 	free(F.root);
 	free(F.vpar);
 	free(F.vst);
