@@ -60,11 +60,12 @@
  * node first, last by node lastb; its copy goes before first.  beside:
  * the backward pointwise node moved to right after the copy (NONE: none),
  * with hoist, the node making its other operand, moved to right before it
- * (NONE: none). */
+ * (NONE: none), and before hoist feed, the node making hoist's operand
+ * when hoist is a view of it (NONE: none). */
 typedef struct {
 	ValId v;
 	NodeId def, view, lastf, first, lastb;
-	NodeId beside, hoist;
+	NodeId beside, hoist, feed;
 } Remat;
 
 /* What the pass looks at: per value its class root, whether the class
@@ -195,7 +196,7 @@ find(Rm *R)
 				ok = operand_kept(g, p->opnd[k].v, R->root, R->written) &&
 				     !R->cand[p->opnd[k].v];
 		if (ok) {
-			Remat r = {v, def, view, R->lastf[v], R->first[v], R->last[v], NONE, NONE};
+			Remat r = {v, def, view, R->lastf[v], R->first[v], R->last[v], NONE, NONE, NONE};
 			vec_push(&R->r, r);
 			R->cand[v] = R->cand[p->res[0]] = 1;
 		}
@@ -224,6 +225,8 @@ estimate(Rm *R, int with)
 			const Remat *r = &R->r.v[j];
 			if (r->hoist != NONE)
 				at[r->hoist] = r->first;
+			if (r->feed != NONE)
+				at[r->feed] = r->first;
 			if (r->beside != NONE)
 				at[r->beside] = r->first;
 			const Node *p = &g->nodes.v[r->def];
@@ -282,25 +285,52 @@ reads_root(const Rm *R, const Node *n, ValId r)
 	return 0;
 }
 
+/* Whether node d may move up to right before the copy of r (at r->first):
+ * of that node's stream, no sync op, not moved already, reading no value
+ * recomputed (re[]) and writing none in place; each value it reads made
+ * before the copy's place, except `later` (NONE: none). */
+static int
+hoistable(const Rm *R, const Remat *r, NodeId d, const uint8_t *moved, const uint8_t *re,
+          ValId later)
+{
+	const Graph *g = R->g;
+	const Node *D = &g->nodes.v[d];
+	if (D->op >= OP__N || moved[d] || D->stream != g->nodes.v[r->first].stream ||
+	    ir_sync_of(D, &(uint32_t){0}) >= 0)
+		return 0;
+	for (uint32_t k = 0; k < D->nopnd; k++) {
+		if (D->opnd[k].kind != OK_VAL)
+			continue;
+		ValId u = D->opnd[k].v;
+		if (u == r->v || re[u] || ir_access(D, k) == RACC_WRITE ||
+		    (u != later && !made_before(g, u, r->first)))
+			return 0;
+	}
+	return 1;
+}
+
 /* Whether B (node b) can join the copy of r as its company (see the top),
  * with *hoist the node making B's other operand when that comes after the
- * copy's place.  Neither B nor that node may read a value recomputed too
- * (re[u]): its reads become reads of its copy, which goes before its first
- * reader in backward, and that may be B or D, after the place they would
- * move to. */
+ * copy's place, and *feed the node making *hoist's operand when *hoist is
+ * a view made after the copy's place too (`%grad.a = reshape(%grad.a2)`
+ * of the product `%grad.a2 = linear(...)`, as torch.export writes it).
+ * Neither B nor those nodes may read a value recomputed too (re[u]): its
+ * reads become reads of its copy, which goes before its first reader in
+ * backward, and that may be one of them, after the place they would move
+ * to. */
 static int
 company_fits(Rm *R, const Remat *r, NodeId b, const uint8_t *moved, const uint8_t *re,
-             NodeId *hoist)
+             NodeId *hoist, NodeId *feed)
 {
 	Graph *g = R->g;
 	const Node *B = &g->nodes.v[b], *F = &g->nodes.v[r->first];
-	ValId v = r->v;
-	*hoist = NONE;
+	ValId v = r->v, made = g->nodes.v[r->def].res[0];
+	*hoist = *feed = NONE;
 	if (B->op >= OP__N || !(op_table[B->op].flags & OPF_POINTWISE) ||
 	    (op_table[B->op].flags & OPF_INPLACE) || B->nres != 1 || moved[b] ||
 	    B->stream != F->stream || b <= r->first || b - r->first > BESIDE_MAX ||
 	    g->vals.v[B->res[0]].type.host ||
-	    !type_same_shape(&g->vals.v[B->res[0]].type, &g->vals.v[v].type))
+	    !type_same_shape(&g->vals.v[B->res[0]].type, &g->vals.v[made].type))
 		return 0;
 	/* the tanh gelu_backward of a product: cuBLASLt's DGELU epilogue
 	 * (kernels.c) computes it with the product instead */
@@ -311,7 +341,7 @@ company_fits(Rm *R, const Remat *r, NodeId b, const uint8_t *moved, const uint8_
 		if (B->opnd[k].kind != OK_VAL)
 			continue;
 		ValId u = B->opnd[k].v;
-		if (u == v || re[u])
+		if (u == v || u == made || re[u])
 			return 0;
 		if (made_before(g, u, r->first))
 			continue;
@@ -322,19 +352,22 @@ company_fits(Rm *R, const Remat *r, NodeId b, const uint8_t *moved, const uint8_
 	}
 	if (*hoist != NONE) {
 		const Node *D = &g->nodes.v[*hoist];
-		if (D->op >= OP__N || D->stream != F->stream || ir_sync_of(D, &(uint32_t){0}) >= 0)
-			return 0;
-		for (uint32_t k = 0; k < D->nopnd; k++)
-			if (D->opnd[k].kind == OK_VAL &&
-			    (D->opnd[k].v == v || re[D->opnd[k].v] || ir_access(D, k) == RACC_WRITE ||
-			     !made_before(g, D->opnd[k].v, r->first)))
+		ValId u = D->nopnd == 1 && D->opnd[0].kind == OK_VAL ? D->opnd[0].v : NONE;
+		if (u != NONE && view_op(D->op) && !made_before(g, u, r->first) &&
+		    g->vals.v[u].kind == VK_NODE) {
+			*feed = g->vals.v[u].def;
+			if (!hoistable(R, r, *feed, moved, re, NONE) ||
+			    !hoistable(R, r, *hoist, moved, re, u))
 				return 0;
+		} else if (!hoistable(R, r, *hoist, moved, re, NONE)) {
+			return 0;
+		}
 	}
 	/* What lies between: same stream, no sync op, no in-place write of
-	 * what B reads, nor, before D, of what D reads. */
+	 * what B reads, nor, before D (and its feed), of what it reads. */
 	for (NodeId i = r->first; i < b; i++) {
 		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD || i == *hoist)
+		if (n->flags & NF_DEAD || i == *hoist || i == *feed)
 			continue;
 		if (n->stream != F->stream || n->op == OP_SYNC_DEALLOC ||
 		    ir_sync_of(n, &(uint32_t){0}) >= 0)
@@ -344,7 +377,8 @@ company_fits(Rm *R, const Remat *r, NodeId b, const uint8_t *moved, const uint8_
 				continue;
 			ValId w = R->root[n->opnd[k].v];
 			if (reads_root(R, B, w) ||
-			    (*hoist != NONE && i < *hoist && reads_root(R, &g->nodes.v[*hoist], w)))
+			    (*hoist != NONE && i < *hoist && reads_root(R, &g->nodes.v[*hoist], w)) ||
+			    (*feed != NONE && i < *feed && reads_root(R, &g->nodes.v[*feed], w)))
 				return 0;
 		}
 	}
@@ -369,8 +403,6 @@ find_company(Rm *R)
 	for (uint32_t j = 0; j < R->r.n; j++) {
 		const Node *p = &g->nodes.v[R->r.v[j].def];
 		re[R->r.v[j].v] = 1;
-		if (R->r.v[j].view != NONE)
-			continue; /* a view's copy gets no company */
 		for (uint32_t k = 0; k < p->nopnd; k++)
 			if (p->opnd[k].kind == OK_VAL && opof[p->opnd[k].v] == NONE)
 				opof[p->opnd[k].v] = j;
@@ -383,14 +415,17 @@ find_company(Rm *R)
 			if (n->opnd[k].kind != OK_VAL || opof[n->opnd[k].v] == NONE)
 				continue;
 			Remat *r = &R->r.v[opof[n->opnd[k].v]];
-			NodeId d;
-			if (r->beside != NONE || !company_fits(R, r, i, moved, re, &d))
+			NodeId d, f;
+			if (r->beside != NONE || !company_fits(R, r, i, moved, re, &d, &f))
 				continue;
 			r->beside = i;
 			r->hoist = d;
+			r->feed = f;
 			moved[i] = 1;
 			if (d != NONE)
 				moved[d] = 1;
+			if (f != NONE)
+				moved[f] = 1;
 			any = 1;
 			break;
 		}
@@ -406,7 +441,7 @@ static void
 drop_company(Rm *R)
 {
 	for (uint32_t j = 0; j < R->r.n; j++)
-		R->r.v[j].beside = R->r.v[j].hoist = NONE;
+		R->r.v[j].beside = R->r.v[j].hoist = R->r.v[j].feed = NONE;
 }
 
 /* Node i moved to before `slot` (its old place dropped). */
@@ -456,15 +491,17 @@ rewrite(Rm *R)
 		to[v] = NONE;
 	for (uint32_t j = 0; j < R->r.n; j++) {
 		const Remat *r = &R->r.v[j];
+		if (r->feed != NONE)
+			move_node(g, &ins, r->feed, r->first);
 		if (r->hoist != NONE)
 			move_node(g, &ins, r->hoist, r->first);
 		ValId c = copy_before(g, &ins, r->def, r->first, NONE, NONE);
+		if (r->beside != NONE)
+			move_node(g, &ins, r->beside, r->first);
 		if (r->view != NONE)
 			c = copy_before(g, &ins, r->view, r->first, g->nodes.v[r->def].res[0], c);
 		to[r->v] = c;
 		g->vals.v[r->v].saved = 0;
-		if (r->beside != NONE)
-			move_node(g, &ins, r->beside, r->first);
 	}
 	for (NodeId i = R->bw + 1; i < g->nodes.n; i++) {
 		Node *n = &g->nodes.v[i];

@@ -45,11 +45,21 @@ check "transformer: every recomputed GELU has its derivative beside it" \
 # of a pointwise value are recomputed with it; a value backward reads
 # through two views is kept; three SGD steps give the same bytes.
 "$SGC" check "$root/tests/golden/bw_remat_view.sg" --dump-after=remat 2>dump.txt
-check "remat_view: the reshape of gelu recomputed" \
-	grep -q '^#   %a3 (a view of %a, recomputed with it)$' dump.txt
+check "remat_view: the reshape of gelu recomputed, gelu's derivative beside it" \
+	grep -q '^#   %a3 (a view of %a, recomputed with it) (with %grad.h.5 beside it)$' dump.txt
 check "remat_view: the transpose of silu recomputed" \
 	grep -q '^#   %st (a view of %s, recomputed with it)$' dump.txt
 check "remat_view: copies in backward" grep -q '^    %a3.re = reshape(%a.re, shape=\[4, 16, 128\])$' dump.txt
+# The derivative's operand is a reshape of a product made after the copy's
+# place (as torch.export writes it): both move up, and fusion makes the
+# copy and the derivative one kernel.
+"$SGC" check "$root/tests/golden/bw_remat_view.sg" --dump-after=fusion 2>dump.txt
+g1=$(sed -n 's/^ *%a.re = gelu(%h)  # group \([0-9]*\).*/\1/p' dump.txt | head -n 1)
+g2=$(sed -n 's/^ *%grad.h.5 = gelu_backward(%grad.a, %h)  # group \([0-9]*\).*/\1/p' dump.txt | head -n 1)
+check "remat_view: gelu and gelu_backward in one group ($g1 = $g2)" test -n "$g1" -a "$g1" = "$g2"
+"$SGC" check "$root/bench/gpt2.sg" --dump-after=remat 2>dump.txt
+check "gpt2 (exported): twelve GELUs, each with its derivative beside it" \
+	test "$(grep -c '^#   %view_[0-9]* (a view of %mul_[0-9]*, recomputed with it) (with %grad.view_[0-9]* beside it)$' dump.txt)" = 12
 check "remat_view: %m, read through two views, kept" test -z "$(grep -E '^#   %m|%m[.]re' dump.txt)"
 check "remat_view: %e, read itself and through a view, kept" test -z "$(grep -E '^#   %e|%e3?[.]re' dump.txt)"
 "$SGC" run "$root/tests/golden/bw_remat_view.sg" --inputs x.st --steps 3 --out von.st
