@@ -177,9 +177,10 @@ find(Rm *R)
 		if (nview[v])
 			continue; /* a saved view keeps v's storage alive anyway */
 		if (view_op(n->op)) {
+			if (n->nopnd != 1 || n->opnd[0].kind != OK_VAL)
+				continue;
 			ValId u = n->opnd[0].v;
-			if (n->nopnd != 1 || n->opnd[0].kind != OK_VAL ||
-			    g->vals.v[u].kind != VK_NODE || g->vals.v[u].saved || nview[u] != 1 ||
+			if (g->vals.v[u].kind != VK_NODE || g->vals.v[u].saved || nview[u] != 1 ||
 			    !droppable(R, u))
 				continue;
 			def = g->vals.v[u].def;
