@@ -82,10 +82,12 @@ typedef struct {
 	int any_extern;
 	uint8_t *visible; /* input, param, const or returned */
 	NodeId *lastref;  /* per value: the last node naming it */
-	NodeId *alast;    /* per visible value: the last node naming a value
-	                     whose version is its memory (`copy_(%s, %x)` into
-	                     a fresh %s of x's type makes %s's version %x, no
-	                     copy), NONE when none */
+	NodeId *firstref; /* per value: the first node naming it */
+	NodeId *lastwrite;/* per root: the last node writing its memory */
+	NodeId *alast;    /* per param: the last node naming a value whose
+	                     version is its memory (`copy_(%s, %w)` makes %s's
+	                     version %w, no copy: copies_memory), the end for
+	                     a visible value's (its write-back), NONE: none */
 	uint8_t *wbok;    /* per node: a copy_ whose target is named next only by
 	                     a full overwrite (copy_, zero_, fill_), or never */
 	NodeId backward;  /* the backward statement, NONE when none */
@@ -576,24 +578,29 @@ is_write_back(Fn *F, const Node *n, NodeId i)
 	       (F->alast[x] == NONE || F->alast[x] < i);
 }
 
-/* copy_(%s, %x) of an input or const %x, as it is, into %s made by
- * `zeros` and not changed since, of x's type: a copy kept as written, as
- * autograd's snapshots are (`%x.saved`, printed IR; with %s only another
- * name for %x, the write-back of a later copy_(%x, ...) would have to wait
- * for %s's last read, and printed IR would not print the same again). */
+/* copy_(%s, %u) into %s made by `zeros` and not changed since, where %u
+ * is an input, const or returned value other than a param, or a view of
+ * one, holding its current value: a copy kept as written, as autograd's
+ * snapshots (`%x.saved`) and copies_memory's are, so that printed IR
+ * prints the same again. */
 static int
 snapshot(Fn *F, const Node *n)
 {
 	Graph *g = F->g;
 	if (n->op != OP_COPY_ || n->opnd[0].kind != OK_VAL || n->opnd[1].kind != OK_VAL)
 		return 0;
-	ValId s = n->opnd[0].v, x = n->opnd[1].v;
-	const Value *sv = &g->vals.v[s], *xv = &g->vals.v[x];
-	return s < F->nv && x < F->nv && !F->visible[s] && F->root[s] == s &&
-	       F->cur[s] == s && sv->kind == VK_NODE && sv->def != NONE &&
-	       g->nodes.v[sv->def].op == OP_ZEROS && (xv->kind == VK_INPUT ||
-	       xv->kind == VK_CONST) && F->cur[x] == x && sv->type.dt == xv->type.dt &&
-	       type_same_shape(&sv->type, &xv->type);
+	ValId s = n->opnd[0].v, u = n->opnd[1].v;
+	const Value *sv = &g->vals.v[s];
+	if (s >= F->nv || u >= F->nv || F->visible[s] || F->root[s] != s || F->cur[s] != s ||
+	    sv->kind != VK_NODE || sv->def == NONE || g->nodes.v[sv->def].op != OP_ZEROS)
+		return 0;
+	ValId r = F->root[u];
+	if (F->cur[r] != r || (r != u && (F->cur[u] != u || F->seen[u] != F->gver[r])))
+		return 0; /* changed: its version is another value */
+	/* n names %s first: no value's version is %s yet (which the copy
+	 * would change) */
+	return F->firstref[s] == (NodeId)(n - g->nodes.v) && r != s && F->visible[r] &&
+	       g->vals.v[r].kind != VK_PARAM;
 }
 
 /* An `extern` event recorded by node n (bare or through control_deps). */
@@ -663,6 +670,79 @@ passed_from(Fn *F, ValId v)
 	return v;
 }
 
+/* The visible value (input, param, const or returned) whose memory
+ * value v (a version: renamed, made before the node being rewritten) may
+ * be, views and control_deps followed, or NONE. */
+static ValId
+memory_of(Fn *F, ValId v)
+{
+	Graph *g = F->g;
+	for (;;) {
+		v = passed_from(F, v);
+		const Value *val = &g->vals.v[v];
+		if (val->kind != VK_NODE || val->def == NONE)
+			return val->kind != VK_NODE ? v : NONE;
+		const Node *d = &g->nodes.v[val->def];
+		switch (d->op) {
+		case OP_RESHAPE: case OP_TRANSPOSE: case OP_PERMUTE: case OP_EXPAND:
+		case OP_SLICE: case OP_CHUNK: case OP_SPLIT: case OP_SQUEEZE:
+		case OP_UNSQUEEZE: case OP_CONTIGUOUS: case OP_CAST:
+			if (d->nopnd < 1 || d->opnd[0].kind != OK_VAL)
+				return NONE;
+			v = d->opnd[0].v; /* may be a view of it (as PyTorch decides) */
+			break;
+		default:
+			return v < F->nv && F->visible[v] ? v : NONE;
+		}
+	}
+}
+
+/* copy_(%x, %y) (node i) into root r's memory, where %y's version is
+ * the memory of an input, const or returned value other than r, or a view
+ * of it, that a later node writes: as that version, %x (or r through the
+ * view) would read what the write (or a write-back) puts there, and r's
+ * write-back could read it after the write.  A param's memory is named
+ * (gradients flow through the name); alast keeps its write-backs after
+ * the name's reads. */
+static int
+copies_memory(Fn *F, NodeId i, ValId r)
+{
+	const Node *n = &F->g->nodes.v[i];
+	if (n->opnd[1].kind != OK_VAL)
+		return 0;
+	ValId a = memory_of(F, n->opnd[1].v);
+	return a != NONE && a != r && F->visible[a] && F->g->vals.v[a].kind != VK_PARAM &&
+	       F->lastwrite[a] != NONE && F->lastwrite[a] > i;
+}
+
+/* copy_ node i copies its source first: into a fresh `zeros` of its
+ * target's type, made right before it by another copy_ (as autograd's
+ * snapshots are, which `snapshot` keeps when compiled again), which node i
+ * then reads. */
+static void
+copy_source_first(Fn *F, NodeId i, const char *base)
+{
+	Graph *g = F->g;
+	const Node *n = &g->nodes.v[i];
+	Type t = g->vals.v[n->opnd[0].v].type;
+	uint32_t stream = n->stream, flags = n->flags;
+	Loc loc = n->loc;
+	Opnd src = n->opnd[1];
+	Node z = ir_node_make(g, OP_ZEROS, 0, 1, stream, flags, loc);
+	set_shape(F, &z, &t);
+	ir_attr_set(&z, "dtype")->i = t.dt;
+	ValId c = finish(F, &z, base);
+	Node cp = ir_node_make(g, OP_COPY_, 2, 0, stream, flags, loc);
+	cp.opnd[0].kind = OK_VAL;
+	cp.opnd[0].v = c;
+	cp.opnd[0].loc = loc;
+	cp.opnd[1] = src;
+	NodeIns zi = {i, 0, z}, ci = {i, 0, cp};
+	vec_push(&F->ins, zi);
+	vec_push(&F->ins, ci);
+	g->nodes.v[i].opnd[1].v = c;
+}
+
 /* In-place node i on %x (as written): checks, rewrites, renames.  When %x
  * views another value's memory, the new version goes back to its root
  * ("Views"), whose mutation it then is. */
@@ -708,12 +788,17 @@ mutate(Fn *F, NodeId i)
 		if (n->opnd[k].kind == OK_VAL)
 			n->opnd[k].v = version(F, n->opnd[k].v, i, n->stream, n->loc);
 	int copy = n->op == OP_COPY_;
+	if (copy && copies_memory(F, i, r))
+		copy_source_first(F, i, name);
 	ValId nx = out_of_place(F, i, name);
 	n = &g->nodes.v[i];
 	ValId a = passed_from(F, nx);
-	if (copy && r == x && a < F->nv && a != r && F->visible[a] && F->lastref[r] != NONE &&
-	    (F->alast[a] == NONE || F->alast[a] < F->lastref[r]))
-		F->alast[a] = F->lastref[r]; /* %x's memory read as x's version */
+	if (copy && r == x && a < F->nv && a != r && F->visible[a] && F->lastref[r] != NONE) {
+		/* a param's memory read as x's version (see alast) */
+		NodeId until = F->visible[r] ? g->nodes.n : F->lastref[r];
+		if (F->alast[a] == NONE || F->alast[a] < until)
+			F->alast[a] = until;
+	}
 	for (ValId c = x; c != r; c = F->vpar[c]) {
 		ValId p = F->vpar[c];
 		ValId np = scatter(F, c, F->cur[p], nx, i + 1, n->stream, n->loc);
@@ -844,6 +929,7 @@ rewrite(Fn *F)
 			rename_uses(F, i);
 			n->opnd[0].v = x;
 			F->mlast[x] = NONE;
+			F->cur[x] = x; /* its memory holds its value again */
 			if (n->opnd[1].kind == OK_VAL && n->opnd[1].v == x)
 				n->flags |= NF_DEAD; /* copy_(%x, %x.N) with %x.N %x itself */
 			continue;
@@ -1086,12 +1172,14 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	F.visible = calloc(nv + 1, 1);
 	F.lastref = xmalloc((nv + 1) * sizeof *F.lastref);
 	F.alast = xmalloc((nv + 1) * sizeof *F.alast);
+	F.firstref = xmalloc((nv + 1) * sizeof *F.firstref);
+	F.lastwrite = xmalloc((nv + 1) * sizeof *F.lastwrite);
 	if (!F.visible)
 		out_of_memory(0);
 	for (ValId v = 0; v < nv; v++) {
 		F.cur[v] = v;
 		F.mlast[v] = NONE;
-		F.lastref[v] = F.alast[v] = NONE;
+		F.lastref[v] = F.alast[v] = F.firstref[v] = F.lastwrite[v] = NONE;
 		F.visible[v] = g->vals.v[v].kind != VK_NODE;
 	}
 	for (uint32_t i = 0; i < g->rets.n; i++)
@@ -1107,8 +1195,13 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 		if (n->op == OP_BACKWARD && F.backward == NONE)
 			F.backward = i;
 		for (uint32_t k = 0; k < n->nopnd; k++)
-			if (n->opnd[k].kind == OK_VAL)
+			if (n->opnd[k].kind == OK_VAL) {
 				F.lastref[F.root[n->opnd[k].v]] = i;
+				if (F.firstref[n->opnd[k].v] == NONE)
+					F.firstref[n->opnd[k].v] = i;
+				if (ir_access(n, k) == RACC_WRITE)
+					F.lastwrite[F.root[n->opnd[k].v]] = i;
+			}
 	}
 	keep_deleted_roots(&F);
 	/* A copy_ into a visible value that nothing reads (nor a view of its
@@ -1165,6 +1258,8 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	free(F.wbok);
 	free(F.lastref);
 	free(F.alast);
+	free(F.firstref);
+	free(F.lastwrite);
 	free(F.root);
 	free(F.vpar);
 	free(F.vst);
