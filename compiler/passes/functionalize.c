@@ -83,11 +83,8 @@ typedef struct {
 	uint8_t *visible; /* input, param, const or returned */
 	NodeId *lastref;  /* per value: the last node naming it */
 	NodeId *firstref; /* per value: the first node naming it */
-	NodeId *lastwrite;/* per root: the last node writing its memory */
-	NodeId *alast;    /* per param: the last node naming a value whose
-	                     version is its memory (`copy_(%s, %w)` makes %s's
-	                     version %w, no copy: copies_memory), the end for
-	                     a visible value's (its write-back), NONE: none */
+	NodeId *lastwrite;/* per root: the last node writing its memory (a
+	                     param's: the end of backward, with an optimizer) */
 	uint8_t *wbok;    /* per node: a copy_ whose target is named next only by
 	                     a full overwrite (copy_, zero_, fill_), or never */
 	NodeId backward;  /* the backward statement, NONE when none */
@@ -567,20 +564,18 @@ inplace(const Node *n)
 }
 
 /* copy_(%x, ...) into a caller-visible %x that nothing names afterwards,
- * nor any view of its memory, nor a value whose version is %x's memory
- * (those read %x as it was: its write-back waits for the end). */
+ * nor any view of its memory. */
 static int
 is_write_back(Fn *F, const Node *n, NodeId i)
 {
 	ValId x = n->opnd[0].v;
 	return n->op == OP_COPY_ && F->visible[x] && F->root[x] == x &&
-	       (F->lastref[x] == i || F->wbok[i]) &&
-	       (F->alast[x] == NONE || F->alast[x] < i);
+	       (F->lastref[x] == i || F->wbok[i]);
 }
 
 /* copy_(%s, %u) into %s made by `zeros` and not changed since, where %u
- * is an input, const or returned value other than a param, or a view of
- * one, holding its current value: a copy kept as written, as autograd's
+ * is an input, param, const or returned value, or a view of one, holding
+ * its current value: a copy kept as written (autograd derives it), as autograd's
  * snapshots (`%x.saved`) and copies_memory's are, so that printed IR
  * prints the same again. */
 static int
@@ -599,8 +594,7 @@ snapshot(Fn *F, const Node *n)
 		return 0; /* changed: its version is another value */
 	/* n names %s first: no value's version is %s yet (which the copy
 	 * would change) */
-	return F->firstref[s] == (NodeId)(n - g->nodes.v) && r != s && F->visible[r] &&
-	       g->vals.v[r].kind != VK_PARAM;
+	return F->firstref[s] == (NodeId)(n - g->nodes.v) && r != s && F->visible[r];
 }
 
 /* An `extern` event recorded by node n (bare or through control_deps). */
@@ -698,12 +692,11 @@ memory_of(Fn *F, ValId v)
 }
 
 /* copy_(%x, %y) (node i) into root r's memory, where %y's version is
- * the memory of an input, const or returned value other than r, or a view
- * of it, that a later node writes: as that version, %x (or r through the
- * view) would read what the write (or a write-back) puts there, and r's
- * write-back could read it after the write.  A param's memory is named
- * (gradients flow through the name); alast keeps its write-backs after
- * the name's reads. */
+ * the memory of an input, param, const or returned value other than r, or
+ * a view of it, that a later node writes (the optimizer a param's): as
+ * that version, %x (or r through the view) would read what the write (or
+ * a write-back) puts there, and r's write-back could read it after the
+ * write. */
 static int
 copies_memory(Fn *F, NodeId i, ValId r)
 {
@@ -711,8 +704,8 @@ copies_memory(Fn *F, NodeId i, ValId r)
 	if (n->opnd[1].kind != OK_VAL)
 		return 0;
 	ValId a = memory_of(F, n->opnd[1].v);
-	return a != NONE && a != r && F->visible[a] && F->g->vals.v[a].kind != VK_PARAM &&
-	       F->lastwrite[a] != NONE && F->lastwrite[a] > i;
+	return a != NONE && a != r && F->visible[a] && F->lastwrite[a] != NONE &&
+	       F->lastwrite[a] > i;
 }
 
 /* copy_ node i copies its source first: into a fresh `zeros` of its
@@ -792,13 +785,6 @@ mutate(Fn *F, NodeId i)
 		copy_source_first(F, i, name);
 	ValId nx = out_of_place(F, i, name);
 	n = &g->nodes.v[i];
-	ValId a = passed_from(F, nx);
-	if (copy && r == x && a < F->nv && a != r && F->visible[a] && F->lastref[r] != NONE) {
-		/* a param's memory read as x's version (see alast) */
-		NodeId until = F->visible[r] ? g->nodes.n : F->lastref[r];
-		if (F->alast[a] == NONE || F->alast[a] < until)
-			F->alast[a] = until;
-	}
 	for (ValId c = x; c != r; c = F->vpar[c]) {
 		ValId p = F->vpar[c];
 		ValId np = scatter(F, c, F->cur[p], nx, i + 1, n->stream, n->loc);
@@ -1171,7 +1157,6 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	F.mval = xmalloc((nn + 1) * sizeof *F.mval);
 	F.visible = calloc(nv + 1, 1);
 	F.lastref = xmalloc((nv + 1) * sizeof *F.lastref);
-	F.alast = xmalloc((nv + 1) * sizeof *F.alast);
 	F.firstref = xmalloc((nv + 1) * sizeof *F.firstref);
 	F.lastwrite = xmalloc((nv + 1) * sizeof *F.lastwrite);
 	if (!F.visible)
@@ -1179,7 +1164,7 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	for (ValId v = 0; v < nv; v++) {
 		F.cur[v] = v;
 		F.mlast[v] = NONE;
-		F.lastref[v] = F.alast[v] = F.firstref[v] = F.lastwrite[v] = NONE;
+		F.lastref[v] = F.firstref[v] = F.lastwrite[v] = NONE;
 		F.visible[v] = g->vals.v[v].kind != VK_NODE;
 	}
 	for (uint32_t i = 0; i < g->rets.n; i++)
@@ -1194,6 +1179,9 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 			continue;
 		if (n->op == OP_BACKWARD && F.backward == NONE)
 			F.backward = i;
+		if (g->opt.name && ends_backward(n)) /* the updates (params_updated) */
+			for (uint32_t p = 0; p < g->params.n; p++)
+				F.lastwrite[g->params.v[p]] = i;
 		for (uint32_t k = 0; k < n->nopnd; k++)
 			if (n->opnd[k].kind == OK_VAL) {
 				F.lastref[F.root[n->opnd[k].v]] = i;
@@ -1226,7 +1214,9 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 		if (n->op == OP_COPY_ && n->nopnd && n->opnd[0].kind == OK_VAL &&
 		    n->opnd[0].v < nv)
 			F.wbok[i] = next[F.root[n->opnd[0].v]] != 2;
-		for (uint32_t k = n->nopnd; k-- > 0;) {
+		/* operand 0 first: a node that also reads the memory it
+		 * overwrites (copy_(%z, %v) with %v a view of %z) reads it */
+		for (uint32_t k = 0; k < n->nopnd; k++) {
 			if (n->opnd[k].kind != OK_VAL || n->opnd[k].v >= nv)
 				continue;
 			ValId v = n->opnd[k].v;
@@ -1257,7 +1247,6 @@ functionalize_pass(Graph *g, const PassOptions *po, Diag *d)
 	free(F.visible);
 	free(F.wbok);
 	free(F.lastref);
-	free(F.alast);
 	free(F.firstref);
 	free(F.lastwrite);
 	free(F.root);

@@ -20,6 +20,17 @@ for opt in -O2 -O0 --interleave=7; do
 	check "sgc run $opt: exit 0" test $? -eq 0
 	check "sgc run $opt: PyTorch's values" test "$(st read out.st)" = "$want"
 done
+# A copy of a param, read after the step (tests/golden/bw_copy_param.sg):
+# l = sum(x w) = 300, r = w as it was, w = w - 0.5 x (PyTorch's values).
+st write px.st x=4:1,2,3,4
+st write pw.st w=4:10,20,30,40
+"$SGC" run "$root/tests/golden/bw_copy_param.sg" --inputs px.st --params pw.st --out pout.st
+check "copy of a param: exit 0" test $? -eq 0
+check "copy of a param: its values before the step, the step's gradient through it" \
+	test "$(st read pout.st)" = "l 300.0
+r 10.0 20.0 30.0 40.0
+w 9.5 19.0 28.5 38.0"
+
 "$SGC" "$g" --emit=ir -o printed.sg
 "$SGC" run printed.sg --inputs in.st --out out2.st
 check "the printed IR: PyTorch's values" test "$(st read out2.st)" = "$want"
