@@ -1070,6 +1070,16 @@ class IgnoreIndex(nn.Module):
         return F.cross_entropy(self.l(x), t, ignore_index=2)
 
 
+class LabelSmoothing(nn.Module):
+    def __init__(self, ignore=-100):
+        super().__init__()
+        self.l = nn.Linear(4, 5)
+        self.ignore = ignore
+
+    def forward(self, x, t):
+        return F.cross_entropy(self.l(x), t, label_smoothing=0.1, ignore_index=self.ignore)
+
+
 class MoreOps(nn.Module):
     def forward(self, x):
         y = F.softplus(x) + F.softplus(x * 30, beta=2, threshold=10) + F.hardswish(x) + F.mish(x)
@@ -1103,7 +1113,8 @@ class AutocastRegion(nn.Module):
 def check_small_ops(S, fx2sg):
     """alpha of add, sub and rsub (rsub scales its input, not other; with
     a number the product is a number), &, |, ^ and the logical_ ops,
-    cross_entropy's ignore_index other than -100, masked_fill of an integer tensor
+    cross_entropy's ignore_index other than -100 and its label_smoothing (with and
+    without an ignored row), masked_fill of an integer tensor
     with a float (stored in its dtype), addmm with beta=0 (input ignored,
     nan and all); and under --loss, detach() of what a param computes and a
     torch.no_grad() region that torch.fx cannot see: Errors, not gradients
@@ -1124,6 +1135,10 @@ def check_small_ops(S, fx2sg):
     S.report("api a symbolic_trace GraphModule", export_and_run(S, fx2sg, gm, [x.clone()]))
     S.report("api cross_entropy ignore_index=2",
              export_and_run(S, fx2sg, IgnoreIndex(), [x.clone(), torch.tensor([2, 0, 4])]))
+    for ignore in (-100, 2):
+        S.report("api cross_entropy label_smoothing=0.1, ignore_index=%d" % ignore,
+                 export_and_run(S, fx2sg, LabelSmoothing(ignore),
+                                [x.clone(), torch.tensor([2, 0, 4])]))
     for label, m, want in (("detach of a param's value", DetachParam(), "detach()"),
                            ("no_grad region", NoGradRegion(), "no_grad"),
                            ("detach of an input", DetachInput(), None)):
