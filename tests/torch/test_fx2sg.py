@@ -1080,6 +1080,20 @@ class LabelSmoothing(nn.Module):
         return F.cross_entropy(self.l(x), t, label_smoothing=0.1, ignore_index=self.ignore)
 
 
+class IndexSelect(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6, 4, generator=GEN))
+
+    def forward(self, x, i, j, k):
+        rows = self.w.index_select(0, i)                       # embedding
+        cols = torch.index_select(x, 1, i[:2])                  # gather, dim 1
+        x3 = x.reshape(3, 2, 2)
+        last = x3.index_select(-1, j).reshape(3, 2)            # gather, the last dim
+        one = x.index_select(0, k)                             # a 0-D index
+        return rows.sum() + cols.sum(1).unsqueeze(1) * last + one.sum()
+
+
 class MoreOps(nn.Module):
     def forward(self, x):
         y = F.softplus(x) + F.softplus(x * 30, beta=2, threshold=10) + F.hardswish(x) + F.mish(x)
@@ -1114,7 +1128,7 @@ def check_small_ops(S, fx2sg):
     """alpha of add, sub and rsub (rsub scales its input, not other; with
     a number the product is a number), &, |, ^ and the logical_ ops,
     cross_entropy's ignore_index other than -100 and its label_smoothing (with and
-    without an ignored row), masked_fill of an integer tensor
+    without an ignored row), index_select, masked_fill of an integer tensor
     with a float (stored in its dtype), addmm with beta=0 (input ignored,
     nan and all); and under --loss, detach() of what a param computes and a
     torch.no_grad() region that torch.fx cannot see: Errors, not gradients
@@ -1135,6 +1149,9 @@ def check_small_ops(S, fx2sg):
     S.report("api a symbolic_trace GraphModule", export_and_run(S, fx2sg, gm, [x.clone()]))
     S.report("api cross_entropy ignore_index=2",
              export_and_run(S, fx2sg, IgnoreIndex(), [x.clone(), torch.tensor([2, 0, 4])]))
+    S.report("api index_select (embedding, gather on dims 1 and -1, a 0-D index)",
+             export_and_run(S, fx2sg, IndexSelect(), [x.clone(), torch.tensor([3, 1, 5, 0]),
+                                                        torch.tensor([1]), torch.tensor(2)]))
     for ignore in (-100, 2):
         S.report("api cross_entropy label_smoothing=0.1, ignore_index=%d" % ignore,
                  export_and_run(S, fx2sg, LabelSmoothing(ignore),
