@@ -1094,6 +1094,13 @@ class IndexSelect(nn.Module):
         return rows.sum() + cols.sum(1).unsqueeze(1) * last + one.sum()
 
 
+class StepSlices(nn.Module):
+    def forward(self, x):
+        x3 = x.reshape(3, 2, 2)
+        return (x[:, ::2] + x[:, 1::2] + x[::2, 1:4:2].sum() + x3[..., ::3].reshape(3, 2)
+                .sum(1, keepdim=True) + x[1:, 3::-5 + 7].sum())
+
+
 class MoreOps(nn.Module):
     def forward(self, x):
         y = F.softplus(x) + F.softplus(x * 30, beta=2, threshold=10) + F.hardswish(x) + F.mish(x)
@@ -1128,7 +1135,7 @@ def check_small_ops(S, fx2sg):
     """alpha of add, sub and rsub (rsub scales its input, not other; with
     a number the product is a number), &, |, ^ and the logical_ ops,
     cross_entropy's ignore_index other than -100 and its label_smoothing (with and
-    without an ignored row), index_select, masked_fill of an integer tensor
+    without an ignored row), index_select, slices with steps, masked_fill of an integer tensor
     with a float (stored in its dtype), addmm with beta=0 (input ignored,
     nan and all); and under --loss, detach() of what a param computes and a
     torch.no_grad() region that torch.fx cannot see: Errors, not gradients
@@ -1149,6 +1156,8 @@ def check_small_ops(S, fx2sg):
     S.report("api a symbolic_trace GraphModule", export_and_run(S, fx2sg, gm, [x.clone()]))
     S.report("api cross_entropy ignore_index=2",
              export_and_run(S, fx2sg, IgnoreIndex(), [x.clone(), torch.tensor([2, 0, 4])]))
+    S.report("api slices with steps (2, 2 from 1, 2 within, 3 past the end, 2 from 3)",
+             export_and_run(S, fx2sg, StepSlices(), [x.clone()]))
     S.report("api index_select (embedding, gather on dims 1 and -1, a 0-D index)",
              export_and_run(S, fx2sg, IndexSelect(), [x.clone(), torch.tensor([3, 1, 5, 0]),
                                                         torch.tensor([1]), torch.tensor(2)]))
