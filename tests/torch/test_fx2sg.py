@@ -1154,6 +1154,13 @@ def check_small_ops(S, fx2sg):
     # a GraphModule of the user's (torch.fx renames forward's `input` to input_1)
     gm = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)))
     S.report("api a symbolic_trace GraphModule", export_and_run(S, fx2sg, gm, [x.clone()]))
+    # its leaf modules (nn.Conv2d, nn.BatchNorm2d, pools...) traced through
+    # too (they were call_module nodes without a handler)
+    conv = torch.fx.symbolic_trace(nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2), nn.GELU(), nn.LayerNorm(2)))
+    S.report("api a symbolic_trace GraphModule of conv, batch norm and pools",
+             export_and_run(S, fx2sg, conv.eval(), [torch.randn(2, 3, 8, 8, generator=GEN)]))
     S.report("api cross_entropy ignore_index=2",
              export_and_run(S, fx2sg, IgnoreIndex(), [x.clone(), torch.tensor([2, 0, 4])]))
     S.report("api slices with steps (2, 2 from 1, 2 within, 3 past the end, 2 from 3)",
