@@ -248,7 +248,7 @@ sgrt_load_tensors_from(SgrtModel *m, const char *const *paths, int npaths,
 	const char **want = calloc(n ? n : 1, sizeof *want);
 	const char **lack = calloc(n ? n : 1, sizeof *lack);
 	const char *path = npaths ? paths[npaths - 1] : NULL; /* the last */
-	size_t nwant = 0, nlack = 0;
+	size_t nwant = 0, nlack = 0, nstate = 0;
 	int i, j, nread = 0, rc = SGRT_OK;
 
 	memset(f, 0, sizeof f);
@@ -264,6 +264,10 @@ sgrt_load_tensors_from(SgrtModel *m, const char *const *paths, int npaths,
 		known[i] = t[i].name;
 		if (ptr[i] && roles & (1 << t[i].role))
 			want[nwant++] = t[i].name;
+		/* the optimizer state, into lack[] until the files are checked */
+		if (ptr[i] && t[i].role == SGRT_ROLE_STATE &&
+		    (roles & (1 << SGRT_ROLE_STATE)))
+			lack[nstate++] = t[i].name;
 	}
 	for (j = 0; j < npaths && rc == SGRT_OK; j++) {
 		if (!(roles & SGRT_LOAD_ALLOW_EXTRA) &&
@@ -272,15 +276,10 @@ sgrt_load_tensors_from(SgrtModel *m, const char *const *paths, int npaths,
 		                              "--allow-extra ignores them", err,
 		                              sizeof err)))
 			rc = sgrt_fail(m, rc, -1, "%s", err);
-		if (rc == SGRT_OK && (roles & (1 << SGRT_ROLE_STATE))) {
-			size_t ns = 0; /* the optimizer state, into lack[] */
-			for (i = 0; i < n; i++)
-				if (ptr[i] && t[i].role == SGRT_ROLE_STATE)
-					lack[ns++] = t[i].name;
-			if ((rc = sgrt_st_check_state(paths[j], &f[j], lack, ns,
-			                              err, sizeof err)))
-				rc = sgrt_fail(m, rc, -1, "%s", err);
-		}
+		if (rc == SGRT_OK && nstate &&
+		    (rc = sgrt_st_check_state(paths[j], &f[j], lack, nstate,
+		                              err, sizeof err)))
+			rc = sgrt_fail(m, rc, -1, "%s", err);
 	}
 	for (i = 0; i < n && rc == SGRT_OK; i++) {
 		const SgrtTensor *ft = NULL;
@@ -652,18 +651,32 @@ bench(Run *r, int trace_warmup)
 	return SGRT_OK;
 }
 
-/* Writes --out. */
+/* Writes --out. After no call at all (--steps 0 without --bench) there
+ * are no returned values: the file holds the params, consts, optimizer
+ * state and inputs as loaded, not the zeros of unwritten buffers. */
 static int
-save(Run *r)
+save(Run *r, int called)
 {
 	char path[4096];
+	void **io = r->io;
+	int i, rc;
 
 	if (!r->a.out || !writes(r, r->a.out))
 		return SGRT_OK;
 	if (sgrt_path_for_rank(path, sizeof path, r->a.out, r->rank))
 		return sgrt_fail(r->m, SGRT_EUSAGE, -1, "--out path too long");
-	return sgrt_save_tensors(r->m, path, r->p->tensors, r->p->ntensors,
-	                         r->io);
+	if (!called) {
+		io = calloc(r->p->ntensors ? r->p->ntensors : 1, sizeof *io);
+		if (!io)
+			return sgrt_fail(r->m, SGRT_ENOMEM, 0, "out of memory");
+		for (i = 0; i < r->p->ntensors; i++)
+			if (r->p->tensors[i].role != SGRT_ROLE_OUTPUT)
+				io[i] = r->io[i];
+	}
+	rc = sgrt_save_tensors(r->m, path, r->p->tensors, r->p->ntensors, io);
+	if (io != r->io)
+		free(io);
+	return rc;
 }
 
 /* The caller's stream and the extern events. */
@@ -695,7 +708,7 @@ run(Run *r)
 	SGRT_TRY(calls(r, nsteps, r->a.trace != NULL));
 	if (r->a.bench)
 		SGRT_TRY(bench(r, r->a.trace && nsteps == 0));
-	return save(r);
+	return save(r, nsteps > 0 || r->a.bench > 0);
 }
 
 /* Frees what run made, then the model. */

@@ -313,6 +313,18 @@ run() {
 				--inputs "$ch/chain1.safetensors" --out "$ch/chain2.safetensors" \
 				>>"$ch/chain.log" 2>&1
 		echo "bw_chain_inputs-chain/chained $ch/expected2.safetensors $ch/chain2.safetensors $ch/ir.sg" >>"$list"
+		# --steps 0 runs no call: --out holds the param and the written
+		# input as loaded, and no returned %loss (zeros before).
+		local st="python3 $root/tests/cli/st.py read" want got
+		"$ch/O2" --steps 0 --params "$ch/chain1.safetensors" --inputs "$ch/inputs.safetensors" \
+			--out "$ch/steps0.safetensors" >>"$ch/chain.log" 2>&1
+		want=$({ $st "$ch/chain1.safetensors" | grep '^w '; $st "$ch/inputs.safetensors" | grep '^x '; } | sort)
+		got=$($st "$ch/steps0.safetensors" 2>&1 | sort)
+		if [ -n "$want" ] && [ "$want" = "$got" ]; then
+			echo "ok driver --steps 0: --out holds w and x as loaded, no loss" >>"$report"
+		else
+			echo "FAIL driver --steps 0: got '$(echo "$got" | head -c 300)', want '$(echo "$want" | head -c 300)'" >>"$report"
+		fi
 	fi
 	(cd "$root/tests/gpu" && python3 compare.py "$list") >>"$report"
 	local npass nfail
