@@ -313,21 +313,46 @@ sgrt_load_tensors_from(SgrtModel *m, const char *const *paths, int npaths,
 	return rc;
 }
 
-/* 1 when tensor i is saved: not a duplicate name, and of a saved role. */
+/* 1 when tensor i is of a saved role: with memory, and not an input the
+ * graph only reads. */
 static int
-saved(const SgrtTensorDesc *t, int i, void *const *ptr)
+savable(const SgrtTensorDesc *t, int i, void *const *ptr)
 {
-	int j;
+	return ptr[i] && (t[i].role != SGRT_ROLE_INPUT ||
+	                  (t[i].flags & SGRT_TF_MUTATED));
+}
 
-	if (!ptr[i])
-		return 0;
-	if (t[i].role == SGRT_ROLE_INPUT && !(t[i].flags & SGRT_TF_MUTATED))
-		return 0;
-	for (j = 0; j < i; j++)
-		if (ptr[j] && !strcmp(t[j].name, t[i].name) &&
-		    (t[j].role != SGRT_ROLE_INPUT || t[j].flags & SGRT_TF_MUTATED))
-			return 0;
-	return 1;
+typedef struct {
+	const char *name;
+	int i;
+} NamedIndex;
+
+/* qsort order: by name, then by index. */
+static int
+cmp_named_index(const void *a, const void *b)
+{
+	const NamedIndex *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+	return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+int
+sgrt_saved_set(const SgrtTensorDesc *t, int n, void *const *ptr, uint8_t *keep)
+{
+	NamedIndex *v = malloc((n ? n : 1) * sizeof *v);
+	int i, k = 0;
+
+	if (!v)
+		return -1;
+	memset(keep, 0, (size_t)n);
+	for (i = 0; i < n; i++)
+		if (savable(t, i, ptr))
+			v[k++] = (NamedIndex){ t[i].name, i };
+	qsort(v, (size_t)k, sizeof *v, cmp_named_index);
+	for (i = 0; i < k; i++)
+		keep[v[i].i] = !i || strcmp(v[i - 1].name, v[i].name) != 0;
+	free(v);
+	return 0;
 }
 
 /* Frees the host copies of the first n tensors. */
@@ -346,16 +371,20 @@ sgrt_save_tensors(SgrtModel *m, const char *path, const SgrtTensorDesc *t,
                   int n, void *const *ptr)
 {
 	SgrtTensor *out = calloc(n ? n : 1, sizeof *out);
+	uint8_t *keep = calloc(n ? n : 1, 1);
 	char err[SGRT_ERRLEN];
 	int i, k = 0, rc;
 
-	if (!out)
+	if (!out || !keep || sgrt_saved_set(t, n, ptr, keep)) {
+		free(out);
+		free(keep);
 		return sgrt_fail(m, SGRT_ENOMEM, 0, "out of memory");
+	}
 	rc = sgrt_check_cuda(m, cudaDeviceSynchronize(), "cudaDeviceSynchronize",
 	                     0);
 	for (i = 0; i < n && rc == SGRT_OK; i++) {
 		SgrtTensor *o = &out[k];
-		if (!saved(t, i, ptr))
+		if (!keep[i])
 			continue;
 		o->name = (char *)t[i].name;
 		o->dtype = t[i].dtype;
@@ -374,6 +403,7 @@ sgrt_save_tensors(SgrtModel *m, const char *path, const SgrtTensorDesc *t,
 	    (rc = sgrt_st_write(path, out, (uint32_t)k, err, sizeof err)))
 		rc = sgrt_fail(m, rc, -1, "%s", err);
 	free_copies(out, k);
+	free(keep);
 	return rc;
 }
 

@@ -159,6 +159,12 @@ int sgrt_symm_dev_oneshot(const void *devcomm, void *win, const void *send,
 /* sgrt_path_for_rank: runtime/sgrt_out.h. */
 /* Median and minimum of n > 0 values (sorts ms). */
 void sgrt_median_min(float *ms, int n, double *median, double *min);
+/* What sgrt_save_tensors writes of table t[0..n): keep[i] = 1 for a
+ * tensor with memory (ptr[i]), not an input the graph only reads, whose
+ * name no earlier such tensor has (a returned input is in the table
+ * twice).  n log n.  Returns 0, or -1 out of memory. */
+int sgrt_saved_set(const SgrtTensorDesc *t, int n, void *const *ptr,
+                   uint8_t *keep);
 
 /* ------------------------------------------------------------------ the model */
 

@@ -143,12 +143,12 @@ void interp_print(FILE *f, const char *name, const Tensor *t);
  * name ("opt.NAME.exp_avg"...): loaded from --params (missing state starts
  * fresh), kept across --steps, written to --out. */
 int interp_optim_load(Interp *I, const RunOptions *ro);
-uint32_t interp_optim_count(const Interp *I);
-const char *interp_optim_name(const Interp *I, uint32_t i);
 /* The name of the i-th state tensor the graph's updates use, present or
  * not; NULL past the last. */
 const char *interp_optim_declared(const Interp *I, uint32_t i);
-const Tensor *interp_optim_tensor(const Interp *I, uint32_t i);
+/* The i-th declared state tensor when it exists (loaded, or made by a
+ * step), else NULL. */
+const Tensor *interp_optim_present(const Interp *I, uint32_t i);
 void interp_optim_free(Interp *I);
 
 /* ------------------------------------------------------------------ interp_conv.c, interp_linalg.c */

@@ -218,13 +218,14 @@ interp_load(Interp *I, const RunOptions *ro, Tensor **persist)
 
 typedef VEC(SgrtTensor) OutList;
 
-/* Appends (name, t) unless the name is already there. */
+/* Appends (name, t) unless the name is already there (seen: the names
+ * appended so far). */
 static void
-add_out(OutList *l, const char *name, const Tensor *t)
+add_out(OutList *l, Map *seen, const char *name, const Tensor *t)
 {
-	for (uint32_t i = 0; i < l->n; i++)
-		if (strcmp(l->v[i].name, name) == 0)
-			return;
+	if (map_get(seen, name, strlen(name)))
+		return;
+	map_put(seen, name, strlen(name), 1);
 	SgrtTensor st;
 	memset(&st, 0, sizeof st);
 	st.name = (char *)name;
@@ -244,22 +245,27 @@ write_out(Interp *I, const char *path, Tensor **persist, Tensor **rets,
 {
 	Graph *g = I->g;
 	OutList l = {0};
+	Map seen;
+	map_init(&seen);
 	for (uint32_t i = 0; i < g->rets.n; i++)
-		add_out(&l, g->vals.v[g->rets.v[i]].name, rets[i]);
+		add_out(&l, &seen, g->vals.v[g->rets.v[i]].name, rets[i]);
 	for (uint32_t i = 0; i < g->params.n; i++)
-		add_out(&l, g->vals.v[g->params.v[i]].name, persist[g->params.v[i]]);
+		add_out(&l, &seen, g->vals.v[g->params.v[i]].name, persist[g->params.v[i]]);
 	for (uint32_t i = 0; i < g->consts.n; i++)
-		add_out(&l, g->vals.v[g->consts.v[i]].name, persist[g->consts.v[i]]);
-	for (uint32_t i = 0; i < interp_optim_count(I); i++)
-		add_out(&l, interp_optim_name(I, i), interp_optim_tensor(I, i));
+		add_out(&l, &seen, g->vals.v[g->consts.v[i]].name, persist[g->consts.v[i]]);
+	const char *s;
+	for (uint32_t i = 0; (s = interp_optim_declared(I, i)); i++)
+		if (interp_optim_present(I, i))
+			add_out(&l, &seen, s, interp_optim_present(I, i));
 	for (uint32_t i = 0; i < g->inputs.n; i++)
 		if (mutated[g->inputs.v[i]])
-			add_out(&l, g->vals.v[g->inputs.v[i]].name, persist[g->inputs.v[i]]);
+			add_out(&l, &seen, g->vals.v[g->inputs.v[i]].name, persist[g->inputs.v[i]]);
 	char err[512];
 	int rc = sgrt_st_write(path, l.v, l.n, err, sizeof err);
 	if (rc)
 		fprintf(stderr, "sgc run: error: %s\n", err);
 	vec_free(&l);
+	map_free(&seen);
 	return rc ? EXIT_IO : 0;
 }
 

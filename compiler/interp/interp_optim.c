@@ -139,42 +139,17 @@ interp_optim_load(Interp *I, const RunOptions *ro)
 }
 
 /* The state tensors that exist (written to --out). */
-uint32_t
-interp_optim_count(const Interp *I)
-{
-	uint32_t n = 0;
-	for (uint32_t i = 0; I->optim && i < I->optim->e.n; i++)
-		n += I->optim->e.v[i].present;
-	return n;
-}
-
-/* The i-th present entry. */
-static const OptEntry *
-present(const Interp *I, uint32_t i)
-{
-	for (uint32_t k = 0; k < I->optim->e.n; k++)
-		if (I->optim->e.v[k].present && i-- == 0)
-			return &I->optim->e.v[k];
-	ICE("optimizer state %u out of range", i);
-}
-
 const char *
 interp_optim_declared(const Interp *I, uint32_t i)
 {
 	return I->optim && i < I->optim->e.n ? I->optim->e.v[i].name : NULL;
 }
 
-/* Name and tensor of the i-th existing state tensor. */
-const char *
-interp_optim_name(const Interp *I, uint32_t i)
-{
-	return present(I, i)->name;
-}
-
 const Tensor *
-interp_optim_tensor(const Interp *I, uint32_t i)
+interp_optim_present(const Interp *I, uint32_t i)
 {
-	return present(I, i)->t;
+	const OptEntry *e = I->optim && i < I->optim->e.n ? &I->optim->e.v[i] : NULL;
+	return e && e->present ? e->t : NULL;
 }
 
 /* Frees the state at the end of the run. */

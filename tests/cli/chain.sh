@@ -60,6 +60,18 @@ for k in 1 2 3 4 5 6 7 8 9; do args+=(--inputs in.st); done
 "$SGC" run g.sg "${args[@]}" 2>err.txt
 check "nine --inputs: usage error (exit 2)" test $? -eq 2
 check "nine --inputs: at most 8" grep -q "at most 8 --inputs files" err.txt
+# A returned input is written once: %x as read, %c as written by copy_
+# (tests/golden/st_return_input.sg; the driver's table has each twice).
+"$SGC" run "$here/../golden/st_return_input.sg" --inputs in.st --params o1.st \
+	--allow-extra --out ri.st
+check "returned inputs: exit 0" test $? -eq 0
+w=$(st read o1.st | grep '^w ' | cut -d' ' -f2-)
+check "returned inputs: c, w, x, y once each" \
+	test "$(st read ri.st | cut -d' ' -f1 | tr '\n' ' ')" = "c w x y "
+check "returned inputs: x as read" test "$(st read ri.st | grep '^x ')" = "x 1.0 2.0 3.0 4.0"
+check "returned inputs: c = y = x * w" test "$(st read ri.st | grep '^c ' | cut -d' ' -f2-)" = \
+	"$(st read ri.st | grep '^y ' | cut -d' ' -f2-)"
+check "returned inputs: w as loaded" test "$(st read ri.st | grep '^w ' | cut -d' ' -f2-)" = "$w"
 
 echo "$fails failed"
 [ "$fails" -eq 0 ]

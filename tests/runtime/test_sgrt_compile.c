@@ -592,6 +592,61 @@ test_tensor_bytes(void **state)
 	assert_int_equal((int)sgrt_coll_dtype_size(99), 0);
 }
 
+/* What --out holds of a table (sgrt_saved_set): a returned input once,
+ * a written input as written, an input only read not at all, a tensor
+ * without memory not at all; and a table of many names in n log n. */
+static void
+test_saved_set(void **state)
+{
+	/* As sgc writes it for tests/golden/st_return_input.sg, with an
+	 * unbound param after it. */
+	const SgrtTensorDesc t[] = {
+		{ "x", SGRT_ROLE_INPUT, SGRT_F32, 1, { 4 }, 0 },
+		{ "c", SGRT_ROLE_INPUT, SGRT_F32, 1, { 4 }, SGRT_TF_MUTATED },
+		{ "y", SGRT_ROLE_OUTPUT, SGRT_F32, 1, { 4 }, 0 },
+		{ "x", SGRT_ROLE_OUTPUT, SGRT_F32, 1, { 4 }, 0 },
+		{ "c", SGRT_ROLE_OUTPUT, SGRT_F32, 1, { 4 }, 0 },
+		{ "w", SGRT_ROLE_PARAM, SGRT_F32, 1, { 4 }, 0 },
+		{ "v", SGRT_ROLE_PARAM, SGRT_F32, 1, { 4 }, 0 },
+	};
+	const uint8_t want[] = { 0, 1, 1, 1, 0, 1, 0 };
+	int mem;
+	void *const ptr[] = { &mem, &mem, &mem, &mem, &mem, &mem, NULL };
+	uint8_t keep[7];
+	enum { N = 100000 };
+	SgrtTensorDesc *big = calloc(N, sizeof *big);
+	void **bptr = calloc(N, sizeof *bptr);
+	uint8_t *bkeep = calloc(N, 1);
+	char (*names)[16] = calloc(N, sizeof *names);
+	int i, kept = 0;
+
+	(void)state;
+	memset(keep, 9, sizeof keep);
+	assert_int_equal(sgrt_saved_set(t, 7, ptr, keep), 0);
+	assert_memory_equal(keep, want, sizeof want);
+	/* 100000 tensors, every name twice (i and i + N/2): the first kept. */
+	assert_non_null(big);
+	assert_non_null(bptr);
+	assert_non_null(bkeep);
+	assert_non_null(names);
+	for (i = 0; i < N; i++) {
+		snprintf(names[i], sizeof names[i], "p%d", (N - 1 - i) % (N / 2));
+		big[i] = (SgrtTensorDesc){ names[i], SGRT_ROLE_PARAM, SGRT_F32,
+		                           0, { 0 }, 0 };
+		bptr[i] = &mem;
+	}
+	assert_int_equal(sgrt_saved_set(big, N, bptr, bkeep), 0);
+	for (i = 0; i < N; i++) {
+		assert_int_equal(bkeep[i], i < N / 2);
+		kept += bkeep[i];
+	}
+	assert_int_equal(kept, N / 2);
+	free(big);
+	free(bptr);
+	free(bkeep);
+	free(names);
+}
+
 static int created;
 
 static int
@@ -685,6 +740,7 @@ main(void)
 		cmocka_unit_test(test_env_ranks),
 		cmocka_unit_test(test_idfile),
 		cmocka_unit_test(test_tensor_bytes),
+		cmocka_unit_test(test_saved_set),
 		cmocka_unit_test(test_main_usage),
 		cmocka_unit_test(test_sdpa_unavailable),
 	};
