@@ -138,7 +138,6 @@ interp_optim_load(Interp *I, const RunOptions *ro)
 	return rc;
 }
 
-/* The state tensors that exist (written to --out). */
 const char *
 interp_optim_declared(const Interp *I, uint32_t i)
 {
