@@ -153,8 +153,50 @@ def gpt():
     return load_sample("gpt").gpt()
 
 
+class ConvMisc(nn.Module):
+    """Layers of convolutional and audio models that fx2sg decomposes into
+    sgc's ops: Conv1d (conv2d over a height of 1), padding_mode other
+    than zeros (F.pad before the convolution), GroupNorm and
+    InstanceNorm (layer_norm over reshaped groups), F.pad in its four
+    modes and with a crop, nearest upsampling, pixel_shuffle and
+    pixel_unshuffle, elu, selu, celu, hardsigmoid, exp2, vector norms."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv1d(4, 8, 3, padding=1)
+        self.c1b = nn.Conv1d(8, 8, 3, stride=2, dilation=2, groups=2, bias=False)
+        self.gn = nn.GroupNorm(4, 8)
+        self.inn = nn.InstanceNorm1d(8, affine=True)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect")
+        self.c1c = nn.Conv1d(4, 4, 3, padding=1, padding_mode="circular")
+        self.gn2 = nn.GroupNorm(2, 8, affine=False)
+        self.scale = nn.Parameter(torch.linspace(0.5, 2.0, 32).reshape(32, 1, 1))
+
+    def forward(self, x):
+        h = F.elu(self.gn(self.c1(x)), 0.5) + F.selu(self.c1c(x).repeat(1, 2, 1)) * 0.1
+        h = F.celu(self.inn(h), 2.0) + F.hardsigmoid(h)
+        h = F.pad(h, (2, 1)) + F.pad(h, (1, 2), mode="reflect") + \
+            F.pad(h, (3, 0), mode="replicate") + F.pad(h, (-1, 4), value=0.5)
+        h = self.c1b(h)                                   # [N, 8, 4]
+        im = h.reshape(h.shape[0], 8, 2, 2)
+        im = F.interpolate(im, scale_factor=2, mode="nearest")           # [N, 8, 4, 4]
+        u = F.pixel_unshuffle(self.c2(im), 2)                           # [N, 32, 2, 2]
+        im = self.gn2(F.pixel_shuffle(u * self.scale, 2))                 # [N, 8, 4, 4]
+        im = F.pad(im, (1, 1, 0, 2), mode="circular")[..., 1:5, :4]
+        v = im.flatten(1)
+        n = torch.linalg.vector_norm(v, dim=1, keepdim=True) + v.norm(p=1, dim=-1, keepdim=True) + \
+            torch.norm(v) + v.abs().norm(float("inf"), dim=1, keepdim=True)
+        return torch.exp2(v * 0.1) + v / n
+
+
+def conv_misc():
+    torch.manual_seed(9)
+    return ConvMisc()
+
+
 MODELS = [
     # name (of the factory), factory, --input flags, loss for the gradient test
+    ("conv_misc", conv_misc, ["x=f32[2,4,8]"], "mse"),
     ("mlp", mlp, ["x=f32[4,16]"], "mse"),
     ("gpt", gpt, ["idx=i64[4,16]"], "cross_entropy"),
     ("ln_classifier", ln_classifier, ["tok=i64[3,4]", "feats=f32[3,4,12]"], "cross_entropy"),
@@ -1235,7 +1277,9 @@ def check_conv_args(S, fx2sg):
     ok = [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=(3, 1), dilation=(2, 1)),
           dict(kernel_size=3, groups=2, bias=False), dict(kernel_size=3, padding="same"),
           dict(kernel_size=(2, 3), padding="valid"), dict(kernel_size=3, padding="same",
-                                                          dilation=2)]
+                                                          dilation=2),
+          dict(kernel_size=3, padding=1, padding_mode="reflect"),
+          dict(kernel_size=3, padding=(2, 1), padding_mode="replicate")]
     pools = [("maxpool", lambda: nn.MaxPool2d(3, 2, 1)), ("maxpool k2", lambda: nn.MaxPool2d(2)),
              ("avgpool", lambda: nn.AvgPool2d(3, 1, 1)),
              ("avgpool no pad count", lambda: nn.AvgPool2d(2, count_include_pad=False)),
@@ -1246,9 +1290,7 @@ def check_conv_args(S, fx2sg):
         m = make().eval()
         args = [x["x"]] + ([torch.zeros(1)] if isinstance(m, Fn) else [])
         S.report("api " + label, export_and_run(S, fx2sg, m, args))
-    bad = [("padding_mode", lambda: ConvArgs(kernel_size=3, padding=1, padding_mode="reflect"),
-            "padding_mode='reflect'"),
-           ("same even kernel", lambda: ConvArgs(kernel_size=2, padding="same"), "asymmetric"),
+    bad = [("same even kernel", lambda: ConvArgs(kernel_size=2, padding="same"), "asymmetric"),
            ("ceil_mode", lambda: nn.MaxPool2d(3, 2, ceil_mode=True), "ceil_mode=True"),
            ("return_indices", lambda: nn.MaxPool2d(2, return_indices=True), "return_indices"),
            ("maxpool dilation", lambda: nn.MaxPool2d(2, dilation=2), "dilation"),
@@ -1256,12 +1298,12 @@ def check_conv_args(S, fx2sg):
            ("count_include_pad", lambda: nn.AvgPool2d(3, 1, 1, count_include_pad=False),
             "count_include_pad=False"),
            ("divisor_override", lambda: nn.AvgPool2d(2, divisor_override=3), "divisor_override=3"),
-           ("conv1d", lambda: nn.Conv1d(4, 4, 3), "conv1d"),
+           ("conv3d", lambda: nn.Conv3d(4, 4, 3), "conv3d"),
            ("bn momentum None", lambda: nn.BatchNorm2d(4, momentum=None), "momentum=None")]
     for label, make, needle in bad:
         m = make()
-        inp = [torch.randn(2, 4, 9, 8, generator=GEN) if label != "conv1d"
-               else torch.randn(2, 4, 9, generator=GEN)]
+        inp = [torch.randn(2, 4, 9, 8, generator=GEN) if label != "conv3d"
+               else torch.randn(2, 4, 5, 5, 5, generator=GEN)]
         try:
             fx2sg.export(m, inp, train=label.startswith("bn"))
             S.report("error: " + label, "exported without an error")
