@@ -194,9 +194,38 @@ def conv_misc():
     return ConvMisc()
 
 
+class Einsums(nn.Module):
+    """einsum as attention and linear layers write it: batched products,
+    a contraction over two letters, an outer product, sums, implicit
+    output order, three operands, one operand permuted."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6, 5) * 0.3)
+        self.v = nn.Parameter(torch.randn(3, 5) * 0.3)
+
+    def forward(self, x, y):
+        att = torch.einsum("bij,bkj->bik", x, x).softmax(-1)        # [2, 4, 4]
+        o = torch.einsum("bik,bkj->bij", att, x)                     # [2, 4, 5]
+        lin = torch.einsum("bij,kj->bik", o, self.w)                 # [2, 4, 6]
+        full = torch.einsum("bij,bij->b", x, o)                      # [2]
+        outer = torch.einsum("i,j->ij", y, y)                        # [3, 3]
+        three = torch.einsum("bij,kj,kl->bil", x, self.v, outer)     # [2, 4, 3]
+        t = torch.einsum("bij->jb", lin)                             # [6, 2]
+        imp = torch.einsum("kj,bi", self.v, t)                       # implicit: [b, i, j, k]
+        return (lin[..., :5] + torch.einsum("bil,lj->bij", three, self.v) +
+                full[:, None, None] + imp.sum((0, 3))[:, :1, None]).mean(1)
+
+
+def einsums():
+    torch.manual_seed(10)
+    return Einsums()
+
+
 MODELS = [
     # name (of the factory), factory, --input flags, loss for the gradient test
     ("conv_misc", conv_misc, ["x=f32[2,4,8]"], "mse"),
+    ("einsums", einsums, ["x=f32[2,4,5]", "y=f32[3]"], "mse"),
     ("mlp", mlp, ["x=f32[4,16]"], "mse"),
     ("gpt", gpt, ["idx=i64[4,16]"], "cross_entropy"),
     ("ln_classifier", ln_classifier, ["tok=i64[3,4]", "feats=f32[3,4,12]"], "cross_entropy"),
