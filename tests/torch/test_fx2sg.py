@@ -222,10 +222,47 @@ def einsums():
     return Einsums()
 
 
+class Attentions(nn.Module):
+    """nn.MultiheadAttention in its forms (self-attention with a causal
+    float mask, batch first; cross-attention with kdim and vdim, seq
+    first, a bool key_padding_mask and a float [N h, L, S] mask; a bool
+    attn_mask with a key_padding_mask), nn.TransformerEncoderLayer
+    (norm_first, GELU, a causal bool src_mask) and
+    nn.TransformerDecoderLayer."""
+
+    def __init__(self):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.cross = nn.MultiheadAttention(16, 4, kdim=8, vdim=12, bias=False)
+        self.enc = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True,
+                                              norm_first=True, activation="gelu")
+        self.dec = nn.TransformerDecoderLayer(16, 2, 24, dropout=0.0, batch_first=True)
+        self.register_buffer("pad", torch.tensor([[False] * 4 + [True] * 2,
+                                                  [False] * 5 + [True]]))
+        self.register_buffer("bias3", torch.randn(2 * 4, 5, 6))
+        self.register_buffer("boolmask", torch.rand(5, 5) > 0.7)
+
+    def forward(self, x, k, v):
+        causal = nn.Transformer.generate_square_subsequent_mask(5)
+        a = self.self_attn(x, x, x, attn_mask=causal, need_weights=False)[0]
+        c, _ = self.cross(x.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                          key_padding_mask=self.pad, attn_mask=self.bias3)
+        b = self.self_attn(x, x, x, attn_mask=self.boolmask & ~torch.eye(5, dtype=torch.bool),
+                           key_padding_mask=self.pad[:, :5])[0]
+        e = self.enc(a + b, src_mask=torch.ones(5, 5, dtype=torch.bool).triu(1))
+        return self.dec(e, c.transpose(0, 1) + x, memory_key_padding_mask=self.pad[:, 1:])
+
+
+def attentions():
+    torch.manual_seed(11)
+    return Attentions()
+
+
 MODELS = [
     # name (of the factory), factory, --input flags, loss for the gradient test
     ("conv_misc", conv_misc, ["x=f32[2,4,8]"], "mse"),
     ("einsums", einsums, ["x=f32[2,4,5]", "y=f32[3]"], "mse"),
+    ("attentions", attentions, ["x=f32[2,5,16]", "k=f32[2,6,8]", "v=f32[2,6,12]"], "mse"),
     ("mlp", mlp, ["x=f32[4,16]"], "mse"),
     ("gpt", gpt, ["idx=i64[4,16]"], "cross_entropy"),
     ("ln_classifier", ln_classifier, ["tok=i64[3,4]", "feats=f32[3,4,12]"], "cross_entropy"),
@@ -1232,6 +1269,14 @@ def check_small_ops(S, fx2sg):
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2), nn.GELU(), nn.LayerNorm(2)))
     S.report("api a symbolic_trace GraphModule of conv, batch norm and pools",
              export_and_run(S, fx2sg, conv.eval(), [torch.randn(2, 3, 8, 8, generator=GEN)]))
+    # nn.MultiheadAttention's causal masks (a float -inf mask, the encoder
+    # layer's bool triu(1)) take the fused causal path, not a mask operand
+    att = fx2sg.export(attentions().eval(), [torch.randn(2, 5, 16, generator=GEN),
+                                             torch.randn(2, 6, 8, generator=GEN),
+                                             torch.randn(2, 6, 12, generator=GEN)])
+    n = att.sg.count("causal=true")
+    S.report("api nn.MultiheadAttention's two causal masks as causal=true",
+             None if n == 2 else "%d causal=true in:\n%s" % (n, att.sg))
     S.report("api cross_entropy ignore_index=2",
              export_and_run(S, fx2sg, IgnoreIndex(), [x.clone(), torch.tensor([2, 0, 4])]))
     S.report("api slices with steps (2, 2 from 1, 2 within, 3 past the end, 2 from 3)",
