@@ -194,6 +194,38 @@ def conv_misc():
     return ConvMisc()
 
 
+class Interps(nn.Module):
+    """F.interpolate's linear modes: bilinear by 2 and to a size, with and
+    without align_corners, by a fractional scale_factor (PyTorch's
+    1 / scale_factor source scale) and with recompute_scale_factor, a
+    downsampling, linear over a sequence, trilinear; nearest with
+    nn.Upsample."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 3, 3, padding=1)
+        self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+
+    def forward(self, x):
+        h = self.c(x)                                              # [2, 3, 5, 4]
+        a = self.up(h)                                             # [2, 3, 10, 8]
+        b = F.interpolate(h, size=(10, 8), mode="bilinear", align_corners=True)
+        c = F.interpolate(h, scale_factor=1.5, mode="bilinear")   # [2, 3, 7, 6]
+        d = F.interpolate(h, scale_factor=(1.5, 1.75), mode="bilinear",
+                          recompute_scale_factor=True)            # [2, 3, 7, 7]
+        e = F.interpolate(a, size=(3, 5), mode="bilinear")        # down
+        f = F.interpolate(h.flatten(2), scale_factor=2.5, mode="linear", align_corners=True)
+        g = F.interpolate(h.unsqueeze(2), size=(2, 7, 5), mode="trilinear")
+        return (a.mean() + b.sum((2, 3)) + c[..., :5, :4].sum((2, 3)) + d.mean((2, 3)) +
+                e.amax((2, 3)) + f.sum(2) + g.mean((2, 3, 4)) + F.interpolate(
+                    h, scale_factor=3, mode="nearest")[..., ::3, ::3].sum((2, 3)))
+
+
+def interps():
+    torch.manual_seed(12)
+    return Interps()
+
+
 class Einsums(nn.Module):
     """einsum as attention and linear layers write it: batched products,
     a contraction over two letters, an outer product, sums, implicit
@@ -262,6 +294,7 @@ MODELS = [
     # name (of the factory), factory, --input flags, loss for the gradient test
     ("conv_misc", conv_misc, ["x=f32[2,4,8]"], "mse"),
     ("einsums", einsums, ["x=f32[2,4,5]", "y=f32[3]"], "mse"),
+    ("interps", interps, ["x=f32[2,3,5,4]"], "mse"),
     ("attentions", attentions, ["x=f32[2,5,16]", "k=f32[2,6,8]", "v=f32[2,6,12]"], "mse"),
     ("mlp", mlp, ["x=f32[4,16]"], "mse"),
     ("gpt", gpt, ["idx=i64[4,16]"], "cross_entropy"),
