@@ -226,6 +226,32 @@ def interps():
     return Interps()
 
 
+class Seqs(nn.Module):
+    """Sequence layers: BatchNorm1d, a depthwise Conv1d, the 1-D pools
+    (as 2-D pools over a height of 1), nn.TransformerEncoder of two layers
+    with a causal mask, nn.Transformer."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+        self.dw = nn.Conv1d(4, 4, 5, padding=2, groups=4)
+        layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.tr = nn.Transformer(8, 2, 1, 1, 16, dropout=0.0, batch_first=True)
+
+    def forward(self, x):
+        h = self.dw(self.bn(x))                                           # [2, 4, 16]
+        p = F.max_pool1d(h, 2) + F.avg_pool1d(h, 3, 2, 1) + F.adaptive_avg_pool1d(h, 1)
+        causal = nn.Transformer.generate_square_subsequent_mask(4)
+        e = self.enc(p, mask=causal)                                      # [2, 4, 8]
+        return self.tr(p, e, tgt_mask=causal)
+
+
+def seqs():
+    torch.manual_seed(13)
+    return Seqs()
+
+
 class Einsums(nn.Module):
     """einsum as attention and linear layers write it: batched products,
     a contraction over two letters, an outer product, sums, implicit
@@ -295,6 +321,7 @@ MODELS = [
     ("conv_misc", conv_misc, ["x=f32[2,4,8]"], "mse"),
     ("einsums", einsums, ["x=f32[2,4,5]", "y=f32[3]"], "mse"),
     ("interps", interps, ["x=f32[2,3,5,4]"], "mse"),
+    ("seqs", seqs, ["x=f32[2,4,16]"], "mse"),
     ("attentions", attentions, ["x=f32[2,5,16]", "k=f32[2,6,8]", "v=f32[2,6,12]"], "mse"),
     ("mlp", mlp, ["x=f32[4,16]"], "mse"),
     ("gpt", gpt, ["idx=i64[4,16]"], "cross_entropy"),
