@@ -252,6 +252,29 @@ def seqs():
     return Seqs()
 
 
+class Recurrent(nn.Module):
+    """nn.LSTM of two layers, batch first, its h_n and c_n used; a
+    bidirectional nn.GRU, sequence first, from a given initial state;
+    unrolled over time by fx2sg."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6, num_layers=2, batch_first=True)
+        self.gru = nn.GRU(6, 5, bidirectional=True)
+        self.h0 = nn.Parameter(torch.randn(2, 2, 5) * 0.5)
+
+    def forward(self, x):
+        y, (h, c) = self.lstm(x)                                    # [2, 5, 6]
+        z, hg = self.gru(y.transpose(0, 1), self.h0)                # [5, 2, 10]
+        return z.transpose(0, 1)[..., :6] + h[-1].unsqueeze(1) + c[0].unsqueeze(1) + \
+            hg.sum(0).sum(-1)[:, None, None]
+
+
+def recurrent():
+    torch.manual_seed(14)
+    return Recurrent()
+
+
 class Einsums(nn.Module):
     """einsum as attention and linear layers write it: batched products,
     a contraction over two letters, an outer product, sums, implicit
@@ -322,6 +345,7 @@ MODELS = [
     ("einsums", einsums, ["x=f32[2,4,5]", "y=f32[3]"], "mse"),
     ("interps", interps, ["x=f32[2,3,5,4]"], "mse"),
     ("seqs", seqs, ["x=f32[2,4,16]"], "mse"),
+    ("recurrent", recurrent, ["x=f32[2,5,4]"], "mse"),
     ("attentions", attentions, ["x=f32[2,5,16]", "k=f32[2,6,8]", "v=f32[2,6,12]"], "mse"),
     ("mlp", mlp, ["x=f32[4,16]"], "mse"),
     ("gpt", gpt, ["idx=i64[4,16]"], "cross_entropy"),
