@@ -1313,6 +1313,20 @@ class ManyMasks(nn.Module):
         return out
 
 
+class LargeActivations(nn.Module):
+    """elu, selu, celu, softplus and mish of pre-activations far past
+    exp's range (x 100): the branch where() drops must not overflow, or
+    the gradient is NaN (softplus and mish were, before 2026-12-05)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.l(x) * 100.0
+        return F.elu(h) + F.softplus(h) + F.mish(h) + F.selu(h) + F.celu(h, 0.5)
+
+
 class AutocastRegion(nn.Module):
     def __init__(self):
         super().__init__()
@@ -1339,6 +1353,18 @@ def check_small_ops(S, fx2sg):
     S.report("api and, or, xor of bools", export_and_run(S, fx2sg, BoolLogic(), [x.clone()]))
     S.report("api softplus, hardswish, mish, glu, logsumexp, normalize, tril, triu, "
              "repeat_interleave", export_and_run(S, fx2sg, MoreOps(), [x.clone()]))
+    torch.manual_seed(3)
+    big = LargeActivations()
+    ex = fx2sg.export(big, [x.clone()], loss="mse")
+    out, why = run_export(S, ex, "large_activations")
+    for k in ("loss", "grad.l.weight", "grad.l.bias"):
+        if why:
+            break
+        why = compare(out[k], ex.outputs[k], atol=1e-4, rtol=1e-4) if k in out else \
+            "%s missing" % k
+        why = why and "%s: %s" % (k, why)
+    S.report("api --loss through elu, selu, celu, softplus, mish of large values: "
+             "autograd's gradients, no NaN", why)
     # each constant its own (a freed tensor's id, reused by the next one,
     # named the earlier constant)
     S.report("api many constants made while converting",
