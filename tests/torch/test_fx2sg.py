@@ -339,9 +339,63 @@ def attentions():
     return Attentions()
 
 
+class Decoder(nn.Module):
+    """A convolutional decoder's layers: nn.ConvTranspose2d with stride,
+    output_padding and bias; grouped and dilated with padding beyond the
+    kernel's reach (the stride-1 form's crop); F.conv_transpose2d with
+    one int each; nn.ConvTranspose1d; torch.flip."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)
+        self.grp = nn.ConvTranspose2d(6, 4, (3, 2), stride=(1, 2), padding=(3, 0),
+                                      dilation=(2, 1), groups=2, bias=False)
+        self.w = nn.Parameter(torch.randn(4, 3, 2, 2) * 0.3)
+        self.seq = nn.ConvTranspose1d(3, 2, 4, stride=3, padding=2)
+
+    def forward(self, x):
+        h = torch.tanh(self.up(x))                       # [N, 6, 8, 10]
+        h = self.grp(h.flip(-1))                         # [N, 4, 6, 20]
+        h = F.conv_transpose2d(h, self.w, stride=2)      # [N, 3, 12, 40]
+        s = self.seq(h.mean(2))                          # [N, 2, 117]
+        return h.sum((1, 2))[:, :8] + s.flip(1, 2)[..., :8].mean(1)
+
+
+def decoder():
+    torch.manual_seed(13)
+    return Decoder()
+
+
+class Scans(nn.Module):
+    """Indices and running sums: argmax and argmin (with a dim, keepdim,
+    over everything, ties taking the first), max(dim)'s indices, cumsum
+    of floats (the gradient through it) and of a bool mask as Hugging
+    Face's position ids (mask.long().cumsum(-1) - 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(9, 4)
+
+    def forward(self, x, mask):
+        r = (x * 2).floor()                               # ties
+        i = r.argmax(1) + torch.argmin(r, dim=-1, keepdim=True).squeeze(-1)
+        vals, j = x.max(dim=1)
+        pos = mask.long().cumsum(-1) - 1
+        c = torch.cumsum(x * 2, dim=1) + x.cumsum(0)
+        return (c + self.emb(pos.clamp(min=0)).sum(-1)) * vals[:, None] + \
+            (i + j + r.argmax())[:, None].float()
+
+
+def scans():
+    torch.manual_seed(14)
+    return Scans()
+
+
 MODELS = [
     # name (of the factory), factory, --input flags, loss for the gradient test
     ("conv_misc", conv_misc, ["x=f32[2,4,8]"], "mse"),
+    ("decoder", decoder, ["x=f32[2,4,4,5]"], "mse"),
+    ("scans", scans, ["x=f32[3,7]", "mask=bool[3,7]"], "mse"),
     ("einsums", einsums, ["x=f32[2,4,5]", "y=f32[3]"], "mse"),
     ("interps", interps, ["x=f32[2,3,5,4]"], "mse"),
     ("seqs", seqs, ["x=f32[2,4,16]"], "mse"),
@@ -666,8 +720,8 @@ def check_api(S, fx2sg):
         S.report("api " + label, why)
 
 
-def _cumsum(m, x, y):
-    return torch.cumsum(x, 0)
+def _sort(m, x, y):
+    return torch.sort(x, 0)[0]
 
 
 def _data_dependent(m, x, y):
@@ -691,8 +745,8 @@ def check_errors(S, fx2sg):
             return
         S.report(label, "exported without an error")
 
-    expect("error: unsupported op", _cumsum, "Error", "cumsum")
-    expect("error: names the user's line", _cumsum, "Error", "test_fx2sg.py:")
+    expect("error: unsupported op", _sort, "Error", "sort")
+    expect("error: names the user's line", _sort, "Error", "test_fx2sg.py:")
     expect("error: data-dependent control flow", _data_dependent, "Error", "cannot trace")
     expect("error: a trace failure names the user's line", _data_dependent, "Error",
            "test_fx2sg.py:")
@@ -737,9 +791,9 @@ def check_errors(S, fx2sg):
         ("cli: no such file", ["nope.py:f", "-o", S.path("e.sg"), "--input", "x=f32[1]"], 3,
          "nope.py"),
         ("cli: bad spec", ["justaname", "-o", S.path("e.sg")], 2, "MODULE_SPEC"),
-        ("cli: module error", [os.path.join(HERE, "test_fx2sg.py") + ":cumsum_model", "-o",
+        ("cli: module error", [os.path.join(HERE, "test_fx2sg.py") + ":sort_model", "-o",
                                S.path("e.sg"), "--input", "x=f32[3]", "--input", "y=f32[3]"],
-         1, "cumsum"),
+         1, "sort"),
     ]
     if not HAVE_EXPORT:
         cases.append(("cli: no torch.export", [spec, "-o", S.path("e.sg"), "--input", "x=f32[4,16]",
@@ -1002,8 +1056,8 @@ def check_dims(S):
                  "exit %d: %s" % (pr.returncode, pr.stderr))
 
 
-def cumsum_model():
-    return Fn(_cumsum)
+def sort_model():
+    return Fn(_sort)
 
 
 def check_cli_user_code(S):
