@@ -199,7 +199,9 @@ class Interps(nn.Module):
     without align_corners, by a fractional scale_factor (PyTorch's
     1 / scale_factor source scale) and with recompute_scale_factor, a
     downsampling, linear over a sequence, trilinear; nearest with
-    nn.Upsample."""
+    nn.Upsample, by fractional factors up and down (PyTorch's float
+    source index), nearest-exact; area (adaptive average pooling) in 2-D
+    and 1-D."""
 
     def __init__(self):
         super().__init__()
@@ -216,9 +218,15 @@ class Interps(nn.Module):
         e = F.interpolate(a, size=(3, 5), mode="bilinear")        # down
         f = F.interpolate(h.flatten(2), scale_factor=2.5, mode="linear", align_corners=True)
         g = F.interpolate(h.unsqueeze(2), size=(2, 7, 5), mode="trilinear")
+        n = F.interpolate(h, scale_factor=1.7, mode="nearest")    # [2, 3, 8, 6]
+        m = F.interpolate(a, size=(7, 3), mode="nearest-exact") + \
+            F.interpolate(a, size=(7, 3), mode="area")
+        q = F.interpolate(h.flatten(2), size=7, mode="area") + \
+            F.interpolate(h.flatten(2), scale_factor=0.6, mode="nearest-exact")[..., :7]
         return (a.mean() + b.sum((2, 3)) + c[..., :5, :4].sum((2, 3)) + d.mean((2, 3)) +
                 e.amax((2, 3)) + f.sum(2) + g.mean((2, 3, 4)) + F.interpolate(
-                    h, scale_factor=3, mode="nearest")[..., ::3, ::3].sum((2, 3)))
+                    h, scale_factor=3, mode="nearest")[..., ::3, ::3].sum((2, 3)) +
+                n.mean((2, 3)) * m.sum((2, 3)) + q.mean(2))
 
 
 def interps():
