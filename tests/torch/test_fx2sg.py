@@ -399,11 +399,34 @@ def scans():
     return Scans()
 
 
+class Video(nn.Module):
+    """nn.Conv3d (a video model's patch embedding and a grouped, dilated
+    one with depth padding) and F.conv3d with one int each."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv3d(3, 4, (2, 3, 3), stride=(2, 1, 2), padding=(0, 1, 0))
+        self.grp = nn.Conv3d(4, 6, 3, padding=(2, 1, 1), dilation=(2, 1, 1), groups=2,
+                             bias=False)
+        self.w = nn.Parameter(torch.randn(2, 6, 1, 2, 2) * 0.2)
+
+    def forward(self, x):
+        h = F.gelu(self.patch(x))                         # [N, 4, 3, 6, 3]
+        h = self.grp(h)                                   # [N, 6, 3, 6, 3]
+        return F.conv3d(h, self.w, stride=1).mean((2, 3, 4)) + h.sum((1, 2, 3))[:, :2]
+
+
+def video():
+    torch.manual_seed(15)
+    return Video()
+
+
 MODELS = [
     # name (of the factory), factory, --input flags, loss for the gradient test
     ("conv_misc", conv_misc, ["x=f32[2,4,8]"], "mse"),
     ("decoder", decoder, ["x=f32[2,4,4,5]"], "mse"),
     ("scans", scans, ["x=f32[3,7]", "mask=bool[3,7]"], "mse"),
+    ("video", video, ["x=f32[2,3,6,6,7]"], "mse"),
     ("einsums", einsums, ["x=f32[2,4,5]", "y=f32[3]"], "mse"),
     ("interps", interps, ["x=f32[2,3,5,4]"], "mse"),
     ("seqs", seqs, ["x=f32[2,4,16]"], "mse"),
