@@ -401,7 +401,9 @@ def scans():
 
 class Video(nn.Module):
     """nn.Conv3d (a video model's patch embedding and a grouped, dilated
-    one with depth padding) and F.conv3d with one int each."""
+    one with depth padding) and F.conv3d with one int each; 3-D pooling:
+    max with padding and a depth stride, average, adaptive average to
+    windows of one size and of two."""
 
     def __init__(self):
         super().__init__()
@@ -413,7 +415,12 @@ class Video(nn.Module):
     def forward(self, x):
         h = F.gelu(self.patch(x))                         # [N, 4, 3, 6, 3]
         h = self.grp(h)                                   # [N, 6, 3, 6, 3]
-        return F.conv3d(h, self.w, stride=1).mean((2, 3, 4)) + h.sum((1, 2, 3))[:, :2]
+        m = F.max_pool3d(h, (3, 2, 3), stride=(2, 2, 1), padding=(1, 0, 1))  # [N, 6, 2, 3, 3]
+        v = F.avg_pool3d(h, 2, stride=1) + F.adaptive_avg_pool3d(h, (1, 2, 1))[:, :, :, :1]
+        u = F.adaptive_avg_pool3d(m, (1, 1, 1)).flatten(1) + \
+            F.adaptive_avg_pool3d(h, (2, 3, 2)).mean((2, 3, 4)) + v.mean((2, 3, 4))
+        return F.conv3d(h, self.w, stride=1).mean((2, 3, 4)) + h.sum((1, 2, 3))[:, :2] + \
+            u[:, 2:4]
 
 
 def video():
