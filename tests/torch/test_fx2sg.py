@@ -262,20 +262,25 @@ def seqs():
 
 class Recurrent(nn.Module):
     """nn.LSTM of two layers, batch first, its h_n and c_n used; a
-    bidirectional nn.GRU, sequence first, from a given initial state;
-    unrolled over time by fx2sg."""
+    bidirectional nn.GRU, sequence first, from a given initial state; a
+    bidirectional LSTM with proj_size and no biases; unrolled over time by
+    fx2sg."""
 
     def __init__(self):
         super().__init__()
         self.lstm = nn.LSTM(4, 6, num_layers=2, batch_first=True)
         self.gru = nn.GRU(6, 5, bidirectional=True)
         self.h0 = nn.Parameter(torch.randn(2, 2, 5) * 0.5)
+        self.plstm = nn.LSTM(4, 5, proj_size=3, bidirectional=True, bias=False,
+                             batch_first=True)
 
     def forward(self, x):
         y, (h, c) = self.lstm(x)                                    # [2, 5, 6]
         z, hg = self.gru(y.transpose(0, 1), self.h0)                # [5, 2, 10]
+        p, (hp, cp) = self.plstm(x)                                 # [2, 5, 6]
         return z.transpose(0, 1)[..., :6] + h[-1].unsqueeze(1) + c[0].unsqueeze(1) + \
-            hg.sum(0).sum(-1)[:, None, None]
+            hg.sum(0).sum(-1)[:, None, None] + p * hp.sum((0, 2))[:, None, None] + \
+            cp[1, :, :1].unsqueeze(1)
 
 
 def recurrent():
