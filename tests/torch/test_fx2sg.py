@@ -201,7 +201,8 @@ class Interps(nn.Module):
     downsampling, linear over a sequence, trilinear; nearest with
     nn.Upsample, by fractional factors up and down (PyTorch's float
     source index), nearest-exact; area (adaptive average pooling) in 2-D
-    and 1-D."""
+    and 1-D; bicubic up (by a factor, to a size with align_corners) and
+    down."""
 
     def __init__(self):
         super().__init__()
@@ -226,7 +227,13 @@ class Interps(nn.Module):
         return (a.mean() + b.sum((2, 3)) + c[..., :5, :4].sum((2, 3)) + d.mean((2, 3)) +
                 e.amax((2, 3)) + f.sum(2) + g.mean((2, 3, 4)) + F.interpolate(
                     h, scale_factor=3, mode="nearest")[..., ::3, ::3].sum((2, 3)) +
-                n.mean((2, 3)) * m.sum((2, 3)) + q.mean(2))
+                n.mean((2, 3)) * m.sum((2, 3)) + q.mean(2) + self.cubic(h, a))
+
+    def cubic(self, h, a):
+        u = F.interpolate(h, scale_factor=2, mode="bicubic")                # [2, 3, 10, 8]
+        v = F.interpolate(h, size=(7, 6), mode="bicubic", align_corners=True)
+        w = F.interpolate(a, size=(4, 3), mode="bicubic")
+        return (u * a).mean((2, 3)) + v.amax((2, 3)) + w.sum((2, 3))
 
 
 def interps():
@@ -415,11 +422,13 @@ class Video(nn.Module):
         self.patch = nn.Conv3d(3, 4, (2, 3, 3), stride=(2, 1, 2), padding=(0, 1, 0))
         self.grp = nn.Conv3d(4, 6, 3, padding=(2, 1, 1), dilation=(2, 1, 1), groups=2,
                              bias=False)
+        self.same = nn.Conv3d(6, 6, 3, padding="same", groups=6)
         self.w = nn.Parameter(torch.randn(2, 6, 1, 2, 2) * 0.2)
 
     def forward(self, x):
         h = F.gelu(self.patch(x))                         # [N, 4, 3, 6, 3]
         h = self.grp(h)                                   # [N, 6, 3, 6, 3]
+        h = h + self.same(h)
         m = F.max_pool3d(h, (3, 2, 3), stride=(2, 2, 1), padding=(1, 0, 1))  # [N, 6, 2, 3, 3]
         v = F.avg_pool3d(h, 2, stride=1) + F.adaptive_avg_pool3d(h, (1, 2, 1))[:, :, :, :1]
         u = F.adaptive_avg_pool3d(m, (1, 1, 1)).flatten(1) + \
@@ -1579,11 +1588,13 @@ def check_conv_args(S, fx2sg):
            ("count_include_pad", lambda: nn.AvgPool2d(3, 1, 1, count_include_pad=False),
             "count_include_pad=False"),
            ("divisor_override", lambda: nn.AvgPool2d(2, divisor_override=3), "divisor_override=3"),
-           ("conv3d", lambda: nn.Conv3d(4, 4, 3), "conv3d"),
+           ("pool3d ceil_mode", lambda: nn.MaxPool3d(2, ceil_mode=True), "ceil_mode=True"),
+           ("conv3d same, even depth", lambda: nn.Conv3d(4, 4, (2, 3, 3), padding="same"),
+            "symmetric"),
            ("bn momentum None", lambda: nn.BatchNorm2d(4, momentum=None), "momentum=None")]
     for label, make, needle in bad:
         m = make()
-        inp = [torch.randn(2, 4, 9, 8, generator=GEN) if label != "conv3d"
+        inp = [torch.randn(2, 4, 9, 8, generator=GEN) if "3d" not in label
                else torch.randn(2, 4, 5, 5, 5, generator=GEN)]
         try:
             fx2sg.export(m, inp, train=label.startswith("bn"))
