@@ -390,7 +390,7 @@ class Scans(nn.Module):
     """Indices and running sums: argmax and argmin (with a dim, keepdim,
     over everything, ties taking the first), max(dim)'s indices, cumsum
     of floats (the gradient through it) and of a bool mask as Hugging
-    Face's position ids (mask.long().cumsum(-1) - 1); topk as a
+    Face's position ids (mask.long().cumsum(-1) - 1), cumprod; topk as a
     mixture-of-experts router takes it (values and indices, the smallest
     too)."""
 
@@ -403,7 +403,7 @@ class Scans(nn.Module):
         i = r.argmax(1) + torch.argmin(r, dim=-1, keepdim=True).squeeze(-1)
         vals, j = x.max(dim=1)
         pos = mask.long().cumsum(-1) - 1
-        c = torch.cumsum(x * 2, dim=1) + x.cumsum(0)
+        c = torch.cumsum(x * 2, dim=1) + x.cumsum(0) + torch.cumprod(x * 0.5 + 1, dim=1)
         w, e = torch.topk(F.softmax(x, -1), 2)                 # a router's top 2
         lo, le = x.topk(3, dim=0, largest=False, sorted=False)
         return (c + self.emb(pos.clamp(min=0)).sum(-1)) * vals[:, None] + \
