@@ -254,9 +254,10 @@ write_out(Interp *I, const char *path, Tensor **persist, Tensor **rets,
 	for (uint32_t i = 0; i < g->consts.n; i++)
 		add_out(&l, &seen, g->vals.v[g->consts.v[i]].name, persist[g->consts.v[i]]);
 	const char *s;
+	const Tensor *st;
 	for (uint32_t i = 0; (s = interp_optim_declared(I, i)); i++)
-		if (interp_optim_present(I, i))
-			add_out(&l, &seen, s, interp_optim_present(I, i));
+		if ((st = interp_optim_present(I, i)))
+			add_out(&l, &seen, s, st);
 	for (uint32_t i = 0; i < g->inputs.n; i++)
 		if (mutated[g->inputs.v[i]])
 			add_out(&l, &seen, g->vals.v[g->inputs.v[i]].name, persist[g->inputs.v[i]]);

@@ -71,7 +71,7 @@ def make_models():
         out.append(("r3d18", lambda: torchvision.models.video.r3d_18(num_classes=10), True,
                     (4, 3, 8, 48, 48), 1))
     except ImportError as e:
-        out.append(("resnet18", e, True, None, 0))
+        out += [("resnet18", e, True, None, 0), ("r3d18", e, True, None, 0)]
     try:
         import timm
         torch.manual_seed(0)
