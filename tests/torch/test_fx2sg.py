@@ -363,7 +363,13 @@ class Decoder(nn.Module):
     """A convolutional decoder's layers: nn.ConvTranspose2d with stride,
     output_padding and bias; grouped and dilated with padding beyond the
     kernel's reach (the stride-1 form's crop); F.conv_transpose2d with
-    one int each; nn.ConvTranspose1d; torch.flip."""
+    one int each; nn.ConvTranspose1d; torch.flip.  Strided ones run as one
+    conv2d per output phase, except where a dim's kernel is below its
+    stride or has both stride and dilation (`sparse`: stride 2 with a
+    height 1 kernel, and with dilation 2 across); `wide` has phases of
+    2 and 1 taps and padding that crops more than a phase's reach.  Pools
+    with ceil_mode (windows past the input's end), count_include_pad=False
+    and divisor_override, 2-D and 1-D."""
 
     def __init__(self):
         super().__init__()
@@ -372,13 +378,23 @@ class Decoder(nn.Module):
                                       dilation=(2, 1), groups=2, bias=False)
         self.w = nn.Parameter(torch.randn(4, 3, 2, 2) * 0.3)
         self.seq = nn.ConvTranspose1d(3, 2, 4, stride=3, padding=2)
+        self.sparse = nn.ConvTranspose2d(4, 2, (1, 3), stride=2, dilation=(1, 2))
+        self.wide = nn.ConvTranspose2d(2, 3, 5, stride=3, padding=(4, 2),
+                                       output_padding=(2, 1))
 
     def forward(self, x):
         h = torch.tanh(self.up(x))                       # [N, 6, 8, 10]
         h = self.grp(h.flip(-1))                         # [N, 4, 6, 20]
         h = F.conv_transpose2d(h, self.w, stride=2)      # [N, 3, 12, 40]
         s = self.seq(h.mean(2))                          # [N, 2, 117]
-        return h.sum((1, 2))[:, :8] + s.flip(1, 2)[..., :8].mean(1)
+        e = self.wide(torch.tanh(self.sparse(x)))       # [N, 2, 7, 13] -> [N, 3, 17, 38]
+        q = F.max_pool2d(h, 3, 2, 1, ceil_mode=True) + \
+            F.avg_pool2d(h, 3, 2, 1, ceil_mode=True, count_include_pad=False)   # [N, 3, 7, 21]
+        d = F.avg_pool2d(e, (2, 3), ceil_mode=True, divisor_override=4)        # [N, 3, 9, 13]
+        r = F.max_pool1d(s, 2, ceil_mode=True)[..., :8] + \
+            F.avg_pool1d(s, 4, 3, 1, ceil_mode=True)[..., :8]
+        return h.sum((1, 2))[:, :8] + s.flip(1, 2)[..., :8].mean(1) + e.mean((1, 2))[:, :8] + \
+            q.mean((1, 2))[:, :8] + d.mean((1, 2))[:, :8] + r.sum(1)
 
 
 def decoder():
@@ -392,7 +408,8 @@ class Scans(nn.Module):
     of floats (the gradient through it) and of a bool mask as Hugging
     Face's position ids (mask.long().cumsum(-1) - 1), cumprod; topk as a
     mixture-of-experts router takes it (values and indices, the smallest
-    too)."""
+    too); sort (descending, with ties, the values' gradient through it)
+    and argsort (stable, along dim 0)."""
 
     def __init__(self):
         super().__init__()
@@ -406,9 +423,11 @@ class Scans(nn.Module):
         c = torch.cumsum(x * 2, dim=1) + x.cumsum(0) + torch.cumprod(x * 0.5 + 1, dim=1)
         w, e = torch.topk(F.softmax(x, -1), 2)                 # a router's top 2
         lo, le = x.topk(3, dim=0, largest=False, sorted=False)
+        sv, si = torch.sort(r + x * 0.01, dim=1, descending=True)
+        ss = x.sort()[0] + torch.argsort(r, dim=0, stable=True).float().mean(0)
         return (c + self.emb(pos.clamp(min=0)).sum(-1)) * vals[:, None] + \
             (i + j + r.argmax())[:, None].float() + (w * e).sum(-1, keepdim=True) + \
-            lo.sum(0) * le.float().mean()
+            lo.sum(0) * le.float().mean() + sv * ss + si.float() * 0.01
 
 
 def scans():
@@ -671,6 +690,7 @@ def g(*shape):
 
 
 GEN = torch.Generator().manual_seed(5)
+NAN, INF = float("nan"), float("inf")
 
 # label, function of (self, x, y), x, y, params
 API_CASES = [
@@ -726,6 +746,17 @@ API_CASES = [
     ("dict outputs", lambda m, x, y: {"a": x + 1, "b": y * 2}, g(3, 4), g(4), None),
     ("returns an input and a param", lambda m, x, y: (x, m.w, x * m.w), g(3), g(1), {"w": g(3)}),
     ("frozen param is const", lambda m, x, y: x * m.w.detach() + m.buf, g(3), g(1), {"w": g(3)}),
+    # NaN sorts last (first descending), infinities in place, ties stably
+    ("sort with NaN, inf and ties", lambda m, x, y: (
+        torch.sort(x)[0], torch.sort(x)[1], torch.sort(x, stable=True, dim=0, descending=True)[0],
+        torch.sort(x, stable=True, dim=0, descending=True)[1],
+        torch.argsort(x[0], descending=True)),
+     torch.tensor([[1.0, NAN, -INF, 2.0, 1.0, INF, NAN, 0.5],
+                   [3.0, 3.0, -1.0, NAN, 0.0, 0.0, INF, -INF],
+                   [0.5, 0.5, 0.5, 0.5, 2.0, NAN, 1.0, -2.0]]), g(1), None),
+    ("sort of integers", lambda m, x, y: (torch.argsort(x, stable=True, dim=1, descending=True),
+                                          x.sort(0), torch.sort(x[:1], 0)),
+     torch.tensor([[3, 1, 3, -2, 0, 1], [1, 1, 5, 0, -7, 3]]), g(1), None),
 ]
 if HAVE_SDPA:
     API_CASES += [
@@ -801,8 +832,8 @@ def check_api(S, fx2sg):
         S.report("api " + label, why)
 
 
-def _sort(m, x, y):
-    return torch.sort(x, 0)[0]
+def _histc(m, x, y):
+    return torch.histc(x, bins=4) + y
 
 
 def _data_dependent(m, x, y):
@@ -826,8 +857,8 @@ def check_errors(S, fx2sg):
             return
         S.report(label, "exported without an error")
 
-    expect("error: unsupported op", _sort, "Error", "sort")
-    expect("error: names the user's line", _sort, "Error", "test_fx2sg.py:")
+    expect("error: unsupported op", _histc, "Error", "histc")
+    expect("error: names the user's line", _histc, "Error", "test_fx2sg.py:")
     expect("error: data-dependent control flow", _data_dependent, "Error", "cannot trace")
     expect("error: a trace failure names the user's line", _data_dependent, "Error",
            "test_fx2sg.py:")
@@ -872,9 +903,9 @@ def check_errors(S, fx2sg):
         ("cli: no such file", ["nope.py:f", "-o", S.path("e.sg"), "--input", "x=f32[1]"], 3,
          "nope.py"),
         ("cli: bad spec", ["justaname", "-o", S.path("e.sg")], 2, "MODULE_SPEC"),
-        ("cli: module error", [os.path.join(HERE, "test_fx2sg.py") + ":sort_model", "-o",
-                               S.path("e.sg"), "--input", "x=f32[3]", "--input", "y=f32[3]"],
-         1, "sort"),
+        ("cli: module error", [os.path.join(HERE, "test_fx2sg.py") + ":histc_model", "-o",
+                               S.path("e.sg"), "--input", "x=f32[3]", "--input", "y=f32[4]"],
+         1, "histc"),
     ]
     if not HAVE_EXPORT:
         cases.append(("cli: no torch.export", [spec, "-o", S.path("e.sg"), "--input", "x=f32[4,16]",
@@ -1137,8 +1168,8 @@ def check_dims(S):
                  "exit %d: %s" % (pr.returncode, pr.stderr))
 
 
-def sort_model():
-    return Fn(_sort)
+def histc_model():
+    return Fn(_histc)
 
 
 def check_cli_user_code(S):
@@ -1602,6 +1633,14 @@ def check_conv_args(S, fx2sg):
     pools = [("maxpool", lambda: nn.MaxPool2d(3, 2, 1)), ("maxpool k2", lambda: nn.MaxPool2d(2)),
              ("avgpool", lambda: nn.AvgPool2d(3, 1, 1)),
              ("avgpool no pad count", lambda: nn.AvgPool2d(2, count_include_pad=False)),
+             ("maxpool ceil_mode", lambda: nn.MaxPool2d(3, 2, ceil_mode=True)),
+             ("maxpool ceil_mode padded", lambda: nn.MaxPool2d(2, 3, 1, ceil_mode=True)),
+             ("avgpool ceil_mode", lambda: nn.AvgPool2d(3, 2, ceil_mode=True)),
+             ("avgpool ceil_mode padded no pad count",
+              lambda: nn.AvgPool2d((3, 2), (2, 3), 1, ceil_mode=True, count_include_pad=False)),
+             ("avgpool padded no pad count",
+              lambda: nn.AvgPool2d(3, 1, 1, count_include_pad=False)),
+             ("avgpool divisor_override", lambda: nn.AvgPool2d(2, divisor_override=3)),
              ("adaptive", lambda: nn.AdaptiveAvgPool2d((2, None))),
              ("global mean", lambda: Fn(lambda m, a, b: a.mean((-2, -1), keepdim=True)))]
     mods = [("conv %s" % kw, lambda kw=kw: ConvArgs(**kw)) for kw in ok] + pools
@@ -1610,13 +1649,10 @@ def check_conv_args(S, fx2sg):
         args = [x["x"]] + ([torch.zeros(1)] if isinstance(m, Fn) else [])
         S.report("api " + label, export_and_run(S, fx2sg, m, args))
     bad = [("same even kernel", lambda: ConvArgs(kernel_size=2, padding="same"), "asymmetric"),
-           ("ceil_mode", lambda: nn.MaxPool2d(3, 2, ceil_mode=True), "ceil_mode=True"),
            ("return_indices", lambda: nn.MaxPool2d(2, return_indices=True), "return_indices"),
            ("maxpool dilation", lambda: nn.MaxPool2d(2, dilation=2), "dilation"),
-           ("avg ceil_mode", lambda: nn.AvgPool2d(3, 2, ceil_mode=True), "ceil_mode=True"),
-           ("count_include_pad", lambda: nn.AvgPool2d(3, 1, 1, count_include_pad=False),
-            "count_include_pad=False"),
-           ("divisor_override", lambda: nn.AvgPool2d(2, divisor_override=3), "divisor_override=3"),
+           ("avgpool3d divisor_override", lambda: nn.AvgPool3d(2, divisor_override=3),
+            "divisor_override=3"),
            ("pool3d ceil_mode", lambda: nn.MaxPool3d(2, ceil_mode=True), "ceil_mode=True"),
            ("conv3d same, even depth", lambda: nn.Conv3d(4, 4, (2, 3, 3), padding="same"),
             "symmetric"),
