@@ -202,7 +202,8 @@ class Interps(nn.Module):
     nn.Upsample, by fractional factors up and down (PyTorch's float
     source index), nearest-exact; area (adaptive average pooling) in 2-D
     and 1-D; bicubic up (by a factor, to a size with align_corners) and
-    down."""
+    down; antialiased bilinear and bicubic, down to a size and by a
+    factor, up, and with align_corners."""
 
     def __init__(self):
         super().__init__()
@@ -233,7 +234,14 @@ class Interps(nn.Module):
         u = F.interpolate(h, scale_factor=2, mode="bicubic")                # [2, 3, 10, 8]
         v = F.interpolate(h, size=(7, 6), mode="bicubic", align_corners=True)
         w = F.interpolate(a, size=(4, 3), mode="bicubic")
-        return (u * a).mean((2, 3)) + v.amax((2, 3)) + w.sum((2, 3))
+        return (u * a).mean((2, 3)) + v.amax((2, 3)) + w.sum((2, 3)) + self.antialiased(h, a)
+
+    def antialiased(self, h, a):
+        p = F.interpolate(a, size=(3, 5), mode="bilinear", antialias=True)
+        r = F.interpolate(a, scale_factor=0.45, mode="bicubic", antialias=True)   # [2, 3, 4, 3]
+        t = F.interpolate(h, scale_factor=1.6, mode="bilinear", antialias=True)   # up
+        u = F.interpolate(a, size=(4, 3), mode="bilinear", antialias=True, align_corners=True)
+        return p.sum((2, 3)) + r.mean((2, 3)) + t.amax((2, 3)) + u.sum((2, 3))
 
 
 def interps():
