@@ -417,11 +417,15 @@ class Scans(nn.Module):
     Face's position ids (mask.long().cumsum(-1) - 1), cumprod; topk as a
     mixture-of-experts router takes it (values and indices, the smallest
     too); sort (descending, with ties, the values' gradient through it)
-    and argsort (stable, along dim 0)."""
+    and argsort (stable, along dim 0); advanced indexing: a table param
+    by an index buffer (a Swin block's relative position bias), a
+    sequence classifier's logits at each row's last position."""
 
     def __init__(self):
         super().__init__()
         self.emb = nn.Embedding(9, 4)
+        self.table = nn.Parameter(torch.randn(5, 2))
+        self.register_buffer("rel", torch.arange(21).reshape(3, 7) % 10 - 5)
 
     def forward(self, x, mask):
         r = (x * 2).floor()                               # ties
@@ -433,9 +437,11 @@ class Scans(nn.Module):
         lo, le = x.topk(3, dim=0, largest=False, sorted=False)
         sv, si = torch.sort(r + x * 0.01, dim=1, descending=True)
         ss = x.sort()[0] + torch.argsort(r, dim=0, stable=True).float().mean(0)
+        last = x[torch.arange(3), mask.long().sum(1) - 1]            # [3]
         return (c + self.emb(pos.clamp(min=0)).sum(-1)) * vals[:, None] + \
             (i + j + r.argmax())[:, None].float() + (w * e).sum(-1, keepdim=True) + \
-            lo.sum(0) * le.float().mean() + sv * ss + si.float() * 0.01
+            lo.sum(0) * le.float().mean() + sv * ss + si.float() * 0.01 + \
+            self.table[self.rel].prod(-1) + last[:, None]
 
 
 def scans():
@@ -754,7 +760,19 @@ API_CASES = [
     ("dict outputs", lambda m, x, y: {"a": x + 1, "b": y * 2}, g(3, 4), g(4), None),
     ("returns an input and a param", lambda m, x, y: (x, m.w, x * m.w), g(3), g(1), {"w": g(3)}),
     ("frozen param is const", lambda m, x, y: x * m.w.detach() + m.buf, g(3), g(1), {"w": g(3)}),
-    # NaN sorts last (first descending), infinities in place, ties stably
+    # advanced indexing: indices broadcast, negative ones wrapped; the
+    # result's dims in place of adjacent indexed dims, else first
+    ("index by tensors", lambda m, x, y: (x[y], x[:, y], x[y, :, y.flip(1)], x[..., [0, -2]],
+                                          x[0, :, y], x[[1, -1], 1:3, [0, 2]], x[:, None, y],
+                                          x[y[0], 1, 1:]),
+     g(3, 4, 5), torch.tensor([[0, 2, -1], [1, 1, 0]]), None),
+    ("prod", lambda m, x, y: (x.prod(1), torch.prod(x), x.prod(0, keepdim=True), y.prod(-1)),
+     torch.tensor([[1.5, -2.0, 0.5, 3.0, 1.0], [0.0, 4.0, -1.0, 2.0, 0.5],
+                   [2.0, 2.0, 2.0, -0.5, 1.25]]), torch.tensor([[2, -3, 1], [4, 0, 5]]), None),
+    ("index by a constant", lambda m, x, y: (x[:, torch.tensor([True, False, True, True])],
+                                             x.t()[torch.tensor([3, 0])],
+                                             torch.index_select(x, 1, torch.tensor([2, 0]))),
+     g(2, 4), g(1), None),
     ("sort with NaN, inf and ties", lambda m, x, y: (
         torch.sort(x)[0], torch.sort(x)[1], torch.sort(x, stable=True, dim=0, descending=True)[0],
         torch.sort(x, stable=True, dim=0, descending=True)[1],
@@ -1511,6 +1529,38 @@ class AutocastRegion(nn.Module):
             return self.l(x)
 
 
+class Dashed(nn.Module):
+    """Submodules named as torchvision's RegNet names its blocks."""
+
+    def __init__(self):
+        super().__init__()
+        self.add_module("block1-0", nn.Linear(3, 4))
+        self.add_module("block1-1", nn.Linear(4, 2))
+
+    def forward(self, x):
+        return getattr(self, "block1-1")(torch.tanh(getattr(self, "block1-0")(x)))
+
+
+def check_renamed_params(S, fx2sg):
+    """A state_dict name that is not a .sg value name (block1-0.weight)
+    becomes one (block1_0.weight) in the program and the params file,
+    with a warning naming it."""
+    m = Dashed().eval()
+    x = torch.randn(5, 3, generator=GEN)
+    ex = fx2sg.export(m, [x])
+    why = None
+    if sorted(ex.params) != ["block1_0.bias", "block1_0.weight", "block1_1.bias",
+                             "block1_1.weight"]:
+        why = "params file names %s" % sorted(ex.params)
+    elif not any("'block1-0.weight' is %block1_0.weight" in w for w in ex.warnings):
+        why = "no warning names the renaming: %s" % ex.warnings
+    else:
+        out, why = run_export(S, ex, "dashed")
+        with torch.no_grad():
+            why = why or compare(out["out"], m(x), atol=1e-5, rtol=1e-4)
+    S.report("api names renamed to .sg names", why)
+
+
 def check_small_ops(S, fx2sg):
     """alpha of add, sub and rsub (rsub scales its input, not other; with
     a number the product is a number), &, |, ^ and the logical_ ops,
@@ -1890,6 +1940,7 @@ def main():
     check_conv_args(S, fx2sg)
     check_inplace(S, fx2sg)
     check_small_ops(S, fx2sg)
+    check_renamed_params(S, fx2sg)
     check_sample(S)
     check_sample_files(S)
     S.finish()
