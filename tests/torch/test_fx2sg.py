@@ -766,6 +766,7 @@ API_CASES = [
                                           x[0, :, y], x[[1, -1], 1:3, [0, 2]], x[:, None, y],
                                           x[y[0], 1, 1:]),
      g(3, 4, 5), torch.tensor([[0, 2, -1], [1, 1, 0]]), None),
+    ("constant filled in place", lambda m, x, y: _filled_mask(x, y), g(2, 3, 4), g(4), None),
     ("prod", lambda m, x, y: (x.prod(1), torch.prod(x), x.prod(0, keepdim=True), y.prod(-1)),
      torch.tensor([[1.5, -2.0, 0.5, 3.0, 1.0], [0.0, 4.0, -1.0, 2.0, 0.5],
                    [2.0, 2.0, 2.0, -0.5, 1.25]]), torch.tensor([[2, -3, 1], [4, 0, 5]]), None),
@@ -794,6 +795,15 @@ if HAVE_SDPA:
             F.scaled_dot_product_attention(x, y, y, attn_mask=m.bias)),
          g(2, 5, 8), g(2, 5, 8), None),
     ]
+
+
+def _filled_mask(x, y):
+    """A constant built in forward by in-place fills of a new tensor's
+    slices (a Swin block's shifted-window mask), read after the fills."""
+    mask = x.new_zeros(x.shape[-2:])
+    mask[:2, 1:3].fill_(1.0)
+    mask[2:].fill_(-1.0)
+    return x * mask + torch.roll(y, 1, 0)
 
 
 def _inplace(x, y):
@@ -870,9 +880,9 @@ def _data_dependent(m, x, y):
 
 def check_errors(S, fx2sg):
     """What fx2sg refuses, and how it says so."""
-    def expect(label, fn, exc, needle):
+    def expect(label, fn, exc, needle, trace="auto"):
         try:
-            fx2sg.export(Fn(fn), {"x": g(3), "y": g(3)})
+            fx2sg.export(Fn(fn), {"x": g(3), "y": g(3)}, trace=trace)
         except Exception as e:  # noqa: BLE001
             if type(e).__name__ != exc:
                 S.report(label, "raised %s (%s), expected %s" % (type(e).__name__, e, exc))
@@ -907,8 +917,10 @@ def check_errors(S, fx2sg):
     S.report("bf16 module with --loss mse exports", why)
     expect("error: dropout with training=True", lambda m, x, y: F.dropout(x, 0.5, True),
            "Error", "training=True")
+    # (torch.export turns the legacy argument into reduction='sum' itself)
     expect("error: an argument fx2sg drops is named",
-           lambda m, x, y: F.mse_loss(x, y, size_average=False), "Error", "size_average=False")
+           lambda m, x, y: F.mse_loss(x, y, size_average=False), "Error", "size_average=False",
+           trace="fx")
     expect("error: an out= argument is named",
            lambda m, x, y: torch.add(x, y, out=torch.empty(3)), "Error", "out=")
     if not HAVE_SDPA:
