@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""models_vision.py - torchvision's resnet18 and r3d_18 (video) and timm's ViT-tiny exported
+"""models_vision.py - torchvision's resnet18, r3d_18 (video) and swin_t and timm's ViT-tiny exported
 by fx2sg (--trace=export), trained 3 AdamW steps in the generated code and
 in the interpreter, against PyTorch eager.
 
@@ -24,6 +24,10 @@ Per model, at a small size (no pretrained weights, no network):
              (near-zero gradients: 7 of 33M in the CPU interpreter) move the
              3rd step's layer4 statistics by 1-2%, where the first step's are
              equal to 2e-7
+  swin_t     torchvision.models.swin_t(num_classes=10, stochastic_depth_prob=0),
+             x f32[4, 3, 64, 64] (windows larger than the late stages' maps,
+             so padded; the shifted windows' mask built in place and folded,
+             the relative position bias an advanced index, torch.roll)
 with cross_entropy against random labels and `optimizer adamw(lr=0.001)`:
   1. fx2sg's export (torch.export), the .sg and params written to DIR/NAME/;
   2. sgc -O2 --main, nvcc -arch=sm_90, the driver run with --steps 3;
@@ -70,8 +74,10 @@ def make_models():
                     (4, 3, 64, 64), STEPS))
         out.append(("r3d18", lambda: torchvision.models.video.r3d_18(num_classes=10), True,
                     (4, 3, 8, 48, 48), 1))
+        out.append(("swin_t", lambda: torchvision.models.swin_t(
+            num_classes=10, stochastic_depth_prob=0.0), False, (4, 3, 64, 64), STEPS))
     except ImportError as e:
-        out += [("resnet18", e, True, None, 0), ("r3d18", e, True, None, 0)]
+        out += [(n, e, True, None, 0) for n in ("resnet18", "r3d18", "swin_t")]
     try:
         import timm
         torch.manual_seed(0)
