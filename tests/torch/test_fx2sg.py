@@ -509,9 +509,34 @@ def view_writes():
     return ViewWrites()
 
 
+class Windows(nn.Module):
+    """Sliding windows: F.unfold (im2col, as timm's VOLO and TNT take
+    patches) with padding, stride and dilation, nn.Unfold, F.fold summing
+    overlapping windows back, Tensor.unfold's windows along a dim."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(2, 3, 7, 6))
+        self.unf = nn.Unfold(2, stride=2)
+
+    def forward(self, x):
+        h = x * self.w                                                  # [N, 3, 7, 6]
+        cols = F.unfold(h, (3, 2), dilation=(1, 2), padding=1, stride=(2, 1))   # [N, 18, 16]
+        back = F.fold(cols * 0.5, (7, 6), (3, 2), dilation=(1, 2), padding=1, stride=(2, 1))
+        seq = h.flatten(2).unfold(-1, 5, 3)                             # [N, 3, 13, 5]
+        return cols.mean(1)[:, :8] + back.sum((1, 2))[:, :6].repeat(1, 2)[:, :8] + \
+            seq.amax(-1)[..., :8].sum(1) + self.unf(h).sum(1)[:, :6].sum(-1, keepdim=True)
+
+
+def windows():
+    torch.manual_seed(16)
+    return Windows()
+
+
 MODELS = [
     # name (of the factory), factory, --input flags, loss for the gradient test
     ("view_writes", view_writes, ["x=f32[3,5]"], "mse"),
+    ("windows", windows, ["x=f32[2,3,7,6]"], "mse"),
     ("conv_misc", conv_misc, ["x=f32[2,4,8]"], "mse"),
     ("decoder", decoder, ["x=f32[2,4,4,5]"], "mse"),
     ("scans", scans, ["x=f32[3,7]", "mask=bool[3,7]"], "mse"),
