@@ -7,9 +7,10 @@ the GPU machine: torch 2.x with transformers, nvcc, no network).
 For each of LlamaForCausalLM (grouped-query heads: 4 query over 2
 key/value), MistralForCausalLM (multi-query: 1 key/value head, a sliding
 window of 4 keys shorter than the sequence, so a real mask) and
-Qwen2ForCausalLM (q/k/v biases) and GPT2LMHeadModel (tied LM head,
-Conv1D projections), each at a tiny config built from a config object (no
-download), f32:
+Qwen2ForCausalLM (q/k/v biases), MixtralForCausalLM (4 experts, top 2;
+exported with its experts as batched products) and GPT2LMHeadModel (tied
+LM head, Conv1D projections), each at a tiny config built from a config
+object (no download), f32:
 
   1. fx2sg --trace=export --loss cross_entropy --optimizer 'adamw(lr=...)'
      of a wrapper giving the logits as [B*T, vocab], with random token ids;
@@ -32,7 +33,7 @@ with PASS or FAIL; exit 0 when all passed.  Environment: SGC (the sgc
 binary), SGRT_FLAGS (nvcc flags to link libsgrt), NVCC, MODELS_RUNS (the
 runs to do, space-separated; default all).
 
-The module factories (llama, mistral, qwen2, gpt2, llama_bvt, gpt2_bvt)
+The module factories (llama, mistral, qwen2, mixtral, gpt2, llama_bvt, gpt2_bvt)
 are also fx2sg's MODULE_SPEC targets: tests/gpu/models_llama.py:llama.
 """
 import os
@@ -78,6 +79,14 @@ def qwen2():
     return _make("Qwen2ForCausalLM", "Qwen2Config", num_key_value_heads=2)
 
 
+def mixtral():
+    """MixtralForCausalLM: 4 experts, 2 a token (top-2 router); fx2sg runs
+    its experts as batched products (the eager steps keep transformers'
+    default grouping: the same sums)."""
+    return _make("MixtralForCausalLM", "MixtralConfig", num_key_value_heads=2,
+                 num_local_experts=4, num_experts_per_tok=2)
+
+
 def gpt2():
     """GPT2LMHeadModel: learned positions, Conv1D (addmm) projections,
     GELU(tanh), the LM head tied to the token embedding; dropouts at 0 so
@@ -112,12 +121,12 @@ def gpt2_bvt():
     return LogitsBVT(gpt2())
 
 
-MODELS = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "gpt2": gpt2,
+MODELS = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "mixtral": mixtral, "gpt2": gpt2,
           "llama_bvt": llama_bvt, "gpt2_bvt": gpt2_bvt}
 # The runs: each model at B, T; NAME_dims: NAME_bvt exported with --dim
 # B=input_ids:0 --dim T=input_ids:1 at B, T, run (sgc run -D, the CUDA
 # compiled with -D) and compared with eager at DIMS_AT.
-RUNS = ["llama", "mistral", "qwen2", "gpt2", "llama_dims", "gpt2_dims"]
+RUNS = ["llama", "mistral", "qwen2", "mixtral", "gpt2", "llama_dims", "gpt2_dims"]
 DIMS_AT = {"B": 3, "T": 13}
 
 
