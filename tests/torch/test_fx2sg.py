@@ -533,10 +533,46 @@ def windows():
     return Windows()
 
 
+class LongTail(nn.Module):
+    """Ops fx2sg writes with sgc's pointwise, reduction and shape ops, with
+    gradients: losses computed inside forward (BCE with logits and
+    pos_weight, smooth L1, Huber, KL divergence, NLL), nn.PReLU,
+    logsigmoid, lerp, addcmul, hypot, logaddexp, remainder, cosine
+    similarity, pairwise distance, diagonal and trace, movedim, tile,
+    diff."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4))
+        self.act = nn.PReLU(3)
+
+    def forward(self, x):
+        h = x @ self.w                                               # [N, 3, 4]
+        p = self.act(h)
+        y = h.flip(-1).sigmoid()
+        losses = torch.stack([
+            F.binary_cross_entropy_with_logits(h, y, pos_weight=torch.full((4,), 2.0)),
+            F.smooth_l1_loss(h, p, beta=0.3), F.huber_loss(h, y, delta=0.5),
+            F.kl_div(F.log_softmax(h, -1), F.softmax(p, -1), reduction="batchmean"),
+            F.nll_loss(F.log_softmax(h, 1), torch.tensor([[0, 1, 2, 0]]).expand(x.shape[0], 4))])
+        e = torch.lerp(h, p, 0.25) + torch.addcmul(h, p, y, value=0.5) + torch.hypot(h, y) + \
+            torch.logaddexp(h, p) + F.logsigmoid(h) + torch.remainder(h, 0.7)
+        c = F.cosine_similarity(h, p, dim=-1) + F.pairwise_distance(h, p)
+        d = torch.diagonal(h[:, :, :3], dim1=1, dim2=2).sum(1) + torch.trace(self.w)
+        t = torch.movedim(h, 2, 0).tile((1, 2, 1)).diff(dim=0).mean((0, 2))   # [2N]
+        return e.mean((1, 2)) + c.sum(1) + d + losses.sum() + t[:x.shape[0]]
+
+
+def long_tail():
+    torch.manual_seed(17)
+    return LongTail()
+
+
 MODELS = [
     # name (of the factory), factory, --input flags, loss for the gradient test
     ("view_writes", view_writes, ["x=f32[3,5]"], "mse"),
     ("windows", windows, ["x=f32[2,3,7,6]"], "mse"),
+    ("long_tail", long_tail, ["x=f32[2,3,4]"], "mse"),
     ("conv_misc", conv_misc, ["x=f32[2,4,8]"], "mse"),
     ("decoder", decoder, ["x=f32[2,4,4,5]"], "mse"),
     ("scans", scans, ["x=f32[3,7]", "mask=bool[3,7]"], "mse"),
@@ -822,6 +858,47 @@ API_CASES = [
                                           x[0, :, y], x[[1, -1], 1:3, [0, 2]], x[:, None, y],
                                           x[y[0], 1, 1:]),
      g(3, 4, 5), torch.tensor([[0, 2, -1], [1, 1, 0]]), None),
+    ("rounding and remainders", lambda m, x, y: (
+        torch.trunc(x * 3), torch.frac(x * 3), torch.round(x * 4), torch.round(x, decimals=1),
+        torch.remainder(x * 5, 1.5), torch.fmod(x * 5, -1.5), torch.div(x * 5, 2, rounding_mode="trunc"),
+        y % 3, torch.remainder(y, -3), torch.fmod(y, 3), y // -2, torch.div(y, 2, rounding_mode="trunc"),
+        torch.floor_divide(y, torch.tensor([2, -3, 4, 5, -1]))),
+     torch.tensor([[-1.25, -0.5, 0.5, 1.5, 2.5], [0.125, -2.5, 3.75, -0.0, 0.7]]),
+     torch.tensor([-7, -6, 0, 5, 8]), None),
+    ("tests of values", lambda m, x, y: (
+        torch.isnan(x), torch.isinf(x), torch.isfinite(x), torch.isposinf(x), torch.isneginf(x),
+        torch.nan_to_num(x), torch.nan_to_num(x, 1.0, 2.0, -3.0), x.isfinite().all(),
+        (x > 0).any(1), torch.all(x > -5, dim=0, keepdim=True), torch.count_nonzero(y),
+        torch.count_nonzero(x, dim=1)),
+     torch.tensor([[1.0, NAN, INF, -INF, 0.0], [2.0, -1.0, 0.0, 3.0, NAN]]),
+     torch.tensor([0, 3, 0, 1]), None),
+    ("pointwise compositions", lambda m, x, y: (
+        torch.lerp(x, y, 0.3), torch.lerp(x, y, x.sigmoid()), torch.addcmul(x, x, y, value=0.5),
+        torch.addcdiv(x, x, y.abs() + 1), torch.hypot(x, y), torch.logaddexp(x, y),
+        F.softsign(x), F.tanhshrink(x), F.logsigmoid(x * 30), F.threshold(x, 0.1, -2.0),
+        F.one_hot(torch.tensor([[0, 2], [3, 1]]), 5), F.one_hot(torch.tensor([1, 0]))),
+     g(3, 4), g(3, 4), None),
+    ("losses", lambda m, x, y: (
+        F.l1_loss(x, y), F.smooth_l1_loss(x, y, beta=0.5), F.huber_loss(x, y, delta=0.7),
+        F.l1_loss(x, y, reduction="none"), F.smooth_l1_loss(x, y, reduction="sum"),
+        F.binary_cross_entropy_with_logits(x, y.sigmoid()),
+        F.binary_cross_entropy_with_logits(x, y.sigmoid(), pos_weight=torch.tensor([1., 2., 3., .5]),
+                                           reduction="sum"),
+        F.binary_cross_entropy(x.sigmoid(), y.sigmoid(), reduction="none"),
+        F.nll_loss(F.log_softmax(x, 1), torch.tensor([1, 3, 0])),
+        F.nll_loss(F.log_softmax(x, 1), torch.tensor([1, -100, 0]), reduction="sum"),
+        F.kl_div(F.log_softmax(x, 1), F.softmax(y, 1), reduction="batchmean"),
+        F.kl_div(F.log_softmax(x, 1), F.log_softmax(y, 1), reduction="sum", log_target=True)),
+     g(3, 4), g(3, 4), None),
+    ("shape compositions", lambda m, x, y: (
+        torch.movedim(x, 0, -1), torch.moveaxis(x, [0, 1], [1, 0]), x.tile((2,)),
+        torch.tile(x, (2, 1, 1)), torch.hstack([x, x]), torch.vstack([y, y]),
+        torch.dstack([x[0], x[1]]), torch.column_stack([y, y]), torch.tensor_split(x, 2, dim=2),
+        torch.tensor_split(y, [1, 3]), torch.outer(y, y[:3]), torch.diagonal(x, 1, 1, 2),
+        torch.diag(x[0]), torch.diag(y), torch.diag(y, -1), torch.trace(x[1]),
+        torch.diff(x, dim=1), torch.diff(y, n=2), F.cosine_similarity(x, x.flip(1), dim=2),
+        F.pairwise_distance(x[0], x[1]), F.pairwise_distance(x[0], x[1], p=1, keepdim=True)),
+     g(2, 3, 4), g(4), None),
     ("constant filled in place", lambda m, x, y: _filled_mask(x, y), g(2, 3, 4), g(4), None),
     ("prod", lambda m, x, y: (x.prod(1), torch.prod(x), x.prod(0, keepdim=True), y.prod(-1)),
      torch.tensor([[1.5, -2.0, 0.5, 3.0, 1.0], [0.0, 4.0, -1.0, 2.0, 0.5],
