@@ -899,6 +899,8 @@ API_CASES = [
         torch.diff(x, dim=1), torch.diff(y, n=2), F.cosine_similarity(x, x.flip(1), dim=2),
         F.pairwise_distance(x[0], x[1]), F.pairwise_distance(x[0], x[1], p=1, keepdim=True)),
      g(2, 3, 4), g(4), None),
+    ("uniform constant is a statement", lambda m, x, y: x * torch.ones_like(x) +
+     torch.full((3,), 2.0) + torch.zeros(2, 3).sum(0), g(3), g(1), None),
     ("constant filled in place", lambda m, x, y: _filled_mask(x, y), g(2, 3, 4), g(4), None),
     ("prod", lambda m, x, y: (x.prod(1), torch.prod(x), x.prod(0, keepdim=True), y.prod(-1)),
      torch.tensor([[1.5, -2.0, 0.5, 3.0, 1.0], [0.0, 4.0, -1.0, 2.0, 0.5],
@@ -1005,6 +1007,9 @@ def check_api(S, fx2sg):
             decl = [l.split()[:2] for l in ex.sg.splitlines()]
             if ["const", "%w"] not in decl or ["const", "%buf"] not in decl:
                 why = "frozen param and buffer are not consts:\n" + ex.sg
+        if not why and label == "uniform constant is a statement" and (
+                "const %" in ex.sg or "full(" not in ex.sg):
+            why = "a uniform constant is not a full statement:\n" + ex.sg
         if not why and label == "constants folded" and "const %" not in ex.sg:
             why = "no const in:\n" + ex.sg
         S.report("api " + label, why)
