@@ -920,6 +920,19 @@ API_CASES = [
                                           x.sort(0), torch.sort(x[:1], 0)),
      torch.tensor([[3, 1, 3, -2, 0, 1], [1, 1, 5, 0, -7, 3]]), g(1), None),
 ]
+def _masked_setitem(x, y):
+    """x[mask] = value, as torch.export records it (index_put_): torch.fx
+    cannot trace a setitem."""
+    h = x * 2
+    h[h > 1] = 0.5
+    z = x + 1
+    z[x[:, 0] < 0] = -1.0
+    return h + z
+
+
+if HAVE_EXPORT:
+    API_CASES += [("setitem under a bool mask", lambda m, x, y: _masked_setitem(x, y),
+                   g(4, 3), g(1), None)]
 if HAVE_SDPA:
     API_CASES += [
         ("sdpa", lambda m, x, y: (F.scaled_dot_product_attention(x, y, y),
