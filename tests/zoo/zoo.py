@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""zoo.py - model zoos through fx2sg: each model exported (--trace auto:
+torch.export, else torch.fx) and run forward by `sgc run`, its output
+against PyTorch eager on the CPU.  A check of coverage, not a test suite:
+it needs torch 2.x with torchvision, timm and transformers (no network:
+models are built from their configs, no pretrained weights), which CI's
+Debian torch lacks.  docs/models.md gives the last results.
+
+    python3 tests/zoo/zoo.py PATH/TO/sgc [torchvision] [timm] [hf] [NAME...]
+
+torchvision's classifiers at batch 1, 64x64 (224 for the transformers,
+299 for Inception v3), 10 classes; timm's models at their native input
+size; Hugging Face's language models from small configs (hidden 32, 2
+layers, 4 heads, vocab 100), input_ids [2, 8], their logits.  Prints
+PASS or FAIL per model (max error bound 1e-4 absolute plus 1e-3
+relative) and `N passed, M failed`; exit 1 when any failed.
+"""
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "torch"))
+sys.path.insert(0, os.path.join(HERE, "..", "py"))
+
+TORCHVISION = ["squeezenet1_0", "googlenet", "mobilenet_v2", "mobilenet_v3_small",
+               "shufflenet_v2_x0_5", "mnasnet0_5", "efficientnet_b0", "efficientnet_v2_s",
+               "densenet121", "regnet_y_400mf", "regnet_x_400mf", "resnext50_32x4d",
+               "wide_resnet50_2", "convnext_tiny", "inception_v3", "vit_b_16", "maxvit_t",
+               "swin_t", "swin_v2_t", "resnet18", "alexnet", "vgg11_bn"]
+TIMM = ["resnet50d", "efficientnet_b0", "convnext_atto", "deit_tiny_patch16_224",
+        "levit_128s", "poolformer_s12", "mixer_s16_224", "regnetx_002", "mobilevit_xxs",
+        "cait_xxs24_224", "coat_lite_tiny", "crossvit_tiny_240", "eva02_tiny_patch14_224",
+        "beit_base_patch16_224", "xcit_nano_12_p16_224", "ghostnet_100", "efficientformer_l1",
+        "fastvit_t8", "swin_tiny_patch4_window7_224", "maxvit_tiny_tf_224", "coatnet_0_rw_224",
+        "nfnet_f0", "dm_nfnet_f0", "hrnet_w18_small", "dla34", "res2net50_14w_8s",
+        "skresnet18", "cspresnet50", "rexnet_100", "mobilenetv4_conv_small",
+        "edgenext_xx_small", "efficientvit_b0", "focalnet_tiny_srf", "gcvit_xxtiny",
+        "nest_tiny", "pit_ti_224", "pvt_v2_b0", "twins_svt_small", "visformer_tiny",
+        "convmixer_768_32", "davit_tiny", "hiera_tiny_224", "repvit_m0_9",
+        "inception_next_tiny", "caformer_s18", "hgnet_tiny", "dpn68", "sequencer2d_s",
+        "volo_d1_224", "tnt_s_patch16_224"]
+# (config class, model class, attention implementation)
+HF = [("BertConfig", "BertForMaskedLM", "sdpa"), ("RobertaConfig", "RobertaForMaskedLM", "sdpa"),
+      ("XLMRobertaConfig", "XLMRobertaForMaskedLM", "eager"),
+      ("DistilBertConfig", "DistilBertForMaskedLM", "sdpa"),
+      ("AlbertConfig", "AlbertForMaskedLM", "sdpa"),
+      ("ElectraConfig", "ElectraForMaskedLM", "sdpa"), ("MPNetConfig", "MPNetForMaskedLM", "eager"),
+      ("DebertaV2Config", "DebertaV2ForMaskedLM", "eager"),
+      ("GPT2Config", "GPT2LMHeadModel", "sdpa"), ("GPTJConfig", "GPTJForCausalLM", "eager"),
+      ("CodeGenConfig", "CodeGenForCausalLM", "eager"),
+      ("GPTNeoXConfig", "GPTNeoXForCausalLM", "sdpa"), ("OPTConfig", "OPTForCausalLM", "sdpa"),
+      ("BloomConfig", "BloomForCausalLM", "eager"), ("FalconConfig", "FalconForCausalLM", "eager"),
+      ("PhiConfig", "PhiForCausalLM", "sdpa"), ("GemmaConfig", "GemmaForCausalLM", "sdpa"),
+      ("Gemma2Config", "Gemma2ForCausalLM", "eager"), ("Qwen3Config", "Qwen3ForCausalLM", "sdpa"),
+      ("MistralConfig", "MistralForCausalLM", "sdpa"),
+      ("StableLmConfig", "StableLmForCausalLM", "sdpa"),
+      ("Starcoder2Config", "Starcoder2ForCausalLM", "eager"),
+      ("OlmoConfig", "OlmoForCausalLM", "eager"), ("MixtralConfig", "MixtralForCausalLM", "eager"),
+      ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", "eager")]
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+             vocab_size=100, max_position_embeddings=64, n_embd=32, n_layer=2, n_head=4,
+             num_key_value_heads=2, head_dim=8, n_positions=64, rotary_dim=8,
+             word_embed_proj_dim=32, ffn_dim=64)
+
+
+def torchvision_model(name):
+    import torch
+    import torchvision.models as tvm
+    kw = dict(aux_logits=False, init_weights=True) if name in ("googlenet", "inception_v3") \
+        else {}
+    size = 299 if name == "inception_v3" else 224 if name.startswith(("vit", "swin", "maxvit")) \
+        else 64
+    return getattr(tvm, name)(num_classes=10, **kw), [torch.randn(1, 3, size, size)]
+
+
+def timm_model(name):
+    import timm
+    import torch
+    m = timm.create_model(name, pretrained=False, num_classes=10)
+    size = (getattr(m, "pretrained_cfg", None) or {}).get("input_size", (3, 224, 224))[-1]
+    return m, [torch.randn(1, 3, size, size)]
+
+
+class Logits:
+    """A language model's logits for input_ids alone."""
+
+    def __new__(cls, m):
+        import torch
+
+        class W(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = m
+
+            def forward(self, input_ids):
+                return self.m(input_ids=input_ids).logits
+        return W()
+
+
+def hf_model(spec):
+    import torch
+    import transformers
+    cfg_name, cls_name, attn = spec
+    cfg = getattr(transformers, cfg_name)()
+    for k, v in SMALL.items():
+        if hasattr(cfg, k):
+            try:
+                setattr(cfg, k, v)
+            except AttributeError:
+                pass        # a property (Falcon's head_dim)
+    cfg._attn_implementation = attn
+    return Logits(getattr(transformers, cls_name)(cfg)), [torch.randint(0, 100, (2, 8))]
+
+
+def main(argv):
+    if len(argv) < 2:
+        sys.exit(__doc__)
+    sgc, picks = argv[1], argv[2:]
+    sys.argv = [argv[0], sgc]       # _common's Suite reads sgc's path from argv
+    import torch
+    import test_fx2sg as t
+    import stio
+    from _common import Suite, compare
+    t.stio, t.compare = stio, compare
+    fx = t.load_fx2sg()
+    zoos = [z for z in picks if z in ("torchvision", "timm", "hf")] or ["torchvision", "timm",
+                                                                       "hf"]
+    names = [p for p in picks if p not in ("torchvision", "timm", "hf")]
+    todo = [("torchvision", n, torchvision_model) for n in TORCHVISION] + \
+        [("timm", n, timm_model) for n in TIMM] + \
+        [("hf", s, hf_model) for s in HF]
+    S = Suite("zoo")
+    for zoo, spec, make in todo:
+        label = spec[1] if isinstance(spec, tuple) else spec
+        if zoo not in zoos or (names and label not in names):
+            continue
+        t0 = time.time()
+        torch.manual_seed(0)
+        try:
+            m, args = make(spec)
+            m = m.eval()
+        except ImportError as e:
+            S.report("%s %s" % (zoo, label), "not available: %s" % e)
+            continue
+        try:
+            ex = fx.export(m, args)
+        except fx.Error as e:
+            S.report("%s %s" % (zoo, label), "export: %s" % e)
+            continue
+        out, why = t.run_export(S, ex, label)
+        if not why:
+            with torch.no_grad():
+                why = compare(out["out"], m(*args), atol=1e-4, rtol=1e-3)
+        S.report("%s %s (%.0f s)" % (zoo, label, time.time() - t0), why)
+    S.finish()
+
+
+if __name__ == "__main__":
+    main(sys.argv)
