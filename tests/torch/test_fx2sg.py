@@ -1553,6 +1553,16 @@ class InplaceView(nn.Module):
         return y
 
 
+class InplaceNestedView(nn.Module):
+    """A write into a view of a view, both read afterwards."""
+
+    def forward(self, x):
+        h = x * 1
+        v = h[0:2]
+        v[:, 1].zero_()
+        return v * 2 + h[1:3]
+
+
 class InplaceViewLater(nn.Module):
     def forward(self, x):
         y = x * 1
@@ -1884,6 +1894,8 @@ def check_inplace(S, fx2sg):
     # a write into a slice is a new value of the whole tensor; through
     # other views (a reshape read later) it is an Error
     S.report("api in place on a slice of it", export_and_run(S, fx2sg, InplaceView(), [x.clone()]))
+    S.report("api in place on a slice of a slice, both read after",
+             export_and_run(S, fx2sg, InplaceNestedView(), [x.clone()]))
     for name, m in (("a view read later", InplaceViewLater()),):
         try:
             fx2sg.export(m, [x.clone()])
