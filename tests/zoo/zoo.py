@@ -19,6 +19,8 @@ import os
 import sys
 import time
 
+import torch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "torch"))
 sys.path.insert(0, os.path.join(HERE, "..", "py"))
@@ -65,7 +67,6 @@ SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interme
 
 
 def torchvision_model(name):
-    import torch
     import torchvision.models as tvm
     kw = dict(aux_logits=False, init_weights=True) if name in ("googlenet", "inception_v3") \
         else {}
@@ -76,30 +77,23 @@ def torchvision_model(name):
 
 def timm_model(name):
     import timm
-    import torch
     m = timm.create_model(name, pretrained=False, num_classes=10)
     size = (getattr(m, "pretrained_cfg", None) or {}).get("input_size", (3, 224, 224))[-1]
     return m, [torch.randn(1, 3, size, size)]
 
 
-class Logits:
+class Logits(torch.nn.Module):
     """A language model's logits for input_ids alone."""
 
-    def __new__(cls, m):
-        import torch
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
 
-        class W(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.m = m
-
-            def forward(self, input_ids):
-                return self.m(input_ids=input_ids).logits
-        return W()
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids).logits
 
 
 def hf_model(spec):
-    import torch
     import transformers
     cfg_name, cls_name, attn = spec
     cfg = getattr(transformers, cfg_name)()
@@ -118,7 +112,6 @@ def main(argv):
         sys.exit(__doc__)
     sgc, picks = argv[1], argv[2:]
     sys.argv = [argv[0], sgc]       # _common's Suite reads sgc's path from argv
-    import torch
     import test_fx2sg as t
     import stio
     from _common import Suite, compare
