@@ -419,7 +419,8 @@ class Scans(nn.Module):
     too); sort (descending, with ties, the values' gradient through it)
     and argsort (stable, along dim 0); advanced indexing: a table param
     by an index buffer (a Swin block's relative position bias), a
-    sequence classifier's logits at each row's last position."""
+    sequence classifier's logits at each row's last position; cummax
+    (ties), cummin and logcumsumexp (of values whose exp overflows)."""
 
     def __init__(self):
         super().__init__()
@@ -438,10 +439,12 @@ class Scans(nn.Module):
         sv, si = torch.sort(r + x * 0.01, dim=1, descending=True)
         ss = x.sort()[0] + torch.argsort(r, dim=0, stable=True).float().mean(0)
         last = x[torch.arange(3), mask.long().sum(1) - 1]            # [3]
+        cm, ci = torch.cummax(r, dim=1)                               # ties: the later index
         return (c + self.emb(pos.clamp(min=0)).sum(-1)) * vals[:, None] + \
             (i + j + r.argmax())[:, None].float() + (w * e).sum(-1, keepdim=True) + \
             lo.sum(0) * le.float().mean() + sv * ss + si.float() * 0.01 + \
-            self.table[self.rel].prod(-1) + last[:, None]
+            self.table[self.rel].prod(-1) + last[:, None] + cm * 0.5 + ci.float() * 0.1 + \
+            torch.cummin(x, 0)[0] + torch.logcumsumexp(x * 30, dim=1) * 0.1
 
 
 def scans():
@@ -568,11 +571,91 @@ def long_tail():
     return LongTail()
 
 
+# (mode, padding_mode, align_corners): every mode and padding mode, reflection
+# (whose formula depends on it) with and without align_corners
+SAMPLING_CASES = [("bilinear", "zeros", False), ("bilinear", "border", True),
+                  ("bilinear", "reflection", False), ("bilinear", "reflection", True),
+                  ("nearest", "zeros", True), ("nearest", "reflection", False),
+                  ("bicubic", "zeros", False), ("bicubic", "reflection", True)]
+
+
+class Sampling(nn.Module):
+    """F.grid_sample in each mode (bilinear, nearest, bicubic) and padding
+    mode (zeros, border, reflection), SAMPLING_CASES, at a grid computed
+    from the input (partly outside [-1, 1]; the gradient reaches it) and
+    at F.affine_grid of a parameter; a 5-D (trilinear) sample."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 2, 3, padding=1)
+        self.theta = nn.Parameter(torch.tensor([[[0.9, 0.2, 0.1], [-0.1, 1.1, -0.2]]]))
+
+    def forward(self, x):                                           # [N, 3, 5, 6]
+        h = self.c(x)
+        g = torch.tanh(h[:, :, :4, :3].permute(0, 2, 3, 1)) * 1.4    # [N, 4, 3, 2]
+        outs = []
+        for mode, pad, align in SAMPLING_CASES:
+            y = F.grid_sample(x, g, mode=mode, padding_mode=pad, align_corners=align)
+            outs.append(y.mean((2, 3)))
+        ag = F.affine_grid(self.theta.expand(x.shape[0], 2, 3), [x.shape[0], 2, 4, 5],
+                           align_corners=False)
+        outs.append(F.grid_sample(h, ag, align_corners=False).sum((2, 3)).repeat(1, 2)[:, :3])
+        v = h.unsqueeze(2).expand(x.shape[0], 2, 3, 5, 6)               # [N, 2, 3, 5, 6]
+        g3 = torch.cat([g, g[..., :1] * 0.5], -1).unsqueeze(1).expand(x.shape[0], 2, 4, 3, 3)
+        outs.append(F.grid_sample(v, g3, padding_mode="border").mean((2, 3, 4)).repeat(1, 2)[:, :3])
+        return torch.stack(outs, 1)
+
+
+def sampling():
+    torch.manual_seed(19)
+    return Sampling()
+
+
+class Scatters(nn.Module):
+    """Writes at integer indices: index_add_ (repeated indices, alpha),
+    index_copy, index_fill, scatter_add with an index smaller than the
+    tensor, scatter of a src along a permutation and of a value (a one-hot
+    of argmax), scatter_reduce 'sum', index_put_ with accumulate over two
+    index tensors, and index_put_ at indices that may be negative; indices
+    constant and computed at run time; gradients reach both the tensor
+    written into and the values."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6, 4))
+        self.register_buffer("rows", torch.tensor([4, 0, 4, 2, 5, 0, 1]))
+
+    def forward(self, x):                                           # [N, 7, 4]
+        n = x.shape[0]
+        h = self.w.unsqueeze(0) * 1.5 + x[:, :6]                     # [N, 6, 4]
+        a = h.clone().index_add_(1, self.rows, x, alpha=0.5)
+        top = x[:, :6].sum(2).argsort(1)[:, :3]                      # [N, 3], distinct per row
+        b = torch.zeros(n, 7, 4).scatter_add(1, top.unsqueeze(2).expand(n, 3, 2), x[:, :3, :2] * 2)
+        perm = x[0, :, 0].argsort()                                  # 7 distinct
+        c = torch.zeros_like(x).scatter(1, perm.view(1, 7, 1).expand(n, 7, 4), x)
+        hot = torch.zeros(n, 7).scatter(1, x.sum(2).argmax(1, keepdim=True), 1.0)
+        d = h.index_copy(1, torch.tensor([5, 1, 3]), x[:, 4:7] * 3).index_fill(2, perm[:2] % 4, -1.0)
+        e = torch.zeros(n, 7).scatter_reduce(1, top, x[:, :3, 0], "sum")
+        f = self.w.clone()
+        f.index_put_((self.rows[:4], top[0, :1].expand(4) % 4), x[0, :4, 0], accumulate=True)
+        g = h.transpose(0, 1).clone()                               # [6, N, 4]
+        g.index_put_((top[1, :2] - 1,), x[:, :2].transpose(0, 1) * 4)   # indices may be -1
+        return a.sum(2)[:, :6] + b.sum(2)[:, :6] + c.sum(2)[:, :6] + hot[:, :6] + \
+            d.mean(2) + e[:, :6] + f.sum(1) + g.sum(2).t()
+
+
+def scatters():
+    torch.manual_seed(23)
+    return Scatters()
+
+
 MODELS = [
     # name (of the factory), factory, --input flags, loss for the gradient test
     ("view_writes", view_writes, ["x=f32[3,5]"], "mse"),
     ("windows", windows, ["x=f32[2,3,7,6]"], "mse"),
     ("long_tail", long_tail, ["x=f32[2,3,4]"], "mse"),
+    ("sampling", sampling, ["x=f32[2,3,5,6]"], "mse"),
+    ("scatters", scatters, ["x=f32[2,7,4]"], "mse"),
     ("conv_misc", conv_misc, ["x=f32[2,4,8]"], "mse"),
     ("decoder", decoder, ["x=f32[2,4,4,5]"], "mse"),
     ("scans", scans, ["x=f32[3,7]", "mask=bool[3,7]"], "mse"),
@@ -1861,6 +1944,75 @@ def check_small_ops(S, fx2sg):
     S.report("api an autocast region on the fx path: an Error", why)
 
 
+class PutLayouts(nn.Module):
+    """index_put_ with integer indices: two broadcast together, three with
+    values broadcast into x[indices], and a number written."""
+
+    def forward(self, x, i, j):                                # x [2, 5, 4, 3]
+        a = x.clone()
+        a.index_put_((torch.arange(2).view(2, 1), i.view(1, 3)),
+                     x[:, :3, 0, 0].view(2, 3, 1, 1) * 5, accumulate=True)
+        b = x.clone().transpose(0, 1).contiguous()            # [5, 2, 4, 3]
+        b.index_put_((i, torch.tensor(1), j), torch.tensor([7.0, 8.0, 9.0]).view(3, 1))
+        c = x.clone().transpose(0, 1).contiguous()
+        c.index_put_((i[:2],), torch.tensor(-2.0))
+        return a.sum() + b.sum((1, 2, 3)) + c.sum((1, 2, 3))
+
+
+class PutMiddle(nn.Module):
+    """Setitem at integer indices that x[indices] places in the middle
+    (adjacent indexed dims after a slice) and first (not adjacent): only
+    torch.export records these (as index_put with None for the dims taken
+    whole); torch.fx cannot trace a setitem."""
+
+    def forward(self, x, i, j):                                # x [2, 5, 4, 3]
+        a = x.clone()
+        a[:, i, j] = x[:, :3, 0] * 3                            # x[:, i, j]: [2, 3, 3]
+        b = x.clone()
+        b[i[:2] % 2, :, j[:2]] = torch.tensor([1.0, 2.0, 3.0])  # x[i, :, j]: [2, 5, 3]
+        return a.sum((0, 2, 3)) + b.sum((0, 2, 3))
+
+
+class IntScatterAdd(nn.Module):
+    """scatter_add and index_add of integer tensors (a product and sum
+    rather than a matmul)."""
+
+    def forward(self, x, i):                                   # x i64 [3, 5], i i64 [3, 2]
+        a = torch.zeros(3, 5, dtype=torch.int64).scatter_add(1, i, x[:, :2] * 3)
+        return a + x.index_add(1, i[0], x[:, 2:4])
+
+
+class ScatterAmax(nn.Module):
+    def forward(self, x, i):
+        return torch.zeros(3, 4).scatter_reduce(1, i, x, "amax")
+
+
+def check_writes(S, fx2sg):
+    """Writes at integer indices beyond the scatters model: index_put's
+    broadcasts and, where torch.export is, the layouts of x[indices] (the
+    indices' dims in the middle and first); integer scatter_add and
+    index_add; scatter_reduce other than 'sum' is
+    an Error naming what fx2sg writes."""
+    x = torch.randn(2, 5, 4, 3, generator=GEN)
+    ij = [torch.tensor([4, 0, 2]), torch.tensor([1, 3, 0])]
+    S.report("api index_put_ with integer indices, broadcast",
+             export_and_run(S, fx2sg, PutLayouts(), [x] + ij))
+    if HAVE_EXPORT:
+        S.report("api setitem at integer indices, their dims in the middle and first "
+                 "(torch.export)", export_and_run(S, fx2sg, PutMiddle(), [x] + ij))
+    xi = torch.randint(-9, 9, (3, 5), generator=GEN)
+    S.report("api scatter_add and index_add of integer tensors",
+             export_and_run(S, fx2sg, IntScatterAdd(), [xi, torch.tensor([[4, 4], [0, 2],
+                                                                          [1, 1]])]))
+    try:
+        fx2sg.export(ScatterAmax(), [torch.randn(3, 2, generator=GEN), torch.tensor(
+            [[0, 2], [1, 1], [3, 0]])])
+        why = "exported"
+    except fx2sg.Error as e:
+        why = None if "'sum'" in str(e) and "amax" in str(e) else "another error: %s" % e
+    S.report("api scatter_reduce 'amax': an Error", why)
+
+
 def check_inplace(S, fx2sg):
     """In-place ops as PyTorch runs them: a chain of them writes the
     tensor each names (h.mul_(2).add_(1) changes h twice); a module's
@@ -2167,6 +2319,7 @@ def main():
     check_conv_args(S, fx2sg)
     check_inplace(S, fx2sg)
     check_small_ops(S, fx2sg)
+    check_writes(S, fx2sg)
     check_renamed_params(S, fx2sg)
     check_hf_moe(S, fx2sg)
     check_sample(S)
