@@ -9,7 +9,9 @@ Debian torch lacks.  docs/models.md gives the last results.
     python3 tests/zoo/zoo.py PATH/TO/sgc [torchvision] [timm] [hf] [NAME...]
 
 torchvision's classifiers at batch 1, 64x64 (224 for the transformers,
-299 for Inception v3), 10 classes; timm's models at their native input
+299 for Inception v3), 10 classes; its video classifiers at [1, 3, 8, 64,
+64], segmentation models at 64x64 (their 'out'), RAFT at two 128x128
+frames (its flow after two updates); timm's models at their native input
 size; Hugging Face's language models from small configs (hidden 32, 2
 layers, 4 heads, vocab 100), input_ids [2, 8], their logits.  Prints
 PASS or FAIL per model (max error bound 1e-4 absolute plus 1e-3
@@ -29,7 +31,11 @@ TORCHVISION = ["squeezenet1_0", "googlenet", "mobilenet_v2", "mobilenet_v3_small
                "shufflenet_v2_x0_5", "mnasnet0_5", "efficientnet_b0", "efficientnet_v2_s",
                "densenet121", "regnet_y_400mf", "regnet_x_400mf", "resnext50_32x4d",
                "wide_resnet50_2", "convnext_tiny", "inception_v3", "vit_b_16", "maxvit_t",
-               "swin_t", "swin_v2_t", "resnet18", "alexnet", "vgg11_bn"]
+               "swin_t", "swin_v2_t", "resnet18", "alexnet", "vgg11_bn", "mobilenet_v3_large",
+               "shufflenet_v2_x1_0",
+               # video, segmentation and optical flow (their first or last output)
+               "mc3_18", "r2plus1d_18", "fcn_resnet50", "deeplabv3_mobilenet_v3_large",
+               "lraspp_mobilenet_v3_large", "raft_small"]
 TIMM = ["resnet50d", "efficientnet_b0", "convnext_atto", "deit_tiny_patch16_224",
         "levit_128s", "poolformer_s12", "mixer_s16_224", "regnetx_002", "mobilevit_xxs",
         "cait_xxs24_224", "coat_lite_tiny", "crossvit_tiny_240", "eva02_tiny_patch14_224",
@@ -41,8 +47,18 @@ TIMM = ["resnet50d", "efficientnet_b0", "convnext_atto", "deit_tiny_patch16_224"
         "nest_tiny", "pit_ti_224", "pvt_v2_b0", "twins_svt_small", "visformer_tiny",
         "convmixer_768_32", "davit_tiny", "hiera_tiny_224", "repvit_m0_9",
         "inception_next_tiny", "caformer_s18", "hgnet_tiny", "dpn68", "sequencer2d_s",
-        "volo_d1_224", "tnt_s_patch16_224"]
-# (config class, model class, attention implementation)
+        "volo_d1_224", "tnt_s_patch16_224", "tresnet_m", "resnest14d", "sebotnet33ts_256",
+        "halonet26t", "lambda_resnet26t", "tiny_vit_5m_224", "efficientformerv2_s0",
+        "mvitv2_tiny", "deit3_small_patch16_224", "flexivit_small", "vovnet39a", "gernet_s",
+        "cspdarknet53", "resmlp_12_224", "gmlp_ti16_224", "convit_tiny", "mobileone_s0",
+        "lcnet_050", "mixnet_s", "fbnetv3_b", "mobilevitv2_050", "starnet_s1", "rdnet_tiny",
+        "shvit_s1", "mambaout_femto", "inception_v4", "selecsls42b", "ecaresnet26t",
+        "seresnext26d_32x4d", "gcresnet33ts", "regnetz_b16", "nf_resnet26", "efficientvit_m0",
+        "levit_conv_128s", "xception41", "repghostnet_050", "tinynet_a", "cs3darknet_s",
+        "vit_relpos_small_patch16_224", "vit_small_patch16_rope_224", "nextvit_small",
+        "fasternet_t0"]
+# (config class, model class, attention implementation[, config settings
+# beyond SMALL])
 HF = [("BertConfig", "BertForMaskedLM", "sdpa"), ("RobertaConfig", "RobertaForMaskedLM", "sdpa"),
       ("XLMRobertaConfig", "XLMRobertaForMaskedLM", "eager"),
       ("DistilBertConfig", "DistilBertForMaskedLM", "sdpa"),
@@ -59,15 +75,69 @@ HF = [("BertConfig", "BertForMaskedLM", "sdpa"), ("RobertaConfig", "RobertaForMa
       ("StableLmConfig", "StableLmForCausalLM", "sdpa"),
       ("Starcoder2Config", "Starcoder2ForCausalLM", "eager"),
       ("OlmoConfig", "OlmoForCausalLM", "eager"), ("MixtralConfig", "MixtralForCausalLM", "eager"),
-      ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", "eager")]
+      ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", "eager"),
+      ("LlamaConfig", "LlamaForCausalLM", "sdpa"), ("Qwen2Config", "Qwen2ForCausalLM", "sdpa"),
+      ("Phi3Config", "Phi3ForCausalLM", "sdpa", dict(pad_token_id=0)),
+      ("GraniteConfig", "GraniteForCausalLM", "sdpa"),
+      ("CohereConfig", "CohereForCausalLM", "sdpa"),
+      ("Gemma3TextConfig", "Gemma3ForCausalLM", "eager"),
+      ("Olmo2Config", "Olmo2ForCausalLM", "sdpa"),
+      ("SmolLM3Config", "SmolLM3ForCausalLM", "sdpa", dict(pad_token_id=0)),
+      ("GlmConfig", "GlmForCausalLM", "sdpa", dict(pad_token_id=0)),
+      ("GptOssConfig", "GptOssForCausalLM", "eager"),
+      ("DeepseekV3Config", "DeepseekV3ForCausalLM", "eager",
+       dict(qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8, head_dim=4, kv_lora_rank=16,
+            q_lora_rank=16, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2,
+            n_group=1, topk_group=1, moe_intermediate_size=16, first_k_dense_replace=1)),
+      ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", "eager"),
+      ("ModernBertConfig", "ModernBertForMaskedLM", "sdpa",
+       dict(pad_token_id=0, global_attn_every_n_layers=2, local_attention=4)),
+      ("MobileBertConfig", "MobileBertForMaskedLM", "eager",
+       dict(embedding_size=32, intra_bottleneck_size=32, true_hidden_size=32)),
+      ("BigBirdConfig", "BigBirdForMaskedLM", "eager"),
+      ("ConvBertConfig", "ConvBertForMaskedLM", "eager"),
+      ("RoFormerConfig", "RoFormerForMaskedLM", "eager"),
+      ("DebertaConfig", "DebertaForMaskedLM", "eager"),
+      ("SqueezeBertConfig", "SqueezeBertForMaskedLM", "eager", dict(embedding_size=32)),
+      ("BioGptConfig", "BioGptForCausalLM", "sdpa"), ("XGLMConfig", "XGLMForCausalLM", "eager"),
+      ("PersimmonConfig", "PersimmonForCausalLM", "eager"),
+      ("MptConfig", "MptForCausalLM", "eager"), ("NemotronConfig", "NemotronForCausalLM", "sdpa"),
+      ("MambaConfig", "MambaForCausalLM", "eager")]
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
              vocab_size=100, max_position_embeddings=64, n_embd=32, n_layer=2, n_head=4,
              num_key_value_heads=2, head_dim=8, n_positions=64, rotary_dim=8,
              word_embed_proj_dim=32, ffn_dim=64)
 
 
+class Segments(torch.nn.Module):
+    """A segmentation model's 'out'."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x):
+        return self.m(x)["out"]
+
+
+class Flow(Segments):
+    """An optical flow model's last flow field, after two updates."""
+
+    def forward(self, a, b):
+        return self.m(a, b, num_flow_updates=2)[-1]
+
+
 def torchvision_model(name):
     import torchvision.models as tvm
+    from torchvision.models import optical_flow, segmentation, video
+    if hasattr(video, name):
+        return getattr(video, name)(num_classes=10), [torch.randn(1, 3, 8, 64, 64)]
+    if hasattr(segmentation, name):
+        m = getattr(segmentation, name)(weights=None, weights_backbone=None, num_classes=10)
+        return Segments(m), [torch.randn(1, 3, 64, 64)]
+    if hasattr(optical_flow, name):
+        return Flow(getattr(optical_flow, name)()), [torch.randn(1, 3, 128, 128),
+                                                     torch.randn(1, 3, 128, 128)]
     kw = dict(aux_logits=False, init_weights=True) if name in ("googlenet", "inception_v3") \
         else {}
     size = 299 if name == "inception_v3" else 224 if name.startswith(("vit", "swin", "maxvit")) \
@@ -95,9 +165,9 @@ class Logits(torch.nn.Module):
 
 def hf_model(spec):
     import transformers
-    cfg_name, cls_name, attn = spec
+    cfg_name, cls_name, attn = spec[:3]
     cfg = getattr(transformers, cfg_name)()
-    for k, v in SMALL.items():
+    for k, v in dict(SMALL, **(spec[3] if len(spec) > 3 else {})).items():
         if hasattr(cfg, k):
             try:
                 setattr(cfg, k, v)
