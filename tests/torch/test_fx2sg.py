@@ -616,9 +616,11 @@ class Scatters(nn.Module):
     index_copy, index_fill, scatter_add with an index smaller than the
     tensor, scatter of a src along a permutation and of a value (a one-hot
     of argmax), scatter_reduce 'sum', index_put_ with accumulate over two
-    index tensors, and index_put_ at indices that may be negative; indices
-    constant and computed at run time; gradients reach both the tensor
-    written into and the values."""
+    index tensors, and index_put_ at indices that may be negative;
+    masked_scatter (a mask broadcast over the last dim, as a vision-language
+    model puts image features into text embeddings); indices constant and
+    computed at run time; gradients reach both the tensor written into and
+    the values."""
 
     def __init__(self):
         super().__init__()
@@ -640,8 +642,9 @@ class Scatters(nn.Module):
         f.index_put_((self.rows[:4], top[0, :1].expand(4) % 4), x[0, :4, 0], accumulate=True)
         g = h.transpose(0, 1).clone()                               # [6, N, 4]
         g.index_put_((top[1, :2] - 1,), x[:, :2].transpose(0, 1) * 4)   # indices may be -1
+        m = h.masked_scatter(x[:, :6, :1] > 0.3, x * 2)             # as image features go
         return a.sum(2)[:, :6] + b.sum(2)[:, :6] + c.sum(2)[:, :6] + hot[:, :6] + \
-            d.mean(2) + e[:, :6] + f.sum(1) + g.sum(2).t()
+            d.mean(2) + e[:, :6] + f.sum(1) + g.sum(2).t() + m.mean(2)
 
 
 def scatters():
@@ -1987,11 +1990,20 @@ class ScatterAmax(nn.Module):
         return torch.zeros(3, 4).scatter_reduce(1, i, x, "amax")
 
 
+class CheckedValues(nn.Module):
+    """A runtime check of tensor values, as Hugging Face's vision-language
+    models check their image tokens (torch.export records
+    aten._is_all_true and an assertion on its item)."""
+
+    def forward(self, x):
+        torch._check_tensor_all((x.abs() < 100).all(), lambda: "large")
+        return x * 2
+
 def check_writes(S, fx2sg):
     """Writes at integer indices beyond the scatters model: index_put's
     broadcasts and, where torch.export is, the layouts of x[indices] (the
-    indices' dims in the middle and first); integer scatter_add and
-    index_add; scatter_reduce other than 'sum' is
+    indices' dims in the middle and first) and a runtime check of values
+    (dropped with a warning); integer scatter_add and index_add; scatter_reduce other than 'sum' is
     an Error naming what fx2sg writes."""
     x = torch.randn(2, 5, 4, 3, generator=GEN)
     ij = [torch.tensor([4, 0, 2]), torch.tensor([1, 3, 0])]
@@ -2000,6 +2012,17 @@ def check_writes(S, fx2sg):
     if HAVE_EXPORT:
         S.report("api setitem at integer indices, their dims in the middle and first "
                  "(torch.export)", export_and_run(S, fx2sg, PutMiddle(), [x] + ij))
+    if HAVE_EXPORT:
+        try:
+            ex = fx2sg.export(CheckedValues(), [x], trace="export")
+            out, why = run_export(S, ex, "checked")
+            why = why or compare(out["out"], x * 2, atol=0, rtol=0)
+            if not why and not any("runtime check" in w for w in ex.warnings):
+                why = "no warning names the check: %s" % ex.warnings
+        except fx2sg.Error as e:
+            why = "raised: %s" % e
+        S.report("api torch._check_tensor_all under torch.export: not kept, with a warning",
+                 why)
     xi = torch.randint(-9, 9, (3, 5), generator=GEN)
     S.report("api scatter_add and index_add of integer tensors",
              export_and_run(S, fx2sg, IntScatterAdd(), [xi, torch.tensor([[4, 4], [0, 2],

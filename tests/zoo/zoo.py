@@ -13,7 +13,8 @@ torchvision's classifiers at batch 1, 64x64 (224 for the transformers,
 64], segmentation models at 64x64 (their 'out'), RAFT at two 128x128
 frames (its flow after two updates); timm's models at their native input
 size; Hugging Face's language models from small configs (hidden 32, 2
-layers, 4 heads, vocab 100), input_ids [2, 8], their logits.  Prints
+layers, 4 heads, vocab 100), input_ids [2, 8], their logits, and LLaVA
+(input_ids [2, 10] with four image tokens, a 16x16 image).  Prints
 PASS or FAIL per model (max error bound 1e-4 absolute plus 1e-3
 relative) and `N passed, M failed`; exit 1 when any failed.
 """
@@ -177,6 +178,34 @@ def hf_model(spec):
     return Logits(getattr(transformers, cls_name)(cfg)), [torch.randint(0, 100, (2, 8))]
 
 
+class ImageText(torch.nn.Module):
+    """A vision-language model's logits for input_ids and pixel_values."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids, pixel_values):
+        return self.m(input_ids=input_ids, pixel_values=pixel_values).logits
+
+
+def llava_model(name):
+    """LLaVA from small configs (a CLIP vision tower of 16x16 images in 8x8
+    patches, Llama's text model as SMALL): its image features go into the
+    four image tokens by masked_scatter."""
+    import transformers as tf
+    vision = tf.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, image_size=16, patch_size=8,
+                                 projection_dim=32)
+    text = tf.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
+                          max_position_embeddings=64, pad_token_id=0)
+    cfg = tf.LlavaConfig(vision_config=vision, text_config=text, image_token_index=99,
+                         image_seq_length=4)
+    ids = torch.randint(1, 90, (2, 10))
+    ids[:, 2:6] = 99
+    return ImageText(tf.LlavaForConditionalGeneration(cfg)), [ids, torch.randn(2, 3, 16, 16)]
+
 def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -192,7 +221,7 @@ def main(argv):
     names = [p for p in picks if p not in ("torchvision", "timm", "hf")]
     todo = [("torchvision", n, torchvision_model) for n in TORCHVISION] + \
         [("timm", n, timm_model) for n in TIMM] + \
-        [("hf", s, hf_model) for s in HF]
+        [("hf", s, hf_model) for s in HF] + [("hf", "llava", llava_model)]
     S = Suite("zoo")
     for zoo, spec, make in todo:
         label = spec[1] if isinstance(spec, tuple) else spec
