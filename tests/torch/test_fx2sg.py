@@ -1999,6 +1999,47 @@ class CheckedValues(nn.Module):
         torch._check_tensor_all((x.abs() < 100).all(), lambda: "large")
         return x * 2
 
+class WeightNormed(nn.Module):
+    """Weight normalisation, as audio models (Wav2Vec2's positional
+    convolution, vocoders) use it: nn.utils.weight_norm of a Conv1d over
+    its kernel dim and of a Linear, and where torch has it the
+    parametrization of a Linear (each torch._weight_norm(v, g, dim))."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.utils.weight_norm(nn.Conv1d(4, 6, 3, padding=1), dim=2)
+        self.l = nn.utils.weight_norm(nn.Linear(6, 5))
+        para = getattr(nn.utils, "parametrizations", None)
+        self.p = para.weight_norm(nn.Linear(5, 3)) if hasattr(para, "weight_norm") else \
+            nn.Linear(5, 3)
+
+    def forward(self, x):
+        return self.p(self.l(self.c(x).transpose(1, 2)))
+
+
+def check_weight_norm(S, fx2sg):
+    """WeightNormed under --loss mse: the output, the loss and every
+    gradient (g, v and the biases) against PyTorch's."""
+    torch.manual_seed(5)
+    m = WeightNormed()
+    x = torch.randn(2, 4, 7, generator=GEN)
+    try:
+        ex = fx2sg.export(m, [x], loss="mse")
+        out, why = run_export(S, ex, "weight_norm")
+    except fx2sg.Error as e:
+        why = "raised: %s" % e
+    grads = [] if why else [k for k in ex.outputs if k.startswith("grad.")]
+    for k in ["out", "loss"] + grads:
+        if why:
+            break
+        why = compare(out[k], ex.outputs[k], atol=1e-5, rtol=1e-4) if k in out else \
+            "%s missing" % k
+        why = why and "%s: %s" % (k, why)
+    if not why and len(grads) < 6:
+        why = "only %d gradients: %s" % (len(grads), grads)
+    S.report("api weight_norm (torch._weight_norm) with --loss: output, loss and %d "
+             "gradients" % len(grads), why)
+
 def check_writes(S, fx2sg):
     """Writes at integer indices beyond the scatters model: index_put's
     broadcasts and, where torch.export is, the layouts of x[indices] (the
@@ -2343,6 +2384,7 @@ def main():
     check_inplace(S, fx2sg)
     check_small_ops(S, fx2sg)
     check_writes(S, fx2sg)
+    check_weight_norm(S, fx2sg)
     check_renamed_params(S, fx2sg)
     check_hf_moe(S, fx2sg)
     check_sample(S)

@@ -13,8 +13,10 @@ torchvision's classifiers at batch 1, 64x64 (224 for the transformers,
 64], segmentation models at 64x64 (their 'out'), RAFT at two 128x128
 frames (its flow after two updates); timm's models at their native input
 size; Hugging Face's language models from small configs (hidden 32, 2
-layers, 4 heads, vocab 100), input_ids [2, 8], their logits, and LLaVA
-(input_ids [2, 10] with four image tokens, a 16x16 image).  Prints
+layers, 4 heads, vocab 100), input_ids [2, 8], their logits, and its
+encoder-decoders, speech, vision and multimodal models (HF_OTHER: T5,
+BART, Whisper, Wav2Vec2, ViT, DINOv2, Swin, SegFormer, ConvNeXt V2,
+CLIP, DETR, Mamba2, LLaVA) from small configs in hf_other.  Prints
 PASS or FAIL per model (max error bound 1e-4 absolute plus 1e-3
 relative) and `N passed, M failed`; exit 1 when any failed.
 """
@@ -189,7 +191,7 @@ class ImageText(torch.nn.Module):
         return self.m(input_ids=input_ids, pixel_values=pixel_values).logits
 
 
-def llava_model(name):
+def llava_model(_name):
     """LLaVA from small configs (a CLIP vision tower of 16x16 images in 8x8
     patches, Llama's text model as SMALL): its image features go into the
     four image tokens by masked_scatter."""
@@ -206,6 +208,103 @@ def llava_model(name):
     ids[:, 2:6] = 99
     return ImageText(tf.LlavaForConditionalGeneration(cfg)), [ids, torch.randn(2, 3, 16, 16)]
 
+class Field(torch.nn.Module):
+    """One field of a Hugging Face model's output (logits,
+    logits_per_image) for its positional inputs."""
+
+    def __init__(self, m, field):
+        super().__init__()
+        self.m, self.field = m, field
+
+    def forward(self, x):
+        return getattr(self.m(x), self.field)
+
+
+class Field2(Field):
+    def forward(self, x, y):
+        return getattr(self.m(x, y), self.field)
+
+
+class Seq2Seq(Field):
+    """An encoder-decoder's logits: the encoder's input (named by field)
+    and decoder_input_ids."""
+
+    def forward(self, x, y):
+        return self.m(**{self.field: x, "decoder_input_ids": y}).logits
+
+
+def hf_other(name):
+    """Hugging Face's encoder-decoders, speech, vision and multimodal
+    models from small configs (HF_OTHER)."""
+    import transformers as tf
+    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    seq = dict(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=2,
+               decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4)
+    ids = torch.randint(3, 100, (2, 8))
+    dec = torch.randint(3, 100, (2, 5))
+    image = torch.randn(2, 3, 32, 32)
+    if name == "T5":
+        c = tf.T5Config(d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8, vocab_size=100,
+                        decoder_start_token_id=0)
+        return Seq2Seq(tf.T5ForConditionalGeneration(c), "input_ids"), [ids, dec]
+    if name == "BART":
+        c = tf.BartConfig(vocab_size=100, max_position_embeddings=64, **seq)
+        return Seq2Seq(tf.BartForConditionalGeneration(c), "input_ids"), [ids, dec]
+    if name == "Whisper":
+        c = tf.WhisperConfig(vocab_size=100, num_mel_bins=16, max_source_positions=16,
+                             max_target_positions=16, pad_token_id=0, decoder_start_token_id=1,
+                             bos_token_id=1, eos_token_id=2, **seq)
+        return Seq2Seq(tf.WhisperForConditionalGeneration(c), "input_features"), \
+            [torch.randn(2, 16, 32), dec]
+    if name == "Wav2Vec2":
+        c = tf.Wav2Vec2Config(conv_dim=(16, 16), conv_kernel=(10, 3), conv_stride=(5, 2),
+                              num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4,
+                              vocab_size=20, **small)
+        return Field(tf.Wav2Vec2ForCTC(c), "logits"), [torch.randn(2, 400)]
+    if name == "ViT":
+        c = tf.ViTConfig(image_size=32, patch_size=8, num_labels=10, **small)
+        return Field(tf.ViTForImageClassification(c), "logits"), [image]
+    if name == "DINOv2":
+        c = tf.Dinov2Config(image_size=32, patch_size=8, num_labels=10, **small)
+        return Field(tf.Dinov2ForImageClassification(c), "logits"), [image]
+    if name == "Swin":
+        c = tf.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                          num_heads=[2, 4], window_size=4, num_labels=10)
+        return Field(tf.SwinForImageClassification(c), "logits"), [image]
+    if name == "SegFormer":
+        c = tf.SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+                               hidden_sizes=[16, 32], num_attention_heads=[1, 2],
+                               decoder_hidden_size=32, num_labels=5, patch_sizes=[7, 3],
+                               strides=[4, 2], mlp_ratios=[2, 2])
+        return Field(tf.SegformerForSemanticSegmentation(c), "logits"), [image]
+    if name == "ConvNeXtV2":
+        c = tf.ConvNextV2Config(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2,
+                                num_labels=10)
+        return Field(tf.ConvNextV2ForImageClassification(c), "logits"), [image]
+    if name == "CLIP":
+        c = tf.CLIPConfig(text_config=dict(vocab_size=100, max_position_embeddings=16, **small),
+                          vision_config=dict(image_size=16, patch_size=8, **small),
+                          projection_dim=16)
+        return Field2(tf.CLIPModel(c), "logits_per_image"), \
+            [torch.randint(0, 100, (2, 7)), torch.randn(2, 3, 16, 16)]
+    if name == "DETR":
+        backbone = tf.ResNetConfig(hidden_sizes=[16, 32], depths=[1, 1], embedding_size=16,
+                                   out_features=["stage2"])
+        c = tf.DetrConfig(use_timm_backbone=False, backbone_config=backbone,
+                          use_pretrained_backbone=False, num_queries=5, num_labels=3,
+                          encoder_layers=1, decoder_layers=1, **{
+                              k: v for k, v in seq.items() if "layers" not in k})
+        return Field(tf.DetrForObjectDetection(c), "logits"), [torch.randn(1, 3, 64, 64)]
+    if name == "Mamba2":
+        c = tf.Mamba2Config(hidden_size=32, num_hidden_layers=2, vocab_size=100, head_dim=8,
+                            num_heads=8, n_groups=1, state_size=16, expand=2, chunk_size=4)
+        return Field(tf.Mamba2ForCausalLM(c), "logits"), [torch.randint(0, 100, (2, 8))]
+    return llava_model(name)
+
+
+HF_OTHER = ["T5", "BART", "Whisper", "Wav2Vec2", "ViT", "DINOv2", "Swin", "SegFormer",
+            "ConvNeXtV2", "CLIP", "DETR", "Mamba2", "LLaVA"]
+
 def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -221,7 +320,7 @@ def main(argv):
     names = [p for p in picks if p not in ("torchvision", "timm", "hf")]
     todo = [("torchvision", n, torchvision_model) for n in TORCHVISION] + \
         [("timm", n, timm_model) for n in TIMM] + \
-        [("hf", s, hf_model) for s in HF] + [("hf", "llava", llava_model)]
+        [("hf", s, hf_model) for s in HF] + [("hf", n, hf_other) for n in HF_OTHER]
     S = Suite("zoo")
     for zoo, spec, make in todo:
         label = spec[1] if isinstance(spec, tuple) else spec
