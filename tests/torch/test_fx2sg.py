@@ -2017,15 +2017,12 @@ class WeightNormed(nn.Module):
         return self.p(self.l(self.c(x).transpose(1, 2)))
 
 
-def check_weight_norm(S, fx2sg):
-    """WeightNormed under --loss mse: the output, the loss and every
-    gradient (g, v and the biases) against PyTorch's."""
-    torch.manual_seed(5)
-    m = WeightNormed()
-    x = torch.randn(2, 4, 7, generator=GEN)
+def _check_loss_grads(S, fx2sg, m, args, label, least):
+    """m exported under --loss mse: the output, the loss and every
+    gradient (at least `least` of them) against PyTorch's."""
     try:
-        ex = fx2sg.export(m, [x], loss="mse")
-        out, why = run_export(S, ex, "weight_norm")
+        ex = fx2sg.export(m, args, loss="mse")
+        out, why = run_export(S, ex, label.split()[0])
     except fx2sg.Error as e:
         why = "raised: %s" % e
     grads = [] if why else [k for k in ex.outputs if k.startswith("grad.")]
@@ -2035,10 +2032,47 @@ def check_weight_norm(S, fx2sg):
         why = compare(out[k], ex.outputs[k], atol=1e-5, rtol=1e-4) if k in out else \
             "%s missing" % k
         why = why and "%s: %s" % (k, why)
-    if not why and len(grads) < 6:
+    if not why and len(grads) < least:
         why = "only %d gradients: %s" % (len(grads), grads)
-    S.report("api weight_norm (torch._weight_norm) with --loss: output, loss and %d "
-             "gradients" % len(grads), why)
+    S.report("api %s with --loss: output, loss and %d gradients" % (label, len(grads)), why)
+
+
+class DilatedPools(nn.Module):
+    """Max pooling with a dilation: 2-D with padding and a stride, with
+    ceil_mode, and 1-D; one over windows that hold two equal values (x 2
+    beside x times a param of 2), and a 3-D one over two such frames, where
+    the gradient goes to the first as PyTorch's does (the param's gradient
+    0)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(2, 3, 3, padding=1)
+        self.two = nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, x):                                   # [N, 2, 7, 8]
+        h = self.c(x)
+        a = F.max_pool2d(h, 3, stride=2, padding=1, dilation=2)                  # [N, 3, 3, 4]
+        b = F.max_pool2d(h, 2, stride=(2, 3), dilation=(1, 2), ceil_mode=True)   # [N, 3, 4, 3]
+        c = F.max_pool1d(h.flatten(2), 4, stride=3, padding=2, dilation=3, ceil_mode=True)
+        twin = torch.cat([h[..., :4] * 2, h[..., :4] * self.two], -1)          # [N, 3, 7, 8]
+        d = F.max_pool2d(twin, (1, 2), stride=1, dilation=(1, 4))              # ties
+        frames = torch.stack([h * 2, h * self.two], 2)                          # [N, 3, 2, 7, 8]
+        e = F.max_pool3d(frames, (2, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))  # ties in depth
+        return a.sum((2, 3)) + b.mean((2, 3)) + c.mean(2) + d.sum((2, 3)) + e.sum((2, 3, 4))
+
+
+def check_pools(S, fx2sg):
+    """DilatedPools under --loss."""
+    torch.manual_seed(6)
+    _check_loss_grads(S, fx2sg, DilatedPools(), [torch.randn(2, 2, 7, 8, generator=GEN)],
+                      "max pools with dilation (2-D, ceil_mode, 1-D, ties)", 3)
+
+
+def check_weight_norm(S, fx2sg):
+    """WeightNormed under --loss: g, v and the biases."""
+    torch.manual_seed(5)
+    _check_loss_grads(S, fx2sg, WeightNormed(), [torch.randn(2, 4, 7, generator=GEN)],
+                      "weight_norm (torch._weight_norm)", 8)
 
 def check_writes(S, fx2sg):
     """Writes at integer indices beyond the scatters model: index_put's
@@ -2142,6 +2176,7 @@ def check_conv_args(S, fx2sg):
              ("avgpool padded no pad count",
               lambda: nn.AvgPool2d(3, 1, 1, count_include_pad=False)),
              ("avgpool divisor_override", lambda: nn.AvgPool2d(2, divisor_override=3)),
+             ("maxpool dilation", lambda: nn.MaxPool2d(2, dilation=2)),
              ("adaptive", lambda: nn.AdaptiveAvgPool2d((2, None))),
              ("global mean", lambda: Fn(lambda m, a, b: a.mean((-2, -1), keepdim=True)))]
     mods = [("conv %s" % kw, lambda kw=kw: ConvArgs(**kw)) for kw in ok] + pools
@@ -2151,7 +2186,7 @@ def check_conv_args(S, fx2sg):
         S.report("api " + label, export_and_run(S, fx2sg, m, args))
     bad = [("same even kernel", lambda: ConvArgs(kernel_size=2, padding="same"), "asymmetric"),
            ("return_indices", lambda: nn.MaxPool2d(2, return_indices=True), "return_indices"),
-           ("maxpool dilation", lambda: nn.MaxPool2d(2, dilation=2), "dilation"),
+           ("maxpool3d dilation", lambda: nn.MaxPool3d(2, dilation=2), "dilation"),
            ("avgpool3d divisor_override", lambda: nn.AvgPool3d(2, divisor_override=3),
             "divisor_override=3"),
            ("pool3d ceil_mode", lambda: nn.MaxPool3d(2, ceil_mode=True), "ceil_mode=True"),
@@ -2385,6 +2420,7 @@ def main():
     check_small_ops(S, fx2sg)
     check_writes(S, fx2sg)
     check_weight_norm(S, fx2sg)
+    check_pools(S, fx2sg)
     check_renamed_params(S, fx2sg)
     check_hf_moe(S, fx2sg)
     check_sample(S)
