@@ -191,7 +191,7 @@ class ImageText(torch.nn.Module):
         return self.m(input_ids=input_ids, pixel_values=pixel_values).logits
 
 
-def llava_model(_name):
+def llava_model():
     """LLaVA from small configs (a CLIP vision tower of 16x16 images in 8x8
     patches, Llama's text model as SMALL): its image features go into the
     four image tokens by masked_scatter."""
@@ -299,7 +299,9 @@ def hf_other(name):
         c = tf.Mamba2Config(hidden_size=32, num_hidden_layers=2, vocab_size=100, head_dim=8,
                             num_heads=8, n_groups=1, state_size=16, expand=2, chunk_size=4)
         return Field(tf.Mamba2ForCausalLM(c), "logits"), [torch.randint(0, 100, (2, 8))]
-    return llava_model(name)
+    if name == "LLaVA":
+        return llava_model()
+    raise KeyError(name)
 
 
 HF_OTHER = ["T5", "BART", "Whisper", "Wav2Vec2", "ViT", "DINOv2", "Swin", "SegFormer",
