@@ -112,22 +112,29 @@ SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interme
              word_embed_proj_dim=32, ffn_dim=64)
 
 
-class Segments(torch.nn.Module):
-    """A segmentation model's 'out'."""
+class Output(torch.nn.Module):
+    """One output of a model (out: a key of its dict or ModelOutput, or an
+    index of its list) for its input, passed by keyword where names are
+    given, with the keyword arguments kw."""
 
-    def __init__(self, m):
+    def __init__(self, m, out, names=(), **kw):
         super().__init__()
-        self.m = m
+        self.m, self.out, self.names, self.kw = m, out, names, kw
+
+    def call(self, *xs):
+        r = self.m(**dict(zip(self.names, xs)), **self.kw) if self.names else \
+            self.m(*xs, **self.kw)
+        return r[self.out]
 
     def forward(self, x):
-        return self.m(x)["out"]
+        return self.call(x)
 
 
-class Flow(Segments):
-    """An optical flow model's last flow field, after two updates."""
+class Output2(Output):
+    """Output for two inputs."""
 
-    def forward(self, a, b):
-        return self.m(a, b, num_flow_updates=2)[-1]
+    def forward(self, x, y):
+        return self.call(x, y)
 
 
 def torchvision_model(name):
@@ -137,10 +144,10 @@ def torchvision_model(name):
         return getattr(video, name)(num_classes=10), [torch.randn(1, 3, 8, 64, 64)]
     if hasattr(segmentation, name):
         m = getattr(segmentation, name)(weights=None, weights_backbone=None, num_classes=10)
-        return Segments(m), [torch.randn(1, 3, 64, 64)]
+        return Output(m, "out"), [torch.randn(1, 3, 64, 64)]
     if hasattr(optical_flow, name):
-        return Flow(getattr(optical_flow, name)()), [torch.randn(1, 3, 128, 128),
-                                                     torch.randn(1, 3, 128, 128)]
+        return Output2(getattr(optical_flow, name)(), -1, num_flow_updates=2), \
+            [torch.randn(1, 3, 128, 128), torch.randn(1, 3, 128, 128)]
     kw = dict(aux_logits=False, init_weights=True) if name in ("googlenet", "inception_v3") \
         else {}
     size = 299 if name == "inception_v3" else 224 if name.startswith(("vit", "swin", "maxvit")) \
@@ -155,17 +162,6 @@ def timm_model(name):
     return m, [torch.randn(1, 3, size, size)]
 
 
-class Logits(torch.nn.Module):
-    """A language model's logits for input_ids alone."""
-
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, input_ids):
-        return self.m(input_ids=input_ids).logits
-
-
 def hf_model(spec):
     import transformers
     cfg_name, cls_name, attn = spec[:3]
@@ -177,18 +173,8 @@ def hf_model(spec):
             except AttributeError:
                 pass        # a property (Falcon's head_dim)
     cfg._attn_implementation = attn
-    return Logits(getattr(transformers, cls_name)(cfg)), [torch.randint(0, 100, (2, 8))]
-
-
-class ImageText(torch.nn.Module):
-    """A vision-language model's logits for input_ids and pixel_values."""
-
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, input_ids, pixel_values):
-        return self.m(input_ids=input_ids, pixel_values=pixel_values).logits
+    return Output(getattr(transformers, cls_name)(cfg), "logits", ["input_ids"]), \
+        [torch.randint(0, 100, (2, 8))]
 
 
 def llava_model():
@@ -206,32 +192,8 @@ def llava_model():
                          image_seq_length=4)
     ids = torch.randint(1, 90, (2, 10))
     ids[:, 2:6] = 99
-    return ImageText(tf.LlavaForConditionalGeneration(cfg)), [ids, torch.randn(2, 3, 16, 16)]
-
-class Field(torch.nn.Module):
-    """One field of a Hugging Face model's output (logits,
-    logits_per_image) for its positional inputs."""
-
-    def __init__(self, m, field):
-        super().__init__()
-        self.m, self.field = m, field
-
-    def forward(self, x):
-        return getattr(self.m(x), self.field)
-
-
-class Field2(Field):
-    def forward(self, x, y):
-        return getattr(self.m(x, y), self.field)
-
-
-class Seq2Seq(Field):
-    """An encoder-decoder's logits: the encoder's input (named by field)
-    and decoder_input_ids."""
-
-    def forward(self, x, y):
-        return self.m(**{self.field: x, "decoder_input_ids": y}).logits
-
+    return Output2(tf.LlavaForConditionalGeneration(cfg), "logits",
+                   ["input_ids", "pixel_values"]), [ids, torch.randn(2, 3, 16, 16)]
 
 def hf_other(name):
     """Hugging Face's encoder-decoders, speech, vision and multimodal
@@ -243,49 +205,51 @@ def hf_other(name):
     ids = torch.randint(3, 100, (2, 8))
     dec = torch.randint(3, 100, (2, 5))
     image = torch.randn(2, 3, 32, 32)
+    s2s = ["input_ids", "decoder_input_ids"]      # an encoder-decoder's inputs
     if name == "T5":
         c = tf.T5Config(d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8, vocab_size=100,
                         decoder_start_token_id=0)
-        return Seq2Seq(tf.T5ForConditionalGeneration(c), "input_ids"), [ids, dec]
+        return Output2(tf.T5ForConditionalGeneration(c), "logits", s2s), [ids, dec]
     if name == "BART":
         c = tf.BartConfig(vocab_size=100, max_position_embeddings=64, **seq)
-        return Seq2Seq(tf.BartForConditionalGeneration(c), "input_ids"), [ids, dec]
+        return Output2(tf.BartForConditionalGeneration(c), "logits", s2s), [ids, dec]
     if name == "Whisper":
         c = tf.WhisperConfig(vocab_size=100, num_mel_bins=16, max_source_positions=16,
                              max_target_positions=16, pad_token_id=0, decoder_start_token_id=1,
                              bos_token_id=1, eos_token_id=2, **seq)
-        return Seq2Seq(tf.WhisperForConditionalGeneration(c), "input_features"), \
+        return Output2(tf.WhisperForConditionalGeneration(c), "logits",
+                       ["input_features", "decoder_input_ids"]), \
             [torch.randn(2, 16, 32), dec]
     if name == "Wav2Vec2":
         c = tf.Wav2Vec2Config(conv_dim=(16, 16), conv_kernel=(10, 3), conv_stride=(5, 2),
                               num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4,
                               vocab_size=20, **small)
-        return Field(tf.Wav2Vec2ForCTC(c), "logits"), [torch.randn(2, 400)]
+        return Output(tf.Wav2Vec2ForCTC(c), "logits"), [torch.randn(2, 400)]
     if name == "ViT":
         c = tf.ViTConfig(image_size=32, patch_size=8, num_labels=10, **small)
-        return Field(tf.ViTForImageClassification(c), "logits"), [image]
+        return Output(tf.ViTForImageClassification(c), "logits"), [image]
     if name == "DINOv2":
         c = tf.Dinov2Config(image_size=32, patch_size=8, num_labels=10, **small)
-        return Field(tf.Dinov2ForImageClassification(c), "logits"), [image]
+        return Output(tf.Dinov2ForImageClassification(c), "logits"), [image]
     if name == "Swin":
         c = tf.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
                           num_heads=[2, 4], window_size=4, num_labels=10)
-        return Field(tf.SwinForImageClassification(c), "logits"), [image]
+        return Output(tf.SwinForImageClassification(c), "logits"), [image]
     if name == "SegFormer":
         c = tf.SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
                                hidden_sizes=[16, 32], num_attention_heads=[1, 2],
                                decoder_hidden_size=32, num_labels=5, patch_sizes=[7, 3],
                                strides=[4, 2], mlp_ratios=[2, 2])
-        return Field(tf.SegformerForSemanticSegmentation(c), "logits"), [image]
+        return Output(tf.SegformerForSemanticSegmentation(c), "logits"), [image]
     if name == "ConvNeXtV2":
         c = tf.ConvNextV2Config(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2,
                                 num_labels=10)
-        return Field(tf.ConvNextV2ForImageClassification(c), "logits"), [image]
+        return Output(tf.ConvNextV2ForImageClassification(c), "logits"), [image]
     if name == "CLIP":
         c = tf.CLIPConfig(text_config=dict(vocab_size=100, max_position_embeddings=16, **small),
                           vision_config=dict(image_size=16, patch_size=8, **small),
                           projection_dim=16)
-        return Field2(tf.CLIPModel(c), "logits_per_image"), \
+        return Output2(tf.CLIPModel(c), "logits_per_image"), \
             [torch.randint(0, 100, (2, 7)), torch.randn(2, 3, 16, 16)]
     if name == "DETR":
         backbone = tf.ResNetConfig(hidden_sizes=[16, 32], depths=[1, 1], embedding_size=16,
@@ -294,11 +258,11 @@ def hf_other(name):
                           use_pretrained_backbone=False, num_queries=5, num_labels=3,
                           encoder_layers=1, decoder_layers=1, **{
                               k: v for k, v in seq.items() if "layers" not in k})
-        return Field(tf.DetrForObjectDetection(c), "logits"), [torch.randn(1, 3, 64, 64)]
+        return Output(tf.DetrForObjectDetection(c), "logits"), [torch.randn(1, 3, 64, 64)]
     if name == "Mamba2":
         c = tf.Mamba2Config(hidden_size=32, num_hidden_layers=2, vocab_size=100, head_dim=8,
                             num_heads=8, n_groups=1, state_size=16, expand=2, chunk_size=4)
-        return Field(tf.Mamba2ForCausalLM(c), "logits"), [torch.randint(0, 100, (2, 8))]
+        return Output(tf.Mamba2ForCausalLM(c), "logits"), [torch.randint(0, 100, (2, 8))]
     if name == "LLaVA":
         return llava_model()
     raise KeyError(name)
