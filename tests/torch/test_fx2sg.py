@@ -652,6 +652,71 @@ def scatters():
     return Scatters()
 
 
+class Pools3d(nn.Module):
+    """3-D pools with PyTorch's options: ceil_mode (max and avg, a last
+    window that starts in the padding's reach), count_include_pad=False
+    with padding, divisor_override, a dilated max pool (in depth, and in
+    all three dims with ceil_mode); return_indices with the values alone
+    used."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv3d(2, 3, 3, padding=1)
+
+    def forward(self, x):                                   # [N, 2, 5, 6, 7]
+        h = self.c(x)
+        a = F.max_pool3d(h, 2, stride=2, ceil_mode=True)                         # [N, 3, 3, 3, 4]
+        b = F.avg_pool3d(h, (3, 2, 3), stride=(2, 2, 2), padding=1, ceil_mode=True,
+                         count_include_pad=False)
+        c = F.avg_pool3d(h, 3, stride=1, padding=(1, 0, 1), count_include_pad=False)
+        d = F.avg_pool3d(h, (2, 3, 2), stride=(1, 2, 2), divisor_override=5)
+        e = F.max_pool3d(h, (2, 2, 3), stride=1, dilation=(2, 1, 1))
+        f = F.max_pool3d(h, 2, stride=2, padding=1, dilation=2, ceil_mode=True)
+        g, _ = F.max_pool3d(h, 3, stride=2, padding=1, return_indices=True)
+        mean = lambda t: t.mean((2, 3, 4))
+        return mean(a) + mean(b) + mean(c) + mean(d) + mean(e) + mean(f) + mean(g)
+
+
+def pools3d():
+    torch.manual_seed(6)
+    return Pools3d()
+
+
+class ScatterReductions(nn.Module):
+    """scatter_reduce with each reduction ('prod', 'mean', 'amax', 'amin',
+    and 'sum' without self), with and without include_self, along a middle
+    dim, at indices that repeat and leave rows unhit, a constant one and
+    one computed at run time; a zero among the values multiplied;
+    index_reduce of whole slices; gradients reach both the tensor written
+    into and the values."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(5, 4))
+        g = torch.Generator().manual_seed(5)
+        self.register_buffer("at", torch.randint(0, 4, (2, 6, 4), generator=g))
+        self.register_buffer("rows", torch.tensor([4, 0, 4, 2, 0, 0]))
+        self.register_buffer("keep", (torch.arange(48).view(2, 6, 4) != 13).float())
+
+    def forward(self, x):                                           # [N, 7, 4]
+        h = self.w.unsqueeze(0) * 1.5 + x[:, :5]                     # [N, 5, 4]
+        src = x[:, 1:] * self.keep[:x.shape[0]]                      # [N, 6, 4], one zero
+        moved = x[:, :6].argsort(1) % 5                             # computed indices
+        out = h.scatter_reduce(1, self.at, src, "sum", include_self=False)
+        for how in ("prod", "mean", "amax", "amin"):
+            for own in (True, False):
+                out = out + h.scatter_reduce(1, self.at, src, how, include_self=own)
+        out = out + h.scatter_reduce(1, moved, src * 2, "amax", include_self=False)
+        r = h.index_reduce(1, self.rows, x[:, 1:] * 0.5, "mean") + \
+            h.index_reduce(1, self.rows, x[:, :6], "amin", include_self=False)
+        return out.sum(2) + r.mean(2)
+
+
+def scatter_reductions():
+    torch.manual_seed(29)
+    return ScatterReductions()
+
+
 MODELS = [
     # name (of the factory), factory, --input flags, loss for the gradient test
     ("view_writes", view_writes, ["x=f32[3,5]"], "mse"),
@@ -659,6 +724,8 @@ MODELS = [
     ("long_tail", long_tail, ["x=f32[2,3,4]"], "mse"),
     ("sampling", sampling, ["x=f32[2,3,5,6]"], "mse"),
     ("scatters", scatters, ["x=f32[2,7,4]"], "mse"),
+    ("scatter_reductions", scatter_reductions, ["x=f32[2,7,4]"], "mse"),
+    ("pools3d", pools3d, ["x=f32[2,2,5,6,7]"], "mse"),
     ("conv_misc", conv_misc, ["x=f32[2,4,8]"], "mse"),
     ("decoder", decoder, ["x=f32[2,4,4,5]"], "mse"),
     ("scans", scans, ["x=f32[3,7]", "mask=bool[3,7]"], "mse"),
@@ -1985,9 +2052,17 @@ class IntScatterAdd(nn.Module):
         return a + x.index_add(1, i[0], x[:, 2:4])
 
 
-class ScatterAmax(nn.Module):
-    def forward(self, x, i):
-        return torch.zeros(3, 4).scatter_reduce(1, i, x, "amax")
+class IntScatterReduce(nn.Module):
+    """scatter_reduce of integer tensors: 'mean' rounds down (negative
+    quotients too), 'amax' and 'prod' without self; scatter with
+    reduce='multiply'; index_reduce 'amin'."""
+
+    def forward(self, x, i):                                   # x i64 [3, 5], i i64 [3, 2]
+        a = x.scatter_reduce(1, i, x[:, :2] * 3 - 7, "mean")
+        b = x.scatter_reduce(1, i, x[:, 2:4] - 4, "amax", include_self=False)
+        c = x.scatter_reduce(1, i, x[:, 1:3], "prod", include_self=False)
+        d = x.scatter(1, i, x[:, 3:] + 1, reduce="multiply")
+        return a + b * 100 + c * 10000 + d * 1000000 + x.index_reduce(0, i[1], x[:2], "amin")
 
 
 class CheckedValues(nn.Module):
@@ -2061,11 +2136,24 @@ class DilatedPools(nn.Module):
         return a.sum((2, 3)) + b.mean((2, 3)) + c.mean(2) + d.sum((2, 3)) + e.sum((2, 3, 4))
 
 
+class PoolIndices(nn.Module):
+    def forward(self, x):
+        y, i = F.max_pool2d(x, 2, return_indices=True)
+        return y + i
+
+
 def check_pools(S, fx2sg):
-    """DilatedPools under --loss."""
+    """DilatedPools under --loss (the 3-D pools' options are the pools3d
+    model's); max pools' indices are an Error where they are used."""
     torch.manual_seed(6)
     _check_loss_grads(S, fx2sg, DilatedPools(), [torch.randn(2, 2, 7, 8, generator=GEN)],
                       "max pools with dilation (2-D, ceil_mode, 1-D, ties)", 3)
+    try:
+        fx2sg.export(PoolIndices(), [torch.randn(1, 2, 4, 4, generator=GEN)])
+        why = "exported"
+    except fx2sg.Error as e:
+        why = None if "return_indices=True" in str(e) else "another error: %s" % e
+    S.report("error: max_pool2d's indices used", why)
 
 
 def check_weight_norm(S, fx2sg):
@@ -2078,8 +2166,9 @@ def check_writes(S, fx2sg):
     """Writes at integer indices beyond the scatters model: index_put's
     broadcasts and, where torch.export is, the layouts of x[indices] (the
     indices' dims in the middle and first) and a runtime check of values
-    (dropped with a warning); integer scatter_add and index_add; scatter_reduce other than 'sum' is
-    an Error naming what fx2sg writes."""
+    (dropped with a warning); integer scatter_add and index_add, and
+    integer scatter_reduce's reductions (the float ones are the
+    scatter_reductions model's)."""
     x = torch.randn(2, 5, 4, 3, generator=GEN)
     ij = [torch.tensor([4, 0, 2]), torch.tensor([1, 3, 0])]
     S.report("api index_put_ with integer indices, broadcast",
@@ -2102,13 +2191,10 @@ def check_writes(S, fx2sg):
     S.report("api scatter_add and index_add of integer tensors",
              export_and_run(S, fx2sg, IntScatterAdd(), [xi, torch.tensor([[4, 4], [0, 2],
                                                                           [1, 1]])]))
-    try:
-        fx2sg.export(ScatterAmax(), [torch.randn(3, 2, generator=GEN), torch.tensor(
-            [[0, 2], [1, 1], [3, 0]])])
-        why = "exported"
-    except fx2sg.Error as e:
-        why = None if "'sum'" in str(e) and "amax" in str(e) else "another error: %s" % e
-    S.report("api scatter_reduce 'amax': an Error", why)
+    S.report("api scatter_reduce 'mean', 'amax', 'prod', scatter 'multiply' and index_reduce "
+             "of integer tensors",
+             export_and_run(S, fx2sg, IntScatterReduce(), [xi, torch.tensor([[4, 4], [0, 2],
+                                                                             [1, 1]])]))
 
 
 def check_inplace(S, fx2sg):
@@ -2185,11 +2271,6 @@ def check_conv_args(S, fx2sg):
         args = [x["x"]] + ([torch.zeros(1)] if isinstance(m, Fn) else [])
         S.report("api " + label, export_and_run(S, fx2sg, m, args))
     bad = [("same even kernel", lambda: ConvArgs(kernel_size=2, padding="same"), "asymmetric"),
-           ("return_indices", lambda: nn.MaxPool2d(2, return_indices=True), "return_indices"),
-           ("maxpool3d dilation", lambda: nn.MaxPool3d(2, dilation=2), "dilation"),
-           ("avgpool3d divisor_override", lambda: nn.AvgPool3d(2, divisor_override=3),
-            "divisor_override=3"),
-           ("pool3d ceil_mode", lambda: nn.MaxPool3d(2, ceil_mode=True), "ceil_mode=True"),
            ("conv3d same, even depth", lambda: nn.Conv3d(4, 4, (2, 3, 3), padding="same"),
             "symmetric"),
            ("bn momentum None", lambda: nn.BatchNorm2d(4, momentum=None), "momentum=None")]
