@@ -10,7 +10,7 @@ Debian torch lacks.  docs/models.md gives the last results.
 
 torchvision's classifiers at batch 1, 64x64 (224 for the transformers,
 299 for Inception v3), 10 classes; its video classifiers at [1, 3, 8, 64,
-64], segmentation models at 64x64 (their 'out'), RAFT at two 128x128
+64] (S3D and MViT v2 at [1, 3, 16, 224, 224]), segmentation models at 64x64 (their 'out'), RAFT at two 128x128
 frames (its flow after two updates); timm's models at their native input
 size; Hugging Face's language models from small configs (hidden 32, 2
 layers, 4 heads, vocab 100), input_ids [2, 8], their logits, and its
@@ -37,7 +37,8 @@ TORCHVISION = ["squeezenet1_0", "googlenet", "mobilenet_v2", "mobilenet_v3_small
                "swin_t", "swin_v2_t", "resnet18", "alexnet", "vgg11_bn", "mobilenet_v3_large",
                "shufflenet_v2_x1_0",
                # video, segmentation and optical flow (their first or last output)
-               "mc3_18", "r2plus1d_18", "fcn_resnet50", "deeplabv3_mobilenet_v3_large",
+               "mc3_18", "r2plus1d_18", "r3d_18", "s3d", "mvit_v2_s", "swin3d_t",
+               "fcn_resnet50", "deeplabv3_mobilenet_v3_large",
                "lraspp_mobilenet_v3_large", "raft_small"]
 TIMM = ["resnet50d", "efficientnet_b0", "convnext_atto", "deit_tiny_patch16_224",
         "levit_128s", "poolformer_s12", "mixer_s16_224", "regnetx_002", "mobilevit_xxs",
@@ -141,7 +142,10 @@ def torchvision_model(name):
     import torchvision.models as tvm
     from torchvision.models import optical_flow, segmentation, video
     if hasattr(video, name):
-        return getattr(video, name)(num_classes=10), [torch.randn(1, 3, 8, 64, 64)]
+        # S3D's last pool and MViT's position embeddings take 16 frames of 224x224
+        big = name in ("s3d", "mvit_v2_s")
+        return getattr(video, name)(num_classes=10), \
+            [torch.randn(1, 3, 16, 224, 224) if big else torch.randn(1, 3, 8, 64, 64)]
     if hasattr(segmentation, name):
         m = getattr(segmentation, name)(weights=None, weights_backbone=None, num_classes=10)
         return Output(m, "out"), [torch.randn(1, 3, 64, 64)]
