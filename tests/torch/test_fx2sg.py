@@ -682,6 +682,25 @@ def pools3d():
     return Pools3d()
 
 
+class Unpool(nn.Module):
+    """An encoder's max pool and a decoder's max_unpool2d at its indices
+    (SegNet's), then a convolution: the gradient reaches the first
+    convolution through the unpool's values."""
+
+    def __init__(self):
+        super().__init__()
+        self.c, self.d = nn.Conv2d(2, 3, 3, padding=1), nn.Conv2d(3, 2, 3, padding=1)
+
+    def forward(self, x):
+        y, i = F.max_pool2d(self.c(x), 2, return_indices=True)
+        return self.d(F.max_unpool2d(y * 2, i, 2, output_size=x.shape[-2:]))
+
+
+def unpool():
+    torch.manual_seed(6)
+    return Unpool()
+
+
 class ScatterReductions(nn.Module):
     """scatter_reduce with each reduction ('prod', 'mean', 'amax', 'amin',
     and 'sum' without self), with and without include_self, along a middle
@@ -726,6 +745,7 @@ MODELS = [
     ("scatters", scatters, ["x=f32[2,7,4]"], "mse"),
     ("scatter_reductions", scatter_reductions, ["x=f32[2,7,4]"], "mse"),
     ("pools3d", pools3d, ["x=f32[2,2,5,6,7]"], "mse"),
+    ("unpool", unpool, ["x=f32[2,2,6,7]"], "mse"),
     ("conv_misc", conv_misc, ["x=f32[2,4,8]"], "mse"),
     ("decoder", decoder, ["x=f32[2,4,4,5]"], "mse"),
     ("scans", scans, ["x=f32[3,7]", "mask=bool[3,7]"], "mse"),
@@ -2137,23 +2157,35 @@ class DilatedPools(nn.Module):
 
 
 class PoolIndices(nn.Module):
-    def forward(self, x):
-        y, i = F.max_pool2d(x, 2, return_indices=True)
-        return y + i
+    """Max pools' indices (return_indices=True) as PyTorch gives them: 2-D
+    over windows of equal values (the first wins), with padding, a stride
+    and ceil_mode, and dilated; 1-D and 3-D; and max_unpool2d putting the
+    values back at them."""
+
+    def forward(self, x):                                   # [N, 2, 6, 8], a -inf in it
+        t = torch.stack([x, x], -1).flatten(-2)             # [N, 2, 6, 16]: equal pairs
+        y1, i1 = F.max_pool2d(t, 2, return_indices=True)
+        y2, i2 = F.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True, return_indices=True)
+        y3, i3 = F.max_pool2d(x, 2, stride=1, dilation=(2, 3), return_indices=True)
+        y4, i4 = F.max_pool1d(x.flatten(2), 4, stride=3, padding=2, return_indices=True)
+        y5, i5 = F.max_pool3d(x.unsqueeze(1), (2, 2, 3), stride=(1, 2, 2), padding=(0, 1, 1),
+                              return_indices=True)
+        u = F.max_unpool2d(y1, i1, 2)
+        parts = [i1, i2, i3, i4, i5, y2, y3, y4, y5, u]
+        return torch.cat([q.flatten() for q in parts]).float()
 
 
 def check_pools(S, fx2sg):
     """DilatedPools under --loss (the 3-D pools' options are the pools3d
-    model's); max pools' indices are an Error where they are used."""
+    model's, max_unpool2d's gradient the unpool model's); max pools'
+    indices, and max_unpool2d at them."""
     torch.manual_seed(6)
     _check_loss_grads(S, fx2sg, DilatedPools(), [torch.randn(2, 2, 7, 8, generator=GEN)],
                       "max pools with dilation (2-D, ceil_mode, 1-D, ties)", 3)
-    try:
-        fx2sg.export(PoolIndices(), [torch.randn(1, 2, 4, 4, generator=GEN)])
-        why = "exported"
-    except fx2sg.Error as e:
-        why = None if "return_indices=True" in str(e) else "another error: %s" % e
-    S.report("error: max_pool2d's indices used", why)
+    x = torch.randn(2, 2, 6, 8, generator=GEN)
+    x[0, 1, 2, 3] = float("-inf")
+    S.report("api max pools' indices (2-D, ties, ceil_mode, dilation, 1-D, 3-D) and "
+             "max_unpool2d", export_and_run(S, fx2sg, PoolIndices(), [x]))
 
 
 def check_weight_norm(S, fx2sg):
