@@ -736,6 +736,88 @@ def scatter_reductions():
     return ScatterReductions()
 
 
+class TailMath(nn.Module):
+    """More of PyTorch's long tail written with sgc's ops: cdist (p = 2,
+    1), pdist, logit with eps, xlogy, sinc, copysign, softmin, rot90, cross, kron, block_diag, trapezoid (dx and x)
+    and cumulative_trapezoid, nansum and nanmean over NaNs, std_mean,
+    median and kthvalue, adaptive_max_pool2d over uneven windows,
+    lp_pool2d and lp_pool1d, local_response_norm, take_along_dim,
+    special.ndtr and special.entr, cartesian_prod, matrix_norm ('fro', 1,
+    -inf); gradients reach the param through each."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 6))
+
+    def forward(self, x):                                   # [N, 4, 6]
+        h = x * 1.5 + self.w
+        pos = h.abs() + 0.1
+        nan = torch.where(x > 1, torch.full_like(h, float("nan")), h)
+        terms = [
+            torch.cdist(h, h.flip(1)), torch.cdist(h, x, p=1.0), F.pdist(h[0]),
+            torch.logit(torch.sigmoid(h), eps=0.2), torch.xlogy(h, pos), torch.sinc(h),
+            torch.copysign(h, -x), F.softmin(h, -1),
+            torch.rot90(h, 1, (1, 2)), torch.rot90(h, 3, (1, 2)) * 0.5,
+            torch.cross(h[..., :3], x[..., 3:], dim=-1), torch.kron(self.w[:2, :2], h[0, :2, :3]),
+            torch.block_diag(self.w[:2, :3], h[0, :1, :2], h[1, 0, 1]),
+            torch.trapezoid(h, dim=-1), torch.trapezoid(h, x.cumsum(1), dim=1),
+            torch.cumulative_trapezoid(h, dx=0.5, dim=1), torch.nansum(nan, 2),
+            torch.nanmean(nan, (1, 2)), torch.std_mean(h, 1)[0], torch.std_mean(h, 2)[1],
+            torch.std(h, 2, unbiased=False), torch.median(h, 1).values,
+            torch.kthvalue(h, 2, -1).values, torch.median(h),
+            F.adaptive_max_pool2d(h.unsqueeze(1), (3, 4)), F.lp_pool2d(h.unsqueeze(1), 2, (2, 3)),
+            F.lp_pool1d(pos, 3, 2), F.local_response_norm(h.unsqueeze(-1), 3),
+            torch.take_along_dim(h, x.argsort(2)[..., :3], 2), torch.special.ndtr(h),
+            torch.special.entr(pos), torch.cartesian_prod(h[0, 0], h[1, 1, :2]),
+            torch.linalg.matrix_norm(h), torch.linalg.matrix_norm(h, 1),
+            torch.linalg.matrix_norm(h, float("-inf"), dim=(0, 2))]
+        return torch.stack([t.mean() for t in terms])
+
+
+def tail_math():
+    torch.manual_seed(31)
+    return TailMath()
+
+
+class TailLosses(nn.Module):
+    """Losses computed in forward: margin_ranking, hinge_embedding,
+    soft_margin, multilabel_soft_margin, cosine_embedding, poisson_nll
+    (log input, and probabilities with full), triplet_margin (p = 2, and 1 with swap), multi_margin
+    (p = 1, and 2 with weights and reduction='sum'); gradients reach the
+    param through each.  (gaussian_nll_loss, which torch.export cannot
+    trace, is GaussianNll's.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(5, 6))
+        g = torch.Generator().manual_seed(3)
+        self.register_buffer("sgn", torch.randn(5, 6, generator=g).sign())
+        self.register_buffer("bin", (torch.rand(5, 6, generator=g) > 0.5).float())
+        self.register_buffer("lab", torch.randint(0, 6, (5,), generator=g))
+        self.register_buffer("cls", torch.tensor([1, -1, 1, -1, 1]))
+        self.register_buffer("cw", torch.rand(6, generator=g) + 0.5)
+
+    def forward(self, x):                                   # [5, 6]
+        h = x + self.w
+        return torch.stack([
+            F.margin_ranking_loss(h, x * 0.5, self.sgn, margin=0.1),
+            F.hinge_embedding_loss(h, self.sgn, margin=0.5),
+            F.soft_margin_loss(h, self.sgn),
+            F.multilabel_soft_margin_loss(h, self.bin),
+            F.cosine_embedding_loss(h, x, self.cls, margin=0.2),
+            F.poisson_nll_loss(h, x.abs()),
+            F.poisson_nll_loss(h.abs() + 0.1, x.abs() * 3, log_input=False, full=True),
+            F.triplet_margin_loss(h, x, x.flip(0)),
+            F.triplet_margin_loss(h, x, h.flip(0), p=1, swap=True, margin=2.0),
+            F.multi_margin_loss(h, self.lab),
+            F.multi_margin_loss(h, self.lab, p=2, weight=self.cw, reduction="sum")])
+
+
+def tail_losses():
+    torch.manual_seed(37)
+    return TailLosses()
+
+
 MODELS = [
     # name (of the factory), factory, --input flags, loss for the gradient test
     ("view_writes", view_writes, ["x=f32[3,5]"], "mse"),
@@ -746,6 +828,8 @@ MODELS = [
     ("scatter_reductions", scatter_reductions, ["x=f32[2,7,4]"], "mse"),
     ("pools3d", pools3d, ["x=f32[2,2,5,6,7]"], "mse"),
     ("unpool", unpool, ["x=f32[2,2,6,7]"], "mse"),
+    ("tail_math", tail_math, ["x=f32[3,4,6]"], "mse"),
+    ("tail_losses", tail_losses, ["x=f32[5,6]"], "mse"),
     ("conv_misc", conv_misc, ["x=f32[2,4,8]"], "mse"),
     ("decoder", decoder, ["x=f32[2,4,4,5]"], "mse"),
     ("scans", scans, ["x=f32[3,7]", "mask=bool[3,7]"], "mse"),
@@ -2229,6 +2313,75 @@ def check_writes(S, fx2sg):
                                                                              [1, 1]])]))
 
 
+class TailForward(nn.Module):
+    """The long tail's functions without a gradient (or whose gradient
+    PyTorch lacks): heaviside, channel_shuffle, searchsorted (1-D and
+    batched sequences, right, a number), bucketize (right), median's and
+    kthvalue's indices, cdist with p = 0 and inf, copysign of -0.0, aminmax
+    (no gradient in torch 1.13)."""
+
+    def forward(self, x, b):                                # x [3, 4, 6], b [5] sorted
+        s = torch.sort(x[:, 0], -1).values                  # [3, 6]
+        z = torch.where(x > 0.5, torch.zeros_like(x), x) * -1.0     # -0.0 where x > 0.5
+        parts = [torch.heaviside(x, x[0, 0]), F.channel_shuffle(x.unsqueeze(-1), 2),
+                 torch.searchsorted(b, x), torch.searchsorted(b, x, right=True),
+                 torch.searchsorted(s, x[:, 1], side="right"), torch.searchsorted(b, 0.25),
+                 torch.bucketize(x, b), torch.bucketize(x, b, right=True, out_int32=True),
+                 torch.median(x, 2).indices, torch.kthvalue(x, 3, 1, keepdim=True).indices,
+                 torch.cdist(x, x.flip(1), p=0.0), torch.cdist(x, x, p=float("inf")),
+                 torch.cdist(x, x.flip(2), p=3.0), torch.copysign(x, z),
+                 torch.aminmax(x, dim=1)[0], torch.aminmax(x)[1]]
+        return torch.cat([p.flatten().float() for p in parts])
+
+
+class GaussianNll(nn.Module):
+    """gaussian_nll_loss with a variance per element and per row (full,
+    reduction='sum')."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(5, 6))
+
+    def forward(self, x):
+        h = x + self.w
+        return torch.stack([F.gaussian_nll_loss(h, x, h.abs() + 0.1),
+                            F.gaussian_nll_loss(h, x, h[:, 0].abs() + 0.2, full=True,
+                                                reduction="sum")])
+
+
+class Quantiles(nn.Module):
+    """quantile at a number and at a vector of q, with each interpolation
+    (torch.export cannot trace it: torch.fx alone)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(5, 6))
+
+    def forward(self, x):
+        h = x + self.w
+        q = torch.tensor([0.1, 0.5, 0.95])
+        return torch.cat([torch.quantile(h, 0.3, dim=1), torch.quantile(h, 0.75).reshape(1)] +
+                         [torch.quantile(h, q, dim=0, interpolation=i).flatten() for i in
+                          ("linear", "lower", "higher", "midpoint", "nearest")])
+
+
+def check_tail(S, fx2sg):
+    """TailForward against PyTorch (the tail's differentiable functions are
+    the tail_math and tail_losses models')."""
+    x = torch.randn(3, 4, 6, generator=GEN)
+    x[0, 1, 2] = 0.0
+    b = torch.tensor([-1.0, -0.2, 0.0, 0.25, 1.5])
+    S.report("api heaviside, channel_shuffle, searchsorted, bucketize, median's and "
+             "kthvalue's indices, cdist p = 0, inf, 3, copysign of -0.0, aminmax",
+             export_and_run(S, fx2sg, TailForward(), [x, b]))
+    torch.manual_seed(8)
+    _check_loss_grads(S, fx2sg, GaussianNll(), [torch.randn(5, 6, generator=GEN)],
+                      "gaussian_nll_loss (torch.fx: torch.export cannot trace it)", 1)
+    torch.manual_seed(8)
+    _check_loss_grads(S, fx2sg, Quantiles(), [torch.randn(5, 6, generator=GEN)],
+                      "quantile (torch.fx: torch.export cannot trace it)", 1)
+
+
 def check_inplace(S, fx2sg):
     """In-place ops as PyTorch runs them: a chain of them writes the
     tensor each names (h.mul_(2).add_(1) changes h twice); a module's
@@ -2534,6 +2687,7 @@ def main():
     check_writes(S, fx2sg)
     check_weight_norm(S, fx2sg)
     check_pools(S, fx2sg)
+    check_tail(S, fx2sg)
     check_renamed_params(S, fx2sg)
     check_hf_moe(S, fx2sg)
     check_sample(S)
