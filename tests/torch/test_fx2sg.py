@@ -743,11 +743,17 @@ class TailMath(nn.Module):
     median and kthvalue, adaptive_max_pool2d over uneven windows,
     lp_pool2d and lp_pool1d, local_response_norm, take_along_dim,
     special.ndtr and special.entr, cartesian_prod, matrix_norm ('fro', 1,
-    -inf); gradients reach the param through each."""
+    -inf), embedding_bag (a bag per row; bags at offsets, one empty, with
+    'mean', 'max' with padding_idx, and per_sample_weights with
+    include_last_offset); gradients reach the param through each."""
 
     def __init__(self):
         super().__init__()
         self.w = nn.Parameter(torch.randn(4, 6))
+        self.register_buffer("rows2d", torch.tensor([[0, 2], [3, 3], [1, 0]]))
+        self.register_buffer("rows1d", torch.tensor([2, 0, 1, 3, 1, 1, 0]))
+        self.register_buffer("starts", torch.tensor([0, 2, 2, 5]))
+        self.register_buffer("ends", torch.tensor([0, 3, 6, 7]))
 
     def forward(self, x):                                   # [N, 4, 6]
         h = x * 1.5 + self.w
@@ -770,7 +776,12 @@ class TailMath(nn.Module):
             torch.take_along_dim(h, x.argsort(2)[..., :3], 2), torch.special.ndtr(h),
             torch.special.entr(pos), torch.cartesian_prod(h[0, 0], h[1, 1, :2]),
             torch.linalg.matrix_norm(h), torch.linalg.matrix_norm(h, 1),
-            torch.linalg.matrix_norm(h, float("-inf"), dim=(0, 2))]
+            torch.linalg.matrix_norm(h, float("-inf"), dim=(0, 2)),
+            F.embedding_bag(self.rows2d, h[0], mode="sum"),
+            F.embedding_bag(self.rows1d, h[1], self.starts, mode="mean"),
+            F.embedding_bag(self.rows1d, h[2], self.starts, mode="max", padding_idx=1),
+            F.embedding_bag(self.rows1d, h[0], self.ends, mode="sum", include_last_offset=True,
+                            per_sample_weights=x[0].flatten()[:7])]
         return torch.stack([t.mean() for t in terms])
 
 
