@@ -2376,6 +2376,30 @@ class Quantiles(nn.Module):
                           ("linear", "lower", "higher", "midpoint", "nearest")])
 
 
+class Elementary(nn.Module):
+    """The elementary functions sgc has no op for, from its ops: atan,
+    atan2 (every quadrant, y = -0.0 at x < 0), asin, acos, tan, sinh and
+    cosh, asinh, acosh, atanh, expm1 (near 0 and far), log2, log10,
+    deg2rad, rad2deg; gradients through each."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 6))
+
+    def forward(self, x):                                   # [4, 6]
+        h = x * 2 + self.w
+        u = torch.tanh(h) * 0.95                            # in (-1, 1)
+        q = torch.tensor([[1.0, 1.0, -1.0, -1.0, 0.0, -0.0]]) * h.abs().clamp(min=0.1)
+        return torch.stack([
+            torch.atan(h * 5).mean(), torch.atan2(h, x).mean(), torch.atan2(q, -h.abs()).mean(),
+            torch.atan2(-q, h.abs()).mean(), torch.asin(u).mean(), torch.acos(u).mean(),
+            torch.tan(u).mean(), torch.sinh(h).mean(), torch.sinh(h * 1e-3).sum() * 1e3,
+            torch.cosh(h).mean(), torch.asinh(h * 3).mean(), torch.acosh(h.abs() + 1.01).mean(),
+            torch.atanh(u).mean(), torch.expm1(h).mean(), torch.expm1(h * 1e-4).sum() * 1e4,
+            torch.log2(h.abs() + 0.1).mean(), torch.log10(h.abs() + 0.1).mean(),
+            torch.deg2rad(h).mean(), torch.rad2deg(h).mean()])
+
+
 def check_tail(S, fx2sg):
     """TailForward against PyTorch (the tail's differentiable functions are
     the tail_math and tail_losses models')."""
@@ -2388,6 +2412,10 @@ def check_tail(S, fx2sg):
     torch.manual_seed(8)
     _check_loss_grads(S, fx2sg, GaussianNll(), [torch.randn(5, 6, generator=GEN)],
                       "gaussian_nll_loss (torch.fx: torch.export cannot trace it)", 1)
+    torch.manual_seed(8)
+    _check_loss_grads(S, fx2sg, Elementary(), [torch.randn(4, 6, generator=GEN)],
+                      "atan, atan2, asin, acos, tan, sinh, cosh, asinh, acosh, atanh, expm1, "
+                      "log2, log10, deg2rad, rad2deg", 1)
     torch.manual_seed(8)
     _check_loss_grads(S, fx2sg, Quantiles(), [torch.randn(5, 6, generator=GEN)],
                       "quantile (torch.fx: torch.export cannot trace it)", 1)
