@@ -2329,7 +2329,8 @@ class TailForward(nn.Module):
     PyTorch lacks): heaviside, channel_shuffle, searchsorted (1-D and
     batched sequences, right, a number), bucketize (right), median's and
     kthvalue's indices, cdist with p = 0 and inf, copysign of -0.0, aminmax
-    (no gradient in torch 1.13)."""
+    (no gradient in torch 1.13), ceil, signbit of -0.0, isclose (NaNs
+    equal too), fmax over NaNs."""
 
     def forward(self, x, b):                                # x [3, 4, 6], b [5] sorted
         s = torch.sort(x[:, 0], -1).values                  # [3, 6]
@@ -2341,7 +2342,10 @@ class TailForward(nn.Module):
                  torch.median(x, 2).indices, torch.kthvalue(x, 3, 1, keepdim=True).indices,
                  torch.cdist(x, x.flip(1), p=0.0), torch.cdist(x, x, p=float("inf")),
                  torch.cdist(x, x.flip(2), p=3.0), torch.copysign(x, z),
-                 torch.aminmax(x, dim=1)[0], torch.aminmax(x)[1]]
+                 torch.aminmax(x, dim=1)[0], torch.aminmax(x)[1], torch.ceil(x * 3),
+                 torch.signbit(z), torch.isclose(x, x + 1e-6), torch.isclose(x, x * 1.1),
+                 torch.isclose(x / x.abs().round(), x / x.abs().round(), equal_nan=True),
+                 torch.fmax(x / x.abs().round(), x)]
         return torch.cat([p.flatten().float() for p in parts])
 
 
@@ -2400,6 +2404,62 @@ class Elementary(nn.Module):
             torch.deg2rad(h).mean(), torch.rad2deg(h).mean()])
 
 
+class LinearAlgebraTail(nn.Module):
+    """Products and rearrangements from sgc's ops: mv, dot, inner,
+    tensordot (dims as an int and as lists), matrix_power, bilinear,
+    diag_embed, diagflat at an offset, fill_diagonal_, fliplr, flipud,
+    select_scatter, slice_scatter with a step, diagonal_scatter at an
+    offset, take, repeat_interleave by constant repeats, msort; and
+    fmax/fmin, softshrink, hardshrink, rrelu outside training, logaddexp2,
+    renorm, dist, pairwise_distance (p = 3, inf), var with correction=3,
+    var_mean and std_mean with correction=0, sgn, positive; gradients
+    through each."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(5, 6))
+        self.bl = nn.Bilinear(6, 4, 3)
+
+    def forward(self, x):                                   # [5, 6]
+        h = x + self.w
+        sq = h[:, :5]
+        d = h.clone()
+        d.fill_diagonal_(0.5)
+        return torch.stack([t.float().mean() for t in [
+            torch.mv(h, x[0]), torch.dot(h[0], x[1]), torch.inner(h, x),
+            torch.tensordot(h, x, dims=([1], [1])),
+            torch.tensordot(h.reshape(5, 2, 3), x.reshape(2, 3, 5), dims=2),
+            torch.matrix_power(sq * 0.5, 3), torch.matrix_power(sq, 0) * h[0, 0],
+            self.bl(h, x[:, :4]), torch.diag_embed(h), torch.diagflat(h[0], 2), d,
+            torch.fliplr(h) * x, torch.flipud(h) * x, torch.select_scatter(h, x[0] * 2, 0, 3),
+            torch.slice_scatter(h, x[:, :3], 1, 0, 6, 2), torch.diagonal_scatter(h, x[0, :4], -1),
+            torch.take(h, torch.tensor([0, 7, -1, 29])) * torch.arange(4),
+            h.repeat_interleave(torch.tensor([2, 0, 1, 1, 3]), dim=0) * torch.arange(7).view(7, 1),
+            torch.msort(h) * x, torch.fmax(h, x), torch.fmin(h, x), F.softshrink(h, 0.5),
+            F.hardshrink(h, 0.5), F.rrelu(h, training=False), torch.logaddexp2(h, x),
+            torch.renorm(h, 2, 0, 1.5), torch.renorm(h, 1, 1, 2.0), torch.dist(h, x),
+            torch.dist(h, x, 3), F.pairwise_distance(h, x, p=3),
+            F.pairwise_distance(h, x, p=float("inf")), torch.var(h, (0, 1), correction=3),
+            torch.var_mean(h, 0, correction=0)[0], torch.std_mean(h, 1, correction=0)[0],
+            torch.sgn(h) * h, torch.positive(h)]])
+
+
+class StatsTail(nn.Module):
+    """cov (correction 1 and 0), corrcoef and combinations (with and
+    without replacement): torch.export cannot trace them, torch.fx can."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 6))
+
+    def forward(self, x):
+        h = x + self.w
+        return torch.cat([torch.cov(h).flatten(), torch.cov(h, correction=0).flatten(),
+                          torch.corrcoef(h).flatten(),
+                          torch.combinations(h[0], 2).prod(1),
+                          torch.combinations(h[1, :3], 3, with_replacement=True).sum(1)])
+
+
 def check_tail(S, fx2sg):
     """TailForward against PyTorch (the tail's differentiable functions are
     the tail_math and tail_losses models')."""
@@ -2407,7 +2467,8 @@ def check_tail(S, fx2sg):
     x[0, 1, 2] = 0.0
     b = torch.tensor([-1.0, -0.2, 0.0, 0.25, 1.5])
     S.report("api heaviside, channel_shuffle, searchsorted, bucketize, median's and "
-             "kthvalue's indices, cdist p = 0, inf, 3, copysign of -0.0, aminmax",
+             "kthvalue's indices, cdist p = 0, inf, 3, copysign of -0.0, aminmax, ceil, "
+             "signbit, isclose, fmax",
              export_and_run(S, fx2sg, TailForward(), [x, b]))
     torch.manual_seed(8)
     _check_loss_grads(S, fx2sg, GaussianNll(), [torch.randn(5, 6, generator=GEN)],
@@ -2416,6 +2477,14 @@ def check_tail(S, fx2sg):
     _check_loss_grads(S, fx2sg, Elementary(), [torch.randn(4, 6, generator=GEN)],
                       "atan, atan2, asin, acos, tan, sinh, cosh, asinh, acosh, atanh, expm1, "
                       "log2, log10, deg2rad, rad2deg", 1)
+    torch.manual_seed(8)
+    _check_loss_grads(S, fx2sg, LinearAlgebraTail(), [torch.randn(5, 6, generator=GEN)],
+                      "mv, dot, inner, tensordot, matrix_power, bilinear, diag_embed, "
+                      "fill_diagonal_, the scatters into views, take, msort, shrinks, renorm, "
+                      "dist, corrections", 3)
+    torch.manual_seed(8)
+    _check_loss_grads(S, fx2sg, StatsTail(), [torch.randn(4, 6, generator=GEN)],
+                      "cov, corrcoef, combinations (torch.fx)", 1)
     torch.manual_seed(8)
     _check_loss_grads(S, fx2sg, Quantiles(), [torch.randn(5, 6, generator=GEN)],
                       "quantile (torch.fx: torch.export cannot trace it)", 1)
