@@ -2460,6 +2460,52 @@ class StatsTail(nn.Module):
                           torch.combinations(h[1, :3], 3, with_replacement=True).sum(1)])
 
 
+class Cells(nn.Module):
+    """nn.RNN (relu, two layers, batch first; tanh, bidirectional),
+    nn.LSTMCell, nn.GRUCell and nn.RNNCell stepped by hand over time (a
+    decoder's loop), one of them on an unbatched input."""
+
+    def __init__(self):
+        super().__init__()
+        self.relu = nn.RNN(4, 5, num_layers=2, nonlinearity="relu", batch_first=True)
+        self.bi = nn.RNN(4, 3, bidirectional=True)
+        self.lstm, self.gru = nn.LSTMCell(4, 5), nn.GRUCell(5, 4)
+        self.cell = nn.RNNCell(4, 3, nonlinearity="relu")
+
+    def forward(self, x):                                   # [N, T, 4]
+        a, ha = self.relu(x)
+        b, hb = self.bi(x.transpose(0, 1))
+        h = c = torch.zeros(x.shape[0], 5)
+        g = torch.zeros(x.shape[0], 4)
+        outs = []
+        for t in range(x.shape[1]):
+            h, c = self.lstm(x[:, t], (h, c))
+            g = self.gru(h, g)
+            outs.append(g)
+        u = self.cell(x[0, 0])                              # unbatched
+        return torch.cat([a.flatten(), ha.flatten(), b.flatten(), hb.flatten(),
+                          torch.stack(outs).flatten(), c.flatten(), u])
+
+
+class EvalNormPool(nn.Module):
+    """InstanceNorm1d with running statistics in eval mode (batch_norm's
+    form) and AdaptiveMaxPool3d over uneven windows."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv1d(3, 4, 3, padding=1)
+        self.norm = nn.InstanceNorm1d(4, affine=True, track_running_stats=True)
+        self.norm.running_mean.copy_(torch.tensor([0.1, -0.2, 0.3, 0.0]))
+        self.norm.running_var.copy_(torch.tensor([0.5, 2.0, 1.0, 1.5]))
+        self.pool = nn.AdaptiveMaxPool3d((2, 3, 2))
+
+    def forward(self, x):                                   # [N, 3, 6]
+        h = self.norm(self.c(x))
+        v = h.reshape(x.shape[0], 1, 4, 3, 2).expand(-1, 2, -1, -1, -1) * \
+            torch.arange(1.0, 3.0).view(1, 2, 1, 1, 1)
+        return torch.cat([h.flatten(), self.pool(torch.cat([v, v[:, :, :3]], 2)).flatten()])
+
+
 def check_tail(S, fx2sg):
     """TailForward against PyTorch (the tail's differentiable functions are
     the tail_math and tail_losses models')."""
@@ -2485,6 +2531,12 @@ def check_tail(S, fx2sg):
     torch.manual_seed(8)
     _check_loss_grads(S, fx2sg, StatsTail(), [torch.randn(4, 6, generator=GEN)],
                       "cov, corrcoef, combinations (torch.fx)", 1)
+    torch.manual_seed(8)
+    _check_loss_grads(S, fx2sg, Cells(), [torch.randn(2, 3, 4, generator=GEN)],
+                      "nn.RNN (relu, tanh bidirectional), LSTMCell, GRUCell, RNNCell", 20)
+    torch.manual_seed(8)
+    _check_loss_grads(S, fx2sg, EvalNormPool(), [torch.randn(2, 3, 6, generator=GEN)],
+                      "InstanceNorm1d with running statistics (eval), AdaptiveMaxPool3d", 4)
     torch.manual_seed(8)
     _check_loss_grads(S, fx2sg, Quantiles(), [torch.randn(5, 6, generator=GEN)],
                       "quantile (torch.fx: torch.export cannot trace it)", 1)
