@@ -2506,6 +2506,20 @@ class EvalNormPool(nn.Module):
         return torch.cat([h.flatten(), self.pool(torch.cat([v, v[:, :, :3]], 2)).flatten()])
 
 
+class Deconv3d(nn.Module):
+    """ConvTranspose3d: stride 2 with padding (a 3-D U-Net's up-sampling),
+    and per-dim strides, padding, output_padding, groups and a dilation."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose3d(2, 4, 3, stride=2, padding=1)
+        self.odd = nn.ConvTranspose3d(4, 2, (2, 3, 1), stride=(1, 2, 3), padding=(0, 2, 0),
+                                      output_padding=(0, 1, 2), groups=2, dilation=(2, 1, 1))
+
+    def forward(self, x):                                   # [N, 2, 3, 3, 2]
+        return self.odd(self.up(x))
+
+
 def check_tail(S, fx2sg):
     """TailForward against PyTorch (the tail's differentiable functions are
     the tail_math and tail_losses models')."""
@@ -2537,6 +2551,9 @@ def check_tail(S, fx2sg):
     torch.manual_seed(8)
     _check_loss_grads(S, fx2sg, EvalNormPool(), [torch.randn(2, 3, 6, generator=GEN)],
                       "InstanceNorm1d with running statistics (eval), AdaptiveMaxPool3d", 4)
+    torch.manual_seed(8)
+    _check_loss_grads(S, fx2sg, Deconv3d(), [torch.randn(2, 2, 3, 3, 2, generator=GEN)],
+                      "ConvTranspose3d", 4)
     torch.manual_seed(8)
     _check_loss_grads(S, fx2sg, Quantiles(), [torch.randn(5, 6, generator=GEN)],
                       "quantile (torch.fx: torch.export cannot trace it)", 1)
