@@ -16,7 +16,8 @@ size; Hugging Face's language models from small configs (hidden 32, 2
 layers, 4 heads, vocab 100), input_ids [2, 8], their logits, and its
 encoder-decoders, speech, vision and multimodal models (HF_OTHER: T5,
 BART, Whisper, Wav2Vec2, ViT, DINOv2, Swin, SegFormer, ConvNeXt V2,
-CLIP, DETR, Mamba2, LLaVA) from small configs in hf_other.  Prints
+CLIP, DETR, Mamba2, LLaVA) from small configs in hf_other, and more
+speech, translation and vision models (HF_MORE, a table of configs).  Prints
 PASS or FAIL per model (max error bound 1e-4 absolute plus 1e-3
 relative) and `N passed, M failed`; exit 1 when any failed.
 """
@@ -299,6 +300,92 @@ def hf_other(name):
 HF_OTHER = ["T5", "BART", "Whisper", "Wav2Vec2", "ViT", "DINOv2", "Swin", "SegFormer",
             "ConvNeXtV2", "CLIP", "DETR", "Mamba2", "LLaVA"]
 
+_SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+_SEQ = dict(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=2,
+            decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+            vocab_size=100, max_position_embeddings=64)
+_SPEECH = dict(conv_dim=(16, 16), conv_kernel=(10, 3), conv_stride=(5, 2),
+               num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4, vocab_size=20,
+               **_SMALL)
+# name: (config class, model class, config settings, output, inputs: 'audio' (a
+# waveform [2, 400]), 'image' ([2, 3, 32, 32]), 'seq2seq' (input_ids and
+# decoder_input_ids), 'features' (input_features [2, 16, 16] and decoder_input_ids),
+# 'spectrogram' ([2, 24, 16]), 'pair' (input_ids and pixel_values 16x16), 'text')
+HF_MORE = {
+    "HuBERT": ("HubertConfig", "HubertForCTC", _SPEECH, "logits", "audio"),
+    "WavLM": ("WavLMConfig", "WavLMForCTC", dict(num_buckets=8, max_bucket_distance=16,
+                                                 **_SPEECH), "logits", "audio"),
+    "Data2VecAudio": ("Data2VecAudioConfig", "Data2VecAudioForCTC", _SPEECH, "logits", "audio"),
+    "SEW": ("SEWConfig", "SEWForCTC", dict(squeeze_factor=2, **_SPEECH), "logits", "audio"),
+    "UniSpeech": ("UniSpeechConfig", "UniSpeechForCTC", _SPEECH, "logits", "audio"),
+    "AST": ("ASTConfig", "ASTForAudioClassification",
+            dict(num_mel_bins=16, max_length=24, patch_size=8, frequency_stride=8,
+                 time_stride=8, num_labels=5, **_SMALL), "logits", "spectrogram"),
+    "MBart": ("MBartConfig", "MBartForConditionalGeneration", _SEQ, "logits", "seq2seq"),
+    "Pegasus": ("PegasusConfig", "PegasusForConditionalGeneration", _SEQ, "logits", "seq2seq"),
+    "Marian": ("MarianConfig", "MarianMTModel", dict(decoder_start_token_id=0, pad_token_id=0,
+                                                     **_SEQ), "logits", "seq2seq"),
+    "M2M100": ("M2M100Config", "M2M100ForConditionalGeneration", _SEQ, "logits", "seq2seq"),
+    "Speech2Text": ("Speech2TextConfig", "Speech2TextForConditionalGeneration",
+                    dict(_SEQ, input_feat_per_channel=16, conv_channels=16,
+                         max_source_positions=32, max_target_positions=32), "logits",
+                    "features"),
+    "BEiT": ("BeitConfig", "BeitForImageClassification",
+             dict(image_size=32, patch_size=8, num_labels=10, use_relative_position_bias=True,
+                  **_SMALL), "logits", "image"),
+    "DeiT": ("DeiTConfig", "DeiTForImageClassification",
+             dict(image_size=32, patch_size=8, num_labels=10, **_SMALL), "logits", "image"),
+    "MobileViT": ("MobileViTConfig", "MobileViTForImageClassification",
+                  dict(image_size=32, patch_size=2, hidden_sizes=[16, 24, 32],
+                       neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64], num_labels=10), "logits",
+                  "image"),
+    "PVTv2": ("PvtV2Config", "PvtV2ForImageClassification",
+              dict(image_size=32, hidden_sizes=[16, 32], depths=[1, 1],
+                   num_attention_heads=[1, 2], sr_ratios=[2, 1], patch_sizes=[7, 3],
+                   strides=[4, 2], mlp_ratios=[2, 2], num_encoder_blocks=2, num_labels=10),
+              "logits", "image"),
+    "ResNet": ("ResNetConfig", "ResNetForImageClassification",
+               dict(hidden_sizes=[16, 32], depths=[1, 1], embedding_size=16, num_labels=10),
+               "logits", "image"),
+    "RegNet": ("RegNetConfig", "RegNetForImageClassification",
+               dict(hidden_sizes=[16, 32], depths=[1, 1], embedding_size=16, groups_width=8,
+                    num_labels=10), "logits", "image"),
+    "DPT": ("DPTConfig", "DPTForDepthEstimation",
+            dict(image_size=32, patch_size=8, backbone_out_indices=[0, 1],
+                 neck_hidden_sizes=[16, 32], fusion_hidden_size=16, reassemble_factors=[2, 1],
+                 **_SMALL), "predicted_depth", "image"),
+    "LeViT": ("LevitConfig", "LevitForImageClassification",
+              dict(image_size=32, hidden_sizes=[16, 32, 48], num_attention_heads=[1, 2, 3],
+                   depths=[1, 1, 1], key_dim=[8, 8, 8], num_labels=10), "logits", "image"),
+    "ConvNeXt": ("ConvNextConfig", "ConvNextForImageClassification",
+                 dict(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2, num_labels=10),
+                 "logits", "image"),
+    "SigLIP": ("SiglipConfig", "SiglipModel",
+               dict(text_config=dict(vocab_size=100, max_position_embeddings=16, **_SMALL),
+                    vision_config=dict(image_size=16, patch_size=8, **_SMALL)),
+               "logits_per_image", "pair"),
+    "BLIPText": ("BlipTextConfig", "BlipTextLMHeadModel", dict(vocab_size=100, **_SMALL),
+                 "logits", "text"),
+}
+
+
+def hf_more(name):
+    """A model of HF_MORE from its small config, with its inputs."""
+    import transformers as tf
+    cfg_cls, cls, kw, out, kind = HF_MORE[name]
+    m = getattr(tf, cls)(getattr(tf, cfg_cls)(**kw))
+    ids, dec = torch.randint(3, 100, (2, 8)), torch.randint(3, 100, (2, 5))
+    if kind == "seq2seq":
+        return Output2(m, out, ["input_ids", "decoder_input_ids"]), [ids, dec]
+    if kind == "features":
+        return Output2(m, out, ["input_features", "decoder_input_ids"]), \
+            [torch.randn(2, 16, 16), dec]
+    if kind == "pair":
+        return Output2(m, out), [torch.randint(0, 100, (2, 7)), torch.randn(2, 3, 16, 16)]
+    x = {"audio": lambda: torch.randn(2, 400), "image": lambda: torch.randn(2, 3, 32, 32),
+         "spectrogram": lambda: torch.randn(2, 24, 16), "text": lambda: ids}[kind]()
+    return Output(m, out), [x]
+
 def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -314,7 +401,8 @@ def main(argv):
     names = [p for p in picks if p not in ("torchvision", "timm", "hf")]
     todo = [("torchvision", n, torchvision_model) for n in TORCHVISION] + \
         [("timm", n, timm_model) for n in TIMM] + \
-        [("hf", s, hf_model) for s in HF] + [("hf", n, hf_other) for n in HF_OTHER]
+        [("hf", s, hf_model) for s in HF] + [("hf", n, hf_other) for n in HF_OTHER] + \
+        [("hf", n, hf_more) for n in HF_MORE]
     S = Suite("zoo")
     for zoo, spec, make in todo:
         label = spec[1] if isinstance(spec, tuple) else spec
