@@ -2412,8 +2412,8 @@ class LinearAlgebraTail(nn.Module):
     offset, take, repeat_interleave by constant repeats, msort; and
     fmax/fmin, softshrink, hardshrink, rrelu outside training, logaddexp2,
     renorm, dist, pairwise_distance (p = 3, inf), var with correction=3,
-    var_mean and std_mean with correction=0, sgn, positive; gradients
-    through each."""
+    var_mean and std_mean with correction=0, sgn, positive, float_power
+    (in float64); gradients through each."""
 
     def __init__(self):
         super().__init__()
@@ -2441,7 +2441,7 @@ class LinearAlgebraTail(nn.Module):
             torch.dist(h, x, 3), F.pairwise_distance(h, x, p=3),
             F.pairwise_distance(h, x, p=float("inf")), torch.var(h, (0, 1), correction=3),
             torch.var_mean(h, 0, correction=0)[0], torch.std_mean(h, 1, correction=0)[0],
-            torch.sgn(h) * h, torch.positive(h)]])
+            torch.sgn(h) * h, torch.positive(h), torch.float_power(h.abs() + 0.1, 1.5)]])
 
 
 class StatsTail(nn.Module):
