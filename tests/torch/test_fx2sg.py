@@ -2520,6 +2520,22 @@ class Deconv3d(nn.Module):
         return self.odd(self.up(x))
 
 
+class Special(nn.Module):
+    """lgamma (both sides of 1/2: the reflection), digamma (likewise) and
+    erfinv, each elementwise with its gradient (the derivative of the
+    composition: digamma, trigamma, sqrt(pi) / 2 exp(x^2))."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 6))
+
+    def forward(self, x):                                   # [4, 6]
+        h = x * 2 + self.w
+        return torch.cat([torch.lgamma(h).flatten(), torch.lgamma(h.abs() * 5 + 0.01).flatten(),
+                          torch.digamma(h).flatten(), torch.digamma(h.abs() + 0.1).flatten(),
+                          torch.erfinv(torch.tanh(h) * 0.999).flatten()])
+
+
 def check_tail(S, fx2sg):
     """TailForward against PyTorch (the tail's differentiable functions are
     the tail_math and tail_losses models')."""
@@ -2554,6 +2570,9 @@ def check_tail(S, fx2sg):
     torch.manual_seed(8)
     _check_loss_grads(S, fx2sg, Deconv3d(), [torch.randn(2, 2, 3, 3, 2, generator=GEN)],
                       "ConvTranspose3d", 4)
+    torch.manual_seed(8)
+    _check_loss_grads(S, fx2sg, Special(), [torch.randn(4, 6, generator=GEN)],
+                      "lgamma, digamma, erfinv", 1)
     torch.manual_seed(8)
     _check_loss_grads(S, fx2sg, Quantiles(), [torch.randn(5, 6, generator=GEN)],
                       "quantile (torch.fx: torch.export cannot trace it)", 1)
