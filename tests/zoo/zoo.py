@@ -132,6 +132,10 @@ HF = [("BertConfig", "BertForMaskedLM", "sdpa"), ("RobertaConfig", "RobertaForMa
       ("OlmoeConfig", "OlmoeForCausalLM", "eager", dict(num_experts=4, num_experts_per_tok=2)),
       ("GraniteMoeConfig", "GraniteMoeForCausalLM", "eager",
        dict(num_local_experts=4, num_experts_per_tok=2))]
+# the other models' small configs (hf_other, HF_MORE): a transformer's, an encoder-decoder's
+_SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+_SEQ = dict(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=2,
+            decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4)
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
              vocab_size=100, max_position_embeddings=64, n_embd=32, n_layer=2, n_head=4,
              num_key_value_heads=2, head_dim=8, n_positions=64, rotary_dim=8,
@@ -228,9 +232,6 @@ def hf_other(name):
     """Hugging Face's encoder-decoders, speech, vision and multimodal
     models from small configs (HF_OTHER)."""
     import transformers as tf
-    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
-    seq = dict(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=2,
-               decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4)
     ids = torch.randint(3, 100, (2, 8))
     dec = torch.randint(3, 100, (2, 5))
     image = torch.randn(2, 3, 32, 32)
@@ -240,25 +241,25 @@ def hf_other(name):
                         decoder_start_token_id=0)
         return Output2(tf.T5ForConditionalGeneration(c), "logits", s2s), [ids, dec]
     if name == "BART":
-        c = tf.BartConfig(vocab_size=100, max_position_embeddings=64, **seq)
+        c = tf.BartConfig(vocab_size=100, max_position_embeddings=64, **_SEQ)
         return Output2(tf.BartForConditionalGeneration(c), "logits", s2s), [ids, dec]
     if name == "Whisper":
         c = tf.WhisperConfig(vocab_size=100, num_mel_bins=16, max_source_positions=16,
                              max_target_positions=16, pad_token_id=0, decoder_start_token_id=1,
-                             bos_token_id=1, eos_token_id=2, **seq)
+                             bos_token_id=1, eos_token_id=2, **_SEQ)
         return Output2(tf.WhisperForConditionalGeneration(c), "logits",
                        ["input_features", "decoder_input_ids"]), \
             [torch.randn(2, 16, 32), dec]
     if name == "Wav2Vec2":
         c = tf.Wav2Vec2Config(conv_dim=(16, 16), conv_kernel=(10, 3), conv_stride=(5, 2),
                               num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4,
-                              vocab_size=20, **small)
+                              vocab_size=20, **_SMALL)
         return Output(tf.Wav2Vec2ForCTC(c), "logits"), [torch.randn(2, 400)]
     if name == "ViT":
-        c = tf.ViTConfig(image_size=32, patch_size=8, num_labels=10, **small)
+        c = tf.ViTConfig(image_size=32, patch_size=8, num_labels=10, **_SMALL)
         return Output(tf.ViTForImageClassification(c), "logits"), [image]
     if name == "DINOv2":
-        c = tf.Dinov2Config(image_size=32, patch_size=8, num_labels=10, **small)
+        c = tf.Dinov2Config(image_size=32, patch_size=8, num_labels=10, **_SMALL)
         return Output(tf.Dinov2ForImageClassification(c), "logits"), [image]
     if name == "Swin":
         c = tf.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
@@ -275,8 +276,8 @@ def hf_other(name):
                                 num_labels=10)
         return Output(tf.ConvNextV2ForImageClassification(c), "logits"), [image]
     if name == "CLIP":
-        c = tf.CLIPConfig(text_config=dict(vocab_size=100, max_position_embeddings=16, **small),
-                          vision_config=dict(image_size=16, patch_size=8, **small),
+        c = tf.CLIPConfig(text_config=dict(vocab_size=100, max_position_embeddings=16, **_SMALL),
+                          vision_config=dict(image_size=16, patch_size=8, **_SMALL),
                           projection_dim=16)
         return Output2(tf.CLIPModel(c), "logits_per_image"), \
             [torch.randint(0, 100, (2, 7)), torch.randn(2, 3, 16, 16)]
@@ -286,7 +287,7 @@ def hf_other(name):
         c = tf.DetrConfig(use_timm_backbone=False, backbone_config=backbone,
                           use_pretrained_backbone=False, num_queries=5, num_labels=3,
                           encoder_layers=1, decoder_layers=1, **{
-                              k: v for k, v in seq.items() if "layers" not in k})
+                              k: v for k, v in _SEQ.items() if "layers" not in k})
         return Output(tf.DetrForObjectDetection(c), "logits"), [torch.randn(1, 3, 64, 64)]
     if name == "Mamba2":
         c = tf.Mamba2Config(hidden_size=32, num_hidden_layers=2, vocab_size=100, head_dim=8,
@@ -300,10 +301,7 @@ def hf_other(name):
 HF_OTHER = ["T5", "BART", "Whisper", "Wav2Vec2", "ViT", "DINOv2", "Swin", "SegFormer",
             "ConvNeXtV2", "CLIP", "DETR", "Mamba2", "LLaVA"]
 
-_SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
-_SEQ = dict(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=2,
-            decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-            vocab_size=100, max_position_embeddings=64)
+_S2S = dict(_SEQ, vocab_size=100, max_position_embeddings=64)
 _SPEECH = dict(conv_dim=(16, 16), conv_kernel=(10, 3), conv_stride=(5, 2),
                num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4, vocab_size=20,
                **_SMALL)
@@ -321,13 +319,13 @@ HF_MORE = {
     "AST": ("ASTConfig", "ASTForAudioClassification",
             dict(num_mel_bins=16, max_length=24, patch_size=8, frequency_stride=8,
                  time_stride=8, num_labels=5, **_SMALL), "logits", "spectrogram"),
-    "MBart": ("MBartConfig", "MBartForConditionalGeneration", _SEQ, "logits", "seq2seq"),
-    "Pegasus": ("PegasusConfig", "PegasusForConditionalGeneration", _SEQ, "logits", "seq2seq"),
+    "MBart": ("MBartConfig", "MBartForConditionalGeneration", _S2S, "logits", "seq2seq"),
+    "Pegasus": ("PegasusConfig", "PegasusForConditionalGeneration", _S2S, "logits", "seq2seq"),
     "Marian": ("MarianConfig", "MarianMTModel", dict(decoder_start_token_id=0, pad_token_id=0,
-                                                     **_SEQ), "logits", "seq2seq"),
-    "M2M100": ("M2M100Config", "M2M100ForConditionalGeneration", _SEQ, "logits", "seq2seq"),
+                                                     **_S2S), "logits", "seq2seq"),
+    "M2M100": ("M2M100Config", "M2M100ForConditionalGeneration", _S2S, "logits", "seq2seq"),
     "Speech2Text": ("Speech2TextConfig", "Speech2TextForConditionalGeneration",
-                    dict(_SEQ, input_feat_per_channel=16, conv_channels=16,
+                    dict(_S2S, input_feat_per_channel=16, conv_channels=16,
                          max_source_positions=32, max_target_positions=32), "logits",
                     "features"),
     "BEiT": ("BeitConfig", "BeitForImageClassification",
