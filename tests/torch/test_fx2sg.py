@@ -829,8 +829,48 @@ def tail_losses():
     return TailLosses()
 
 
+class ComplexLayers(nn.Module):
+    """Complex tensors, which fx2sg carries as their real and imaginary
+    parts: rotary embeddings as Meta's Llama writes them (view_as_complex,
+    a torch.polar buffer, view_as_real), an FNO spectral layer (rfft2
+    with norm='ortho', a complex param through einsum, irfft2 to a given
+    size: its modes put back by cat), FNet's token mixing
+    (fftn(...).real), a complex magnitude and a spectrogram's (stft with
+    a Hann window)."""
+
+    def __init__(self):
+        super().__init__()
+        t, f = torch.arange(6.0), 1.0 / (100 ** (torch.arange(0, 4).float() / 4))
+        self.register_buffer("freqs_cis", torch.polar(torch.ones(6, 4), torch.outer(t, f)),
+                             persistent=False)
+        self.proj = nn.Linear(8, 8)
+        self.modes = nn.Parameter(torch.randn(2, 2, 3, 3, dtype=torch.cfloat) * 0.4)
+        self.out = nn.Linear(8, 8)
+        self.register_buffer("window", torch.hann_window(8))
+
+    def forward(self, x):                                   # [2, 2, 6, 8]
+        h = self.proj(x)
+        z = torch.view_as_complex(h.float().reshape(*h.shape[:-1], -1, 2))
+        h = torch.view_as_real(z * self.freqs_cis).flatten(3).type_as(h)
+        X = torch.fft.rfft2(h, norm="ortho")                # [2, 2, 6, 5]
+        Y = torch.einsum("bixy,ioxy->boxy", X[:, :, :3, :3], self.modes)
+        Y = torch.cat([Y, torch.zeros(2, 2, 3, 2, dtype=Y.dtype)], -1)
+        Y = torch.cat([Y, torch.zeros(2, 2, 3, 5, dtype=Y.dtype)], -2)
+        h = h + torch.fft.irfft2(Y, s=(6, 8), norm="ortho")
+        h = h + torch.fft.fftn(h, dim=(2, 3)).real * 0.1
+        spec = torch.stft(h.reshape(4, 48), 8, hop_length=4, window=self.window,
+                          return_complex=True).abs()        # [4, 5, 13]
+        return self.out(h) + torch.fft.fft(h).abs() * 0.1 + spec.mean((1, 2)).view(2, 2, 1, 1)
+
+
+def complex_layers():
+    torch.manual_seed(41)
+    return ComplexLayers()
+
+
 MODELS = [
     # name (of the factory), factory, --input flags, loss for the gradient test
+    ("complex_layers", complex_layers, ["x=f32[2,2,6,8]"], "mse"),
     ("view_writes", view_writes, ["x=f32[3,5]"], "mse"),
     ("windows", windows, ["x=f32[2,3,7,6]"], "mse"),
     ("long_tail", long_tail, ["x=f32[2,3,4]"], "mse"),
@@ -996,8 +1036,9 @@ def check_model(S, name, factory, flags, loss, trace="fx"):
             why = "'%s' is not in the params file" % n
         elif [kind, "%" + n] not in decls:
             why = "'%s' is not declared as %s:\n%s" % (n, kind, text)
-        else:
-            why = compare(params[n], t.detach())
+        else:   # a complex param as view_as_real (fx2sg's convention)
+            why = compare(params[n], torch.view_as_real(t.detach()) if t.is_complex()
+                          else t.detach())
         if why:
             break
     S.report(tag + " params", why)
@@ -1037,7 +1078,8 @@ def check_model(S, name, factory, flags, loss, trace="fx"):
         if "grad." + n not in out:
             why = "grad.%s missing from --out" % n
         else:
-            why = compare(out["grad." + n], p.grad, atol=1e-5, rtol=1e-4)
+            want = torch.view_as_real(p.grad) if p.grad.is_complex() else p.grad
+            why = compare(out["grad." + n], want, atol=1e-5, rtol=1e-4)
             why = why and "grad.%s: %s" % (n, why)
     S.report(tag + " backward", why)
 
@@ -2207,11 +2249,11 @@ class WeightNormed(nn.Module):
         return self.p(self.l(self.c(x).transpose(1, 2)))
 
 
-def _check_loss_grads(S, fx2sg, m, args, label, least):
+def _check_loss_grads(S, fx2sg, m, args, label, least, trace="auto"):
     """m exported under --loss mse: the output, the loss and every
     gradient (at least `least` of them) against PyTorch's."""
     try:
-        ex = fx2sg.export(m, args, loss="mse")
+        ex = fx2sg.export(m, args, loss="mse", trace=trace)
         out, why = run_export(S, ex, label.split()[0])
     except fx2sg.Error as e:
         why = "raised: %s" % e
@@ -2578,6 +2620,146 @@ def check_tail(S, fx2sg):
                       "quantile (torch.fx: torch.export cannot trace it)", 1)
 
 
+class ComplexOps(nn.Module):
+    """The complex functions fx2sg has, each reduced to a real tensor:
+    complex, polar, products and quotients of complex tensors and with
+    a complex scalar, conj, exp, abs, angle (of real tensors too),
+    .real, .imag, mT, mH, adjoint, matmul, sums, where, masked_fill, and
+    the transforms
+    (fft, ifft with norm='forward', rfft with n, irfft with n, fft2 with
+    s, rfftn and irfftn, fftshift and ifftshift)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 6))
+
+    def forward(self, x):                                   # [4, 6]
+        h = x + self.w
+        z = torch.complex(h, x * 0.5)
+        w = torch.polar(h.abs() + 0.1, x)
+        terms = [(z * w).abs(), (z / w).angle(), torch.view_as_real(z.conj() * 2j - w),
+                 torch.exp(z * 0.3).real, (z + 1.5).imag, (2.0 - z / 3).imag,
+                 torch.fft.ifft(z, norm="forward").real,
+                 torch.fft.irfft(torch.fft.rfft(h, n=10), n=7),
+                 torch.fft.fftshift(torch.fft.fft(h)).abs(), torch.fft.ifftshift(h, dim=1),
+                 torch.fft.rfft(h).angle(), (z - w).sum(1).real,
+                 torch.fft.irfftn(torch.fft.rfftn(h), s=(4, 6)), (z @ w.mT).imag,
+                 (z @ w.mH).real, z.adjoint().real, z.mH.imag,
+                 torch.view_as_real(torch.fft.fft2(z, s=(3, 8))), torch.angle(h - 0.5),
+                 (h / (w + 1j)).real, torch.where(h > 0, z, h * 2 + 0j).imag,
+                 z.masked_fill(h < 0.5, 2.0).imag + z.masked_fill(h < 0, 0.0).abs()]
+        return torch.cat([t.flatten() for t in terms])
+
+
+class Spectrogram(nn.Module):
+    """torch.stft: a Hann window shorter than n_fft (centred), a 1-D
+    signal without centring, normalized; a Hamming window with constant
+    padding, two-sided; the default window of win_length 6 with replicate
+    padding."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("win", torch.hann_window(12))
+        self.lin = nn.Linear(40, 40)
+
+    def forward(self, x):                                   # [2, 40]
+        h = self.lin(x)
+        return torch.cat([
+            torch.stft(h, 16, hop_length=4, window=self.win, win_length=12,
+                       return_complex=True).abs().flatten(),
+            torch.stft(h[0], 8, return_complex=True, center=False, normalized=True)
+            .real.flatten(),
+            torch.stft(h, 10, hop_length=3, window=torch.hamming_window(10), pad_mode="constant",
+                       onesided=False, return_complex=True).imag.flatten(),
+            torch.stft(h, 8, hop_length=2, win_length=6, return_complex=True,
+                       pad_mode="replicate").imag.flatten()])
+
+
+class SpectralConv(nn.Module):
+    """FNO's spectral layer as its reference implementation writes it:
+    the kept modes written into a complex zeros tensor in place
+    (torch.export records the copy_ into its slices)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lift = nn.Linear(3, 4)
+        self.w1 = nn.Parameter(torch.rand(4, 4, 2, 2, dtype=torch.cfloat) / 16)
+        self.w2 = nn.Parameter(torch.rand(4, 4, 2, 2, dtype=torch.cfloat) / 16)
+
+    def forward(self, x):                                   # [2, 6, 6, 3]
+        h = self.lift(x).permute(0, 3, 1, 2)
+        x_ft = torch.fft.rfft2(h)
+        out_ft = torch.zeros(2, 4, 6, 4, dtype=torch.cfloat)
+        out_ft[:, :, :2, :2] = torch.einsum("bixy,ioxy->boxy", x_ft[:, :, :2, :2], self.w1)
+        out_ft[:, :, -2:, :2] = torch.einsum("bixy,ioxy->boxy", x_ft[:, :, -2:, :2], self.w2)
+        return F.gelu(torch.fft.irfft2(out_ft, s=(6, 6)) + h)
+
+
+class WriteInto(nn.Module):
+    """Values written into slices of a tensor forward makes."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x):                                   # [2, 5, 5]
+        out = torch.zeros(2, 5, 5)
+        out[:, :3, :3] = x[:, :3, :3] @ self.w
+        out[:, -2:, 1:4] = x[:, :2, 2:] * self.w[0]
+        return out * 2 + out[:, :1]
+
+
+class ComplexBufferUpdate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("phase", torch.ones(3, dtype=torch.cfloat))
+
+    def forward(self, x):
+        self.phase.mul_(1j)
+        return (self.phase * x).real
+
+
+def check_complex(S, fx2sg):
+    """Complex tensors (docs/models.md): ComplexOps and, where
+    torch.export is, FNO's in-place spectral layer against PyTorch with
+    their gradients; torch.fx's setitem refused by name; complex results
+    and ops fx2sg lacks refused."""
+    cases = [(ComplexOps, (4, 6), "complex, polar, conj, exp, abs, angle, real, imag, mT, mH, "
+              "matmul, where, masked_fill, fft, ifft, rfft, irfft, fft2, rfftn, irfftn, "
+              "fftshift", 1, "auto"),
+             (Spectrogram, (2, 40), "stft (windows, centring and padding modes, onesided or "
+              "not)", 2, "auto")]
+    if HAVE_EXPORT:
+        cases += [(SpectralConv, (2, 6, 6, 3), "FNO's spectral layer, modes written in place "
+                   "(torch.export)", 4, "export"),
+                  (WriteInto, (2, 5, 5), "writes into slices of a new tensor (torch.export)", 1,
+                   "export")]
+    for cls, shape, label, least, trace in cases:
+        torch.manual_seed(8)
+        _check_loss_grads(S, fx2sg, cls(), [torch.randn(*shape, generator=GEN)], label, least,
+                          trace=trace)
+
+    def refused(label, m, args, needle, trace="auto"):
+        try:
+            fx2sg.export(m, args, trace=trace)
+            why = "exported without an error"
+        except fx2sg.Error as e:
+            why = None if needle in str(e) else "message lacks %r: %s" % (needle, e)
+        S.report("error: " + label, why)
+    refused("torch.fx and a write into a tensor", WriteInto(), [torch.randn(2, 5, 5)],
+            "torch.fx cannot trace a write into a tensor", trace="fx")
+    refused("a complex output", Fn(lambda m, x, y: torch.fft.fft(x)), [g(4), g(1)],
+            "output is a complex tensor")
+    refused("a complex op fx2sg lacks",
+            Fn(lambda m, x, y: torch.sqrt(torch.complex(x, y)).real), [g(4), g(4)],
+            "no complex form of sqrt")
+    refused("a transform fx2sg lacks (hfft)",
+            Fn(lambda m, x, y: torch.fft.hfft(torch.complex(x, y))), [g(4), g(4)],
+            "no complex form of fft_hfft")
+    refused("an in-place update of a complex buffer", ComplexBufferUpdate(), [g(3)],
+            "in-place write to the complex const 'phase'")
+
+
 def check_inplace(S, fx2sg):
     """In-place ops as PyTorch runs them: a chain of them writes the
     tensor each names (h.mul_(2).add_(1) changes h twice); a module's
@@ -2884,6 +3066,7 @@ def main():
     check_weight_norm(S, fx2sg)
     check_pools(S, fx2sg)
     check_tail(S, fx2sg)
+    check_complex(S, fx2sg)
     check_renamed_params(S, fx2sg)
     check_hf_moe(S, fx2sg)
     check_sample(S)

@@ -131,7 +131,15 @@ HF = [("BertConfig", "BertForMaskedLM", "sdpa"), ("RobertaConfig", "RobertaForMa
       ("HeliumConfig", "HeliumForCausalLM", "eager"),
       ("OlmoeConfig", "OlmoeForCausalLM", "eager", dict(num_experts=4, num_experts_per_tok=2)),
       ("GraniteMoeConfig", "GraniteMoeForCausalLM", "eager",
-       dict(num_local_experts=4, num_experts_per_tok=2))]
+       dict(num_local_experts=4, num_experts_per_tok=2)),
+      # rotary embeddings through view_as_complex and torch.polar (fx2sg's complex parts)
+      ("DeepseekV2Config", "DeepseekV2ForCausalLM", "eager",
+       dict(qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8, head_dim=4, kv_lora_rank=16,
+            q_lora_rank=16, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2,
+            n_group=1, topk_group=1, moe_intermediate_size=16, first_k_dense_replace=1)),
+      ("Llama4TextConfig", "Llama4ForCausalLM", "eager",
+       dict(num_local_experts=4, num_experts_per_tok=1, intermediate_size_mlp=64,
+            interleave_moe_layer_step=2, no_rope_layers=[1, 0], attention_chunk_size=4))]
 # the other models' small configs (hf_other, HF_MORE): a transformer's, an encoder-decoder's
 _SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 _SEQ = dict(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=2,
@@ -364,6 +372,9 @@ HF_MORE = {
                "logits_per_image", "pair"),
     "BLIPText": ("BlipTextConfig", "BlipTextLMHeadModel", dict(vocab_size=100, **_SMALL),
                  "logits", "text"),
+    # its token mixing is torch.fft.fftn(h, dim=(1, 2)).real (fx2sg's complex parts)
+    "FNet": ("FNetConfig", "FNetForMaskedLM", dict(vocab_size=100, max_position_embeddings=16,
+                                                   **_SMALL), "logits", "text"),
 }
 
 
