@@ -1116,6 +1116,9 @@ API_CASES = [
      + x.clamp(min=-0.5, max=0.5) + torch.clamp(y, max=0.1), g(3, 4), g(4), None),
     ("where, masked_fill", lambda m, x, y: torch.where(x > 0, x, y) + x.masked_fill(x < y, -1.0),
      g(3, 4), g(4), None),
+    # a constant strided view (RWKV's and RecurrentGemma's): fx2sg compared its bytes, and
+    # crashed on a tensor whose bytes are not contiguous
+    ("a strided constant", lambda m, x, y: x + torch.arange(8.0)[::2] * y, g(3, 4), g(4), None),
     ("maximum, max(x, y)", lambda m, x, y: torch.maximum(x, y) - torch.max(x, y * 2) + torch.min(x, y),
      g(3, 4), g(3, 4), None),
     ("rsub, floordiv, alpha", lambda m, x, y: 1.0 - x + torch.add(x, y, alpha=2) + (x * 3) // 1.0
@@ -2627,7 +2630,7 @@ class ComplexOps(nn.Module):
     .real, .imag, mT, mH, adjoint, matmul, sums, where, masked_fill, and
     the transforms
     (fft, ifft with norm='forward', rfft with n, irfft with n, fft2 with
-    s, rfftn and irfftn, fftshift and ifftshift)."""
+    s, rfftn and irfftn, hfft and ihfft, fftshift and ifftshift)."""
 
     def __init__(self):
         super().__init__()
@@ -2647,7 +2650,9 @@ class ComplexOps(nn.Module):
                  (z @ w.mH).real, z.adjoint().real, z.mH.imag,
                  torch.view_as_real(torch.fft.fft2(z, s=(3, 8))), torch.angle(h - 0.5),
                  (h / (w + 1j)).real, torch.where(h > 0, z, h * 2 + 0j).imag,
-                 z.masked_fill(h < 0.5, 2.0).imag + z.masked_fill(h < 0, 0.0).abs()]
+                 z.masked_fill(h < 0.5, 2.0).imag + z.masked_fill(h < 0, 0.0).abs(),
+                 torch.fft.hfft(z, n=8), torch.fft.hfft(z, norm="ortho"),
+                 torch.fft.ihfft(h, n=5).imag, torch.fft.ihfft(h, norm="forward").real]
         return torch.cat([t.flatten() for t in terms])
 
 
@@ -2726,7 +2731,7 @@ def check_complex(S, fx2sg):
     and ops fx2sg lacks refused."""
     cases = [(ComplexOps, (4, 6), "complex, polar, conj, exp, abs, angle, real, imag, mT, mH, "
               "matmul, where, masked_fill, fft, ifft, rfft, irfft, fft2, rfftn, irfftn, "
-              "fftshift", 1, "auto"),
+              "hfft, ihfft, fftshift", 1, "auto"),
              (Spectrogram, (2, 40), "stft (windows, centring and padding modes, onesided or "
               "not)", 2, "auto")]
     if HAVE_EXPORT:
@@ -2753,9 +2758,9 @@ def check_complex(S, fx2sg):
     refused("a complex op fx2sg lacks",
             Fn(lambda m, x, y: torch.sqrt(torch.complex(x, y)).real), [g(4), g(4)],
             "no complex form of sqrt")
-    refused("a transform fx2sg lacks (hfft)",
-            Fn(lambda m, x, y: torch.fft.hfft(torch.complex(x, y))), [g(4), g(4)],
-            "no complex form of fft_hfft")
+    refused("a transform fx2sg lacks (hfft2)",
+            Fn(lambda m, x, y: torch.fft.hfft2(torch.complex(x, y).view(2, 2))), [g(4), g(4)],
+            "no complex form of fft_hfft2")
     refused("an in-place update of a complex buffer", ComplexBufferUpdate(), [g(3)],
             "in-place write to the complex const 'phase'")
 
