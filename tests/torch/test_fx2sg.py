@@ -835,8 +835,8 @@ class ComplexLayers(nn.Module):
     a torch.polar buffer, view_as_real), an FNO spectral layer (rfft2
     with norm='ortho', a complex param through einsum, irfft2 to a given
     size: its modes put back by cat), FNet's token mixing
-    (fftn(...).real), a complex magnitude and a spectrogram's (stft with
-    a Hann window)."""
+    (fftn(...).real), a complex magnitude, a spectrogram's (stft with
+    a Hann window) and an overlap-add (F.fold, kernel 8 at stride 3)."""
 
     def __init__(self):
         super().__init__()
@@ -860,7 +860,9 @@ class ComplexLayers(nn.Module):
         h = h + torch.fft.fftn(h, dim=(2, 3)).real * 0.1
         spec = torch.stft(h.reshape(4, 48), 8, hop_length=4, window=self.window,
                           return_complex=True).abs()        # [4, 5, 13]
-        return self.out(h) + torch.fft.fft(h).abs() * 0.1 + spec.mean((1, 2)).view(2, 2, 1, 1)
+        ola = F.fold(h.reshape(4, 6, 8).transpose(1, 2), (1, 23), (1, 8), stride=(1, 3))
+        return self.out(h) + torch.fft.fft(h).abs() * 0.1 + spec.mean((1, 2)).view(2, 2, 1, 1) \
+            + ola.mean((1, 2, 3)).view(2, 2, 1, 1)
 
 
 def complex_layers():
@@ -2315,10 +2317,31 @@ class PoolIndices(nn.Module):
         return torch.cat([q.flatten() for q in parts]).float()
 
 
+class WidePools(nn.Module):
+    """ceil_mode pools whose kernel is past the padded input
+    (EfficientNet's AvgPool2d(2560) over a 1x1 map): one window each."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 5, 4))
+
+    def forward(self, x):                                   # [2, 3, 5, 4]
+        h = x + self.w
+        return torch.cat([
+            F.avg_pool2d(h, 64, ceil_mode=True).flatten(),
+            F.avg_pool2d(h, (9, 3), ceil_mode=True, padding=1).flatten(),
+            F.max_pool2d(h, 50, ceil_mode=True).flatten(),
+            F.avg_pool2d(h, 40, ceil_mode=True, divisor_override=7).flatten(),
+            F.avg_pool2d(h, (7, 2), stride=(10, 1), ceil_mode=True, padding=(1, 0),
+                         count_include_pad=False).flatten(),
+            F.avg_pool1d(h[0], 30, ceil_mode=True).flatten()])
+
+
 def check_pools(S, fx2sg):
     """DilatedPools under --loss (the 3-D pools' options are the pools3d
     model's, max_unpool2d's gradient the unpool model's); max pools'
-    indices, and max_unpool2d at them."""
+    indices, and max_unpool2d at them; WidePools, whose programs must not
+    pad the input to the kernel."""
     torch.manual_seed(6)
     _check_loss_grads(S, fx2sg, DilatedPools(), [torch.randn(2, 2, 7, 8, generator=GEN)],
                       "max pools with dilation (2-D, ceil_mode, 1-D, ties)", 3)
@@ -2326,6 +2349,15 @@ def check_pools(S, fx2sg):
     x[0, 1, 2, 3] = float("-inf")
     S.report("api max pools' indices (2-D, ties, ceil_mode, dilation, 1-D, 3-D) and "
              "max_unpool2d", export_and_run(S, fx2sg, PoolIndices(), [x]))
+    torch.manual_seed(6)
+    _check_loss_grads(S, fx2sg, WidePools(), [torch.randn(2, 3, 5, 4, generator=GEN)],
+                      "ceil_mode pools with a kernel past the input", 1)
+    import re
+    sg = fx2sg.export(WidePools(), [torch.randn(2, 3, 5, 4)]).sg
+    big = [l for l in sg.splitlines() if "full(" in l and
+           math.prod(int(d) for d in re.search(r"shape=\[([0-9, ]*)\]", l).group(1).split(",")
+                     if d.strip()) > 120]
+    S.report("wide ceil_mode pools pad nothing past the input", "\n".join(big) or None)
 
 
 def check_weight_norm(S, fx2sg):
@@ -2680,6 +2712,34 @@ class Spectrogram(nn.Module):
                        pad_mode="replicate").imag.flatten()])
 
 
+class OverlapAdd(nn.Module):
+    """An inverse STFT as Vocos and WavTokenizer write it: frames from
+    irfft, windowed, overlap-added by F.fold (kernel 10, stride 3) and
+    divided by the window's own overlap-add; and folds whose kernel
+    exceeds the stride in 2-D, with padding, a window past the last and
+    an output longer than the windows reach."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    def forward(self, x):                                   # [2, 6, 9]: bins, frames
+        h = self.lin(x.transpose(1, 2)).transpose(1, 2)
+        spec = torch.polar(h.exp(), h * 3)
+        frames = torch.fft.irfft(spec.transpose(1, 2), 10, dim=-1) * torch.hann_window(10)
+        audio = F.fold(frames.transpose(1, 2), (1, 34), (1, 10), stride=(1, 3))
+        env = F.fold(torch.hann_window(10).square().expand(1, 9, -1).transpose(1, 2), (1, 34),
+                     (1, 10), stride=(1, 3))
+        z = F.fold(h.reshape(2, 54, 1) * torch.arange(16.0), (7, 9), (3, 2), stride=(2, 3),
+                   padding=1)
+        w = F.fold(h[:, :, :4].reshape(2, 24, 1) * torch.arange(3.0), (5, 8), (4, 3),
+                   stride=(3, 2))
+        v = F.fold(h[:, :5, :6].reshape(2, 30, 1) * torch.arange(6.0), (10, 9), (3, 5),
+                   stride=(4, 2))
+        return torch.cat([(audio / (env + 1e-3)).flatten(1), z.flatten(1), w.flatten(1),
+                          v.flatten(1)], 1)
+
+
 class SpectralConv(nn.Module):
     """FNO's spectral layer as its reference implementation writes it:
     the kept modes written into a complex zeros tensor in place
@@ -2733,7 +2793,9 @@ def check_complex(S, fx2sg):
               "matmul, where, masked_fill, fft, ifft, rfft, irfft, fft2, rfftn, irfftn, "
               "hfft, ihfft, fftshift", 1, "auto"),
              (Spectrogram, (2, 40), "stft (windows, centring and padding modes, onesided or "
-              "not)", 2, "auto")]
+              "not)", 2, "auto"),
+             (OverlapAdd, (2, 6, 9), "irfft frames overlap-added by F.fold (an inverse STFT), "
+              "folds of kernels past the stride", 2, "auto")]
     if HAVE_EXPORT:
         cases += [(SpectralConv, (2, 6, 6, 3), "FNO's spectral layer, modes written in place "
                    "(torch.export)", 4, "export"),
@@ -2743,6 +2805,12 @@ def check_complex(S, fx2sg):
         torch.manual_seed(8)
         _check_loss_grads(S, fx2sg, cls(), [torch.randn(*shape, generator=GEN)], label, least,
                           trace=trace)
+
+    # the overlap-add of a long frame is its phases (4 blocks here), not its 64 taps
+    sg = fx2sg.export(Fn(lambda m, x, y: F.fold(x, (1, 112), (1, 64), stride=(1, 16))),
+                      [g(1, 64, 4), g(1)]).sg
+    S.report("F.fold of kernel 64, stride 16: fewer than 60 statements",
+             None if sg.count("\n") < 60 else "%d lines:\n%s" % (sg.count("\n"), sg))
 
     def refused(label, m, args, needle, trace="auto"):
         try:

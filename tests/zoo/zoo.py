@@ -387,6 +387,10 @@ HF_MORE = {
                "logits_per_image", "pair"),
     "BLIPText": ("BlipTextConfig", "BlipTextLMHeadModel", dict(vocab_size=100, **_SMALL),
                  "logits", "text"),
+    # its pooler is AvgPool2d(2560, ceil_mode=True) over a 1x1 map (a 2560-row padding
+    # before stop 57: sgc run ran out of memory)
+    "EfficientNet": ("EfficientNetConfig", "EfficientNetForImageClassification",
+                     dict(image_size=32, num_labels=10), "logits", "image"),
     # its token mixing is torch.fft.fftn(h, dim=(1, 2)).real (fx2sg's complex parts)
     "FNet": ("FNetConfig", "FNetForMaskedLM", dict(vocab_size=100, max_position_embeddings=16,
                                                    **_SMALL), "logits", "text"),
