@@ -2712,6 +2712,34 @@ class Spectrogram(nn.Module):
                        pad_mode="replicate").imag.flatten()])
 
 
+class InverseSpectrogram(nn.Module):
+    """torch.istft of stft's spectrograms: a Hann window, a given length,
+    no centring with normalization, the default window with the result
+    zero-padded to length, a window shorter than n_fft."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(40, 40)
+        self.register_buffer("win", torch.hann_window(16))
+
+    def forward(self, x):                                   # [2, 40]
+        h = self.lin(x)
+        z = torch.stft(h, 16, hop_length=4, window=self.win, return_complex=True)
+        z2 = torch.stft(h[0], 12, hop_length=3, window=torch.hamming_window(12),
+                        return_complex=True, center=False, normalized=True)
+        z3 = torch.stft(h, 8, return_complex=True)
+        z4 = torch.stft(h, 16, hop_length=4, win_length=12, window=torch.hamming_window(12),
+                        return_complex=True)
+        return torch.cat([
+            torch.istft(z * 1.5, 16, hop_length=4, window=self.win).flatten(),
+            torch.istft(z, 16, hop_length=4, window=self.win, length=37).flatten(),
+            torch.istft(z2, 12, hop_length=3, window=torch.hamming_window(12), center=False,
+                        normalized=True).flatten(),
+            torch.istft(z3, 8, length=44).flatten(),
+            torch.istft(z4, 16, hop_length=4, win_length=12, window=torch.hamming_window(12),
+                        length=38).flatten()])
+
+
 class OverlapAdd(nn.Module):
     """An inverse STFT as Vocos and WavTokenizer write it: frames from
     irfft, windowed, overlap-added by F.fold (kernel 10, stride 3) and
@@ -2795,7 +2823,9 @@ def check_complex(S, fx2sg):
              (Spectrogram, (2, 40), "stft (windows, centring and padding modes, onesided or "
               "not)", 2, "auto"),
              (OverlapAdd, (2, 6, 9), "irfft frames overlap-added by F.fold (an inverse STFT), "
-              "folds of kernels past the stride", 2, "auto")]
+              "folds of kernels past the stride", 2, "auto"),
+             (InverseSpectrogram, (2, 40), "istft (windows, length, centring, normalized)", 2,
+              "auto")]
     if HAVE_EXPORT:
         cases += [(SpectralConv, (2, 6, 6, 3), "FNO's spectral layer, modes written in place "
                    "(torch.export)", 4, "export"),
