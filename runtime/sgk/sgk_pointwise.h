@@ -70,6 +70,7 @@ SGK_FN sgk_i64 sgk_square_i(sgk_i64 a) { return sgk_mul_i(a, a); }
 SGK_FN sgk_i64 sgk_relu_i(sgk_i64 a) { return a > 0 ? a : 0; }
 SGK_FN sgk_i64 sgk_sign_i(sgk_i64 a) { return (a > 0) - (a < 0); }
 SGK_FN sgk_i64 sgk_floor_i(sgk_i64 a) { return a; }
+SGK_FN sgk_i64 sgk_detach_i(sgk_i64 a) { return a; }
 SGK_FN sgk_i64 sgk_maximum_i(sgk_i64 a, sgk_i64 b) { return a > b ? a : b; }
 SGK_FN sgk_i64 sgk_minimum_i(sgk_i64 a, sgk_i64 b) { return a < b ? a : b; }
 SGK_FN sgk_i64 sgk_rmax_i(sgk_i64 a, sgk_i64 b) { return a > b ? a : b; }
@@ -114,6 +115,7 @@ SGK_COMBINE(rmin)
 #else /* SGK_T: the floating-point formulas, once over SGK_T */
 
 SGK_FN SGK_T SGK_NAME(neg)(SGK_T a) { return -a; }
+SGK_FN SGK_T SGK_NAME(detach)(SGK_T a) { return a; }
 SGK_FN SGK_T SGK_NAME(abs)(SGK_T a) { return SGK_M(fabs)(a); }
 SGK_FN SGK_T SGK_NAME(exp)(SGK_T a) { return SGK_M(exp)(a); }
 SGK_FN SGK_T SGK_NAME(log)(SGK_T a) { return SGK_M(log)(a); }

@@ -17,11 +17,11 @@ UNARY = {
     "reciprocal": torch.reciprocal, "square": torch.square, "sin": torch.sin,
     "cos": torch.cos, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
     "relu": torch.relu, "gelu": F.gelu, "silu": F.silu, "erf": torch.erf,
-    "sign": torch.sign, "floor": torch.floor,
+    "sign": torch.sign, "floor": torch.floor, "detach": torch.detach,
 }
 # Ops whose result keeps an integer dtype, and ops that also take integers
 # (giving f32); gelu and silu take floats only.
-INT_SAME = {"neg", "abs", "square", "relu", "sign", "floor"}
+INT_SAME = {"neg", "abs", "square", "relu", "sign", "floor", "detach"}
 INT_TO_FLOAT = {"exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sin",
                 "cos", "tanh", "sigmoid", "erf"}
 POSITIVE = {"log", "log1p", "sqrt", "rsqrt"}

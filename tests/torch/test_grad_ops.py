@@ -126,6 +126,15 @@ case("mixed dtypes", {"x": R(2, 3), "y": R(3).float()}, "%o = mul(%x, %y)",
 case("comparison cuts the path", {"x": R(2, 3)},
      "%m = gt(%x, 0.0)\n%n = cast(%m, dtype=f64)\n%o = mul(%n, %x)",
      lambda P: (P["x"] > 0).double() * P["x"])
+# detach: no gradient through its result (finite differences see its
+# values change with x, so only autograd is the oracle)
+case("detach cuts the path", {"x": R(2, 3)}, "%d = detach(%x)\n%o = mul(%d, %x)",
+     lambda P: P["x"].detach() * P["x"], fd=False, f32=True)
+case("detach straight-through", {"x": R(2, 3), "w": R(3)},
+     "%h = mul(%x, %w)\n%d = detach(%h)\n%q = floor(%d)\n%s = sub(%q, %d)\n"
+     "%t = detach(%s)\n%o = add(%h, %t)",
+     lambda P: P["x"] * P["w"] + (torch.floor(P["x"] * P["w"]) - P["x"] * P["w"]).detach(),
+     fd=False)
 
 # ---------------------------------------------------------------- reductions
 X = R(2, 3, 4)

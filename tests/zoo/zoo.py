@@ -61,7 +61,14 @@ TIMM = ["resnet50d", "efficientnet_b0", "convnext_atto", "deit_tiny_patch16_224"
         "seresnext26d_32x4d", "gcresnet33ts", "regnetz_b16", "nf_resnet26", "efficientvit_m0",
         "levit_conv_128s", "xception41", "repghostnet_050", "tinynet_a", "cs3darknet_s",
         "vit_relpos_small_patch16_224", "vit_small_patch16_rope_224", "nextvit_small",
-        "fasternet_t0"]
+        "fasternet_t0",
+        # added at stop 58 (a sweep over timm's modules not covered above)
+        "cpubone_nano", "csatv2", "cspnext_tiny", "efficientvim_m1", "hardcorenas_a",
+        "iformer_t", "lcnetv2_small", "lowformer_b0", "resnetv2_18", "resnetv2_50d_gn",
+        "legacy_seresnet18", "swiftformer_xs", "swinv2_cr_tiny_ns_224",
+        "swinv2_tiny_window8_256", "vit_tiny_r_s16_p8_224", "vitamin_small_224",
+        "hieradet_small", "densenetblur121d", "legacy_xception", "inception_v3",
+        "sam2_hiera_tiny", "naflexvit_base_patch16_gap"]
 # (config class, model class, attention implementation[, config settings
 # beyond SMALL])
 HF = [("BertConfig", "BertForMaskedLM", "sdpa"), ("RobertaConfig", "RobertaForMaskedLM", "sdpa"),
