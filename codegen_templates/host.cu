@@ -97,6 +97,11 @@ ${?bwd_sgk}		            SGRT_CHECK_CUDA(rt, sg_launch_flash_bwd<${t}>(&fp, sgrt
 	SGRT_TRY(sgrt_synchronize(rt, ${line}));
 //@ barrier
 	SGRT_TRY(sgrt_cg_barrier(rt, ${line}));
+//@ rng_advance
+	/* The random ops' generator offset (opt.rng[1]) advances once a call,
+	 * on `default` before anything else: every draw below reads the new one. */
+	SGRT_KERNEL(rt, 0, "rng_advance", ${line},
+	            SGRT_CHECK_CUDA(rt, sg_launch_rng_advance((sgk_i64 *)io[${slot}], sgrt_stream(rt, 0)), ${line}));
 //@ fork
 	/* Inputs, params and consts are ready on `default`: the other streams start after it. */
 	SGRT_TRY(sgrt_cg_fork(rt, ${line}));

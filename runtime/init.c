@@ -70,3 +70,10 @@ sgrt_init_tensor(const char *name, uint64_t seed, int dtype, int rank,
 	for (uint64_t k = 0; k < n; k++)
 		store(dst, dtype, k, sgrt_init_value(seed, key, k, bound));
 }
+
+void
+sgrt_init_rng(uint64_t seed, int64_t dst[2])
+{
+	dst[0] = (int64_t)seed;
+	dst[1] = 0;
+}

@@ -215,6 +215,11 @@ load_missing(SgrtModel *m, const char *path, int npaths,
 		return sgrt_fail(m, SGRT_EMISMATCH, -1, "%s: missing input '%s'",
 		                 path, t->name);
 	case SGRT_ROLE_STATE:
+		if (strcmp(t->name, SGRT_RNG_STATE) == 0 && bytes == 2 * sizeof(int64_t)) {
+			int64_t rng[2];
+			sgrt_init_rng(seed, rng);
+			return upload(m, dst, rng, bytes);
+		}
 		if (bytes)
 			SGRT_CHECK_CUDA(m, cudaMemset(dst, 0, bytes), 0);
 		return SGRT_OK;

@@ -11,12 +11,12 @@
 #   backend/  sgc.h passes.h backend.h codegen.h
 #
 # (plus half.h and ops.def, and the runtime's host headers, sgrt_out.h,
-# init.h, safetensors.h, sgk/sgk_pointwise.h and sgk/sgk_gemm_small.h:
-# leaves that include nothing of the compiler).
+# init.h, safetensors.h, sgk/sgk_pointwise.h, sgk/sgk_random.h and
+# sgk/sgk_gemm_small.h: leaves that include nothing of the compiler).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root/compiler" || exit 2
-leaf="half.h ops.def sgrt_out.h init.h safetensors.h sgk/sgk_pointwise.h sgk/sgk_gemm_small.h"
+leaf="half.h ops.def sgrt_out.h init.h safetensors.h sgk/sgk_pointwise.h sgk/sgk_random.h sgk/sgk_gemm_small.h"
 allowed() {
 	case $1 in
 	ir) echo "sgc.h $leaf" ;;

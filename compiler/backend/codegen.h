@@ -181,6 +181,9 @@ struct CgGraph {
 	                         exp_avg_sq, step), -1 otherwise */
 	int *scratch;         /* per node: its model scratch buffer, or -1 */
 	VEC(int64_t) scratch_bytes; /* model-owned device scratch buffers */
+	int rng_slot;         /* the random ops' generator state opt.rng (i64
+	                         [2]: seed, offset), or -1: the graph draws
+	                         nothing */
 	int has_collectives;
 	int world;
 	int lastline;         /* the return statement's line */
@@ -286,6 +289,9 @@ void cg_sdpa_simt(CgGraph *G, const Node *n, int o, DType dt, CgSdpa *s);
 char *cg_comment(CgGraph *G, const Node *n);      /* "// f.sg:3: ..." */
 void cg_launch(CgGraph *G, const Node *n, const char *kname, int64_t grid,
                int block, int64_t smem, const char *args);
+/* One call of a kernel-library launcher (an sg_launch_* of runtime/sgk/)
+ * on n's stream, checked and traced as `kname`. */
+void cg_lib_call(CgGraph *G, const Node *n, const char *kname, const char *call);
 /* A scratch buffer for node n on its stream: declared, allocated; its
  * variable's name.  cg_free_tmp releases it.  cg_alloc_tmp_expr: of the
  * bytes a C expression gives (a library's workspace function). */

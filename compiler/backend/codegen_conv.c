@@ -58,17 +58,6 @@ var(CgGraph *G, const Node *n, int k)
 	return G->vname[n->opnd[k].v];
 }
 
-/* One call of the library on n's stream (the host code names the
- * statement above it). */
-static void
-lib_call(CgGraph *G, const Node *n, const char *kname, const char *call)
-{
-	Cg *c = G->c;
-	CG_EMIT(G->body, "host.cu:lib_call", {"s", cg_num(c, cg_stream(n))},
-	        {"kname", cg_kernel_name(G, n, kname)}, {"line", cg_num(c, n->loc.line)},
-	        {"call", call});
-}
-
 /* The SGRT dtype code of dt. */
 static const char *
 sgrt_dt(DType dt)
@@ -144,15 +133,15 @@ pool(CgGraph *G, const Node *n)
 	char *geom = geom_text(c, n, x, NULL, y, opnd_cl(G, n, 0));
 	const char *out = G->vname[n->res[0]];
 	if (!bwd) {
-		lib_call(G, n, op_name(n->op),
-		         cg_fmt(c, "sg_launch_pool2d_fwd<%s>(%s, %s, %s, %d, sgrt_stream(rt, %s))", ct,
-		                var(G, n, 0), out, geom, mode, s));
+		cg_lib_call(G, n, op_name(n->op),
+		            cg_fmt(c, "sg_launch_pool2d_fwd<%s>(%s, %s, %s, %d, sgrt_stream(rt, %s))", ct,
+		                   var(G, n, 0), out, geom, mode, s));
 		return;
 	}
 	if (mode != 0) { /* the averages' backward reads neither x nor scratch */
-		lib_call(G, n, op_name(n->op),
-		         cg_fmt(c, "sg_launch_pool2d_bwd<%s>(%s, (const %s *)NULL, %s, %s, %d, NULL, "
-		                "sgrt_stream(rt, %s))", ct, var(G, n, 0), ct, out, geom, mode, s));
+		cg_lib_call(G, n, op_name(n->op),
+		            cg_fmt(c, "sg_launch_pool2d_bwd<%s>(%s, (const %s *)NULL, %s, %s, %d, NULL, "
+		                   "sgrt_stream(rt, %s))", ct, var(G, n, 0), ct, out, geom, mode, s));
 		return;
 	}
 	/* max_pool2d_backward: a byte an output for the windows' argmax; with
@@ -162,14 +151,14 @@ pool(CgGraph *G, const Node *n)
 	                               geom), "pool");
 	NodeId W = G->fold ? G->fold->pool_relu[n - G->g->nodes.v] : NONE;
 	if (W != NONE)
-		lib_call(G, n, op_name(n->op),
-		         cg_fmt(c, "sg_launch_maxpool2d_bwd_relu<%s>(%s, %s, %s, %s, %s, "
-		                "sgrt_stream(rt, %s))", ct, var(G, n, 0), var(G, n, 1),
-		                G->vname[G->g->nodes.v[W].res[0]], geom, work, s));
+		cg_lib_call(G, n, op_name(n->op),
+		            cg_fmt(c, "sg_launch_maxpool2d_bwd_relu<%s>(%s, %s, %s, %s, %s, "
+		                   "sgrt_stream(rt, %s))", ct, var(G, n, 0), var(G, n, 1),
+		                   G->vname[G->g->nodes.v[W].res[0]], geom, work, s));
 	else
-		lib_call(G, n, op_name(n->op),
-		         cg_fmt(c, "sg_launch_pool2d_bwd<%s>(%s, %s, %s, %s, 0, %s, sgrt_stream(rt, %s))",
-		                ct, var(G, n, 0), var(G, n, 1), out, geom, work, s));
+		cg_lib_call(G, n, op_name(n->op),
+		            cg_fmt(c, "sg_launch_pool2d_bwd<%s>(%s, %s, %s, %s, 0, %s, sgrt_stream(rt, %s))",
+		                   ct, var(G, n, 0), var(G, n, 1), out, geom, work, s));
 	cg_free_tmp(G, n, work);
 }
 
@@ -306,7 +295,7 @@ batch_norm(CgGraph *G, const Node *n)
 		              cg_lit_float(c, (double)(float)eps, 1), training, s, sgd ? ", " : "",
 		              sgd ? sgd : "");
 	}
-	lib_call(G, n, op_name(n->op), call);
+	cg_lib_call(G, n, op_name(n->op), call);
 	cg_free_tmp(G, n, work);
 }
 
@@ -330,10 +319,10 @@ to_layout(CgGraph *G, const Node *n)
 	if (x->rank != 4)
 		ICE("to_layout of a rank-%d value between layouts", x->rank);
 	cg_use_library(G, "sgk_conv.cuh");
-	lib_call(G, n, to ? "to_channels_last" : "to_row",
-	         cg_fmt(c, "sg_launch_to_layout<%s>(%s, %s, %lld, %lld, %lld, %d, sgrt_stream(rt, "
-	                "%s))", cg_ctype((DType)x->dt), var(G, n, 0), out, (long long)x->d[0],
-	                (long long)x->d[1], (long long)(x->d[2] * x->d[3]), to, s));
+	cg_lib_call(G, n, to ? "to_channels_last" : "to_row",
+	            cg_fmt(c, "sg_launch_to_layout<%s>(%s, %s, %lld, %lld, %lld, %d, sgrt_stream(rt, "
+	                   "%s))", cg_ctype((DType)x->dt), var(G, n, 0), out, (long long)x->d[0],
+	                   (long long)x->d[1], (long long)(x->d[2] * x->d[3]), to, s));
 }
 
 int

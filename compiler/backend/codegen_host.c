@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "codegen.h"
+#include "init.h"
 
 int
 cg_stream(const Node *n)
@@ -156,9 +157,18 @@ find_state(CgGraph *G)
 	Type step = {.dt = DT_F32, .rank = 0};
 	Map seen;
 	map_init(&seen);
+	G->rng_slot = -1;
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		Node *n = &g->nodes.v[i];
 		G->optslot[i] = G->scratch[i] = -1;
+		if (live(n) && n->op < OP__N && (op_table[n->op].flags & OPF_RANDOM) &&
+		    G->rng_slot < 0) {
+			/* (named at the first random op's line) */
+			CgTensor s = {.name = SGRT_RNG_STATE, .role = CG_ROLE_STATE, .v = n->res[0],
+			              .type = {.dt = DT_I64, .rank = 1, .d = {2}}};
+			vec_push(&G->tensors, s);
+			G->rng_slot = (int)G->tensors.n - 1;
+		}
 		if (!live(n) || (n->op != OP_SGD_UPDATE_ && n->op != OP_ADAMW_UPDATE_))
 			continue;
 		ValId p = n->opnd[0].v;
@@ -827,6 +837,9 @@ cg_graph_body(CgGraph *G)
 	find_buffers(G);
 	find_releases(G);
 	find_named(G);
+	if (G->rng_slot >= 0)
+		CG_EMIT(G->body, "host.cu:rng_advance", {"slot", cg_num(G->c, G->rng_slot)},
+		        {"line", cg_num(G->c, g->loc.line)});
 	if (g->streams.n > 1)
 		CG_EMIT(G->body, "host.cu:fork", {"line", cg_num(G->c, g->loc.line)});
 	Joins joins;

@@ -110,6 +110,15 @@ cg_launch(CgGraph *G, const Node *n, const char *kname, int64_t grid, int block,
 	        {"smem", cg_num(c, smem)}, {"args", args});
 }
 
+void
+cg_lib_call(CgGraph *G, const Node *n, const char *kname, const char *call)
+{
+	Cg *c = G->c;
+	CG_EMIT(G->body, "host.cu:lib_call", {"s", cg_num(c, cg_stream(n))},
+	        {"kname", cg_kernel_name(G, n, kname)}, {"line", cg_num(c, n->loc.line)},
+	        {"call", call});
+}
+
 /* A temporary for a kernel's scratch: declared, allocated, and the name
  * returned; free_tmp releases it. */
 char *
@@ -1132,6 +1141,35 @@ gather(CgGraph *G, const Node *n)
 	return 1;
 }
 
+/* dropout(x, p=, salt=) and rand(shape=, dtype=, salt=): sgk_random.cuh's
+ * kernels, reading the generator state opt.rng on the device (the call
+ * advanced its offset first). */
+static int
+random_op(CgGraph *G, const Node *n)
+{
+	Cg *c = G->c;
+	const Type *t = cg_vtype(G, n->res[0]);
+	int64_t count = type_numel(t);
+	if (count == 0)
+		return 1;
+	if (G->rng_slot < 0)
+		ICE("%s without the generator state", op_name(n->op));
+	cg_use_library(G, "sgk_random.cuh");
+	const char *ct = cg_ctype((DType)t->dt), *y = G->vname[n->res[0]];
+	char *rng = cg_fmt(c, "(const sgk_i64 *)io[%d], %uu", G->rng_slot,
+	                   (unsigned)ir_attr_int(n, "salt", 0));
+	char *call;
+	if (n->op == OP_DROPOUT)
+		call = cg_fmt(c, "sg_launch_dropout<%s>(%s, %s, %s, %s, %s, sgrt_stream(rt, %d))", ct,
+		              G->vname[n->opnd[0].v], y, cg_lit_int(c, count), rng,
+		              cg_lit_float(c, ir_attr_float(n, "p", 0), 0), cg_stream(n));
+	else
+		call = cg_fmt(c, "sg_launch_rand<%s>(%s, %s, %s, sgrt_stream(rt, %d))", ct, y,
+		              cg_lit_int(c, count), rng, cg_stream(n));
+	cg_lib_call(G, n, op_name(n->op), call);
+	return 1;
+}
+
 /* ------------------------------------------------------------------ dispatch */
 
 /* A pointwise op alone (at -O2 most come in groups, passes/fusion.c). */
@@ -1195,6 +1233,7 @@ static int (*const emitters[EM__N])(CgGraph *G, const Node *n) = {
 	[EM_CREATION] = creation,
 	[EM_EMBEDDING] = embedding,
 	[EM_GATHER] = gather,
+	[EM_RANDOM] = random_op,
 	[EM_ZERO] = zero,
 	[EM_COLLECTIVE] = cg_collective,
 	[EM_CONV] = conv,

@@ -468,6 +468,7 @@ run_call(Run *Rs, int world)
 	Graph *g = Rs[0].I.g;
 	for (int r = 0; r < world; r++) {
 		free_call(&Rs[r]);
+		interp_rng_advance(&Rs[r].I);
 		for (ValId v = 0; v < g->vals.n; v++)
 			Rs[r].I.val[v] = Rs[r].persist[v];
 	}

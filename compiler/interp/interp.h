@@ -150,6 +150,11 @@ const char *interp_optim_declared(const Interp *I, uint32_t i);
  * step), else NULL. */
 const Tensor *interp_optim_present(const Interp *I, uint32_t i);
 void interp_optim_free(Interp *I);
+/* The generator state of the random ops (opt.rng): advanced by 1 at the
+ * start of each call of a graph that draws (nothing without random ops);
+ * read by their kernels (interp_random.c). */
+void interp_rng_advance(Interp *I);
+void interp_rng_state(Interp *I, uint64_t *seed, uint64_t *offset);
 
 /* ------------------------------------------------------------------ interp_conv.c, interp_linalg.c */
 

@@ -11,6 +11,12 @@
  * zero moments, step 0); it lives across --steps and is written to --out
  * once it exists, so that `--steps 3` equals three chained `--steps 1`.
  *
+ * A graph with random ops (dropout, rand) has the generator's state too,
+ * opt.rng (i64 [2]:
+ * seed, offset; runtime/sgk/sgk_random.h): loaded the same way, else
+ * (--seed, 0); every call advances the offset by 1 before it runs (it is
+ * saved from the first call on).
+ *
  * The updates follow torch.optim's single-tensor code op by op, each op
  * computed in the dtype's opmath (float for f32/f16/bf16, double for f64)
  * and rounded to the tensor's dtype, Python scalars (lr, betas, bias
@@ -28,12 +34,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "init.h"
 #include "safetensors.h"
 #include "sgk/sgk_pointwise.h"
 #include "interp.h"
 
 typedef struct {
-	char *name;     /* opt.NAME.what */
+	char *name;     /* opt.NAME.what, or SGRT_RNG_STATE */
 	Tensor *t;
 	int present;    /* loaded, or made by a step: saved */
 } OptEntry;
@@ -71,13 +78,31 @@ declare(Interp *I, const char *param, const char *what, DType dt, int rank,
 	map_put(&I->optim->index, name, strlen(name), I->optim->e.n - 1);
 }
 
-/* The state each update op of the graph needs. */
+/* Adds the (absent) generator state SGRT_RNG_STATE, once. */
+static void
+declare_rng(Interp *I)
+{
+	if (find(I, SGRT_RNG_STATE))
+		return;
+	int64_t two = 2;
+	char *name = xmalloc(sizeof SGRT_RNG_STATE);
+	memcpy(name, SGRT_RNG_STATE, sizeof SGRT_RNG_STATE);
+	OptEntry e = {.name = name, .t = interp_tensor_new(NULL, DT_I64, 1, &two)};
+	e.t->keep = 1;
+	vec_push(&I->optim->e, e);
+	map_put(&I->optim->index, e.name, strlen(e.name), I->optim->e.n - 1);
+}
+
+/* The state each update op of the graph needs, and the generator's when
+ * it draws. */
 static void
 declare_all(Interp *I)
 {
 	Graph *g = I->g;
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		Node *n = &g->nodes.v[i];
+		if (!(n->flags & NF_DEAD) && n->op < OP__N && (op_table[n->op].flags & OPF_RANDOM))
+			declare_rng(I);
 		if ((n->flags & NF_DEAD) || (n->op != OP_SGD_UPDATE_ && n->op != OP_ADAMW_UPDATE_))
 			continue;
 		const Value *p = &g->vals.v[n->opnd[0].v];
@@ -103,6 +128,9 @@ interp_optim_load(Interp *I, const RunOptions *ro)
 		out_of_memory(0);
 	map_init(&I->optim->index);
 	declare_all(I);
+	OptEntry *rng = find(I, SGRT_RNG_STATE);
+	if (rng) /* a fresh generator, unless loaded below */
+		sgrt_init_rng(ro->seed, (int64_t *)rng->t->data);
 	if (!ro->params || I->optim->e.n == 0)
 		return 0;
 	SgrtSafetensors f;
@@ -149,6 +177,26 @@ interp_optim_present(const Interp *I, uint32_t i)
 {
 	const OptEntry *e = I->optim && i < I->optim->e.n ? &I->optim->e.v[i] : NULL;
 	return e && e->present ? e->t : NULL;
+}
+
+void
+interp_rng_advance(Interp *I)
+{
+	OptEntry *e = find(I, SGRT_RNG_STATE);
+	if (!e)
+		return;
+	((int64_t *)e->t->data)[1]++;
+	e->present = 1;
+}
+
+void
+interp_rng_state(Interp *I, uint64_t *seed, uint64_t *offset)
+{
+	OptEntry *e = find(I, SGRT_RNG_STATE);
+	if (!e)
+		ICE("no generator state %s", SGRT_RNG_STATE);
+	*seed = (uint64_t)((int64_t *)e->t->data)[0];
+	*offset = (uint64_t)((int64_t *)e->t->data)[1];
 }
 
 /* Frees the state at the end of the run. */

@@ -65,6 +65,7 @@ struct Sema {
 	Map deleted;         /* value -> index into del_locs */
 	VEC(Loc) del_locs;
 	Map bad_streams;     /* stream names already reported undeclared */
+	int64_t nrandom;     /* random statements seen (each one's salt=) */
 };
 
 /* ------------------------------------------------------------------ dims */
@@ -906,6 +907,19 @@ stmt_op(Sema *S, AstStmt *st)
 	if (ok && op == OP_CONTROL_DEPS)
 		ok = check_control_deps(S, &n, &extra_args);
 	vec_free(&extra_args);
+
+	/* Each random op draws its own numbers: one without salt= gets the
+	 * count of random statements before it (shown by --dump-after, so that
+	 * the printed program draws the same). */
+	if (op_table[op].flags & OPF_RANDOM) {
+		Attr *salt = &n.attr[op_attr_index(op, "salt")];
+		if (ok && !salt->set) {
+			salt->set = 1;
+			salt->type = AT_INT;
+			salt->i = S->nrandom;
+		}
+		S->nrandom++;
+	}
 
 	/* A `stream=` attribute puts the node on that stream. */
 	int sa = op_attr_index(op, "stream");

@@ -320,6 +320,9 @@ enum {
 	OPF_COSTLY    = 1 << 11, /* pointwise through a transcendental function
 	                            (exp, erf, ...): dozens of instructions an
 	                            element (FuseGroup.spread) */
+	OPF_RANDOM    = 1 << 12, /* draws from the model's generator state opt.rng
+	                            with its salt= (the front end numbers them;
+	                            runtime/sgk/sgk_random.h) */
 };
 
 /* The CUDA backend's emitter families (ops.def's emitter column). */
@@ -341,6 +344,7 @@ typedef enum {
 	EM_CREATION,
 	EM_EMBEDDING,
 	EM_GATHER,
+	EM_RANDOM,        /* codegen_kernels.c: sgk_random.cuh's dropout, rand */
 	EM_ZERO,
 	EM_COLLECTIVE,    /* codegen_coll.c */
 	EM_CONV,          /* codegen_conv.c: conv2d, pools, batch_norm, their backward */

@@ -515,6 +515,35 @@ shape_unary_floatonly(Graph *g, Node *n, Diag *d)
 	return set_result(g, n, d, 0, otype(g, n, 0));
 }
 
+/* dropout(x, p=, salt=): floating only; p in [0, 1] (PyTorch's check), the
+ * salt a 32-bit Philox counter word. */
+int
+shape_dropout(Graph *g, Node *n, Diag *d)
+{
+	const Attr *p = attr(n, "p"), *salt = attr(n, "salt");
+	if (!(p->f >= 0 && p->f <= 1))
+		return fail(g, n, d, p->loc, "dropout probability has to be between 0 and 1, but "
+		            "got %g", p->f);
+	if (salt->set && (salt->i < 0 || salt->i > UINT32_MAX))
+		return fail(g, n, d, salt->loc, "salt=%lld is not in [0, 2^32)", (long long)salt->i);
+	return shape_unary_floatonly(g, n, d);
+}
+
+int shape_creation(Graph *g, Node *n, Diag *d);
+
+/* rand(shape=, dtype=f32, salt=): a creation of a floating dtype. */
+int
+shape_rand(Graph *g, Node *n, Diag *d)
+{
+	const Attr *salt = attr(n, "salt"), *dt = attr(n, "dtype");
+	if (!dtype_is_float((DType)dt->i))
+		return fail(g, n, d, dt->loc, "dtype %s is not supported (floating-point dtypes are, "
+		            "as in torch.rand)", dtype_name((DType)dt->i));
+	if (salt->set && (salt->i < 0 || salt->i > UINT32_MAX))
+		return fail(g, n, d, salt->loc, "salt=%lld is not in [0, 2^32)", (long long)salt->i);
+	return shape_creation(g, n, d);
+}
+
 /* Index of the first operand of n with dtype bool, or -1. */
 static int
 bool_opnd(const Graph *g, const Node *n)

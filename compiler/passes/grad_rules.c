@@ -50,7 +50,7 @@ num_opnd(const Attr *a)
 
 /* ------------------------------------------------------------------ pointwise */
 
-/* One-operand pointwise ops, each with PyTorch's formula. */
+/* One-operand pointwise ops, each with PyTorch's formula, and dropout. */
 GRAD_RULE_DEF(grad_unary)
 {
 	(void)need;
@@ -117,6 +117,14 @@ GRAD_RULE_DEF(grad_unary)
 		t = grad_op2(G, OP_LE, V(grad_out(G, 0)), LF(0.0));
 		gin[0] = grad_op3(G, OP_WHERE, V(t), LF(0.0), V(g));
 		break;
+	case OP_DROPOUT: { /* the same mask (p, salt) on grad: grad * mask * scale */
+		Opnd o[1] = {V(g)};
+		Node *m = grad_node(G, OP_DROPOUT, o, 1);
+		grad_copyattr(m, "p", ir_attr(n, "p"));
+		grad_copyattr(m, "salt", ir_attr(n, "salt"));
+		gin[0] = grad_end(G, m, 1);
+		break;
+	}
 	case OP_GELU: {
 		Opnd o[2] = {V(g), V(grad_in(G, 0))};
 		Node *m = grad_node(G, OP_GELU_BACKWARD, o, 2);

@@ -245,3 +245,38 @@ class Suite:
     def finish(self):
         print("%s: %d passed, %d failed" % (self.title, self.passed, self.failed))
         sys.exit(1 if self.failed else 0)
+
+
+# -- dropout's masks, independently of sgc (dropout.py, test_fx2sg.py)
+
+M0, M1, W0, W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85
+MASK = 0xFFFFFFFF
+
+
+def philox(ctr, key):
+    """Philox4x32-10 of a counter (4 words) and key (2 words), written
+    from the paper (dropout.py checks it against Random123's answers)."""
+    c0, c1, c2, c3 = ctr
+    k0, k1 = key
+    for r in range(10):
+        if r:
+            k0, k1 = (k0 + W0) & MASK, (k1 + W1) & MASK
+        p0, p1 = M0 * c0, M1 * c2
+        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0, p1 & MASK, (p0 >> 32) ^ c3 ^ k1, p0 & MASK)
+    return (c0, c1, c2, c3)
+
+
+def philox_words(n, salt, seed, offset):
+    """The 32-bit draws of n elements of a random op, as
+    runtime/sgk/sgk_random.h lays out the counter."""
+    words = []
+    for q in range((n + 3) // 4):
+        words += philox((q & MASK, q >> 32, salt, offset & MASK), (seed & MASK, seed >> 32))
+    return words[:n]
+
+
+def dropout_keep(n, p, salt, seed, offset):
+    """Which of n elements sgc's dropout keeps (a bool tensor)."""
+    thresh = 1 << 32 if p >= 1 else int(math.floor(p * 2.0 ** 32))
+    return torch.tensor([w >= thresh for w in philox_words(n, salt, seed, offset)],
+                        dtype=torch.bool)

@@ -14,6 +14,7 @@ are exported with --trace=export too.
 import contextlib
 import importlib.machinery
 import io
+import itertools
 import importlib.util
 import math
 import os
@@ -1390,8 +1391,8 @@ def check_errors(S, fx2sg):
     except Exception as e:  # noqa: BLE001
         why = "raised %s: %s" % (type(e).__name__, e)
     S.report("bf16 module with --loss mse exports", why)
-    expect("error: dropout with training=True", lambda m, x, y: F.dropout(x, 0.5, True),
-           "Error", "training=True")
+    expect("error: alpha dropout in training", lambda m, x, y: F.alpha_dropout(x, 0.5, True),
+           "Error", "no alpha dropout")
     # (torch.export turns the legacy argument into reduction='sum' itself)
     expect("error: an argument fx2sg drops is named",
            lambda m, x, y: F.mse_loss(x, y, size_average=False), "Error", "size_average=False",
@@ -1486,6 +1487,297 @@ def check_embedding_args(S, fx2sg):
     out, why = run_export(S, ex, "emb")
     S.report("embedding padding_idx: forward export exact",
              why or compare(out["out"], m(idx["x"]).detach()))
+
+
+class Dropouts(nn.Module):
+    """Dropout in training: nn.Dropout2d of a conv's channels, F.dropout
+    with training=self.training, F.dropout1d of an unbatched [C, L] value,
+    nn.Dropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 4, 3, padding=1)
+        self.l = nn.Linear(64, 16)
+        self.d = nn.Dropout(0.25)
+        self.d2 = nn.Dropout2d(0.5)
+
+    def forward(self, x):                                   # [2, 3, 4, 4]
+        h = self.d2(self.c(x)).flatten(1)                   # [2, 64]
+        h = F.dropout(self.l(h), 0.1, self.training)        # [2, 16]
+        u = F.dropout1d(h, 0.5, self.training)              # [C=2, L=16], unbatched
+        return self.d(u)
+
+
+class AttnDropouts(nn.Module):
+    """Attention weights through dropout: scaled_dot_product_attention's
+    dropout_p, causal and with enable_gqa (where torch has them), and
+    nn.MultiheadAttention(dropout=) in training."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.mha = nn.MultiheadAttention(16, 2, dropout=0.2)
+
+    def forward(self, x):                                   # [2, 5, 16]
+        h = x
+        if HAVE_SDPA:
+            q, k, v = self.qkv(x).view(2, 5, 3, 2, 8).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, dropout_p=0.3 if self.training else 0,
+                                               is_causal=True)
+            b = F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], enable_gqa=True,
+                                               dropout_p=0.1 if self.training else 0)
+            h = (a + b).transpose(1, 2).reshape(2, 5, 16)
+        t = h.transpose(0, 1)
+        return self.mha(t, t, t, need_weights=False)[0]
+
+
+class RandomOps(nn.Module):
+    """Random draws in forward: stochastic depth as Hugging Face writes it
+    (keep_prob + torch.rand, floored) and as timm does
+    (new_empty().bernoulli_), Gaussian noise (randn_like), rand_like."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(8, 8)
+
+    def forward(self, x):                                   # [4, 8]
+        h = self.l(x)
+        keep = (0.75 + torch.rand((4, 1), dtype=h.dtype)).floor()
+        a = h / 0.75 * keep
+        b = a * h.new_empty((4, 1)).bernoulli_(0.6) / 0.6
+        return b + 0.1 * torch.randn_like(b) + torch.rand_like(b)
+
+
+class RandomStats(nn.Module):
+    """Draws of each distribution fx2sg writes with sgc's rand, n of each
+    (x only gives the size): their means and deviations."""
+
+    def forward(self, x):                                   # [n]
+        n = x.shape[0]
+        return torch.stack([torch.randn(n), torch.randint(3, 7, (n,)).float(),
+                            torch.empty_like(x).exponential_(2.0),
+                            torch.empty_like(x).uniform_(-1, 1),
+                            torch.bernoulli(torch.full_like(x, 0.3)),
+                            x.new_empty(n).normal_(1.0, 2.0), torch.rand_like(x)])
+
+
+# (name, mean, standard deviation, least, greatest) of RandomStats' rows
+RANDOM_STATS = [("randn", 0, 1, None, None),
+                ("randint(3, 7)", 4.5, math.sqrt(1.25), 3, 6),
+                ("exponential_(2)", 0.5, 0.5, 0, None),
+                ("uniform_(-1, 1)", 0, 1 / math.sqrt(3), -1, 1),
+                ("bernoulli(0.3)", 0.3, math.sqrt(0.21), 0, 1),
+                ("normal_(1, 2)", 1, 2, None, None),
+                ("rand_like", 0.5, math.sqrt(1 / 12), 0, 1)]
+
+
+class RnnDropout(nn.Module):
+    """nn.LSTM(num_layers=2, dropout=) in training: dropout between the
+    layers; its reference (rnn_dropout_reference) runs the layers one by
+    one with sgc's mask between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(6, 5, num_layers=2, dropout=0.4, batch_first=True)
+
+    def forward(self, x):                                   # [2, 7, 6]
+        return self.rnn(x)[0]
+
+
+def rnn_dropout_reference(m, x):
+    """RnnDropout's output, its layers run one at a time (single-layer
+    LSTMs on m's weights) with sgc's first mask (salt 0) between them,
+    drawn over the time-first [T, N, H] sequence that fx2sg unrolls."""
+    h = x
+    for layer in range(2):
+        one = nn.LSTM(h.shape[-1], 5, batch_first=True)
+        for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            setattr(one, k + "_l0", getattr(m.rnn, "%s_l%d" % (k, layer)))
+        h = one(h)[0]
+        if layer == 0:
+            with sgc_masks():
+                h = F.dropout(h.transpose(0, 1), 0.4, True).transpose(0, 1)
+    return h
+
+
+@contextlib.contextmanager
+def sgc_masks(seed=0, offset=1):
+    """PyTorch's random calls drawing sgc's numbers (runtime/sgk/sgk_random.h),
+    for a reference: F.dropout and F.dropout1d/2d/3d, attention's dropout_p,
+    torch.rand, torch.randn (Box-Muller of two draws), Tensor.bernoulli_
+    and uniform_, the k-th draw with salt k (the front end numbers an
+    exported program's random ops in order), the generator's first call
+    at offset 1."""
+    calls = [0]
+    saved = {k: getattr(F, k) for k in ("dropout", "dropout1d", "dropout2d", "dropout3d",
+                                        "scaled_dot_product_attention") if hasattr(F, k)}
+    saved_torch = {k: getattr(torch, k) for k in ("rand", "randn", "rand_like", "randn_like")}
+    saved_fills = (torch.Tensor.bernoulli_, torch.Tensor.uniform_)
+
+    def words(n):
+        w = philox_words(n, calls[0], seed, offset)
+        calls[0] += 1
+        return w
+
+    def uniform(shape, dtype=torch.float32):
+        bits = {torch.float64: 32, torch.float32: 24, torch.float16: 11,
+                torch.bfloat16: 8}[dtype]
+        u = [(w >> (32 - bits)) / float(1 << bits) for w in words(math.prod(shape))]
+        return torch.tensor(u, dtype=torch.float64).to(dtype).reshape(tuple(shape))
+
+    def sizes(size):
+        return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (list, tuple,
+                                                                         torch.Size)) \
+            else tuple(size)
+
+    def rand(*size, dtype=None, **kw):
+        return uniform(sizes(size), dtype or torch.float32)
+
+    def randn(*size, dtype=None, **kw):
+        wdt = torch.float64 if dtype == torch.float64 else torch.float32
+        u, v = uniform(sizes(size), wdt), uniform(sizes(size), wdt)
+        z = torch.sqrt(torch.log(1 - u) * -2) * torch.cos(v * (2 * math.pi))
+        return z.to(dtype or torch.float32)
+
+    def rand_like(x, dtype=None, **kw):
+        return rand(x.shape, dtype=dtype or x.dtype)
+
+    def randn_like(x, dtype=None, **kw):
+        return randn(x.shape, dtype=dtype or x.dtype)
+
+    def bernoulli_(self, p=0.5, generator=None):
+        wdt = torch.float64 if self.dtype == torch.float64 else torch.float32
+        return self.copy_((uniform(self.shape, wdt) < p).to(self.dtype))
+
+    def uniform_(self, a=0.0, b=1.0, generator=None):
+        wdt = torch.float64 if self.dtype == torch.float64 else torch.float32
+        return self.copy_(uniform(self.shape, wdt) * (b - a) + a)
+
+    def mask(shape, p):
+        keep = dropout_keep(math.prod(shape), p, calls[0], seed, offset).reshape(shape)
+        calls[0] += 1
+        scale = torch.tensor(1 / (1 - p), dtype=torch.float64).float()
+        return torch.where(keep, scale, torch.zeros(()))
+    def dropout(x, p=0.5, training=True, inplace=False):
+        return x * mask(x.shape, p) if training and p else x
+
+    def feature(n):
+        def f(x, p=0.5, training=True, inplace=False):
+            if not training or not p:
+                return x
+            batched = x.dim() != n + 1 or (n == 2 and x.dim() == 3)
+            lead = list(x.shape[:2 if batched else 1])
+            return x * mask(lead + [1] * (x.dim() - len(lead)), p)
+        return f
+    def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                  enable_gqa=False):            # PyTorch's math reference
+        if enable_gqa:
+            k, v = [t.repeat_interleave(q.shape[-3] // t.shape[-3], -3) for t in (k, v)]
+        s = q @ k.transpose(-2, -1) * (scale or 1 / math.sqrt(q.shape[-1]))
+        if is_causal:
+            s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), -math.inf)
+        if attn_mask is not None:
+            s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool \
+                else s + attn_mask
+        return dropout(s.softmax(-1), dropout_p) @ v
+    F.dropout = dropout
+    F.dropout1d, F.dropout2d, F.dropout3d = feature(1), feature(2), feature(3)
+    F.scaled_dot_product_attention = attention
+    torch.rand, torch.randn = rand, randn
+    torch.Tensor.bernoulli_, torch.Tensor.uniform_ = bernoulli_, uniform_
+    torch.rand_like, torch.randn_like = rand_like, randn_like
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(F, k, v)
+        for k, v in saved_torch.items():
+            setattr(torch, k, v)
+        torch.Tensor.bernoulli_, torch.Tensor.uniform_ = saved_fills
+
+
+def check_dropout(S, fx2sg):
+    """Dropout exported in training (--train, --loss mse): sgc's masks
+    (sgk_random.h) on every element, channel and sample as PyTorch's
+    dropouts lay them, so the output, the loss and every gradient equal
+    PyTorch's with those masks (sgc_masks); fx2sg's reference outputs, one
+    of PyTorch's own draws, are not compared."""
+    torch.manual_seed(0)
+    cases = [(Dropouts(), g(2, 3, 4, 4), "dropout", 4),
+             (AttnDropouts(), g(2, 5, 16), "attention dropout", 3 if HAVE_SDPA else 1),
+             (RnnDropout(), g(2, 7, 6), "LSTM dropout", 1),
+             (RandomOps(), g(4, 8), "random draws", 5)]
+    for (m, x, what, count), trace in itertools.product(cases, ["fx"] + (["export"]
+                                                                         if HAVE_EXPORT else [])):
+        if trace == "fx" and HAVE_SDPA and what == "attention dropout":
+            continue    # torch.fx's MultiheadAttention path is torch 1.13's (CI's) alone
+        label = "%s in training [%s]" % (what, trace)
+        try:
+            ex = fx2sg.export(m, {"x": x}, loss="mse", train=True, trace=trace)
+            out, why = run_export(S, ex, "dropout_%d_%s" % (count, trace))
+        except fx2sg.Error as e:
+            out, why = None, "raised: %s" % e
+        n = ex.sg.count(" = dropout(") + ex.sg.count(" = rand(") if not why else 0
+        if not why and n != count:
+            why = "%d dropout statements, expected %d:\n%s" % (n, count, ex.sg)
+        if not why:
+            m.train()
+            m.zero_grad()
+            if isinstance(m, RnnDropout):
+                y = rnn_dropout_reference(m, x)
+            else:
+                with sgc_masks():
+                    y = m(x)
+            loss = F.mse_loss(y, ex.inputs["target"])
+            loss.backward()
+            exp = {"out": y.detach(), "loss": loss.detach()}
+            exp.update(("grad." + k, q.grad) for k, q in m.named_parameters()
+                       if q.grad is not None)
+            for k, e in exp.items():
+                why = compare(out[k], e, atol=1e-5, rtol=1e-4) if k in out else "%s missing" % k
+                if why:
+                    why = "%s: %s" % (k, why)
+                    break
+        S.report(label + ": output, loss and gradients with sgc's masks", why)
+    n = 200000
+    for trace in ["fx"] + (["export"] if HAVE_EXPORT else []):
+        try:
+            ex = fx2sg.export(RandomStats(), {"x": torch.zeros(n)}, trace=trace)
+            out, why = run_export(S, ex, "stats_" + trace)
+        except fx2sg.Error as e:
+            why = "raised: %s" % e
+        for k, (name, mean, sd, lo, hi) in enumerate(RANDOM_STATS):
+            if not why:
+                r = out["out"][k].double()
+                bad = [w for w, ok in (("mean %.4f" % r.mean(), abs(r.mean() - mean) < 5 * sd /
+                                        math.sqrt(n)),
+                                       ("sd %.4f" % r.std(), abs(r.std() / sd - 1) < 0.02),
+                                       ("least %g" % r.min(), lo is None or r.min() >= lo),
+                                       ("greatest %g" % r.max(), hi is None or r.max() <= hi))
+                       if not ok]
+                if lo is not None and hi is not None and name.startswith(("randint", "bern")):
+                    if not torch.equal(r, r.round()):
+                        bad.append("not integers")
+            S.report("random draws [%s]: %s, mean %g sd %g" % (trace, name, mean, sd),
+                     why or (", ".join(bad) if bad else None))
+    errors = [("a random fill of a constant tensor", "fx",
+               lambda m, x, y: x + torch.empty(3).uniform_(), "cannot record uniform_"),
+              ("randperm", "auto", lambda m, x, y: x[torch.randperm(3)],
+               "randperm draws random numbers"),
+              ("a torch.Generator", "auto",
+               lambda m, x, y: x + torch.rand(3, generator=torch.Generator().manual_seed(0)),
+               "with a generator")]
+    for label, trace, fn, needle in errors:
+        try:
+            fx2sg.export(Fn(fn), {"x": g(3), "y": g(3)}, trace=trace)
+            why = "exported without an error"
+        except fx2sg.Error as e:
+            why = None if needle in str(e) else "message lacks %r: %s" % (needle, e)
+        S.report("error: %s [%s]" % (label, trace), why)
+    for m, x, what, _ in cases[:3]:
+        ex = fx2sg.export(m.eval(), {"x": x})
+        S.report("%s in eval mode: no dropout statement" % what,
+                 None if " dropout(" not in ex.sg else "dropout in:\n" + ex.sg)
 
 
 def _shift(m, x, y):
@@ -3188,11 +3480,12 @@ def check_optimizer_spelling(S):
 
 
 def main():
-    global stio, compare, FX
+    global stio, compare, dropout_keep, philox_words, FX
     sys.path.insert(0, HERE)
-    from _common import Suite, compare as _compare
+    from _common import Suite, compare as _compare, dropout_keep as _keep, \
+        philox_words as _words
     import stio as _stio
-    stio, compare = _stio, _compare
+    stio, compare, dropout_keep, philox_words = _stio, _compare, _keep, _words
     S = Suite("fx2sg")
     fx2sg = FX = load_fx2sg()
     for name, factory, flags, loss in MODELS:
@@ -3221,6 +3514,7 @@ def main():
     check_complex(S, fx2sg)
     check_renamed_params(S, fx2sg)
     check_hf_moe(S, fx2sg)
+    check_dropout(S, fx2sg)
     check_sample(S)
     check_sample_files(S)
     S.finish()

@@ -1,0 +1,78 @@
+/*
+ * interp_random.c - the random ops in the interpreter: dropout and rand.
+ *
+ * The draws come from Random123's Philox4x32-10 (librandom123-dev) with
+ * the key and counter runtime/sgk/sgk_random.h lays out; the CUDA backend
+ * draws the same bits with CUDA's curand_Philox4x32_10
+ * (runtime/sgk/sgk_random.cuh), so a program gives the same draws, and
+ * with them the same results, on both.  The generator state (seed,
+ * offset) is interp_optim.c's.
+ */
+#include <Random123/philox.h>
+
+#include "sgk/sgk_random.h"
+#include "interp.h"
+
+/* The Philox blocks of a random op: element i's 32-bit draw. */
+typedef struct {
+	philox4x32_key_t key;
+	uint32_t salt, offset;
+	uint64_t q;            /* the block in u, or UINT64_MAX */
+	philox4x32_ctr_t u;
+} Draws;
+
+static void
+draws_init(Interp *I, const Node *n, Draws *w)
+{
+	uint64_t seed, offset;
+	interp_rng_state(I, &seed, &offset);
+	w->key = (philox4x32_key_t){{(uint32_t)seed, (uint32_t)(seed >> 32)}};
+	w->salt = (uint32_t)ir_attr_int(n, "salt", 0);
+	w->offset = (uint32_t)offset;
+	w->q = UINT64_MAX;
+}
+
+static uint32_t
+draw(Draws *w, int64_t i)
+{
+	uint64_t q = (uint64_t)i / 4;
+	if (q != w->q) {
+		philox4x32_ctr_t ctr = {{(uint32_t)q, (uint32_t)(q >> 32), w->salt, w->offset}};
+		w->u = philox4x32(ctr, w->key);
+		w->q = q;
+	}
+	return w->u.v[i % 4];
+}
+
+/* dropout(x, p=, salt=): x * scale where the element's draw keeps it, x * 0
+ * elsewhere, in the dtype's opmath (sgk_random.h). */
+int
+interp_dropout(Interp *I, Node *n, Tensor **in, Tensor **out)
+{
+	Tensor *x = in[0], *r = out[0];
+	double p = ir_attr_float(n, "p", 0);
+	sgk_u64 thresh = sgk_dropout_threshold(p);
+	double scale = interp_opmath((DType)r->dt, sgk_dropout_scale(p));
+	Draws w;
+	draws_init(I, n, &w);
+	for (int64_t i = 0; i < r->numel; i++) {
+		double v = interp_opndf(n, 0, x, i, (DType)r->dt);
+		v = draw(&w, i) >= thresh ? v * scale : v * 0;
+		interp_setf(r, i, interp_opmath((DType)r->dt, v));
+	}
+	return 0;
+}
+
+/* rand(shape=, dtype=, salt=): uniform in [0, 1), exact in the dtype. */
+int
+interp_rand(Interp *I, Node *n, Tensor **in, Tensor **out)
+{
+	(void)in;
+	Tensor *r = out[0];
+	int bits = sgk_uniform_bits(dtype_size((DType)r->dt), r->dt == DT_BF16);
+	Draws w;
+	draws_init(I, n, &w);
+	for (int64_t i = 0; i < r->numel; i++)
+		interp_setf(r, i, sgk_uniform(draw(&w, i), bits));
+	return 0;
+}

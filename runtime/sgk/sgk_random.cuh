@@ -1,0 +1,170 @@
+/*
+ * sgk_random.cuh - dropout on the GPU, with the masks the interpreter
+ * draws (sgk_random.h says how: the counter, the threshold, the scale).
+ *
+ *   sg_launch_rng_advance(state, stream)
+ *       state: the device's opt.rng (i64 [2]: seed, offset); offset += 1.
+ *       A generated call that draws launches it first, on `default` before
+ *       the other streams fork from it, so every draw of the call reads
+ *       the new offset, under a CUDA graph's replays too.
+ *   sg_launch_dropout<T>(x, y, n, state, salt, p, stream)
+ *       y[i] = x[i] kept ? x[i] * scale : x[i] * 0 for the n elements
+ *       (T: float, __half, __nv_bfloat16, double; y may be x); one thread
+ *       computes a Philox block's four elements, with CUDA's
+ *       curand_Philox4x32_10, reading the state on the device.
+ *   sg_launch_rand<T>(y, n, state, salt, stream)
+ *       y[i] uniform in [0, 1) (sgk_uniform of the element's draw), the
+ *       same way.
+ */
+#ifndef SGK_RANDOM_CUH
+#define SGK_RANDOM_CUH
+#include <curand_philox4x32_x.h>
+#include "sgk_common.cuh"
+#include "sgk_random.h"
+/* nvcc remarks on the helpers a program leaves unused: off here */
+#pragma nv_diag_suppress 177
+
+/* Whether T is bf16 (rand's bits, sgk_uniform_bits). */
+template <class T> struct sgk_is_bf16 { static const bool value = false; };
+template <> struct sgk_is_bf16<__nv_bfloat16> { static const bool value = true; };
+
+static __global__ void sgk_rng_advance(sgk_i64 *state)
+{
+	state[1] += 1;
+}
+
+/* The generator state and salt of a random op, read once a thread. */
+struct SgkDraws {
+	uint2 key;
+	unsigned salt, offset;
+};
+
+static __device__ __forceinline__ SgkDraws sgk_draws_init(const sgk_i64 *state, unsigned salt)
+{
+	const unsigned long long seed = (unsigned long long)state[0];
+	SgkDraws d = {make_uint2((unsigned)seed, (unsigned)(seed >> 32)), salt,
+	              (unsigned)state[1]};
+	return d;
+}
+
+/* The draws of elements 4q .. 4q + 3. */
+static __device__ __forceinline__ uint4 sgk_draws(const SgkDraws &d, sgk_i64 q)
+{
+	return curand_Philox4x32_10(
+	        make_uint4((unsigned)q, (unsigned)((unsigned long long)q >> 32), d.salt, d.offset),
+	        d.key);
+}
+
+/* Elements 4q .. 4q + 3 of a dropout with this salt, a thread each block;
+ * VEC: the four through one vector load and store (x and y aligned to
+ * it), the last partial block element by element. */
+template <class T, bool VEC>
+__global__ void __launch_bounds__(256)
+sgk_dropout(const T *x, T *y, sgk_i64 n, const sgk_i64 *state, unsigned salt,
+            unsigned long long thresh, typename sgk_acc<T>::type scale)
+{
+	typedef typename sgk_acc<T>::type A;
+	const SgkDraws d = sgk_draws_init(state, salt);
+	const sgk_i64 nq = (n + 3) / 4, stride = (sgk_i64)gridDim.x * blockDim.x;
+	for (sgk_i64 q = (sgk_i64)blockIdx.x * blockDim.x + threadIdx.x; q < nq; q += stride) {
+		const uint4 u = sgk_draws(d, q);
+		const unsigned w[4] = {u.x, u.y, u.z, u.w};
+		if (VEC && 4 * q + 4 <= n) {
+			sgk_reg<4, T> r = sgk_ldv<4>(x + 4 * q);
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const A v = sgk_tof(r.v[j]);
+				r.v[j] = sgk_cvt<T>(w[j] >= thresh ? v * scale : v * (A)0);
+			}
+			sgk_stv<4>(y + 4 * q, r);
+			continue;
+		}
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			const sgk_i64 i = 4 * q + j;
+			if (i < n) {
+				const A v = sgk_tof(x[i]);
+				y[i] = sgk_cvt<T>(w[j] >= thresh ? v * scale : v * (A)0);
+			}
+		}
+	}
+}
+
+/* Elements 4q .. 4q + 3 of a rand with this salt: the top `bits` bits of
+ * each draw times 2^-bits, exact in T (VEC as sgk_dropout's). */
+template <class T, bool VEC>
+__global__ void __launch_bounds__(256)
+sgk_rand(T *y, sgk_i64 n, const sgk_i64 *state, unsigned salt, int bits)
+{
+	typedef typename sgk_acc<T>::type A;
+	const SgkDraws d = sgk_draws_init(state, salt);
+	const A unit = (A)1 / (A)(1ull << bits);
+	const sgk_i64 nq = (n + 3) / 4, stride = (sgk_i64)gridDim.x * blockDim.x;
+	for (sgk_i64 q = (sgk_i64)blockIdx.x * blockDim.x + threadIdx.x; q < nq; q += stride) {
+		const uint4 u = sgk_draws(d, q);
+		const unsigned w[4] = {u.x, u.y, u.z, u.w};
+		sgk_reg<4, T> r;
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			r.v[j] = sgk_cvt<T>((A)(w[j] >> (32 - bits)) * unit);
+		if (VEC && 4 * q + 4 <= n) {
+			sgk_stv<4>(y + 4 * q, r);
+			continue;
+		}
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			if (4 * q + j < n)
+				y[4 * q + j] = r.v[j];
+	}
+}
+
+#ifndef __CUDACC_RTC__
+static inline cudaError_t sg_launch_rng_advance(sgk_i64 *state, cudaStream_t stream)
+{
+	sgk_rng_advance<<<1, 1, 0, stream>>>(state);
+	return sgk_launched();
+}
+
+/* The grid of a random op over n elements: a thread per block of four. */
+static inline unsigned sgk_random_grid(sgk_i64 n)
+{
+	const sgk_i64 blocks = ((n + 3) / 4 + 255) / 256, most = (sgk_i64)sgk_num_sms() * 16;
+	return (unsigned)(blocks < most ? blocks : most);
+}
+
+template <class T>
+static cudaError_t sg_launch_dropout(const T *x, T *y, sgk_i64 n, const sgk_i64 *state,
+                                     unsigned salt, double p, cudaStream_t stream)
+{
+	typedef typename sgk_acc<T>::type A;
+	if (n <= 0)
+		return cudaSuccess;
+	const unsigned a = sizeof(sgk_reg<4, T>) < 16 ? sizeof(sgk_reg<4, T>) : 16;
+	const unsigned long long thresh = sgk_dropout_threshold(p);
+	const A scale = (A)sgk_dropout_scale(p);
+	if (sgk_host_aligned(x, a) && sgk_host_aligned(y, a))
+		sgk_dropout<T, true><<<sgk_random_grid(n), 256, 0, stream>>>(x, y, n, state, salt,
+		                                                             thresh, scale);
+	else
+		sgk_dropout<T, false><<<sgk_random_grid(n), 256, 0, stream>>>(x, y, n, state, salt,
+		                                                              thresh, scale);
+	return sgk_launched();
+}
+
+template <class T>
+static cudaError_t sg_launch_rand(T *y, sgk_i64 n, const sgk_i64 *state, unsigned salt,
+                                  cudaStream_t stream)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	const unsigned a = sizeof(sgk_reg<4, T>) < 16 ? sizeof(sgk_reg<4, T>) : 16;
+	const int bits = sgk_uniform_bits((int)sizeof(T), sgk_is_bf16<T>::value);
+	if (sgk_host_aligned(y, a))
+		sgk_rand<T, true><<<sgk_random_grid(n), 256, 0, stream>>>(y, n, state, salt, bits);
+	else
+		sgk_rand<T, false><<<sgk_random_grid(n), 256, 0, stream>>>(y, n, state, salt, bits);
+	return sgk_launched();
+}
+#endif
+
+#endif /* SGK_RANDOM_CUH */
