@@ -14,7 +14,6 @@ are exported with --trace=export too.
 import contextlib
 import importlib.machinery
 import io
-import itertools
 import importlib.util
 import math
 import os
@@ -1707,8 +1706,8 @@ def check_dropout(S, fx2sg):
              (AttnDropouts(), g(2, 5, 16), "attention dropout", 3 if HAVE_SDPA else 1),
              (RnnDropout(), g(2, 7, 6), "LSTM dropout", 1),
              (RandomOps(), g(4, 8), "random draws", 5)]
-    for (m, x, what, count), trace in itertools.product(cases, ["fx"] + (["export"]
-                                                                         if HAVE_EXPORT else [])):
+    traces = ["fx"] + (["export"] if HAVE_EXPORT else [])
+    for (m, x, what, count), trace in [(c, t) for c in cases for t in traces]:
         if trace == "fx" and HAVE_SDPA and what == "attention dropout":
             continue    # torch.fx's MultiheadAttention path is torch 1.13's (CI's) alone
         label = "%s in training [%s]" % (what, trace)
