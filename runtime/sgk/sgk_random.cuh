@@ -1,6 +1,7 @@
 /*
- * sgk_random.cuh - dropout on the GPU, with the masks the interpreter
- * draws (sgk_random.h says how: the counter, the threshold, the scale).
+ * sgk_random.cuh - the random ops on the GPU, dropout and rand, with the
+ * draws the interpreter makes (sgk_random.h says how: the counter, the
+ * threshold, the scale, the uniform values).
  *
  *   sg_launch_rng_advance(state, stream)
  *       state: the device's opt.rng (i64 [2]: seed, offset); offset += 1.

@@ -1,31 +1,31 @@
 /*
- * sgk_random.h - how dropout draws its mask, once for the interpreter and
- * the GPU (valid as C11 and as CUDA C++, like sgk_pointwise.h).
+ * sgk_random.h - how the random ops draw (dropout's mask, rand's values),
+ * once for the interpreter and the GPU (valid as C11 and as CUDA C++, like
+ * sgk_pointwise.h).
  *
  * The model's generator state opt.rng is i64 [2]: a seed and an offset
  * that every call of a graph drawing random numbers advances by 1 before
  * its first draw (so its first call draws at offset 1).  Element i of a
- * dropout's operand (row-major, the op's logical order) takes word i % 4
+ * random op's result (row-major, the op's logical order) draws word i % 4
  * of one Philox4x32-10 block (Salmon et al., "Parallel random numbers: as
  * easy as 1, 2, 3", SC 2011):
  *
  *     key     = (seed & 0xffffffff, seed >> 32)
  *     counter = (q & 0xffffffff, q >> 32, salt, offset & 0xffffffff),  q = i / 4
  *
- * salt being the dropout's own (the front end numbers a program's
- * dropouts).  The interpreter computes the block with Random123's
- * philox4x32 (compiler/interp/interp_random.c), the GPU with CUDA's
- * curand_Philox4x32_10 (sgk_random.cuh): the same function.  The element
- * is kept when its 32-bit word u satisfies u >= sgk_dropout_threshold(p),
- * which happens with probability 1 - floor(p * 2^32) / 2^32; a kept x
- * becomes x * scale, a dropped one x * 0 (as PyTorch's mask * x * scale:
- * -0 for a negative x, NaN for NaN), scale = 1 / (1 - p) rounded to the
- * dtype's opmath (float, double for f64).
+ * salt being the op's own (the front end numbers a program's random
+ * ops).  The interpreter computes the block with Random123's philox4x32
+ * (compiler/interp/interp_random.c), the GPU with CUDA's
+ * curand_Philox4x32_10 (sgk_random.cuh): the same function.
  *
- * rand's element i is word w of the same block for its own salt, as a
- * uniform value in [0, 1): the top `bits` bits of w times 2^-bits, exact in
- * the dtype (sgk_uniform_bits: the significand's 24 bits for f32, 11 for
- * f16, 8 for bf16, and 32 for f64).
+ * A dropout's element is kept when its word u satisfies
+ * u >= sgk_dropout_threshold(p), which happens with probability
+ * 1 - floor(p * 2^32) / 2^32; a kept x becomes x * scale, a dropped one
+ * x * 0 (as PyTorch's mask * x * scale: -0 for a negative x, NaN for NaN),
+ * scale = 1 / (1 - p) rounded to the dtype's opmath (float, double for
+ * f64).  rand's element is its word as a uniform value in [0, 1): the top
+ * `bits` bits times 2^-bits, exact in the dtype (sgk_uniform_bits: the
+ * significand's 24 bits for f32, 11 for f16, 8 for bf16, and 32 for f64).
  */
 #ifndef SGK_RANDOM_H
 #define SGK_RANDOM_H
