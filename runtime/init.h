@@ -28,7 +28,7 @@ double sgrt_init_value(uint64_t seed, uint64_t key, uint64_t k, double bound);
 void sgrt_init_tensor(const char *name, uint64_t seed, int dtype, int rank,
                       const int64_t *shape, void *dst);
 
-/* The dropout generator's state (sgk/sgk_random.h says how it draws): a
+/* The random ops' generator state (sgk/sgk_random.h says how they draw): a
  * model-owned i64 [2], (seed, offset), saved with the optimizer's state
  * under this name, which the language reserves (opt.) and no param's state
  * can have (opt.PARAM.what).  Missing from --params it starts as

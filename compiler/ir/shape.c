@@ -515,33 +515,25 @@ shape_unary_floatonly(Graph *g, Node *n, Diag *d)
 	return set_result(g, n, d, 0, otype(g, n, 0));
 }
 
-/* dropout(x, p=, salt=): floating only; p in [0, 1] (PyTorch's check), the
- * salt a 32-bit Philox counter word. */
+/* A random op's salt= (when given): a 32-bit Philox counter word. */
+static int
+salt_ok(Graph *g, Node *n, Diag *d)
+{
+	const Attr *salt = attr(n, "salt");
+	if (salt->set && (salt->i < 0 || salt->i > UINT32_MAX))
+		return fail(g, n, d, salt->loc, "salt=%lld is not in [0, 2^32)", (long long)salt->i);
+	return 1;
+}
+
+/* dropout(x, p=, salt=): floating only; p in [0, 1] (PyTorch's check). */
 int
 shape_dropout(Graph *g, Node *n, Diag *d)
 {
-	const Attr *p = attr(n, "p"), *salt = attr(n, "salt");
+	const Attr *p = attr(n, "p");
 	if (!(p->f >= 0 && p->f <= 1))
 		return fail(g, n, d, p->loc, "dropout probability has to be between 0 and 1, but "
 		            "got %g", p->f);
-	if (salt->set && (salt->i < 0 || salt->i > UINT32_MAX))
-		return fail(g, n, d, salt->loc, "salt=%lld is not in [0, 2^32)", (long long)salt->i);
-	return shape_unary_floatonly(g, n, d);
-}
-
-int shape_creation(Graph *g, Node *n, Diag *d);
-
-/* rand(shape=, dtype=f32, salt=): a creation of a floating dtype. */
-int
-shape_rand(Graph *g, Node *n, Diag *d)
-{
-	const Attr *salt = attr(n, "salt"), *dt = attr(n, "dtype");
-	if (!dtype_is_float((DType)dt->i))
-		return fail(g, n, d, dt->loc, "dtype %s is not supported (floating-point dtypes are, "
-		            "as in torch.rand)", dtype_name((DType)dt->i));
-	if (salt->set && (salt->i < 0 || salt->i > UINT32_MAX))
-		return fail(g, n, d, salt->loc, "salt=%lld is not in [0, 2^32)", (long long)salt->i);
-	return shape_creation(g, n, d);
+	return salt_ok(g, n, d) && shape_unary_floatonly(g, n, d);
 }
 
 /* Index of the first operand of n with dtype bool, or -1. */
@@ -1399,6 +1391,17 @@ shape_creation(Graph *g, Node *n, Diag *d)
 		return 0;
 	Type r = make_type(dt, a->ints, (int)a->nints);
 	return set_result(g, n, d, 0, &r);
+}
+
+/* rand(shape=, dtype=f32, salt=): a creation of a floating dtype. */
+int
+shape_rand(Graph *g, Node *n, Diag *d)
+{
+	const Attr *dt = attr(n, "dtype");
+	if (!dtype_is_float((DType)dt->i))
+		return fail(g, n, d, dt->loc, "dtype %s is not supported (floating-point dtypes are, "
+		            "as in torch.rand)", dtype_name((DType)dt->i));
+	return salt_ok(g, n, d) && shape_creation(g, n, d);
 }
 
 /* arange(end=, dtype=i64) -> [end]: end non-negative, not bool. */
