@@ -2,13 +2,16 @@
 factories and as the PyTorch side's modules (bench/torch_ref.py).
 
 Each factory builds its model from a config object (no download), in bf16
-with dropout off, wrapped so that it returns what cross_entropy takes (the
+with dropout off (but gpt2_dropout), wrapped so that it returns what cross_entropy takes (the
 exported training step returns the loss alone, `--loss-only`, as
 bench/torch_ref.py's step does):
 
   gpt2      Hugging Face GPT2LMHeadModel, GPT-2 small (12 layers, d 768,
             12 heads, vocab 50257), SDPA attention; input_ids [B, T] ->
             logits [B*T, 50257]
+  gpt2_dropout  the same with its config's dropouts (0.1 on the
+            embeddings, the attention weights and the residuals), in
+            training (--train): attention with dropout_p
   llama     Hugging Face LlamaForCausalLM at a 1B-like width (8 layers, d
             2048, 16 query heads over 4 key/value heads, MLP 5632, vocab
             32000); input_ids [B, T] -> logits [B*T, 32000]
@@ -65,6 +68,16 @@ def gpt2():
     return Logits(transformers.GPT2LMHeadModel(cfg).to(torch.bfloat16))
 
 
+def gpt2_dropout():
+    """GPT-2 small as Hugging Face configures it for training: its dropouts
+    (embeddings, attention weights, residuals: 0.1) on, exported with
+    --train."""
+    import transformers
+    cfg = transformers.GPT2Config(attn_implementation="sdpa")
+    torch.manual_seed(0)
+    return Logits(transformers.GPT2LMHeadModel(cfg).to(torch.bfloat16))
+
+
 def llama():
     import transformers
     cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
@@ -92,6 +105,8 @@ def vit_tiny():
 MODELS = {
     "gpt2": (gpt2, "input_ids=i64[8,1024]", [],
              {"B": 8, "T": 1024}, False),
+    "gpt2_dropout": (gpt2_dropout, "input_ids=i64[8,1024]", [],
+                     {"B": 8, "T": 1024}, True),
     "llama": (llama, "input_ids=i64[4,2048]", [],
               {"B": 4, "T": 2048}, False),
     "resnet18": (resnet18, "x=bf16[2,3,224,224]", ["B=x:0"], {"B": 128}, True),

@@ -510,6 +510,7 @@ WORKLOADS = {w.name: w for w in (
     # tokens would take many minutes on the CPU; models_llama.py checks
     # the same exports at small configs against PyTorch)
     Model("gpt2", 50257, {}, 10, {"eager": 40, "compile": 70}, check=False),
+    Model("gpt2_dropout", 50257, {}, 10, {"eager": 40, "compile": 70}, check=False),
     Model("llama", 32000, {}, 10, {"eager": 50, "compile": 70},
           check=False))}
 
@@ -559,6 +560,7 @@ PROGRAMS = [
     ("vit_tiny", "vit_tiny.sg", [], "vit_tiny", "eager", "compile", "time_mem"),
     ("resnet18", "resnet18.sg", [], "resnet18", "eager", "compile", "time_mem"),
     ("gpt2", "gpt2.sg", [], "gpt2", "eager", "compile", "time_mem"),
+    ("gpt2_dropout", "gpt2_dropout.sg", [], "gpt2_dropout", "eager", "compile", "time_mem"),
     ("llama", "llama.sg", [], "llama", "eager", "compile", "time_mem"),
 ]
 
@@ -1202,6 +1204,8 @@ LIMITED_BY = {
     "resnet18": "cuDNN convolutions (bf16) and batch norm's memory traffic",
     "gpt2": "bf16 products, and the 50257-wide logits' softmax and "
             "cross_entropy (memory)",
+    "gpt2_dropout": "as gpt2, with the dropouts' draws: attention with dropout_p "
+                    "in the kernel library's flash kernels (not cuDNN's)",
     "llama": "bf16 products (GQA attention, SiLU-gated MLP)",
 }
 

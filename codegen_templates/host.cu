@@ -52,6 +52,11 @@ ${?bwd}		fp.dq = ${dq};
 ${?bwd}		fp.dk = ${dk};
 ${?bwd}		fp.dv = ${dv};
 ${?bwd}		fp.delta = ${delta};
+${?drop}		/* dropout_p: the weights' dropout (salt ${salt}), drawn from opt.rng */
+${?drop}		fp.rng = (const sgk_i64 *)io[${slot}];
+${?drop}		fp.salt = ${salt};
+${?drop}		fp.drop_thresh = ${thresh};
+${?drop}		fp.drop_scale = ${dscale};
 ${?cudnn}		/* cuDNN's fused attention first; the kernels when it declines. */
 ${?cudnn}		SgrtSdpa sd;
 ${?cudnn}		SGRT_SDPA_FROM_FLASH(&sd, &fp, ${sdt});

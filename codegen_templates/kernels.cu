@@ -360,7 +360,7 @@ ${comment}
  * matrix is ever stored. */
 static __global__ void __launch_bounds__(128)
 ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
-        const ${t} *__restrict__ v,${mparam} ${t} *__restrict__ out)
+        const ${t} *__restrict__ v,${mparam}${dparam} ${t} *__restrict__ out)
 {
 	extern __shared__ double sg_smem[];
 	${acc} *qs = (${acc} *)sg_smem;   /* [${e}] the query row */
@@ -370,6 +370,7 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 	const sg_i64 qoff = ${qbase} + i * ${e}, koff = ${kbase}, voff = ${vbase};
 	const sg_i64 ooff = (b * ${l} + i) * ${ev};
 ${?mask}	const sg_i64 moff = ${mbase};
+${?drop}	const SgkDraws dr = sgk_draws_init(rng, ${salt});
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	for (int e = threadIdx.x; e < ${e}; e += 128)
 		qs[e] = ${opc}(sg_ld(q[qoff + e]));
@@ -405,6 +406,10 @@ ${?mask}			ps[jj] = tm == -${inf} ? (${acc})0 : sg_exp(ps[jj] - tm);
 		for (int jj = 0; jj < nt; jj++)
 			ts += ps[jj];
 		l = l * corr + ts;
+${?drop}		__syncthreads(); /* every thread has its sum: the weights' dropout */
+${?drop}		for (int jj = threadIdx.x; jj < nt; jj += 128)
+${?drop}			ps[jj] *= sgk_keep(dr, (b * ${l} + i) * ${s} + j0 + jj, ${thresh}) ? ${dscale} : (${acc})0;
+${?drop}		__syncthreads();
 		for (int e = threadIdx.x; e < ${ev}; e += 128) {
 			${acc} a = acc[e] * corr;
 			for (int jj = 0; jj < nt; jj++)
@@ -507,7 +512,7 @@ ${comment}
  * into stats[3 * row]. */
 static __global__ void __launch_bounds__(128)
 ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
-        const ${t} *__restrict__ v, const ${t} *__restrict__ g,${mparam} ${acc} *__restrict__ stats)
+        const ${t} *__restrict__ v, const ${t} *__restrict__ g,${mparam}${dparam} ${acc} *__restrict__ stats)
 {
 	extern __shared__ double sg_smem[];
 	${acc} *qs = (${acc} *)sg_smem;   /* [${e}] */
@@ -517,6 +522,7 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 	const sg_i64 qoff = ${qbase} + i * ${e}, koff = ${kbase}, voff = ${vbase};
 	const sg_i64 goff = (b * ${l} + i) * ${ev};
 ${?mask}	const sg_i64 moff = ${mbase};
+${?drop}	const SgkDraws dr = sgk_draws_init(rng, ${salt});
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	for (int e = threadIdx.x; e < ${e}; e += 128)
 		qs[e] = ${opc}(sg_ld(q[qoff + e]));
@@ -552,6 +558,10 @@ ${?mask}			ps[jj] = tm == -${inf} ? (${acc})0 : sg_exp(ps[jj] - tm);
 		for (int jj = 0; jj < nt; jj++)
 			ts += ps[jj];
 		l = l * corr + ts;
+${?drop}		__syncthreads(); /* every thread has its sum: the weights' dropout */
+${?drop}		for (int jj = threadIdx.x; jj < nt; jj += 128)
+${?drop}			ps[jj] *= sgk_keep(dr, (b * ${l} + i) * ${s} + j0 + jj, ${thresh}) ? ${dscale} : (${acc})0;
+${?drop}		__syncthreads();
 		for (int e = threadIdx.x; e < ${ev}; e += 128) {
 			${acc} a = acc[e] * corr;
 			for (int jj = 0; jj < nt; jj++)
@@ -578,7 +588,7 @@ ${?mask}		dot += l == 0 ? 0 : ${opc}(sg_ld(g[goff + e])) * (acc[e] / l);
 static __global__ void __launch_bounds__(128)
 ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
         const ${t} *__restrict__ v, const ${t} *__restrict__ g,
-       ${mparam} const ${acc} *__restrict__ stats, ${t} *__restrict__ dq)
+       ${mparam}${dparam} const ${acc} *__restrict__ stats, ${t} *__restrict__ dq)
 {
 	extern __shared__ double sg_smem[];
 	${acc} *qs = (${acc} *)sg_smem;   /* [${e}] */
@@ -592,6 +602,7 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 	const ${acc} m = stats[3 * blockIdx.x], l = stats[3 * blockIdx.x + 1];
 	const ${acc} dd = stats[3 * blockIdx.x + 2];
 ${?mask}	const sg_i64 moff = ${mbase};
+${?drop}	const SgkDraws dr = sgk_draws_init(rng, ${salt});
 	for (int e = threadIdx.x; e < ${e}; e += 128) {
 		qs[e] = ${opc}(sg_ld(q[qoff + e]));
 		acc[e] = 0;
@@ -616,6 +627,7 @@ ${?mask}			const sg_i64 jk = j0 + jj;
 			if (lane == 0) {
 ${!mask}				const ${acc} p = sg_exp(s * ${scale} - m) / l;
 ${?mask}				const ${acc} p = l == 0 ? 0 : sg_exp(s * ${scale}${bias} - m) / l;
+${?drop}				dp *= sgk_keep(dr, (b * ${l} + i) * ${s} + j0 + jj, ${thresh}) ? ${dscale} : (${acc})0;
 				ds[jj] = p * (dp - dd) * ${scale};
 			}
 		}
@@ -637,7 +649,7 @@ ${?mask}				const ${acc} p = l == 0 ? 0 : sg_exp(s * ${scale}${bias} - m) / l;
 static __global__ void __launch_bounds__(128)
 ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
         const ${t} *__restrict__ v, const ${t} *__restrict__ g,
-       ${mparam} const ${acc} *__restrict__ stats, ${t} *__restrict__ dk, ${t} *__restrict__ dv)
+       ${mparam}${dparam} const ${acc} *__restrict__ stats, ${t} *__restrict__ dk, ${t} *__restrict__ dv)
 {
 	extern __shared__ double sg_smem[];
 	${acc} *ks = (${acc} *)sg_smem;   /* [${e}] */
@@ -663,6 +675,7 @@ ${?group}	const sg_i64 koff = ${kbase0} + j * ${e}, voff = ${vbase0} + j * ${ev}
 	}
 	__syncthreads();
 	const sg_i64 i0 = ${causal} ? j : 0;
+${?drop}	const SgkDraws dr = sgk_draws_init(rng, ${salt});
 ${?group}	for (sg_i64 b = b0; b < b0 + ${group}; b++) {
 ${?group}	const sg_i64 qoff = ${qbase}, goff = b * ${l} * ${ev};
 ${?mask}	const sg_i64 moff = ${mbase};
@@ -684,7 +697,10 @@ ${?mask}			const sg_i64 jk = j;
 				const ${acc} *st = stats + 3 * (b * ${l} + i);
 ${!mask}				const ${acc} p = sg_exp(s * ${scale} - st[0]) / st[1];
 ${?mask}				const ${acc} p = st[1] == 0 ? 0 : sg_exp(s * ${scale}${bias} - st[0]) / st[1];
-				ps[ii] = p;
+${!drop}				ps[ii] = p;
+${?drop}				const ${acc} z = sgk_keep(dr, (b * ${l} + i) * ${s} + j, ${thresh}) ? ${dscale} : (${acc})0;
+${?drop}				ps[ii] = p * z;
+${?drop}				dp *= z;
 				ds[ii] = p * (dp - st[2]) * ${scale};
 			}
 		}

@@ -28,5 +28,9 @@ and host code only.
 #include "sgrt_codegen.h"
 #endif
 #include "sgk/sgk_device.cuh"
+//@ attention_no_dropout
+/* No attention here has dropout_p: the flash kernels' dropout instances
+ * are left out (half of their nvcc time). */
+#define SGK_FA_NO_DROPOUT
 //@ library
 #include "sgk/${file}"

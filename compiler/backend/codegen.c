@@ -813,8 +813,11 @@ codegen_module(Module *m, const CodegenOptions *co, FILE *cu, FILE *h)
 		        {"source", text_escape(c.a, co->input)}, {"options", options_text(&c)},
 		        {"graphs", graphs}, {"arch", co->arch});
 		CG_EMIT(pf, "prelude.cu:includes", {"x", ""});
-		for (uint32_t i = 0; i < c.libraries.n; i++)
+		for (uint32_t i = 0; i < c.libraries.n; i++) {
+			if (!c.attn_dropout && strcmp(c.libraries.v[i], "sgk_attention.cuh") == 0)
+				CG_EMIT(pf, "prelude.cu:attention_no_dropout", {"x", ""});
 			CG_EMIT(pf, "prelude.cu:library", {"file", c.libraries.v[i]});
+		}
 		fclose(pf);
 		LineWriter w;
 		lines_begin(&c, &w, cu);

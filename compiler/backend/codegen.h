@@ -45,6 +45,7 @@ typedef struct {
 	Map kernels;        /* a kernel's text (cg_kernel) -> kernel_names index */
 	VEC(const char *) kernel_names;
 	VEC(const char *) libraries; /* kernel-library headers used (cg_use_library) */
+	int attn_dropout;            /* a flash attention call draws a dropout */
 } Cg;
 
 /* The mark that maps the code after it, to the end of its function (a `}`
@@ -276,15 +277,19 @@ int cg_flash_attention(CgGraph *G, const Node *n, int bwd);
 /* The SIMT attention kernels' (kernels.cu sdpa, sdpa_bwd_*) sizes and the
  * template bindings they share, for q, k, v (and a mask) at operands
  * o..o+3 of n in dtype dt: comment t acc tile e ev l s qbase kbase vbase
- * opc inf causal scale mask mparam bias mbase group kbase0 vbase0 kvb, in
- * b[0..CG_SDPA_NBIND).  nb counts the query's batch (enable_gqa: the
+ * opc inf causal scale mask mparam bias mbase group kbase0 vbase0 kvb,
+ * and for dropout_p drop dparam salt thresh dscale, in b[0..CG_SDPA_NBIND).
+ * With dropout_p the kernels take the generator state after the mask
+ * (cg_sdpa_rng: that argument).  nb counts the query's batch (enable_gqa: the
  * heads split as shape_attn_bcast does, group the innermost dim). */
-enum { CG_SDPA_NBIND = 23, CG_SDPA_TILE = 64 };
+enum { CG_SDPA_NBIND = 28, CG_SDPA_TILE = 64 };
 typedef struct {
 	int64_t L, E, S, Ev, nb, group;
 	CgBind b[CG_SDPA_NBIND];
 } CgSdpa;
 void cg_sdpa_simt(CgGraph *G, const Node *n, int o, DType dt, CgSdpa *s);
+/* ", (const sgk_i64 *)io[slot]" for attention with dropout_p, else "". */
+const char *cg_sdpa_rng(CgGraph *G, const Node *n);
 /* Helpers the kernel emitters share (codegen_kernels.c). */
 char *cg_comment(CgGraph *G, const Node *n);      /* "// f.sg:3: ..." */
 void cg_launch(CgGraph *G, const Node *n, const char *kname, int64_t grid,

@@ -110,6 +110,7 @@ sdpa_backward(CgGraph *G, const Node *n)
 	                  var(G, n, 0));
 	if (n->nopnd > 4)
 		in = cg_fmt(c, "%s, %s", in, var(G, n, 4));
+	in = cg_fmt(c, "%s%s", in, cg_sdpa_rng(G, n));
 	cg_launch(G, n, k1, nb * L, 128, sm1, cg_fmt(c, "%s, %s", in, stats));
 	cg_launch(G, n, k2, nb * L, 128, sm2,
 	          cg_fmt(c, "%s, %s, %s", in, stats, G->vname[n->res[0]]));

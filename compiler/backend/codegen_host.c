@@ -161,7 +161,7 @@ find_state(CgGraph *G)
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		Node *n = &g->nodes.v[i];
 		G->optslot[i] = G->scratch[i] = -1;
-		if (live(n) && n->op < OP__N && (op_table[n->op].flags & OPF_RANDOM) &&
+		if (live(n) && ir_draws(n) &&
 		    G->rng_slot < 0) {
 			/* (named at the first random op's line) */
 			CgTensor s = {.name = SGRT_RNG_STATE, .role = CG_ROLE_STATE, .v = n->res[0],

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "codegen.h"
+#include "sgk/sgk_random.h"
 
 enum { D_FLOAT, D_DOUBLE, D_INT }; /* compute domains */
 
@@ -804,8 +805,14 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 	if (!lse)
 		ICE("attention backward before its paired forward");
 	/* f16 and bf16 try cuDNN first (sgrt_sdpa, grouped-query heads too),
-	 * these kernels the fallback. */
-	int cd = dt == DT_F16 || dt == DT_BF16, fw = !bwd || pair == NONE;
+	 * these kernels the fallback; with dropout_p these kernels alone (they
+	 * draw the mask the interpreter draws). */
+	double p = ir_attr_float(n, "dropout_p", 0);
+	int drop = p > 0;
+	if (drop && G->rng_slot < 0)
+		ICE("attention's dropout without the generator state");
+	c->attn_dropout |= drop;
+	int cd = (dt == DT_F16 || dt == DT_BF16) && !drop, fw = !bwd || pair == NONE;
 	CG_EMIT(G->body, "host.cu:flash", {"nb0", cg_num(c, f.nb[0])}, {"nb1", cg_num(c, f.nb[1])},
 	        {"l", cg_num(c, f.L)}, {"slen", cg_num(c, f.S)}, {"e", cg_num(c, f.E)},
 	        {"ev", cg_num(c, f.Ev)}, {"scale", cg_lit_float(c, (double)(float)scale, 1)},
@@ -821,7 +828,11 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 	        {"g", bwd ? var[4] : ""}, {"dq", bwd ? var[5] : ""},
 	        {"dk", bwd ? var[6] : ""}, {"dv", bwd ? var[7] : ""},
 	        {"delta", bwd ? delta : ""},
-	        {"kname_bwd", bwd ? cg_kernel_name(G, n, "flash_bwd") : ""});
+	        {"kname_bwd", bwd ? cg_kernel_name(G, n, "flash_bwd") : ""},
+	        {"drop", drop ? "1" : ""}, {"slot", cg_num(c, G->rng_slot)},
+	        {"salt", cg_fmt(c, "%uu", (unsigned)ir_attr_int(n, "salt", 0))},
+	        {"thresh", cg_fmt(c, "%lluull", (unsigned long long)sgk_dropout_threshold(p))},
+	        {"dscale", cg_lit_float(c, (double)(float)sgk_dropout_scale(p), 1)});
 	if (bwd)
 		cg_free_tmp(G, n, delta);
 	if (bwd && pair == NONE)
@@ -829,6 +840,14 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 	if (bwd || pair == NONE)
 		cg_free_tmp(G, n, lse);
 	return 1;
+}
+
+const char *
+cg_sdpa_rng(CgGraph *G, const Node *n)
+{
+	return ir_attr_float(n, "dropout_p", 0) > 0
+	               ? cg_fmt(G->c, ", (const sgk_i64 *)io[%d]", G->rng_slot)
+	               : "";
 }
 
 void
@@ -857,6 +876,13 @@ cg_sdpa_simt(CgGraph *G, const Node *n, int o, DType dt, CgSdpa *s)
 	const Attr *sa = ir_attr(n, "scale");
 	double scale = sa ? sa->f : 1.0 / sqrt((double)s->E);
 	int f = dt != DT_F64;
+	double p = ir_attr_float(n, "dropout_p", 0);
+	int drop = p > 0;
+	if (drop) {
+		if (G->rng_slot < 0)
+			ICE("attention's dropout without the generator state");
+		cg_use_library(G, "sgk_random.cuh");
+	}
 	const char *bias = "", *mparam = "";
 	if (m) {
 		int64_t mrs = m->rank >= 2 && m->d[m->rank - 2] != 1 ? m->d[m->rank - 1] : 0;
@@ -884,6 +910,12 @@ cg_sdpa_simt(CgGraph *G, const Node *n, int o, DType dt, CgSdpa *s)
 		{"kbase0", cg_index(c, "b0", brank, bshape, st[1], 0)},
 		{"vbase0", cg_index(c, "b0", brank, bshape, st[2], 0)},
 		{"kvb", s->group > 1 ? "bk" : "b"},
+		{"drop", drop ? "1" : ""},
+		{"dparam", drop ? " const sgk_i64 *__restrict__ rng," : ""},
+		{"salt", cg_fmt(c, "%uu", (unsigned)ir_attr_int(n, "salt", 0))},
+		{"thresh", cg_fmt(c, "%lluull", (unsigned long long)sgk_dropout_threshold(p))},
+		{"dscale", cg_lit_float(c, f ? (double)(float)sgk_dropout_scale(p)
+		                              : sgk_dropout_scale(p), f)},
 	};
 	memcpy(s->b, b, sizeof b);
 }
@@ -915,10 +947,10 @@ sdpa(CgGraph *G, const Node *n)
 		CG_EMIT(G->body, "host.cu:smem_attr", {"kname", kname}, {"smem", cg_num(c, smem)},
 		        {"line", cg_num(c, n->loc.line)});
 	cg_launch(G, n, kname, s.nb * s.L, 128, smem,
-	       cg_fmt(c, "%s, %s, %s,%s%s %s", G->vname[n->opnd[0].v], G->vname[n->opnd[1].v],
-	              G->vname[n->opnd[2].v], n->nopnd > 3 ? " " : "",
-	              n->nopnd > 3 ? cg_fmt(c, "%s,", G->vname[n->opnd[3].v]) : "",
-	              G->vname[n->res[0]]));
+	       cg_fmt(c, "%s, %s, %s%s%s, %s", G->vname[n->opnd[0].v], G->vname[n->opnd[1].v],
+	              G->vname[n->opnd[2].v],
+	              n->nopnd > 3 ? cg_fmt(c, ", %s", G->vname[n->opnd[3].v]) : "",
+	              cg_sdpa_rng(G, n), G->vname[n->res[0]]));
 	return 1;
 }
 

@@ -155,6 +155,13 @@ void interp_optim_free(Interp *I);
  * read by their kernels (interp_random.c). */
 void interp_rng_advance(Interp *I);
 void interp_rng_state(Interp *I, uint64_t *seed, uint64_t *offset);
+/* interp_random.c: attention's dropout (n: attention or its backward with
+ * dropout_p > 0): z[j] for the tk scores of weights row `row` (b * L + i
+ * of the [..., L, S] weights, row-major): the dropout scale where a
+ * dropout(p=dropout_p, salt=) of the weights keeps score j, else 0.  The
+ * scale is rounded to the opmath of dt. */
+void interp_attn_drop_row(Interp *I, const Node *n, DType dt, int64_t row, int64_t tk,
+                          double *z);
 
 /* ------------------------------------------------------------------ interp_conv.c, interp_linalg.c */
 

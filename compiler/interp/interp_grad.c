@@ -158,30 +158,35 @@ attn_row(const AttnLoop *a, const Tensor *q, int64_t qo, const Tensor *k, int64_
 		p[j] = m == -INFINITY ? 0 : exp(p[j] - m) / s;
 }
 
-/* The gradients of softmax(q k^T * scale + mask) v for one batch, added
- * to dq, dk, dv: dv = P^T g, dP = g v^T, dS = P * (dP - rowsum(dP * P)),
- * dq = dS k * scale, dk = dS^T q * scale.  off: g's, q's, k's, v's and the
- * mask's offsets. */
+/* The gradients of softmax(q k^T * scale + mask) v for batch b, added
+ * to dq, dk, dv: dv = Pd^T g, dP = (g v^T) * z, dS = P * (dP - rowsum(dP *
+ * P)), dq = dS k * scale, dk = dS^T q * scale, where z are the dropout
+ * factors of n's dropout_p (Pd = P * z; without dropout z = 1).  off:
+ * g's, q's, k's, v's and the mask's offsets. */
 static void
-attn_back(const AttnLoop *a, Tensor **in, const int64_t off[5], double *dq, double *dk,
-          double *dv, int64_t tq, int64_t tk, int64_t e, int64_t ev, double scale,
-          int causal)
+attn_back(Interp *I, const Node *n, const AttnLoop *a, Tensor **in, int64_t b,
+          const int64_t off[5], double *dq, double *dk, double *dv, int64_t tq, int64_t tk,
+          int64_t e, int64_t ev, double scale, int causal)
 {
 	Tensor *g = in[0], *q = in[1], *k = in[2], *v = in[3];
 	double *p = xmalloc((size_t)(tk + 1) * sizeof *p);
 	double *dp = xmalloc((size_t)(tk + 1) * sizeof *dp);
+	double *z = ir_attr_float(n, "dropout_p", 0) > 0 ? xmalloc((size_t)(tk + 1) * sizeof *z)
+	                                                : NULL;
 	for (int64_t i = 0; i < tq; i++) {
 		attn_row(a, q, off[1], k, off[2], off[4], i, tk, e, scale, causal, p);
+		if (z)
+			interp_attn_drop_row(I, n, (DType)q->dt, b * tq + i, tk, z);
 		double dot = 0;
 		for (int64_t j = 0; j < tk; j++) {
-			double s = 0;
+			double s = 0, pd = z ? p[j] * z[j] : p[j];
 			for (int64_t c = 0; c < ev; c++) {
 				double gc = interp_getf(g, off[0] + i * ev + c);
 				s += gc * interp_getf(v, off[3] + j * ev + c);
-				dv[j * ev + c] += p[j] * gc;
+				dv[j * ev + c] += pd * gc;
 			}
-			dp[j] = s;
-			dot += s * p[j];
+			dp[j] = z ? s * z[j] : s;
+			dot += dp[j] * p[j];
 		}
 		for (int64_t j = 0; j < tk; j++) {
 			double ds = p[j] * (dp[j] - dot) * scale;
@@ -195,6 +200,7 @@ attn_back(const AttnLoop *a, Tensor **in, const int64_t off[5], double *dq, doub
 	}
 	free(p);
 	free(dp);
+	free(z);
 }
 
 /* dq, dk, dv of each batch (batch dims broadcast, as the forward's; with
@@ -202,7 +208,6 @@ attn_back(const AttnLoop *a, Tensor **in, const int64_t off[5], double *dq, doub
 int
 interp_sdpa_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
-	(void)I;
 	Tensor *q = in[1], *k = in[2], *v = in[3];
 	int64_t tq = q->shape[q->rank - 2], e = q->shape[q->rank - 1];
 	int64_t tk = k->shape[k->rank - 2], ev = v->shape[v->rank - 1];
@@ -221,8 +226,8 @@ interp_sdpa_backward(Interp *I, Node *n, Tensor **in, Tensor **out)
 		int64_t o[6];
 		interp_attn_offsets(&al, b, o);
 		int64_t off[5] = {b * tq * ev, o[0], o[1], o[2], o[3]};
-		attn_back(&al, in, off, acc[0] + b * tq * e, acc[1] + o[4], acc[2] + o[5], tq, tk,
-		          e, ev, scale, causal);
+		attn_back(I, n, &al, in, b, off, acc[0] + b * tq * e, acc[1] + o[4], acc[2] + o[5],
+		          tq, tk, e, ev, scale, causal);
 	}
 	for (int r = 0; r < 3; r++) {
 		for (int64_t j = 0; j < out[r]->numel; j++)

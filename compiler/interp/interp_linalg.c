@@ -295,7 +295,7 @@ attn_softmax(int kind, void *s, int64_t tq, int64_t tk, double scale, int causal
 
 /* softmax(q k^T * scale + mask) v over [..., T, head_dim], batch dims
  * broadcast (with enable_gqa, each k and v head serving its group of q
- * heads). */
+ * heads); with dropout_p the weights dropped first. */
 int
 interp_sdpa(Interp *I, Node *n, Tensor **in, Tensor **out)
 {
@@ -321,18 +321,31 @@ interp_sdpa(Interp *I, Node *n, Tensor **in, Tensor **out)
 	size_t es = mm_size(kind);
 	char *S = xmalloc((size_t)(tq * tk + 1) * es);
 	char *O = xmalloc((size_t)r->numel * es);
+	/* dropout_p: the weights times their dropout factors */
+	double *z = ir_attr_float(n, "dropout_p", 0) > 0 ? xmalloc((size_t)(tk + 1) * sizeof *z)
+	                                                : NULL;
 	for (int64_t b = 0; b < al.nb; b++) {
 		int64_t off[6];
 		interp_attn_offsets(&al, b, off);
 		gemm(I, kind, tq, tk, d, Q + (size_t)off[0] * es, K + (size_t)off[1] * es,
 		     1, S);
 		attn_softmax(kind, S, tq, tk, scale, causal, &al, off[3]);
+		for (int64_t i = 0; z && i < tq; i++) {
+			interp_attn_drop_row(I, n, (DType)r->dt, b * tq + i, tk, z);
+			for (int64_t j = 0; j < tk; j++) {
+				if (kind == MM_F32)
+					((float *)S)[i * tk + j] *= (float)z[j];
+				else
+					((double *)S)[i * tk + j] *= z[j];
+			}
+		}
 		gemm(I, kind, tq, dv, tk, S, V + (size_t)off[2] * es, 0,
 		     O + (size_t)(b * tq * dv) * es);
 	}
 	mm_store(r, kind, O);
 	free(S);
 	free(O);
+	free(z);
 	for (int i = 0; i < 3; i++)
 		free(tmp[i]);
 	return 0;

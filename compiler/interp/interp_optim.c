@@ -101,7 +101,7 @@ declare_all(Interp *I)
 	Graph *g = I->g;
 	for (NodeId i = 0; i < g->nodes.n; i++) {
 		Node *n = &g->nodes.v[i];
-		if (!(n->flags & NF_DEAD) && n->op < OP__N && (op_table[n->op].flags & OPF_RANDOM))
+		if (!(n->flags & NF_DEAD) && ir_draws(n))
 			declare_rng(I);
 		if ((n->flags & NF_DEAD) || (n->op != OP_SGD_UPDATE_ && n->op != OP_ADAMW_UPDATE_))
 			continue;

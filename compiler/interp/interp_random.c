@@ -1,5 +1,6 @@
 /*
- * interp_random.c - the random ops in the interpreter: dropout and rand.
+ * interp_random.c - the random ops in the interpreter: dropout and rand,
+ * and attention's dropout (dropout_p).
  *
  * The draws come from Random123's Philox4x32-10 (librandom123-dev) with
  * the key and counter runtime/sgk/sgk_random.h lays out; the CUDA backend
@@ -61,6 +62,18 @@ interp_dropout(Interp *I, Node *n, Tensor **in, Tensor **out)
 		interp_setf(r, i, interp_opmath((DType)r->dt, v));
 	}
 	return 0;
+}
+
+void
+interp_attn_drop_row(Interp *I, const Node *n, DType dt, int64_t row, int64_t tk, double *z)
+{
+	double p = ir_attr_float(n, "dropout_p", 0);
+	sgk_u64 thresh = sgk_dropout_threshold(p);
+	double scale = interp_opmath(dt, sgk_dropout_scale(p));
+	Draws w;
+	draws_init(I, n, &w);
+	for (int64_t j = 0; j < tk; j++)
+		z[j] = draw(&w, row * tk + j) >= thresh ? scale : 0;
 }
 
 /* rand(shape=, dtype=, salt=): uniform in [0, 1), exact in the dtype. */

@@ -132,6 +132,17 @@ ir_attr_float(const Node *n, const char *name, double dflt)
 }
 
 int
+ir_draws(const Node *n)
+{
+	if (n->op >= OP__N)
+		return 0;
+	if (op_table[n->op].flags & OPF_RANDOM)
+		return 1;
+	return (n->op == OP_SDPA || n->op == OP_SDPA_BACKWARD) &&
+	       ir_attr_float(n, "dropout_p", 0) > 0;
+}
+
+int
 ir_norm_bwd_residual(const Node *n)
 {
 	return ir_attr_int(n, "residual", 0) ? (int)n->nopnd - 1 : -1;

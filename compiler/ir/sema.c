@@ -908,12 +908,12 @@ stmt_op(Sema *S, AstStmt *st)
 		ok = check_control_deps(S, &n, &extra_args);
 	vec_free(&extra_args);
 
-	/* Each random op draws its own numbers: one without salt= gets the
-	 * count of random statements before it (shown by --dump-after, so that
-	 * the printed program draws the same). */
-	if (op_table[op].flags & OPF_RANDOM) {
+	/* Each random op (and attention with dropout_p) draws its own numbers:
+	 * one without salt= gets the count of random statements before it
+	 * (shown by --dump-after, so that the printed program draws the same). */
+	if (ok && ir_draws(&n)) {
 		Attr *salt = &n.attr[op_attr_index(op, "salt")];
-		if (ok && !salt->set) {
+		if (!salt->set) {
 			salt->set = 1;
 			salt->type = AT_INT;
 			salt->i = S->nrandom;

@@ -634,6 +634,9 @@ const char *ir_name_fresh(Graph *g, const char *base);
 const Attr *ir_attr(const Node *n, const char *name);
 int64_t ir_attr_int(const Node *n, const char *name, int64_t dflt);
 double ir_attr_float(const Node *n, const char *name, double dflt);
+/* Whether n draws from the model's generator state opt.rng: a random op
+ * (OPF_RANDOM), or attention with dropout_p > 0. */
+int ir_draws(const Node *n);
 const Type *ir_type(const Graph *g, const Opnd *o); /* NULL unless OK_VAL */
 /* Operands of layer_norm_backward, rms_norm_backward (g, x, w?, r?): the
  * index of the weight, and of the gradient summed into dx (residual=true:

@@ -888,6 +888,12 @@ shape_sdpa(Graph *g, Node *n, Diag *d)
 	Text a, b, c;
 	if (!same_float(g, n, d, 0, 3))
 		return 0;
+	const Attr *dp = attr(n, "dropout_p");
+	if (dp->set && !(dp->f >= 0 && dp->f <= 1))
+		return fail(g, n, d, dp->loc, "dropout probability has to be between 0 and 1, but "
+		            "got %g", dp->f);
+	if (!salt_ok(g, n, d))
+		return 0;
 	for (int i = 0; i < 3; i++)
 		if (otype(g, n, i)->rank < 2)
 			return fail(g, n, d, oloc(n, i), "query, key and value need at least two dims, but %s has %d",

@@ -7,10 +7,12 @@
  *     %s2 = mul(%s, c) or div(%s, c)             (optional: the scale)
  *     %s3 = add(%s2, %mask) or where(%keep, %s2, -inf)   (optional)
  *     %p  = softmax(%s3, dim=-1)
- *     %o  = matmul(%p, %v)
+ *     %pd = dropout(%p, p=P)                     (optional: training)
+ *     %o  = matmul(%pd, %v)
  *
  * becomes %o = scaled_dot_product_attention(%q, %k, %v, [%mask],
- * scale=c or 1/c): the fused kernels, which never store the T x S scores.
+ * scale=c or 1/c, [dropout_p=P, salt= the dropout's]): the fused kernels,
+ * which never store the T x S scores (and draw the dropout's mask).
  * It runs before autograd, so the backward is the attention's own.  Only
  * a chain whose intermediate values have no other reader (nor a return,
  * del or offload) on one stream is rewritten; the ops' shapes must be
@@ -118,7 +120,9 @@ rewrite(Att *A, Node *n)
 {
 	Graph *g = A->g;
 	uint32_t s = n->stream;
-	Node *sm = single_def(A, &n->opnd[0], OP_SOFTMAX, s);
+	/* The weights' dropout (training): the attention's dropout_p. */
+	Node *dr = single_def(A, &n->opnd[0], OP_DROPOUT, s);
+	Node *sm = single_def(A, dr ? &dr->opnd[0] : &n->opnd[0], OP_SOFTMAX, s);
 	if (!sm)
 		return 0;
 	const Type *pt = ir_type(g, &sm->opnd[0]);
@@ -178,8 +182,15 @@ rewrite(Att *A, Node *n)
 	Attr *sa = ir_attr_set(n, "scale");
 	sa->f = scale;
 	sa->num_kind = OK_FLOAT;
-	Node *gone[5] = {sm, mk, sc, mm, tr};
-	for (int j = 0; j < 5; j++)
+	if (dr) { /* the same mask: the dropout's p and salt */
+		Attr *dp = ir_attr_set(n, "dropout_p");
+		dp->f = ir_attr_float(dr, "p", 0);
+		dp->num_kind = OK_FLOAT;
+		Attr *salt = ir_attr_set(n, "salt");
+		salt->i = ir_attr_int(dr, "salt", 0);
+	}
+	Node *gone[6] = {sm, mk, sc, mm, tr, dr};
+	for (int j = 0; j < 6; j++)
 		if (gone[j])
 			gone[j]->flags |= NF_DEAD;
 	return 1;

@@ -628,7 +628,8 @@ gqa_heads(Grad *G, ValId x, int64_t hq)
 
 /* The gradient of attention's float mask: the scores' gradient, ds =
  * softmax_backward(dp, p) = p * (dp - sum(dp * p, -1)) with p =
- * softmax(q k^T * scale + mask) made again and dp = grad v^T, as
+ * softmax(q k^T * scale + mask) made again and dp = grad v^T (through
+ * the weights' dropout with dropout_p: the same mask, the same salt), as
  * PyTorch's math attention differentiates (added to the scores, the mask
  * gets their gradient; the pass sums it to the mask's shape).  A mask
  * never comes with causal=true. */
@@ -666,6 +667,13 @@ sdpa_mask_grad(Grad *G, const Node *n, ValId g)
 	int rv = grad_type(G, v)->rank;
 	ValId vt = grad_transpose(G, v, rv - 2, rv - 1);
 	ValId dp = grad_op2(G, OP_MATMUL, V(g), V(vt));
+	if (ir_attr_float(n, "dropout_p", 0) > 0) { /* the weights' dropout, on dp */
+		Opnd od = V(dp);
+		m = grad_node(G, OP_DROPOUT, &od, 1);
+		grad_setf(m, "p", ir_attr_float(n, "dropout_p", 0));
+		grad_copyattr(m, "salt", ir_attr(n, "salt"));
+		dp = grad_end(G, m, 1);
+	}
 	return softmax_backward(G, dp, p, 1u << (rs - 1));
 }
 
@@ -685,6 +693,10 @@ GRAD_RULE_DEF(grad_sdpa)
 		const Attr *sc = ir_attr(n, "scale");
 		if (sc)
 			grad_copyattr(m, "scale", sc);
+		if (ir_draws(n)) { /* the weights' dropout: the same mask */
+			grad_copyattr(m, "dropout_p", ir_attr(n, "dropout_p"));
+			grad_copyattr(m, "salt", ir_attr(n, "salt"));
+		}
 		grad_end(G, m, 3);
 		for (int k = 0; k < 3; k++)
 			gin[k] = m->res[k];

@@ -42,10 +42,22 @@
  * Grouped-query attention: with kv_group > 1, k and v (and dk, dv) have
  * nb1 / kv_group heads, head b1 / kv_group serving query head b1 (no
  * repeated copy); the backward sums dk, dv over each group in the kernel.
+ * Attention dropout (training's dropout_p): with drop_thresh nonzero,
+ * weight (b, i, j) (b = b0 * nb1 + b1, b1 the query head) draws as element
+ * (b * L + i) * S + j of a dropout with the op's salt on the device's
+ * generator state rng (sgk_random.h): kept when its word >= drop_thresh
+ * (sgk_dropout_threshold(p)), times drop_scale, else times 0.  The
+ * forward's softmax statistics (lse) are those of the undropped weights;
+ * the backward draws the same mask (dV from the dropped weights, dS from
+ * dP times the mask's factor).  drop_thresh 0: no dropout, no draws.
+ * Each kernel has a dropout instance (template flag DROP), so that the
+ * kernels without dropout stay as they were; SGK_FA_NO_DROPOUT defined
+ * leaves those out (launches with dropout fail, cudaErrorNotSupported).
  */
 #ifndef SGK_ATTENTION_CUH
 #define SGK_ATTENTION_CUH
 #include "sgk_common.cuh"
+#include "sgk_random.cuh"
 /* nvcc remarks on the helpers a program leaves unused: off here */
 #pragma nv_diag_suppress 177
 
@@ -71,6 +83,12 @@ struct SgFlashParams {
 	int kv_group;                    /* grouped-query attention: k, v (dk, dv) head b1 / kv_group
 	                                    serves query head b1 (0 or 1: one each) */
 	int vec;                         /* set by the launchers: 16-byte loads allowed */
+	/* Dropout (last: the fields before keep their places, and the kernels
+	 * without dropout their code). */
+	const sgk_i64 *rng;              /* dropout: the model's generator state on the device (opt.rng: seed, offset) */
+	unsigned salt;                   /* dropout: the op's salt */
+	unsigned long long drop_thresh;  /* dropout: sgk_dropout_threshold(p), a draw below it drops; 0: no dropout */
+	float drop_scale;                /* dropout: (float)sgk_dropout_scale(p) */
 };
 
 /* ------------------------------------------------------------------ PTX wrappers */
@@ -228,6 +246,179 @@ SGK_DEV void sgk_fa_store(T *g, sgk_i64 rs, const float (&c)[NT8][4], int r0, in
 	}
 }
 
+/* ------------------------------------------------------------------ dropout */
+
+/* A kernel's dropout draws, the generator state read once a thread
+ * (DROP: the kernel's dropout instance; without, nothing read). */
+template <bool DROP>
+SGK_DEV SgkDraws sgk_fa_draws(const SgFlashParams &p)
+{
+	SgkDraws d = {};
+	if (DROP)
+		d = sgk_draws_init(p.rng, p.salt);
+	return d;
+}
+
+/* Keep bits of Philox block q's four elements (bit k: element 4q + k). */
+SGK_DEV unsigned sgk_fa_keep4(const SgkDraws &d, unsigned long long thresh, sgk_i64 q)
+{
+	const uint4 u = sgk_draws(d, q);
+	return (unsigned)(u.x >= thresh) | (unsigned)(u.y >= thresh) << 1 |
+	       (unsigned)(u.z >= thresh) << 2 | (unsigned)(u.w >= thresh) << 3;
+}
+
+/* Keep bit of element idx. */
+SGK_DEV unsigned sgk_fa_keep1(const SgkDraws &d, unsigned long long thresh, sgk_i64 idx)
+{
+	return sgk_fa_keep4(d, thresh, idx >> 2) >> (int)(idx & 3) & 1;
+}
+
+/* Keep bits of elements idx and idx + 1 (bits 0, 1): one block, or two
+ * when idx ends one. */
+SGK_DEV unsigned sgk_fa_keep2(const SgkDraws &d, unsigned long long thresh, sgk_i64 idx)
+{
+	const int r = (int)(idx & 3);
+	unsigned k = sgk_fa_keep4(d, thresh, idx >> 2) >> r;
+	if (r == 3)
+		k |= (sgk_fa_keep4(d, thresh, (idx >> 2) + 1) & 1) << 1;
+	return k & 3;
+}
+
+/* The dropout factor of keep bit `bit` of km: scale or 0. */
+SGK_DEV float sgk_fa_kf(unsigned km, int bit, float scale)
+{
+	return (km >> bit) & 1 ? scale : 0.f;
+}
+
+/* Keep bits of a warp's 16 x (8 NT8) accumulator tile with query rows
+ * row0 (= a multiple of 8 + gi) and row0 + 8, keys col0 + t * 8 +
+ * tig * 2 (+ 1) (col0 a multiple of 8): bit 4 t + e for c[t][e] (the
+ * forward's and the dQ kernel's layout).  With S % 4 == 0, lanes
+ * tig = 2m, 2m + 1 hold keys 4m .. 4m + 3 of both rows, a Philox block a
+ * row: each draws one row's (tig & 1: row0 + 8) and they swap bits; else
+ * a block (two at a block's end) a pair of keys. */
+template <int NT8>
+SGK_DEV unsigned sgk_fa_keep_rows(const SgkDraws &d, const SgFlashParams &p, int b, int row0,
+                                  int col0)
+{
+	static_assert(NT8 <= 8, "a bit an element");
+	const int tig = threadIdx.x & 3, odd = tig & 1;
+	const unsigned long long th = p.drop_thresh;
+	unsigned km = 0;
+	if ((p.S & 3) == 0) {
+		const sgk_i64 q = (((sgk_i64)b * p.L + row0 + 8 * odd) * p.S + col0 + 4 * (tig >> 1)) >> 2;
+#pragma unroll 1
+		for (int t = 0; t < NT8; t++) {
+			/* bits 0-3: row0's block, 4-7: row0 + 8's */
+			unsigned m = sgk_fa_keep4(d, th, q + 2 * t) << (4 * odd);
+			m |= __shfl_xor_sync(0xffffffffu, m, 1);
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				km |= (m >> (4 * (e >> 1) + 2 * odd + (e & 1)) & 1) << (4 * t + e);
+		}
+	} else {
+		const sgk_i64 i0 = ((sgk_i64)b * p.L + row0) * p.S + col0 + 2 * tig;
+#pragma unroll 1
+		for (int t = 0; t < NT8; t++)
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+				km |= sgk_fa_keep2(d, th, i0 + 8 * h * (sgk_i64)p.S + 8 * t) << (4 * t + 2 * h);
+	}
+	return km;
+}
+
+/* Keep bits of a dK/dV warp's tile (transposed: rows are keys), bit
+ * 4 t + e for the element of key key0 + 8 (e >> 1) (key0 = a multiple of
+ * 4 + gi) and query qc0 + t * 8 + tig * 2 + (e & 1).  With S % 4 == 0,
+ * the four lanes gi & 3 = 0..3 of a tig hold keys 4m .. 4m + 3 of the
+ * same four (query, key half) pairs e = 0..3, a Philox block each: lane
+ * r = gi & 3 draws pair r's, and two shuffles give each lane the sixteen
+ * bits; else a block an element. */
+template <int NT8>
+SGK_DEV unsigned sgk_fa_keep_cols(const SgkDraws &d, const SgFlashParams &p, int b, int qc0,
+                                  int key0)
+{
+	static_assert(NT8 <= 8, "a bit an element");
+	const int lane = threadIdx.x & 31, r = (lane >> 2) & 3, tig = lane & 3;
+	const unsigned long long th = p.drop_thresh;
+	unsigned km = 0;
+	if ((p.S & 3) == 0) {
+		const sgk_i64 q =
+		        (((sgk_i64)b * p.L + qc0 + 2 * tig + (r & 1)) * p.S + key0 - r + 8 * (r >> 1)) >> 2;
+		const sgk_i64 step = 2 * (sgk_i64)p.S; /* 8 queries on */
+#pragma unroll 1
+		for (int t = 0; t < NT8; t++) {
+			/* bits 4 e' .. 4 e' + 3: pair e''s block */
+			unsigned m = sgk_fa_keep4(d, th, q + t * step) << (4 * r);
+			m |= __shfl_xor_sync(0xffffffffu, m, 4);
+			m |= __shfl_xor_sync(0xffffffffu, m, 8);
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				km |= (m >> (4 * e + r) & 1) << (4 * t + e);
+		}
+	} else {
+		const sgk_i64 i0 = ((sgk_i64)b * p.L + qc0 + 2 * tig) * p.S + key0;
+#pragma unroll 1
+		for (int t = 0; t < NT8; t++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				km |= sgk_fa_keep1(d, th, i0 + (8 * t + (e & 1)) * (sgk_i64)p.S + 8 * (e >> 1))
+				      << (4 * t + e);
+	}
+	return km;
+}
+
+/* c[t][e] times its factor, bit 4 t + e of km. */
+template <int NT8>
+SGK_DEV void sgk_fa_drop(float (&c)[NT8][4], unsigned km, float scale)
+{
+#pragma unroll
+	for (int t = 0; t < NT8; t++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			c[t][e] *= sgk_fa_kf(km, 4 * t + e, scale);
+}
+
+/* sgk_acc_to_a of the tiles times their factors (bit 4 t + e of km). */
+template <class T, int N>
+SGK_DEV void sgk_acc_to_a_drop(unsigned (&a)[4], const float (&c)[N][4], int kk, unsigned km,
+                               float scale)
+{
+	const int t0 = 2 * kk, t1 = 2 * kk + 1;
+	a[0] = sgk_pack2(c[t0][0] * sgk_fa_kf(km, 4 * t0, scale),
+	                 c[t0][1] * sgk_fa_kf(km, 4 * t0 + 1, scale), T());
+	a[1] = sgk_pack2(c[t0][2] * sgk_fa_kf(km, 4 * t0 + 2, scale),
+	                 c[t0][3] * sgk_fa_kf(km, 4 * t0 + 3, scale), T());
+	a[2] = sgk_pack2(c[t1][0] * sgk_fa_kf(km, 4 * t1, scale),
+	                 c[t1][1] * sgk_fa_kf(km, 4 * t1 + 1, scale), T());
+	a[3] = sgk_pack2(c[t1][2] * sgk_fa_kf(km, 4 * t1 + 2, scale),
+	                 c[t1][3] * sgk_fa_kf(km, 4 * t1 + 3, scale), T());
+}
+
+/* acc (16 x 8 NA) += C B for accumulator tiles c (16 x 8 NC, rounded to
+ * T; DROP: times their factors, bit 4 t + e of km, first) and B the
+ * shared [k][n] tile sm. */
+template <class T, int LD, bool DROP, int NC, int NA>
+SGK_DEV void sgk_fa_mma_cb(float (&acc)[NA][4], const float (&c)[NC][4], const T *sm, unsigned km,
+                           float scale)
+{
+#pragma unroll
+	for (int kk = 0; kk < NC / 2; kk++) {
+		unsigned a[4];
+		if (DROP)
+			sgk_acc_to_a_drop<T>(a, c, kk, km, scale);
+		else
+			sgk_acc_to_a<T>(a, c, kk);
+#pragma unroll
+		for (int dn = 0; dn < NA / 2; dn++) {
+			unsigned bf[4];
+			sgk_frag_b_kn<LD>(bf, sm, kk * 16, dn * 16);
+			sgk_mma(acc[2 * dn], a, bf[0], bf[1], T());
+			sgk_mma(acc[2 * dn + 1], a, bf[2], bf[3], T());
+		}
+	}
+}
+
 /* ------------------------------------------------------------------ forward, tensor cores */
 
 /* Forward tiles: NW warps of MT m tiles (16 queries each) against BN-key
@@ -240,7 +431,7 @@ struct SgkFaFwdCfg {
 	enum { SMEM = (BM + 4 * BN) * LD * 2 };
 };
 
-template <class T, int DP, int NW, int MT, int BN>
+template <class T, int DP, int NW, int MT, int BN, bool DROP = false>
 __global__ void __launch_bounds__(NW * 32, 8 / NW) sgk_flash_fwd_tc(SgFlashParams p)
 {
 	typedef SgkFaFwdCfg<DP, NW, MT, BN> K;
@@ -253,6 +444,7 @@ __global__ void __launch_bounds__(NW * 32, 8 / NW) sgk_flash_fwd_tc(SgFlashParam
 	const int mb = p.causal ? nmb - 1 - (int)blockIdx.x : (int)blockIdx.x;
 	const int m0 = mb * BM, w0 = warp * 16 * MT; /* the warp's rows: m0 + w0 .. + 16 MT */
 	const float sl2 = p.scale * SGK_LOG2E;
+	const SgkDraws dr = sgk_fa_draws<DROP>(p);
 
 	for (int b = blockIdx.y; b < p.nb0 * p.nb1; b += gridDim.y) {
 		const int b0 = b / p.nb1, b1 = b % p.nb1;
@@ -381,6 +573,10 @@ __global__ void __launch_bounds__(NW * 32, 8 / NW) sgk_flash_fwd_tc(SgFlashParam
 					o[mt][t][2] *= corr[1];
 					o[mt][t][3] *= corr[1];
 				}
+				/* Dropout on P after its sum (l is the undropped one's). */
+				if (DROP)
+					sgk_fa_drop<BN / 8>(s[mt], sgk_fa_keep_rows<BN / 8>(dr, p, b, row0, k0),
+					                    p.drop_scale);
 			}
 
 			/* O += P V. */
@@ -470,8 +666,9 @@ struct SgkFaBwdCfg {
 
 /* dK and dV for BK keys a block (16 a warp), over all query tiles:
  *   S^T = K Q^T, P^T = exp(S^T * scale - lse), dV += P^T dO,
- *   dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q * scale. */
-template <class T, int DP, int BQKV>
+ *   dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q * scale
+ * (dropout: the dropped P^T in dV, dP^T times the factors in dS^T). */
+template <class T, int DP, int BQKV, bool DROP = false>
 __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_kv_tc(SgFlashParams p)
 {
 	typedef SgkFaBwdCfg<DP, BQKV> K;
@@ -482,6 +679,7 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_kv_tc(SgFlashParams p)
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gi = lane >> 2, tig = lane & 3;
 	const int n0 = blockIdx.x * BK;
 	const float sl2 = p.scale * SGK_LOG2E;
+	const SgkDraws dr = sgk_fa_draws<DROP>(p);
 
 	/* With grouped-query heads, a block's keys serve kv_group query heads:
 	 * dK and dV sum over them (b1: the key head, g: the query head). */
@@ -569,22 +767,16 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_kv_tc(SgFlashParams p)
 							x = 0.f;
 						pt[t][e] = x;
 					}
+				/* Dropout's keep bits (bit 4 t + e for pt[t][e]). */
+				const unsigned km = DROP ? sgk_fa_keep_cols<BQ / 8>(dr, p, b, q0, key0) : 0u;
 
 				sgk_cp_wait<2>();
 				__syncthreads();
-				/* dV += P^T dO. */
-#pragma unroll
-				for (int kk = 0; kk < BQ / 16; kk++) {
-					unsigned a[4];
-					sgk_acc_to_a<T>(a, pt, kk);
-#pragma unroll
-					for (int dn = 0; dn < DP / 16; dn++) {
-						unsigned bf[4];
-						sgk_frag_b_kn<LD>(bf, ot, kk * 16, dn * 16);
-						sgk_mma(dv[2 * dn], a, bf[0], bf[1], T());
-						sgk_mma(dv[2 * dn + 1], a, bf[2], bf[3], T());
-					}
-				}
+				/* dV += P^T dO (dropped P^T under dropout). */
+				if (DROP)
+					sgk_fa_mma_cb<T, LD, true>(dv, pt, ot, km, p.drop_scale);
+				else
+					sgk_fa_mma_cb<T, LD, false>(dv, pt, ot, 0u, 0.f);
 				/* dP^T = V_w dO^T, then dS^T = P^T (dP^T - delta). */
 				float ds[BQ / 8][4];
 #pragma unroll
@@ -602,24 +794,24 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_kv_tc(SgFlashParams p)
 						sgk_mma(ds[2 * nn + 1], a, bf[2], bf[3], T());
 					}
 				}
+				if (DROP) {
+					/* dS^T = P^T (dP^T * factor - delta). */
 #pragma unroll
-				for (int t = 0; t < BQ / 8; t++)
+					for (int t = 0; t < BQ / 8; t++)
 #pragma unroll
-					for (int e = 0; e < 4; e++)
-						ds[t][e] = pt[t][e] * (ds[t][e] - dt[t * 8 + tig * 2 + (e & 1)]);
-				/* dK += dS^T Q. */
+						for (int e = 0; e < 4; e++) {
+							const float f = sgk_fa_kf(km, 4 * t + e, p.drop_scale);
+							ds[t][e] = pt[t][e] * (ds[t][e] * f - dt[t * 8 + tig * 2 + (e & 1)]);
+						}
+				} else {
 #pragma unroll
-				for (int kk = 0; kk < BQ / 16; kk++) {
-					unsigned a[4];
-					sgk_acc_to_a<T>(a, ds, kk);
+					for (int t = 0; t < BQ / 8; t++)
 #pragma unroll
-					for (int dn = 0; dn < DP / 16; dn++) {
-						unsigned bf[4];
-						sgk_frag_b_kn<LD>(bf, qt, kk * 16, dn * 16);
-						sgk_mma(dk[2 * dn], a, bf[0], bf[1], T());
-						sgk_mma(dk[2 * dn + 1], a, bf[2], bf[3], T());
-					}
+						for (int e = 0; e < 4; e++)
+							ds[t][e] = pt[t][e] * (ds[t][e] - dt[t * 8 + tig * 2 + (e & 1)]);
 				}
+				/* dK += dS^T Q. */
+				sgk_fa_mma_cb<T, LD, false>(dk, ds, qt, 0u, 0.f);
 			}
 			sgk_cp_wait<0>();
 		}
@@ -632,8 +824,9 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_kv_tc(SgFlashParams p)
 
 /* dQ for BQ queries a block (16 a warp), over the key tiles:
  *   S = Q K^T, P = exp(S * scale - lse), dP = dO V^T,
- *   dS = P (dP - delta), dQ += dS K * scale. */
-template <class T, int DP>
+ *   dS = P (dP - delta), dQ += dS K * scale (dropout: dP times the
+ *   factors). */
+template <class T, int DP, bool DROP = false>
 __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_q_tc(SgFlashParams p)
 {
 	typedef SgkFaBwdCfg<DP, 64> K;
@@ -645,6 +838,7 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_q_tc(SgFlashParams p)
 	const int mb = p.causal ? nmb - 1 - (int)blockIdx.x : (int)blockIdx.x;
 	const int m0 = mb * BQ;
 	const float sl2 = p.scale * SGK_LOG2E;
+	const SgkDraws dr = sgk_fa_draws<DROP>(p);
 
 	for (int b = blockIdx.y; b < p.nb0 * p.nb1; b += gridDim.y) {
 		const int b0 = b / p.nb1, b1 = b % p.nb1;
@@ -721,6 +915,8 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_q_tc(SgFlashParams p)
 						x = 0.f;
 					s[t][e] = x;
 				}
+			/* Dropout's keep bits (bit 4 t + e for s[t][e]). */
+			const unsigned km = DROP ? sgk_fa_keep_rows<BK / 8>(dr, p, b, row0, k0) : 0u;
 
 			sgk_cp_wait<2>();
 			__syncthreads();
@@ -741,6 +937,8 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_q_tc(SgFlashParams p)
 					sgk_mma(ds[2 * nn + 1], a, bf[2], bf[3], T());
 				}
 			}
+			if (DROP) /* dP times the dropout factors */
+				sgk_fa_drop<BK / 8>(ds, km, p.drop_scale);
 #pragma unroll
 			for (int t = 0; t < BK / 8; t++)
 #pragma unroll
@@ -785,7 +983,7 @@ SGK_DEV void sgk_fs_load(A *sm, const T *g, sgk_i64 rs, int r0, int n, int d)
 
 /* Forward: a warp a query row; lanes take keys for the scores and
  * head dims (lane, lane + 32, ...) for the output. */
-template <class T, int DMAX>
+template <class T, int DMAX, bool DROP = false>
 __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_fwd_simt(SgFlashParams p)
 {
 	typedef typename sgk_acc<T>::type A;
@@ -795,6 +993,7 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_fwd_simt(SgFlashPara
 	A *sq = sV + SGK_FS_TILE * (Dv + 1) + warp * D;
 	const int i = blockIdx.x * SGK_FS_NW + warp;
 	const A scale = p.scale;
+	const SgkDraws dr = sgk_fa_draws<DROP>(p);
 	for (int b = blockIdx.y; b < p.nb0 * p.nb1; b += gridDim.y) {
 		const int b0 = b / p.nb1, b1 = b % p.nb1;
 		const T *q = (const T *)p.q + b0 * p.q_s0 + b1 * p.q_s1;
@@ -824,9 +1023,14 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_fwd_simt(SgFlashPara
 				s = -SGK_INF;
 			const A mn = sgk_max(m, sgk_group_max<32>(s));
 			const A base = mn == (A)-SGK_INF ? (A)0 : mn;
-			const A pj = live ? sgk_exp(s - base) : (A)0, corr = sgk_exp(m - base);
+			A pj = live ? sgk_exp(s - base) : (A)0;
+			const A corr = sgk_exp(m - base);
 			l = l * corr + sgk_group_sum<32>(pj);
 			m = mn;
+			if (DROP) /* dropout after the sum (l is the undropped P's) */
+				pj *= sgk_fa_keep1(dr, p.drop_thresh, ((sgk_i64)b * p.L + i) * p.S + j)
+				              ? (A)p.drop_scale
+				              : (A)0;
 #pragma unroll
 			for (int c = 0; c < DMAX / 32; c++)
 				o[c] *= corr;
@@ -852,7 +1056,7 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_fwd_simt(SgFlashPara
 }
 
 /* Backward, dQ: a warp a query row, lanes over a tile's keys. */
-template <class T, int DMAX>
+template <class T, int DMAX, bool DROP = false>
 __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_bwd_q_simt(SgFlashParams p)
 {
 	typedef typename sgk_acc<T>::type A;
@@ -862,6 +1066,7 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_bwd_q_simt(SgFlashPa
 	A *sq = sV + SGK_FS_TILE * (Dv + 1) + warp * (D + Dv), *sdo = sq + D;
 	const int i = blockIdx.x * SGK_FS_NW + warp;
 	const A scale = p.scale;
+	const SgkDraws dr = sgk_fa_draws<DROP>(p);
 	for (int b = blockIdx.y; b < p.nb0 * p.nb1; b += gridDim.y) {
 		const int b0 = b / p.nb1, b1 = b % p.nb1;
 		const T *q = (const T *)p.q + b0 * p.q_s0 + b1 * p.q_s1;
@@ -894,6 +1099,10 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_bwd_q_simt(SgFlashPa
 				dp += sdo[c] * sV[lane * (Dv + 1) + c];
 			const bool live = i < p.L && j < p.S && !(p.causal && j > i);
 			const A pj = live ? sgk_exp(s * scale - lse) : (A)0;
+			if (DROP) /* dP times the dropout factor */
+				dp *= sgk_fa_keep1(dr, p.drop_thresh, ((sgk_i64)b * p.L + i) * p.S + j)
+				              ? (A)p.drop_scale
+				              : (A)0;
 			const A ds = pj * (dp - dl);
 			for (int jj = 0; jj < SGK_FS_TILE; jj++) {
 				const A d = __shfl_sync(0xffffffffu, ds, jj);
@@ -914,7 +1123,7 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_bwd_q_simt(SgFlashPa
 }
 
 /* Backward, dK and dV: a warp a key row, lanes over a tile's queries. */
-template <class T, int DMAX>
+template <class T, int DMAX, bool DROP = false>
 __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_bwd_kv_simt(SgFlashParams p)
 {
 	typedef typename sgk_acc<T>::type A;
@@ -926,6 +1135,7 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_bwd_kv_simt(SgFlashP
 	A *sD = sL + SGK_FS_TILE;
 	const int j = blockIdx.x * SGK_FS_NW + warp;
 	const A scale = p.scale;
+	const SgkDraws dr = sgk_fa_draws<DROP>(p);
 	const int nkv1 = p.nb1 / p.kv_group; /* key heads; each serves kv_group query heads */
 	for (int bk = blockIdx.y; bk < p.nb0 * nkv1; bk += gridDim.y) {
 		const int b0 = bk / nkv1, b1 = bk % nkv1;
@@ -963,9 +1173,17 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_bwd_kv_simt(SgFlashP
 					dp += sv[c] * sO[lane * (Dv + 1) + c];
 				const bool live = j < p.S && i < p.L && !(p.causal && j > i);
 				const A pi = live ? sgk_exp(s * scale - sL[lane]) : (A)0;
+				A pd = pi; /* dropout: the dropped P in dV, dP times the factor in dS */
+				if (DROP) {
+					const A f = sgk_fa_keep1(dr, p.drop_thresh, ((sgk_i64)b * p.L + i) * p.S + j)
+					                    ? (A)p.drop_scale
+					                    : (A)0;
+					pd = pi * f;
+					dp *= f;
+				}
 				const A ds = pi * (dp - sD[lane]);
 				for (int ii = 0; ii < SGK_FS_TILE; ii++) {
-					const A pb = __shfl_sync(0xffffffffu, pi, ii);
+					const A pb = __shfl_sync(0xffffffffu, pd, ii);
 					const A db = __shfl_sync(0xffffffffu, ds, ii);
 #pragma unroll
 					for (int c = 0; c < DMAX / 32; c++) {
@@ -1117,21 +1335,35 @@ template <class T, int DP, int NW = SgkFaFwdTile<DP>::NW, int MT = SgkFaFwdTile<
 static cudaError_t sgk_fa_fwd_tc(const SgFlashParams &p, int nb, cudaStream_t stream)
 {
 	typedef SgkFaFwdCfg<DP, NW, MT, BN> K;
+#ifndef SGK_FA_NO_DROPOUT
+	if (p.drop_thresh)
+		return sgk_fa_launch(sgk_flash_fwd_tc<T, DP, NW, MT, BN, true>, (p.L + K::BM - 1) / K::BM,
+		                     nb, K::NW * 32, K::SMEM, p, stream);
+#endif
 	return sgk_fa_launch(sgk_flash_fwd_tc<T, DP, NW, MT, BN>, (p.L + K::BM - 1) / K::BM, nb,
 	                     K::NW * 32, K::SMEM, p, stream);
 }
 
-/* The tensor-core backward (after the delta kernel). */
-template <class T, int DP, int BQKV = SGK_FA_BWD_BQKV>
-static cudaError_t sgk_fa_bwd_tc(const SgFlashParams &p, int nb, cudaStream_t stream)
+/* The tensor-core backward (after the delta kernel), DROP: with dropout. */
+template <class T, int DP, int BQKV, bool DROP>
+static cudaError_t sgk_fa_bwd_tc_k(const SgFlashParams &p, int nb, cudaStream_t stream)
 {
 	typedef SgkFaBwdCfg<DP, BQKV> K;
-	cudaError_t e = sgk_fa_launch(sgk_flash_bwd_kv_tc<T, DP, BQKV>, (p.S + K::BK - 1) / K::BK,
+	cudaError_t e = sgk_fa_launch(sgk_flash_bwd_kv_tc<T, DP, BQKV, DROP>, (p.S + K::BK - 1) / K::BK,
 	                              nb / p.kv_group, K::NW * 32, K::SMEM_KV, p, stream);
 	if (e != cudaSuccess)
 		return e;
-	return sgk_fa_launch(sgk_flash_bwd_q_tc<T, DP>, (p.L + K::BQ - 1) / K::BQ, nb, K::NW * 32,
+	return sgk_fa_launch(sgk_flash_bwd_q_tc<T, DP, DROP>, (p.L + K::BQ - 1) / K::BQ, nb, K::NW * 32,
 	                     K::SMEM_Q, p, stream);
+}
+template <class T, int DP, int BQKV = SGK_FA_BWD_BQKV>
+static cudaError_t sgk_fa_bwd_tc(const SgFlashParams &p, int nb, cudaStream_t stream)
+{
+#ifndef SGK_FA_NO_DROPOUT
+	if (p.drop_thresh)
+		return sgk_fa_bwd_tc_k<T, DP, BQKV, true>(p, nb, stream);
+#endif
+	return sgk_fa_bwd_tc_k<T, DP, BQKV, false>(p, nb, stream);
 }
 
 /* The tensor-core kernels exist for 2-byte types only. */
@@ -1153,17 +1385,43 @@ static cudaError_t sg_launch_flash_fwd(const SgFlashParams *in, cudaStream_t str
 {
 	const SgFlashParams p = sgk_fa_prep(in, 0);
 	const int nb = p.nb0 * p.nb1;
-	if (p.D <= 0 || p.Dv <= 0 || p.D > 256 || p.Dv > 256 || p.nb1 % p.kv_group)
+	if (p.D <= 0 || p.Dv <= 0 || p.D > 256 || p.Dv > 256 || p.nb1 % p.kv_group ||
+	    (p.drop_thresh && !p.rng))
 		return cudaErrorInvalidValue;
+#ifdef SGK_FA_NO_DROPOUT
+	if (p.drop_thresh)
+		return cudaErrorNotSupported;
+#endif
 	switch (sgk_fa_dp<T>(p)) {
 	case 32: return sgk_fa_tc<T, 32>::fwd(p, nb, stream);
 	case 64: return sgk_fa_tc<T, 64>::fwd(p, nb, stream);
 	case 128: return sgk_fa_tc<T, 128>::fwd(p, nb, stream);
 	}
 	const int x = (p.L + SGK_FS_NW - 1) / SGK_FS_NW, smem = sgk_fs_smem<T>(p, 0);
-	if (p.D <= 128 && p.Dv <= 128)
-		return sgk_fa_launch(sgk_flash_fwd_simt<T, 128>, x, nb, SGK_FS_NW * 32, smem, p, stream);
-	return sgk_fa_launch(sgk_flash_fwd_simt<T, 256>, x, nb, SGK_FS_NW * 32, smem, p, stream);
+	const int big = p.D > 128 || p.Dv > 128;
+#ifndef SGK_FA_NO_DROPOUT
+	if (p.drop_thresh)
+		return sgk_fa_launch(big ? sgk_flash_fwd_simt<T, 256, true> : sgk_flash_fwd_simt<T, 128, true>,
+		                     x, nb, SGK_FS_NW * 32, smem, p, stream);
+#endif
+	return sgk_fa_launch(big ? sgk_flash_fwd_simt<T, 256> : sgk_flash_fwd_simt<T, 128>, x, nb,
+	                     SGK_FS_NW * 32, smem, p, stream);
+}
+
+/* The SIMT backward (after the delta kernel), DROP: with dropout. */
+template <class T, bool DROP>
+static cudaError_t sgk_fa_bwd_simt(const SgFlashParams &p, int nb, cudaStream_t stream)
+{
+	const int big = p.D > 128 || p.Dv > 128;
+	cudaError_t e = sgk_fa_launch(big ? sgk_flash_bwd_kv_simt<T, 256, DROP>
+	                                  : sgk_flash_bwd_kv_simt<T, 128, DROP>,
+	                              (p.S + SGK_FS_NW - 1) / SGK_FS_NW, nb / p.kv_group,
+	                              SGK_FS_NW * 32, sgk_fs_smem<T>(p, 1), p, stream);
+	if (e != cudaSuccess)
+		return e;
+	return sgk_fa_launch(big ? sgk_flash_bwd_q_simt<T, 256, DROP> : sgk_flash_bwd_q_simt<T, 128, DROP>,
+	                     (p.L + SGK_FS_NW - 1) / SGK_FS_NW, nb, SGK_FS_NW * 32,
+	                     sgk_fs_smem<T>(p, 0), p, stream);
 }
 
 template <class T>
@@ -1171,8 +1429,13 @@ static cudaError_t sg_launch_flash_bwd(const SgFlashParams *in, cudaStream_t str
 {
 	const SgFlashParams p = sgk_fa_prep(in, 1);
 	const int nb = p.nb0 * p.nb1;
-	if (p.D <= 0 || p.Dv <= 0 || p.D > 256 || p.Dv > 256 || p.nb1 % p.kv_group)
+	if (p.D <= 0 || p.Dv <= 0 || p.D > 256 || p.Dv > 256 || p.nb1 % p.kv_group ||
+	    (p.drop_thresh && !p.rng))
 		return cudaErrorInvalidValue;
+#ifdef SGK_FA_NO_DROPOUT
+	if (p.drop_thresh)
+		return cudaErrorNotSupported;
+#endif
 	if (nb <= 0 || p.L <= 0)
 		return cudaSuccess;
 	const long long rows = (long long)nb * p.L;
@@ -1185,16 +1448,11 @@ static cudaError_t sg_launch_flash_bwd(const SgFlashParams *in, cudaStream_t str
 	case 64: return sgk_fa_tc<T, 64>::bwd(p, nb, stream);
 	case 128: return sgk_fa_tc<T, 128>::bwd(p, nb, stream);
 	}
-	const int big = p.D > 128 || p.Dv > 128;
-	e = sgk_fa_launch(big ? sgk_flash_bwd_kv_simt<T, 256> : sgk_flash_bwd_kv_simt<T, 128>,
-	                  (p.S + SGK_FS_NW - 1) / SGK_FS_NW, nb / p.kv_group, SGK_FS_NW * 32,
-	                  sgk_fs_smem<T>(p, 1),
-	                  p, stream);
-	if (e != cudaSuccess)
-		return e;
-	return sgk_fa_launch(big ? sgk_flash_bwd_q_simt<T, 256> : sgk_flash_bwd_q_simt<T, 128>,
-	                     (p.L + SGK_FS_NW - 1) / SGK_FS_NW, nb, SGK_FS_NW * 32,
-	                     sgk_fs_smem<T>(p, 0), p, stream);
+#ifndef SGK_FA_NO_DROPOUT
+	if (p.drop_thresh)
+		return sgk_fa_bwd_simt<T, true>(p, nb, stream);
+#endif
+	return sgk_fa_bwd_simt<T, false>(p, nb, stream);
 }
 #endif
 

@@ -16,6 +16,9 @@
  *   sg_launch_rand<T>(y, n, state, salt, stream)
  *       y[i] uniform in [0, 1) (sgk_uniform of the element's draw), the
  *       same way.
+ *   sgk_keep(sgk_draws_init(state, salt), i, thresh)   (device)
+ *       whether a dropout keeps element i: for kernels that visit the
+ *       elements one by one (the generated attention kernels).
  */
 #ifndef SGK_RANDOM_CUH
 #define SGK_RANDOM_CUH
@@ -54,6 +57,16 @@ static __device__ __forceinline__ uint4 sgk_draws(const SgkDraws &d, sgk_i64 q)
 	return curand_Philox4x32_10(
 	        make_uint4((unsigned)q, (unsigned)((unsigned long long)q >> 32), d.salt, d.offset),
 	        d.key);
+}
+
+/* Whether a dropout with these draws keeps element i (its own block:
+ * for kernels that visit elements one by one, attention's weights). */
+static __device__ __forceinline__ bool sgk_keep(const SgkDraws &d, sgk_i64 i,
+                                                unsigned long long thresh)
+{
+	const uint4 u = sgk_draws(d, i >> 2);
+	const int j = (int)(i & 3);
+	return (j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w) >= thresh;
 }
 
 /* Elements 4q .. 4q + 3 of a dropout with this salt, a thread each block;

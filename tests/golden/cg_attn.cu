@@ -15,6 +15,9 @@
 #include "sgrt_codegen.h"
 #endif
 #include "sgk/sgk_device.cuh"
+/* No attention here has dropout_p: the flash kernels' dropout instances
+ * are left out (half of their nvcc time). */
+#define SGK_FA_NO_DROPOUT
 #include "sgk/sgk_attention.cuh"
 // cg_attn.sg:31: %yf   = cast(%p, dtype=f32)
 // cg_attn.sg:32: %sq   = square(%yf)
@@ -705,7 +708,7 @@ attn_bf16_run(attn_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:28: %att4 = transpose(%att, dim0=1, dim1=2)  [sgc: %grad.att = transpose(%grad.att4, dim0=1, dim1=2)] */
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
-	/* cg_attn.sg:27: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=false)] */
+	/* cg_attn.sg:27: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=false, dropout_p=0.0)] */
 	v_grad_qkv = (sg_bf16 *)SGRT_AT(rt, 196608); /* 98304 bytes of the arena */
 	float *tmp_delta_27 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_delta_27, 1024, 0, 27));
@@ -1151,7 +1154,7 @@ attn_f16_run(attn_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn.sg:53: %att4 = transpose(%att, dim0=1, dim1=2)  [sgc: %grad.att = transpose(%grad.att4, dim0=1, dim1=2)] */
 	/* (not copied: the attention kernels read v_grad_att3 through their strides) */
 
-	/* cg_attn.sg:52: %att  = scaled_dot_product_attention(%q, %k, %v, scale=0.1)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, scale=0.1, enable_gqa=false)] */
+	/* cg_attn.sg:52: %att  = scaled_dot_product_attention(%q, %k, %v, scale=0.1)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, scale=0.1, enable_gqa=false, dropout_p=0.0)] */
 	v_grad_qkv = (sg_f16 *)SGRT_AT(rt, 196608); /* 98304 bytes of the arena */
 	float *tmp_delta_52 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_delta_52, 1024, 0, 52));

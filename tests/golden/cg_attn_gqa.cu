@@ -15,6 +15,9 @@
 #include "sgrt_codegen.h"
 #endif
 #include "sgk/sgk_device.cuh"
+/* No attention here has dropout_p: the flash kernels' dropout instances
+ * are left out (half of their nvcc time). */
+#define SGK_FA_NO_DROPOUT
 #include "sgk/sgk_attention.cuh"
 // cg_attn_gqa.sg:26: %q    = transpose(%q4, dim0=1, dim1=2)
 static __global__ void __launch_bounds__(256)
@@ -292,7 +295,7 @@ k_masked_bf16_58_sdpa_att(const sg_bf16 *__restrict__ q, const sg_bf16 *__restri
 	for (int e = threadIdx.x; e < 64; e += 128)
 		out[ooff + e] = sg_st_bf16(sg_to_bf16(l == 0 ? 0 : acc[e] / l));
 }
-// cg_attn_gqa.sg:58: %att  = scaled_dot_product_attention(%q, %k, %v, %keep, enable_gqa=true)  [sgc: %grad.k.1, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, %keep, causal=false, enable_gqa=true)]
+// cg_attn_gqa.sg:58: %att  = scaled_dot_product_attention(%q, %k, %v, %keep, enable_gqa=true)  [sgc: %grad.k.1, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, %keep, causal=false, enable_gqa=true, dropout_p=0.0)]
 /* Attention backward, stage 1, one block per query row: the softmax's
  * max m and sum l of the row, and D = g . o (o the forward's output row),
  * into stats[3 * row]. */
@@ -824,7 +827,7 @@ gqa_bf16_run(gqa_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_26_transpose_q", 30,
 	            k_gqa_bf16_26_transpose_q<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_att4, v_grad_att));
 
-	/* cg_attn_gqa.sg:29: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true, enable_gqa=true)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=true)] */
+	/* cg_attn_gqa.sg:29: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true, enable_gqa=true)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=true, dropout_p=0.0)] */
 	v_grad_q = (sg_bf16 *)SGRT_AT(rt, 2687488); /* 131072 bytes of the arena */
 	v_grad_k = (sg_bf16 *)SGRT_AT(rt, 2818560); /* 32768 bytes of the arena */
 	v_grad_v = (sg_bf16 *)SGRT_AT(rt, 2851328); /* 32768 bytes of the arena */
@@ -1249,7 +1252,7 @@ mqa_f16_run(mqa_f16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_mqa_f16_45_cast_grad_att", 45,
 	            k_mqa_f16_45_cast_grad_att<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_yf, v_grad_att));
 
-	/* cg_attn_gqa.sg:44: %att  = scaled_dot_product_attention(%q, %k, %v, enable_gqa=true)  [sgc: %grad.k.1, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, enable_gqa=true)] */
+	/* cg_attn_gqa.sg:44: %att  = scaled_dot_product_attention(%q, %k, %v, enable_gqa=true)  [sgc: %grad.k.1, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=false, enable_gqa=true, dropout_p=0.0)] */
 	v_grad_k_1 = (sg_f16 *)SGRT_AT(rt, 1835520); /* 131072 bytes of the arena */
 	float *tmp_lse_44_2 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_lse_44_2, 4096, 0, 44));
@@ -1529,7 +1532,7 @@ masked_bf16_run(masked_bf16_model *M, void *const *io, const cudaEvent_t *ext)
 	SGRT_KERNEL(rt, 0, "k_gqa_bf16_31_cast_grad_att4", 59,
 	            k_gqa_bf16_31_cast_grad_att4<<<256, 256, 0, sgrt_stream(rt, 0)>>>(v_grad_yf, v_grad_att));
 
-	/* cg_attn_gqa.sg:58: %att  = scaled_dot_product_attention(%q, %k, %v, %keep, enable_gqa=true)  [sgc: %grad.k.1, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, %keep, causal=false, enable_gqa=true)] */
+	/* cg_attn_gqa.sg:58: %att  = scaled_dot_product_attention(%q, %k, %v, %keep, enable_gqa=true)  [sgc: %grad.k.1, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, %keep, causal=false, enable_gqa=true, dropout_p=0.0)] */
 	v_grad_k_1 = (sg_bf16 *)SGRT_AT(rt, 1835520); /* 131072 bytes of the arena */
 	float *tmp_stats_58 = NULL;
 	SGRT_TRY(sgrt_alloc_async(rt, (void **)&tmp_stats_58, 12288, 0, 58));

@@ -15,6 +15,9 @@
 #include "sgrt_codegen.h"
 #endif
 #include "sgk/sgk_device.cuh"
+/* No attention here has dropout_p: the flash kernels' dropout instances
+ * are left out (half of their nvcc time). */
+#define SGK_FA_NO_DROPOUT
 #include "sgk/sgk_attention.cuh"
 // cg_attn_slices.sg:30: %y    = add(%att3, %side)
 // cg_attn_slices.sg:31: %yf   = cast(%y, dtype=f32)
@@ -533,7 +536,7 @@ attn_slices_run(attn_slices_model *M, void *const *io, const cudaEvent_t *ext)
 	/* cg_attn_slices.sg:27: %att4 = transpose(%att, dim0=1, dim1=2)  [sgc: %grad.att = transpose(%grad.att4, dim0=1, dim1=2)] */
 	/* (not copied: the attention kernels read v_grad_y through their strides) */
 
-	/* cg_attn_slices.sg:26: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=false)] */
+	/* cg_attn_slices.sg:26: %att  = scaled_dot_product_attention(%q, %k, %v, causal=true)  [sgc: %grad.q, %grad.k, %grad.v = scaled_dot_product_attention_backward(%grad.att, %q, %k, %v, causal=true, enable_gqa=false, dropout_p=0.0)] */
 	v_grad_q3 = (sg_bf16 *)SGRT_AT(rt, 262144); /* 32768 bytes of the arena */
 	v_grad_k3 = (sg_bf16 *)SGRT_AT(rt, 229376); /* 32768 bytes of the arena */
 	v_grad_v3_1 = (sg_bf16 *)SGRT_AT(rt, 196608); /* 32768 bytes of the arena */

@@ -15,6 +15,9 @@
 #include "sgrt_codegen.h"
 #endif
 #include "sgk/sgk_device.cuh"
+/* No attention here has dropout_p: the flash kernels' dropout instances
+ * are left out (half of their nvcc time). */
+#define SGK_FA_NO_DROPOUT
 #include "sgk/sgk_attention.cuh"
 // cg_linalg.sg:22: %mb = matmul(%a3, %b3)
 static __global__ void __launch_bounds__(256)

@@ -23,7 +23,15 @@ and every call advances the offset by 1 before it draws.  The checks:
    draw times 2^-bits), in [0, 1) with mean 1/2 over many, numbered with
    the dropouts (one salt counter), no gradient of its own;
 7. errors: p outside [0, 1], an integer operand, a negative salt, an
-   integer rand.
+   integer rand, an attention's dropout_p outside [0, 1];
+8. attention's dropout_p (scaled_dot_product_attention): the weights
+   dropped as a dropout of the [..., L, S] weights with the op's salt
+   would (causal and not, L != S, S not a multiple of 4, grouped-query
+   heads, p = 1), output and the gradients of q, k and v against PyTorch
+   in f64 with those masks; the same program written op by op (softmax,
+   dropout, matmul) with the same salt gives the same result, and -O2's
+   attention pass makes it the op; the op takes its place in the salt
+   count.
 """
 import math
 
@@ -206,5 +214,115 @@ for label, body, decl, needle in [
          "dtype i64 is not supported")]:
     S.expect_error("error: " + label, prog(body, decl, ["y"]), 1, needle,
                    {"x": torch.zeros(4, dtype=torch.int64 if "i64" in decl else torch.float32)})
+
+# 8. attention's dropout_p
+
+
+def attn_reference(q, k, v, p, salt, seed, causal, gqa):
+    """PyTorch's math attention in f64 with sgc's mask on the weights."""
+    q, k, v = (t.double().requires_grad_() for t in (q, k, v))
+    kk, vv = k, v
+    if gqa:
+        kk = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+        vv = v.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+    s = q @ kk.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        L, Sn = s.shape[-2:]
+        s = s.masked_fill(torch.ones(L, Sn, dtype=torch.bool).triu(1), float("-inf"))
+    w = torch.softmax(s, dim=-1)
+    keep = keep_mask(w.numel(), p, salt, seed, 1).reshape(w.shape)
+    o = (w * keep * (0.0 if p >= 1 else 1.0 / (1.0 - p))) @ vv
+    o.backward(torch.ones_like(o) + torch.arange(o.shape[-1], dtype=torch.float64) / 7)
+    return o.detach(), q.grad, k.grad, v.grad
+
+
+def close(got, exp, tol):
+    if got.shape != exp.shape:
+        return "shape %s, expected %s" % (list(got.shape), list(exp.shape))
+    err = float((got.double() - exp).abs().max()) if got.numel() else 0.0
+    return None if err <= tol else "max error %g > %g" % (err, tol)
+
+
+for label, qs, ks, causal, gqa, p in [
+        ("L 5, S 6", (2, 3, 5, 8), (2, 3, 6, 8), False, False, 0.3),
+        ("causal, S 7", (2, 3, 7, 8), (2, 3, 7, 8), True, False, 0.5),
+        ("grouped-query heads", (2, 4, 6, 8), (2, 2, 9, 8), False, True, 0.2),
+        ("p = 1", (1, 2, 4, 8), (1, 2, 4, 8), False, False, 1.0)]:
+    q = torch.randn(*qs, generator=gen, dtype=torch.float64)
+    k = torch.randn(*ks, generator=gen, dtype=torch.float64)
+    v = torch.randn(*ks, generator=gen, dtype=torch.float64)
+    g = torch.ones(qs[:-1] + (ks[-1],), dtype=torch.float64) + \
+        torch.arange(ks[-1], dtype=torch.float64) / 7
+    attrs = "dropout_p=%r%s%s" % (p, ", causal=true" if causal else "",
+                                  ", enable_gqa=true" if gqa else "")
+    src = prog("""  %%d = dropout(%%g, p=0.5)
+  %%o = scaled_dot_product_attention(%%q, %%k, %%v, %s)
+  %%m = mul(%%o, %%g)
+  %%l = sum(%%m)
+  backward(%%l)""" % attrs,
+               "  input %%g : %s\n  param %%q : %s\n  param %%k : %s\n  param %%v : %s" %
+               (sgtype(g), sgtype(q), sgtype(k), sgtype(v)), ["o", "grad.q", "grad.k", "grad.v"])
+    rc, out, err, _ = S.run(src, {"g": g}, {"q": q, "k": k, "v": v}, args=("--seed", "9"))
+    if rc != 0:
+        check("attention dropout: " + label, "sgc run exited %d: %s" % (rc, err[:500]))
+        continue
+    exp = attn_reference(q, k, v, p, 1, 9, causal, gqa)  # salt 1: after the dropout
+    for name, got, e in zip(("output", "grad.q", "grad.k", "grad.v"),
+                            (out["o"], out["grad.q"], out["grad.k"], out["grad.v"]), exp):
+        check("attention dropout: %s: %s" % (label, name), close(got, e, 1e-10))
+    if p >= 1:
+        check("attention dropout: p = 1 gives zeros",
+              None if torch.all(out["o"] == 0) else "nonzero output")
+
+# a float mask with its gradient (the scores made again, the weights'
+# gradient through the same dropout)
+q = torch.randn(2, 2, 5, 8, generator=gen, dtype=torch.float64)
+k = torch.randn(2, 2, 7, 8, generator=gen, dtype=torch.float64)
+v = torch.randn(2, 2, 7, 8, generator=gen, dtype=torch.float64)
+mk = torch.randn(5, 7, generator=gen, dtype=torch.float64)
+src = prog("""  %o = scaled_dot_product_attention(%q, %k, %v, %mk, dropout_p=0.3)
+  %l = sum(%o)
+  backward(%l)""", "  input %q : f64[2, 2, 5, 8]\n  input %k : f64[2, 2, 7, 8]\n"
+           "  input %v : f64[2, 2, 7, 8]\n  param %mk : f64[5, 7]", ["o", "grad.mk"])
+rc, out, err, _ = S.run(src, {"q": q, "k": k, "v": v}, {"mk": mk}, args=("--seed", "4"))
+if rc:
+    check("attention dropout: a float mask's gradient", "sgc run exited %d: %s" % (rc, err[:500]))
+else:
+    m2 = mk.clone().requires_grad_()
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8) + m2, dim=-1)
+    o = (w * keep_mask(w.numel(), 0.3, 0, 4, 1).reshape(w.shape) / 0.7) @ v
+    o.sum().backward()
+    check("attention dropout: a float mask: output", close(out["o"], o.detach(), 1e-10))
+    check("attention dropout: a float mask's gradient", close(out["grad.mk"], m2.grad, 1e-10))
+
+# the same attention op by op (bf16-free f32), one salt
+q = torch.randn(2, 3, 6, 8, generator=gen)
+k = torch.randn(2, 3, 10, 8, generator=gen)
+v = torch.randn(2, 3, 10, 8, generator=gen)
+src = prog("""  %o = scaled_dot_product_attention(%q, %k, %v, dropout_p=0.4, salt=5)
+  %kt = transpose(%k, dim0=2, dim1=3)
+  %s0 = matmul(%q, %kt)
+  %s = mul(%s0, 0.35355339059327373)
+  %w = softmax(%s, dim=-1)
+  %wd = dropout(%w, p=0.4, salt=5)
+  %o2 = matmul(%wd, %v)""", "  input %q : f32[2, 3, 6, 8]\n  input %k : f32[2, 3, 10, 8]\n"
+           "  input %v : f32[2, 3, 10, 8]", ["o", "o2"])
+rc, out, err, _ = S.run(src, {"q": q, "k": k, "v": v}, args=("-O0",))  # -O0: no rewrite
+check("attention dropout: op by op with the same salt (-O0)",
+      "sgc run exited %d: %s" % (rc, err[:500]) if rc else
+      close(out["o"], out["o2"].double(), 1e-5) or
+      (None if (out["o"] != 0).any() else "all zero"))
+rc, out2, err, _ = S.run(src, {"q": q, "k": k, "v": v}, args=("--dump-after=attention",))
+check("attention dropout: -O2 rewrites the op-by-op chain with its dropout into the op",
+      "sgc run exited %d: %s" % (rc, err[:500]) if rc else
+      ("not rewritten:\n" + err) if err.count("dropout_p=0.4, salt=5") != 2 or
+      " dropout(" in err else
+      close(out2["o2"], out["o2"].double(), 1e-5))
+
+S.expect_error("error: attention dropout_p outside [0, 1]",
+               prog("  %y = scaled_dot_product_attention(%x, %x, %x, dropout_p=1.5)",
+                    "  input %x : f32[2, 4, 8]", ["y"]), 1,
+               "dropout probability has to be between 0 and 1, but got 1.5",
+               {"x": torch.zeros(2, 4, 8)})
 
 S.finish()

@@ -1716,9 +1716,10 @@ def check_dropout(S, fx2sg):
             out, why = run_export(S, ex, "dropout_%d_%s" % (count, trace))
         except fx2sg.Error as e:
             out, why = None, "raised: %s" % e
-        n = ex.sg.count(" = dropout(") + ex.sg.count(" = rand(") if not why else 0
+        n = ex.sg.count(" = dropout(") + ex.sg.count(" = rand(") + \
+            ex.sg.count(", dropout_p=") if not why else 0
         if not why and n != count:
-            why = "%d dropout statements, expected %d:\n%s" % (n, count, ex.sg)
+            why = "%d random statements, expected %d:\n%s" % (n, count, ex.sg)
         if not why:
             m.train()
             m.zero_grad()
@@ -1776,7 +1777,8 @@ def check_dropout(S, fx2sg):
     for m, x, what, _ in cases[:3]:
         ex = fx2sg.export(m.eval(), {"x": x})
         S.report("%s in eval mode: no dropout statement" % what,
-                 None if " dropout(" not in ex.sg else "dropout in:\n" + ex.sg)
+                 None if " dropout(" not in ex.sg and "dropout_p=" not in ex.sg
+                 else "dropout in:\n" + ex.sg)
 
 
 def _shift(m, x, y):

@@ -10,20 +10,48 @@
  *   test_attention [--dump DIR] [--quick] [--sanitize]
  *
  * --dump writes a few small cases for torch_check.py; --quick skips the
- * timings; --sanitize runs four small cases only (for compute-sanitizer).  Prints "N passed, M failed".
+ * timings; --sanitize runs a few small cases only (for compute-sanitizer).  Prints "N passed, M failed".
+ *
+ * Dropout (SgFlashParams.drop_thresh): the reference draws each weight's
+ * keep bit as sgk_random.cuh does (sgk_draws, word idx % 4 of block
+ * idx / 4, idx = (b L + i) S + j); cases at p = 0.1, 0.5 and 1 (o and the
+ * gradients exactly 0), a CUDA graph replayed at two generator offsets,
+ * and mask checks with every weight 1 / S and one-hot v, k, dout, where
+ * o, dv and dq show each keep bit: equal to the reference's, and the kept
+ * fraction within 5 sigma of 1 - p.
  */
 #include "ktest.h"
 #include "sgk_attention.cuh"
 
 /* ------------------------------------------------------------------ reference */
 
-/* Element (b, r, c) of a strided [nb0, nb1, rows, cols] tensor. */
+/* Element (b, r, c) of a strided [nb0, nb1 / g, rows, cols] tensor, b a
+ * query batch (head b % nb1 / g: g the kv_group of k and v, else 1). */
 template <class T>
 __device__ double at(const void *base, const SgFlashParams &p, sgk_i64 s0, sgk_i64 s1, sgk_i64 sr,
-                     int b, int r, int c)
+                     int b, int r, int c, int g = 1)
 {
 	const T *t = (const T *)base;
-	return sgk_tof(t[(b / p.nb1) * s0 + (b % p.nb1) * s1 + r * sr + c]);
+	return sgk_tof(t[(b / p.nb1) * s0 + (b % p.nb1) / g * s1 + r * sr + c]);
+}
+
+/* Query heads a k, v head serves. */
+__host__ __device__ int kvg(const SgFlashParams &p)
+{
+	return p.kv_group > 1 ? p.kv_group : 1;
+}
+
+/* The dropout factor of weight (b, i, j): drop_scale when its draw (word
+ * idx % 4 of block idx / 4, idx = (b L + i) S + j) keeps it, else 0; 1
+ * without dropout. */
+__device__ double dropf(const SgFlashParams &p, int b, int i, int j)
+{
+	if (!p.drop_thresh)
+		return 1;
+	const sgk_i64 idx = ((sgk_i64)b * p.L + i) * p.S + j;
+	const uint4 u = sgk_draws(sgk_draws_init(p.rng, p.salt), idx / 4);
+	const unsigned w[4] = {u.x, u.y, u.z, u.w};
+	return w[idx % 4] >= p.drop_thresh ? (double)p.drop_scale : 0.0;
 }
 
 /* Whether query i sees key j. */
@@ -33,7 +61,8 @@ __device__ bool visible(const SgFlashParams &p, int i, int j)
 }
 
 /* A thread a query row of batches 0, bstride, 2 bstride...: o, lse, and
- * delta = dout . o, all in double into [nb, L, *] arrays. */
+ * delta = dout . o, all in double into [nb, L, *] arrays (o with the
+ * dropped weights, lse the undropped ones'). */
 template <class T>
 __global__ void ref_fwd(SgFlashParams p, int bstride, double *o, double *lse, double *delta)
 {
@@ -47,7 +76,7 @@ __global__ void ref_fwd(SgFlashParams p, int bstride, double *o, double *lse, do
 		double s = 0;
 		for (int c = 0; c < p.D; c++)
 			s += at<T>(p.q, p, p.q_s0, p.q_s1, p.q_sr, b, i, c) *
-			     at<T>(p.k, p, p.k_s0, p.k_s1, p.k_sr, b, j, c);
+			     at<T>(p.k, p, p.k_s0, p.k_s1, p.k_sr, b, j, c, kvg(p));
 		m = fmax(m, s * (double)p.scale);
 	}
 	for (int c = 0; c < p.Dv; c++)
@@ -58,11 +87,11 @@ __global__ void ref_fwd(SgFlashParams p, int bstride, double *o, double *lse, do
 		double s = 0;
 		for (int c = 0; c < p.D; c++)
 			s += at<T>(p.q, p, p.q_s0, p.q_s1, p.q_sr, b, i, c) *
-			     at<T>(p.k, p, p.k_s0, p.k_s1, p.k_sr, b, j, c);
-		const double e = exp(s * (double)p.scale - m);
+			     at<T>(p.k, p, p.k_s0, p.k_s1, p.k_sr, b, j, c, kvg(p));
+		const double e = exp(s * (double)p.scale - m), ed = e * dropf(p, b, i, j);
 		l += e;
 		for (int c = 0; c < p.Dv; c++)
-			acc[c] += e * at<T>(p.v, p, p.v_s0, p.v_s1, p.v_sr, b, j, c);
+			acc[c] += ed * at<T>(p.v, p, p.v_s0, p.v_s1, p.v_sr, b, j, c, kvg(p));
 	}
 	const sgk_i64 row = (sgk_i64)b * p.L + i;
 	double dl = 0;
@@ -94,47 +123,55 @@ __global__ void ref_bwd_q(SgFlashParams p, int bstride, const double *lse, const
 		double s = 0, dp = 0;
 		for (int c = 0; c < p.D; c++)
 			s += at<T>(p.q, p, p.q_s0, p.q_s1, p.q_sr, b, i, c) *
-			     at<T>(p.k, p, p.k_s0, p.k_s1, p.k_sr, b, j, c);
+			     at<T>(p.k, p, p.k_s0, p.k_s1, p.k_sr, b, j, c, kvg(p));
 		for (int c = 0; c < p.Dv; c++)
 			dp += at<T>(p.dout, p, p.do_s0, p.do_s1, p.do_sr, b, i, c) *
-			      at<T>(p.v, p, p.v_s0, p.v_s1, p.v_sr, b, j, c);
-		const double pr = exp(s * (double)p.scale - lse[row]), ds = pr * (dp - delta[row]);
+			      at<T>(p.v, p, p.v_s0, p.v_s1, p.v_sr, b, j, c, kvg(p));
+		const double pr = exp(s * (double)p.scale - lse[row]);
+		const double ds = pr * (dp * dropf(p, b, i, j) - delta[row]);
 		for (int c = 0; c < p.D; c++)
-			acc[c] += ds * at<T>(p.k, p, p.k_s0, p.k_s1, p.k_sr, b, j, c);
+			acc[c] += ds * at<T>(p.k, p, p.k_s0, p.k_s1, p.k_sr, b, j, c, kvg(p));
 	}
 	for (int c = 0; c < p.D; c++)
 		dq[row * p.D + c] = acc[c] * (double)p.scale;
 }
 
-/* dk and dv for a thread's key row. */
+/* dk and dv for a thread's key row of key batches 0, bstride, ...
+ * (nb0 * nb1 / kv_group of them), summed over the query heads the key
+ * head serves. */
 template <class T>
 __global__ void ref_bwd_kv(SgFlashParams p, int bstride, const double *lse, const double *delta,
                            double *dk, double *dv)
 {
-	const int j = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y * bstride;
-	if (j >= p.S || b >= p.nb0 * p.nb1)
+	const int G = kvg(p), nkv = p.nb1 / G;
+	const int j = blockIdx.x * blockDim.x + threadIdx.x, bk = blockIdx.y * bstride;
+	if (j >= p.S || bk >= p.nb0 * nkv)
 		return;
 	double ak[256], av[256];
 	for (int c = 0; c < 256; c++)
 		ak[c] = av[c] = 0;
-	for (int i = 0; i < p.L; i++) {
-		if (!visible(p, i, j))
-			continue;
-		const sgk_i64 row = (sgk_i64)b * p.L + i;
-		double s = 0, dp = 0;
-		for (int c = 0; c < p.D; c++)
-			s += at<T>(p.q, p, p.q_s0, p.q_s1, p.q_sr, b, i, c) *
-			     at<T>(p.k, p, p.k_s0, p.k_s1, p.k_sr, b, j, c);
-		for (int c = 0; c < p.Dv; c++)
-			dp += at<T>(p.dout, p, p.do_s0, p.do_s1, p.do_sr, b, i, c) *
-			      at<T>(p.v, p, p.v_s0, p.v_s1, p.v_sr, b, j, c);
-		const double pr = exp(s * (double)p.scale - lse[row]), ds = pr * (dp - delta[row]);
-		for (int c = 0; c < p.Dv; c++)
-			av[c] += pr * at<T>(p.dout, p, p.do_s0, p.do_s1, p.do_sr, b, i, c);
-		for (int c = 0; c < p.D; c++)
-			ak[c] += ds * at<T>(p.q, p, p.q_s0, p.q_s1, p.q_sr, b, i, c);
+	const int bq0 = bk / nkv * p.nb1 + bk % nkv * G;
+	for (int b = bq0; b < bq0 + G; b++) {
+		for (int i = 0; i < p.L; i++) {
+			if (!visible(p, i, j))
+				continue;
+			const sgk_i64 row = (sgk_i64)b * p.L + i;
+			double s = 0, dp = 0;
+			for (int c = 0; c < p.D; c++)
+				s += at<T>(p.q, p, p.q_s0, p.q_s1, p.q_sr, b, i, c) *
+				     at<T>(p.k, p, p.k_s0, p.k_s1, p.k_sr, b, j, c, kvg(p));
+			for (int c = 0; c < p.Dv; c++)
+				dp += at<T>(p.dout, p, p.do_s0, p.do_s1, p.do_sr, b, i, c) *
+				      at<T>(p.v, p, p.v_s0, p.v_s1, p.v_sr, b, j, c, kvg(p));
+			const double f = dropf(p, b, i, j), pr = exp(s * (double)p.scale - lse[row]);
+			const double ds = pr * (dp * f - delta[row]);
+			for (int c = 0; c < p.Dv; c++)
+				av[c] += pr * f * at<T>(p.dout, p, p.do_s0, p.do_s1, p.do_sr, b, i, c);
+			for (int c = 0; c < p.D; c++)
+				ak[c] += ds * at<T>(p.q, p, p.q_s0, p.q_s1, p.q_sr, b, i, c);
+		}
 	}
-	const sgk_i64 row = (sgk_i64)b * p.S + j;
+	const sgk_i64 row = (sgk_i64)bk * p.S + j;
 	for (int c = 0; c < p.D; c++)
 		dk[row * p.D + c] = ak[c] * (double)p.scale;
 	for (int c = 0; c < p.Dv; c++)
@@ -147,36 +184,58 @@ __global__ void ref_bwd_kv(SgFlashParams p, int bstride, const double *lse, cons
  * dv in the [B, T, H, D] layout, o (recomputed) contiguous. */
 enum { LAY_CONTIG, LAY_BTHD, LAY_KV_BCAST, LAY_MISALIGNED, LAY_BTHD_OC };
 
+/* The inputs of a case: random, or those of a dropout mask check (q = 0,
+ * so every weight is 1 / S; v and k one-hot, v[j] = k[j] = e_j; dout
+ * one-hot, dout[i] = e_i, where o[i][j] and dv[j][i] show weight (i, j)'s
+ * factor (FILL_ONEHOT_DO), or dout[i] = 1 over the first S columns, where
+ * dq[i][j] does (FILL_ONES_DO)). */
+enum { FILL_RANDOM, FILL_ONEHOT_DO, FILL_ONES_DO };
+
 struct Case {
 	int nb0, nb1, L, S, D, Dv, causal;
 	float scale;
 	int layout, bstride;
+	int kv_group; /* grouped-query heads (0 or 1: none; contiguous layout only) */
+	double drop;  /* dropout_p (0: none) */
+	int fill;
 };
 
-/* Elements a strided tensor spans. */
-static size_t span(const SgFlashParams &p, sgk_i64 s0, sgk_i64 s1, sgk_i64 sr, int rows, int cols)
+/* The dropout cases' generator state (seed, offset) and salt. */
+static const long long drop_seed = 0x123456789ll, drop_offset = 7;
+static const unsigned drop_salt = 3;
+
+/* Elements a strided tensor of `heads` heads (nb1 when 0) spans. */
+static size_t span(const SgFlashParams &p, sgk_i64 s0, sgk_i64 s1, sgk_i64 sr, int rows, int cols,
+                   int heads = 0)
 {
-	return (size_t)((p.nb0 - 1) * s0 + (p.nb1 - 1) * s1 + (rows - 1) * sr + cols);
+	return (size_t)((p.nb0 - 1) * s0 + ((heads ? heads : p.nb1) - 1) * s1 + (rows - 1) * sr + cols);
 }
 
-/* Gathers a strided tensor's host mirror into [nb, rows, cols]. */
+/* Gathers a strided tensor's host mirror (`heads` heads, nb1 when 0) into
+ * [nb, rows, cols]. */
 static std::vector<double> gather(const std::vector<double> &h, const SgFlashParams &p, sgk_i64 s0,
-                                  sgk_i64 s1, sgk_i64 sr, int rows, int cols, size_t off)
+                                  sgk_i64 s1, sgk_i64 sr, int rows, int cols, size_t off,
+                                  int heads = 0)
 {
-	std::vector<double> r((size_t)p.nb0 * p.nb1 * rows * cols);
+	if (!heads)
+		heads = p.nb1;
+	std::vector<double> r((size_t)p.nb0 * heads * rows * cols);
 	size_t k = 0;
 	for (int b0 = 0; b0 < p.nb0; b0++)
-		for (int b1 = 0; b1 < p.nb1; b1++)
+		for (int b1 = 0; b1 < heads; b1++)
 			for (int i = 0; i < rows; i++)
 				for (int c = 0; c < cols; c++)
 					r[k++] = h[off + b0 * s0 + b1 * s1 + i * sr + c];
 	return r;
 }
 
-/* Which [nb, rows, cols] elements the reference computed (its batches). */
-static std::vector<unsigned char> used(const SgFlashParams &p, int bstride, int rows, int cols)
+/* Which [nb, rows, cols] elements the reference computed (its batches;
+ * nb: nb0 * nb1 when 0). */
+static std::vector<unsigned char> used(const SgFlashParams &p, int bstride, int rows, int cols,
+                                       int nb = 0)
 {
-	const int nb = p.nb0 * p.nb1;
+	if (!nb)
+		nb = p.nb0 * p.nb1;
 	std::vector<unsigned char> u((size_t)nb * rows * cols);
 	for (int b = 0; b < nb; b++)
 		if (b % bstride == 0)
@@ -263,6 +322,58 @@ static cudaError_t bwd_variant(const SgFlashParams *in, cudaStream_t s)
 	return sgk_fa_bwd_tc<T, 128, BQKV>(p, nb, s);
 }
 
+/* The dropout mask checks of a FILL_ONEHOT_DO or FILL_ONES_DO case (non
+ * causal, contiguous, every batch; r: the effective parameters): o, dv or
+ * dq against the reference element by element within half the step a
+ * kept weight makes (so each weight's keep bit, or for dv each group's
+ * count of them, is the reference's), and for FILL_ONEHOT_DO the fraction
+ * of kept weights (o[i][j] > 0) within 5 sigma of 1 - p, with the draws'
+ * own p = thresh / 2^32: independent of the reference. */
+static void mask_checks(const Case &c, const SgFlashParams &r, const std::vector<double> &go,
+                        const std::vector<double> &gdq, const std::vector<double> &gdv,
+                        const std::vector<double> &ro, const std::vector<double> &rdq,
+                        const std::vector<double> &rdv)
+{
+	const int nb = c.nb0 * c.nb1, nbk = nb / r.kv_group;
+	const double step = (double)r.drop_scale / c.S;
+	double eo = 0, edq = 0, edv = 0;
+	size_t kept = 0, n = 0;
+	for (int b = 0; b < nb; b++)
+		for (int i = 0; i < c.L; i++)
+			for (int j = 0; j < c.S; j++) {
+				const size_t at = ((size_t)b * c.L + i) * c.Dv + j;
+				eo = std::max(eo, go[at] == go[at] ? fabs(go[at] - ro[at]) : INFINITY);
+				kept += go[at] > step / 2;
+				n++;
+				const size_t aq = ((size_t)b * c.L + i) * c.D + j;
+				edq = std::max(edq, gdq[aq] == gdq[aq] ? fabs(gdq[aq] - rdq[aq]) : INFINITY);
+			}
+	for (int b = 0; b < nbk; b++)
+		for (int j = 0; j < c.S; j++)
+			for (int i = 0; i < c.L; i++) {
+				const size_t at = ((size_t)b * c.S + j) * c.Dv + i;
+				edv = std::max(edv, gdv[at] == gdv[at] ? fabs(gdv[at] - rdv[at]) : INFINITY);
+			}
+	const double pd = (double)r.drop_thresh / 4294967296.0, frac = (double)kept / n;
+	const double sig = sqrt(pd * (1 - pd) / n);
+	if (c.fill == FILL_ONEHOT_DO) {
+		printf("  mask: o max err %.2e, dv max err %.2e (step %.2e); kept %.5f, expected %.5f "
+		       "(sigma %.1e)\n",
+		       eo, edv, step, frac, 1 - pd, sig);
+		KT_CHECK(eo < step / 2, "mask check: o differs from the reference by %.3e (step %.3e)", eo,
+		         step);
+		KT_CHECK(edv < step / 2, "mask check: dv differs from the reference by %.3e (step %.3e)",
+		         edv, step);
+		KT_CHECK(fabs(frac - (1 - pd)) <= 5 * sig + 1e-12,
+		         "mask check: kept fraction %.5f, expected %.5f +- 5 x %.1e", frac, 1 - pd, sig);
+	} else {
+		const double sq = step * r.scale;
+		printf("  mask: dq max err %.2e (step %.2e)\n", edq, sq);
+		KT_CHECK(edq < sq / 2, "mask check: dq differs from the reference by %.3e (step %.3e)",
+		         edq, sq);
+	}
+}
+
 /* Runs one case: forward and backward, compared with the reference;
  * returns nothing, counts checks.  dump: folder for torch_check.py;
  * fwd, bwd: the launchers under test. */
@@ -274,28 +385,63 @@ static void run_case(const Case &c, const char *dump, const char *dname,
 	SgFlashParams p;
 	sg_flash_params_init(&p, c.nb0, c.nb1, c.L, c.S, c.D, c.Dv, c.scale, c.causal);
 	layout(&p, c.layout);
+	/* Grouped-query heads: k, v, dk, dv with nkv heads. */
+	const int G = c.kv_group > 1 ? c.kv_group : 1, nkv = c.nb1 / G;
+	p.kv_group = G;
+	if (G > 1) {
+		p.k_s0 = p.dk_s0 = (sgk_i64)nkv * c.S * c.D;
+		p.v_s0 = p.dv_s0 = (sgk_i64)nkv * c.S * c.Dv;
+	}
+	/* Dropout: the generator state on the device. */
+	sgk_i64 *rng = 0;
+	if (c.drop > 0) {
+		const sgk_i64 st[2] = {drop_seed, drop_offset};
+		KT_CUDA(cudaMalloc(&rng, sizeof st));
+		KT_CUDA(cudaMemcpy(rng, st, sizeof st, cudaMemcpyHostToDevice));
+		p.rng = rng;
+		p.salt = drop_salt;
+		p.drop_thresh = sgk_dropout_threshold(c.drop);
+		p.drop_scale = (float)sgk_dropout_scale(c.drop);
+	}
 	const size_t off = c.layout == LAY_MISALIGNED ? 1 : 0;
-	char name[160];
-	snprintf(name, sizeof name, "%s nb=%dx%d L=%d S=%d D=%d Dv=%d causal=%d scale=%g lay=%d%s",
-	         kt_dt<T>::name(), c.nb0, c.nb1, c.L, c.S, c.D, c.Dv, c.causal, c.scale, c.layout,
+	char name[200];
+	snprintf(name, sizeof name,
+	         "%s nb=%dx%d L=%d S=%d D=%d Dv=%d causal=%d scale=%g lay=%d kv_group=%d drop=%g%s%s",
+	         kt_dt<T>::name(), c.nb0, c.nb1, c.L, c.S, c.D, c.Dv, c.causal, c.scale, c.layout, G,
+	         c.drop, c.fill == FILL_ONEHOT_DO ? " [mask: o, dv]" : c.fill == FILL_ONES_DO ? " [mask: dq]" : "",
 	         variant);
 	printf("%s\n", name);
 	KtBuf<T> q, k, v, o, dO, dq, dk, dv;
 	q.alloc(span(p, p.q_s0, p.q_s1, p.q_sr, c.L, c.D) + off);
-	k.alloc(span(p, p.k_s0, p.k_s1, p.k_sr, c.S, c.D) + off);
-	v.alloc(span(p, p.v_s0, p.v_s1, p.v_sr, c.S, c.Dv) + off);
+	k.alloc(span(p, p.k_s0, p.k_s1, p.k_sr, c.S, c.D, nkv) + off);
+	v.alloc(span(p, p.v_s0, p.v_s1, p.v_sr, c.S, c.Dv, nkv) + off);
 	o.alloc(span(p, p.o_s0, p.o_s1, p.o_sr, c.L, c.Dv) + off);
 	dO.alloc(span(p, p.do_s0, p.do_s1, p.do_sr, c.L, c.Dv) + off);
 	dq.alloc(span(p, p.dq_s0, p.dq_s1, p.dq_sr, c.L, c.D) + off);
-	dk.alloc(span(p, p.dk_s0, p.dk_s1, p.dk_sr, c.S, c.D) + off);
-	dv.alloc(span(p, p.dv_s0, p.dv_s1, p.dv_sr, c.S, c.Dv) + off);
-	/* Big cases: uniform with unit variance (quicker to draw). */
-	double (*gen)(void) = q.n > (1u << 20) ? unit_unif : kt_normal;
-	q.fill(gen);
-	k.fill(gen);
-	v.fill(gen);
-	dO.fill(gen);
-	const int nb = c.nb0 * c.nb1;
+	dk.alloc(span(p, p.dk_s0, p.dk_s1, p.dk_sr, c.S, c.D, nkv) + off);
+	dv.alloc(span(p, p.dv_s0, p.dv_s1, p.dv_sr, c.S, c.Dv, nkv) + off);
+	if (c.fill == FILL_RANDOM) {
+		/* Big cases: uniform with unit variance (quicker to draw). */
+		double (*gen)(void) = q.n > (1u << 20) ? unit_unif : kt_normal;
+		q.fill(gen);
+		k.fill(gen);
+		v.fill(gen);
+		dO.fill(gen);
+	} else {
+		/* Contiguous, D >= S, Dv >= S, L: element e is (row e / cols % rows, col e % cols). */
+		size_t e = 0;
+		q.fill([] { return 0.0; });
+		k.fill([&] { const size_t x = e++; return x / c.D % c.S == x % c.D ? 1.0 : 0.0; });
+		e = 0;
+		v.fill([&] { const size_t x = e++; return x / c.Dv % c.S == x % c.Dv ? 1.0 : 0.0; });
+		e = 0;
+		dO.fill([&] {
+			const size_t x = e++, col = x % c.Dv;
+			return c.fill == FILL_ONEHOT_DO ? (x / c.Dv % c.L == col ? 1.0 : 0.0)
+			                                : (col < (size_t)c.S ? 1.0 : 0.0);
+		});
+	}
+	const int nb = c.nb0 * c.nb1, nbk = c.nb0 * nkv;
 	float *lse, *delta;
 	KT_CUDA(cudaMalloc(&lse, (size_t)nb * c.L * 4));
 	KT_CUDA(cudaMalloc(&delta, sg_flash_bwd_workspace(&p)));
@@ -326,7 +472,7 @@ static void run_case(const Case &c, const char *dump, const char *dname,
 		r.scale = 1.f / sqrtf((float)c.D);
 	double *ro, *rl, *rd, *rdq, *rdk, *rdv;
 	const size_t nO = (size_t)nb * c.L * c.Dv, nQ = (size_t)nb * c.L * c.D;
-	const size_t nK = (size_t)nb * c.S * c.D, nV = (size_t)nb * c.S * c.Dv;
+	const size_t nK = (size_t)nbk * c.S * c.D, nV = (size_t)nbk * c.S * c.Dv;
 	KT_CUDA(cudaMalloc(&ro, nO * 8));
 	KT_CUDA(cudaMalloc(&rl, (size_t)nb * c.L * 8));
 	KT_CUDA(cudaMalloc(&rd, (size_t)nb * c.L * 8));
@@ -338,7 +484,8 @@ static void run_case(const Case &c, const char *dump, const char *dname,
 	KT_CUDA(cudaGetLastError());
 	ref_bwd_q<T><<<dim3((c.L + 63) / 64, nsel), 64>>>(r, c.bstride, rl, rd, rdq);
 	KT_CUDA(cudaGetLastError());
-	ref_bwd_kv<T><<<dim3((c.S + 63) / 64, nsel), 64>>>(r, c.bstride, rl, rd, rdk, rdv);
+	ref_bwd_kv<T><<<dim3((c.S + 63) / 64, (nbk + c.bstride - 1) / c.bstride), 64>>>(r, c.bstride, rl,
+	                                                                               rd, rdk, rdv);
 	KT_CUDA(cudaGetLastError());
 	KT_CUDA(cudaDeviceSynchronize());
 	std::vector<double> hro(nO), hrl((size_t)nb * c.L), hrdq(nQ), hrdk(nK), hrdv(nV);
@@ -355,8 +502,8 @@ static void run_case(const Case &c, const char *dump, const char *dname,
 	dv.get();
 	std::vector<double> go = gather(o.h, p, p.o_s0, p.o_s1, p.o_sr, c.L, c.Dv, off);
 	std::vector<double> gdq = gather(dq.h, p, p.dq_s0, p.dq_s1, p.dq_sr, c.L, c.D, off);
-	std::vector<double> gdk = gather(dk.h, p, p.dk_s0, p.dk_s1, p.dk_sr, c.S, c.D, off);
-	std::vector<double> gdv = gather(dv.h, p, p.dv_s0, p.dv_s1, p.dv_sr, c.S, c.Dv, off);
+	std::vector<double> gdk = gather(dk.h, p, p.dk_s0, p.dk_s1, p.dk_sr, c.S, c.D, off, nkv);
+	std::vector<double> gdv = gather(dv.h, p, p.dv_s0, p.dv_s1, p.dv_sr, c.S, c.Dv, off, nkv);
 	std::vector<double> gl(hl.begin(), hl.end());
 	report("o", name, kt_err(go.data(), hro.data(), nO, used(p, c.bstride, c.L, c.Dv).data()),
 	       tol_fwd<T>());
@@ -366,12 +513,25 @@ static void run_case(const Case &c, const char *dump, const char *dname,
 	         name, el.maxabs);
 	report("dq", name, kt_err(gdq.data(), hrdq.data(), nQ, used(p, c.bstride, c.L, c.D).data()),
 	       tol_bwd<T>());
-	report("dk", name, kt_err(gdk.data(), hrdk.data(), nK, used(p, c.bstride, c.S, c.D).data()),
+	report("dk", name,
+	       kt_err(gdk.data(), hrdk.data(), nK, used(p, c.bstride, c.S, c.D, nbk).data()),
 	       tol_bwd<T>());
-	report("dv", name, kt_err(gdv.data(), hrdv.data(), nV, used(p, c.bstride, c.S, c.Dv).data()),
+	report("dv", name,
+	       kt_err(gdv.data(), hrdv.data(), nV, used(p, c.bstride, c.S, c.Dv, nbk).data()),
 	       tol_bwd<T>());
+	if (c.drop >= 1) {
+		/* Nothing kept: o and every gradient exactly 0. */
+		double mx = 0;
+		for (const std::vector<double> *t : {&go, &gdq, &gdk, &gdv})
+			for (double x : *t)
+				mx = x == x ? std::max(mx, fabs(x)) : INFINITY;
+		printf("  p=1: max |o|, |dq|, |dk|, |dv| %.2e\n", mx);
+		KT_CHECK(mx == 0, "%s: p = 1 gives nonzero o or gradients (max %.3e)", name, mx);
+	}
+	if (c.fill != FILL_RANDOM)
+		mask_checks(c, r, go, gdq, gdv, hro, hrdq, hrdv);
 
-	if (dump && c.layout == LAY_CONTIG) {
+	if (dump && c.layout == LAY_CONTIG && G == 1 && c.drop == 0) {
 		KtDump d;
 		d.open(dump, dname, "attention");
 		d.attrs("dtype", kt_dt<T>::name());
@@ -398,6 +558,7 @@ static void run_case(const Case &c, const char *dump, const char *dname,
 	cudaFree(rdv);
 	cudaFree(lse);
 	cudaFree(delta);
+	cudaFree(rng);
 	q.release();
 	k.release();
 	v.release();
@@ -470,6 +631,84 @@ static void graph_capture(int D)
 	cudaFree(delta);
 }
 
+/* Dropout under a CUDA graph: the kernels read the generator state on
+ * the device when they run, so a replay after the offset moved gives the
+ * eager results of the new offset, bit for bit (and not the old ones). */
+template <class T>
+static void graph_dropout(int D)
+{
+	SgFlashParams p;
+	sg_flash_params_init(&p, 2, 2, 150, 150, D, D, 0.f, 1);
+	const size_t n = (size_t)4 * 150 * D;
+	KtBuf<T> q, k, v, o, dO, dq, dk, dv;
+	KtBuf<T> *all[] = {&q, &k, &v, &o, &dO, &dq, &dk, &dv};
+	for (KtBuf<T> *t : all)
+		t->alloc(n);
+	q.fill(kt_normal), k.fill(kt_normal), v.fill(kt_normal), dO.fill(kt_normal);
+	float *lse, *delta;
+	sgk_i64 *rng;
+	KT_CUDA(cudaMalloc(&lse, 4 * 150 * 4));
+	KT_CUDA(cudaMalloc(&delta, sg_flash_bwd_workspace(&p)));
+	KT_CUDA(cudaMalloc(&rng, 2 * sizeof(sgk_i64)));
+	p.q = q.d, p.k = k.d, p.v = v.d, p.o = o.d, p.dout = dO.d;
+	p.dq = dq.d, p.dk = dk.d, p.dv = dv.d, p.lse = lse, p.delta = delta;
+	p.rng = rng, p.salt = drop_salt;
+	p.drop_thresh = sgk_dropout_threshold(0.3);
+	p.drop_scale = (float)sgk_dropout_scale(0.3);
+	cudaStream_t st;
+	KT_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	auto set_offset = [&](sgk_i64 off) {
+		const sgk_i64 s[2] = {drop_seed, off};
+		KT_CUDA(cudaMemcpy(rng, s, sizeof s, cudaMemcpyHostToDevice));
+	};
+	KtBuf<T> *outs[] = {&o, &dq, &dk, &dv};
+	std::vector<std::vector<double>> eager[2];
+	for (int r = 0; r < 2; r++) {
+		set_offset(drop_offset + r);
+		KT_CUDA(sg_launch_flash_fwd<T>(&p, st));
+		KT_CUDA(sg_launch_flash_bwd<T>(&p, st));
+		KT_CUDA(cudaStreamSynchronize(st));
+		for (KtBuf<T> *t : outs) {
+			t->get();
+			eager[r].push_back(t->h);
+			t->poison();
+		}
+	}
+	cudaGraph_t g;
+	cudaGraphExec_t ge;
+	KT_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+	cudaError_t e1 = sg_launch_flash_fwd<T>(&p, st), e2 = sg_launch_flash_bwd<T>(&p, st);
+	KT_CUDA(cudaStreamEndCapture(st, &g));
+	KT_CHECK(e1 == cudaSuccess && e2 == cudaSuccess, "dropout capture: %s / %s",
+	         cudaGetErrorString(e1), cudaGetErrorString(e2));
+	KT_CUDA(cudaGraphInstantiate(&ge, g, 0));
+	int same = 1;
+	for (int r = 0; r < 2; r++) {
+		set_offset(drop_offset + r);
+		KT_CUDA(cudaGraphLaunch(ge, st));
+		KT_CUDA(cudaStreamSynchronize(st));
+		for (int i = 0; i < 4; i++) {
+			outs[i]->get();
+			same &= memcmp(outs[i]->h.data(), eager[r][i].data(), n * sizeof(double)) == 0;
+			outs[i]->poison();
+		}
+	}
+	const int moved = memcmp(eager[0][0].data(), eager[1][0].data(), n * sizeof(double)) != 0;
+	printf("%s D=%d dropout: graph replays %s the eager results at each offset; offsets 7 and 8 "
+	       "%s\n",
+	       kt_dt<T>::name(), D, same ? "match" : "DIFFER FROM", moved ? "differ" : "AGREE");
+	KT_CHECK(same, "%s D=%d: dropout graph replay differs from the eager run", kt_dt<T>::name(), D);
+	KT_CHECK(moved, "%s D=%d: dropout at offsets 7 and 8 gives the same o", kt_dt<T>::name(), D);
+	cudaGraphExecDestroy(ge);
+	cudaGraphDestroy(g);
+	cudaStreamDestroy(st);
+	for (KtBuf<T> *t : all)
+		t->release();
+	cudaFree(lse);
+	cudaFree(delta);
+	cudaFree(rng);
+}
+
 /* ------------------------------------------------------------------ timings */
 
 /* Score pairs a head computes: L*S, or the visible ones when causal. */
@@ -516,6 +755,22 @@ static void bench(int B, int H, int Tn, int D, int causal)
 	printf("PERF attention %s B=%d H=%d T=%d D=%d causal=%d: fwd %.3f ms %.1f TFLOP/s | bwd %.3f ms "
 	       "%.1f TFLOP/s\n",
 	       kt_dt<T>::name(), B, H, Tn, D, causal, f4, flop / f4 / 1e9, b64, 2.5 * flop / b64 / 1e9);
+	/* With dropout (p = 0.1): what the draws cost. */
+	sgk_i64 *rng;
+	const sgk_i64 st[2] = {drop_seed, drop_offset};
+	KT_CUDA(cudaMalloc(&rng, sizeof st));
+	KT_CUDA(cudaMemcpy(rng, st, sizeof st, cudaMemcpyHostToDevice));
+	SgFlashParams pd = p;
+	pd.rng = rng, pd.salt = drop_salt;
+	pd.drop_thresh = sgk_dropout_threshold(0.1);
+	pd.drop_scale = (float)sgk_dropout_scale(0.1);
+	double fd = kt_time([&] { sg_launch_flash_fwd<T>(&pd, 0); }, 3, 20);
+	double bd = kt_time([&] { sg_launch_flash_bwd<T>(&pd, 0); }, 2, 10);
+	KT_CUDA(cudaGetLastError());
+	printf("PERF attention %s B=%d H=%d T=%d D=%d causal=%d dropout 0.1: fwd %.3f ms (x%.2f) | bwd "
+	       "%.3f ms (x%.2f)\n",
+	       kt_dt<T>::name(), B, H, Tn, D, causal, fd, fd / f4, bd, bd / b64);
+	cudaFree(rng);
 	/* The forward's tile variants, and the backward's kernels one by one. */
 	struct V {
 		const char *name;
@@ -582,6 +837,34 @@ int main(int argc, char **argv)
 		{2, 2, 160, 160, 128, 128, 0, 0, LAY_BTHD_OC, 1},
 	};
 	const int nt = sizeof tc / sizeof tc[0];
+	/* Dropout (seed 0x123456789, offset 7, salt 3): tensor cores at D = 32,
+	 * 64, 128, SIMT for f32; causal or not, L != S, S % 4 != 0 (77) and
+	 * == 0, grouped-query heads, p = 0.1, 0.5, 1; and the mask checks
+	 * (non causal, every weight 1 / S). */
+	const Case dc[] = {
+		{2, 2, 200, 200, 64, 64, 0, 0, LAY_CONTIG, 1, 1, 0.1},
+		{2, 2, 200, 200, 64, 64, 1, 0, LAY_CONTIG, 1, 1, 0.5},
+		{2, 2, 130, 130, 128, 128, 1, 0, LAY_CONTIG, 1, 1, 0.1},
+		{1, 2, 257, 257, 128, 128, 0, 0, LAY_CONTIG, 1, 1, 0.5},
+		{2, 2, 77, 300, 128, 128, 1, 0, LAY_CONTIG, 1, 1, 0.5},
+		{2, 2, 300, 77, 64, 64, 1, 0, LAY_CONTIG, 1, 1, 0.1},
+		{2, 2, 300, 77, 32, 32, 0, 0.3f, LAY_CONTIG, 1, 1, 0.5},
+		{1, 4, 50, 77, 64, 64, 0, 0, LAY_CONTIG, 1, 2, 0.5},
+		{1, 4, 50, 77, 128, 128, 1, 0, LAY_CONTIG, 1, 2, 0.1},
+		{2, 4, 120, 120, 64, 64, 1, 0, LAY_CONTIG, 1, 2, 0.5},
+		{2, 4, 190, 190, 64, 64, 1, 0, LAY_BTHD, 1, 1, 0.1},
+		{2, 2, 140, 140, 64, 64, 1, 0, LAY_MISALIGNED, 1, 1, 0.5},
+		{2, 3, 130, 130, 64, 64, 1, 0, LAY_BTHD_OC, 1, 1, 0.1},
+		{2, 2, 100, 77, 64, 64, 1, 0, LAY_CONTIG, 1, 2, 1.0},
+		{1, 2, 130, 130, 128, 128, 0, 0, LAY_CONTIG, 1, 1, 1.0},
+		{1, 2, 50, 77, 80, 80, 0, 0, LAY_CONTIG, 1, 1, 0.5, FILL_ONEHOT_DO},
+		{1, 2, 50, 77, 80, 80, 0, 0, LAY_CONTIG, 1, 1, 0.5, FILL_ONES_DO},
+		{1, 4, 100, 128, 128, 128, 0, 0, LAY_CONTIG, 1, 2, 0.1, FILL_ONEHOT_DO},
+		{1, 4, 100, 128, 128, 128, 0, 0, LAY_CONTIG, 1, 2, 0.1, FILL_ONES_DO},
+		{2, 2, 64, 64, 64, 64, 0, 0, LAY_CONTIG, 1, 1, 0.5, FILL_ONEHOT_DO},
+		{2, 2, 64, 64, 64, 64, 0, 0, LAY_CONTIG, 1, 1, 0.5, FILL_ONES_DO},
+	};
+	const int nd = sizeof dc / sizeof dc[0];
 	if (kt_flag(argc, argv, "--sanitize")) {
 		/* A few small cases for compute-sanitizer: every kernel once. */
 		run_case<__nv_bfloat16>(tc[2], 0, 0);
@@ -592,6 +875,10 @@ int main(int argc, char **argv)
 		                        bwd_variant<__nv_bfloat16, 32>, " [fwd 4x2x64, bwd 32]");
 		run_case<__half>(tc[5], 0, 0, fwd_variant<__half, 4, 2, 32>, sg_launch_flash_bwd<__half>,
 		                 " [fwd 4x2x32]");
+		/* Dropout: S % 4 != 0 and == 0, grouped-query heads, SIMT too. */
+		run_case<__nv_bfloat16>(dc[7], 0, 0);
+		run_case<__half>(dc[9], 0, 0);
+		run_case<float>(dc[7], 0, 0);
 		return kt_finish();
 	}
 	for (int i = 0; i < nt; i++) {
@@ -607,8 +894,18 @@ int main(int argc, char **argv)
 	}
 	const Case f64c = {1, 2, 50, 60, 64, 64, 1, 0, LAY_CONTIG, 1};
 	run_case<double>(f64c, 0, 0);
+	for (int i = 0; i < nd; i++) {
+		run_case<__nv_bfloat16>(dc[i], 0, 0);
+		run_case<__half>(dc[i], 0, 0);
+		if (dc[i].L * dc[i].S <= 40000)
+			run_case<float>(dc[i], 0, 0);
+	}
+	const Case f64d = {1, 4, 50, 77, 64, 64, 1, 0, LAY_CONTIG, 1, 2, 0.5};
+	run_case<double>(f64d, 0, 0);
 	graph_capture<__nv_bfloat16>(128);
 	graph_capture<float>(64);
+	graph_dropout<__nv_bfloat16>(64);
+	graph_dropout<float>(64);
 	/* Every forward tile variant and the other backward tile, on cases
 	 * that end mid-tile, causal and not, L != S. */
 	const int vc[] = {2, 3, 4, 5, 9};
@@ -618,6 +915,16 @@ int main(int argc, char **argv)
 		run_case<__half>(tc[i], 0, 0, fwd_variant<__half, 4, 2, 32>, sg_launch_flash_bwd<__half>,
 		                 " [fwd 4x2x32]");
 		run_case<__nv_bfloat16>(tc[i], 0, 0, fwd_variant<__nv_bfloat16, 8, 1, 64>,
+		                        sg_launch_flash_bwd<__nv_bfloat16>, " [fwd 8x1x64]");
+	}
+	/* The same with dropout (the mask cases too). */
+	const int vd[] = {2, 4, 5, 8, 17, 18};
+	for (int i : vd) {
+		run_case<__nv_bfloat16>(dc[i], 0, 0, fwd_variant<__nv_bfloat16, 4, 2, 64>,
+		                        bwd_variant<__nv_bfloat16, 32>, " [fwd 4x2x64, bwd 32]");
+		run_case<__half>(dc[i], 0, 0, fwd_variant<__half, 4, 2, 32>, sg_launch_flash_bwd<__half>,
+		                 " [fwd 4x2x32]");
+		run_case<__nv_bfloat16>(dc[i], 0, 0, fwd_variant<__nv_bfloat16, 8, 1, 64>,
 		                        sg_launch_flash_bwd<__nv_bfloat16>, " [fwd 8x1x64]");
 	}
 	if (!quick) {
