@@ -319,6 +319,14 @@ check("attention dropout: -O2 rewrites the op-by-op chain with its dropout into 
       " dropout(" in err else
       close(out2["o2"], out["o2"].double(), 1e-5))
 
+# dropout_p=0 (the default) is the contract's op: no draw, no generator state
+src = prog("  %o = scaled_dot_product_attention(%q, %q, %q, dropout_p=0.0)",
+           "  input %q : f32[2, 4, 8]", ["o"])
+rc, out, err, _ = S.run(src, {"q": torch.randn(2, 4, 8, generator=gen)})
+check("attention dropout: dropout_p=0 draws nothing (no opt.rng)",
+      "sgc run exited %d: %s" % (rc, err[:500]) if rc else
+      None if "opt.rng" not in out else "opt.rng in --out")
+
 S.expect_error("error: attention dropout_p outside [0, 1]",
                prog("  %y = scaled_dot_product_attention(%x, %x, %x, dropout_p=1.5)",
                     "  input %x : f32[2, 4, 8]", ["y"]), 1,
