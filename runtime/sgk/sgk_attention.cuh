@@ -945,18 +945,7 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_q_tc(SgFlashParams p)
 				for (int e = 0; e < 4; e++)
 					ds[t][e] = s[t][e] * (ds[t][e] - dlt[e >> 1]);
 			/* dQ += dS K. */
-#pragma unroll
-			for (int kk = 0; kk < BK / 16; kk++) {
-				unsigned a[4];
-				sgk_acc_to_a<T>(a, ds, kk);
-#pragma unroll
-				for (int dn = 0; dn < DP / 16; dn++) {
-					unsigned bf[4];
-					sgk_frag_b_kn<LD>(bf, kt, kk * 16, dn * 16);
-					sgk_mma(dq[2 * dn], a, bf[0], bf[1], T());
-					sgk_mma(dq[2 * dn + 1], a, bf[2], bf[3], T());
-				}
-			}
+			sgk_fa_mma_cb<T, LD, false>(dq, ds, kt, 0u, 0.f);
 		}
 		sgk_cp_wait<0>();
 		T *dqg = (T *)p.dq + b0 * p.dq_s0 + b1 * p.dq_s1;
