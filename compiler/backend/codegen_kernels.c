@@ -178,6 +178,9 @@ typedef struct {
 	int by_name;        /* params named as the host names the values: the
 	                       element functions fused into another kernel,
 	                       whose params join that kernel's */
+	CgStr salts;        /* the dropouts' salts, params s0, s1, ... after
+	                       the tensors' (with `rng`, the generator state) */
+	uint32_t nsalt;
 } Pw;
 
 /* Index of value v among the kernel's params, added when new.  Params
@@ -419,6 +422,34 @@ clamp(Pw *p, const Node *n, DType rdt)
 	return e;
 }
 
+/* dropout(x, p=, salt=) in the result's domain: element i kept (x times
+ * the scale) when its draw, word i % 4 of Philox block i / 4
+ * (sgk_random.h), reaches the threshold, else x * 0.  The salt is a
+ * parameter of the kernel (one kernel serves every layer's dropout).  In
+ * the vector kernel with a whole number of blocks a vector, the block of
+ * element j is w * (vec / 4) + j / 4: once the loop is unrolled, the
+ * elements of a block share one draw. */
+static char *
+dropout(Pw *p, const Node *n, DType rdt)
+{
+	Cg *c = p->c;
+	double pr = ir_attr_float(n, "p", 0);
+	int f = domain(rdt) == D_FLOAT;
+	if (p->G->rng_slot < 0)
+		ICE("dropout without the generator state");
+	cg_use_library(p->G, "sgk_random.cuh");
+	cg_str_itemf(&p->salts, ", ", "%uu", (unsigned)ir_attr_int(n, "salt", 0));
+	const char *q = "i >> 2", *lane = "(int)(i & 3)";
+	if (p->vec > 1 && p->vec % 4 == 0) {
+		q = cg_fmt(c, "(sg_i64)w * %d + (j >> 2)", p->vec / 4);
+		lane = "j & 3";
+	}
+	return cg_fmt(c, "sgk_dropout_%s(%s, sgk_draw(rng, s%u, %s, %s), %lluull, %s)",
+	              f ? "f" : "d", operand(p, n, 0, domain(rdt)), p->nsalt++, q, lane,
+	              (unsigned long long)sgk_dropout_threshold(pr),
+	              cg_lit_float(c, f ? (double)(float)sgk_dropout_scale(pr) : sgk_dropout_scale(pr), f));
+}
+
 /* The value node n computes, before conversion to its result dtype, and
  * that dtype. */
 static char *
@@ -442,6 +473,7 @@ node_expr(Pw *p, const Node *n, DType *rdt)
 	case OP_WHERE: return where(p, n, *rdt);
 	case OP_CLAMP: return clamp(p, n, *rdt);
 	case OP_CAST: return operand(p, n, 0, domain((DType)cg_otype(p->G, n, 0)->dt));
+	case OP_DROPOUT: return dropout(p, n, *rdt);
 	}
 	if (is_compare(op))
 		return binary(p, n, op, shape_result_type(g, n, 0, 2));
@@ -496,6 +528,13 @@ pw_signature(Pw *p, char **params, char **args)
 		             pname(p, v, 0));
 		cg_str_itemf(&as, ", ", "%s", p->G->vname[v]);
 	}
+	if (p->nsalt) {
+		cg_str_itemf(&ps, ", ", "const sgk_i64 *__restrict__ rng");
+		cg_str_itemf(&as, ", ", "(const sgk_i64 *)io[%d]", p->G->rng_slot);
+		for (uint32_t k = 0; k < p->nsalt; k++)
+			cg_str_itemf(&ps, ", ", "unsigned s%u", k);
+		cg_str_itemf(&as, ", ", "%s", cg_str_done(c, &p->salts));
+	}
 	*params = cg_str_done(c, &ps);
 	*args = cg_str_done(c, &as);
 }
@@ -540,6 +579,9 @@ pw_build(Pw *p, int vec)
 	Graph *g = p->G->g;
 	p->vec = vec;
 	p->params.n = 0;
+	free(p->salts.p);
+	p->salts = (CgStr){0};
+	p->nsalt = 0;
 	pw_forget(p);
 	if (p->given1)
 		reg(p, p->given1 - 1); /* r0: the value the epilogue is given */
@@ -601,6 +643,7 @@ static void
 pw_free(Pw *p)
 {
 	pw_forget(p);
+	free(p->salts.p);
 	vec_free(&p->touched);
 	vec_free(&p->params);
 	free(p->param_out);
@@ -804,15 +847,15 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 		delta = cg_alloc_tmp(G, n, "float", rows * 4, "delta");
 	if (!lse)
 		ICE("attention backward before its paired forward");
-	/* f16 and bf16 try cuDNN first (sgrt_sdpa, grouped-query heads too),
-	 * these kernels the fallback; with dropout_p these kernels alone (they
-	 * draw the mask the interpreter draws). */
+	/* f16 and bf16 try cuDNN first (sgrt_sdpa, grouped-query heads too,
+	 * dropout_p through the mask the runtime draws as these kernels and the
+	 * interpreter do), these kernels the fallback. */
 	double p = ir_attr_float(n, "dropout_p", 0);
 	int drop = p > 0;
 	if (drop && G->rng_slot < 0)
 		ICE("attention's dropout without the generator state");
 	c->attn_dropout |= drop;
-	int cd = (dt == DT_F16 || dt == DT_BF16) && !drop, fw = !bwd || pair == NONE;
+	int cd = dt == DT_F16 || dt == DT_BF16, fw = !bwd || pair == NONE;
 	CG_EMIT(G->body, "host.cu:flash", {"nb0", cg_num(c, f.nb[0])}, {"nb1", cg_num(c, f.nb[1])},
 	        {"l", cg_num(c, f.L)}, {"slen", cg_num(c, f.S)}, {"e", cg_num(c, f.E)},
 	        {"ev", cg_num(c, f.Ev)}, {"scale", cg_lit_float(c, (double)(float)scale, 1)},
@@ -1173,9 +1216,9 @@ gather(CgGraph *G, const Node *n)
 	return 1;
 }
 
-/* dropout(x, p=, salt=) and rand(shape=, dtype=, salt=): sgk_random.cuh's
- * kernels, reading the generator state opt.rng on the device (the call
- * advanced its offset first). */
+/* rand(shape=, dtype=, salt=): sgk_random.cuh's kernel, reading the
+ * generator state opt.rng on the device (the call advanced its offset
+ * first).  dropout is a pointwise kernel's (cg_pointwise). */
 static int
 random_op(CgGraph *G, const Node *n)
 {
@@ -1190,14 +1233,8 @@ random_op(CgGraph *G, const Node *n)
 	const char *ct = cg_ctype((DType)t->dt), *y = G->vname[n->res[0]];
 	char *rng = cg_fmt(c, "(const sgk_i64 *)io[%d], %uu", G->rng_slot,
 	                   (unsigned)ir_attr_int(n, "salt", 0));
-	char *call;
-	if (n->op == OP_DROPOUT)
-		call = cg_fmt(c, "sg_launch_dropout<%s>(%s, %s, %s, %s, %s, sgrt_stream(rt, %d))", ct,
-		              G->vname[n->opnd[0].v], y, cg_lit_int(c, count), rng,
-		              cg_lit_float(c, ir_attr_float(n, "p", 0), 0), cg_stream(n));
-	else
-		call = cg_fmt(c, "sg_launch_rand<%s>(%s, %s, %s, sgrt_stream(rt, %d))", ct, y,
-		              cg_lit_int(c, count), rng, cg_stream(n));
+	char *call = cg_fmt(c, "sg_launch_rand<%s>(%s, %s, %s, sgrt_stream(rt, %d))", ct, y,
+	                    cg_lit_int(c, count), rng, cg_stream(n));
 	cg_lib_call(G, n, op_name(n->op), call);
 	return 1;
 }

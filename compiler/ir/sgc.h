@@ -318,8 +318,8 @@ enum {
 	OPF_NOGRAD    = 1 << 9,  /* has no derivative */
 	OPF_EPILOGUE  = 1 << 10, /* takes a pointwise consumer into its kernel */
 	OPF_COSTLY    = 1 << 11, /* pointwise through a transcendental function
-	                            (exp, erf, ...): dozens of instructions an
-	                            element (FuseGroup.spread) */
+	                            (exp, erf, ...) or dropout's draws: dozens of
+	                            instructions an element (FuseGroup.spread) */
 	OPF_RANDOM    = 1 << 12, /* draws from the model's generator state opt.rng
 	                            with its salt= (the front end numbers them;
 	                            runtime/sgk/sgk_random.h) */
@@ -344,7 +344,7 @@ typedef enum {
 	EM_CREATION,
 	EM_EMBEDDING,
 	EM_GATHER,
-	EM_RANDOM,        /* codegen_kernels.c: sgk_random.cuh's dropout, rand */
+	EM_RANDOM,        /* codegen_kernels.c: sgk_random.cuh's rand */
 	EM_ZERO,
 	EM_COLLECTIVE,    /* codegen_coll.c */
 	EM_CONV,          /* codegen_conv.c: conv2d, pools, batch_norm, their backward */

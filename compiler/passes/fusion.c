@@ -40,6 +40,13 @@
  * kernel library's sgk_gemm_small computes the product and the group in
  * one launch, `tanh(matmul(%x, %w))` with no product in memory.
  *
+ * dropout joins groups too (its emitter is the pointwise family's): the
+ * group's kernel draws element i's word of the dropout's Philox block
+ * i / 4 (runtime/sgk/sgk_random.h), so `add(dropout(%x), %r)` is one pass
+ * over memory.  A group with a dropout is never a prologue or epilogue:
+ * those compute elements in another kernel's order and have no generator
+ * state.
+ *
  * A group whose one stored value is only copied, right after it, into an
  * input, param or const (functionalize's write-backs, batch_norm's
  * running statistics) stores it there itself (store_into_copy).
@@ -151,6 +158,16 @@ fusable(const Graph *g, const Node *n)
 	if (op_table[n->op].flags & OPF_INPLACE)
 		return 0;
 	return n->nres == 1 && !g->vals.v[n->res[0]].type.host;
+}
+
+/* 1 when a member of group grp draws random numbers (dropout). */
+static int
+group_draws(const Graph *g, const FuseGroup *grp)
+{
+	for (uint32_t k = 0; k < grp->n; k++)
+		if (ir_draws(&g->nodes.v[grp->nodes[k]]))
+			return 1;
+	return 0;
 }
 
 /* Nodes that order nothing and compute nothing. */
@@ -314,6 +331,8 @@ consumer(const Graph *g, const Sched *s, const Uses *u, const FuseGroup *grp)
 {
 	NodeId last = grp->nodes[grp->n - 1];
 	ValId v = g->nodes.v[last].res[0];
+	if (group_draws(g, grp))
+		return NONE;
 	for (uint32_t k = 0; k + 1 < grp->n; k++)
 		if (!s->reg[g->nodes.v[grp->nodes[k]].res[0]])
 			return NONE;
@@ -453,7 +472,7 @@ producer(const Graph *g, const Sched *s, const Uses *u, const FuseGroup *grp, in
 	NodeId first = grp->nodes[0], p = first;
 	while (p > 0 && inert(&g->nodes.v[p - 1]))
 		p--;
-	if (p == 0 || grp->into != NONE)
+	if (p == 0 || grp->into != NONE || group_draws(g, grp))
 		return NONE;
 	p--;
 	const Node *r = &g->nodes.v[p], *f = &g->nodes.v[first];

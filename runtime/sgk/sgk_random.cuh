@@ -8,14 +8,17 @@
  *       A generated call that draws launches it first, on `default` before
  *       the other streams fork from it, so every draw of the call reads
  *       the new offset, under a CUDA graph's replays too.
- *   sg_launch_dropout<T>(x, y, n, state, salt, p, stream)
- *       y[i] = x[i] kept ? x[i] * scale : x[i] * 0 for the n elements
- *       (T: float, __half, __nv_bfloat16, double; y may be x); one thread
+ *   sg_launch_rand<T>(y, n, state, salt, stream)
+ *       y[i] uniform in [0, 1) (sgk_uniform of the element's draw) for the
+ *       n elements (T: float, __half, __nv_bfloat16, double); one thread
  *       computes a Philox block's four elements, with CUDA's
  *       curand_Philox4x32_10, reading the state on the device.
- *   sg_launch_rand<T>(y, n, state, salt, stream)
- *       y[i] uniform in [0, 1) (sgk_uniform of the element's draw), the
- *       same way.
+ *   sgk_dropout_f(x, sgk_draw(state, salt, q, lane), thresh, scale)
+ *   (device; _d in double)
+ *       a dropout's element: x * scale when the draw, word `lane` of block
+ *       q, reaches thresh, else x * 0.  The generated pointwise kernels
+ *       compute dropout this way, fused with the ops around it; a vector
+ *       kernel's unrolled elements of one block share its draw.
  *   sgk_keep(sgk_draws_init(state, salt), i, thresh)   (device)
  *       whether a dropout keeps element i: for kernels that visit the
  *       elements one by one (the generated attention kernels).
@@ -69,43 +72,32 @@ static __device__ __forceinline__ bool sgk_keep(const SgkDraws &d, sgk_i64 i,
 	return (j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w) >= thresh;
 }
 
-/* Elements 4q .. 4q + 3 of a dropout with this salt, a thread each block;
- * VEC: the four through one vector load and store (x and y aligned to
- * it), the last partial block element by element. */
-template <class T, bool VEC>
-__global__ void __launch_bounds__(256)
-sgk_dropout(const T *x, T *y, sgk_i64 n, const sgk_i64 *state, unsigned salt,
-            unsigned long long thresh, typename sgk_acc<T>::type scale)
+/* Word `lane` of the draws of block q: a dropout's element in a
+ * generated pointwise kernel (state: a __restrict__ parameter, so that
+ * the unrolled elements of a block share its loads and its draw). */
+static __device__ __forceinline__ unsigned sgk_draw(const sgk_i64 *__restrict__ state,
+                                                    unsigned salt, sgk_i64 q, int lane)
 {
-	typedef typename sgk_acc<T>::type A;
-	const SgkDraws d = sgk_draws_init(state, salt);
-	const sgk_i64 nq = (n + 3) / 4, stride = (sgk_i64)gridDim.x * blockDim.x;
-	for (sgk_i64 q = (sgk_i64)blockIdx.x * blockDim.x + threadIdx.x; q < nq; q += stride) {
-		const uint4 u = sgk_draws(d, q);
-		const unsigned w[4] = {u.x, u.y, u.z, u.w};
-		if (VEC && 4 * q + 4 <= n) {
-			sgk_reg<4, T> r = sgk_ldv<4>(x + 4 * q);
-#pragma unroll
-			for (int j = 0; j < 4; j++) {
-				const A v = sgk_tof(r.v[j]);
-				r.v[j] = sgk_cvt<T>(w[j] >= thresh ? v * scale : v * (A)0);
-			}
-			sgk_stv<4>(y + 4 * q, r);
-			continue;
-		}
-#pragma unroll
-		for (int j = 0; j < 4; j++) {
-			const sgk_i64 i = 4 * q + j;
-			if (i < n) {
-				const A v = sgk_tof(x[i]);
-				y[i] = sgk_cvt<T>(w[j] >= thresh ? v * scale : v * (A)0);
-			}
-		}
-	}
+	const uint4 u = sgk_draws(sgk_draws_init(state, salt), q);
+	return lane == 0 ? u.x : lane == 1 ? u.y : lane == 2 ? u.z : u.w;
+}
+
+/* A dropout's element x given its draw u (sgk_random.h). */
+static __device__ __forceinline__ float sgk_dropout_f(float x, unsigned u,
+                                                     unsigned long long thresh, float scale)
+{
+	return u >= thresh ? x * scale : x * 0.0f;
+}
+
+static __device__ __forceinline__ double sgk_dropout_d(double x, unsigned u,
+                                                      unsigned long long thresh, double scale)
+{
+	return u >= thresh ? x * scale : x * 0.0;
 }
 
 /* Elements 4q .. 4q + 3 of a rand with this salt: the top `bits` bits of
- * each draw times 2^-bits, exact in T (VEC as sgk_dropout's). */
+ * each draw times 2^-bits, exact in T; VEC: the four through one vector
+ * store (y aligned to it), the last partial block element by element. */
 template <class T, bool VEC>
 __global__ void __launch_bounds__(256)
 sgk_rand(T *y, sgk_i64 n, const sgk_i64 *state, unsigned salt, int bits)
@@ -144,25 +136,6 @@ static inline unsigned sgk_random_grid(sgk_i64 n)
 {
 	const sgk_i64 blocks = ((n + 3) / 4 + 255) / 256, most = (sgk_i64)sgk_num_sms() * 16;
 	return (unsigned)(blocks < most ? blocks : most);
-}
-
-template <class T>
-static cudaError_t sg_launch_dropout(const T *x, T *y, sgk_i64 n, const sgk_i64 *state,
-                                     unsigned salt, double p, cudaStream_t stream)
-{
-	typedef typename sgk_acc<T>::type A;
-	if (n <= 0)
-		return cudaSuccess;
-	const unsigned a = sizeof(sgk_reg<4, T>) < 16 ? sizeof(sgk_reg<4, T>) : 16;
-	const unsigned long long thresh = sgk_dropout_threshold(p);
-	const A scale = (A)sgk_dropout_scale(p);
-	if (sgk_host_aligned(x, a) && sgk_host_aligned(y, a))
-		sgk_dropout<T, true><<<sgk_random_grid(n), 256, 0, stream>>>(x, y, n, state, salt,
-		                                                             thresh, scale);
-	else
-		sgk_dropout<T, false><<<sgk_random_grid(n), 256, 0, stream>>>(x, y, n, state, salt,
-		                                                              thresh, scale);
-	return sgk_launched();
 }
 
 template <class T>
