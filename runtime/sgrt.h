@@ -308,17 +308,6 @@ typedef struct {
 	void *dq, *dk, *dv;            /* writes dq dk dv */
 	int64_t q_st[4], k_st[4], v_st[4], o_st[4];
 	int64_t do_st[4], dq_st[4], dk_st[4], dv_st[4];
-	/* Dropout of the weights (drop_thresh 0: none): weight (b, h, i, j)
-	 * kept, times drop_scale, when word (b h l s row-major index) % 4 of
-	 * the Philox block of salt `salt` on the generator state rng (the
-	 * device's opt.rng) reaches drop_thresh (runtime/sgk/sgk_random.h),
-	 * the mask sgk_attention.cuh's kernels and `sgc run` draw.  The
-	 * mask is drawn into the workspace before each call, forward and
-	 * backward (the same one). */
-	const long long *rng;
-	unsigned salt;
-	unsigned long long drop_thresh;
-	float drop_scale;
 } SgrtSdpa;
 
 /* Not errors: nothing ran, and the caller runs its own kernels.

@@ -18,12 +18,6 @@
  *             exp(S - stats); dV = P^T dO; dS = P (dO V^T - sum) scale;
  *             dK = dS^T Q; dQ = dS K (accumulated in f32, then copied;
  *             with SGRT_SDPA_DQ=direct written by the product itself).
- * With dropout (drop_thresh) the weights P go through the mask sgc's
- * draws make (sgrt_attn_dev.cu draws it into the workspace before each
- * call), as cudnn-frontend's sdpa with a custom dropout mask does:
- *   forward:  O = (P * drop_scale * mask) V;
- *   backward: sum = rowsum(dO * O) / drop_scale; dV = (P mask drop_scale)^T
- *             dO; dS = P (dO V^T mask - sum) drop_scale scale.
  * The stats are the log-sum-exp that sgk_attention.cuh's kernels write
  * and read ([b * h, l], natural log), so a forward by one and a backward
  * by the other agree.  K^T and V^T are K and V with their last two dims
@@ -50,9 +44,6 @@
 #if SGRT_HAVE_CUDNN_H
 #include <cudnn_graph.h>
 
-/* (sgrt_attn_dev.cu, which is C++, knows these values by number) */
-_Static_assert(SGRT_F16 == 2 && SGRT_BF16 == 3, "dtypes");
-
 /* The cuDNN functions used, looked up in the dlopen'ed library. */
 typedef struct {
 	size_t (*GetVersion)(void);
@@ -77,7 +68,6 @@ typedef struct {
 typedef struct {
 	int bwd, dtype, causal;
 	int direct;            /* backward: dQ written by the product itself */
-	int drop;              /* the weights' dropout, through a mask */
 	int64_t b, h, h_kv, l, s, d, dv;
 	int64_t st[8][4];      /* q k v o do dq dk dv: [b, h, rows, dim] */
 } Key;
@@ -85,8 +75,7 @@ typedef struct {
 typedef struct {
 	Key key;
 	cudnnBackendDescriptor_t plan;
-	size_t pre;            /* the dropout mask, and the backward's row sums
-	                          and dQ accumulator: bytes */
+	size_t pre;            /* backward: row sums and dQ accumulator bytes */
 	size_t ws;             /* cuDNN's workspace */
 } Plan;
 
@@ -120,7 +109,7 @@ typedef struct {
 /* Tensor ids: the variant pack's.  Virtual tensors count up from V0. */
 enum {
 	U_Q = 1, U_K, U_V, U_O, U_STATS, U_DO, U_DQ, U_DK, U_DV,
-	U_SCALE, U_NEGINF, U_ONE, U_SUM, U_DQACC, U_DMASK, U_DSCALE, V0 = 100,
+	U_SCALE, U_NEGINF, U_ONE, U_SUM, U_DQACC, V0 = 100,
 };
 
 /* ------------------------------------------------------------------ loading */
@@ -523,17 +512,8 @@ kv_grad(Build *b, const Key *k, cudnnBackendDescriptor_t p, cudnnBackendDescript
 	reduction(b, CUDNN_REDUCE_TENSOR_ADD, per, x);
 }
 
-/* The bytes of k's dropout mask at the workspace's start (0: none),
- * rounded up to 256. */
-static size_t
-mask_bytes(const Key *k)
-{
-	return k->drop ? (size_t)(k->b * k->h * k->l * k->s * 2 + 255) / 256 * 256 : 0;
-}
-
-/* The operations of k's graph into b; *pre: the bytes before cuDNN's
- * workspace (the dropout mask, the backward's row sums and dQ
- * accumulator). */
+/* The operations of k's graph into b; *pre: the backward's bytes before
+ * cuDNN's workspace. */
 static void
 build_graph(Build *b, const Key *k, size_t *pre)
 {
@@ -554,12 +534,7 @@ build_graph(Build *b, const Key *k, size_t *pre)
 	cudnnBackendDescriptor_t stats = tensor(b, U_STATS, f, stat, NULL, 0);
 	int64_t ls[4] = {k->b, k->h, k->l, k->s}, sl[4] = {k->b, k->h, k->s, k->l};
 	int64_t slt[4] = {k->h * k->l * k->s, k->l * k->s, 1, k->s};
-	cudnnBackendDescriptor_t mask = NULL, dscale = NULL;
-	if (k->drop) {
-		mask = tensor(b, U_DMASK, io, ls, NULL, 0);
-		dscale = tensor(b, U_DSCALE, f, one4, one4, 1);
-	}
-	*pre = mask_bytes(k);
+	*pre = 0;
 	if (!k->bwd) {
 		cudnnBackendDescriptor_t s = scores(b, k, x[0], x[1], scale, NULL, neginf);
 		cudnnBackendDescriptor_t mx = virt(b, f, stat), sum = virt(b, f, stat);
@@ -570,18 +545,11 @@ build_graph(Build *b, const Key *k, size_t *pre)
 		cudnnBackendDescriptor_t lg = pw_new(b, CUDNN_POINTWISE_LOG, sum, NULL, stat);
 		pointwise(b, CUDNN_POINTWISE_ADD, f, 0, mx, lg, NULL, stats);
 		cudnnBackendDescriptor_t p = virt(b, io, ls);
-		if (k->drop) {
-			e = pw_new(b, CUDNN_POINTWISE_DIV, e, sum, ls);
-			e = pw_new(b, CUDNN_POINTWISE_MUL, e, dscale, ls);
-			pointwise(b, CUDNN_POINTWISE_MUL, f, 0, e, mask, NULL, p);
-		} else {
-			pointwise(b, CUDNN_POINTWISE_DIV, f, 0, e, sum, NULL, p);
-		}
+		pointwise(b, CUDNN_POINTWISE_DIV, f, 0, e, sum, NULL, p);
 		matmul(b, p, x[2], x[3]);
 		return;
 	}
-	/* sum = rowsum(dO * O) (/ drop_scale: U_ONE's value), kept (f32,
-	 * after the mask). */
+	/* sum = rowsum(dO * O), kept (f32, at the workspace's start). */
 	int64_t lo[4] = {k->b, k->h, k->l, k->dv};
 	cudnnBackendDescriptor_t t = pw_new(b, CUDNN_POINTWISE_MUL, x[4], x[3], lo);
 	cudnnBackendDescriptor_t r = virt(b, f, stat);
@@ -593,22 +561,13 @@ build_graph(Build *b, const Key *k, size_t *pre)
 	cudnnBackendDescriptor_t s = scores(b, k, x[0], x[1], scale, stats, neginf);
 	cudnnBackendDescriptor_t p = pw_new(b, CUDNN_POINTWISE_EXP, s, NULL, ls);
 	cudnnBackendDescriptor_t pt = tensor(b, 0, io, sl, slt, 0);
-	if (k->drop) {
-		cudnnBackendDescriptor_t pd = pw_new(b, CUDNN_POINTWISE_MUL, p, mask, ls);
-		reshape(b, pw_new(b, CUDNN_POINTWISE_MUL, pd, dscale, ls), pt);
-	} else {
-		reshape(b, p, pt);
-	}
+	reshape(b, p, pt);
 	kv_grad(b, k, pt, x[4], x[7], k->dv);
 	/* dS = P (dO V^T - sum) scale; dK = dS^T Q. */
 	cudnnBackendDescriptor_t dp = virt(b, f, ls);
 	matmul(b, x[4], x[2], dp);
-	if (k->drop)
-		dp = pw_new(b, CUDNN_POINTWISE_MUL, dp, mask, ls);
 	dp = pw_new(b, CUDNN_POINTWISE_SUB, dp, sum, ls);
 	dp = pw_new(b, CUDNN_POINTWISE_MUL, dp, p, ls);
-	if (k->drop)
-		dp = pw_new(b, CUDNN_POINTWISE_MUL, dp, dscale, ls);
 	cudnnBackendDescriptor_t ds = pw_new(b, CUDNN_POINTWISE_MUL, dp, scale, ls);
 	cudnnBackendDescriptor_t dst = tensor(b, 0, io, sl, slt, 0);
 	reshape(b, ds, dst);
@@ -617,7 +576,7 @@ build_graph(Build *b, const Key *k, size_t *pre)
 	shape(k, 1, 0, dim, st);
 	cudnnBackendDescriptor_t kk = tensor(b, 0, io, dim, st, 0);
 	reshape(b, x[1], kk);
-	*pre += (size_t)(k->b * k->h * k->l * 4 + 255) / 256 * 256;
+	*pre = (size_t)(k->b * k->h * k->l * 4 + 255) / 256 * 256;
 	if (k->direct) {
 		matmul(b, ds, kk, x[5]);
 		return;
@@ -877,16 +836,7 @@ make_key(const Cudnn *c, const SgrtSdpa *a, int bwd, Key *k)
 	    a->h % a->h_kv != 0 || a->b < 1 || a->h < 1 || a->l < 1 || a->s < 1 || a->e < 1 ||
 	    a->ev < 1)
 		return 0;
-	/* Dropout: the mask drawn by sgrt_attn_dev.cu; with p = 1 (scale 0)
-	 * the backward's sum / drop_scale is not finite: the kernels. */
-	if (a->drop_thresh && (!a->rng || !(a->drop_scale > 0)))
-		return 0;
-#ifndef SGRT_HAVE_ATTN_DEV
-	if (a->drop_thresh)
-		return 0;
-#endif
 	k->bwd = bwd;
-	k->drop = a->drop_thresh != 0;
 	k->direct = bwd && c->o.direct;
 	k->dtype = a->dtype;
 	k->causal = a->causal != 0;
@@ -979,18 +929,13 @@ sgrt_sdpa_exec(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, void *ws, size_t
 	if (!p || ws_bytes < p->pre + p->ws || (p->pre + p->ws && !ws))
 		return SGRT_SDPA_DECLINED;
 
-	float scale = a->scale, neginf = -INFINITY, one = k.drop ? 1.0f / a->drop_scale : 1.0f;
-	float dscale = a->drop_scale;
-	int64_t uid[16] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
-	void *dp[16] = {(void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse, &scale, &neginf};
+	float scale = a->scale, neginf = -INFINITY, one = 1.0f;
+	int64_t uid[14] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
+	void *dp[14] = {(void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse, &scale, &neginf};
 	int n = k.causal ? 7 : 6; /* -inf is the causal mask's only: a plan
 	                            without it rejects a pack that has it */
-	if (k.drop) {
-		uid[n] = U_DMASK, dp[n++] = ws;
-		uid[n] = U_DSCALE, dp[n++] = &dscale;
-	}
 	if (bwd) {
-		char *w = (char *)ws + mask_bytes(&k);
+		char *w = ws;
 		size_t sums = (size_t)(k.b * k.h * k.l * 4 + 255) / 256 * 256;
 		int64_t u2[7] = {U_DO, U_DQ, U_DK, U_DV, U_ONE, U_SUM, U_DQACC};
 		void *p2[7] = {(void *)a->dout, a->dq, a->dk, a->dv, &one, w, w + sums};
@@ -1002,18 +947,6 @@ sgrt_sdpa_exec(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, void *ws, size_t
 	cudnnBackendDescriptor_t vp = NULL;
 	cudnnStatus_t e = c->f.BackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
 	int h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, name ? name : "sdpa[cudnn]", sgline);
-#ifdef SGRT_HAVE_ATTN_DEV
-	if (k.drop) {
-		int ce = sgrt_attn_drop_mask(k.dtype, ws, k.b * k.h * k.l * k.s, a->rng, a->salt,
-		                             a->drop_thresh, m->stream[s]);
-		if (ce != (int)cudaSuccess) {
-			if (vp)
-				(void)c->f.BackendDestroyDescriptor(vp);
-			return sgrt_fail(m, SGRT_ECUDA, sgline, "attention's dropout mask: %s",
-			                 cudaGetErrorString((cudaError_t)ce));
-		}
-	}
-#endif
 	if (e == CUDNN_STATUS_SUCCESS)
 		e = c->f.BackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
 		                             n, uid);

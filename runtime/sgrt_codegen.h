@@ -55,9 +55,6 @@ void sgrt_cg_add_kernels(SgrtModel *m, int n);
 		SGRT_SDPA_ST_((sd)->v_st, fp, v), SGRT_SDPA_ST_((sd)->o_st, fp, o); \
 		SGRT_SDPA_ST_((sd)->do_st, fp, do), SGRT_SDPA_ST_((sd)->dq_st, fp, dq); \
 		SGRT_SDPA_ST_((sd)->dk_st, fp, dk), SGRT_SDPA_ST_((sd)->dv_st, fp, dv); \
-		(sd)->rng = (fp)->rng, (sd)->salt = (fp)->salt;               \
-		(sd)->drop_thresh = (fp)->drop_thresh;                        \
-		(sd)->drop_scale = (fp)->drop_scale;                          \
 	} while (0)
 
 /* Attention *a through cuDNN (sgrt_sdpa) or, when cuDNN is unavailable or

@@ -135,13 +135,6 @@ void sgrt_symm_release(SgrtModel *m);
 int sgrt_blas_epilogue(int dtype, int act, void *d, int64_t ldc, void *aux,
                        int64_t ldaux, int64_t rows, int64_t cols, cudaStream_t s);
 
-/* sgrt_attn_dev.cu (built by nvcc; SGRT_HAVE_ATTN_DEV): the dropout mask
- * of n attention weights of dtype (f16, bf16) into mask on stream s, 1
- * or 0 per weight as sgk_random.h draws them (state: the device's
- * opt.rng); a cudaError_t. */
-int sgrt_attn_drop_mask(int dtype, void *mask, int64_t n, const long long *state, unsigned salt,
-                        unsigned long long thresh, cudaStream_t s);
-
 /* The device half of symmetric memory, built by nvcc (docs/runtime.md).
  * NCCL results and CUDA errors as int; devcomm is an ncclDevComm, win an
  * ncclWindow_t.  A one-shot launch has at most SGRT_SYMM_CTAS CTAs and

@@ -847,15 +847,17 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 		delta = cg_alloc_tmp(G, n, "float", rows * 4, "delta");
 	if (!lse)
 		ICE("attention backward before its paired forward");
-	/* f16 and bf16 try cuDNN first (sgrt_sdpa, grouped-query heads too,
-	 * dropout_p through the mask the runtime draws as these kernels and the
-	 * interpreter do), these kernels the fallback. */
+	/* f16 and bf16 try cuDNN first (sgrt_sdpa, grouped-query heads too),
+	 * these kernels the fallback; with dropout_p these kernels alone (they
+	 * draw the mask the interpreter draws; cuDNN draws its own, and given
+	 * sgc's as a tensor ran slower than these kernels at GPT-2's shape:
+	 * docs/performance.md). */
 	double p = ir_attr_float(n, "dropout_p", 0);
 	int drop = p > 0;
 	if (drop && G->rng_slot < 0)
 		ICE("attention's dropout without the generator state");
 	c->attn_dropout |= drop;
-	int cd = dt == DT_F16 || dt == DT_BF16, fw = !bwd || pair == NONE;
+	int cd = (dt == DT_F16 || dt == DT_BF16) && !drop, fw = !bwd || pair == NONE;
 	CG_EMIT(G->body, "host.cu:flash", {"nb0", cg_num(c, f.nb[0])}, {"nb1", cg_num(c, f.nb[1])},
 	        {"l", cg_num(c, f.L)}, {"slen", cg_num(c, f.S)}, {"e", cg_num(c, f.E)},
 	        {"ev", cg_num(c, f.Ev)}, {"scale", cg_lit_float(c, (double)(float)scale, 1)},

@@ -3,10 +3,8 @@
  * against the kernel library (sgk_attention.cuh's flash kernels), forward
  * (o, lse) and backward (dq, dk, dv), for bf16 and f16, causal or not,
  * head dims 64, 128, 256, packed [b, h, t, d] tensors or q, k, v as
- * slices of one [b, t, 3, h, d] buffer; with attention's dropout too (the
- * flash kernels draw the mask in place, cuDNN multiplies by the one libsgrt
- * draws: the same weights dropped); then the times of both at the bench
- * shape, and with dropout at GPT-2's.  Built by tests/gpu/run_cudnn_attention.sh.  Exit 0 when
+ * slices of one [b, t, 3, h, d] buffer; then the times of both at the
+ * bench shape.  Built by tests/gpu/run_cudnn_attention.sh.  Exit 0 when
  * every case ran through cuDNN and matched.
  */
 #include <algorithm>
@@ -73,14 +71,12 @@ static double rel(const T *a, const T *b, size_t n)
 struct Case {
 	int bf16, causal, packed;
 	int b, h, l, s, d;
-	float drop; /* dropout_p (0: none) */
 };
 
 /* Buffers and strides of one case: q,k,v,o,do,dq,dk,dv. */
 struct Bufs {
 	void *qkv, *o, *dout, *dqkv, *o2, *dqkv2;
 	float *lse, *lse2, *delta;
-	sgk_i64 *rng; /* dropout: the generator state (seed, offset) */
 	SgFlashParams fp;
 };
 
@@ -117,21 +113,11 @@ static void setup(const Case &c, Bufs &B)
 	p.o = B.o, p.lse = B.lse, p.dout = B.dout;
 	CK(cudaMalloc(&B.delta, sg_flash_bwd_workspace(&p)));
 	p.delta = B.delta;
-	B.rng = NULL;
-	if (c.drop > 0) {
-		const sgk_i64 state[2] = {0x5eed1234abcdLL, 7};
-		CK(cudaMalloc(&B.rng, sizeof state));
-		CK(cudaMemcpy(B.rng, state, sizeof state, cudaMemcpyHostToDevice));
-		p.rng = B.rng;
-		p.salt = 3;
-		p.drop_thresh = sgk_dropout_threshold(c.drop);
-		p.drop_scale = (float)sgk_dropout_scale(c.drop);
-	}
 }
 
 static void release(Bufs &B)
 {
-	void *p[] = {B.qkv, B.o, B.dout, B.dqkv, B.o2, B.dqkv2, B.lse, B.lse2, B.delta, B.rng};
+	void *p[] = {B.qkv, B.o, B.dout, B.dqkv, B.o2, B.dqkv2, B.lse, B.lse2, B.delta};
 	for (void *x : p)
 		CK(cudaFree(x));
 }
@@ -170,9 +156,8 @@ static int check(SgrtModel *m, const Case &c)
 	CK(cudaStreamSynchronize(st));
 	size_t nq = (size_t)c.b * c.h * c.l * c.d;
 	size_t nqkv = c.packed ? nq + 2 * (size_t)c.b * c.h * c.s * c.d : 3 * nq;
-	printf("%-4s %-6s %-7s %4d %4d %5d %5d %4d %4.2f ", c.bf16 ? "bf16" : "f16",
-	       c.causal ? "causal" : "full", c.packed ? "bhtd" : "bt3hd", c.b, c.h, c.l, c.s, c.d,
-	       c.drop);
+	printf("%-4s %-6s %-7s %4d %4d %5d %5d %4d ", c.bf16 ? "bf16" : "f16",
+	       c.causal ? "causal" : "full", c.packed ? "bhtd" : "bt3hd", c.b, c.h, c.l, c.s, c.d);
 	if (s1 != SGRT_OK || s2 != SGRT_OK) {
 		printf("  FAIL (%s: %s)\n", why(s1 != SGRT_OK ? s1 : s2), sgrt_last_error(m));
 		sgrt_clear_error(m);
@@ -214,10 +199,9 @@ static double timeit(cudaStream_t st, F f)
 	return t[2];
 }
 
-/* The times of the kernel library and cuDNN at case c (ms per layer):
- * fwd, bwd of each; nonzero when cuDNN failed. */
-static int times(SgrtModel *m, const Case &c, double t[4])
+static int bench(SgrtModel *m)
 {
+	Case c = {1, 1, 0, 8, 16, 2048, 2048, 128};
 	typedef __nv_bfloat16 T;
 	Bufs B;
 	SgrtSdpa sd;
@@ -225,44 +209,22 @@ static int times(SgrtModel *m, const Case &c, double t[4])
 	to_cudnn(c, B, &sd);
 	cudaStream_t st = sgrt_stream(m, 0);
 	int bad = 0;
-	t[0] = timeit(st, [&] { CK(sg_launch_flash_fwd<T>(&B.fp, st)); });
-	t[1] = timeit(st, [&] { CK(sg_launch_flash_bwd<T>(&B.fp, st)); });
-	t[2] = timeit(st, [&] { bad |= sgrt_sdpa(m, 0, &sd, 0, "f", 1); });
-	t[3] = timeit(st, [&] { bad |= sgrt_sdpa(m, 0, &sd, 1, "b", 1); });
-	release(B);
-	return bad;
-}
-
-static int bench(SgrtModel *m)
-{
-	Case g2 = {1, 1, 0, 8, 12, 1024, 1024, 64, 0.1f};
-	double t[4];
-	int bad2 = times(m, g2, t);
-	printf("\nbench: GPT-2 small's attention in training, B=8 T=1024 H=12 D=64 causal bf16, "
-	       "dropout_p 0.1 (ms per layer)\n");
-	printf("  %-22s %8.3f %8.3f %8.3f %12.2f (12 layers)\n", "sgk (kernel library)", t[0],
-	       t[1], t[0] + t[1], 12 * (t[0] + t[1]));
-	if (bad2)
-		printf("  cuDNN: FAIL (%s)\n", sgrt_last_error(m));
-	else
-		printf("  %-22s %8.3f %8.3f %8.3f %12.2f (12 layers; the mask drawn in each)\n",
-		       "cuDNN (sgrt_sdpa)", t[2], t[3], t[2] + t[3], 12 * (t[2] + t[3]));
-	printf("BENCH_MS_DROPOUT sgk_fwd=%.4f sgk_bwd=%.4f cudnn_fwd=%.4f cudnn_bwd=%.4f\n", t[0],
-	       t[1], bad2 ? -1.0 : t[2], bad2 ? -1.0 : t[3]);
-	Case c = {1, 1, 0, 8, 16, 2048, 2048, 128, 0};
-	int bad = times(m, c, t);
+	double kf = timeit(st, [&] { CK(sg_launch_flash_fwd<T>(&B.fp, st)); });
+	double kb = timeit(st, [&] { CK(sg_launch_flash_bwd<T>(&B.fp, st)); });
+	double cf = timeit(st, [&] { bad |= sgrt_sdpa(m, 0, &sd, 0, "f", 1); });
+	double cb = timeit(st, [&] { bad |= sgrt_sdpa(m, 0, &sd, 1, "b", 1); });
 	printf("\nbench: B=8 T=2048 H=16 D=128 causal bf16, q k v slices of [B,T,3,H,D] (ms per layer)\n");
 	printf("  %-22s %8s %8s %8s %12s\n", "", "fwd", "bwd", "fwd+bwd", "8 layers");
-	printf("  %-22s %8.3f %8.3f %8.3f %12.2f\n", "sgk (kernel library)", t[0], t[1], t[0] + t[1],
-	       8 * (t[0] + t[1]));
+	printf("  %-22s %8.3f %8.3f %8.3f %12.2f\n", "sgk (kernel library)", kf, kb, kf + kb, 8 * (kf + kb));
 	if (bad)
 		printf("  cuDNN: FAIL (%s)\n", sgrt_last_error(m));
 	else
-		printf("  %-22s %8.3f %8.3f %8.3f %12.2f   target <= 12 ms: %s\n", "cuDNN (sgrt_sdpa)",
-		       t[2], t[3], t[2] + t[3], 8 * (t[2] + t[3]), 8 * (t[2] + t[3]) <= 12.0 ? "met" : "NOT met");
-	printf("BENCH_MS sgk_fwd=%.4f sgk_bwd=%.4f cudnn_fwd=%.4f cudnn_bwd=%.4f\n", t[0], t[1],
-	       bad ? -1.0 : t[2], bad ? -1.0 : t[3]);
-	return bad != 0 || bad2 != 0;
+		printf("  %-22s %8.3f %8.3f %8.3f %12.2f   target <= 12 ms: %s\n", "cuDNN (sgrt_sdpa)", cf,
+		       cb, cf + cb, 8 * (cf + cb), 8 * (cf + cb) <= 12.0 ? "met" : "NOT met");
+	printf("BENCH_MS sgk_fwd=%.4f sgk_bwd=%.4f cudnn_fwd=%.4f cudnn_bwd=%.4f\n", kf, kb,
+	       bad ? -1.0 : cf, bad ? -1.0 : cb);
+	release(B);
+	return bad != 0;
 }
 
 /* Every case against the kernel library: the number that failed. */
@@ -270,22 +232,17 @@ static int checks(SgrtModel *m)
 {
 	int fails = 0;
 	printf("cuDNN vs kernel library: max|diff| / max|ref| of o, lse, and d(q,k,v)\n");
-	printf("%-4s %-6s %-7s %4s %4s %5s %5s %4s %4s  %9s %9s %9s\n", "dt", "mask", "layout", "B",
-	       "H", "Tq", "Tkv", "D", "drop", "o", "lse", "dqkv");
+	printf("%-4s %-6s %-7s %4s %4s %5s %5s %4s  %9s %9s %9s\n", "dt", "mask", "layout", "B",
+	       "H", "Tq", "Tkv", "D", "o", "lse", "dqkv");
 	int dims[3] = {64, 128, 256};
 	for (int bf = 1; bf >= 0; bf--)
 		for (int ca = 1; ca >= 0; ca--)
 			for (int di = 0; di < 3; di++) {
-				Case c = {bf, ca, di != 1, 2, 4, 384, 384, dims[di], 0};
+				Case c = {bf, ca, di != 1, 2, 4, 384, 384, dims[di]};
 				fails += bf ? check<__nv_bfloat16>(m, c) : check<__half>(m, c);
 			}
-	/* with dropout: 201 x 201 weights a head leave a partial Philox block
-	 * (the mask kernel's scalar tail); GPT-2 small's attention */
-	Case extra[] = {{1, 0, 1, 1, 8, 128, 512, 128, 0}, {1, 1, 1, 1, 8, 512, 128, 128, 0},
-	                {0, 1, 1, 3, 2, 200, 200, 64, 0}, {1, 1, 0, 4, 16, 1024, 1024, 128, 0},
-	                {1, 1, 1, 2, 4, 384, 384, 64, 0.1f}, {1, 0, 0, 2, 4, 384, 384, 128, 0.2f},
-	                {0, 1, 1, 3, 2, 201, 201, 64, 0.3f}, {1, 0, 1, 1, 8, 128, 512, 128, 0.5f},
-	                {1, 1, 0, 8, 12, 1024, 1024, 64, 0.1f}};
+	Case extra[] = {{1, 0, 1, 1, 8, 128, 512, 128}, {1, 1, 1, 1, 8, 512, 128, 128},
+	                {0, 1, 1, 3, 2, 200, 200, 64}, {1, 1, 0, 4, 16, 1024, 1024, 128}};
 	for (const Case &c : extra)
 		fails += c.bf16 ? check<__nv_bfloat16>(m, c) : check<__half>(m, c);
 	return fails;
