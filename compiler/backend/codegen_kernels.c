@@ -422,6 +422,21 @@ clamp(Pw *p, const Node *n, DType rdt)
 	return e;
 }
 
+/* The literals of dropout probability p's threshold and scale
+ * (sgk_random.h), the scale in float (f) or double. */
+static char *
+drop_thresh(Cg *c, double p)
+{
+	return cg_fmt(c, "%lluull", (unsigned long long)sgk_dropout_threshold(p));
+}
+
+static char *
+drop_scale(Cg *c, double p, int f)
+{
+	double s = sgk_dropout_scale(p);
+	return cg_lit_float(c, f ? (double)(float)s : s, f);
+}
+
 /* dropout(x, p=, salt=) in the result's domain: element i kept (x times
  * the scale) when its draw, word i % 4 of Philox block i / 4
  * (sgk_random.h), reaches the threshold, else x * 0.  The salt is a
@@ -444,10 +459,9 @@ dropout(Pw *p, const Node *n, DType rdt)
 		q = cg_fmt(c, "(sg_i64)w * %d + (j >> 2)", p->vec / 4);
 		lane = "j & 3";
 	}
-	return cg_fmt(c, "sgk_dropout_%s(%s, sgk_draw(rng, s%u, %s, %s), %lluull, %s)",
-	              f ? "f" : "d", operand(p, n, 0, domain(rdt)), p->nsalt++, q, lane,
-	              (unsigned long long)sgk_dropout_threshold(pr),
-	              cg_lit_float(c, f ? (double)(float)sgk_dropout_scale(pr) : sgk_dropout_scale(pr), f));
+	return cg_fmt(c, "sgk_dropout_%s(%s, sgk_draw(rng, s%u, %s, %s), %s, %s)", f ? "f" : "d",
+	              operand(p, n, 0, domain(rdt)), p->nsalt++, q, lane, drop_thresh(c, pr),
+	              drop_scale(c, pr, f));
 }
 
 /* The value node n computes, before conversion to its result dtype, and
@@ -876,8 +890,7 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 	        {"kname_bwd", bwd ? cg_kernel_name(G, n, "flash_bwd") : ""},
 	        {"drop", drop ? "1" : ""}, {"slot", cg_num(c, G->rng_slot)},
 	        {"salt", cg_fmt(c, "%uu", (unsigned)ir_attr_int(n, "salt", 0))},
-	        {"thresh", cg_fmt(c, "%lluull", (unsigned long long)sgk_dropout_threshold(p))},
-	        {"dscale", cg_lit_float(c, (double)(float)sgk_dropout_scale(p), 1)});
+	        {"thresh", drop_thresh(c, p)}, {"dscale", drop_scale(c, p, 1)});
 	if (bwd)
 		cg_free_tmp(G, n, delta);
 	if (bwd && pair == NONE)
@@ -958,9 +971,7 @@ cg_sdpa_simt(CgGraph *G, const Node *n, int o, DType dt, CgSdpa *s)
 		{"drop", drop ? "1" : ""},
 		{"dparam", drop ? " const sgk_i64 *__restrict__ rng," : ""},
 		{"salt", cg_fmt(c, "%uu", (unsigned)ir_attr_int(n, "salt", 0))},
-		{"thresh", cg_fmt(c, "%lluull", (unsigned long long)sgk_dropout_threshold(p))},
-		{"dscale", cg_lit_float(c, f ? (double)(float)sgk_dropout_scale(p)
-		                              : sgk_dropout_scale(p), f)},
+		{"thresh", drop_thresh(c, p)}, {"dscale", drop_scale(c, p, f)},
 	};
 	memcpy(s->b, b, sizeof b);
 }

@@ -171,8 +171,7 @@ attn_back(Interp *I, const Node *n, const AttnLoop *a, Tensor **in, int64_t b,
 	Tensor *g = in[0], *q = in[1], *k = in[2], *v = in[3];
 	double *p = xmalloc((size_t)(tk + 1) * sizeof *p);
 	double *dp = xmalloc((size_t)(tk + 1) * sizeof *dp);
-	double *z = ir_attr_float(n, "dropout_p", 0) > 0 ? xmalloc((size_t)(tk + 1) * sizeof *z)
-	                                                : NULL;
+	double *z = ir_draws(n) ? xmalloc((size_t)(tk + 1) * sizeof *z) : NULL;
 	for (int64_t i = 0; i < tq; i++) {
 		attn_row(a, q, off[1], k, off[2], off[4], i, tk, e, scale, causal, p);
 		if (z)

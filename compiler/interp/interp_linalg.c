@@ -322,8 +322,7 @@ interp_sdpa(Interp *I, Node *n, Tensor **in, Tensor **out)
 	char *S = xmalloc((size_t)(tq * tk + 1) * es);
 	char *O = xmalloc((size_t)r->numel * es);
 	/* dropout_p: the weights times their dropout factors */
-	double *z = ir_attr_float(n, "dropout_p", 0) > 0 ? xmalloc((size_t)(tk + 1) * sizeof *z)
-	                                                : NULL;
+	double *z = ir_draws(n) ? xmalloc((size_t)(tk + 1) * sizeof *z) : NULL;
 	for (int64_t b = 0; b < al.nb; b++) {
 		int64_t off[6];
 		interp_attn_offsets(&al, b, off);

@@ -667,7 +667,7 @@ sdpa_mask_grad(Grad *G, const Node *n, ValId g)
 	int rv = grad_type(G, v)->rank;
 	ValId vt = grad_transpose(G, v, rv - 2, rv - 1);
 	ValId dp = grad_op2(G, OP_MATMUL, V(g), V(vt));
-	if (ir_attr_float(n, "dropout_p", 0) > 0) { /* the weights' dropout, on dp */
+	if (ir_draws(n)) { /* the weights' dropout, on dp */
 		Opnd od = V(dp);
 		m = grad_node(G, OP_DROPOUT, &od, 1);
 		grad_setf(m, "p", ir_attr_float(n, "dropout_p", 0));

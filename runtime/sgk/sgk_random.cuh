@@ -62,14 +62,18 @@ static __device__ __forceinline__ uint4 sgk_draws(const SgkDraws &d, sgk_i64 q)
 	        d.key);
 }
 
+/* Word j (0..3) of a block's draws. */
+static __device__ __forceinline__ unsigned sgk_word(const uint4 &u, int j)
+{
+	return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w;
+}
+
 /* Whether a dropout with these draws keeps element i (its own block:
  * for kernels that visit elements one by one, attention's weights). */
 static __device__ __forceinline__ bool sgk_keep(const SgkDraws &d, sgk_i64 i,
                                                 unsigned long long thresh)
 {
-	const uint4 u = sgk_draws(d, i >> 2);
-	const int j = (int)(i & 3);
-	return (j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w) >= thresh;
+	return sgk_word(sgk_draws(d, i >> 2), (int)(i & 3)) >= thresh;
 }
 
 /* Word `lane` of the draws of block q: a dropout's element in a
@@ -78,8 +82,7 @@ static __device__ __forceinline__ bool sgk_keep(const SgkDraws &d, sgk_i64 i,
 static __device__ __forceinline__ unsigned sgk_draw(const sgk_i64 *__restrict__ state,
                                                     unsigned salt, sgk_i64 q, int lane)
 {
-	const uint4 u = sgk_draws(sgk_draws_init(state, salt), q);
-	return lane == 0 ? u.x : lane == 1 ? u.y : lane == 2 ? u.z : u.w;
+	return sgk_word(sgk_draws(sgk_draws_init(state, salt), q), lane);
 }
 
 /* A dropout's element x given its draw u (sgk_random.h). */
