@@ -57,6 +57,7 @@ ${?drop}		fp.rng = (const sgk_i64 *)io[${slot}];
 ${?drop}		fp.salt = ${salt};
 ${?drop}		fp.drop_thresh = ${thresh};
 ${?drop}		fp.drop_scale = ${dscale};
+${?dmask}		fp.dmask = ${dmask}; /* the keep bits, the forward's for the backward */
 ${?cudnn}		/* cuDNN's fused attention first; the kernels when it declines. */
 ${?cudnn}		SgrtSdpa sd;
 ${?cudnn}		SGRT_SDPA_FROM_FLASH(&sd, &fp, ${sdt});

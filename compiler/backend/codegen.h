@@ -29,6 +29,12 @@ typedef struct {
 
 typedef struct CgGraph CgGraph;
 
+/* The variables a paired attention forward keeps for its backward: the
+ * row log-sum-exp, and with dropout_p the keep bits (NULL: none). */
+typedef struct {
+	const char *lse, *dmask;
+} CgAttnKept;
+
 /* A set of pointwise nodes computed by one kernel: a group of the fusion
  * pass (FuseGroup, sgc.h), or a single node at -O0. */
 typedef FuseGroup CgGroup;
@@ -193,8 +199,8 @@ struct CgGraph {
 	                         pointwise kernel being built, 0: none */
 	const KernelFold *fold; /* -O2: views read by products, epilogues,
 	                         attention layouts (kernels.c), or NULL */
-	const char **lse;     /* per paired attention forward: its log-sum-exp's
-	                         variable (set when emitted) */
+	CgAttnKept *kept;     /* per paired attention forward: what it keeps for
+	                         its backward (set when emitted) */
 	const MemPlan *plan;  /* the static memory plan (memplan.c), or NULL */
 	FILE *body;           /* the call's statements, while written */
 	char *bodytext;       /* then their text (malloc'd) */
@@ -370,8 +376,8 @@ int cg_fold_by_product(CgGraph *G, NodeId i);
  * log-sum-exp instead of computing them again; for that backward, the
  * forward; NONE otherwise. */
 NodeId cg_fold_pair(CgGraph *G, NodeId i);
-/* The variable of paired forward i's log-sum-exp (set by the forward). */
-const char **cg_fold_lse(CgGraph *G, NodeId i);
+/* What paired forward i keeps for its backward (set by the forward). */
+CgAttnKept *cg_fold_kept(CgGraph *G, NodeId i);
 
 /* ------------------------------------------------------------------ codegen_coll.c */
 

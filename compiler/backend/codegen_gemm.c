@@ -399,8 +399,8 @@ cg_fold_pair(CgGraph *G, NodeId i)
 	return G->fold ? G->fold->pair[i] : NONE;
 }
 
-const char **
-cg_fold_lse(CgGraph *G, NodeId i)
+CgAttnKept *
+cg_fold_kept(CgGraph *G, NodeId i)
 {
-	return &G->lse[i];
+	return &G->kept[i];
 }

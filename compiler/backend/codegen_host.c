@@ -299,7 +299,7 @@ cg_graph_analyse(CgGraph *G, Cg *c, Graph *g)
 	G->groups = &s->groups;
 	G->fold = s->fold;
 	G->plan = &s->plan;
-	G->lse = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->lse);
+	G->kept = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->kept);
 	G->optslot = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->optslot);
 	G->scratch = arena_alloc(c->a, (g->nodes.n + 1) * sizeof *G->scratch);
 	G->pw_reg = arena_alloc(c->a, (g->vals.n + 1) * sizeof *G->pw_reg);

@@ -847,29 +847,41 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 	cg_use_library(G, "sgk_attention.cuh");
 	int64_t rows = f.nb[0] * f.nb[1] * f.L;
 	NodeId i = (NodeId)(n - G->g->nodes.v), pair = cg_fold_pair(G, i);
-	const char *out = var[3], *lse, *delta = NULL;
+	const char *out = var[3], *lse, *dmask = NULL, *delta = NULL;
+	/* f16 and bf16 try cuDNN first (sgrt_sdpa, grouped-query heads too),
+	 * these kernels the fallback; with dropout_p these kernels alone (they
+	 * draw the mask the interpreter draws; cuDNN draws its own, and given
+	 * sgc's as a tensor ran slower than these kernels at GPT-2's shape:
+	 * docs/performance.md).  With dropout the forward stores its keep
+	 * bits (dmask) and the backward reads them instead of drawing again. */
+	double p = ir_attr_float(n, "dropout_p", 0);
+	int drop = p > 0;
+	if (drop && G->rng_slot < 0)
+		ICE("attention's dropout without the generator state");
 	if (bwd && pair != NONE) {
-		lse = *cg_fold_lse(G, pair); /* the forward's o and lse */
+		const CgAttnKept *kp = cg_fold_kept(G, pair); /* the forward's o, lse, bits */
+		lse = kp->lse;
+		dmask = kp->dmask;
 	} else {
 		lse = cg_alloc_tmp(G, n, "float", rows * 4, "lse");
-		if (pair != NONE)
-			*cg_fold_lse(G, i) = lse; /* kept for the backward */
+		if (drop && (bwd || pair != NONE))
+			dmask = cg_alloc_tmp_expr(
+			        G, n, "unsigned",
+			        cg_fmt(c, "sg_flash_dropout_mask_bytes<%s>(%lld, %lld, %lld, %lld, %lld)",
+			               cg_ctype(dt), (long long)(f.nb[0] * f.nb[1]), (long long)f.L,
+			               (long long)f.S, (long long)f.E, (long long)f.Ev),
+			        "dmask");
+		if (pair != NONE) { /* kept for the backward */
+			cg_fold_kept(G, i)->lse = lse;
+			cg_fold_kept(G, i)->dmask = dmask;
+		}
 	}
 	if (bwd && pair == NONE)
 		out = cg_alloc_tmp(G, n, cg_ctype(dt), rows * f.Ev * dtype_size(dt), "o");
 	if (bwd)
 		delta = cg_alloc_tmp(G, n, "float", rows * 4, "delta");
-	if (!lse)
+	if (!lse || (bwd && drop && !dmask))
 		ICE("attention backward before its paired forward");
-	/* f16 and bf16 try cuDNN first (sgrt_sdpa, grouped-query heads too),
-	 * these kernels the fallback; with dropout_p these kernels alone (they
-	 * draw the mask the interpreter draws; cuDNN draws its own, and given
-	 * sgc's as a tensor ran slower than these kernels at GPT-2's shape:
-	 * docs/performance.md). */
-	double p = ir_attr_float(n, "dropout_p", 0);
-	int drop = p > 0;
-	if (drop && G->rng_slot < 0)
-		ICE("attention's dropout without the generator state");
 	c->attn_dropout |= drop;
 	int cd = (dt == DT_F16 || dt == DT_BF16) && !drop, fw = !bwd || pair == NONE;
 	CG_EMIT(G->body, "host.cu:flash", {"nb0", cg_num(c, f.nb[0])}, {"nb1", cg_num(c, f.nb[1])},
@@ -886,7 +898,7 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 	        {"bwd_sgk", bwd && !cd ? "1" : ""},
 	        {"g", bwd ? var[4] : ""}, {"dq", bwd ? var[5] : ""},
 	        {"dk", bwd ? var[6] : ""}, {"dv", bwd ? var[7] : ""},
-	        {"delta", bwd ? delta : ""},
+	        {"delta", bwd ? delta : ""}, {"dmask", dmask ? dmask : ""},
 	        {"kname_bwd", bwd ? cg_kernel_name(G, n, "flash_bwd") : ""},
 	        {"drop", drop ? "1" : ""}, {"slot", cg_num(c, G->rng_slot)},
 	        {"salt", cg_fmt(c, "%uu", (unsigned)ir_attr_int(n, "salt", 0))},
@@ -895,8 +907,11 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 		cg_free_tmp(G, n, delta);
 	if (bwd && pair == NONE)
 		cg_free_tmp(G, n, out);
-	if (bwd || pair == NONE)
+	if (bwd || pair == NONE) {
 		cg_free_tmp(G, n, lse);
+		if (dmask)
+			cg_free_tmp(G, n, dmask);
+	}
 	return 1;
 }
 

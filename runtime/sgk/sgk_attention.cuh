@@ -39,6 +39,8 @@
  *       own strides); p->delta: sg_flash_bwd_workspace bytes of scratch.
  *       With broadcast batch dims in k or v, give dk/dv full-size buffers
  *       and sum over the broadcast dims after.
+ *   size_t sg_flash_dropout_mask_bytes<T>(long long nb, int L, int S, int D, int Dv)
+ *       bytes for p->dmask (attention with dropout, below).
  * Grouped-query attention: with kv_group > 1, k and v (and dk, dv) have
  * nb1 / kv_group heads, head b1 / kv_group serving query head b1 (no
  * repeated copy); the backward sums dk, dv over each group in the kernel.
@@ -48,8 +50,16 @@
  * generator state rng (sgk_random.h): kept when its word >= drop_thresh
  * (sgk_dropout_threshold(p)), times drop_scale, else times 0.  The
  * forward's softmax statistics (lse) are those of the undropped weights;
- * the backward draws the same mask (dV from the dropped weights, dS from
+ * the backward applies the same mask (dV from the dropped weights, dS from
  * dP times the mask's factor).  drop_thresh 0: no dropout, no draws.
+ * On the tensor-core path the forward also stores the mask as keep bits
+ * in dmask, sg_flash_dropout_mask_bytes<T>(nb, L, S, D, Dv) bytes ([nb0 *
+ * nb1, L] rows of (S + 31) / 32 words, bit j % 32 of word j / 32 for key
+ * j), and the backward reads them instead of drawing again (a draw costs
+ * as much as the tile's products at head dim 64): give the backward the
+ * dmask its forward wrote (the bits of every weight a causal row sees,
+ * so a backward of any tiles finds its own); the size is 0 on the SIMT
+ * path, whose backward draws.
  * Each kernel has a dropout instance (template flag DROP), so that the
  * kernels without dropout stay as they were; SGK_FA_NO_DROPOUT defined
  * leaves those out (launches with dropout fail, cudaErrorNotSupported).
@@ -89,6 +99,8 @@ struct SgFlashParams {
 	unsigned salt;                   /* dropout: the op's salt */
 	unsigned long long drop_thresh;  /* dropout: sgk_dropout_threshold(p), a draw below it drops; 0: no dropout */
 	float drop_scale;                /* dropout: (float)sgk_dropout_scale(p) */
+	unsigned *dmask;                 /* dropout, tensor-core path: the forward's keep bits, which
+	                                    the backward reads (sg_flash_dropout_mask_bytes) */
 };
 
 /* ------------------------------------------------------------------ PTX wrappers */
@@ -327,44 +339,82 @@ SGK_DEV unsigned sgk_fa_keep_rows(const SgkDraws &d, const SgFlashParams &p, int
 	return km;
 }
 
-/* Keep bits of a dK/dV warp's tile (transposed: rows are keys), bit
- * 4 t + e for the element of key key0 + 8 (e >> 1) (key0 = a multiple of
- * 4 + gi) and query qc0 + t * 8 + tig * 2 + (e & 1).  With S % 4 == 0,
- * the four lanes gi & 3 = 0..3 of a tig hold keys 4m .. 4m + 3 of the
- * same four (query, key half) pairs e = 0..3, a Philox block each: lane
- * r = gi & 3 draws pair r's, and two shuffles give each lane the sixteen
- * bits; else a block an element. */
+/* The keep bits the forward stores for the backward (dmask: a row of
+ * (S + 31) / 32 words, bit j % 32 of word j / 32 for key j). */
+SGK_DEV int sgk_fa_mask_words(const SgFlashParams &p)
+{
+	return (p.S + 31) >> 5;
+}
+
+/* Stores keep bits km of a warp's 16 x (8 NT8) tile (sgk_fa_keep_rows's
+ * layout, col0 a multiple of 32): the four lanes of a row group OR their
+ * bits into each 32-key word of rows row0 and row0 + 8, and one stores it. */
 template <int NT8>
-SGK_DEV unsigned sgk_fa_keep_cols(const SgkDraws &d, const SgFlashParams &p, int b, int qc0,
-                                  int key0)
+SGK_DEV void sgk_fa_mask_store(const SgFlashParams &p, int b, int row0, int col0, unsigned km)
+{
+	static_assert(NT8 % 4 == 0 && NT8 <= 8, "whole words, a bit an element");
+	const int tig = threadIdx.x & 3, nw = sgk_fa_mask_words(p);
+#pragma unroll
+	for (int g = 0; g < NT8 / 4; g++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			unsigned w = 0;
+#pragma unroll
+			for (int t = 0; t < 4; t++)
+				w |= (km >> (4 * (4 * g + t) + 2 * h) & 3u) << (8 * t + 2 * tig);
+			w |= __shfl_xor_sync(0xffffffffu, w, 1);
+			w |= __shfl_xor_sync(0xffffffffu, w, 2);
+			const int row = row0 + 8 * h, wd = (col0 >> 5) + g;
+			if (tig == ((2 * g + h) & 3) && row < p.L && wd < nw)
+				p.dmask[((sgk_i64)b * p.L + row) * nw + wd] = w;
+		}
+}
+
+/* The stored keep bits of a warp's 16 x (8 NT8) tile in sgk_fa_keep_rows's
+ * layout (the dQ kernel's; col0 a multiple of 32). */
+template <int NT8>
+SGK_DEV unsigned sgk_fa_mask_rows(const SgFlashParams &p, int b, int row0, int col0)
+{
+	static_assert(NT8 % 4 == 0 && NT8 <= 8, "whole words, a bit an element");
+	const int tig = threadIdx.x & 3, nw = sgk_fa_mask_words(p);
+	unsigned km = 0;
+#pragma unroll
+	for (int h = 0; h < 2; h++)
+#pragma unroll
+		for (int g = 0; g < NT8 / 4; g++) {
+			const int row = row0 + 8 * h, wd = (col0 >> 5) + g;
+			const unsigned w =
+			        row < p.L && wd < nw ? __ldg(p.dmask + ((sgk_i64)b * p.L + row) * nw + wd) : 0u;
+#pragma unroll
+			for (int t = 0; t < 4; t++)
+				km |= (w >> (8 * t + 2 * tig) & 3u) << (4 * (4 * g + t) + 2 * h);
+		}
+	return km;
+}
+
+/* The stored keep bits of a dK/dV warp's tile (transposed: rows are keys),
+ * bit 4 t + e for the element of key kb + gi + 8 (e >> 1) (kb: the warp's
+ * first key, a multiple of 16) and query qc0 + t * 8 + tig * 2 + (e & 1):
+ * a word a query, the warp's 16 keys in one of its halves. */
+template <int NT8>
+SGK_DEV unsigned sgk_fa_mask_cols(const SgFlashParams &p, int b, int qc0, int kb)
 {
 	static_assert(NT8 <= 8, "a bit an element");
-	const int lane = threadIdx.x & 31, r = (lane >> 2) & 3, tig = lane & 3;
-	const unsigned long long th = p.drop_thresh;
+	const int lane = threadIdx.x & 31, gi = lane >> 2, tig = lane & 3, nw = sgk_fa_mask_words(p);
+	const int sh = (kb & 31) + gi;
+	const unsigned *m = p.dmask + (sgk_i64)b * p.L * nw + (kb >> 5);
 	unsigned km = 0;
-	if ((p.S & 3) == 0) {
-		const sgk_i64 q =
-		        (((sgk_i64)b * p.L + qc0 + 2 * tig + (r & 1)) * p.S + key0 - r + 8 * (r >> 1)) >> 2;
-		const sgk_i64 step = 2 * (sgk_i64)p.S; /* 8 queries on */
-#pragma unroll 1
-		for (int t = 0; t < NT8; t++) {
-			/* bits 4 e' .. 4 e' + 3: pair e''s block */
-			unsigned m = sgk_fa_keep4(d, th, q + t * step) << (4 * r);
-			m |= __shfl_xor_sync(0xffffffffu, m, 4);
-			m |= __shfl_xor_sync(0xffffffffu, m, 8);
+	if (kb >= p.S)
+		return 0;
 #pragma unroll
-			for (int e = 0; e < 4; e++)
-				km |= (m >> (4 * e + r) & 1) << (4 * t + e);
+	for (int t = 0; t < NT8; t++)
+#pragma unroll
+		for (int c = 0; c < 2; c++) {
+			const int qq = qc0 + 8 * t + 2 * tig + c;
+			const unsigned w = qq < p.L ? __ldg(m + (sgk_i64)qq * nw) : 0u;
+			km |= (w >> sh & 1u) << (4 * t + c);
+			km |= (w >> (sh + 8) & 1u) << (4 * t + 2 + c);
 		}
-	} else {
-		const sgk_i64 i0 = ((sgk_i64)b * p.L + qc0 + 2 * tig) * p.S + key0;
-#pragma unroll 1
-		for (int t = 0; t < NT8; t++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				km |= sgk_fa_keep1(d, th, i0 + (8 * t + (e & 1)) * (sgk_i64)p.S + 8 * (e >> 1))
-				      << (4 * t + e);
-	}
 	return km;
 }
 
@@ -573,10 +623,14 @@ __global__ void __launch_bounds__(NW * 32, 8 / NW) sgk_flash_fwd_tc(SgFlashParam
 					o[mt][t][2] *= corr[1];
 					o[mt][t][3] *= corr[1];
 				}
-				/* Dropout on P after its sum (l is the undropped one's). */
-				if (DROP)
-					sgk_fa_drop<BN / 8>(s[mt], sgk_fa_keep_rows<BN / 8>(dr, p, b, row0, k0),
-					                    p.drop_scale);
+				/* Dropout on P after its sum (l is the undropped one's); the
+				 * keep bits stored for the backward. */
+				if (DROP) {
+					const unsigned km = sgk_fa_keep_rows<BN / 8>(dr, p, b, row0, k0);
+					if (p.dmask)
+						sgk_fa_mask_store<BN / 8>(p, b, row0, k0, km);
+					sgk_fa_drop<BN / 8>(s[mt], km, p.drop_scale);
+				}
 			}
 
 			/* O += P V. */
@@ -679,7 +733,6 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_kv_tc(SgFlashParams p)
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gi = lane >> 2, tig = lane & 3;
 	const int n0 = blockIdx.x * BK;
 	const float sl2 = p.scale * SGK_LOG2E;
-	const SgkDraws dr = sgk_fa_draws<DROP>(p);
 
 	/* With grouped-query heads, a block's keys serve kv_group query heads:
 	 * dK and dV sum over them (b1: the key head, g: the query head). */
@@ -767,8 +820,8 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_kv_tc(SgFlashParams p)
 							x = 0.f;
 						pt[t][e] = x;
 					}
-				/* Dropout's keep bits (bit 4 t + e for pt[t][e]). */
-				const unsigned km = DROP ? sgk_fa_keep_cols<BQ / 8>(dr, p, b, q0, key0) : 0u;
+				/* Dropout's keep bits, the forward's (bit 4 t + e for pt[t][e]). */
+				const unsigned km = DROP ? sgk_fa_mask_cols<BQ / 8>(p, b, q0, n0 + warp * 16) : 0u;
 
 				sgk_cp_wait<2>();
 				__syncthreads();
@@ -838,7 +891,6 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_q_tc(SgFlashParams p)
 	const int mb = p.causal ? nmb - 1 - (int)blockIdx.x : (int)blockIdx.x;
 	const int m0 = mb * BQ;
 	const float sl2 = p.scale * SGK_LOG2E;
-	const SgkDraws dr = sgk_fa_draws<DROP>(p);
 
 	for (int b = blockIdx.y; b < p.nb0 * p.nb1; b += gridDim.y) {
 		const int b0 = b / p.nb1, b1 = b % p.nb1;
@@ -915,8 +967,8 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_q_tc(SgFlashParams p)
 						x = 0.f;
 					s[t][e] = x;
 				}
-			/* Dropout's keep bits (bit 4 t + e for s[t][e]). */
-			const unsigned km = DROP ? sgk_fa_keep_rows<BK / 8>(dr, p, b, row0, k0) : 0u;
+			/* Dropout's keep bits, the forward's (bit 4 t + e for s[t][e]). */
+			const unsigned km = DROP ? sgk_fa_mask_rows<BK / 8>(p, b, row0, k0) : 0u;
 
 			sgk_cp_wait<2>();
 			__syncthreads();
@@ -1295,6 +1347,17 @@ static int sgk_fa_dp(const SgFlashParams &p)
 	return d <= 32 ? 32 : d <= 64 ? 64 : d <= 128 ? 128 : 0;
 }
 
+/* Bytes of dmask for attention with dropout over nb batches of L x S
+ * weights with head dims D, Dv: the tensor-core path's keep bits, which
+ * its forward stores and its backward reads; 0 on the SIMT path. */
+template <class T>
+static inline size_t sg_flash_dropout_mask_bytes(long long nb, int L, int S, int D, int Dv)
+{
+	SgFlashParams p;
+	sg_flash_params_init(&p, 1, 1, L, S, D, Dv, 0.f, 0);
+	return sgk_fa_dp<T>(p) ? (size_t)nb * L * ((S + 31) / 32) * sizeof(unsigned) : 0;
+}
+
 /* Bytes of dynamic shared memory of the SIMT kernels. */
 template <class T>
 static int sgk_fs_smem(const SgFlashParams &p, int kv)
@@ -1425,6 +1488,8 @@ static cudaError_t sg_launch_flash_bwd(const SgFlashParams *in, cudaStream_t str
 	if (p.drop_thresh)
 		return cudaErrorNotSupported;
 #endif
+	if (p.drop_thresh && sgk_fa_dp<T>(p) && !p.dmask)
+		return cudaErrorInvalidValue; /* the forward's keep bits */
 	if (nb <= 0 || p.L <= 0)
 		return cudaSuccess;
 	const long long rows = (long long)nb * p.L;

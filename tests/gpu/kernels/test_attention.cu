@@ -7,10 +7,12 @@
  * with the algorithmic count (forward 4*L*S*D a head, halved by the
  * causal mask as far as it masks; backward 2.5 times the forward).
  *
- *   test_attention [--dump DIR] [--quick] [--sanitize]
+ *   test_attention [--dump DIR] [--quick] [--sanitize] [--bench-gpt2]
  *
  * --dump writes a few small cases for torch_check.py; --quick skips the
- * timings; --sanitize runs a few small cases only (for compute-sanitizer).  Prints "N passed, M failed".
+ * timings; --sanitize runs a few small cases only (for compute-sanitizer);
+ * --bench-gpt2 only times GPT-2 small's shape (B=8, H=12, T=1024, D=64,
+ * causal, bf16).  Prints "N passed, M failed".
  *
  * Dropout (SgFlashParams.drop_thresh): the reference draws each weight's
  * keep bit as sgk_random.cuh does (sgk_draws, word idx % 4 of block
@@ -18,7 +20,8 @@
  * gradients exactly 0), a CUDA graph replayed at two generator offsets,
  * and mask checks with every weight 1 / S and one-hot v, k, dout, where
  * o, dv and dq show each keep bit: equal to the reference's, and the kept
- * fraction within 5 sigma of 1 - p.
+ * fraction within 5 sigma of 1 - p.  On the tensor-core path the keep bits
+ * the forward stores for the backward (dmask) are checked one by one too.
  */
 #include "ktest.h"
 #include "sgk_attention.cuh"
@@ -52,6 +55,23 @@ __device__ double dropf(const SgFlashParams &p, int b, int i, int j)
 	const uint4 u = sgk_draws(sgk_draws_init(p.rng, p.salt), idx / 4);
 	const unsigned w[4] = {u.x, u.y, u.z, u.w};
 	return w[idx % 4] >= p.drop_thresh ? (double)p.drop_scale : 0.0;
+}
+
+/* Counts the weights that query i sees whose keep bit in the forward's
+ * dmask differs from the draw (a thread a (b, i) row). */
+__global__ void check_dmask(SgFlashParams p, const unsigned *dmask, unsigned long long *bad)
+{
+	const int b = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= p.L)
+		return;
+	const int nw = (p.S + 31) / 32;
+	unsigned long long n = 0;
+	for (int j = 0; j < p.S && !(p.causal && j > i); j++) {
+		const unsigned bit = dmask[((sgk_i64)b * p.L + i) * nw + j / 32] >> (j % 32) & 1;
+		n += bit != (unsigned)(dropf(p, b, i, j) != 0.0);
+	}
+	if (n)
+		atomicAdd(bad, n);
 }
 
 /* Whether query i sees key j. */
@@ -403,6 +423,16 @@ static void run_case(const Case &c, const char *dump, const char *dname,
 		p.drop_thresh = sgk_dropout_threshold(c.drop);
 		p.drop_scale = (float)sgk_dropout_scale(c.drop);
 	}
+	/* The forward's keep bits for the backward (tensor-core path). */
+	const size_t mbytes = c.drop > 0 ? sg_flash_dropout_mask_bytes<T>((long long)c.nb0 * c.nb1,
+	                                                                  c.L, c.S, c.D, c.Dv)
+	                                 : 0;
+	unsigned *dmask = NULL;
+	if (mbytes) {
+		KT_CUDA(cudaMalloc(&dmask, mbytes));
+		KT_CUDA(cudaMemset(dmask, 0xa5, mbytes));
+		p.dmask = dmask;
+	}
 	const size_t off = c.layout == LAY_MISALIGNED ? 1 : 0;
 	char name[200];
 	snprintf(name, sizeof name,
@@ -530,6 +560,18 @@ static void run_case(const Case &c, const char *dump, const char *dname,
 	}
 	if (c.fill != FILL_RANDOM)
 		mask_checks(c, r, go, gdq, gdv, hro, hrdq, hrdv);
+	if (dmask) {
+		/* Every keep bit the forward stored for a weight a query sees. */
+		unsigned long long *bad, nbad = 0;
+		KT_CUDA(cudaMalloc(&bad, sizeof *bad));
+		KT_CUDA(cudaMemset(bad, 0, sizeof *bad));
+		check_dmask<<<dim3((c.L + 63) / 64, nb), 64>>>(r, dmask, bad);
+		KT_CUDA(cudaMemcpy(&nbad, bad, sizeof nbad, cudaMemcpyDeviceToHost));
+		cudaFree(bad);
+		printf("  dmask: %llu keep bits differ from the draws\n", nbad);
+		KT_CHECK(nbad == 0, "%s: %llu of the forward's keep bits differ from the draws", name,
+		         nbad);
+	}
 
 	if (dump && c.layout == LAY_CONTIG && G == 1 && c.drop == 0) {
 		KtDump d;
@@ -559,6 +601,7 @@ static void run_case(const Case &c, const char *dump, const char *dname,
 	cudaFree(lse);
 	cudaFree(delta);
 	cudaFree(rng);
+	cudaFree(dmask);
 	q.release();
 	k.release();
 	v.release();
@@ -599,6 +642,9 @@ static void graph_replay(int D, int nb1, int L, double drop)
 		p.rng = rng, p.salt = drop_salt;
 		p.drop_thresh = sgk_dropout_threshold(drop);
 		p.drop_scale = (float)sgk_dropout_scale(drop);
+		const size_t mb = sg_flash_dropout_mask_bytes<T>(2 * nb1, L, L, D, D);
+		if (mb)
+			KT_CUDA(cudaMalloc(&p.dmask, mb));
 	}
 	cudaStream_t st;
 	KT_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -657,6 +703,7 @@ static void graph_replay(int D, int nb1, int L, double drop)
 	cudaStreamDestroy(st);
 	for (KtBuf<T> *t : all)
 		t->release();
+	cudaFree(p.dmask);
 	cudaFree(lse);
 	cudaFree(delta);
 	cudaFree(rng);
@@ -717,12 +764,20 @@ static void bench(int B, int H, int Tn, int D, int causal)
 	pd.rng = rng, pd.salt = drop_salt;
 	pd.drop_thresh = sgk_dropout_threshold(0.1);
 	pd.drop_scale = (float)sgk_dropout_scale(0.1);
+	double fnm = kt_time([&] { sg_launch_flash_fwd<T>(&pd, 0); }, 3, 20);
+	KT_CUDA(cudaMalloc(&pd.dmask, sg_flash_dropout_mask_bytes<T>(nb, Tn, Tn, D, D)));
 	double fd = kt_time([&] { sg_launch_flash_fwd<T>(&pd, 0); }, 3, 20);
 	double bd = kt_time([&] { sg_launch_flash_bwd<T>(&pd, 0); }, 2, 10);
 	KT_CUDA(cudaGetLastError());
-	printf("PERF attention %s B=%d H=%d T=%d D=%d causal=%d dropout 0.1: fwd %.3f ms (x%.2f) | bwd "
-	       "%.3f ms (x%.2f)\n",
-	       kt_dt<T>::name(), B, H, Tn, D, causal, fd, fd / f4, bd, bd / b64);
+	printf("PERF attention %s B=%d H=%d T=%d D=%d causal=%d dropout 0.1: fwd %.3f ms (x%.2f; "
+	       "%.3f without storing the keep bits) | bwd %.3f ms (x%.2f)\n",
+	       kt_dt<T>::name(), B, H, Tn, D, causal, fd, fd / f4, fnm, bd, bd / b64);
+	/* Without the forward's keep bits the tensor-core backward refuses dropout. */
+	SgFlashParams pn = pd;
+	pn.dmask = NULL;
+	KT_CHECK(sg_launch_flash_bwd<T>(&pn, 0) == cudaErrorInvalidValue,
+	         "backward with dropout and no dmask: not refused");
+	cudaFree(pd.dmask);
 	cudaFree(rng);
 	/* The forward's tile variants, and the backward's kernels one by one. */
 	struct V {
@@ -818,6 +873,11 @@ int main(int argc, char **argv)
 		{2, 2, 64, 64, 64, 64, 0, 0, LAY_CONTIG, 1, 1, 0.5, FILL_ONES_DO},
 	};
 	const int nd = sizeof dc / sizeof dc[0];
+	if (kt_flag(argc, argv, "--bench-gpt2")) {
+		/* The timings at GPT-2 small's shape alone. */
+		bench<__nv_bfloat16>(8, 12, 1024, 64, 1);
+		return kt_finish();
+	}
 	if (kt_flag(argc, argv, "--sanitize")) {
 		/* A few small cases for compute-sanitizer: every kernel once. */
 		run_case<__nv_bfloat16>(tc[2], 0, 0);
@@ -881,6 +941,7 @@ int main(int argc, char **argv)
 		                        sg_launch_flash_bwd<__nv_bfloat16>, " [fwd 8x1x64]");
 	}
 	if (!quick) {
+		bench<__nv_bfloat16>(8, 12, 1024, 64, 1); /* GPT-2 small's */
 		bench<__nv_bfloat16>(8, 16, 2048, 128, 1);
 		bench<__nv_bfloat16>(8, 16, 2048, 128, 0);
 		bench<__half>(8, 16, 2048, 128, 1);
