@@ -438,12 +438,13 @@ drop_scale(Cg *c, double p, int f)
 }
 
 /* dropout(x, p=, salt=) in the result's domain: element i kept (x times
- * the scale) when its draw, word i % 4 of Philox block i / 4
+ * the scale) when its draw, 16-bit half i % 8 of Philox block i / 8
  * (sgk_random.h), reaches the threshold, else x * 0.  The salt is a
  * parameter of the kernel (one kernel serves every layer's dropout).  In
- * the vector kernel with a whole number of blocks a vector, the block of
- * element j is w * (vec / 4) + j / 4: once the loop is unrolled, the
- * elements of a block share one draw. */
+ * the vector kernel (w: the vector, j: its element) the block of element
+ * j is w * (vec / 8) + j / 8 with a whole number of blocks a vector, else
+ * w / (8 / vec) and its half (w % (8 / vec)) * vec + j: once the loop is
+ * unrolled, the elements of a block share one draw. */
 static char *
 dropout(Pw *p, const Node *n, DType rdt)
 {
@@ -454,10 +455,17 @@ dropout(Pw *p, const Node *n, DType rdt)
 		ICE("dropout without the generator state");
 	cg_use_library(p->G, "sgk_random.cuh");
 	cg_str_itemf(&p->salts, ", ", "%uu", (unsigned)ir_attr_int(n, "salt", 0));
-	const char *q = "i >> 2", *lane = "(int)(i & 3)";
-	if (p->vec > 1 && p->vec % 4 == 0) {
-		q = cg_fmt(c, "(sg_i64)w * %d + (j >> 2)", p->vec / 4);
-		lane = "j & 3";
+	const char *q = "i >> 3", *lane = "(int)(i & 7)";
+	if (p->vec == 8) {
+		q = "(sg_i64)w";
+		lane = "j";
+	} else if (p->vec > 1 && p->vec % 8 == 0) {
+		q = cg_fmt(c, "(sg_i64)w * %d + (j >> 3)", p->vec / 8);
+		lane = "j & 7";
+	} else if (p->vec > 1 && 8 % p->vec == 0) {
+		int per = 8 / p->vec; /* vectors a block: 2 or 4 */
+		q = cg_fmt(c, "((sg_i64)w >> %d)", per == 2 ? 1 : 2);
+		lane = cg_fmt(c, "(int)(w & %d) * %d + j", per - 1, p->vec);
 	}
 	return cg_fmt(c, "sgk_dropout_%s(%s, sgk_draw(rng, s%u, %s, %s), %s, %s)", f ? "f" : "d",
 	              operand(p, n, 0, domain(rdt)), p->nsalt++, q, lane, drop_thresh(c, pr),

@@ -14,7 +14,8 @@
 #include "sgk/sgk_random.h"
 #include "interp.h"
 
-/* The Philox blocks of a random op: element i's 32-bit draw. */
+/* The Philox blocks of a random op (sgk_random.h): rand's element i
+ * draws a word, dropout's 16 bits. */
 typedef struct {
 	philox4x32_key_t key;
 	uint32_t salt, offset;
@@ -33,16 +34,30 @@ draws_init(Interp *I, const Node *n, Draws *w)
 	w->q = UINT64_MAX;
 }
 
-static uint32_t
-draw(Draws *w, int64_t i)
+/* Block q's words. */
+static const uint32_t *
+block(Draws *w, uint64_t q)
 {
-	uint64_t q = (uint64_t)i / 4;
 	if (q != w->q) {
 		philox4x32_ctr_t ctr = {{(uint32_t)q, (uint32_t)(q >> 32), w->salt, w->offset}};
 		w->u = philox4x32(ctr, w->key);
 		w->q = q;
 	}
-	return w->u.v[i % 4];
+	return w->u.v;
+}
+
+/* rand's element i: word i % 4 of block i / 4. */
+static uint32_t
+draw32(Draws *w, int64_t i)
+{
+	return block(w, (uint64_t)i / 4)[i % 4];
+}
+
+/* dropout's element i: 16 bits of block i / 8. */
+static unsigned
+draw16(Draws *w, int64_t i)
+{
+	return sgk_dropout_half(block(w, (uint64_t)i / 8)[i % 8 / 2], (int)(i & 1));
 }
 
 /* dropout(x, p=, salt=): x * scale where the element's draw keeps it, x * 0
@@ -58,7 +73,7 @@ interp_dropout(Interp *I, Node *n, Tensor **in, Tensor **out)
 	draws_init(I, n, &w);
 	for (int64_t i = 0; i < r->numel; i++) {
 		double v = interp_opndf(n, 0, x, i, (DType)r->dt);
-		v = draw(&w, i) >= thresh ? v * scale : v * 0;
+		v = draw16(&w, i) >= thresh ? v * scale : v * 0;
 		interp_setf(r, i, interp_opmath((DType)r->dt, v));
 	}
 	return 0;
@@ -73,7 +88,7 @@ interp_attn_drop_row(Interp *I, const Node *n, DType dt, int64_t row, int64_t tk
 	Draws w;
 	draws_init(I, n, &w);
 	for (int64_t j = 0; j < tk; j++)
-		z[j] = draw(&w, row * tk + j) >= thresh ? scale : 0;
+		z[j] = draw16(&w, row * tk + j) >= thresh ? scale : 0;
 }
 
 /* rand(shape=, dtype=, salt=): uniform in [0, 1), exact in the dtype. */
@@ -86,6 +101,6 @@ interp_rand(Interp *I, Node *n, Tensor **in, Tensor **out)
 	Draws w;
 	draws_init(I, n, &w);
 	for (int64_t i = 0; i < r->numel; i++)
-		interp_setf(r, i, sgk_uniform(draw(&w, i), bits));
+		interp_setf(r, i, sgk_uniform(draw32(&w, i), bits));
 	return 0;
 }

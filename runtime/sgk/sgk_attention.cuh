@@ -47,8 +47,8 @@
  * Attention dropout (training's dropout_p): with drop_thresh nonzero,
  * weight (b, i, j) (b = b0 * nb1 + b1, b1 the query head) draws as element
  * (b * L + i) * S + j of a dropout with the op's salt on the device's
- * generator state rng (sgk_random.h): kept when its word >= drop_thresh
- * (sgk_dropout_threshold(p)), times drop_scale, else times 0.  The
+ * generator state rng (sgk_random.h): kept when its 16-bit draw >=
+ * drop_thresh (sgk_dropout_threshold(p)), times drop_scale, else times 0.  The
  * forward's softmax statistics (lse) are those of the undropped weights;
  * the backward applies the same mask (dV from the dropped weights, dS from
  * dP times the mask's factor).  drop_thresh 0: no dropout, no draws.
@@ -271,28 +271,31 @@ SGK_DEV SgkDraws sgk_fa_draws(const SgFlashParams &p)
 	return d;
 }
 
-/* Keep bits of Philox block q's four elements (bit k: element 4q + k). */
-SGK_DEV unsigned sgk_fa_keep4(const SgkDraws &d, unsigned long long thresh, sgk_i64 q)
+/* Keep bits of Philox block q's eight elements (bit k: element 8q + k). */
+SGK_DEV unsigned sgk_fa_keep8(const SgkDraws &d, unsigned long long thresh, sgk_i64 q)
 {
 	const uint4 u = sgk_draws(d, q);
-	return (unsigned)(u.x >= thresh) | (unsigned)(u.y >= thresh) << 1 |
-	       (unsigned)(u.z >= thresh) << 2 | (unsigned)(u.w >= thresh) << 3;
+	unsigned k = 0;
+#pragma unroll
+	for (int e = 0; e < 8; e++)
+		k |= (unsigned)(sgk_half(u, e) >= thresh) << e;
+	return k;
 }
 
 /* Keep bit of element idx. */
 SGK_DEV unsigned sgk_fa_keep1(const SgkDraws &d, unsigned long long thresh, sgk_i64 idx)
 {
-	return sgk_fa_keep4(d, thresh, idx >> 2) >> (int)(idx & 3) & 1;
+	return sgk_fa_keep8(d, thresh, idx >> 3) >> (int)(idx & 7) & 1;
 }
 
 /* Keep bits of elements idx and idx + 1 (bits 0, 1): one block, or two
  * when idx ends one. */
 SGK_DEV unsigned sgk_fa_keep2(const SgkDraws &d, unsigned long long thresh, sgk_i64 idx)
 {
-	const int r = (int)(idx & 3);
-	unsigned k = sgk_fa_keep4(d, thresh, idx >> 2) >> r;
-	if (r == 3)
-		k |= (sgk_fa_keep4(d, thresh, (idx >> 2) + 1) & 1) << 1;
+	const int r = (int)(idx & 7);
+	unsigned k = sgk_fa_keep8(d, thresh, idx >> 3) >> r;
+	if (r == 7)
+		k |= (sgk_fa_keep8(d, thresh, (idx >> 3) + 1) & 1) << 1;
 	return k & 3;
 }
 
@@ -305,28 +308,33 @@ SGK_DEV float sgk_fa_kf(unsigned km, int bit, float scale)
 /* Keep bits of a warp's 16 x (8 NT8) accumulator tile with query rows
  * row0 (= a multiple of 8 + gi) and row0 + 8, keys col0 + t * 8 +
  * tig * 2 (+ 1) (col0 a multiple of 8): bit 4 t + e for c[t][e] (the
- * forward's and the dQ kernel's layout).  With S % 4 == 0, lanes
- * tig = 2m, 2m + 1 hold keys 4m .. 4m + 3 of both rows, a Philox block a
- * row: each draws one row's (tig & 1: row0 + 8) and they swap bits; else
- * a block (two at a block's end) a pair of keys. */
+ * forward's layout).  With S % 8 == 0 a row's 8 keys of a tile are one
+ * Philox block: the four lanes of a row group draw the blocks of two
+ * tiles (lane tig: row row0 + 8 (tig & 1), tile tig >> 1) and gather the
+ * four bytes of keep bits through two shuffles; else a block (two at a
+ * block's end) a pair of keys. */
 template <int NT8>
 SGK_DEV unsigned sgk_fa_keep_rows(const SgkDraws &d, const SgFlashParams &p, int b, int row0,
                                   int col0)
 {
-	static_assert(NT8 <= 8, "a bit an element");
-	const int tig = threadIdx.x & 3, odd = tig & 1;
+	static_assert(NT8 % 2 == 0 && NT8 <= 8, "tiles in pairs, a bit an element");
+	const int tig = threadIdx.x & 3;
 	const unsigned long long th = p.drop_thresh;
 	unsigned km = 0;
-	if ((p.S & 3) == 0) {
-		const sgk_i64 q = (((sgk_i64)b * p.L + row0 + 8 * odd) * p.S + col0 + 4 * (tig >> 1)) >> 2;
+	if ((p.S & 7) == 0) {
+		const sgk_i64 q = (((sgk_i64)b * p.L + row0 + 8 * (tig & 1)) * p.S + col0) / 8 + (tig >> 1);
 #pragma unroll 1
-		for (int t = 0; t < NT8; t++) {
-			/* bits 0-3: row0's block, 4-7: row0 + 8's */
-			unsigned m = sgk_fa_keep4(d, th, q + 2 * t) << (4 * odd);
+		for (int u = 0; u < NT8 / 2; u++) {
+			/* byte 2 t + h: row row0 + 8 h, tile 2 u + t */
+			unsigned m = sgk_fa_keep8(d, th, q + 2 * u) << (8 * tig);
 			m |= __shfl_xor_sync(0xffffffffu, m, 1);
+			m |= __shfl_xor_sync(0xffffffffu, m, 2);
 #pragma unroll
-			for (int e = 0; e < 4; e++)
-				km |= (m >> (4 * (e >> 1) + 2 * odd + (e & 1)) & 1) << (4 * t + e);
+			for (int t = 0; t < 2; t++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					km |= (m >> (8 * (2 * t + (e >> 1)) + 2 * tig + (e & 1)) & 1)
+					      << (4 * (2 * u + t) + e);
 		}
 	} else {
 		const sgk_i64 i0 = ((sgk_i64)b * p.L + row0) * p.S + col0 + 2 * tig;

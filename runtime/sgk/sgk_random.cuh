@@ -15,10 +15,11 @@
  *       curand_Philox4x32_10, reading the state on the device.
  *   sgk_dropout_f(x, sgk_draw(state, salt, q, lane), thresh, scale)
  *   (device; _d in double)
- *       a dropout's element: x * scale when the draw, word `lane` of block
- *       q, reaches thresh, else x * 0.  The generated pointwise kernels
- *       compute dropout this way, fused with the ops around it; a vector
- *       kernel's unrolled elements of one block share its draw.
+ *       a dropout's element: x * scale when the draw, 16-bit half `lane`
+ *       (0..7) of block q, reaches thresh, else x * 0.  The generated
+ *       pointwise kernels compute dropout this way, fused with the ops
+ *       around it; a vector kernel's unrolled elements of one block share
+ *       its draw.
  *   sgk_keep(sgk_draws_init(state, salt), i, thresh)   (device)
  *       whether a dropout keeps element i: for kernels that visit the
  *       elements one by one (the generated attention kernels).
@@ -68,21 +69,27 @@ static __device__ __forceinline__ unsigned sgk_word(const uint4 &u, int j)
 	return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w;
 }
 
+/* Dropout's 16-bit draw `lane` (0..7) of block u (sgk_random.h). */
+static __device__ __forceinline__ unsigned sgk_half(const uint4 &u, int lane)
+{
+	return sgk_dropout_half(sgk_word(u, lane >> 1), lane & 1);
+}
+
 /* Whether a dropout with these draws keeps element i (its own block:
  * for kernels that visit elements one by one, attention's weights). */
 static __device__ __forceinline__ bool sgk_keep(const SgkDraws &d, sgk_i64 i,
                                                 unsigned long long thresh)
 {
-	return sgk_word(sgk_draws(d, i >> 2), (int)(i & 3)) >= thresh;
+	return sgk_half(sgk_draws(d, i >> 3), (int)(i & 7)) >= thresh;
 }
 
-/* Word `lane` of the draws of block q: a dropout's element in a
- * generated pointwise kernel (state: a __restrict__ parameter, so that
- * the unrolled elements of a block share its loads and its draw). */
+/* Draw `lane` (0..7) of block q: a dropout's element in a generated
+ * pointwise kernel (state: a __restrict__ parameter, so that the
+ * unrolled elements of a block share its loads and its draw). */
 static __device__ __forceinline__ unsigned sgk_draw(const sgk_i64 *__restrict__ state,
                                                     unsigned salt, sgk_i64 q, int lane)
 {
-	return sgk_word(sgk_draws(sgk_draws_init(state, salt), q), lane);
+	return sgk_half(sgk_draws(sgk_draws_init(state, salt), q), lane);
 }
 
 /* A dropout's element x given its draw u (sgk_random.h). */

@@ -16,24 +16,24 @@
 #endif
 #include "sgk/sgk_device.cuh"
 #include "sgk/sgk_random.cuh"
-// cg_dropout.sg:18: %dz = dropout(%z, p=0.25)
+// cg_dropout.sg:19: %dz = dropout(%z, p=0.25)
 // (x0 = %z, x1 = %dz)
 static __global__ void __launch_bounds__(256)
-k_drop_18_dropout_dz(const double *x0, double *x1, const sgk_i64 *__restrict__ rng, unsigned s0)
+k_drop_19_dropout_dz(const double *x0, double *x1, const sgk_i64 *__restrict__ rng, unsigned s0)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
 	     i += (int)gridDim.x * blockDim.x) {
 		const double r0 = sg_ld(x0[i]);
-		const double r1 = sg_to_f64(sgk_dropout_d(r0, sgk_draw(rng, s0, i >> 2, (int)(i & 3)), 1073741824ull, 1.3333333333333333));
+		const double r1 = sg_to_f64(sgk_dropout_d(r0, sgk_draw(rng, s0, i >> 3, (int)(i & 7)), 16384ull, 1.3333333333333333));
 		x1[i] = sg_st_f64(r1);
 	}
 }
-// cg_dropout.sg:18: %dz = dropout(%z, p=0.25)
+// cg_dropout.sg:19: %dz = dropout(%z, p=0.25)
 // (x0 = %z, x1 = %dz)
 /* 2 elements a thread through aligned vector loads and stores (the
- * launch checks the alignment; k_drop_18_dropout_dz is the fallback). */
+ * launch checks the alignment; k_drop_19_dropout_dz is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_drop_18_dropout_dz_vec(const double *x0, double *x1, const sgk_i64 *__restrict__ rng, unsigned s0)
+k_drop_19_dropout_dz_vec(const double *x0, double *x1, const sgk_i64 *__restrict__ rng, unsigned s0)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 2048;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -44,15 +44,15 @@ k_drop_18_dropout_dz_vec(const double *x0, double *x1, const sgk_i64 *__restrict
 			const int i = w * 2 + j;
 			(void)i;
 			const double r0 = sg_ld(x0_v.v[j]);
-			const double r1 = sg_to_f64(sgk_dropout_d(r0, sgk_draw(rng, s0, i >> 2, (int)(i & 3)), 1073741824ull, 1.3333333333333333));
+			const double r1 = sg_to_f64(sgk_dropout_d(r0, sgk_draw(rng, s0, ((sg_i64)w >> 2), (int)(w & 3) * 2 + j), 16384ull, 1.3333333333333333));
 			x1_v.v[j] = sg_st_f64(r1);
 		}
 		*(sg_vec<double, 2> *)(x1 + w * 2) = x1_v;
 	}
 }
-// cg_dropout.sg:19: %s  = sum(%dz, dims=[1])
+// cg_dropout.sg:20: %s  = sum(%dz, dims=[1])
 static __global__ void __launch_bounds__(256)
-k_drop_19_sum_s(const double *__restrict__ x, double *__restrict__ out)
+k_drop_20_sum_s(const double *__restrict__ x, double *__restrict__ out)
 {
 	const sg_i64 o = (sg_i64)blockIdx.x * 8 + threadIdx.x / 32;
 	const int t = threadIdx.x % 32;
@@ -66,28 +66,28 @@ k_drop_19_sum_s(const double *__restrict__ x, double *__restrict__ out)
 	if (t == 0)
 		out[o] = sg_st_f64(sg_to_f64(acc));
 }
-// cg_dropout.sg:20: %d1 = dropout(%x, p=0.1)
-// cg_dropout.sg:21: %h1 = add(%d1, %r)
+// cg_dropout.sg:21: %d1 = dropout(%x, p=0.1)
+// cg_dropout.sg:22: %h1 = add(%d1, %r)
 // (x0 = %x, x1 = %r, x2 = %h1)
 static __global__ void __launch_bounds__(256)
-k_drop_20_dropout_d1(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2, const sgk_i64 *__restrict__ rng, unsigned s0)
+k_drop_21_dropout_d1(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2, const sgk_i64 *__restrict__ rng, unsigned s0)
 {
 	for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 4096;
 	     i += (int)gridDim.x * blockDim.x) {
 		const float r0 = sg_ld(x0[i]);
-		const float r1 = sg_to_bf16(sgk_dropout_f(r0, sgk_draw(rng, s0, i >> 2, (int)(i & 3)), 429496729ull, (float)1.1111112));
+		const float r1 = sg_to_bf16(sgk_dropout_f(r0, sgk_draw(rng, s0, i >> 3, (int)(i & 7)), 6553ull, (float)1.1111112));
 		const float r2 = sg_ld(x1[i]);
 		const float r3 = sg_to_bf16(sgk_add_f(r1, r2));
 		x2[i] = sg_st_bf16(r3);
 	}
 }
-// cg_dropout.sg:20: %d1 = dropout(%x, p=0.1)
-// cg_dropout.sg:21: %h1 = add(%d1, %r)
+// cg_dropout.sg:21: %d1 = dropout(%x, p=0.1)
+// cg_dropout.sg:22: %h1 = add(%d1, %r)
 // (x0 = %x, x1 = %r, x2 = %h1)
 /* 8 elements a thread through aligned vector loads and stores (the
- * launch checks the alignment; k_drop_20_dropout_d1 is the fallback). */
+ * launch checks the alignment; k_drop_21_dropout_d1 is the fallback). */
 static __global__ void __launch_bounds__(256)
-k_drop_20_dropout_d1_vec(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2, const sgk_i64 *__restrict__ rng, unsigned s0)
+k_drop_21_dropout_d1_vec(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2, const sgk_i64 *__restrict__ rng, unsigned s0)
 {
 	for (int w = (int)blockIdx.x * blockDim.x + threadIdx.x; w < 512;
 	     w += (int)gridDim.x * blockDim.x) {
@@ -99,7 +99,7 @@ k_drop_20_dropout_d1_vec(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2, cons
 			const int i = w * 8 + j;
 			(void)i;
 			const float r0 = sg_ld(x0_v.v[j]);
-			const float r1 = sg_to_bf16(sgk_dropout_f(r0, sgk_draw(rng, s0, (sg_i64)w * 2 + (j >> 2), j & 3), 429496729ull, (float)1.1111112));
+			const float r1 = sg_to_bf16(sgk_dropout_f(r0, sgk_draw(rng, s0, (sg_i64)w, j), 6553ull, (float)1.1111112));
 			const float r2 = sg_ld(x1_v.v[j]);
 			const float r3 = sg_to_bf16(sgk_add_f(r1, r2));
 			x2_v.v[j] = sg_st_bf16(r3);
@@ -110,7 +110,7 @@ k_drop_20_dropout_d1_vec(const sg_bf16 *x0, const sg_bf16 *x1, sg_bf16 *x2, cons
 
 #ifndef __CUDACC_RTC__
 
-// ================================================================ graph drop (cg_dropout.sg:12)
+// ================================================================ graph drop (cg_dropout.sg:13)
 
 /* The tensors of a call, in io order: inputs, outputs, params, consts. */
 static const SgrtTensorDesc drop_tensors[7] = {
@@ -159,8 +159,8 @@ drop_create(drop_model **out, int device)
 	if (!M)
 		return SGRT_ENOMEM;
 	SGRT_TRY(sgrt_create(&M->rt, &cfg));
-	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[5], 131072, "w", 16));
-	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[6], 16, "opt.rng", 18));
+	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[5], 131072, "w", 17));
+	SGRT_TRY(sgrt_device_alloc(M->rt, &M->owned[6], 16, "opt.rng", 19));
 	return SGRT_OK;
 }
 
@@ -245,34 +245,34 @@ drop_run(drop_model *M, void *const *io, const cudaEvent_t *ext)
 	sg_bf16 *v_h2 = (sg_bf16 *)io[3];
 	/* The random ops' generator offset (opt.rng[1]) advances once a call,
 	 * on `default` before anything else: every draw below reads the new one. */
-	SGRT_KERNEL(rt, 0, "rng_advance", 12,
-	            SGRT_CHECK_CUDA(rt, sg_launch_rng_advance((sgk_i64 *)io[6], sgrt_stream(rt, 0)), 12));
+	SGRT_KERNEL(rt, 0, "rng_advance", 13,
+	            SGRT_CHECK_CUDA(rt, sg_launch_rng_advance((sgk_i64 *)io[6], sgrt_stream(rt, 0)), 13));
 
-	/* cg_dropout.sg:18: %dz = dropout(%z, p=0.25) */
+	/* cg_dropout.sg:19: %dz = dropout(%z, p=0.25) */
 	v_dz = (double *)SGRT_AT(rt, 0); /* 32768 bytes of the arena */
 	if (((uintptr_t)v_z % 16) == 0 && ((uintptr_t)v_dz % 16) == 0)
-		SGRT_KERNEL(rt, 0, "k_drop_18_dropout_dz_vec", 18,
-		            k_drop_18_dropout_dz_vec<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_z, v_dz, (const sgk_i64 *)io[6], 0u));
+		SGRT_KERNEL(rt, 0, "k_drop_19_dropout_dz_vec", 19,
+		            k_drop_19_dropout_dz_vec<<<8, 256, 0, sgrt_stream(rt, 0)>>>(v_z, v_dz, (const sgk_i64 *)io[6], 0u));
 	else
-		SGRT_KERNEL(rt, 0, "k_drop_18_dropout_dz", 18,
-		            k_drop_18_dropout_dz<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_z, v_dz, (const sgk_i64 *)io[6], 0u));
+		SGRT_KERNEL(rt, 0, "k_drop_19_dropout_dz", 19,
+		            k_drop_19_dropout_dz<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_z, v_dz, (const sgk_i64 *)io[6], 0u));
 
-	/* cg_dropout.sg:19: %s  = sum(%dz, dims=[1]) */
-	SGRT_KERNEL(rt, 0, "k_drop_19_sum_s", 19,
-	            k_drop_19_sum_s<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_dz, v_s));
+	/* cg_dropout.sg:20: %s  = sum(%dz, dims=[1]) */
+	SGRT_KERNEL(rt, 0, "k_drop_20_sum_s", 20,
+	            k_drop_20_sum_s<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_dz, v_s));
 
-	/* cg_dropout.sg:20: %d1 = dropout(%x, p=0.1) */
+	/* cg_dropout.sg:21: %d1 = dropout(%x, p=0.1) */
 
-	/* cg_dropout.sg:21: %h1 = add(%d1, %r) */
+	/* cg_dropout.sg:22: %h1 = add(%d1, %r) */
 	v_h1 = (sg_bf16 *)SGRT_AT(rt, 0); /* 8192 bytes of the arena */
 	if (((uintptr_t)v_x % 16) == 0 && ((uintptr_t)v_r % 16) == 0 && ((uintptr_t)v_h1 % 16) == 0)
-		SGRT_KERNEL(rt, 0, "k_drop_20_dropout_d1_vec", 20,
-		            k_drop_20_dropout_d1_vec<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_r, v_h1, (const sgk_i64 *)io[6], 1u));
+		SGRT_KERNEL(rt, 0, "k_drop_21_dropout_d1_vec", 21,
+		            k_drop_21_dropout_d1_vec<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_r, v_h1, (const sgk_i64 *)io[6], 1u));
 	else
-		SGRT_KERNEL(rt, 0, "k_drop_20_dropout_d1", 20,
-		            k_drop_20_dropout_d1<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_r, v_h1, (const sgk_i64 *)io[6], 1u));
+		SGRT_KERNEL(rt, 0, "k_drop_21_dropout_d1", 21,
+		            k_drop_21_dropout_d1<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_x, v_r, v_h1, (const sgk_i64 *)io[6], 1u));
 
-	/* cg_dropout.sg:22: %m  = matmul(%h1, %w) */
+	/* cg_dropout.sg:23: %m  = matmul(%h1, %w) */
 	v_m = (sg_bf16 *)SGRT_AT(rt, 8192); /* 8192 bytes of the arena */
 	{
 		SgrtGemm g;
@@ -282,18 +282,18 @@ drop_run(drop_model *M, void *const *io, const cudaEvent_t *ext)
 		g.m = 16;
 		g.n = 256;
 		g.k = 256;
-		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_h1, v_w, v_m, "k_drop_22_matmul_m", 22));
+		SGRT_TRY(sgrt_gemm(rt, 0, &g, v_h1, v_w, v_m, "k_drop_23_matmul_m", 23));
 	}
 
-	/* cg_dropout.sg:23: %d2 = dropout(%m, p=0.1) */
+	/* cg_dropout.sg:24: %d2 = dropout(%m, p=0.1) */
 
-	/* cg_dropout.sg:24: %h2 = add(%d2, %h1) */
+	/* cg_dropout.sg:25: %h2 = add(%d2, %h1) */
 	if (((uintptr_t)v_m % 16) == 0 && ((uintptr_t)v_h1 % 16) == 0 && ((uintptr_t)v_h2 % 16) == 0)
-		SGRT_KERNEL(rt, 0, "k_drop_20_dropout_d1_vec", 23,
-		            k_drop_20_dropout_d1_vec<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_m, v_h1, v_h2, (const sgk_i64 *)io[6], 2u));
+		SGRT_KERNEL(rt, 0, "k_drop_21_dropout_d1_vec", 24,
+		            k_drop_21_dropout_d1_vec<<<2, 256, 0, sgrt_stream(rt, 0)>>>(v_m, v_h1, v_h2, (const sgk_i64 *)io[6], 2u));
 	else
-		SGRT_KERNEL(rt, 0, "k_drop_20_dropout_d1", 23,
-		            k_drop_20_dropout_d1<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_m, v_h1, v_h2, (const sgk_i64 *)io[6], 2u));
+		SGRT_KERNEL(rt, 0, "k_drop_21_dropout_d1", 24,
+		            k_drop_21_dropout_d1<<<16, 256, 0, sgrt_stream(rt, 0)>>>(v_m, v_h1, v_h2, (const sgk_i64 *)io[6], 2u));
 	return SGRT_OK;
 }
 

@@ -276,7 +276,12 @@ def philox_words(n, salt, seed, offset):
 
 
 def dropout_keep(n, p, salt, seed, offset):
-    """Which of n elements sgc's dropout keeps (a bool tensor)."""
-    thresh = 1 << 32 if p >= 1 else int(math.floor(p * 2.0 ** 32))
-    return torch.tensor([w >= thresh for w in philox_words(n, salt, seed, offset)],
-                        dtype=torch.bool)
+    """Which of n elements sgc's dropout keeps (a bool tensor): element i
+    draws 16 bits, half i % 2 (low for even i) of word i % 8 / 2 of block
+    i / 8, and is kept when they reach floor(p * 2^16)."""
+    thresh = 1 << 16 if p >= 1 else int(math.floor(p * 2.0 ** 16))
+    words = []
+    for q in range((n + 7) // 8):
+        words += philox((q & MASK, q >> 32, salt, offset & MASK), (seed & MASK, seed >> 32))
+    halves = [(words[i // 2] >> (16 * (i % 2))) & 0xffff for i in range(n)]
+    return torch.tensor([h >= thresh for h in halves], dtype=torch.bool)

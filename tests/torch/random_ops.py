@@ -2,15 +2,17 @@
 scale and gradient, and the generator state in `sgc run`, against an
 independent Philox4x32-10 in Python (_common.py's).
 
-runtime/sgk/sgk_random.h fixes how element i of a dropout draws: word i % 4
-of Philox4x32-10 with key (seed lo, seed hi) and counter (i / 4 lo, i / 4
-hi, salt, offset), kept when the word is >= floor(p * 2^32), a kept x
-becoming x * (1 / (1 - p)) in the dtype's opmath and a dropped one x * 0.
+runtime/sgk/sgk_random.h fixes how element i of a dropout draws: 16 bits,
+half i % 2 (the low one for even i) of word i % 8 / 2 of Philox4x32-10 with
+key (seed lo, seed hi) and counter (i / 8 lo, i / 8 hi, salt, offset), kept
+when they are >= floor(p * 2^16), a kept x becoming x * (1 / (1 - p)) in
+the dtype's opmath and a dropped one x * 0; rand's element i is word i % 4
+of block i / 4.
 The model's generator state opt.rng = (seed, offset) starts as (--seed, 0)
 and every call advances the offset by 1 before it draws.  The checks:
 
 1. the Philox here reproduces Random123's known answers;
-2. f32, f64, f16, bf16 at p = 0, 0.3, 0.5, 1, sizes not a multiple of 4:
+2. f32, f64, f16, bf16 at p = 0, 0.3, 0.5, 1, sizes not a multiple of 8:
    every element exactly the reference's, NaN and -0 as PyTorch's
    mask * x * scale gives them;
 3. the gradient is the same mask on the incoming gradient, and two
@@ -26,7 +28,7 @@ and every call advances the offset by 1 before it draws.  The checks:
    integer rand, an attention's dropout_p outside [0, 1];
 8. attention's dropout_p (scaled_dot_product_attention): the weights
    dropped as a dropout of the [..., L, S] weights with the op's salt
-   would (causal and not, L != S, S not a multiple of 4, grouped-query
+   would (causal and not, L != S, S not a multiple of 8, grouped-query
    heads, p = 1), output and the gradients of q, k and v against PyTorch
    in f64 with those masks; the same program written op by op (softmax,
    dropout, matmul) with the same salt gives the same result, and -O2's

@@ -15,8 +15,8 @@
  * causal, bf16).  Prints "N passed, M failed".
  *
  * Dropout (SgFlashParams.drop_thresh): the reference draws each weight's
- * keep bit as sgk_random.cuh does (sgk_draws, word idx % 4 of block
- * idx / 4, idx = (b L + i) S + j); cases at p = 0.1, 0.5 and 1 (o and the
+ * keep bit as sgk_random.h says (sgk_draws, 16 bits of block idx / 8,
+ * idx = (b L + i) S + j), written out here; cases at p = 0.1, 0.5 and 1 (o and the
  * gradients exactly 0), a CUDA graph replayed at two generator offsets,
  * and mask checks with every weight 1 / S and one-hot v, k, dout, where
  * o, dv and dq show each keep bit: equal to the reference's, and the kept
@@ -44,17 +44,17 @@ __host__ __device__ int kvg(const SgFlashParams &p)
 	return p.kv_group > 1 ? p.kv_group : 1;
 }
 
-/* The dropout factor of weight (b, i, j): drop_scale when its draw (word
- * idx % 4 of block idx / 4, idx = (b L + i) S + j) keeps it, else 0; 1
- * without dropout. */
+/* The dropout factor of weight (b, i, j): drop_scale when its draw (the
+ * low or high half, idx % 2, of word idx % 8 / 2 of block idx / 8, idx =
+ * (b L + i) S + j) keeps it, else 0; 1 without dropout. */
 __device__ double dropf(const SgFlashParams &p, int b, int i, int j)
 {
 	if (!p.drop_thresh)
 		return 1;
 	const sgk_i64 idx = ((sgk_i64)b * p.L + i) * p.S + j;
-	const uint4 u = sgk_draws(sgk_draws_init(p.rng, p.salt), idx / 4);
-	const unsigned w[4] = {u.x, u.y, u.z, u.w};
-	return w[idx % 4] >= p.drop_thresh ? (double)p.drop_scale : 0.0;
+	const uint4 u = sgk_draws(sgk_draws_init(p.rng, p.salt), idx / 8);
+	const unsigned w[4] = {u.x, u.y, u.z, u.w}, x = w[idx % 8 / 2];
+	return (idx % 2 ? x >> 16 : x & 0xffff) >= p.drop_thresh ? (double)p.drop_scale : 0.0;
 }
 
 /* Counts the weights that query i sees whose keep bit in the forward's
@@ -374,7 +374,7 @@ static void mask_checks(const Case &c, const SgFlashParams &r, const std::vector
 				const size_t at = ((size_t)b * c.S + j) * c.Dv + i;
 				edv = std::max(edv, gdv[at] == gdv[at] ? fabs(gdv[at] - rdv[at]) : INFINITY);
 			}
-	const double pd = (double)r.drop_thresh / 4294967296.0, frac = (double)kept / n;
+	const double pd = (double)r.drop_thresh / 65536.0, frac = (double)kept / n;
 	const double sig = sqrt(pd * (1 - pd) / n);
 	if (c.fill == FILL_ONEHOT_DO) {
 		printf("  mask: o max err %.2e, dv max err %.2e (step %.2e); kept %.5f, expected %.5f "
@@ -846,8 +846,9 @@ int main(int argc, char **argv)
 	};
 	const int nt = sizeof tc / sizeof tc[0];
 	/* Dropout (seed 0x123456789, offset 7, salt 3): tensor cores at D = 32,
-	 * 64, 128, SIMT for f32; causal or not, L != S, S % 4 != 0 (77) and
-	 * == 0, grouped-query heads, p = 0.1, 0.5, 1; and the mask checks
+	 * 64, 128, SIMT for f32; causal or not, L != S, S % 8 != 0 (77, 130,
+	 * 300) and == 0 (200, 120, 128), grouped-query heads, p = 0.1, 0.5, 1;
+	 * and the mask checks
 	 * (non causal, every weight 1 / S). */
 	const Case dc[] = {
 		{2, 2, 200, 200, 64, 64, 0, 0, LAY_CONTIG, 1, 1, 0.1},
