@@ -308,12 +308,13 @@ SGK_DEV float sgk_fa_kf(unsigned km, int bit, float scale)
 /* Keep bits of a warp's 16 x (8 NT8) accumulator tile with query rows
  * row0 (= a multiple of 8 + gi) and row0 + 8, keys col0 + t * 8 +
  * tig * 2 (+ 1) (col0 a multiple of 8): bit 4 t + e for c[t][e] (the
- * forward's layout).  With S % 8 == 0 a row's 8 keys of a tile are one
- * Philox block: the four lanes of a row group draw the blocks of two
- * tiles (lane tig: row row0 + 8 (tig & 1), tile tig >> 1) and gather the
- * four bytes of keep bits through two shuffles; else a block (two at a
+ * forward's layout).  ALIGNED (S % 8 == 0): a row's 8 keys of a tile are
+ * one Philox block, and the four lanes of a row group draw the blocks of
+ * two tiles (lane tig: row row0 + 8 (tig & 1), tile tig >> 1) and gather
+ * the four bytes of keep bits through two shuffles, unrolled (no branch:
+ * the caller's products overlap the draws); else a block (two at a
  * block's end) a pair of keys. */
-template <int NT8>
+template <int NT8, bool ALIGNED>
 SGK_DEV unsigned sgk_fa_keep_rows(const SgkDraws &d, const SgFlashParams &p, int b, int row0,
                                   int col0)
 {
@@ -321,9 +322,9 @@ SGK_DEV unsigned sgk_fa_keep_rows(const SgkDraws &d, const SgFlashParams &p, int
 	const int tig = threadIdx.x & 3;
 	const unsigned long long th = p.drop_thresh;
 	unsigned km = 0;
-	if ((p.S & 7) == 0) {
+	if (ALIGNED) {
 		const sgk_i64 q = (((sgk_i64)b * p.L + row0 + 8 * (tig & 1)) * p.S + col0) / 8 + (tig >> 1);
-#pragma unroll 1
+#pragma unroll
 		for (int u = 0; u < NT8 / 2; u++) {
 			/* byte 2 t + h: row row0 + 8 h, tile 2 u + t */
 			unsigned m = sgk_fa_keep8(d, th, q + 2 * u) << (8 * tig);
@@ -489,7 +490,11 @@ struct SgkFaFwdCfg {
 	enum { SMEM = (BM + 4 * BN) * LD * 2 };
 };
 
-template <class T, int DP, int NW, int MT, int BN, bool DROP = false>
+/* The forward's dropout instances: none, S % 8 == 0 (each row's 8 keys of
+ * a tile one Philox block), any S. */
+enum { SGK_FA_NODROP = 0, SGK_FA_DROP_ALIGNED = 1, SGK_FA_DROP_ANY = 2 };
+
+template <class T, int DP, int NW, int MT, int BN, int DROP = SGK_FA_NODROP>
 __global__ void __launch_bounds__(NW * 32, 8 / NW) sgk_flash_fwd_tc(SgFlashParams p)
 {
 	typedef SgkFaFwdCfg<DP, NW, MT, BN> K;
@@ -553,6 +558,15 @@ __global__ void __launch_bounds__(NW * 32, 8 / NW) sgk_flash_fwd_tc(SgFlashParam
 				sgk_fa_load<T, BN, DP, NT>(sV + (st ^ 1) * BN * LD, v, p.v_sr, k0 + BN, p.S,
 				                           p.Dv, p.vec);
 			sgk_cp_commit();
+
+			/* Dropout's keep bits, drawn first: they do not depend on the
+			 * scores, and the products overlap the draws. */
+			unsigned km[MT];
+#pragma unroll
+			for (int mt = 0; mt < MT; mt++)
+				km[mt] = DROP ? sgk_fa_keep_rows<BN / 8, DROP == SGK_FA_DROP_ALIGNED>(
+				                        dr, p, b, m0 + w0 + mt * 16 + gi, k0)
+				              : 0u;
 
 			/* S = Q K^T for this warp's rows and the tile's BN keys. */
 			float s[MT][BN / 8][4];
@@ -634,10 +648,9 @@ __global__ void __launch_bounds__(NW * 32, 8 / NW) sgk_flash_fwd_tc(SgFlashParam
 				/* Dropout on P after its sum (l is the undropped one's); the
 				 * keep bits stored for the backward. */
 				if (DROP) {
-					const unsigned km = sgk_fa_keep_rows<BN / 8>(dr, p, b, row0, k0);
 					if (p.dmask)
-						sgk_fa_mask_store<BN / 8>(p, b, row0, k0, km);
-					sgk_fa_drop<BN / 8>(s[mt], km, p.drop_scale);
+						sgk_fa_mask_store<BN / 8>(p, b, row0, k0, km[mt]);
+					sgk_fa_drop<BN / 8>(s[mt], km[mt], p.drop_scale);
 				}
 			}
 
@@ -730,8 +743,8 @@ struct SgkFaBwdCfg {
  *   S^T = K Q^T, P^T = exp(S^T * scale - lse), dV += P^T dO,
  *   dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q * scale
  * (dropout: the dropped P^T in dV, dP^T times the factors in dS^T). */
-template <class T, int DP, int BQKV, bool DROP = false>
-__global__ void __launch_bounds__(128, 2) sgk_flash_bwd_kv_tc(SgFlashParams p)
+template <class T, int DP, int BQKV, bool DROP = false, int MINB = 2>
+__global__ void __launch_bounds__(128, MINB) sgk_flash_bwd_kv_tc(SgFlashParams p)
 {
 	typedef SgkFaBwdCfg<DP, BQKV> K;
 	constexpr int BQ = K::BQKV, BK = K::BK, LD = K::LD, NT = K::NW * 32;
@@ -799,6 +812,10 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_kv_tc(SgFlashParams p)
 				}
 				sgk_cp_commit();
 
+				/* Dropout's keep bits, the forward's (bit 4 t + e for pt[t][e]),
+				 * loaded before the products that hide their latency. */
+				const unsigned km = DROP ? sgk_fa_mask_cols<BQ / 8>(p, b, q0, n0 + warp * 16) : 0u;
+
 				/* S^T (16 keys x BQ queries) = K_w Q^T. */
 				float pt[BQ / 8][4];
 #pragma unroll
@@ -828,8 +845,6 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_kv_tc(SgFlashParams p)
 							x = 0.f;
 						pt[t][e] = x;
 					}
-				/* Dropout's keep bits, the forward's (bit 4 t + e for pt[t][e]). */
-				const unsigned km = DROP ? sgk_fa_mask_cols<BQ / 8>(p, b, q0, n0 + warp * 16) : 0u;
 
 				sgk_cp_wait<2>();
 				__syncthreads();
@@ -887,8 +902,8 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_kv_tc(SgFlashParams p)
  *   S = Q K^T, P = exp(S * scale - lse), dP = dO V^T,
  *   dS = P (dP - delta), dQ += dS K * scale (dropout: dP times the
  *   factors). */
-template <class T, int DP, bool DROP = false>
-__global__ void __launch_bounds__(128, 2) sgk_flash_bwd_q_tc(SgFlashParams p)
+template <class T, int DP, bool DROP = false, int MINB = 2>
+__global__ void __launch_bounds__(128, MINB) sgk_flash_bwd_q_tc(SgFlashParams p)
 {
 	typedef SgkFaBwdCfg<DP, 64> K;
 	constexpr int BQ = K::BQ, BK = K::BK, LD = K::LD, NT = K::NW * 32;
@@ -947,6 +962,10 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_q_tc(SgFlashParams p)
 			sgk_cp_commit();
 			const T *kt = sK + st * BK * LD, *vt = sV + st * BK * LD;
 
+			/* Dropout's keep bits, the forward's (bit 4 t + e for s[t][e]),
+			 * loaded before the products that hide their latency. */
+			const unsigned km = DROP ? sgk_fa_mask_rows<BK / 8>(p, b, row0, k0) : 0u;
+
 			/* S = Q_w K^T, P = exp2(S * scale * log2e - lse * log2e), masked. */
 			float s[BK / 8][4];
 #pragma unroll
@@ -975,8 +994,6 @@ __global__ void __launch_bounds__(128, 2) sgk_flash_bwd_q_tc(SgFlashParams p)
 						x = 0.f;
 					s[t][e] = x;
 				}
-			/* Dropout's keep bits, the forward's (bit 4 t + e for s[t][e]). */
-			const unsigned km = DROP ? sgk_fa_mask_rows<BK / 8>(p, b, row0, k0) : 0u;
 
 			sgk_cp_wait<2>();
 			__syncthreads();
@@ -1383,47 +1400,78 @@ static int sgk_fs_smem(const SgFlashParams &p, int kv)
 template <int DP> struct SgkFaFwdTile { enum { NW = 4, MT = 1, BN = 64 }; };
 template <> struct SgkFaFwdTile<64> { enum { NW = 4, MT = 2, BN = 32 }; };
 template <> struct SgkFaFwdTile<128> { enum { NW = 4, MT = 2, BN = 64 }; };
+/* With dropout: the draws want the 64-key tile at head dim 64 (on an H100,
+ * 2026-12-06, GPT-2's B=8, H=12, T=1024, causal, bf16, p = 0.1: 0.202 ms
+ * against 0.279 with 2 m tiles of 32 keys; 0.125 against 0.149 without
+ * dropout there). */
+template <int DP> struct SgkFaFwdTileDrop : SgkFaFwdTile<DP> {};
+template <> struct SgkFaFwdTileDrop<64> { enum { NW = 4, MT = 1, BN = 64 }; };
 
 /* The backward's query tile in the dK/dV kernel (64 beat 32 there). */
 #ifndef SGK_FA_BWD_BQKV
 #define SGK_FA_BWD_BQKV 64
 #endif
 
-/* The tensor-core forward for head dims up to DP. */
-template <class T, int DP, int NW = SgkFaFwdTile<DP>::NW, int MT = SgkFaFwdTile<DP>::MT,
-          int BN = SgkFaFwdTile<DP>::BN>
-static cudaError_t sgk_fa_fwd_tc(const SgFlashParams &p, int nb, cudaStream_t stream)
+/* The tensor-core forward for head dims up to DP with these tiles (the
+ * instance of dropout mode DROP). */
+template <class T, int DP, int NW, int MT, int BN, int DROP>
+static cudaError_t sgk_fa_fwd_tc_k(const SgFlashParams &p, int nb, cudaStream_t stream)
 {
 	typedef SgkFaFwdCfg<DP, NW, MT, BN> K;
-#ifndef SGK_FA_NO_DROPOUT
-	if (p.drop_thresh)
-		return sgk_fa_launch(sgk_flash_fwd_tc<T, DP, NW, MT, BN, true>, (p.L + K::BM - 1) / K::BM,
-		                     nb, K::NW * 32, K::SMEM, p, stream);
-#endif
-	return sgk_fa_launch(sgk_flash_fwd_tc<T, DP, NW, MT, BN>, (p.L + K::BM - 1) / K::BM, nb,
+	return sgk_fa_launch(sgk_flash_fwd_tc<T, DP, NW, MT, BN, DROP>, (p.L + K::BM - 1) / K::BM, nb,
 	                     K::NW * 32, K::SMEM, p, stream);
 }
 
-/* The tensor-core backward (after the delta kernel), DROP: with dropout. */
-template <class T, int DP, int BQKV, bool DROP>
+/* The same, the instance p asks for (tests/gpu/kernels times tiles). */
+template <class T, int DP, int NW, int MT, int BN>
+static cudaError_t sgk_fa_fwd_tc(const SgFlashParams &p, int nb, cudaStream_t stream)
+{
+#ifndef SGK_FA_NO_DROPOUT
+	if (p.drop_thresh)
+		return p.S % 8 == 0 ? sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_DROP_ALIGNED>(p, nb, stream)
+		                    : sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_DROP_ANY>(p, nb, stream);
+#endif
+	return sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_NODROP>(p, nb, stream);
+}
+
+/* The launcher's forward: SgkFaFwdTile's tiles, SgkFaFwdTileDrop's with
+ * dropout. */
+template <class T, int DP>
+static cudaError_t sgk_fa_fwd(const SgFlashParams &p, int nb, cudaStream_t stream)
+{
+#ifndef SGK_FA_NO_DROPOUT
+	typedef SgkFaFwdTileDrop<DP> D;
+	if (p.drop_thresh)
+		return p.S % 8 == 0
+		               ? sgk_fa_fwd_tc_k<T, DP, D::NW, D::MT, D::BN, SGK_FA_DROP_ALIGNED>(p, nb, stream)
+		               : sgk_fa_fwd_tc_k<T, DP, D::NW, D::MT, D::BN, SGK_FA_DROP_ANY>(p, nb, stream);
+#endif
+	typedef SgkFaFwdTile<DP> F;
+	return sgk_fa_fwd_tc_k<T, DP, F::NW, F::MT, F::BN, SGK_FA_NODROP>(p, nb, stream);
+}
+
+/* The tensor-core backward (after the delta kernel), DROP: with dropout;
+ * MINB: the kernels' least blocks an SM (their register budget). */
+template <class T, int DP, int BQKV, bool DROP, int MINB>
 static cudaError_t sgk_fa_bwd_tc_k(const SgFlashParams &p, int nb, cudaStream_t stream)
 {
 	typedef SgkFaBwdCfg<DP, BQKV> K;
-	cudaError_t e = sgk_fa_launch(sgk_flash_bwd_kv_tc<T, DP, BQKV, DROP>, (p.S + K::BK - 1) / K::BK,
-	                              nb / p.kv_group, K::NW * 32, K::SMEM_KV, p, stream);
+	cudaError_t e = sgk_fa_launch(sgk_flash_bwd_kv_tc<T, DP, BQKV, DROP, MINB>,
+	                              (p.S + K::BK - 1) / K::BK, nb / p.kv_group, K::NW * 32,
+	                              K::SMEM_KV, p, stream);
 	if (e != cudaSuccess)
 		return e;
-	return sgk_fa_launch(sgk_flash_bwd_q_tc<T, DP, DROP>, (p.L + K::BQ - 1) / K::BQ, nb, K::NW * 32,
-	                     K::SMEM_Q, p, stream);
+	return sgk_fa_launch(sgk_flash_bwd_q_tc<T, DP, DROP, MINB>, (p.L + K::BQ - 1) / K::BQ, nb,
+	                     K::NW * 32, K::SMEM_Q, p, stream);
 }
-template <class T, int DP, int BQKV = SGK_FA_BWD_BQKV>
+template <class T, int DP, int BQKV = SGK_FA_BWD_BQKV, int MINB = 2>
 static cudaError_t sgk_fa_bwd_tc(const SgFlashParams &p, int nb, cudaStream_t stream)
 {
 #ifndef SGK_FA_NO_DROPOUT
 	if (p.drop_thresh)
-		return sgk_fa_bwd_tc_k<T, DP, BQKV, true>(p, nb, stream);
+		return sgk_fa_bwd_tc_k<T, DP, BQKV, true, MINB>(p, nb, stream);
 #endif
-	return sgk_fa_bwd_tc_k<T, DP, BQKV, false>(p, nb, stream);
+	return sgk_fa_bwd_tc_k<T, DP, BQKV, false, MINB>(p, nb, stream);
 }
 
 /* The tensor-core kernels exist for 2-byte types only. */
@@ -1432,11 +1480,11 @@ template <class T, int DP> struct sgk_fa_tc {
 	static cudaError_t bwd(const SgFlashParams &, int, cudaStream_t) { return cudaErrorNotSupported; }
 };
 template <int DP> struct sgk_fa_tc<__half, DP> {
-	static cudaError_t fwd(const SgFlashParams &p, int nb, cudaStream_t s) { return sgk_fa_fwd_tc<__half, DP>(p, nb, s); }
+	static cudaError_t fwd(const SgFlashParams &p, int nb, cudaStream_t s) { return sgk_fa_fwd<__half, DP>(p, nb, s); }
 	static cudaError_t bwd(const SgFlashParams &p, int nb, cudaStream_t s) { return sgk_fa_bwd_tc<__half, DP>(p, nb, s); }
 };
 template <int DP> struct sgk_fa_tc<__nv_bfloat16, DP> {
-	static cudaError_t fwd(const SgFlashParams &p, int nb, cudaStream_t s) { return sgk_fa_fwd_tc<__nv_bfloat16, DP>(p, nb, s); }
+	static cudaError_t fwd(const SgFlashParams &p, int nb, cudaStream_t s) { return sgk_fa_fwd<__nv_bfloat16, DP>(p, nb, s); }
 	static cudaError_t bwd(const SgFlashParams &p, int nb, cudaStream_t s) { return sgk_fa_bwd_tc<__nv_bfloat16, DP>(p, nb, s); }
 };
 

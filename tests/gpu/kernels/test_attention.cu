@@ -330,16 +330,18 @@ static cudaError_t fwd_variant(const SgFlashParams *in, cudaStream_t s)
 	return sg_launch_flash_fwd<T>(in, s);
 }
 
-/* The backward with BQKV-query tiles in the dK/dV kernel. */
-template <class T, int BQKV>
+/* The backward with BQKV-query tiles in the dK/dV kernel and MINB blocks
+ * an SM (head dims 64 and 128). */
+template <class T, int BQKV, int MINB = 2>
 static cudaError_t bwd_variant(const SgFlashParams *in, cudaStream_t s)
 {
 	const SgFlashParams p = sgk_fa_prep(in, 1);
-	const int nb = p.nb0 * p.nb1;
-	if (sgk_fa_dp<T>(p) != 128)
+	const int nb = p.nb0 * p.nb1, dp = sgk_fa_dp<T>(p);
+	if (dp != 128 && dp != 64)
 		return sg_launch_flash_bwd<T>(in, s);
 	sgk_flash_delta<T><<<(unsigned)(((long long)nb * p.L + 7) / 8), 256, 0, s>>>(p);
-	return sgk_fa_bwd_tc<T, 128, BQKV>(p, nb, s);
+	return dp == 128 ? sgk_fa_bwd_tc<T, 128, BQKV, MINB>(p, nb, s)
+	                 : sgk_fa_bwd_tc<T, 64, BQKV, MINB>(p, nb, s);
 }
 
 /* The dropout mask checks of a FILL_ONEHOT_DO or FILL_ONES_DO case (non
@@ -777,9 +779,8 @@ static void bench(int B, int H, int Tn, int D, int causal)
 	pn.dmask = NULL;
 	KT_CHECK(sg_launch_flash_bwd<T>(&pn, 0) == cudaErrorInvalidValue,
 	         "backward with dropout and no dmask: not refused");
-	cudaFree(pd.dmask);
-	cudaFree(rng);
-	/* The forward's tile variants, and the backward's kernels one by one. */
+	/* The forward's tile variants (with dropout too), and the backward's
+	 * kernels one by one. */
 	struct V {
 		const char *name;
 		Launch f;
@@ -791,9 +792,29 @@ static void bench(int B, int H, int Tn, int D, int causal)
 	};
 	for (const V &x : fv) {
 		double ms = kt_time([&] { x.f(&p, 0); }, 3, 20);
-		printf("PERF   fwd variant %-30s %.3f ms %.1f TFLOP/s\n", x.name, ms, flop / ms / 1e9);
+		double msd = kt_time([&] { x.f(&pd, 0); }, 3, 20);
+		printf("PERF   fwd variant %-30s %.3f ms %.1f TFLOP/s; dropout 0.1 %.3f ms\n", x.name, ms,
+		       flop / ms / 1e9, msd);
 	}
 	KT_CUDA(cudaGetLastError());
+	/* The backward's tiles and register budgets, with dropout too. */
+	struct W {
+		const char *name;
+		Launch f;
+	} bv[] = {
+		{"64-query dK/dV tiles, 2 blocks an SM", bwd_variant<T, 64, 2>},
+		{"64-query dK/dV tiles, 3 blocks an SM", bwd_variant<T, 64, 3>},
+		{"64-query dK/dV tiles, 4 blocks an SM", bwd_variant<T, 64, 4>},
+		{"32-query dK/dV tiles, 2 blocks an SM", bwd_variant<T, 32, 2>},
+	};
+	for (const W &x : bv) {
+		double ms = kt_time([&] { x.f(&p, 0); }, 2, 10);
+		double msd = kt_time([&] { x.f(&pd, 0); }, 2, 10);
+		printf("PERF   bwd variant %-38s %.3f ms; dropout 0.1 %.3f ms\n", x.name, ms, msd);
+	}
+	KT_CUDA(cudaGetLastError());
+	cudaFree(pd.dmask);
+	cudaFree(rng);
 	const unsigned dblocks = (unsigned)(((long long)nb * Tn + 7) / 8);
 	double td = kt_time([&] { sgk_flash_delta<T><<<dblocks, 256>>>(pp); }, 2, 10);
 	if (D == 128) {
