@@ -879,10 +879,8 @@ cg_flash_attention(CgGraph *G, const Node *n, int bwd)
 			               cg_ctype(dt), (long long)(f.nb[0] * f.nb[1]), (long long)f.L,
 			               (long long)f.S, (long long)f.E, (long long)f.Ev),
 			        "dmask");
-		if (pair != NONE) { /* kept for the backward */
-			cg_fold_kept(G, i)->lse = lse;
-			cg_fold_kept(G, i)->dmask = dmask;
-		}
+		if (pair != NONE) /* kept for the backward */
+			*cg_fold_kept(G, i) = (CgAttnKept){lse, dmask};
 	}
 	if (bwd && pair == NONE)
 		out = cg_alloc_tmp(G, n, cg_ctype(dt), rows * f.Ev * dtype_size(dt), "o");

@@ -41,8 +41,8 @@
  * one launch, `tanh(matmul(%x, %w))` with no product in memory.
  *
  * dropout joins groups too (its emitter is the pointwise family's): the
- * group's kernel draws element i's word of the dropout's Philox block
- * i / 4 (runtime/sgk/sgk_random.h), so `add(dropout(%x), %r)` is one pass
+ * group's kernel draws element i's 16 bits of the dropout's Philox block
+ * i / 8 (runtime/sgk/sgk_random.h), so `add(dropout(%x), %r)` is one pass
  * over memory.  A group with a dropout is never a prologue or epilogue:
  * those compute elements in another kernel's order and have no generator
  * state.

@@ -282,12 +282,6 @@ SGK_DEV unsigned sgk_fa_keep8(const SgkDraws &d, unsigned long long thresh, sgk_
 	return k;
 }
 
-/* Keep bit of element idx. */
-SGK_DEV unsigned sgk_fa_keep1(const SgkDraws &d, unsigned long long thresh, sgk_i64 idx)
-{
-	return sgk_fa_keep8(d, thresh, idx >> 3) >> (int)(idx & 7) & 1;
-}
-
 /* Keep bits of elements idx and idx + 1 (bits 0, 1): one block, or two
  * when idx ends one. */
 SGK_DEV unsigned sgk_fa_keep2(const SgkDraws &d, unsigned long long thresh, sgk_i64 idx)
@@ -1094,7 +1088,7 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_fwd_simt(SgFlashPara
 			l = l * corr + sgk_group_sum<32>(pj);
 			m = mn;
 			if (DROP) /* dropout after the sum (l is the undropped P's) */
-				pj *= sgk_fa_keep1(dr, p.drop_thresh, ((sgk_i64)b * p.L + i) * p.S + j)
+				pj *= sgk_keep(dr, ((sgk_i64)b * p.L + i) * p.S + j, p.drop_thresh)
 				              ? (A)p.drop_scale
 				              : (A)0;
 #pragma unroll
@@ -1166,7 +1160,7 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_bwd_q_simt(SgFlashPa
 			const bool live = i < p.L && j < p.S && !(p.causal && j > i);
 			const A pj = live ? sgk_exp(s * scale - lse) : (A)0;
 			if (DROP) /* dP times the dropout factor */
-				dp *= sgk_fa_keep1(dr, p.drop_thresh, ((sgk_i64)b * p.L + i) * p.S + j)
+				dp *= sgk_keep(dr, ((sgk_i64)b * p.L + i) * p.S + j, p.drop_thresh)
 				              ? (A)p.drop_scale
 				              : (A)0;
 			const A ds = pj * (dp - dl);
@@ -1241,7 +1235,7 @@ __global__ void __launch_bounds__(SGK_FS_NW * 32) sgk_flash_bwd_kv_simt(SgFlashP
 				const A pi = live ? sgk_exp(s * scale - sL[lane]) : (A)0;
 				A pd = pi; /* dropout: the dropped P in dV, dP times the factor in dS */
 				if (DROP) {
-					const A f = sgk_fa_keep1(dr, p.drop_thresh, ((sgk_i64)b * p.L + i) * p.S + j)
+					const A f = sgk_keep(dr, ((sgk_i64)b * p.L + i) * p.S + j, p.drop_thresh)
 					                    ? (A)p.drop_scale
 					                    : (A)0;
 					pd = pi * f;
