@@ -1405,6 +1405,10 @@ template <> struct SgkFaFwdTileDrop<64> { enum { NW = 4, MT = 1, BN = 64 }; };
 #ifndef SGK_FA_BWD_BQKV
 #define SGK_FA_BWD_BQKV 64
 #endif
+/* The backward kernels' least blocks an SM (their register budget). */
+#ifndef SGK_FA_BWD_MINB
+#define SGK_FA_BWD_MINB 2
+#endif
 
 /* The tensor-core forward for head dims up to DP with these tiles (the
  * instance of dropout mode DROP). */
@@ -1458,7 +1462,7 @@ static cudaError_t sgk_fa_bwd_tc_k(const SgFlashParams &p, int nb, cudaStream_t 
 	return sgk_fa_launch(sgk_flash_bwd_q_tc<T, DP, DROP, MINB>, (p.L + K::BQ - 1) / K::BQ, nb,
 	                     K::NW * 32, K::SMEM_Q, p, stream);
 }
-template <class T, int DP, int BQKV = SGK_FA_BWD_BQKV, int MINB = 2>
+template <class T, int DP, int BQKV = SGK_FA_BWD_BQKV, int MINB = SGK_FA_BWD_MINB>
 static cudaError_t sgk_fa_bwd_tc(const SgFlashParams &p, int nb, cudaStream_t stream)
 {
 #ifndef SGK_FA_NO_DROPOUT

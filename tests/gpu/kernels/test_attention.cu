@@ -7,12 +7,13 @@
  * with the algorithmic count (forward 4*L*S*D a head, halved by the
  * causal mask as far as it masks; backward 2.5 times the forward).
  *
- *   test_attention [--dump DIR] [--quick] [--sanitize] [--bench-gpt2]
+ *   test_attention [--dump DIR] [--quick] [--sanitize] [--bench-gpt2] [--profile-gpt2]
  *
  * --dump writes a few small cases for torch_check.py; --quick skips the
  * timings; --sanitize runs a few small cases only (for compute-sanitizer);
  * --bench-gpt2 only times GPT-2 small's shape (B=8, H=12, T=1024, D=64,
- * causal, bf16).  Prints "N passed, M failed".
+ * causal, bf16); --profile-gpt2 runs the launchers there once each, without
+ * and with dropout, unchecked (for ncu).  Prints "N passed, M failed".
  *
  * Dropout (SgFlashParams.drop_thresh): the reference draws each weight's
  * keep bit as sgk_random.h says (sgk_draws, 16 bits of block idx / 8,
@@ -724,14 +725,37 @@ static double pairs(int L, int S, int causal)
 	return n;
 }
 
+/* The backward's two kernels timed alone with MINB blocks an SM (pp:
+ * effective parameters, with dropout when DROP). */
+template <class T, int DP, int MINB, bool DROP>
+static void bwd_kernel_times(const SgFlashParams &pp, int Tn, int nb, double flop, double td)
+{
+	typedef SgkFaBwdCfg<DP, SGK_FA_BWD_BQKV> K;
+	double tkv = kt_time([&] {
+		sgk_fa_launch(sgk_flash_bwd_kv_tc<T, DP, SGK_FA_BWD_BQKV, DROP, MINB>,
+		              (Tn + K::BK - 1) / K::BK, nb, 128, K::SMEM_KV, pp, 0);
+	}, 2, 10);
+	double tq = kt_time([&] {
+		sgk_fa_launch(sgk_flash_bwd_q_tc<T, DP, DROP, MINB>, (Tn + K::BQ - 1) / K::BQ, nb, 128,
+		              K::SMEM_Q, pp, 0);
+	}, 2, 10);
+	printf("PERF   bwd kernels%s, %d blocks an SM: delta %.3f ms, dK/dV %.3f ms (%.1f TFLOP/s of its "
+	       "4 products), dQ %.3f ms (%.1f TFLOP/s of its 3)\n",
+	       DROP ? " with dropout 0.1" : "", MINB, td, tkv, 2 * flop / tkv / 1e9, tq,
+	       1.5 * flop / tq / 1e9);
+}
+
 /* Times forward and backward at one shape (with the launchers' tiles and
  * the alternatives), after checking sampled batches against the
- * reference. */
+ * reference.  once: only runs the launchers' forward and backward once
+ * each, without and with dropout (for a profiler), and returns. */
 template <class T>
-static void bench(int B, int H, int Tn, int D, int causal)
+static void bench(int B, int H, int Tn, int D, int causal, bool once = false)
 {
 	Case c = {B, H, Tn, Tn, D, D, causal, 0.f, LAY_CONTIG, 37};
-	run_case<T>(c, 0, 0);
+	if (!once)
+		run_case<T>(c, 0, 0);
+	const int w1 = once ? 0 : 3, r1 = once ? 1 : 20, w2 = once ? 0 : 2, r2 = once ? 1 : 10;
 	SgFlashParams p;
 	sg_flash_params_init(&p, B, H, Tn, Tn, D, D, 0.f, causal);
 	const size_t n = (size_t)B * H * Tn * D;
@@ -751,8 +775,8 @@ static void bench(int B, int H, int Tn, int D, int causal)
 	const double flop = 4.0 * B * H * pairs(Tn, Tn, causal) * D;
 	SgFlashParams pp = sgk_fa_prep(&p, 1);
 	const int nb = B * H;
-	double f4 = kt_time([&] { sg_launch_flash_fwd<T>(&p, 0); }, 3, 20);
-	double b64 = kt_time([&] { sg_launch_flash_bwd<T>(&p, 0); }, 2, 10);
+	double f4 = kt_time([&] { sg_launch_flash_fwd<T>(&p, 0); }, w1, r1);
+	double b64 = kt_time([&] { sg_launch_flash_bwd<T>(&p, 0); }, w2, r2);
 	KT_CUDA(cudaGetLastError());
 	printf("PERF attention %s B=%d H=%d T=%d D=%d causal=%d: fwd %.3f ms %.1f TFLOP/s | bwd %.3f ms "
 	       "%.1f TFLOP/s\n",
@@ -766,11 +790,23 @@ static void bench(int B, int H, int Tn, int D, int causal)
 	pd.rng = rng, pd.salt = drop_salt;
 	pd.drop_thresh = sgk_dropout_threshold(0.1);
 	pd.drop_scale = (float)sgk_dropout_scale(0.1);
-	double fnm = kt_time([&] { sg_launch_flash_fwd<T>(&pd, 0); }, 3, 20);
+	double fnm = once ? 0 : kt_time([&] { sg_launch_flash_fwd<T>(&pd, 0); }, 3, 20);
 	KT_CUDA(cudaMalloc(&pd.dmask, sg_flash_dropout_mask_bytes<T>(nb, Tn, Tn, D, D)));
-	double fd = kt_time([&] { sg_launch_flash_fwd<T>(&pd, 0); }, 3, 20);
-	double bd = kt_time([&] { sg_launch_flash_bwd<T>(&pd, 0); }, 2, 10);
+	double fd = kt_time([&] { sg_launch_flash_fwd<T>(&pd, 0); }, w1, r1);
+	double bd = kt_time([&] { sg_launch_flash_bwd<T>(&pd, 0); }, w2, r2);
 	KT_CUDA(cudaGetLastError());
+	if (once) {
+		printf("attention %s B=%d H=%d T=%d D=%d causal=%d once: fwd %.3f, bwd %.3f ms; dropout "
+		       "0.1: fwd %.3f, bwd %.3f ms\n",
+		       kt_dt<T>::name(), B, H, Tn, D, causal, f4, b64, fd, bd);
+		cudaFree(pd.dmask);
+		cudaFree(rng);
+		for (KtBuf<T> *t : all)
+			t->release();
+		cudaFree(lse);
+		cudaFree(delta);
+		return;
+	}
 	printf("PERF attention %s B=%d H=%d T=%d D=%d causal=%d dropout 0.1: fwd %.3f ms (x%.2f; "
 	       "%.3f without storing the keep bits) | bwd %.3f ms (x%.2f)\n",
 	       kt_dt<T>::name(), B, H, Tn, D, causal, fd, fd / f4, fnm, bd, bd / b64);
@@ -806,6 +842,7 @@ static void bench(int B, int H, int Tn, int D, int causal)
 		{"64-query dK/dV tiles, 3 blocks an SM", bwd_variant<T, 64, 3>},
 		{"64-query dK/dV tiles, 4 blocks an SM", bwd_variant<T, 64, 4>},
 		{"32-query dK/dV tiles, 2 blocks an SM", bwd_variant<T, 32, 2>},
+		{"32-query dK/dV tiles, 3 blocks an SM", bwd_variant<T, 32, 3>},
 	};
 	for (const W &x : bv) {
 		double ms = kt_time([&] { x.f(&p, 0); }, 2, 10);
@@ -813,24 +850,19 @@ static void bench(int B, int H, int Tn, int D, int causal)
 		printf("PERF   bwd variant %-38s %.3f ms; dropout 0.1 %.3f ms\n", x.name, ms, msd);
 	}
 	KT_CUDA(cudaGetLastError());
-	cudaFree(pd.dmask);
-	cudaFree(rng);
 	const unsigned dblocks = (unsigned)(((long long)nb * Tn + 7) / 8);
 	double td = kt_time([&] { sgk_flash_delta<T><<<dblocks, 256>>>(pp); }, 2, 10);
-	if (D == 128) {
-		typedef SgkFaBwdCfg<128, SGK_FA_BWD_BQKV> K;
-		double tkv = kt_time([&] {
-			sgk_fa_launch(sgk_flash_bwd_kv_tc<T, 128, SGK_FA_BWD_BQKV>, (Tn + K::BK - 1) / K::BK, nb,
-			              128, K::SMEM_KV, pp, 0);
-		}, 2, 10);
-		double tq = kt_time([&] {
-			sgk_fa_launch(sgk_flash_bwd_q_tc<T, 128>, (Tn + K::BQ - 1) / K::BQ, nb, 128, K::SMEM_Q, pp, 0);
-		}, 2, 10);
-		double b32 = kt_time([&] { bwd_variant<T, 32>(&p, 0); }, 2, 10);
-		printf("PERF   bwd kernels: delta %.3f ms, dK/dV %.3f ms (%.1f TFLOP/s of its 4 products), dQ "
-		       "%.3f ms (%.1f TFLOP/s of its 3); bwd with 32-query dK/dV tiles %.3f ms\n",
-		       td, tkv, 2 * flop / tkv / 1e9, tq, 1.5 * flop / tq / 1e9, b32);
+	if (D == 128)
+		bwd_kernel_times<T, 128, 2, false>(pp, Tn, nb, flop, td);
+	if (D == 64) {
+		SgFlashParams ppd = sgk_fa_prep(&pd, 1);
+		bwd_kernel_times<T, 64, 2, false>(pp, Tn, nb, flop, td);
+		bwd_kernel_times<T, 64, 3, false>(pp, Tn, nb, flop, td);
+		bwd_kernel_times<T, 64, 2, true>(ppd, Tn, nb, flop, td);
+		bwd_kernel_times<T, 64, 3, true>(ppd, Tn, nb, flop, td);
 	}
+	cudaFree(pd.dmask);
+	cudaFree(rng);
 	KT_CUDA(cudaGetLastError());
 	for (KtBuf<T> *t : all)
 		t->release();
@@ -900,6 +932,11 @@ int main(int argc, char **argv)
 		bench<__nv_bfloat16>(8, 12, 1024, 64, 1);
 		return kt_finish();
 	}
+	if (kt_flag(argc, argv, "--profile-gpt2")) {
+		/* GPT-2 small's shape, each launcher once (for ncu). */
+		bench<__nv_bfloat16>(8, 12, 1024, 64, 1, true);
+		return kt_finish();
+	}
 	if (kt_flag(argc, argv, "--sanitize")) {
 		/* A few small cases for compute-sanitizer: every kernel once. */
 		run_case<__nv_bfloat16>(tc[2], 0, 0);
@@ -950,7 +987,7 @@ int main(int argc, char **argv)
 		run_case<__half>(tc[i], 0, 0, fwd_variant<__half, 4, 2, 32>, sg_launch_flash_bwd<__half>,
 		                 " [fwd 4x2x32]");
 		run_case<__nv_bfloat16>(tc[i], 0, 0, fwd_variant<__nv_bfloat16, 8, 1, 64>,
-		                        sg_launch_flash_bwd<__nv_bfloat16>, " [fwd 8x1x64]");
+		                        bwd_variant<__nv_bfloat16, 64, 3>, " [fwd 8x1x64, bwd 3 blocks an SM]");
 	}
 	/* The same with dropout (the mask cases too). */
 	const int vd[] = {2, 4, 5, 8, 17, 18};
@@ -960,7 +997,7 @@ int main(int argc, char **argv)
 		run_case<__half>(dc[i], 0, 0, fwd_variant<__half, 4, 2, 32>, sg_launch_flash_bwd<__half>,
 		                 " [fwd 4x2x32]");
 		run_case<__nv_bfloat16>(dc[i], 0, 0, fwd_variant<__nv_bfloat16, 8, 1, 64>,
-		                        sg_launch_flash_bwd<__nv_bfloat16>, " [fwd 8x1x64]");
+		                        bwd_variant<__nv_bfloat16, 64, 3>, " [fwd 8x1x64, bwd 3 blocks an SM]");
 	}
 	if (!quick) {
 		bench<__nv_bfloat16>(8, 12, 1024, 64, 1); /* GPT-2 small's */
