@@ -795,16 +795,20 @@ static void bench(int B, int H, int Tn, int D, int causal, bool once = false)
 	double fd = kt_time([&] { sg_launch_flash_fwd<T>(&pd, 0); }, w1, r1);
 	double bd = kt_time([&] { sg_launch_flash_bwd<T>(&pd, 0); }, w2, r2);
 	KT_CUDA(cudaGetLastError());
-	if (once) {
-		printf("attention %s B=%d H=%d T=%d D=%d causal=%d once: fwd %.3f, bwd %.3f ms; dropout "
-		       "0.1: fwd %.3f, bwd %.3f ms\n",
-		       kt_dt<T>::name(), B, H, Tn, D, causal, f4, b64, fd, bd);
+	auto release = [&] {
 		cudaFree(pd.dmask);
 		cudaFree(rng);
+		KT_CUDA(cudaGetLastError());
 		for (KtBuf<T> *t : all)
 			t->release();
 		cudaFree(lse);
 		cudaFree(delta);
+	};
+	if (once) {
+		printf("attention %s B=%d H=%d T=%d D=%d causal=%d once: fwd %.3f, bwd %.3f ms; dropout "
+		       "0.1: fwd %.3f, bwd %.3f ms\n",
+		       kt_dt<T>::name(), B, H, Tn, D, causal, f4, b64, fd, bd);
+		release();
 		return;
 	}
 	printf("PERF attention %s B=%d H=%d T=%d D=%d causal=%d dropout 0.1: fwd %.3f ms (x%.2f; "
@@ -861,13 +865,7 @@ static void bench(int B, int H, int Tn, int D, int causal, bool once = false)
 		bwd_kernel_times<T, 64, 2, true>(ppd, Tn, nb, flop, td);
 		bwd_kernel_times<T, 64, 3, true>(ppd, Tn, nb, flop, td);
 	}
-	cudaFree(pd.dmask);
-	cudaFree(rng);
-	KT_CUDA(cudaGetLastError());
-	for (KtBuf<T> *t : all)
-		t->release();
-	cudaFree(lse);
-	cudaFree(delta);
+	release();
 }
 
 int main(int argc, char **argv)
