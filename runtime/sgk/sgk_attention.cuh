@@ -1420,14 +1420,23 @@ static cudaError_t sgk_fa_fwd_tc_k(const SgFlashParams &p, int nb, cudaStream_t 
 	                     K::NW * 32, K::SMEM, p, stream);
 }
 
+#ifndef SGK_FA_NO_DROPOUT
+/* The same with dropout: the instance for p's S. */
+template <class T, int DP, int NW, int MT, int BN>
+static cudaError_t sgk_fa_fwd_tc_drop(const SgFlashParams &p, int nb, cudaStream_t stream)
+{
+	return p.S % 8 == 0 ? sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_DROP_ALIGNED>(p, nb, stream)
+	                    : sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_DROP_ANY>(p, nb, stream);
+}
+#endif
+
 /* The same, the instance p asks for (tests/gpu/kernels times tiles). */
 template <class T, int DP, int NW, int MT, int BN>
 static cudaError_t sgk_fa_fwd_tc(const SgFlashParams &p, int nb, cudaStream_t stream)
 {
 #ifndef SGK_FA_NO_DROPOUT
 	if (p.drop_thresh)
-		return p.S % 8 == 0 ? sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_DROP_ALIGNED>(p, nb, stream)
-		                    : sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_DROP_ANY>(p, nb, stream);
+		return sgk_fa_fwd_tc_drop<T, DP, NW, MT, BN>(p, nb, stream);
 #endif
 	return sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_NODROP>(p, nb, stream);
 }
@@ -1440,9 +1449,7 @@ static cudaError_t sgk_fa_fwd(const SgFlashParams &p, int nb, cudaStream_t strea
 #ifndef SGK_FA_NO_DROPOUT
 	typedef SgkFaFwdTileDrop<DP> D;
 	if (p.drop_thresh)
-		return p.S % 8 == 0
-		               ? sgk_fa_fwd_tc_k<T, DP, D::NW, D::MT, D::BN, SGK_FA_DROP_ALIGNED>(p, nb, stream)
-		               : sgk_fa_fwd_tc_k<T, DP, D::NW, D::MT, D::BN, SGK_FA_DROP_ANY>(p, nb, stream);
+		return sgk_fa_fwd_tc_drop<T, DP, D::NW, D::MT, D::BN>(p, nb, stream);
 #endif
 	typedef SgkFaFwdTile<DP> F;
 	return sgk_fa_fwd_tc_k<T, DP, F::NW, F::MT, F::BN, SGK_FA_NODROP>(p, nb, stream);

@@ -267,8 +267,9 @@ def philox(ctr, key):
 
 
 def philox_words(n, salt, seed, offset):
-    """The 32-bit draws of n elements of a random op, as
-    runtime/sgk/sgk_random.h lays out the counter."""
+    """The first n 32-bit words of a random op's Philox blocks, as
+    runtime/sgk/sgk_random.h lays out the counter (rand's element i is
+    word i; a dropout's takes half of word i / 2)."""
     words = []
     for q in range((n + 3) // 4):
         words += philox((q & MASK, q >> 32, salt, offset & MASK), (seed & MASK, seed >> 32))
@@ -280,8 +281,6 @@ def dropout_keep(n, p, salt, seed, offset):
     draws 16 bits, half i % 2 (low for even i) of word i % 8 / 2 of block
     i / 8, and is kept when they reach floor(p * 2^16)."""
     thresh = 1 << 16 if p >= 1 else int(math.floor(p * 2.0 ** 16))
-    words = []
-    for q in range((n + 7) // 8):
-        words += philox((q & MASK, q >> 32, salt, offset & MASK), (seed & MASK, seed >> 32))
+    words = philox_words((n + 1) // 2, salt, seed, offset)
     halves = [(words[i // 2] >> (16 * (i % 2))) & 0xffff for i in range(n)]
     return torch.tensor([h >= thresh for h in halves], dtype=torch.bool)
