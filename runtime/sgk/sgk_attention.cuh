@@ -1405,9 +1405,18 @@ template <> struct SgkFaFwdTileDrop<64> { enum { NW = 4, MT = 1, BN = 64 }; };
 #ifndef SGK_FA_BWD_BQKV
 #define SGK_FA_BWD_BQKV 64
 #endif
-/* The backward kernels' least blocks an SM (their register budget). */
-#ifndef SGK_FA_BWD_MINB
-#define SGK_FA_BWD_MINB 2
+/* The backward kernels' least blocks an SM (their register budget): 3 at
+ * head dim 64 (on an H100, 2026-12-07, GPT-2's B=8, H=12, T=1024, causal,
+ * bf16: 0.367 ms against 0.418 at 2, 0.462 against 0.507 with dropout
+ * 0.1; ptxas's 168 registers, the dK/dV kernel spilling 124 bytes with
+ * dropout), 2 at the others. SGK_FA_BWD_MINB, where defined, sets it for
+ * every head dim (the GPU tests' programs can be built with another). */
+template <int DP> struct SgkFaBwdMinB { enum { N = 2 }; };
+template <> struct SgkFaBwdMinB<64> { enum { N = 3 }; };
+#ifdef SGK_FA_BWD_MINB
+#define SGK_FA_BWD_MINB_OF(DP) SGK_FA_BWD_MINB
+#else
+#define SGK_FA_BWD_MINB_OF(DP) SgkFaBwdMinB<DP>::N
 #endif
 
 /* The tensor-core forward for head dims up to DP with these tiles (the
@@ -1469,7 +1478,7 @@ static cudaError_t sgk_fa_bwd_tc_k(const SgFlashParams &p, int nb, cudaStream_t 
 	return sgk_fa_launch(sgk_flash_bwd_q_tc<T, DP, DROP, MINB>, (p.L + K::BQ - 1) / K::BQ, nb,
 	                     K::NW * 32, K::SMEM_Q, p, stream);
 }
-template <class T, int DP, int BQKV = SGK_FA_BWD_BQKV, int MINB = SGK_FA_BWD_MINB>
+template <class T, int DP, int BQKV = SGK_FA_BWD_BQKV, int MINB = SGK_FA_BWD_MINB_OF(DP)>
 static cudaError_t sgk_fa_bwd_tc(const SgFlashParams &p, int nb, cudaStream_t stream)
 {
 #ifndef SGK_FA_NO_DROPOUT

@@ -985,7 +985,7 @@ int main(int argc, char **argv)
 		run_case<__half>(tc[i], 0, 0, fwd_variant<__half, 4, 2, 32>, sg_launch_flash_bwd<__half>,
 		                 " [fwd 4x2x32]");
 		run_case<__nv_bfloat16>(tc[i], 0, 0, fwd_variant<__nv_bfloat16, 8, 1, 64>,
-		                        bwd_variant<__nv_bfloat16, 64, 3>, " [fwd 8x1x64, bwd 3 blocks an SM]");
+		                        bwd_variant<__nv_bfloat16, 64, 2>, " [fwd 8x1x64, bwd 2 blocks an SM]");
 	}
 	/* The same with dropout (the mask cases too). */
 	const int vd[] = {2, 4, 5, 8, 17, 18};
@@ -995,7 +995,7 @@ int main(int argc, char **argv)
 		run_case<__half>(dc[i], 0, 0, fwd_variant<__half, 4, 2, 32>, sg_launch_flash_bwd<__half>,
 		                 " [fwd 4x2x32]");
 		run_case<__nv_bfloat16>(dc[i], 0, 0, fwd_variant<__nv_bfloat16, 8, 1, 64>,
-		                        bwd_variant<__nv_bfloat16, 64, 3>, " [fwd 8x1x64, bwd 3 blocks an SM]");
+		                        bwd_variant<__nv_bfloat16, 64, 2>, " [fwd 8x1x64, bwd 2 blocks an SM]");
 	}
 	if (!quick) {
 		bench<__nv_bfloat16>(8, 12, 1024, 64, 1); /* GPT-2 small's */
