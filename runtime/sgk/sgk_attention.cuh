@@ -1409,7 +1409,9 @@ template <> struct SgkFaFwdTileDrop<64> { enum { NW = 4, MT = 1, BN = 64 }; };
  * head dim 64 (on an H100, 2026-12-07, GPT-2's B=8, H=12, T=1024, causal,
  * bf16: 0.367 ms against 0.418 at 2, 0.462 against 0.507 with dropout
  * 0.1; ptxas's 168 registers, the dK/dV kernel spilling 124 bytes with
- * dropout), 2 at the others. SGK_FA_BWD_MINB, where defined, sets it for
+ * dropout), 2 at the others (at 128 a dK/dV block's 105 KB of shared memory
+ * fits an SM twice, and 168 registers would spill 556 bytes; 32 is not
+ * measured). SGK_FA_BWD_MINB, where defined, sets it for
  * every head dim (the GPU tests' programs can be built with another). */
 template <int DP> struct SgkFaBwdMinB { enum { N = 2 }; };
 template <> struct SgkFaBwdMinB<64> { enum { N = 3 }; };
