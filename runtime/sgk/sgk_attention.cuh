@@ -488,8 +488,8 @@ struct SgkFaFwdCfg {
  * a tile one Philox block), any S. */
 enum { SGK_FA_NODROP = 0, SGK_FA_DROP_ALIGNED = 1, SGK_FA_DROP_ANY = 2 };
 
-template <class T, int DP, int NW, int MT, int BN, int DROP = SGK_FA_NODROP>
-__global__ void __launch_bounds__(NW * 32, 8 / NW) sgk_flash_fwd_tc(SgFlashParams p)
+template <class T, int DP, int NW, int MT, int BN, int DROP = SGK_FA_NODROP, int MINB = 8 / NW>
+__global__ void __launch_bounds__(NW * 32, MINB) sgk_flash_fwd_tc(SgFlashParams p)
 {
 	typedef SgkFaFwdCfg<DP, NW, MT, BN> K;
 	constexpr int BM = K::BM, LD = K::LD, NT = NW * 32;
@@ -1422,34 +1422,35 @@ template <> struct SgkFaBwdMinB<64> { enum { N = 3 }; };
 #endif
 
 /* The tensor-core forward for head dims up to DP with these tiles (the
- * instance of dropout mode DROP). */
-template <class T, int DP, int NW, int MT, int BN, int DROP>
+ * instance of dropout mode DROP), at least MINB blocks an SM (the
+ * kernel's register budget). */
+template <class T, int DP, int NW, int MT, int BN, int DROP, int MINB = 8 / NW>
 static cudaError_t sgk_fa_fwd_tc_k(const SgFlashParams &p, int nb, cudaStream_t stream)
 {
 	typedef SgkFaFwdCfg<DP, NW, MT, BN> K;
-	return sgk_fa_launch(sgk_flash_fwd_tc<T, DP, NW, MT, BN, DROP>, (p.L + K::BM - 1) / K::BM, nb,
+	return sgk_fa_launch(sgk_flash_fwd_tc<T, DP, NW, MT, BN, DROP, MINB>, (p.L + K::BM - 1) / K::BM, nb,
 	                     K::NW * 32, K::SMEM, p, stream);
 }
 
 #ifndef SGK_FA_NO_DROPOUT
 /* The same with dropout: the instance for p's S. */
-template <class T, int DP, int NW, int MT, int BN>
+template <class T, int DP, int NW, int MT, int BN, int MINB = 8 / NW>
 static cudaError_t sgk_fa_fwd_tc_drop(const SgFlashParams &p, int nb, cudaStream_t stream)
 {
-	return p.S % 8 == 0 ? sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_DROP_ALIGNED>(p, nb, stream)
-	                    : sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_DROP_ANY>(p, nb, stream);
+	return p.S % 8 == 0 ? sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_DROP_ALIGNED, MINB>(p, nb, stream)
+	                    : sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_DROP_ANY, MINB>(p, nb, stream);
 }
 #endif
 
 /* The same, the instance p asks for (tests/gpu/kernels times tiles). */
-template <class T, int DP, int NW, int MT, int BN>
+template <class T, int DP, int NW, int MT, int BN, int MINB = 8 / NW>
 static cudaError_t sgk_fa_fwd_tc(const SgFlashParams &p, int nb, cudaStream_t stream)
 {
 #ifndef SGK_FA_NO_DROPOUT
 	if (p.drop_thresh)
-		return sgk_fa_fwd_tc_drop<T, DP, NW, MT, BN>(p, nb, stream);
+		return sgk_fa_fwd_tc_drop<T, DP, NW, MT, BN, MINB>(p, nb, stream);
 #endif
-	return sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_NODROP>(p, nb, stream);
+	return sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_NODROP, MINB>(p, nb, stream);
 }
 
 /* The launcher's forward: SgkFaFwdTile's tiles, SgkFaFwdTileDrop's with

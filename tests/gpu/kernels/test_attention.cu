@@ -318,15 +318,15 @@ template <class T> static double tol_bwd() { return sizeof(T) == 2 ? (kt_dt<T>::
 /* A launcher of the forward or the backward. */
 typedef cudaError_t (*Launch)(const SgFlashParams *, cudaStream_t);
 
-/* The forward with other tiles (NW warps of MT m tiles, BN-key tiles)
- * where the tensor-core path applies. */
-template <class T, int NW, int MT, int BN>
+/* The forward with other tiles (NW warps of MT m tiles, BN-key tiles, at
+ * least MINB blocks an SM) where the tensor-core path applies. */
+template <class T, int NW, int MT, int BN, int MINB = 8 / NW>
 static cudaError_t fwd_variant(const SgFlashParams *in, cudaStream_t s)
 {
 	const SgFlashParams p = sgk_fa_prep(in, 0);
 	switch (sgk_fa_dp<T>(p)) {
-	case 128: return sgk_fa_fwd_tc<T, 128, NW, MT, BN>(p, p.nb0 * p.nb1, s);
-	case 64: return sgk_fa_fwd_tc<T, 64, NW, MT, BN>(p, p.nb0 * p.nb1, s);
+	case 128: return sgk_fa_fwd_tc<T, 128, NW, MT, BN, MINB>(p, p.nb0 * p.nb1, s);
+	case 64: return sgk_fa_fwd_tc<T, 64, NW, MT, BN, MINB>(p, p.nb0 * p.nb1, s);
 	}
 	return sg_launch_flash_fwd<T>(in, s);
 }
@@ -826,6 +826,7 @@ static void bench(int B, int H, int Tn, int D, int causal, bool once = false)
 		Launch f;
 	} fv[] = {
 		{"4 warps x 1 m tile, 64 keys", fwd_variant<T, 4, 1, 64>},
+		{"the same, 3 blocks an SM", fwd_variant<T, 4, 1, 64, 3>},
 		{"4 warps x 2 m tiles, 64 keys", fwd_variant<T, 4, 2, 64>},
 		{"4 warps x 2 m tiles, 32 keys", fwd_variant<T, 4, 2, 32>},
 		{"8 warps x 1 m tile, 64 keys", fwd_variant<T, 8, 1, 64>},
