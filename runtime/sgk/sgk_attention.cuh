@@ -1467,19 +1467,31 @@ static cudaError_t sgk_fa_fwd(const SgFlashParams &p, int nb, cudaStream_t strea
 	return sgk_fa_fwd_tc_k<T, DP, F::NW, F::MT, F::BN, SGK_FA_NODROP>(p, nb, stream);
 }
 
-/* The tensor-core backward (after the delta kernel), DROP: with dropout;
- * MINB: the kernels' least blocks an SM (their register budget). */
+/* The tensor-core backward's two kernels (after the delta kernel), each
+ * launched alone (tests/gpu/kernels times them one by one), DROP: with
+ * dropout; MINB: the kernels' least blocks an SM (their register budget). */
+template <class T, int DP, int BQKV, bool DROP, int MINB>
+static cudaError_t sgk_fa_bwd_kv_k(const SgFlashParams &p, int nb, cudaStream_t stream)
+{
+	typedef SgkFaBwdCfg<DP, BQKV> K;
+	return sgk_fa_launch(sgk_flash_bwd_kv_tc<T, DP, BQKV, DROP, MINB>, (p.S + K::BK - 1) / K::BK,
+	                     nb / p.kv_group, K::NW * 32, K::SMEM_KV, p, stream);
+}
+template <class T, int DP, int BQKV, bool DROP, int MINB>
+static cudaError_t sgk_fa_bwd_q_k(const SgFlashParams &p, int nb, cudaStream_t stream)
+{
+	typedef SgkFaBwdCfg<DP, BQKV> K;
+	return sgk_fa_launch(sgk_flash_bwd_q_tc<T, DP, DROP, MINB>, (p.L + K::BQ - 1) / K::BQ, nb,
+	                     K::NW * 32, K::SMEM_Q, p, stream);
+}
+/* Both, dK/dV first. */
 template <class T, int DP, int BQKV, bool DROP, int MINB>
 static cudaError_t sgk_fa_bwd_tc_k(const SgFlashParams &p, int nb, cudaStream_t stream)
 {
-	typedef SgkFaBwdCfg<DP, BQKV> K;
-	cudaError_t e = sgk_fa_launch(sgk_flash_bwd_kv_tc<T, DP, BQKV, DROP, MINB>,
-	                              (p.S + K::BK - 1) / K::BK, nb / p.kv_group, K::NW * 32,
-	                              K::SMEM_KV, p, stream);
+	cudaError_t e = sgk_fa_bwd_kv_k<T, DP, BQKV, DROP, MINB>(p, nb, stream);
 	if (e != cudaSuccess)
 		return e;
-	return sgk_fa_launch(sgk_flash_bwd_q_tc<T, DP, DROP, MINB>, (p.L + K::BQ - 1) / K::BQ, nb,
-	                     K::NW * 32, K::SMEM_Q, p, stream);
+	return sgk_fa_bwd_q_k<T, DP, BQKV, DROP, MINB>(p, nb, stream);
 }
 template <class T, int DP, int BQKV = SGK_FA_BWD_BQKV, int MINB = SGK_FA_BWD_MINB_OF(DP)>
 static cudaError_t sgk_fa_bwd_tc(const SgFlashParams &p, int nb, cudaStream_t stream)

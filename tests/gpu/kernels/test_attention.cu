@@ -728,17 +728,10 @@ static double pairs(int L, int S, int causal)
 /* The backward's two kernels timed alone with MINB blocks an SM (pp:
  * effective parameters, with dropout when DROP). */
 template <class T, int DP, int MINB, bool DROP>
-static void bwd_kernel_times(const SgFlashParams &pp, int Tn, int nb, double flop, double td)
+static void bwd_kernel_times(const SgFlashParams &pp, int nb, double flop, double td)
 {
-	typedef SgkFaBwdCfg<DP, SGK_FA_BWD_BQKV> K;
-	double tkv = kt_time([&] {
-		sgk_fa_launch(sgk_flash_bwd_kv_tc<T, DP, SGK_FA_BWD_BQKV, DROP, MINB>,
-		              (Tn + K::BK - 1) / K::BK, nb, 128, K::SMEM_KV, pp, 0);
-	}, 2, 10);
-	double tq = kt_time([&] {
-		sgk_fa_launch(sgk_flash_bwd_q_tc<T, DP, DROP, MINB>, (Tn + K::BQ - 1) / K::BQ, nb, 128,
-		              K::SMEM_Q, pp, 0);
-	}, 2, 10);
+	double tkv = kt_time([&] { sgk_fa_bwd_kv_k<T, DP, SGK_FA_BWD_BQKV, DROP, MINB>(pp, nb, 0); }, 2, 10);
+	double tq = kt_time([&] { sgk_fa_bwd_q_k<T, DP, SGK_FA_BWD_BQKV, DROP, MINB>(pp, nb, 0); }, 2, 10);
 	printf("PERF   bwd kernels%s, %d blocks an SM: delta %.3f ms, dK/dV %.3f ms (%.1f TFLOP/s of its "
 	       "4 products), dQ %.3f ms (%.1f TFLOP/s of its 3)\n",
 	       DROP ? " with dropout 0.1" : "", MINB, td, tkv, 2 * flop / tkv / 1e9, tq,
@@ -858,13 +851,13 @@ static void bench(int B, int H, int Tn, int D, int causal, bool once = false)
 	const unsigned dblocks = (unsigned)(((long long)nb * Tn + 7) / 8);
 	double td = kt_time([&] { sgk_flash_delta<T><<<dblocks, 256>>>(pp); }, 2, 10);
 	if (D == 128)
-		bwd_kernel_times<T, 128, 2, false>(pp, Tn, nb, flop, td);
+		bwd_kernel_times<T, 128, 2, false>(pp, nb, flop, td);
 	if (D == 64) {
 		SgFlashParams ppd = sgk_fa_prep(&pd, 1);
-		bwd_kernel_times<T, 64, 2, false>(pp, Tn, nb, flop, td);
-		bwd_kernel_times<T, 64, 3, false>(pp, Tn, nb, flop, td);
-		bwd_kernel_times<T, 64, 2, true>(ppd, Tn, nb, flop, td);
-		bwd_kernel_times<T, 64, 3, true>(ppd, Tn, nb, flop, td);
+		bwd_kernel_times<T, 64, 2, false>(pp, nb, flop, td);
+		bwd_kernel_times<T, 64, 3, false>(pp, nb, flop, td);
+		bwd_kernel_times<T, 64, 2, true>(ppd, nb, flop, td);
+		bwd_kernel_times<T, 64, 3, true>(ppd, nb, flop, td);
 	}
 	release();
 }
