@@ -7,13 +7,16 @@
  * with the algorithmic count (forward 4*L*S*D a head, halved by the
  * causal mask as far as it masks; backward 2.5 times the forward).
  *
- *   test_attention [--dump DIR] [--quick] [--sanitize] [--bench-gpt2] [--profile-gpt2]
+ *   test_attention [--dump DIR] [--quick] [--sanitize] [--bench-gpt2]
+ *                  [--bench-shape B,H,T,D,CAUSAL] [--profile-gpt2]
  *
  * --dump writes a few small cases for torch_check.py; --quick skips the
  * timings; --sanitize runs a few small cases only (for compute-sanitizer);
  * --bench-gpt2 only times GPT-2 small's shape (B=8, H=12, T=1024, D=64,
- * causal, bf16); --profile-gpt2 runs the launchers there once each, without
- * and with dropout, unchecked (for ncu).  Prints "N passed, M failed".
+ * causal, bf16); --bench-shape the same at another shape (bf16, D 64 or
+ * 128: the variants' head dims); --profile-gpt2 runs the launchers at
+ * GPT-2's shape once each, without and with dropout, unchecked (for ncu).
+ * Prints "N passed, M failed".
  *
  * Dropout (SgFlashParams.drop_thresh): the reference draws each weight's
  * keep bit as sgk_random.h says (sgk_draws, 16 bits of block idx / 8,
@@ -922,6 +925,18 @@ int main(int argc, char **argv)
 	if (kt_flag(argc, argv, "--bench-gpt2")) {
 		/* The timings at GPT-2 small's shape alone. */
 		bench<__nv_bfloat16>(8, 12, 1024, 64, 1);
+		return kt_finish();
+	}
+	if (const char *shape = kt_opt(argc, argv, "--bench-shape")) {
+		int b, h, t, d, causal;
+		char end;
+		if (sscanf(shape, "%d,%d,%d,%d,%d%c", &b, &h, &t, &d, &causal, &end) != 5 || b < 1 ||
+		    h < 1 || t < 1 || (d != 64 && d != 128) || (causal != 0 && causal != 1)) {
+			fprintf(stderr, "test_attention: --bench-shape wants B,H,T,D,CAUSAL (D 64 or 128, "
+			                "CAUSAL 0 or 1), not '%s'\n", shape);
+			return 2;
+		}
+		bench<__nv_bfloat16>(b, h, t, d, causal);
 		return kt_finish();
 	}
 	if (kt_flag(argc, argv, "--profile-gpt2")) {
