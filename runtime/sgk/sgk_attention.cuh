@@ -1387,21 +1387,21 @@ static int sgk_fs_smem(const SgFlashParams &p, int kv)
 }
 
 /* The forward tiles the launcher uses for each padded head dim, and the
- * kernel's least blocks an SM (MINB, its register budget): the
- * fastest on the H200 among those tests/gpu/kernels/test_attention.cu
- * checks and times (2026-11-29, B=8, T=2048, causal, bf16: 128 -> 4 warps
- * of 2 m tiles, 64 keys: 0.775 ms against 0.914 with 1 m tile; 64 -> 2 m
- * tiles, 32 keys: 1.163 against 1.315 ms). */
-template <int DP> struct SgkFaFwdTile { enum { NW = 4, MT = 1, BN = 64, MINB = 8 / NW }; };
-template <> struct SgkFaFwdTile<64> { enum { NW = 4, MT = 2, BN = 32, MINB = 8 / NW }; };
-template <> struct SgkFaFwdTile<128> { enum { NW = 4, MT = 2, BN = 64, MINB = 8 / NW }; };
-/* With dropout: the draws want the 64-key tile at head dim 64, at 3 blocks
- * an SM (165 registers, no spill).  On an H100, GPT-2's B=8, H=12, T=1024,
- * causal, bf16, p = 0.1: 0.202 ms against 0.279 with 2 m tiles of 32 keys
- * (2026-12-06; 0.125 against 0.149 without dropout there), and at 3 blocks
- * an SM 0.190 against 0.206 at 2 (2026-12-07). */
-template <int DP> struct SgkFaFwdTileDrop : SgkFaFwdTile<DP> {};
-template <> struct SgkFaFwdTileDrop<64> { enum { NW = 4, MT = 1, BN = 64, MINB = 3 }; };
+ * kernel's least blocks an SM (MINB, its register budget): the fastest
+ * among those tests/gpu/kernels/test_attention.cu checks and times.  128:
+ * 4 warps of 2 m tiles, 64 keys (on the H200, 2026-11-29, B=8, T=2048,
+ * causal, bf16: 0.775 ms against 0.914 with 1 m tile).  64: 4 warps of 1 m
+ * tile, 64 keys, 3 blocks an SM (165 registers, no spill), with dropout
+ * or not (`--bench-gpt2` and `--bench-shape`, bf16, 2026-12-07).  On an
+ * H200 at GPT-2's B=8, H=12, T=1024, causal: 0.112 ms against 0.127 at 2
+ * blocks and 0.150 with 2 m tiles of 32 keys, the tile before (dropout's
+ * was the 64-key tile at 2 blocks: 0.188 against 0.203 with dropout 0.1,
+ * 0.279 with 2 m tiles of 32 keys).  B=8, H=32, T=2048, causal:
+ * 0.884 against 1.035, 1.121 (and 0.948 with 2 m tiles of 64 keys).  Not
+ * causal, T=1024: 0.169 against 0.196, 0.201 (0.171). */
+template <int DP> struct SgkFaFwdTile { enum { NW = 4, MT = 1, BN = 64, MINB = 2 }; };
+template <> struct SgkFaFwdTile<64> { enum { NW = 4, MT = 1, BN = 64, MINB = 3 }; };
+template <> struct SgkFaFwdTile<128> { enum { NW = 4, MT = 2, BN = 64, MINB = 2 }; };
 
 /* The backward's query tile in the dK/dV kernel (64 beat 32 there). */
 #ifndef SGK_FA_BWD_BQKV
@@ -1455,18 +1455,12 @@ static cudaError_t sgk_fa_fwd_tc(const SgFlashParams &p, int nb, cudaStream_t st
 	return sgk_fa_fwd_tc_k<T, DP, NW, MT, BN, SGK_FA_NODROP, MINB>(p, nb, stream);
 }
 
-/* The launcher's forward: SgkFaFwdTile's tiles, SgkFaFwdTileDrop's with
- * dropout. */
+/* The launcher's forward: SgkFaFwdTile's tiles. */
 template <class T, int DP>
 static cudaError_t sgk_fa_fwd(const SgFlashParams &p, int nb, cudaStream_t stream)
 {
-#ifndef SGK_FA_NO_DROPOUT
-	typedef SgkFaFwdTileDrop<DP> D;
-	if (p.drop_thresh)
-		return sgk_fa_fwd_tc_drop<T, DP, D::NW, D::MT, D::BN, D::MINB>(p, nb, stream);
-#endif
 	typedef SgkFaFwdTile<DP> F;
-	return sgk_fa_fwd_tc_k<T, DP, F::NW, F::MT, F::BN, SGK_FA_NODROP, F::MINB>(p, nb, stream);
+	return sgk_fa_fwd_tc<T, DP, F::NW, F::MT, F::BN, F::MINB>(p, nb, stream);
 }
 
 /* The tensor-core backward's two kernels (after the delta kernel), each
