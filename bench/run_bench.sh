@@ -374,9 +374,10 @@ ab() {
 			[ "$side" = A ] && env=$2 || { env=$3; exe=$binb; }
 			# shellcheck disable=SC2086
 			line=$(env $env "$exe" --inputs "$IN/$name.safetensors" "${params[@]}" \
-				--bench "$iters" 2>/dev/null | grep '^{"graph"' | tail -n 1)
+				--bench "$iters" 2>"$OUTD/ab.err" | grep '^{"graph"' | tail -n 1)
 			ms=$(echo "$line" | sed -n 's/.*"ms_median": *\([0-9.]*\).*/\1/p')
-			[ -n "$ms" ] || die "$name under '$env' gave no bench line"
+			[ -n "$ms" ] || die "$name ($exe) under '$env' gave no bench line:" \
+				"$(tail -c 600 "$OUTD/ab.err")"
 			echo "round $r $side ($env): $ms ms"
 			[ "$side" = A ] && a+=("$ms") || b+=("$ms")
 		done
