@@ -1399,9 +1399,9 @@ static int sgk_fs_smem(const SgFlashParams &p, int kv)
  * 0.279 with 2 m tiles of 32 keys).  B=8, H=32, T=2048, causal:
  * 0.884 against 1.035, 1.121 (and 0.948 with 2 m tiles of 64 keys).  Not
  * causal, T=1024: 0.169 against 0.196, 0.201 (0.171). */
-template <int DP> struct SgkFaFwdTile { enum { NW = 4, MT = 1, BN = 64, MINB = 2 }; };
+template <int DP> struct SgkFaFwdTile { enum { NW = 4, MT = 1, BN = 64, MINB = 8 / NW }; };
 template <> struct SgkFaFwdTile<64> { enum { NW = 4, MT = 1, BN = 64, MINB = 3 }; };
-template <> struct SgkFaFwdTile<128> { enum { NW = 4, MT = 2, BN = 64, MINB = 2 }; };
+template <> struct SgkFaFwdTile<128> { enum { NW = 4, MT = 2, BN = 64, MINB = 8 / NW }; };
 
 /* The backward's query tile in the dK/dV kernel (64 beat 32 there). */
 #ifndef SGK_FA_BWD_BQKV
