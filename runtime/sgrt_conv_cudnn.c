@@ -27,8 +27,23 @@
  * the model's, one buffer per stream, grown when a plan is made (never
  * while the stream is being captured into a CUDA graph: declined then,
  * and not timed then either: the next eager call times it).
+ *
+ * f16 and bf16 convolutions of one group are issued through cuDNN's
+ * graph API (SGRT_CONV_API=legacy: through the calls above): per plan an
+ * operation graph of the one convolution and the execution plan of
+ * heuristic mode A's first deterministic engine configuration whose
+ * workspace is at most the legacy algorithm's or 16 MB (so that the
+ * peak grows by 16 MB at most), built once with the descriptors, and a variant pack kept while
+ * the call's addresses stay the same (a step's do), so that a call is
+ * cudnnBackendExecute alone, as libsgrt's attention is called.  The
+ * legacy calls plan each call again on the host: 3.6 ms of host time for
+ * resnet18's 59 against 0.76 through the graph API (docs/performance.md,
+ * 2026-12-07).  A call whose operands are not 16-byte aligned (the plan's
+ * assumption), a shape with no such configuration, f32 and f64 (whose
+ * graph engines may take TF32) and SGRT_CONV_TUNE take the legacy call.
  */
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +106,14 @@ typedef struct {
 	                           const void *, const void *, const cudnnTensorDescriptor_t,
 	                           void *);
 	const char *(*ErrorString)(cudnnStatus_t);
+	cudnnStatus_t (*BCreate)(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t *);
+	cudnnStatus_t (*BDestroy)(cudnnBackendDescriptor_t);
+	cudnnStatus_t (*BFinalize)(cudnnBackendDescriptor_t);
+	cudnnStatus_t (*BSet)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t,
+	                      cudnnBackendAttributeType_t, int64_t, const void *);
+	cudnnStatus_t (*BGet)(cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t,
+	                      cudnnBackendAttributeType_t, int64_t, int64_t *, void *);
+	cudnnStatus_t (*BExecute)(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t);
 } Fns;
 
 /* What makes two convolutions the same plan. */
@@ -119,6 +142,14 @@ typedef struct {
 	int cand_algo[MAXALGO];
 	size_t cand_ws[MAXALGO];
 	cudnnMathType_t cand_math[MAXALGO];
+	/* SGRT_CONV_API=graph: the execution plan (NULL: the legacy call),
+	 * its engine and workspace, and the last variant pack with the
+	 * addresses it holds */
+	cudnnBackendDescriptor_t gplan, pack;
+	long long engine;
+	size_t gws;
+	const void *pa, *pb;
+	void *pout, *pws;
 } Plan;
 
 typedef struct {
@@ -126,6 +157,7 @@ typedef struct {
 	cudnnHandle_t h;
 	int tune;                        /* time the candidates (SGRT_CONV_TUNE=1) */
 	int debug;                       /* SGRT_CUDNN_DEBUG: say what timing chose */
+	int graph;                       /* SGRT_CONV_API=graph */
 	Plan *plan;
 	int nplan, capplan;
 	void **ws;                       /* [nstreams] */
@@ -145,6 +177,10 @@ plan_free(Conv *c, Plan *p)
 		(void)c->f.DestroyFilter(p->w);
 	if (p->conv)
 		(void)c->f.DestroyConv(p->conv);
+	if (p->pack)
+		(void)c->f.BDestroy(p->pack);
+	if (p->gplan)
+		(void)c->f.BDestroy(p->gplan);
 }
 
 void
@@ -194,6 +230,12 @@ load(SgrtModel *m)
 		{"cudnnConvolutionBackwardFilter", offsetof(Fns, Filter)},
 		{"cudnnAddTensor", offsetof(Fns, AddTensor)},
 		{"cudnnGetErrorString", offsetof(Fns, ErrorString)},
+		{"cudnnBackendCreateDescriptor", offsetof(Fns, BCreate)},
+		{"cudnnBackendDestroyDescriptor", offsetof(Fns, BDestroy)},
+		{"cudnnBackendFinalize", offsetof(Fns, BFinalize)},
+		{"cudnnBackendSetAttribute", offsetof(Fns, BSet)},
+		{"cudnnBackendGetAttribute", offsetof(Fns, BGet)},
+		{"cudnnBackendExecute", offsetof(Fns, BExecute)},
 	};
 	if (m->conv_state)
 		return m->conv_state > 0 ? (Conv *)m->conv : NULL;
@@ -210,6 +252,8 @@ load(SgrtModel *m)
 	c->tune = tune && *tune && strcmp(tune, "0") != 0;
 	const char *debug = getenv("SGRT_CUDNN_DEBUG");
 	c->debug = debug && *debug && *debug != '0';
+	const char *api = getenv("SGRT_CONV_API");
+	c->graph = !(api && strcmp(api, "legacy") == 0) && !c->tune;
 	if (!sgrt_dlsyms(lib, sym, sizeof sym / sizeof sym[0], &c->f)) {
 		free(c);
 		return NULL;
@@ -408,6 +452,233 @@ tune_plan(SgrtModel *m, Conv *c, int s, Plan *p, const void *a, const void *b, v
 	return rc;
 }
 
+/* ------------------------------------------------------------------ the graph API */
+
+/* The descriptors of one convolution's graph while its plan is made, all
+ * destroyed then (a finalized plan keeps what it needs); ok is 0 after the
+ * first failure. */
+typedef struct {
+	Conv *c;
+	cudnnBackendDescriptor_t d[48];
+	int nd, ok;
+} Gb;
+
+static cudnnBackendDescriptor_t
+gb_new(Gb *b, cudnnBackendDescriptorType_t t)
+{
+	cudnnBackendDescriptor_t d = NULL;
+	if (b->ok && b->nd < (int)(sizeof b->d / sizeof b->d[0]) &&
+	    b->c->f.BCreate(t, &d) == CUDNN_STATUS_SUCCESS)
+		return b->d[b->nd++] = d;
+	b->ok = 0;
+	return NULL;
+}
+
+static void
+gb_set(Gb *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+       cudnnBackendAttributeType_t t, int64_t n, const void *v)
+{
+	b->ok = b->ok && b->c->f.BSet(d, a, t, n, v) == CUDNN_STATUS_SUCCESS;
+}
+
+static void
+gb_fin(Gb *b, cudnnBackendDescriptor_t d)
+{
+	b->ok = b->ok && b->c->f.BFinalize(d) == CUDNN_STATUS_SUCCESS;
+}
+
+/* An operand of logical sizes [d0, d1, d2, d3] (N C H W, or the filter's
+ * K C R S), laid out as those (NCHW, KCRS) or channels last (NHWC, KRSC). */
+static cudnnBackendDescriptor_t
+gb_tensor(Gb *b, int64_t uid, cudnnDataType_t dt, const long long *dims, int cl)
+{
+	const int64_t d1 = dims[1], d2 = dims[2], d3 = dims[3];
+	int64_t dim[4] = {dims[0], d1, d2, d3}, align = 16;
+	int64_t st[4] = {d1 * d2 * d3, cl ? 1 : d2 * d3, cl ? d3 * d1 : d3, cl ? d1 : 1};
+	cudnnBackendDescriptor_t t = gb_new(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+	gb_set(b, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
+	gb_set(b, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim);
+	gb_set(b, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, st);
+	gb_set(b, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+	gb_set(b, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+	gb_fin(b, t);
+	return t;
+}
+
+/* A graph-API plan may take this much workspace where the legacy
+ * algorithm takes less (most of resnet18's want 131 bytes where the
+ * legacy algorithm wants none, the largest 8 MB). */
+enum { GRAPH_WS_SLACK = 16 << 20 };
+
+/* The variant pack's ids: sgrt_conv2d's a, b and out. */
+enum { UA = 1, UB, UOUT };
+
+/* Whether engine configuration cfg is deterministic (its engine's
+ * numerical notes do not say otherwise); *engine its global index. */
+static int
+gb_deterministic(Gb *b, cudnnBackendDescriptor_t cfg, long long *engine)
+{
+	cudnnBackendDescriptor_t eng = gb_new(b, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+	cudnnBackendNumericalNote_t note[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+	int64_t n = 0, got = 0, idx = -1;
+	if (!eng || b->c->f.BGet(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+	                         &got, &eng) != CUDNN_STATUS_SUCCESS ||
+	    b->c->f.BGet(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+	                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, note) != CUDNN_STATUS_SUCCESS)
+		return 0;
+	(void)b->c->f.BGet(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got, &idx);
+	*engine = idx;
+	for (int64_t i = 0; i < n; i++)
+		if (note[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)
+			return 0;
+	return 1;
+}
+
+/* k's graph-API plan into p (gplan, gws, engine): the first deterministic
+ * configuration whose workspace is at most max_ws bytes; 0 when none. */
+static int
+make_graph_plan(Conv *c, const Key *k, Plan *p, size_t max_ws)
+{
+	static const cudnnBackendDescriptorType_t optype[3] = {
+		CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+		CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+		CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+	};
+	/* per direction the operation's x, w, y, convolution, alpha, beta */
+	static const cudnnBackendAttributeName_t at[3][6] = {
+		{CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+		 CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+		 CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+		 CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+		 CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
+		{CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+		 CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+		 CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+		 CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+		 CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+		{CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+		 CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+		 CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+		 CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+		 CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+		 CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
+	};
+	/* per direction which of a, b, out x, w and y are */
+	static const int64_t uid[3][3] = {{UA, UB, UOUT}, {UOUT, UB, UA}, {UB, UOUT, UA}};
+	const long long *g = k->g;
+	const int d = k->dir - SGRT_CONV_FWD;
+	const long long xs[4] = {g[N], g[C], g[H], g[W]}, ws[4] = {g[K], g[C], g[R], g[S]},
+	                ys[4] = {g[N], g[K], g[OH], g[OW]};
+	cudnnDataType_t dt = cudnn_dt(k->dtype), comp = CUDNN_DATA_FLOAT;
+	cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+	cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;
+	int64_t two = 2, pad[2] = {g[PH], g[PW]}, str[2] = {g[SH], g[SW]}, dil[2] = {g[DH], g[DW]};
+	int64_t ncfg = 0;
+	float alpha = 1.0f, beta = 0.0f;
+	Gb b = {.c = c, .ok = 1};
+
+	cudnnBackendDescriptor_t t[4] = {
+		gb_tensor(&b, uid[d][0], dt, xs, (int)g[CL]),
+		gb_tensor(&b, uid[d][1], dt, ws, (int)g[CL]),
+		gb_tensor(&b, uid[d][2], dt, ys, (int)g[CL]),
+		gb_new(&b, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR),
+	};
+	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &two);
+	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
+	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
+	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str);
+	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil);
+	gb_fin(&b, t[3]);
+	cudnnBackendDescriptor_t op = gb_new(&b, optype[d]);
+	for (int i = 0; i < 4; i++)
+		gb_set(&b, op, at[d][i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t[i]);
+	gb_set(&b, op, at[d][4], CUDNN_TYPE_FLOAT, 1, &alpha);
+	gb_set(&b, op, at[d][5], CUDNN_TYPE_FLOAT, 1, &beta);
+	gb_fin(&b, op);
+	cudnnBackendDescriptor_t graph = gb_new(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+	gb_set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op);
+	gb_set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->h);
+	gb_fin(&b, graph);
+	cudnnBackendDescriptor_t heur = gb_new(&b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+	gb_set(&b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+	       &graph);
+	gb_set(&b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &heur_mode);
+	gb_fin(&b, heur);
+	cudnnBackendDescriptor_t cfg[16];
+	for (int i = 0; i < 16; i++)
+		cfg[i] = gb_new(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+	b.ok = b.ok && c->f.BGet(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+	                         16, &ncfg, cfg) == CUDNN_STATUS_SUCCESS;
+	for (int64_t i = 0; b.ok && i < ncfg && !p->gplan; i++) {
+		cudnnBackendDescriptor_t plan = NULL;
+		int64_t bytes = -1;
+		if (!gb_deterministic(&b, cfg[i], &p->engine) ||
+		    c->f.BCreate(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS)
+			continue;
+		if (c->f.BSet(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->h) ==
+		            CUDNN_STATUS_SUCCESS &&
+		    c->f.BSet(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+		              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]) == CUDNN_STATUS_SUCCESS &&
+		    c->f.BFinalize(plan) == CUDNN_STATUS_SUCCESS &&
+		    c->f.BGet(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, NULL,
+		              &bytes) == CUDNN_STATUS_SUCCESS && bytes >= 0 &&
+		    (size_t)bytes <= max_ws) {
+			p->gplan = plan;
+			p->gws = (size_t)bytes;
+		} else {
+			(void)c->f.BDestroy(plan);
+		}
+	}
+	if (c->debug)
+		fprintf(stderr, "sgrt: conv %s x [%lld, %lld, %lld, %lld] w [%lld, %lld, %lld, %lld]"
+		        " stride %lld pad %lld%s: graph API %s engine %lld (%lld configurations),"
+		        " workspace %zu B\n", d == 0 ? "fwd" : d == 1 ? "data" : "filter", g[N], g[C],
+		        g[H], g[W], g[K], g[C], g[R], g[S], g[SH], g[PH], g[CL] ? " cl" : "",
+		        p->gplan ? "plan of" : "declined (none deterministic within the legacy"
+		        " workspace); last tried", p->engine, (long long)ncfg,
+		        p->gplan ? p->gws : max_ws);
+	while (b.nd > 0)
+		(void)c->f.BDestroy(b.d[--b.nd]);
+	return p->gplan != NULL;
+}
+
+/* One run of p's graph-API plan; the variant pack is made again only when
+ * an address changed. */
+static cudnnStatus_t
+run_graph(Conv *c, Plan *p, const void *a, const void *b, void *out, void *ws)
+{
+	if (!p->pack || p->pa != a || p->pb != b || p->pout != out || p->pws != ws) {
+		int64_t uid[3] = {UA, UB, UOUT};
+		void *ptr[3] = {(void *)a, (void *)b, out};
+		cudnnBackendDescriptor_t vp = NULL;
+		cudnnStatus_t e = c->f.BCreate(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+		if (e == CUDNN_STATUS_SUCCESS)
+			e = c->f.BSet(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uid);
+		if (e == CUDNN_STATUS_SUCCESS)
+			e = c->f.BSet(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3,
+			              ptr);
+		if (e == CUDNN_STATUS_SUCCESS)
+			e = c->f.BSet(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+		if (e == CUDNN_STATUS_SUCCESS)
+			e = c->f.BFinalize(vp);
+		if (e != CUDNN_STATUS_SUCCESS) {
+			if (vp)
+				(void)c->f.BDestroy(vp);
+			return e;
+		}
+		if (p->pack)
+			(void)c->f.BDestroy(p->pack);
+		p->pack = vp;
+		p->pa = a;
+		p->pb = b;
+		p->pout = out;
+		p->pws = ws;
+	}
+	return c->f.BExecute(c->h, p->gplan, p->pack);
+}
+
 /* k's plan, made on first use (NULL: declined); *st an error code when
  * making it failed. */
 static Plan *
@@ -428,6 +699,9 @@ find_plan(Conv *c, const Key *k)
 	memset(p, 0, sizeof *p);
 	p->key = *k;
 	p->ok = make_plan(c, k, p);
+	if (p->ok && c->graph && (k->dtype == SGRT_F16 || k->dtype == SGRT_BF16) &&
+	    k->g[GROUPS] == 1)
+		(void)make_graph_plan(c, k, p, p->ws > GRAPH_WS_SLACK ? p->ws : GRAPH_WS_SLACK);
 	return p->ok ? p : NULL;
 }
 
@@ -461,10 +735,13 @@ sgrt_conv2d(SgrtModel *m, int s, int dir, int dtype, const long long *g, const v
 	Plan *p = find_plan(c, &k);
 	if (!p)
 		return SGRT_CONV_DECLINED;
-	if (p->ws > c->ws_bytes[s]) {
+	/* the graph API's plan assumes 16-byte aligned operands */
+	const int graph = p->gplan && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)out) & 15) == 0;
+	const size_t need = graph ? p->gws : p->ws;
+	if (need > c->ws_bytes[s]) {
 		if (cap)
 			return SGRT_CONV_DECLINED;
-		SGRT_TRY(sgrt_grow_stream_buffer(m, s, &c->ws[s], &c->ws_bytes[s], p->ws, sgline));
+		SGRT_TRY(sgrt_grow_stream_buffer(m, s, &c->ws[s], &c->ws_bytes[s], need, sgline));
 	}
 	float one = 1.0f, zero = 0.0f;
 	double done = 1.0, dzero = 0.0;
@@ -475,7 +752,8 @@ sgrt_conv2d(SgrtModel *m, int s, int dir, int dtype, const long long *g, const v
 		SGRT_TRY(tune_plan(m, c, s, p, a, b, out, alpha, beta, sgline));
 	int h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, name ? name : "conv2d[cudnn]", sgline);
 	if (e == CUDNN_STATUS_SUCCESS)
-		e = run_algo(c, p, p->algo, p->math, c->ws[s], p->ws, a, b, out, alpha, beta);
+		e = graph ? run_graph(c, p, a, b, out, c->ws[s])
+		          : run_algo(c, p, p->algo, p->math, c->ws[s], p->ws, a, b, out, alpha, beta);
 	if (e == CUDNN_STATUS_SUCCESS && dir == SGRT_CONV_FWD && bias)
 		e = c->f.AddTensor(c->h, alpha, p->bias, bias, alpha, p->y, out);
 	if (e != CUDNN_STATUS_SUCCESS)
