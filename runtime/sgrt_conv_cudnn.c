@@ -33,9 +33,10 @@
  * operation graph of the one convolution and the execution plan of
  * heuristic mode A's first deterministic engine configuration whose
  * workspace is at most the legacy algorithm's or 16 MB (so that the
- * peak grows by 16 MB at most), built once with the descriptors, and a variant pack kept while
- * the call's addresses stay the same (a step's do), so that a call is
- * cudnnBackendExecute alone, as libsgrt's attention is called.  The
+ * peak grows by 16 MB at most), built once with the descriptors, and a
+ * variant pack kept while the call's addresses stay the same (a step's
+ * do), so that a call is cudnnBackendExecute alone, as libsgrt's
+ * attention is called.  The
  * legacy calls plan each call again on the host: 3.6 ms of host time for
  * resnet18's 59 against 0.76 through the graph API (docs/performance.md,
  * 2026-12-07).  A call whose operands are not 16-byte aligned (the plan's
@@ -142,9 +143,9 @@ typedef struct {
 	int cand_algo[MAXALGO];
 	size_t cand_ws[MAXALGO];
 	cudnnMathType_t cand_math[MAXALGO];
-	/* SGRT_CONV_API=graph: the execution plan (NULL: the legacy call),
-	 * its engine and workspace, and the last variant pack with the
-	 * addresses it holds */
+	/* the graph API's execution plan (NULL: the legacy call), its
+	 * engine and workspace, and the last variant pack with the addresses
+	 * it holds */
 	cudnnBackendDescriptor_t gplan, pack;
 	long long engine;
 	size_t gws;
@@ -157,7 +158,7 @@ typedef struct {
 	cudnnHandle_t h;
 	int tune;                        /* time the candidates (SGRT_CONV_TUNE=1) */
 	int debug;                       /* SGRT_CUDNN_DEBUG: say what timing chose */
-	int graph;                       /* SGRT_CONV_API=graph */
+	int graph;                       /* f16, bf16 through the graph API */
 	Plan *plan;
 	int nplan, capplan;
 	void **ws;                       /* [nstreams] */
@@ -679,14 +680,16 @@ run_graph(Conv *c, Plan *p, const void *a, const void *b, void *out, void *ws)
 	return c->f.BExecute(c->h, p->gplan, p->pack);
 }
 
-/* k's plan, made on first use (NULL: declined); *st an error code when
- * making it failed. */
+/* k's plan, made on first use when make is set (NULL: declined, or
+ * not made yet). */
 static Plan *
-find_plan(Conv *c, const Key *k)
+find_plan(Conv *c, const Key *k, int make)
 {
 	for (int i = 0; i < c->nplan; i++)
 		if (memcmp(&c->plan[i].key, k, sizeof *k) == 0)
 			return c->plan[i].ok ? &c->plan[i] : NULL;
+	if (!make)
+		return NULL;
 	if (c->nplan == c->capplan) {
 		int nc = c->capplan ? 2 * c->capplan : 8;
 		Plan *np = realloc(c->plan, (size_t)nc * sizeof *np);
@@ -727,12 +730,7 @@ sgrt_conv2d(SgrtModel *m, int s, int dir, int dtype, const long long *g, const v
 		return SGRT_CONV_DECLINED;   /* the layout, cl: 0 or 1 */
 	int cap = 0;
 	SGRT_TRY(sgrt_capturing(m, s, &cap, sgline));
-	int known = 0;
-	for (int i = 0; i < c->nplan && !known; i++)
-		known = memcmp(&c->plan[i].key, &k, sizeof k) == 0;
-	if (cap && !known)
-		return SGRT_CONV_DECLINED;   /* no plan making during a capture */
-	Plan *p = find_plan(c, &k);
+	Plan *p = find_plan(c, &k, !cap);   /* no plan making during a capture */
 	if (!p)
 		return SGRT_CONV_DECLINED;
 	/* the graph API's plan assumes 16-byte aligned operands */
@@ -757,9 +755,11 @@ sgrt_conv2d(SgrtModel *m, int s, int dir, int dtype, const long long *g, const v
 	if (e == CUDNN_STATUS_SUCCESS && dir == SGRT_CONV_FWD && bias)
 		e = c->f.AddTensor(c->h, alpha, p->bias, bias, alpha, p->y, out);
 	if (e != CUDNN_STATUS_SUCCESS)
-		return sgrt_fail(m, SGRT_ECUDNN, sgline, "cuDNN convolution (%s) failed: %s",
+		return sgrt_fail(m, SGRT_ECUDNN, sgline, "cuDNN convolution (%s%s) failed: %s",
 		                 dir == SGRT_CONV_FWD ? "forward" : dir == SGRT_CONV_BWD_DATA
-		                 ? "backward data" : "backward filter", c->f.ErrorString(e));
+		                 ? "backward data" : "backward filter",
+		                 graph ? ", graph API; SGRT_CONV_API=legacy takes the legacy calls"
+		                       : "", c->f.ErrorString(e));
 	return sgrt_op_end(m, h);
 }
 
