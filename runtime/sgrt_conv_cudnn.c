@@ -36,10 +36,9 @@
  * peak grows by 16 MB at most), built once with the descriptors, and a
  * variant pack kept while the call's addresses stay the same (a step's
  * do), so that a call is cudnnBackendExecute alone, as libsgrt's
- * attention is called.  The
- * legacy calls plan each call again on the host: 3.6 ms of host time for
- * resnet18's 59 against 0.76 through the graph API (docs/performance.md,
- * 2026-12-07).  A call whose operands are not 16-byte aligned (the plan's
+ * attention is called.  The legacy calls plan each call again on the
+ * host: 3.6 ms of host time for resnet18's 59 against 0.76 through the
+ * graph API (docs/performance.md, 2026-12-07).  A call whose operands are not 16-byte aligned (the plan's
  * assumption), a shape with no such configuration, f32 and f64 (whose
  * graph engines may take TF32) and SGRT_CONV_TUNE take the legacy call.
  */
@@ -637,8 +636,8 @@ make_graph_plan(Conv *c, const Key *k, Plan *p, size_t max_ws)
 		        " stride %lld pad %lld%s: graph API %s engine %lld (%lld configurations),"
 		        " workspace %zu B\n", d == 0 ? "fwd" : d == 1 ? "data" : "filter", g[N], g[C],
 		        g[H], g[W], g[K], g[C], g[R], g[S], g[SH], g[PH], g[CL] ? " cl" : "",
-		        p->gplan ? "plan of" : "declined (none deterministic within the legacy"
-		        " workspace); last tried", p->engine, (long long)ncfg,
+		        p->gplan ? "plan of" : "declined (none deterministic within the workspace"
+		        " bound); last tried", p->engine, (long long)ncfg,
 		        p->gplan ? p->gws : max_ws);
 	while (b.nd > 0)
 		(void)c->f.BDestroy(b.d[--b.nd]);
