@@ -42,25 +42,15 @@
 #include "sgrt_impl.h"
 
 #if SGRT_HAVE_CUDNN_H
-#include <cudnn_graph.h>
+#include "sgrt_cudnn_graph.h"
 
-/* The cuDNN functions used, looked up in the dlopen'ed library. */
+/* The cuDNN functions used besides the backend API's (SgrtCudnnApi),
+ * looked up in the dlopen'ed library. */
 typedef struct {
 	size_t (*GetVersion)(void);
 	cudnnStatus_t (*Create)(cudnnHandle_t *);
 	cudnnStatus_t (*Destroy)(cudnnHandle_t);
 	cudnnStatus_t (*SetStream)(cudnnHandle_t, cudaStream_t);
-	cudnnStatus_t (*BackendCreateDescriptor)(cudnnBackendDescriptorType_t,
-	                                         cudnnBackendDescriptor_t *);
-	cudnnStatus_t (*BackendDestroyDescriptor)(cudnnBackendDescriptor_t);
-	cudnnStatus_t (*BackendFinalize)(cudnnBackendDescriptor_t);
-	cudnnStatus_t (*BackendSetAttribute)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t,
-	                                     cudnnBackendAttributeType_t, int64_t, const void *);
-	cudnnStatus_t (*BackendGetAttribute)(cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t,
-	                                     cudnnBackendAttributeType_t, int64_t, int64_t *,
-	                                     void *);
-	cudnnStatus_t (*BackendExecute)(cudnnHandle_t, cudnnBackendDescriptor_t,
-	                                cudnnBackendDescriptor_t);
 	const char *(*GetErrorString)(cudnnStatus_t);
 } Fns;
 
@@ -98,6 +88,7 @@ typedef struct {
 typedef struct {
 	void *lib;
 	Fns f;
+	SgrtCudnnApi api;
 	Opts o;
 	cudnnHandle_t h;
 	Plan *plan;
@@ -132,7 +123,7 @@ unload(Cudnn *c)
 	if (c->h)
 		(void)c->f.Destroy(c->h);
 	for (int i = 0; i < c->nplan; i++)
-		(void)c->f.BackendDestroyDescriptor(c->plan[i].plan);
+		(void)c->api.Destroy(c->plan[i].plan);
 	if (c->lib)
 		dlclose(c->lib);
 	free(c->plan);
@@ -190,12 +181,6 @@ load(SgrtModel *m)
 		{"cudnnCreate", offsetof(Fns, Create)},
 		{"cudnnDestroy", offsetof(Fns, Destroy)},
 		{"cudnnSetStream", offsetof(Fns, SetStream)},
-		{"cudnnBackendCreateDescriptor", offsetof(Fns, BackendCreateDescriptor)},
-		{"cudnnBackendDestroyDescriptor", offsetof(Fns, BackendDestroyDescriptor)},
-		{"cudnnBackendFinalize", offsetof(Fns, BackendFinalize)},
-		{"cudnnBackendSetAttribute", offsetof(Fns, BackendSetAttribute)},
-		{"cudnnBackendGetAttribute", offsetof(Fns, BackendGetAttribute)},
-		{"cudnnBackendExecute", offsetof(Fns, BackendExecute)},
 		{"cudnnGetErrorString", offsetof(Fns, GetErrorString)},
 	};
 	if (m->cudnn_state)
@@ -211,7 +196,8 @@ load(SgrtModel *m)
 		return NULL;
 	}
 	c->lib = lib;
-	if (!sgrt_dlsyms(lib, sym, sizeof sym / sizeof sym[0], &c->f)) {
+	if (!sgrt_dlsyms(lib, sym, sizeof sym / sizeof sym[0], &c->f) ||
+	    !sgrt_cudnn_api(lib, &c->api)) {
 		unload(c);
 		return NULL;
 	}
@@ -249,135 +235,42 @@ sgrt_cudnn_release(SgrtModel *m)
 
 /* ------------------------------------------------------------------ graph building */
 
-/* The descriptors of one graph being built; all destroyed at the end. */
-typedef struct {
-	Cudnn *c;
-	cudnnBackendDescriptor_t d[160];
-	int nd;
-	cudnnBackendDescriptor_t op[40];
-	int nop;
-	int64_t next;          /* the next virtual tensor's id */
-	int ok;
-	int fail_status;       /* the first failure: cuDNN's status, */
-	long fail_what;        /* and the descriptor type or attribute */
-} Build;
-
-static void
-failed(Build *b, cudnnStatus_t st, long what)
-{
-	if (b->ok) {
-		b->ok = 0;
-		b->fail_status = (int)st;
-		b->fail_what = what;
-	}
-}
-
-static cudnnBackendDescriptor_t
-desc(Build *b, cudnnBackendDescriptorType_t t)
-{
-	cudnnBackendDescriptor_t d = NULL;
-	cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
-	if (!b->ok || b->nd == (int)(sizeof b->d / sizeof b->d[0]) ||
-	    (st = b->c->f.BackendCreateDescriptor(t, &d)) != CUDNN_STATUS_SUCCESS) {
-		failed(b, st, -(long)t);
-		return NULL;
-	}
-	return b->d[b->nd++] = d;
-}
-
-static void
-set(Build *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
-    cudnnBackendAttributeType_t t, int64_t n, const void *v)
-{
-	cudnnStatus_t st;
-	if (b->ok && (st = b->c->f.BackendSetAttribute(d, a, t, n, v)) != CUDNN_STATUS_SUCCESS)
-		failed(b, st, (long)a);
-}
-
-static void
-fin(Build *b, cudnnBackendDescriptor_t d)
-{
-	cudnnStatus_t st;
-	if (b->ok && (st = b->c->f.BackendFinalize(d)) != CUDNN_STATUS_SUCCESS)
-		failed(b, st, 0);
-}
-
-static void
-setd(Build *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
-     cudnnBackendDescriptor_t v)
-{
-	set(b, d, a, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v);
-}
-
-/* A tensor: id uid (0: the next virtual one), dims and strides [4]
- * (NULL strides: packed). */
-static cudnnBackendDescriptor_t
-tensor(Build *b, int64_t uid, cudnnDataType_t dt, const int64_t *dim, const int64_t *st,
-       int byvalue)
-{
-	cudnnBackendDescriptor_t t = desc(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-	int64_t packed[4] = {dim[1] * dim[2] * dim[3], dim[2] * dim[3], dim[3], 1}, align = 16;
-	bool virt = uid == 0, val = byvalue != 0;
-	if (!uid)
-		uid = b->next++;
-	set(b, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
-	set(b, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim);
-	set(b, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, st ? st : packed);
-	set(b, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-	set(b, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
-	set(b, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
-	if (val)
-		set(b, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &val);
-	fin(b, t);
-	return t;
-}
-
 /* A virtual tensor of dims dim (packed) and type dt. */
 static cudnnBackendDescriptor_t
-virt(Build *b, cudnnDataType_t dt, const int64_t *dim)
+virt(SgrtCudnnGraph *b, cudnnDataType_t dt, const int64_t *dim)
 {
-	return tensor(b, 0, dt, dim, NULL, 0);
-}
-
-static void
-add_op(Build *b, cudnnBackendDescriptor_t op)
-{
-	fin(b, op);
-	if (b->ok && b->nop < (int)(sizeof b->op / sizeof b->op[0]))
-		b->op[b->nop++] = op;
-	else
-		b->ok = 0;
+	return sgrt_cg_tensor(b, 0, dt, dim, NULL, 0);
 }
 
 /* y = mode(x[, b2[, t]]), computed in cdt. */
 static void
-pointwise(Build *b, cudnnPointwiseMode_t mode, cudnnDataType_t cdt, int64_t axis,
+pointwise(SgrtCudnnGraph *b, cudnnPointwiseMode_t mode, cudnnDataType_t cdt, int64_t axis,
           cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b2,
           cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y)
 {
-	cudnnBackendDescriptor_t pw = desc(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-	set(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-	set(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &cdt);
+	cudnnBackendDescriptor_t pw = sgrt_cg_new(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+	sgrt_cg_set(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+	sgrt_cg_set(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &cdt);
 	if (mode == CUDNN_POINTWISE_GEN_INDEX)
-		set(b, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-	fin(b, pw);
-	cudnnBackendDescriptor_t op = desc(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+		sgrt_cg_set(b, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+	sgrt_cg_fin(b, pw);
+	cudnnBackendDescriptor_t op = sgrt_cg_new(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
 	float one = 1.0f;
-	setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
-	setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
-	setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+	sgrt_cg_setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
+	sgrt_cg_setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+	sgrt_cg_setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
 	if (b2)
-		setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b2);
+		sgrt_cg_setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b2);
 	if (t)
-		setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
-	set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one);
-	set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one);
-	add_op(b, op);
+		sgrt_cg_setd(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
+	sgrt_cg_set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one);
+	sgrt_cg_set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one);
+	sgrt_cg_op(b, op);
 }
 
 /* A new virtual f32 tensor: mode(x[, b2]). */
 static cudnnBackendDescriptor_t
-pw_new(Build *b, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+pw_new(SgrtCudnnGraph *b, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
        cudnnBackendDescriptor_t b2, const int64_t *dim)
 {
 	cudnnBackendDescriptor_t y = virt(b, CUDNN_DATA_FLOAT, dim);
@@ -388,34 +281,34 @@ pw_new(Build *b, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
 /* An operation of type t: descriptor d at attribute da, tensors x[i] at
  * attributes at[i], i < n. */
 static void
-op_of(Build *b, cudnnBackendDescriptorType_t t, cudnnBackendAttributeName_t da,
+op_of(SgrtCudnnGraph *b, cudnnBackendDescriptorType_t t, cudnnBackendAttributeName_t da,
       cudnnBackendDescriptor_t d, int n, const cudnnBackendAttributeName_t *at,
       const cudnnBackendDescriptor_t *x)
 {
-	cudnnBackendDescriptor_t op = desc(b, t);
-	setd(b, op, da, d);
+	cudnnBackendDescriptor_t op = sgrt_cg_new(b, t);
+	sgrt_cg_setd(b, op, da, d);
 	for (int i = 0; i < n; i++)
-		setd(b, op, at[i], x[i]);
-	add_op(b, op);
+		sgrt_cg_setd(b, op, at[i], x[i]);
+	sgrt_cg_op(b, op);
 }
 
 /* A finalized descriptor of type t computing in f32 (attribute ca), with
  * attribute xa of type xt set to *xv too when xv is not NULL. */
 static cudnnBackendDescriptor_t
-f32_desc(Build *b, cudnnBackendDescriptorType_t t, cudnnBackendAttributeName_t ca,
+f32_desc(SgrtCudnnGraph *b, cudnnBackendDescriptorType_t t, cudnnBackendAttributeName_t ca,
          cudnnBackendAttributeName_t xa, cudnnBackendAttributeType_t xt, const void *xv)
 {
-	cudnnBackendDescriptor_t d = desc(b, t);
+	cudnnBackendDescriptor_t d = sgrt_cg_new(b, t);
 	cudnnDataType_t f = CUDNN_DATA_FLOAT;
-	set(b, d, ca, CUDNN_TYPE_DATA_TYPE, 1, &f);
+	sgrt_cg_set(b, d, ca, CUDNN_TYPE_DATA_TYPE, 1, &f);
 	if (xv)
-		set(b, d, xa, xt, 1, xv);
-	fin(b, d);
+		sgrt_cg_set(b, d, xa, xt, 1, xv);
+	sgrt_cg_fin(b, d);
 	return d;
 }
 
 static void
-matmul(Build *b, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bb,
+matmul(SgrtCudnnGraph *b, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bb,
        cudnnBackendDescriptor_t c)
 {
 	cudnnBackendDescriptor_t mm = f32_desc(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR,
@@ -428,7 +321,7 @@ matmul(Build *b, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bb,
 }
 
 static void
-reduction(Build *b, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
+reduction(SgrtCudnnGraph *b, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
           cudnnBackendDescriptor_t y)
 {
 	cudnnBackendDescriptor_t r = f32_desc(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR,
@@ -443,12 +336,12 @@ reduction(Build *b, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
 }
 
 static void
-reshape(Build *b, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
+reshape(SgrtCudnnGraph *b, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
 {
-	cudnnBackendDescriptor_t op = desc(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-	setd(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
-	setd(b, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
-	add_op(b, op);
+	cudnnBackendDescriptor_t op = sgrt_cg_new(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+	sgrt_cg_setd(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
+	sgrt_cg_setd(b, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
+	sgrt_cg_op(b, op);
 }
 
 /* dim and strides of tensor i of k as [b, h, rows, cols]; t: the last
@@ -470,7 +363,7 @@ shape(const Key *k, int i, int t, int64_t *dim, int64_t *st)
 
 /* The masked, scaled scores: S = Q K^T * scale (- stats), causal mask. */
 static cudnnBackendDescriptor_t
-scores(Build *b, const Key *k, cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t kt,
+scores(SgrtCudnnGraph *b, const Key *k, cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t kt,
        cudnnBackendDescriptor_t scale, cudnnBackendDescriptor_t stats,
        cudnnBackendDescriptor_t neginf)
 {
@@ -498,7 +391,7 @@ scores(Build *b, const Key *k, cudnnBackendDescriptor_t q, cudnnBackendDescripto
  * into a virtual [b, h, s, cols] of every query head's share, then summed
  * into x's h_kv heads by a reduction (cuDNN frontend's GQA form). */
 static void
-kv_grad(Build *b, const Key *k, cudnnBackendDescriptor_t p, cudnnBackendDescriptor_t y,
+kv_grad(SgrtCudnnGraph *b, const Key *k, cudnnBackendDescriptor_t p, cudnnBackendDescriptor_t y,
         cudnnBackendDescriptor_t x, int64_t cols)
 {
 	if (k->h_kv == k->h) {
@@ -515,7 +408,7 @@ kv_grad(Build *b, const Key *k, cudnnBackendDescriptor_t p, cudnnBackendDescript
 /* The operations of k's graph into b; *pre: the backward's bytes before
  * cuDNN's workspace. */
 static void
-build_graph(Build *b, const Key *k, size_t *pre)
+build_graph(SgrtCudnnGraph *b, const Key *k, size_t *pre)
 {
 	cudnnDataType_t io = k->dtype == SGRT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
 	cudnnDataType_t f = CUDNN_DATA_FLOAT;
@@ -527,11 +420,11 @@ build_graph(Build *b, const Key *k, size_t *pre)
 
 	for (int i = 0; i < n; i++) {
 		shape(k, i, i == 1 || (i == 2 && k->bwd), dim, st);
-		x[i] = tensor(b, uid[i], io, dim, st, 0);
+		x[i] = sgrt_cg_tensor(b, uid[i], io, dim, st, 0);
 	}
-	cudnnBackendDescriptor_t scale = tensor(b, U_SCALE, f, one4, one4, 1);
-	cudnnBackendDescriptor_t neginf = tensor(b, U_NEGINF, f, one4, one4, 1);
-	cudnnBackendDescriptor_t stats = tensor(b, U_STATS, f, stat, NULL, 0);
+	cudnnBackendDescriptor_t scale = sgrt_cg_tensor(b, U_SCALE, f, one4, one4, 1);
+	cudnnBackendDescriptor_t neginf = sgrt_cg_tensor(b, U_NEGINF, f, one4, one4, 1);
+	cudnnBackendDescriptor_t stats = sgrt_cg_tensor(b, U_STATS, f, stat, NULL, 0);
 	int64_t ls[4] = {k->b, k->h, k->l, k->s}, sl[4] = {k->b, k->h, k->s, k->l};
 	int64_t slt[4] = {k->h * k->l * k->s, k->l * k->s, 1, k->s};
 	*pre = 0;
@@ -554,13 +447,13 @@ build_graph(Build *b, const Key *k, size_t *pre)
 	cudnnBackendDescriptor_t t = pw_new(b, CUDNN_POINTWISE_MUL, x[4], x[3], lo);
 	cudnnBackendDescriptor_t r = virt(b, f, stat);
 	reduction(b, CUDNN_REDUCE_TENSOR_ADD, t, r);
-	cudnnBackendDescriptor_t onet = tensor(b, U_ONE, f, one4, one4, 1);
-	cudnnBackendDescriptor_t sum = tensor(b, U_SUM, f, stat, NULL, 0);
+	cudnnBackendDescriptor_t onet = sgrt_cg_tensor(b, U_ONE, f, one4, one4, 1);
+	cudnnBackendDescriptor_t sum = sgrt_cg_tensor(b, U_SUM, f, stat, NULL, 0);
 	pointwise(b, CUDNN_POINTWISE_MUL, f, 0, r, onet, NULL, sum);
 	/* P = exp(S - stats); dV = P^T dO. */
 	cudnnBackendDescriptor_t s = scores(b, k, x[0], x[1], scale, stats, neginf);
 	cudnnBackendDescriptor_t p = pw_new(b, CUDNN_POINTWISE_EXP, s, NULL, ls);
-	cudnnBackendDescriptor_t pt = tensor(b, 0, io, sl, slt, 0);
+	cudnnBackendDescriptor_t pt = sgrt_cg_tensor(b, 0, io, sl, slt, 0);
 	reshape(b, p, pt);
 	kv_grad(b, k, pt, x[4], x[7], k->dv);
 	/* dS = P (dO V^T - sum) scale; dK = dS^T Q. */
@@ -569,12 +462,12 @@ build_graph(Build *b, const Key *k, size_t *pre)
 	dp = pw_new(b, CUDNN_POINTWISE_SUB, dp, sum, ls);
 	dp = pw_new(b, CUDNN_POINTWISE_MUL, dp, p, ls);
 	cudnnBackendDescriptor_t ds = pw_new(b, CUDNN_POINTWISE_MUL, dp, scale, ls);
-	cudnnBackendDescriptor_t dst = tensor(b, 0, io, sl, slt, 0);
+	cudnnBackendDescriptor_t dst = sgrt_cg_tensor(b, 0, io, sl, slt, 0);
 	reshape(b, ds, dst);
 	kv_grad(b, k, dst, x[0], x[6], k->d);
 	/* dQ = dS K, accumulated in f32 (after the row sums), then copied. */
 	shape(k, 1, 0, dim, st);
-	cudnnBackendDescriptor_t kk = tensor(b, 0, io, dim, st, 0);
+	cudnnBackendDescriptor_t kk = sgrt_cg_tensor(b, 0, io, dim, st, 0);
 	reshape(b, x[1], kk);
 	*pre = (size_t)(k->b * k->h * k->l * 4 + 255) / 256 * 256;
 	if (k->direct) {
@@ -582,7 +475,7 @@ build_graph(Build *b, const Key *k, size_t *pre)
 		return;
 	}
 	int64_t ld[4] = {k->b, k->h, k->l, k->d};
-	cudnnBackendDescriptor_t acc = tensor(b, U_DQACC, f, ld, NULL, 0);
+	cudnnBackendDescriptor_t acc = sgrt_cg_tensor(b, U_DQACC, f, ld, NULL, 0);
 	matmul(b, ds, kk, acc);
 	pointwise(b, CUDNN_POINTWISE_IDENTITY, f, 0, acc, NULL, NULL, x[5]);
 	*pre += (size_t)(k->b * k->h * k->l * k->d * 4 + 255) / 256 * 256;
@@ -604,7 +497,7 @@ scratch(Scratch *sc, cudnnBackendDescriptorType_t t)
 {
 	cudnnBackendDescriptor_t d = NULL;
 	if (sc->n == (int)(sizeof sc->d / sizeof sc->d[0]) ||
-	    sc->c->f.BackendCreateDescriptor(t, &d) != CUDNN_STATUS_SUCCESS)
+	    sc->c->api.Create(t, &d) != CUDNN_STATUS_SUCCESS)
 		return NULL;
 	return sc->d[sc->n++] = d;
 }
@@ -614,7 +507,7 @@ static void
 scratch_pop(Scratch *sc, int base)
 {
 	while (sc->n > base)
-		(void)sc->c->f.BackendDestroyDescriptor(sc->d[--sc->n]);
+		(void)sc->c->api.Destroy(sc->d[--sc->n]);
 }
 
 /* Configuration cfg's engine (into *eng, a scratch descriptor), its global
@@ -624,30 +517,29 @@ static int
 cfg_knobs(Scratch *sc, cudnnBackendDescriptor_t cfg, cudnnBackendDescriptor_t *eng,
           int64_t *idx, int64_t *t, int64_t *v)
 {
-	Fns *f = &sc->c->f;
+	const SgrtCudnnApi *f = &sc->c->api;
 	cudnnBackendDescriptor_t kc[MAXCHOICE];
 	int64_t n = 0, got = 0;
 	*eng = scratch(sc, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
 	if (!*eng ||
-	    f->BackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-	                           &got, eng) != CUDNN_STATUS_SUCCESS ||
-	    f->BackendGetAttribute(*eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got,
-	                           idx) != CUDNN_STATUS_SUCCESS)
+	    f->Get(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got, eng) !=
+	            CUDNN_STATUS_SUCCESS ||
+	    f->Get(*eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got, idx) !=
+	            CUDNN_STATUS_SUCCESS)
 		return -1;
 	const int base = sc->n;
 	for (int i = 0; i < MAXCHOICE; i++)
 		if (!(kc[i] = scratch(sc, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR)))
 			return -1;
-	if (f->BackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
-	                           CUDNN_TYPE_BACKEND_DESCRIPTOR, MAXCHOICE, &n, kc) !=
-	    CUDNN_STATUS_SUCCESS)
+	if (f->Get(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, MAXCHOICE,
+	           &n, kc) != CUDNN_STATUS_SUCCESS)
 		return -1;
 	for (int64_t i = 0; i < n; i++) {
 		cudnnBackendKnobType_t kt = CUDNN_KNOB_TYPE_COUNTS;
-		if (f->BackendGetAttribute(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE,
-		                           1, &got, &kt) != CUDNN_STATUS_SUCCESS ||
-		    f->BackendGetAttribute(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
-		                           &got, &v[i]) != CUDNN_STATUS_SUCCESS)
+		if (f->Get(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &got,
+		           &kt) != CUDNN_STATUS_SUCCESS ||
+		    f->Get(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &got,
+		           &v[i]) != CUDNN_STATUS_SUCCESS)
 			return -1;
 		t[i] = kt;
 	}
@@ -660,24 +552,25 @@ cfg_knobs(Scratch *sc, cudnnBackendDescriptor_t cfg, cudnnBackendDescriptor_t *e
 static cudnnBackendDescriptor_t
 cfg_with(Scratch *sc, cudnnBackendDescriptor_t eng, int n, const int64_t *t, const int64_t *v)
 {
-	Fns *f = &sc->c->f;
-	cudnnBackendDescriptor_t kc[MAXCHOICE + MAXKNOB], cfg = scratch(sc, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-	if (!cfg || f->BackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
-	                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &eng) != CUDNN_STATUS_SUCCESS)
+	const SgrtCudnnApi *f = &sc->c->api;
+	cudnnBackendDescriptor_t kc[MAXCHOICE + MAXKNOB];
+	cudnnBackendDescriptor_t cfg = scratch(sc, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+	if (!cfg || f->Set(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+	                   &eng) != CUDNN_STATUS_SUCCESS)
 		return NULL;
 	for (int i = 0; i < n; i++) {
 		cudnnBackendKnobType_t kt = (cudnnBackendKnobType_t)t[i];
 		if (!(kc[i] = scratch(sc, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR)) ||
-		    f->BackendSetAttribute(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE,
-		                           1, &kt) != CUDNN_STATUS_SUCCESS ||
-		    f->BackendSetAttribute(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
-		                           &v[i]) != CUDNN_STATUS_SUCCESS ||
-		    f->BackendFinalize(kc[i]) != CUDNN_STATUS_SUCCESS)
+		    f->Set(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &kt) !=
+		            CUDNN_STATUS_SUCCESS ||
+		    f->Set(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &v[i]) !=
+		            CUDNN_STATUS_SUCCESS ||
+		    f->Finalize(kc[i]) != CUDNN_STATUS_SUCCESS)
 			return NULL;
 	}
-	if ((n && f->BackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
-	                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, n, kc) != CUDNN_STATUS_SUCCESS) ||
-	    f->BackendFinalize(cfg) != CUDNN_STATUS_SUCCESS)
+	if ((n && f->Set(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, n,
+	                 kc) != CUDNN_STATUS_SUCCESS) ||
+	    f->Finalize(cfg) != CUDNN_STATUS_SUCCESS)
 		return NULL;
 	return cfg;
 }
@@ -686,55 +579,28 @@ cfg_with(Scratch *sc, cudnnBackendDescriptor_t eng, int n, const int64_t *t, con
 static void
 print_knob_info(Scratch *sc, cudnnBackendDescriptor_t eng)
 {
-	Fns *f = &sc->c->f;
+	const SgrtCudnnApi *f = &sc->c->api;
 	cudnnBackendDescriptor_t ki[MAXCHOICE];
 	int64_t n = 0, got;
 	int base = sc->n;
 	for (int i = 0; i < MAXCHOICE; i++)
 		if (!(ki[i] = scratch(sc, CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR)))
 			return;
-	if (f->BackendGetAttribute(eng, CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-	                           MAXCHOICE, &n, ki) == CUDNN_STATUS_SUCCESS)
+	if (f->Get(eng, CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR, MAXCHOICE, &n,
+	           ki) == CUDNN_STATUS_SUCCESS)
 		for (int64_t i = 0; i < n; i++) {
 			cudnnBackendKnobType_t kt = CUDNN_KNOB_TYPE_COUNTS;
 			int64_t lo = 0, hi = 0, step = 0;
-			(void)f->BackendGetAttribute(ki[i], CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, 1,
-			                             &got, &kt);
-			(void)f->BackendGetAttribute(ki[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE,
-			                             CUDNN_TYPE_INT64, 1, &got, &lo);
-			(void)f->BackendGetAttribute(ki[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE,
-			                             CUDNN_TYPE_INT64, 1, &got, &hi);
-			(void)f->BackendGetAttribute(ki[i], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1,
-			                             &got, &step);
+			(void)f->Get(ki[i], CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &got, &kt);
+			(void)f->Get(ki[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, 1, &got,
+			             &lo);
+			(void)f->Get(ki[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, 1, &got,
+			             &hi);
+			(void)f->Get(ki[i], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1, &got, &step);
 			fprintf(stderr, "sgrt_sdpa:   knob %d: %lld..%lld step %lld\n", (int)kt,
 			        (long long)lo, (long long)hi, (long long)step);
 		}
 	scratch_pop(sc, base);
-}
-
-/* Try configuration cfg: the plan into *out, 1 when it made one. */
-static int
-try_plan(Cudnn *c, cudnnBackendDescriptor_t cfg, Plan *out)
-{
-	cudnnBackendDescriptor_t plan = NULL;
-	int64_t ws = 0;
-	if (c->f.BackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
-	    CUDNN_STATUS_SUCCESS)
-		return 0;
-	if (c->f.BackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
-	                             &c->h) == CUDNN_STATUS_SUCCESS &&
-	    c->f.BackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-	                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg) == CUDNN_STATUS_SUCCESS &&
-	    c->f.BackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
-	    c->f.BackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
-	                             1, NULL, &ws) == CUDNN_STATUS_SUCCESS &&
-	    ws >= 0) {
-		out->plan = plan;
-		out->ws = (size_t)ws;
-		return 1;
-	}
-	(void)c->f.BackendDestroyDescriptor(plan);
-	return 0;
 }
 
 /* The operation graph of k, then the heuristic's first engine
@@ -743,31 +609,17 @@ try_plan(Cudnn *c, cudnnBackendDescriptor_t cfg, Plan *out)
 static int
 make_plan(Cudnn *c, const Key *k, Plan *out)
 {
-	Build b = {.c = c, .next = V0, .ok = 1};
+	SgrtCudnnGraph b;
 	Scratch sc = {.c = c};
 	cudnnBackendDescriptor_t cfg[16] = {0};
-	int64_t ncfg = 0;
 	int got = 0, made = 0, dir = k->bwd;
 	const Opts *o = &c->o;
 
 	memset(out, 0, sizeof *out);
 	out->key = *k;
+	sgrt_cg_init(&b, &c->api, V0);
 	build_graph(&b, k, &out->pre);
-	cudnnBackendDescriptor_t g = desc(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-	set(&b, g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, b.nop, b.op);
-	set(&b, g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->h);
-	fin(&b, g);
-	cudnnBackendDescriptor_t heur = desc(&b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-	setd(&b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, g);
-	set(&b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &o->heur);
-	fin(&b, heur);
-	for (int i = 0; i < 16 && b.ok; i++)
-		cfg[i] = desc(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-	cudnnStatus_t hs = CUDNN_STATUS_SUCCESS;
-	if (b.ok && (hs = c->f.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-	                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, 16, &ncfg,
-	                                           cfg)) != CUDNN_STATUS_SUCCESS)
-		failed(&b, hs, CUDNN_ATTR_ENGINEHEUR_RESULTS);
+	int64_t ncfg = sgrt_cg_configs(&b, c->h, o->heur, cfg, 16);
 	for (int64_t i = 0; b.ok && i < ncfg && !got; i++) {
 		cudnnBackendDescriptor_t eng = NULL, use = cfg[i];
 		int64_t idx = -1, t[MAXCHOICE + MAXKNOB], v[MAXCHOICE + MAXKNOB];
@@ -785,10 +637,10 @@ make_plan(Cudnn *c, const Key *k, Plan *out)
 			}
 			use = cfg_with(&sc, eng, nk, t, v);
 		}
-		int ok = use && try_plan(c, use, out);
+		int ok = use && (out->plan = sgrt_cudnn_plan(&c->api, c->h, use, &out->ws)) != NULL;
 		got = ok && made++ == o->pick[dir];
 		if (ok && !got) {
-			(void)c->f.BackendDestroyDescriptor(out->plan);
+			(void)c->api.Destroy(out->plan);
 			out->plan = NULL;
 		}
 		if (o->debug) {
@@ -817,8 +669,7 @@ make_plan(Cudnn *c, const Key *k, Plan *out)
 		        b.fail_what < 0 ? "creating descriptor type" : b.fail_what ? "attribute"
 		                                                                    : "finalize",
 		        b.fail_what < 0 ? -b.fail_what : b.fail_what, (long long)ncfg, b.nop);
-	for (int i = b.nd - 1; i >= 0; i--)
-		(void)c->f.BackendDestroyDescriptor(b.d[i]);
+	sgrt_cg_free(&b);
 	return got;
 }
 
@@ -944,26 +795,15 @@ sgrt_sdpa_exec(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, void *ws, size_t
 		n += k.direct ? 6 : 7; /* no accumulator: U_DQACC last */
 	}
 	void *cws = p->ws ? (char *)ws + p->pre : NULL;
-	cudnnBackendDescriptor_t vp = NULL;
-	cudnnStatus_t e = c->f.BackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
 	int h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, name ? name : "sdpa[cudnn]", sgline);
-	if (e == CUDNN_STATUS_SUCCESS)
-		e = c->f.BackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
-		                             n, uid);
-	if (e == CUDNN_STATUS_SUCCESS)
-		e = c->f.BackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-		                             CUDNN_TYPE_VOID_PTR, n, dp);
-	if (e == CUDNN_STATUS_SUCCESS)
-		e = c->f.BackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
-		                             CUDNN_TYPE_VOID_PTR, 1, &cws);
-	if (e == CUDNN_STATUS_SUCCESS)
-		e = c->f.BackendFinalize(vp);
+	cudnnBackendDescriptor_t vp = NULL;
+	cudnnStatus_t e = sgrt_cudnn_pack(&c->api, n, uid, dp, cws, &vp);
 	if (e == CUDNN_STATUS_SUCCESS)
 		e = c->f.SetStream(c->h, m->stream[s]);
 	if (e == CUDNN_STATUS_SUCCESS)
-		e = c->f.BackendExecute(c->h, p->plan, vp);
+		e = c->api.Execute(c->h, p->plan, vp);
 	if (vp)
-		(void)c->f.BackendDestroyDescriptor(vp);
+		(void)c->api.Destroy(vp);
 	if (e != CUDNN_STATUS_SUCCESS)
 		return sgrt_fail(m, SGRT_ECUDNN, sgline, "cudnnBackendExecute (%s) failed: %s",
 		                 bwd ? "sdpa_backward" : "sdpa", c->f.GetErrorString(e));

@@ -59,7 +59,10 @@
 #if SGRT_CONV_CUDNN
 #include <cudnn_cnn.h>
 
-/* The functions used, looked up in the library sgrt_attn_cudnn.c loaded. */
+#include "sgrt_cudnn_graph.h"
+
+/* The legacy API's functions used, looked up in the library
+ * sgrt_attn_cudnn.c loaded (the backend API's: SgrtCudnnApi). */
 typedef struct {
 	cudnnStatus_t (*SetStream)(cudnnHandle_t, cudaStream_t);
 	cudnnStatus_t (*CreateTensor)(cudnnTensorDescriptor_t *);
@@ -106,14 +109,6 @@ typedef struct {
 	                           const void *, const void *, const cudnnTensorDescriptor_t,
 	                           void *);
 	const char *(*ErrorString)(cudnnStatus_t);
-	cudnnStatus_t (*BCreate)(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t *);
-	cudnnStatus_t (*BDestroy)(cudnnBackendDescriptor_t);
-	cudnnStatus_t (*BFinalize)(cudnnBackendDescriptor_t);
-	cudnnStatus_t (*BSet)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t,
-	                      cudnnBackendAttributeType_t, int64_t, const void *);
-	cudnnStatus_t (*BGet)(cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t,
-	                      cudnnBackendAttributeType_t, int64_t, int64_t *, void *);
-	cudnnStatus_t (*BExecute)(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t);
 } Fns;
 
 /* What makes two convolutions the same plan. */
@@ -154,6 +149,7 @@ typedef struct {
 
 typedef struct {
 	Fns f;
+	SgrtCudnnApi api;
 	cudnnHandle_t h;
 	int tune;                        /* time the candidates (SGRT_CONV_TUNE=1) */
 	int debug;                       /* SGRT_CUDNN_DEBUG: say what timing chose */
@@ -178,9 +174,9 @@ plan_free(Conv *c, Plan *p)
 	if (p->conv)
 		(void)c->f.DestroyConv(p->conv);
 	if (p->pack)
-		(void)c->f.BDestroy(p->pack);
+		(void)c->api.Destroy(p->pack);
 	if (p->gplan)
-		(void)c->f.BDestroy(p->gplan);
+		(void)c->api.Destroy(p->gplan);
 }
 
 void
@@ -230,12 +226,6 @@ load(SgrtModel *m)
 		{"cudnnConvolutionBackwardFilter", offsetof(Fns, Filter)},
 		{"cudnnAddTensor", offsetof(Fns, AddTensor)},
 		{"cudnnGetErrorString", offsetof(Fns, ErrorString)},
-		{"cudnnBackendCreateDescriptor", offsetof(Fns, BCreate)},
-		{"cudnnBackendDestroyDescriptor", offsetof(Fns, BDestroy)},
-		{"cudnnBackendFinalize", offsetof(Fns, BFinalize)},
-		{"cudnnBackendSetAttribute", offsetof(Fns, BSet)},
-		{"cudnnBackendGetAttribute", offsetof(Fns, BGet)},
-		{"cudnnBackendExecute", offsetof(Fns, BExecute)},
 	};
 	if (m->conv_state)
 		return m->conv_state > 0 ? (Conv *)m->conv : NULL;
@@ -254,7 +244,8 @@ load(SgrtModel *m)
 	c->debug = debug && *debug && *debug != '0';
 	const char *api = getenv("SGRT_CONV_API");
 	c->graph = !(api && strcmp(api, "legacy") == 0) && !c->tune;
-	if (!sgrt_dlsyms(lib, sym, sizeof sym / sizeof sym[0], &c->f)) {
+	if (!sgrt_dlsyms(lib, sym, sizeof sym / sizeof sym[0], &c->f) ||
+	    !sgrt_cudnn_api(lib, &c->api)) {
 		free(c);
 		return NULL;
 	}
@@ -454,55 +445,15 @@ tune_plan(SgrtModel *m, Conv *c, int s, Plan *p, const void *a, const void *b, v
 
 /* ------------------------------------------------------------------ the graph API */
 
-/* The descriptors of one convolution's graph while its plan is made, all
- * destroyed then (a finalized plan keeps what it needs); ok is 0 after the
- * first failure. */
-typedef struct {
-	Conv *c;
-	cudnnBackendDescriptor_t d[48];
-	int nd, ok;
-} Gb;
-
-static cudnnBackendDescriptor_t
-gb_new(Gb *b, cudnnBackendDescriptorType_t t)
-{
-	cudnnBackendDescriptor_t d = NULL;
-	if (b->ok && b->nd < (int)(sizeof b->d / sizeof b->d[0]) &&
-	    b->c->f.BCreate(t, &d) == CUDNN_STATUS_SUCCESS)
-		return b->d[b->nd++] = d;
-	b->ok = 0;
-	return NULL;
-}
-
-static void
-gb_set(Gb *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
-       cudnnBackendAttributeType_t t, int64_t n, const void *v)
-{
-	b->ok = b->ok && b->c->f.BSet(d, a, t, n, v) == CUDNN_STATUS_SUCCESS;
-}
-
-static void
-gb_fin(Gb *b, cudnnBackendDescriptor_t d)
-{
-	b->ok = b->ok && b->c->f.BFinalize(d) == CUDNN_STATUS_SUCCESS;
-}
-
 /* An operand of logical sizes [d0, d1, d2, d3] (N C H W, or the filter's
  * K C R S), laid out as those (NCHW, KCRS) or channels last (NHWC, KRSC). */
 static cudnnBackendDescriptor_t
-gb_tensor(Gb *b, int64_t uid, cudnnDataType_t dt, const long long *dims, int cl)
+conv_tensor(SgrtCudnnGraph *b, int64_t uid, cudnnDataType_t dt, const long long *dims, int cl)
 {
 	const int64_t d1 = dims[1], d2 = dims[2], d3 = dims[3];
-	int64_t dim[4] = {dims[0], d1, d2, d3}, align = 16;
-	int64_t st[4] = {d1 * d2 * d3, cl ? 1 : d2 * d3, cl ? d3 * d1 : d3, cl ? d1 : 1};
-	cudnnBackendDescriptor_t t = gb_new(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-	gb_set(b, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
-	gb_set(b, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim);
-	gb_set(b, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, st);
-	gb_set(b, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-	gb_set(b, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
-	gb_fin(b, t);
-	return t;
+	const int64_t dim[4] = {dims[0], d1, d2, d3};
+	const int64_t st[4] = {d1 * d2 * d3, cl ? 1 : d2 * d3, cl ? d3 * d1 : d3, cl ? d1 : 1};
+	return sgrt_cg_tensor(b, uid, dt, dim, st, 0);
 }
 
 /* A graph-API plan may take this much workspace where the legacy
@@ -516,17 +467,18 @@ enum { UA = 1, UB, UOUT };
 /* Whether engine configuration cfg is deterministic (its engine's
  * numerical notes do not say otherwise); *engine its global index. */
 static int
-gb_deterministic(Gb *b, cudnnBackendDescriptor_t cfg, long long *engine)
+deterministic(SgrtCudnnGraph *b, cudnnBackendDescriptor_t cfg, long long *engine)
 {
-	cudnnBackendDescriptor_t eng = gb_new(b, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+	cudnnBackendDescriptor_t eng = sgrt_cg_new(b, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
 	cudnnBackendNumericalNote_t note[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
 	int64_t n = 0, got = 0, idx = -1;
-	if (!eng || b->c->f.BGet(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-	                         &got, &eng) != CUDNN_STATUS_SUCCESS ||
-	    b->c->f.BGet(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-	                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, note) != CUDNN_STATUS_SUCCESS)
+	if (!eng ||
+	    b->f->Get(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+	              &eng) != CUDNN_STATUS_SUCCESS ||
+	    b->f->Get(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+	              CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, note) != CUDNN_STATUS_SUCCESS)
 		return 0;
-	(void)b->c->f.BGet(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got, &idx);
+	(void)b->f->Get(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got, &idx);
 	*engine = idx;
 	for (int64_t i = 0; i < n; i++)
 		if (note[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)
@@ -571,64 +523,43 @@ make_graph_plan(Conv *c, const Key *k, Plan *p, size_t max_ws)
 	                ys[4] = {g[N], g[K], g[OH], g[OW]};
 	cudnnDataType_t dt = cudnn_dt(k->dtype), comp = CUDNN_DATA_FLOAT;
 	cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-	cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;
 	int64_t two = 2, pad[2] = {g[PH], g[PW]}, str[2] = {g[SH], g[SW]}, dil[2] = {g[DH], g[DW]};
-	int64_t ncfg = 0;
 	float alpha = 1.0f, beta = 0.0f;
-	Gb b = {.c = c, .ok = 1};
+	SgrtCudnnGraph b;
+	sgrt_cg_init(&b, &c->api, 0);
 
 	cudnnBackendDescriptor_t t[4] = {
-		gb_tensor(&b, uid[d][0], dt, xs, (int)g[CL]),
-		gb_tensor(&b, uid[d][1], dt, ws, (int)g[CL]),
-		gb_tensor(&b, uid[d][2], dt, ys, (int)g[CL]),
-		gb_new(&b, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR),
+		conv_tensor(&b, uid[d][0], dt, xs, (int)g[CL]),
+		conv_tensor(&b, uid[d][1], dt, ws, (int)g[CL]),
+		conv_tensor(&b, uid[d][2], dt, ys, (int)g[CL]),
+		sgrt_cg_new(&b, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR),
 	};
-	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
-	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
-	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &two);
-	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
-	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
-	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str);
-	gb_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil);
-	gb_fin(&b, t[3]);
-	cudnnBackendDescriptor_t op = gb_new(&b, optype[d]);
+	sgrt_cg_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+	sgrt_cg_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1,
+	            &mode);
+	sgrt_cg_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &two);
+	sgrt_cg_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
+	sgrt_cg_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
+	sgrt_cg_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str);
+	sgrt_cg_set(&b, t[3], CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil);
+	sgrt_cg_fin(&b, t[3]);
+	cudnnBackendDescriptor_t op = sgrt_cg_new(&b, optype[d]);
 	for (int i = 0; i < 4; i++)
-		gb_set(&b, op, at[d][i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t[i]);
-	gb_set(&b, op, at[d][4], CUDNN_TYPE_FLOAT, 1, &alpha);
-	gb_set(&b, op, at[d][5], CUDNN_TYPE_FLOAT, 1, &beta);
-	gb_fin(&b, op);
-	cudnnBackendDescriptor_t graph = gb_new(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-	gb_set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op);
-	gb_set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->h);
-	gb_fin(&b, graph);
-	cudnnBackendDescriptor_t heur = gb_new(&b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-	gb_set(&b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-	       &graph);
-	gb_set(&b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &heur_mode);
-	gb_fin(&b, heur);
+		sgrt_cg_set(&b, op, at[d][i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t[i]);
+	sgrt_cg_set(&b, op, at[d][4], CUDNN_TYPE_FLOAT, 1, &alpha);
+	sgrt_cg_set(&b, op, at[d][5], CUDNN_TYPE_FLOAT, 1, &beta);
+	sgrt_cg_op(&b, op);
 	cudnnBackendDescriptor_t cfg[16];
-	for (int i = 0; i < 16; i++)
-		cfg[i] = gb_new(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-	b.ok = b.ok && c->f.BGet(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-	                         16, &ncfg, cfg) == CUDNN_STATUS_SUCCESS;
+	int64_t ncfg = sgrt_cg_configs(&b, c->h, CUDNN_HEUR_MODE_A, cfg, 16);
 	for (int64_t i = 0; b.ok && i < ncfg && !p->gplan; i++) {
-		cudnnBackendDescriptor_t plan = NULL;
-		int64_t bytes = -1;
-		if (!gb_deterministic(&b, cfg[i], &p->engine) ||
-		    c->f.BCreate(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS)
-			continue;
-		if (c->f.BSet(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->h) ==
-		            CUDNN_STATUS_SUCCESS &&
-		    c->f.BSet(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-		              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]) == CUDNN_STATUS_SUCCESS &&
-		    c->f.BFinalize(plan) == CUDNN_STATUS_SUCCESS &&
-		    c->f.BGet(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, NULL,
-		              &bytes) == CUDNN_STATUS_SUCCESS && bytes >= 0 &&
-		    (size_t)bytes <= max_ws) {
+		size_t bytes = 0;
+		cudnnBackendDescriptor_t plan = deterministic(&b, cfg[i], &p->engine)
+		                                ? sgrt_cudnn_plan(&c->api, c->h, cfg[i], &bytes) : NULL;
+		if (plan && bytes <= max_ws) {
 			p->gplan = plan;
-			p->gws = (size_t)bytes;
-		} else {
-			(void)c->f.BDestroy(plan);
+			p->gws = bytes;
+		} else if (plan) {
+			(void)c->api.Destroy(plan);
 		}
 	}
 	if (c->debug)
@@ -639,8 +570,7 @@ make_graph_plan(Conv *c, const Key *k, Plan *p, size_t max_ws)
 		        p->gplan ? "plan of" : "declined (none deterministic within the workspace"
 		        " bound); last tried", p->engine, (long long)ncfg,
 		        p->gplan ? p->gws : max_ws);
-	while (b.nd > 0)
-		(void)c->f.BDestroy(b.d[--b.nd]);
+	sgrt_cg_free(&b);
 	return p->gplan != NULL;
 }
 
@@ -653,30 +583,18 @@ run_graph(Conv *c, Plan *p, const void *a, const void *b, void *out, void *ws)
 		int64_t uid[3] = {UA, UB, UOUT};
 		void *ptr[3] = {(void *)a, (void *)b, out};
 		cudnnBackendDescriptor_t vp = NULL;
-		cudnnStatus_t e = c->f.BCreate(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
-		if (e == CUDNN_STATUS_SUCCESS)
-			e = c->f.BSet(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uid);
-		if (e == CUDNN_STATUS_SUCCESS)
-			e = c->f.BSet(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3,
-			              ptr);
-		if (e == CUDNN_STATUS_SUCCESS)
-			e = c->f.BSet(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
-		if (e == CUDNN_STATUS_SUCCESS)
-			e = c->f.BFinalize(vp);
-		if (e != CUDNN_STATUS_SUCCESS) {
-			if (vp)
-				(void)c->f.BDestroy(vp);
+		cudnnStatus_t e = sgrt_cudnn_pack(&c->api, 3, uid, ptr, ws, &vp);
+		if (e != CUDNN_STATUS_SUCCESS)
 			return e;
-		}
 		if (p->pack)
-			(void)c->f.BDestroy(p->pack);
+			(void)c->api.Destroy(p->pack);
 		p->pack = vp;
 		p->pa = a;
 		p->pb = b;
 		p->pout = out;
 		p->pws = ws;
 	}
-	return c->f.BExecute(c->h, p->gplan, p->pack);
+	return c->api.Execute(c->h, p->gplan, p->pack);
 }
 
 /* k's plan, made on first use when make is set (NULL: declined, or
