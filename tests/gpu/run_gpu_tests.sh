@@ -386,9 +386,10 @@ run() {
 			  grep -vE "/t/($SAN_FIRST)" "$dir/san.list"; } >"$dir/san.part"
 			mv "$dir/san.part" "$dir/san.list"
 		fi
-		# The counts below are this call's: a directory run before (another
-		# shard, say) keeps its results' files.
-		rm -f "$dir"/t/*/san-*.rc
+		# The counts and the failures' logs below are this call's: a
+		# directory run before (another shard, say) keeps its results'
+		# files, whose logs would read as failures without their .rc.
+		rm -f "$dir"/t/*/san-*.rc "$dir"/t/*/san-*.log
 		timeout $((left - 10)) xargs -P "$jobs" -L 1 bash -c 'sanitize_one "$1" "$2" "$3" "$4"' _ <"$dir/san.list"
 		local sok=0 sbad=0
 		for rc in "$dir"/t/*/san-*.rc; do
