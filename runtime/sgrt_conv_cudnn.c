@@ -38,9 +38,10 @@
  * do), so that a call is cudnnBackendExecute alone, as libsgrt's
  * attention is called.  The legacy calls plan each call again on the
  * host: 3.6 ms of host time for resnet18's 59 against 0.76 through the
- * graph API (docs/performance.md, 2026-12-07).  A call whose operands are not 16-byte aligned (the plan's
- * assumption), a shape with no such configuration, f32 and f64 (whose
- * graph engines may take TF32) and SGRT_CONV_TUNE take the legacy call.
+ * graph API (docs/performance.md, 2026-12-07).  A call whose operands
+ * are not 16-byte aligned (the plan's assumption), a shape with no such
+ * configuration, f32 and f64 (whose graph engines may take TF32) and
+ * SGRT_CONV_TUNE take the legacy call.
  */
 #include <limits.h>
 #include <stdint.h>
