@@ -62,11 +62,24 @@ typedef struct {
 	int64_t st[8][4];      /* q k v o do dq dk dv: [b, h, rows, dim] */
 } Key;
 
+/* The by-value scalars a variant pack points to: apart from the plan,
+ * whose address moves when the plans' table grows. */
+typedef struct {
+	float scale, neginf, one;
+} Scalars;
+
+enum { MAXPACK = 14 };
+
 typedef struct {
 	Key key;
 	cudnnBackendDescriptor_t plan;
 	size_t pre;            /* backward: row sums and dQ accumulator bytes */
 	size_t ws;             /* cuDNN's workspace */
+	/* the last variant pack, the addresses it holds and its scalars */
+	cudnnBackendDescriptor_t pack;
+	void *pptr[MAXPACK];
+	void *pws;
+	Scalars *sc;
 } Plan;
 
 /* What the environment asks of plans (docs/runtime.md), read at load:
@@ -91,8 +104,7 @@ typedef struct {
 	SgrtCudnnApi api;
 	Opts o;
 	cudnnHandle_t h;
-	Plan *plan;
-	int nplan, capplan;
+	SgrtTable plans;       /* Plan by Key */
 	void **ws;             /* [nstreams] */
 	size_t *ws_bytes;
 } Cudnn;
@@ -122,11 +134,17 @@ unload(Cudnn *c)
 {
 	if (c->h)
 		(void)c->f.Destroy(c->h);
-	for (int i = 0; i < c->nplan; i++)
-		(void)c->api.Destroy(c->plan[i].plan);
+	for (int i = 0; i < c->plans.n; i++) {
+		Plan *p = sgrt_table_at(&c->plans, i);
+		if (p->pack)
+			(void)c->api.Destroy(p->pack);
+		if (p->plan)
+			(void)c->api.Destroy(p->plan);
+		free(p->sc);
+	}
 	if (c->lib)
 		dlclose(c->lib);
-	free(c->plan);
+	sgrt_table_free(&c->plans);
 	free(c->ws);
 	free(c->ws_bytes);
 	free(c);
@@ -196,6 +214,7 @@ load(SgrtModel *m)
 		return NULL;
 	}
 	c->lib = lib;
+	sgrt_table_init(&c->plans, sizeof(Plan), sizeof(Key));
 	if (!sgrt_dlsyms(lib, sym, sizeof sym / sizeof sym[0], &c->f) ||
 	    !sgrt_cudnn_api(lib, &c->api)) {
 		unload(c);
@@ -715,23 +734,16 @@ make_key(const Cudnn *c, const SgrtSdpa *a, int bwd, Key *k)
 static Plan *
 find_plan(SgrtModel *m, Cudnn *c, const Key *k, int s, int *status, int sgline)
 {
-	for (int i = 0; i < c->nplan; i++)
-		if (!memcmp(&c->plan[i].key, k, sizeof *k))
-			return c->plan[i].plan ? &c->plan[i] : NULL;
+	Plan *p = sgrt_table_find(&c->plans, k);
+	if (p)
+		return p->plan ? p : NULL;
 	int cap = 0;
 	if (sgrt_capturing(m, s, &cap, sgline) != SGRT_OK || cap)
 		return NULL; /* nothing is made during a capture */
-	if (c->nplan == c->capplan) {
-		int nc = c->capplan ? 2 * c->capplan : 8;
-		Plan *np = realloc(c->plan, (size_t)nc * sizeof *np);
-		if (!np) {
-			*status = sgrt_fail(m, SGRT_ENOMEM, sgline, "out of host memory");
-			return NULL;
-		}
-		c->plan = np;
-		c->capplan = nc;
+	if (!(p = sgrt_table_add(&c->plans, k))) {
+		*status = sgrt_fail(m, SGRT_ENOMEM, sgline, "out of host memory");
+		return NULL;
 	}
-	Plan *p = &c->plan[c->nplan++];
 	if (!make_plan(c, k, p))
 		p->plan = NULL; /* remembered as declined */
 	return p->plan ? p : NULL;
@@ -780,30 +792,45 @@ sgrt_sdpa_exec(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, void *ws, size_t
 	if (!p || ws_bytes < p->pre + p->ws || (p->pre + p->ws && !ws))
 		return SGRT_SDPA_DECLINED;
 
-	float scale = a->scale, neginf = -INFINITY, one = 1.0f;
-	int64_t uid[14] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
-	void *dp[14] = {(void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse, &scale, &neginf};
+	if (!p->sc && !(p->sc = calloc(1, sizeof *p->sc)))
+		return sgrt_fail(m, SGRT_ENOMEM, sgline, "out of host memory");
+	Scalars *sc = p->sc;
+	int64_t uid[MAXPACK] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
+	void *dp[MAXPACK] = {(void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse,
+	                     &sc->scale, &sc->neginf};
 	int n = k.causal ? 7 : 6; /* -inf is the causal mask's only: a plan
 	                            without it rejects a pack that has it */
 	if (bwd) {
 		char *w = ws;
 		size_t sums = (size_t)(k.b * k.h * k.l * 4 + 255) / 256 * 256;
 		int64_t u2[7] = {U_DO, U_DQ, U_DK, U_DV, U_ONE, U_SUM, U_DQACC};
-		void *p2[7] = {(void *)a->dout, a->dq, a->dk, a->dv, &one, w, w + sums};
+		void *p2[7] = {(void *)a->dout, a->dq, a->dk, a->dv, &sc->one, w, w + sums};
 		memcpy(uid + n, u2, sizeof u2);
 		memcpy(dp + n, p2, sizeof p2);
 		n += k.direct ? 6 : 7; /* no accumulator: U_DQACC last */
 	}
 	void *cws = p->ws ? (char *)ws + p->pre : NULL;
 	int h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, name ? name : "sdpa[cudnn]", sgline);
-	cudnnBackendDescriptor_t vp = NULL;
-	cudnnStatus_t e = sgrt_cudnn_pack(&c->api, n, uid, dp, cws, &vp);
+	cudnnStatus_t e = CUDNN_STATUS_SUCCESS;
+	/* The variant pack is made again only when an address or the scale
+	 * changed (a step's calls reuse theirs). */
+	if (!p->pack || sc->scale != a->scale || p->pws != cws ||
+	    memcmp(p->pptr, dp, (size_t)n * sizeof dp[0]) != 0) {
+		cudnnBackendDescriptor_t vp = NULL;
+		*sc = (Scalars){a->scale, -INFINITY, 1.0f};
+		e = sgrt_cudnn_pack(&c->api, n, uid, dp, cws, &vp);
+		if (p->pack)
+			(void)c->api.Destroy(p->pack);
+		p->pack = vp; /* NULL after a failure: made again next call */
+		if (e == CUDNN_STATUS_SUCCESS) {
+			memcpy(p->pptr, dp, (size_t)n * sizeof dp[0]);
+			p->pws = cws;
+		}
+	}
 	if (e == CUDNN_STATUS_SUCCESS)
 		e = c->f.SetStream(c->h, m->stream[s]);
 	if (e == CUDNN_STATUS_SUCCESS)
-		e = c->api.Execute(c->h, p->plan, vp);
-	if (vp)
-		(void)c->api.Destroy(vp);
+		e = c->api.Execute(c->h, p->plan, p->pack);
 	if (e != CUDNN_STATUS_SUCCESS)
 		return sgrt_fail(m, SGRT_ECUDNN, sgline, "cudnnBackendExecute (%s) failed: %s",
 		                 bwd ? "sdpa_backward" : "sdpa", c->f.GetErrorString(e));

@@ -365,34 +365,28 @@ static int
 find_plan(SgrtModel *m, const GemmKey *k, const void *bias, const void *aux,
           GemmPlan **out, int sgline)
 {
-	GemmPlan *plans = m->plans;
-	int i, rc;
+	GemmPlan np, *p = sgrt_table_find(&m->plans, k);
+	int rc;
 
-	for (i = 0; i < m->nplans; i++)
-		if (memcmp(&plans[i].key, k, sizeof *k) == 0) {
-			*out = &plans[i];
-			return SGRT_OK;
-		}
-	if (m->nplans == m->capplans) {
-		int cap = m->capplans ? m->capplans * 2 : 16;
-		plans = realloc(m->plans, cap * sizeof *plans);
-		if (!plans)
-			return sgrt_fail(m, SGRT_ENOMEM, sgline, "out of memory");
-		m->plans = plans;
-		m->capplans = cap;
+	if (p) {
+		*out = p;
+		return SGRT_OK;
 	}
-	memset(&plans[m->nplans], 0, sizeof *plans);
-	plans[m->nplans].key = *k;
-	rc = plan_build(m, &plans[m->nplans], bias, aux, sgline);
+	memset(&np, 0, sizeof np);
+	np.key = *k;
+	rc = plan_build(m, &np, bias, aux, sgline);
+	if (rc == SGRT_OK && !(p = sgrt_table_add(&m->plans, k)))
+		rc = sgrt_fail(m, SGRT_ENOMEM, sgline, "out of memory");
 	if (rc) {
-		plan_free(&plans[m->nplans]);
+		plan_free(&np);
 		return rc;
 	}
-	*out = &plans[m->nplans++];
+	*p = np;
+	*out = p;
 	return SGRT_OK;
 }
 
-/* The handle, made on first use. */
+/* The handle and the plans' table, made on first use. */
 static int
 ready(SgrtModel *m, int sgline)
 {
@@ -400,6 +394,7 @@ ready(SgrtModel *m, int sgline)
 		cublasLtHandle_t h;
 		CHECK_LT(m, cublasLtCreate(&h), sgline);
 		m->lt = h;
+		sgrt_table_init(&m->plans, sizeof(GemmPlan), sizeof(GemmKey));
 	}
 	return SGRT_OK;
 }
@@ -687,14 +682,11 @@ sgrt_gemm_tuned(const SgrtModel *m)
 void
 sgrt_blas_release(SgrtModel *m)
 {
-	GemmPlan *plans = m->plans;
 	int i;
 
-	for (i = 0; i < m->nplans; i++)
-		plan_free(&plans[i]);
-	free(m->plans);
-	m->plans = NULL;
-	m->nplans = m->capplans = 0;
+	for (i = 0; i < m->plans.n; i++)
+		plan_free(sgrt_table_at(&m->plans, i));
+	sgrt_table_free(&m->plans);
 	for (i = 0; m->ws && i < m->nstreams; i++)
 		if (m->ws[i])
 			(void)cudaFree(m->ws[i]);

@@ -155,8 +155,7 @@ typedef struct {
 	int tune;                        /* time the candidates (SGRT_CONV_TUNE=1) */
 	int debug;                       /* SGRT_CUDNN_DEBUG: say what timing chose */
 	int graph;                       /* f16, bf16 through the graph API */
-	Plan *plan;
-	int nplan, capplan;
+	SgrtTable plans;                 /* Plan by Key */
 	void **ws;                       /* [nstreams] */
 	size_t *ws_bytes;
 } Conv;
@@ -186,14 +185,14 @@ sgrt_conv_release(SgrtModel *m)
 	Conv *c = m->conv;
 	if (!c)
 		return;
-	for (int i = 0; i < c->nplan; i++)
-		plan_free(c, &c->plan[i]);
+	for (int i = 0; i < c->plans.n; i++)
+		plan_free(c, sgrt_table_at(&c->plans, i));
 	for (int i = 0; i < m->nstreams; i++)
 		if (c->ws[i]) {
 			(void)cudaFree(c->ws[i]);
 			sgrt_mem_account(m, -(long long)c->ws_bytes[i]);
 		}
-	free(c->plan);
+	sgrt_table_free(&c->plans);
 	free(c->ws);
 	free(c->ws_bytes);
 	free(c);
@@ -239,6 +238,7 @@ load(SgrtModel *m)
 	if (!c)
 		return NULL;
 	c->h = h;
+	sgrt_table_init(&c->plans, sizeof(Plan), sizeof(Key));
 	const char *tune = getenv("SGRT_CONV_TUNE");
 	c->tune = tune && *tune && strcmp(tune, "0") != 0;
 	const char *debug = getenv("SGRT_CUDNN_DEBUG");
@@ -603,22 +603,11 @@ run_graph(Conv *c, Plan *p, const void *a, const void *b, void *out, void *ws)
 static Plan *
 find_plan(Conv *c, const Key *k, int make)
 {
-	for (int i = 0; i < c->nplan; i++)
-		if (memcmp(&c->plan[i].key, k, sizeof *k) == 0)
-			return c->plan[i].ok ? &c->plan[i] : NULL;
-	if (!make)
+	Plan *p = sgrt_table_find(&c->plans, k);
+	if (p)
+		return p->ok ? p : NULL;
+	if (!make || !(p = sgrt_table_add(&c->plans, k)))
 		return NULL;
-	if (c->nplan == c->capplan) {
-		int nc = c->capplan ? 2 * c->capplan : 8;
-		Plan *np = realloc(c->plan, (size_t)nc * sizeof *np);
-		if (!np)
-			return NULL;
-		c->plan = np;
-		c->capplan = nc;
-	}
-	Plan *p = &c->plan[c->nplan++];
-	memset(p, 0, sizeof *p);
-	p->key = *k;
 	p->ok = make_plan(c, k, p);
 	if (p->ok && c->graph && (k->dtype == SGRT_F16 || k->dtype == SGRT_BF16) &&
 	    k->g[GROUPS] == 1)

@@ -8,6 +8,7 @@
 
 #include "sgrt.h"
 #include "sgrt_out.h"
+#include "sgrt_table.h"
 
 /* ------------------------------------------------------------------ sgrt.c */
 
@@ -212,8 +213,7 @@ struct SgrtModel {
 	void **ws;                 /* [nstreams] workspaces, grown to need */
 	size_t *ws_have;           /* [nstreams] their bytes */
 	size_t ws_bytes;           /* the most a product's algorithm may use */
-	void *plans;               /* GemmPlan[] */
-	int nplans, capplans;
+	SgrtTable plans;           /* GemmPlan by GemmKey */
 	int allow_tf32;
 	int gemm_tune;             /* time the heuristic's candidates (not
 	                              SGRT_GEMM_TUNE=0) */

@@ -3,8 +3,9 @@
  * against the kernel library (sgk_attention.cuh's flash kernels), forward
  * (o, lse) and backward (dq, dk, dv), for bf16 and f16, causal or not,
  * head dims 64, 128, 256, packed [b, h, t, d] tensors or q, k, v as
- * slices of one [b, t, 3, h, d] buffer; then the times of both at the
- * bench shape.  Built by tests/gpu/run_cudnn_attention.sh.  Exit 0 when
+ * slices of one [b, t, 3, h, d] buffer; one plan run again with new
+ * buffers and with another scale (its kept variant pack made again); then
+ * the times of both at the bench shape.  Built by tests/gpu/run_cudnn_attention.sh.  Exit 0 when
  * every case ran through cuDNN and matched.
  */
 #include <algorithm>
@@ -71,6 +72,7 @@ static double rel(const T *a, const T *b, size_t n)
 struct Case {
 	int bf16, causal, packed;
 	int b, h, l, s, d;
+	float scale_mul; /* the scale: 1/sqrt(d) times this (0: 1) */
 };
 
 /* Buffers and strides of one case: q,k,v,o,do,dq,dk,dv. */
@@ -97,7 +99,8 @@ static void setup(const Case &c, Bufs &B)
 	fill<T><<<1024, 256>>>((T *)B.qkv, nqkv, 1, 1.0f);
 	fill<T><<<1024, 256>>>((T *)B.dout, nq, 2, 1.0f);
 	SgFlashParams &p = B.fp;
-	sg_flash_params_init(&p, c.b, c.h, c.l, c.s, c.d, c.d, 1.0f / sqrtf((float)c.d), c.causal);
+	float mul = c.scale_mul != 0 ? c.scale_mul : 1.0f;
+	sg_flash_params_init(&p, c.b, c.h, c.l, c.s, c.d, c.d, mul / sqrtf((float)c.d), c.causal);
 	T *q = (T *)B.qkv, *dq = (T *)B.dqkv;
 	if (c.packed) { /* [b, h, t, d] each: the defaults */
 		p.q = q, p.k = q + nq, p.v = q + nq + nk;
@@ -156,8 +159,9 @@ static int check(SgrtModel *m, const Case &c)
 	CK(cudaStreamSynchronize(st));
 	size_t nq = (size_t)c.b * c.h * c.l * c.d;
 	size_t nqkv = c.packed ? nq + 2 * (size_t)c.b * c.h * c.s * c.d : 3 * nq;
-	printf("%-4s %-6s %-7s %4d %4d %5d %5d %4d ", c.bf16 ? "bf16" : "f16",
-	       c.causal ? "causal" : "full", c.packed ? "bhtd" : "bt3hd", c.b, c.h, c.l, c.s, c.d);
+	printf("%-4s %-6s %-7s %4d %4d %5d %5d %4d%s", c.bf16 ? "bf16" : "f16",
+	       c.causal ? "causal" : "full", c.packed ? "bhtd" : "bt3hd", c.b, c.h, c.l, c.s, c.d,
+	       c.scale_mul != 0 && c.scale_mul != 1 ? "*" : " ");
 	if (s1 != SGRT_OK || s2 != SGRT_OK) {
 		printf("  FAIL (%s: %s)\n", why(s1 != SGRT_OK ? s1 : s2), sgrt_last_error(m));
 		sgrt_clear_error(m);
@@ -241,8 +245,12 @@ static int checks(SgrtModel *m)
 				Case c = {bf, ca, di != 1, 2, 4, 384, 384, dims[di]};
 				fails += bf ? check<__nv_bfloat16>(m, c) : check<__half>(m, c);
 			}
+	/* The last three: one plan's variant pack with new buffers and then a
+	 * new scale (marked *), which must make it again. */
 	Case extra[] = {{1, 0, 1, 1, 8, 128, 512, 128}, {1, 1, 1, 1, 8, 512, 128, 128},
-	                {0, 1, 1, 3, 2, 200, 200, 64}, {1, 1, 0, 4, 16, 1024, 1024, 128}};
+	                {0, 1, 1, 3, 2, 200, 200, 64}, {1, 1, 0, 4, 16, 1024, 1024, 128},
+	                {1, 1, 0, 4, 16, 1024, 1024, 128}, {1, 1, 0, 4, 16, 1024, 1024, 128, 0.5f},
+	                {1, 1, 0, 4, 16, 1024, 1024, 128, 0.5f}};
 	for (const Case &c : extra)
 		fails += c.bf16 ? check<__nv_bfloat16>(m, c) : check<__half>(m, c);
 	return fails;
