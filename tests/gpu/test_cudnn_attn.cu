@@ -5,8 +5,9 @@
  * head dims 64, 128, 256, packed [b, h, t, d] tensors or q, k, v as
  * slices of one [b, t, 3, h, d] buffer; one plan run again with new
  * buffers and with another scale (its kept variant pack made again); then
- * the times of both at the bench shape.  Built by tests/gpu/run_cudnn_attention.sh.  Exit 0 when
- * every case ran through cuDNN and matched.
+ * the times of both at the bench shape.  Built by
+ * tests/gpu/run_cudnn_attention.sh.  Exit 0 when every case ran through
+ * cuDNN and matched.
  */
 #include <algorithm>
 #include <math.h>
