@@ -68,18 +68,13 @@ typedef struct {
 	float scale, neginf, one;
 } Scalars;
 
-enum { MAXPACK = 14 };
-
 typedef struct {
 	Key key;
 	cudnnBackendDescriptor_t plan;
 	size_t pre;            /* backward: row sums and dQ accumulator bytes */
 	size_t ws;             /* cuDNN's workspace */
-	/* the last variant pack, the addresses it holds and its scalars */
-	cudnnBackendDescriptor_t pack;
-	void *pptr[MAXPACK];
-	void *pws;
-	Scalars *sc;
+	SgrtCudnnPack pack;    /* the last variant pack */
+	Scalars *sc;           /* the scalars it points to */
 } Plan;
 
 /* What the environment asks of plans (docs/runtime.md), read at load:
@@ -136,8 +131,7 @@ unload(Cudnn *c)
 		(void)c->f.Destroy(c->h);
 	for (int i = 0; i < c->plans.n; i++) {
 		Plan *p = sgrt_table_at(&c->plans, i);
-		if (p->pack)
-			(void)c->api.Destroy(p->pack);
+		sgrt_cudnn_pack_free(&c->api, &p->pack);
 		if (p->plan)
 			(void)c->api.Destroy(p->plan);
 		free(p->sc);
@@ -795,9 +789,9 @@ sgrt_sdpa_exec(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, void *ws, size_t
 	if (!p->sc && !(p->sc = calloc(1, sizeof *p->sc)))
 		return sgrt_fail(m, SGRT_ENOMEM, sgline, "out of host memory");
 	Scalars *sc = p->sc;
-	int64_t uid[MAXPACK] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
-	void *dp[MAXPACK] = {(void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse,
-	                     &sc->scale, &sc->neginf};
+	int64_t uid[14] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
+	void *dp[14] = {(void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse,
+	                &sc->scale, &sc->neginf};
 	int n = k.causal ? 7 : 6; /* -inf is the causal mask's only: a plan
 	                            without it rejects a pack that has it */
 	if (bwd) {
@@ -811,26 +805,17 @@ sgrt_sdpa_exec(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, void *ws, size_t
 	}
 	void *cws = p->ws ? (char *)ws + p->pre : NULL;
 	int h = sgrt_op_begin(m, s, SGRT_OP_KERNEL, name ? name : "sdpa[cudnn]", sgline);
-	cudnnStatus_t e = CUDNN_STATUS_SUCCESS;
-	/* The variant pack is made again only when an address or the scale
-	 * changed (a step's calls reuse theirs). */
-	if (!p->pack || sc->scale != a->scale || p->pws != cws ||
-	    memcmp(p->pptr, dp, (size_t)n * sizeof dp[0]) != 0) {
-		cudnnBackendDescriptor_t vp = NULL;
+	/* The kept pack holds the scalars' addresses, not their values: a
+	 * new scale makes it again. */
+	if (!p->pack.d || sc->scale != a->scale) {
+		sgrt_cudnn_pack_free(&c->api, &p->pack);
 		*sc = (Scalars){a->scale, -INFINITY, 1.0f};
-		e = sgrt_cudnn_pack(&c->api, n, uid, dp, cws, &vp);
-		if (p->pack)
-			(void)c->api.Destroy(p->pack);
-		p->pack = vp; /* NULL after a failure: made again next call */
-		if (e == CUDNN_STATUS_SUCCESS) {
-			memcpy(p->pptr, dp, (size_t)n * sizeof dp[0]);
-			p->pws = cws;
-		}
 	}
+	cudnnStatus_t e = sgrt_cudnn_pack(&c->api, &p->pack, n, uid, dp, cws);
 	if (e == CUDNN_STATUS_SUCCESS)
 		e = c->f.SetStream(c->h, m->stream[s]);
 	if (e == CUDNN_STATUS_SUCCESS)
-		e = c->api.Execute(c->h, p->plan, p->pack);
+		e = c->api.Execute(c->h, p->plan, p->pack.d);
 	if (e != CUDNN_STATUS_SUCCESS)
 		return sgrt_fail(m, SGRT_ECUDNN, sgline, "cudnnBackendExecute (%s) failed: %s",
 		                 bwd ? "sdpa_backward" : "sdpa", c->f.GetErrorString(e));

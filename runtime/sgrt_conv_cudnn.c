@@ -139,13 +139,11 @@ typedef struct {
 	size_t cand_ws[MAXALGO];
 	cudnnMathType_t cand_math[MAXALGO];
 	/* the graph API's execution plan (NULL: the legacy call), its
-	 * engine and workspace, and the last variant pack with the addresses
-	 * it holds */
-	cudnnBackendDescriptor_t gplan, pack;
+	 * engine and workspace, and the last variant pack */
+	cudnnBackendDescriptor_t gplan;
 	long long engine;
 	size_t gws;
-	const void *pa, *pb;
-	void *pout, *pws;
+	SgrtCudnnPack pack;
 } Plan;
 
 typedef struct {
@@ -173,8 +171,7 @@ plan_free(Conv *c, Plan *p)
 		(void)c->f.DestroyFilter(p->w);
 	if (p->conv)
 		(void)c->f.DestroyConv(p->conv);
-	if (p->pack)
-		(void)c->api.Destroy(p->pack);
+	sgrt_cudnn_pack_free(&c->api, &p->pack);
 	if (p->gplan)
 		(void)c->api.Destroy(p->gplan);
 }
@@ -575,27 +572,14 @@ make_graph_plan(Conv *c, const Key *k, Plan *p, size_t max_ws)
 	return p->gplan != NULL;
 }
 
-/* One run of p's graph-API plan; the variant pack is made again only when
- * an address changed. */
+/* One run of p's graph-API plan, through its kept variant pack. */
 static cudnnStatus_t
 run_graph(Conv *c, Plan *p, const void *a, const void *b, void *out, void *ws)
 {
-	if (!p->pack || p->pa != a || p->pb != b || p->pout != out || p->pws != ws) {
-		int64_t uid[3] = {UA, UB, UOUT};
-		void *ptr[3] = {(void *)a, (void *)b, out};
-		cudnnBackendDescriptor_t vp = NULL;
-		cudnnStatus_t e = sgrt_cudnn_pack(&c->api, 3, uid, ptr, ws, &vp);
-		if (e != CUDNN_STATUS_SUCCESS)
-			return e;
-		if (p->pack)
-			(void)c->api.Destroy(p->pack);
-		p->pack = vp;
-		p->pa = a;
-		p->pb = b;
-		p->pout = out;
-		p->pws = ws;
-	}
-	return c->api.Execute(c->h, p->gplan, p->pack);
+	int64_t uid[3] = {UA, UB, UOUT};
+	void *ptr[3] = {(void *)a, (void *)b, out};
+	cudnnStatus_t e = sgrt_cudnn_pack(&c->api, &p->pack, 3, uid, ptr, ws);
+	return e != CUDNN_STATUS_SUCCESS ? e : c->api.Execute(c->h, p->gplan, p->pack.d);
 }
 
 /* k's plan, made on first use when make is set (NULL: declined, or

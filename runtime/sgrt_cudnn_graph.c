@@ -4,6 +4,7 @@
  * (sgrt_cudnn_graph.h says what each function does).
  */
 #include <stdbool.h>
+#include <string.h>
 
 #include "sgrt_impl.h"
 
@@ -172,10 +173,24 @@ sgrt_cudnn_plan(const SgrtCudnnApi *f, cudnnHandle_t h, cudnnBackendDescriptor_t
 	return NULL;
 }
 
-cudnnStatus_t
-sgrt_cudnn_pack(const SgrtCudnnApi *f, int n, const int64_t *uid, void *const *ptr, void *ws,
-                cudnnBackendDescriptor_t *pack)
+void
+sgrt_cudnn_pack_free(const SgrtCudnnApi *f, SgrtCudnnPack *kp)
 {
+	if (kp->d)
+		(void)f->Destroy(kp->d);
+	memset(kp, 0, sizeof *kp);
+}
+
+cudnnStatus_t
+sgrt_cudnn_pack(const SgrtCudnnApi *f, SgrtCudnnPack *kp, int n, const int64_t *uid,
+                void *const *ptr, void *ws)
+{
+	if (kp->d && kp->n == n && kp->ws == ws &&
+	    memcmp(kp->ptr, ptr, (size_t)n * sizeof ptr[0]) == 0)
+		return CUDNN_STATUS_SUCCESS;
+	sgrt_cudnn_pack_free(f, kp);
+	if (n > SGRT_CUDNN_PACK_MAX)
+		return CUDNN_STATUS_BAD_PARAM;
 	cudnnBackendDescriptor_t vp = NULL;
 	cudnnStatus_t e = f->Create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
 	if (e == CUDNN_STATUS_SUCCESS)
@@ -186,12 +201,16 @@ sgrt_cudnn_pack(const SgrtCudnnApi *f, int n, const int64_t *uid, void *const *p
 		e = f->Set(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
 	if (e == CUDNN_STATUS_SUCCESS)
 		e = f->Finalize(vp);
-	if (e != CUDNN_STATUS_SUCCESS && vp) {
-		(void)f->Destroy(vp);
-		vp = NULL;
+	if (e != CUDNN_STATUS_SUCCESS) {
+		if (vp)
+			(void)f->Destroy(vp);
+		return e;
 	}
-	*pack = vp;
-	return e;
+	kp->d = vp;
+	kp->n = n;
+	memcpy(kp->ptr, ptr, (size_t)n * sizeof ptr[0]);
+	kp->ws = ws;
+	return CUDNN_STATUS_SUCCESS;
 }
 
 #endif

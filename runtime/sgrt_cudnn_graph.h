@@ -5,7 +5,7 @@
  * the dlopen'ed library; a builder that makes descriptors, collects a
  * graph's operations and destroys what it made once the plan is made; the
  * heuristic's engine configurations of the graph; the execution plan of
- * one configuration; and a variant pack.
+ * one configuration; and a variant pack kept from call to call.
  *
  * Included only where cuDNN's headers were found at build time
  * (SGRT_HAVE_CUDNN_H).
@@ -85,9 +85,23 @@ int64_t sgrt_cg_configs(SgrtCudnnGraph *b, cudnnHandle_t h, cudnnBackendHeurMode
 cudnnBackendDescriptor_t sgrt_cudnn_plan(const SgrtCudnnApi *f, cudnnHandle_t h,
                                          cudnnBackendDescriptor_t cfg, size_t *ws);
 
-/* A finalized variant pack of the n tensors uid[i] at ptr[i] and the
- * workspace ws into *pack (the caller destroys it); cuDNN's status. */
-cudnnStatus_t sgrt_cudnn_pack(const SgrtCudnnApi *f, int n, const int64_t *uid,
-                              void *const *ptr, void *ws, cudnnBackendDescriptor_t *pack);
+/* A plan's variant pack, kept from call to call: made again only when
+ * the addresses it holds change (a step's calls reuse theirs), so that a
+ * call is cudnnBackendExecute alone.  Zeroed: none yet. */
+enum { SGRT_CUDNN_PACK_MAX = 16 };
+typedef struct {
+	cudnnBackendDescriptor_t d; /* NULL: none, or the last making failed */
+	int n;
+	void *ptr[SGRT_CUDNN_PACK_MAX];
+	void *ws;
+} SgrtCudnnPack;
+
+/* kp as the finalized variant pack of the n (at most SGRT_CUDNN_PACK_MAX)
+ * tensors uid[i] at ptr[i] and the workspace ws: kept when it holds these,
+ * else made again; cuDNN's status (kp->d NULL after a failure). */
+cudnnStatus_t sgrt_cudnn_pack(const SgrtCudnnApi *f, SgrtCudnnPack *kp, int n,
+                              const int64_t *uid, void *const *ptr, void *ws);
+/* Destroys kp's pack; kp is empty after. */
+void sgrt_cudnn_pack_free(const SgrtCudnnApi *f, SgrtCudnnPack *kp);
 
 #endif
