@@ -789,9 +789,10 @@ sgrt_sdpa_exec(SgrtModel *m, int s, const SgrtSdpa *a, int bwd, void *ws, size_t
 	if (!p->sc && !(p->sc = calloc(1, sizeof *p->sc)))
 		return sgrt_fail(m, SGRT_ENOMEM, sgline, "out of host memory");
 	Scalars *sc = p->sc;
-	int64_t uid[14] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
-	void *dp[14] = {(void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse,
-	                &sc->scale, &sc->neginf};
+	/* at most 7 + 7 tensors: forward's, then backward's */
+	int64_t uid[SGRT_CUDNN_PACK_MAX] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
+	void *dp[SGRT_CUDNN_PACK_MAX] = {(void *)a->q, (void *)a->k, (void *)a->v, a->o, a->lse,
+	                                 &sc->scale, &sc->neginf};
 	int n = k.causal ? 7 : 6; /* -inf is the causal mask's only: a plan
 	                            without it rejects a pack that has it */
 	if (bwd) {

@@ -97,8 +97,10 @@ typedef struct {
 } SgrtCudnnPack;
 
 /* kp as the finalized variant pack of the n (at most SGRT_CUDNN_PACK_MAX)
- * tensors uid[i] at ptr[i] and the workspace ws: kept when it holds these,
- * else made again; cuDNN's status (kp->d NULL after a failure). */
+ * tensors uid[i] at ptr[i] and the workspace ws: kept when it holds these
+ * pointers, n and ws, else made again; cuDNN's status (kp->d NULL after a
+ * failure).  The ids are not compared: a kp serves one plan, whose
+ * tensors' ids are the same at every call. */
 cudnnStatus_t sgrt_cudnn_pack(const SgrtCudnnApi *f, SgrtCudnnPack *kp, int n,
                               const int64_t *uid, void *const *ptr, void *ws);
 /* Destroys kp's pack; kp is empty after. */
