@@ -33,10 +33,14 @@
  * copies read only what forward keeps).  The rewrite is made only when it
  * lowers the estimated device peak: values made by nodes, each live from
  * its definition to its last access (the memory plan of memplan.c without
- * its fragmentation), the copies' operands kept until the copies run.  Like offload, it applies only to a backward
- * derived in this compilation: a written `backward(...) { }` block (as
- * --emit=ir prints it, with the recomputations) is taken as it is.
- * --dump-after=remat lists what was recomputed and the two peaks.
+ * its fragmentation), the copies' operands kept until the copies run.
+ * Then each recomputation that does not lower it is left out (`trim`,
+ * below; not with --offload=auto): a copy costs time, and the last
+ * layer's can sit at the peak itself.  Like offload, it applies only to a
+ * backward derived in this compilation: a written `backward(...) { }`
+ * block (as --emit=ir prints it, with the recomputations) is taken as it
+ * is.  --dump-after=remat lists what was recomputed, what was kept from
+ * forward, and the two peaks.
  *
  * A copy gets company when backward has a pointwise node B of the copy's
  * shape reading one of its operands on the copy's stream a little later
@@ -68,6 +72,8 @@ typedef struct {
 	NodeId beside, hoist, feed;
 } Remat;
 
+typedef VEC(Remat) RematVec;
+
 /* What the pass looks at: per value its class root, whether the class
  * is written in place, and its last access. */
 typedef struct {
@@ -76,7 +82,7 @@ typedef struct {
 	ValId *root;
 	uint8_t *written, *bad, *cand;
 	NodeId *first, *lastf, *last;
-	VEC(Remat) r;
+	RematVec r;
 } Rm;
 /* Whether operand value u of a recomputed node stays valid until
  * backward: kept anyway, in device memory, never written. */
@@ -260,6 +266,81 @@ estimate(Rm *R, int with)
 	free(last);
 	free(at);
 	return (uint64_t)peak;
+}
+
+/* ------------------------------------------------------------------ trim */
+
+/* How many recomputations, the first in backward first, `trim` tries to
+ * leave out: each try is one estimate, a walk over the graph. */
+enum { TRIM_TRIES = 4 };
+
+/* A recomputation's place in backward, for the order of the tries. */
+typedef struct {
+	NodeId first;
+	uint32_t j;
+} TrimKey;
+
+static int
+trim_cmp(const void *a, const void *b)
+{
+	const TrimKey *x = a, *y = b;
+	if (x->first != y->first)
+		return x->first < y->first ? -1 : 1;
+	return x->j < y->j ? -1 : x->j > y->j;
+}
+
+/* Leaves out the recomputations that do not lower the peak (not with
+ * --offload=auto, which lowers the peak further, to its budget: a value
+ * kept from forward is then one it may copy to the host and back, which
+ * costs more than recomputing it): a copy (and
+ * its company) lives in backward beside the gradients made there, so the
+ * copy of a value backward reads first (the last layer's) can sit at the
+ * peak, where keeping the value from forward would cost nothing more (the
+ * transformer's %l7.g: its copy, the product of its derivative's operand
+ * and the derivative are live at once, where without the copy the weight
+ * gradient reads %l7.g first and frees it).  The values read first in
+ * backward are tried first, one at a time, each left out while the
+ * estimate with the others stays at or under *peak; the first that would
+ * raise it ends the tries, as do TRIM_TRIES of them.  The values left
+ * out go to *out, in their order in R->r; *peak becomes the new estimate. */
+static void
+trim(Rm *R, uint64_t *peak, RematVec *out)
+{
+	uint32_t n = R->r.n;
+	if (n < 2)
+		return;
+	TrimKey *key = xmalloc((size_t)n * sizeof *key);
+	uint8_t *gone = calloc(n, 1);
+	Remat *all = xmalloc((size_t)n * sizeof *all);
+	if (!gone)
+		out_of_memory(0);
+	memcpy(all, R->r.v, (size_t)n * sizeof *all);
+	for (uint32_t j = 0; j < n; j++)
+		key[j] = (TrimKey){all[j].first, j};
+	qsort(key, n, sizeof *key, trim_cmp);
+	for (uint32_t t = 0; t < TRIM_TRIES && t + 1 < n; t++) {
+		gone[key[t].j] = 1;
+		R->r.n = 0;
+		for (uint32_t j = 0; j < n; j++)
+			if (!gone[j])
+				R->r.v[R->r.n++] = all[j];
+		uint64_t e = estimate(R, 1);
+		if (e > *peak) {
+			gone[key[t].j] = 0;
+			break;
+		}
+		*peak = e;
+	}
+	R->r.n = 0;
+	for (uint32_t j = 0; j < n; j++) {
+		if (gone[j])
+			vec_push(out, all[j]);
+		else
+			R->r.v[R->r.n++] = all[j];
+	}
+	free(key);
+	free(gone);
+	free(all);
 }
 
 /* ------------------------------------------------------------------ company */
@@ -538,6 +619,9 @@ remat_pass(Graph *g, const PassOptions *po, Diag *d)
 		else
 			drop_company(&R);
 	}
+	RematVec left = {0};
+	if (keep && po->offload != OFFLOAD_AUTO)
+		trim(&R, &after, &left);
 	if (R.r.n && passes_dumps(po, "remat")) {
 		fprintf(stderr, "# remat: %u value%s to recompute in backward, estimated device "
 		        "peak %" PRIu64 " -> %" PRIu64 " bytes: %s\n", R.r.n, R.r.n == 1 ? "" : "s",
@@ -553,6 +637,9 @@ remat_pass(Graph *g, const PassOptions *po, Diag *d)
 				        g->vals.v[g->nodes.v[r->beside].res[0]].name);
 			fputc('\n', stderr);
 		}
+		for (uint32_t j = 0; j < left.n; j++)
+			fprintf(stderr, "#   %%%s kept from forward: its copy would not lower the peak\n",
+			        g->vals.v[left.v[j].v].name);
 	}
 	if (keep)
 		rewrite(&R);
@@ -564,5 +651,6 @@ remat_pass(Graph *g, const PassOptions *po, Diag *d)
 	free(R.lastf);
 	free(R.last);
 	vec_free(&R.r);
+	vec_free(&left);
 	return keep ? 1 : PASS_SAME;
 }
