@@ -289,20 +289,20 @@ trim_cmp(const void *a, const void *b)
 	return x->j < y->j ? -1 : x->j > y->j;
 }
 
-/* Leaves out the recomputations that do not lower the peak (not with
- * --offload=auto, which lowers the peak further, to its budget: a value
- * kept from forward is then one it may copy to the host and back, which
- * costs more than recomputing it): a copy (and
+/* Leaves out the recomputations that do not lower the peak.  A copy (and
  * its company) lives in backward beside the gradients made there, so the
  * copy of a value backward reads first (the last layer's) can sit at the
- * peak, where keeping the value from forward would cost nothing more (the
- * transformer's %l7.g: its copy, the product of its derivative's operand
- * and the derivative are live at once, where without the copy the weight
- * gradient reads %l7.g first and frees it).  The values read first in
- * backward are tried first, one at a time, each left out while the
- * estimate with the others stays at or under *peak; the first that would
- * raise it ends the tries, as do TRIM_TRIES of them.  The values left
- * out go to *out, in their order in R->r; *peak becomes the new estimate. */
+ * peak, where keeping the value from forward would cost nothing more: the
+ * transformer's %l7.g, whose copy, the product making its derivative's
+ * operand and the derivative's result are live at once, where without
+ * the copy the weight gradient reads %l7.g first and frees it.  The
+ * values read first in backward are tried first, one at a time, each left
+ * out while the estimate with the others stays at or under *peak; the
+ * first that would raise it ends the tries, as do TRIM_TRIES of them.  The
+ * values left out go to *out, in their order in R->r; *peak becomes the
+ * new estimate.  Not called with --offload=auto, which lowers the peak on
+ * to its budget: a value kept from forward is then one it may copy to the
+ * host and back, dearer than recomputing it. */
 static void
 trim(Rm *R, uint64_t *peak, RematVec *out)
 {
