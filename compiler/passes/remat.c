@@ -35,8 +35,8 @@
  * its definition to its last access (the memory plan of memplan.c without
  * its fragmentation), the copies' operands kept until the copies run.
  * Then each recomputation that does not lower it is left out (`trim`,
- * below; not with --offload=auto): a copy costs time, and the last
- * layer's can sit at the peak itself.  Like offload, it applies only to a
+ * below): a copy costs time, and the last layer's can sit at the peak
+ * itself.  Like offload, it applies only to a
  * backward derived in this compilation: a written `backward(...) { }`
  * block (as --emit=ir prints it, with the recomputations) is taken as it
  * is.  --dump-after=remat lists what was recomputed, what was kept from
@@ -300,9 +300,9 @@ trim_cmp(const void *a, const void *b)
  * out while the estimate with the others stays at or under *peak; the
  * first that would raise it ends the tries, as do TRIM_TRIES of them.  The
  * values left out go to *out, in their order in R->r; *peak becomes the
- * new estimate.  Not called with --offload=auto, which lowers the peak on
- * to its budget: a value kept from forward is then one it may copy to the
- * host and back, dearer than recomputing it. */
+ * new estimate.  With --offload=auto the offload pass then weighs what is
+ * kept like any other saved value (its estimates at each budget come out
+ * no worse: docs/offload.md, "The 15% row after remat's trim"). */
 static void
 trim(Rm *R, uint64_t *peak, RematVec *out)
 {
@@ -620,7 +620,7 @@ remat_pass(Graph *g, const PassOptions *po, Diag *d)
 			drop_company(&R);
 	}
 	RematVec left = {0};
-	if (keep && po->offload != OFFLOAD_AUTO)
+	if (keep)
 		trim(&R, &after, &left);
 	if (R.r.n && passes_dumps(po, "remat")) {
 		fprintf(stderr, "# remat: %u value%s to recompute in backward, estimated device "
