@@ -398,11 +398,12 @@ def est_ms(path, *args):
 
 
 def order_cases():
-    # bench/transformer.sg at a 6 GB budget (1.34 GB to offload, about
-    # what its forward can copy out): the latest-use order wins, its copies
-    # of layer 0's values starting first
+    # bench/transformer.sg at a 5.75 GB budget (1.34 GB to offload, about
+    # what its forward can copy out; 6 GB until remat's trim lowered the
+    # peak without offloading by 0.27 GB): the latest-use order wins, its
+    # copies of layer 0's values starting first
     tr = os.path.join(ROOT, "bench", "transformer.sg")
-    pr = sgc(tr, "--emit=ir", "--offload-budget=6000000000")
+    pr = sgc(tr, "--emit=ir", "--offload-budget=5750000000")
     out = set(re.findall(r"= to_host\(%(l\d)\.([a-z0-9]+)", pr.stdout))
     l0 = {("l0", v) for v in "h x1 h2 f x2".split()}
     why = None
@@ -411,16 +412,16 @@ def order_cases():
     elif not l0 <= out or any(layer == "l7" or v in ("q", "k", "v", "att3")
                               for layer, v in out):
         why = "offloaded %s" % sorted(out)
-    S.report("transformer.sg, 6 GB budget: layer 0 offloaded first, layer 7 and views not", why)
+    S.report("transformer.sg, 5.75 GB budget: layer 0 offloaded first, layer 7 and views not", why)
     with open(tr) as f:
         text = f.read()
     big = ["l%d.f" % i for i in range(5)]
     marked = write("off_largest.sg", text.replace(
         "  %yf   =", "".join("  offload %%%s\n" % v for v in big) + "  %yf   ="))
-    a, b = est_ms(tr, "--offload-budget=6000000000"), est_ms(marked)
+    a, b = est_ms(tr, "--offload-budget=5750000000"), est_ms(marked)
     why = None if a is not None and b is not None and a < b else \
         "estimated %s ms (auto) against %s ms (largest first)" % (a, b)
-    S.report("transformer.sg, 6 GB budget: auto's estimate below largest-first's", why)
+    S.report("transformer.sg, 5.75 GB budget: auto's estimate below largest-first's", why)
     # of the two orders, the one of less estimated time is kept
     pr = sgc("check", tr, "--dump-after=offload", "--offload-budget=7000000000", "--no-remat")
     tried = re.findall(r"# offload: .*: (largest first|latest backward use first): "
