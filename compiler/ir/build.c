@@ -257,14 +257,6 @@ placed(const Node *n, int in_block)
 	return m;
 }
 
-/* Orders (slot << 32 | rank << 24 | index) keys. */
-static int
-key_cmp(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return (x > y) - (x < y);
-}
-
 /* The insertions' indexes in order of (slot, rank), equal keys in
  * insertion order.  Lists already in order (the common case) are left as
  * they are; others are ordered by 8-byte keys rather than moving the
@@ -290,7 +282,7 @@ ins_order(NodeIns *v, uint32_t n)
 	uint64_t *key = xmalloc((n + 1) * sizeof *key);
 	for (uint32_t k = 0; k < n; k++)
 		key[k] = (uint64_t)v[k].slot << 32 | (uint64_t)v[k].rank << 24 | k;
-	qsort(key, n, sizeof *key, key_cmp);
+	sort_u64(key, n); /* (slot << 32 | rank << 24 | index) */
 	for (uint32_t k = 0; k < n; k++)
 		ord[k] = (uint32_t)(key[k] & 0xffffff);
 	free(key);

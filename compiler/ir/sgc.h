@@ -82,6 +82,10 @@ uint32_t *map_put(Map *m, const char *key, size_t len, uint32_t val);
 _Noreturn void out_of_memory(size_t n);
 void *xmalloc(size_t n);
 void *xrealloc(void *p, size_t n);
+/* Sorts n keys in ascending order.  Callers pack what they order by into
+ * the high bits and an index into the low ones ((uint64_t)node << 32 | i),
+ * so equal orders keep their indexes' order. */
+void sort_u64(uint64_t *key, size_t n);
 /* Internal compiler fault: message, then exit status 4 ("internal error"). */
 _Noreturn void sgc_ice(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -53,6 +53,20 @@ xrealloc(void *p, size_t n)
 	return p;
 }
 
+static int
+u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+void
+sort_u64(uint64_t *key, size_t n)
+{
+	if (n > 1)
+		qsort(key, n, sizeof *key, u64_cmp);
+}
+
 _Noreturn void
 sgc_ice(const char *file, int line, const char *fmt, ...)
 {

@@ -253,14 +253,6 @@ candidates(Ctx *C, NodeId i, uint32_t t, int32_t lo, int32_t hi)
 	}
 }
 
-/* Orders hits by (node, operand). */
-static int
-hit_cmp(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return (x > y) - (x < y);
-}
-
 /* The values crossing sync node i, each once (by storage), in order of
  * first use after it.  Only a value made in the range of positions that
  * the sync newly orders can cross it (the table at the top), so only
@@ -294,8 +286,7 @@ crossing(Ctx *C, NodeId i)
 				candidates(C, i, t, lo, (int32_t)i);
 		}
 	}
-	if (C->hits.n > 1)
-		qsort(C->hits.v, C->hits.n, sizeof *C->hits.v, hit_cmp);
+	sort_u64(C->hits.v, C->hits.n); /* by (node, operand) */
 	for (uint32_t h = 0; h < C->hits.n; h++) {
 		const Node *m = &g->nodes.v[C->hits.v[h] >> 16];
 		vec_push(&C->cross, m->opnd[C->hits.v[h] & 0xffff].v);

@@ -492,15 +492,6 @@ place(Build *B, uint32_t b, const uint32_t *placed, uint32_t np, Cand *c)
 	x->offset = tr_first_fit(&c->tree, x->size);
 }
 
-/* Buffers in program order of their allocation (values made by later
- * passes come last in value order). */
-static int
-alloc_cmp(const void *pa, const void *pb)
-{
-	const uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
-	return a < b ? -1 : a > b;
-}
-
 /* Offsets of the buffers of one arena, first fit in allocation order.
  * Empty buffers sit at 0 and block nothing.  Without reuse (-O0) every
  * placed buffer blocks every later one, so first fit packs them end to
@@ -522,9 +513,11 @@ place_arena(Build *B, int where, uint64_t *peak)
 		if (!cand[s].wait)
 			out_of_memory(0);
 	}
+	/* the buffers in program order of their allocation (values made by
+	 * later passes come last in value order) */
 	for (uint32_t b = 0; b < mp->nbuf; b++)
 		order[b] = (uint64_t)mp->buf[b].alloc << 32 | b;
-	qsort(order, mp->nbuf, sizeof *order, alloc_cmp);
+	sort_u64(order, mp->nbuf);
 	*peak = 0;
 	for (uint32_t ob = 0; ob < mp->nbuf; ob++) {
 		uint32_t b = (uint32_t)order[ob];
@@ -636,7 +629,7 @@ place_by_size(Build *B, int where, uint64_t peak)
 	for (uint32_t b = 0; b < mp->nbuf; b++)
 		if (mp->buf[b].where == (uint8_t)where && mp->buf[b].size)
 			key[nb++] = (uint64_t)mp->buf[b].alloc << 32 | b;
-	qsort(key, nb, sizeof *key, alloc_cmp);
+	sort_u64(key, nb);
 	for (uint32_t i = 0; i < nb; i++) {
 		uint32_t b = (uint32_t)key[i];
 		if (unitof[b] == NONE)

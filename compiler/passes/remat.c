@@ -274,21 +274,6 @@ estimate(Rm *R, int with)
  * leave out: each try is one estimate, a walk over the graph. */
 enum { TRIM_TRIES = 4 };
 
-/* A recomputation's place in backward, for the order of the tries. */
-typedef struct {
-	NodeId first;
-	uint32_t j;
-} TrimKey;
-
-static int
-trim_cmp(const void *a, const void *b)
-{
-	const TrimKey *x = a, *y = b;
-	if (x->first != y->first)
-		return x->first < y->first ? -1 : 1;
-	return x->j < y->j ? -1 : x->j > y->j;
-}
-
 /* Leaves out the recomputations that do not lower the peak.  A copy (and
  * its company) lives in backward beside the gradients made there, so the
  * copy of a value backward reads first (the last layer's) can sit at the
@@ -309,24 +294,25 @@ trim(Rm *R, uint64_t *peak, RematVec *out)
 	uint32_t n = R->r.n;
 	if (n < 2)
 		return;
-	TrimKey *key = xmalloc((size_t)n * sizeof *key);
+	uint64_t *key = xmalloc((size_t)n * sizeof *key); /* first << 32 | j */
 	uint8_t *gone = calloc(n, 1);
 	Remat *all = xmalloc((size_t)n * sizeof *all);
 	if (!gone)
 		out_of_memory(0);
 	memcpy(all, R->r.v, (size_t)n * sizeof *all);
 	for (uint32_t j = 0; j < n; j++)
-		key[j] = (TrimKey){all[j].first, j};
-	qsort(key, n, sizeof *key, trim_cmp);
+		key[j] = (uint64_t)all[j].first << 32 | j;
+	sort_u64(key, n);
 	for (uint32_t t = 0; t < TRIM_TRIES && t + 1 < n; t++) {
-		gone[key[t].j] = 1;
+		uint32_t j0 = (uint32_t)key[t];
+		gone[j0] = 1;
 		R->r.n = 0;
 		for (uint32_t j = 0; j < n; j++)
 			if (!gone[j])
 				R->r.v[R->r.n++] = all[j];
 		uint64_t e = estimate(R, 1);
 		if (e > *peak) {
-			gone[key[t].j] = 0;
+			gone[j0] = 0;
 			break;
 		}
 		*peak = e;

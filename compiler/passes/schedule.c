@@ -787,36 +787,21 @@ typedef struct {
 	ValId *reuses;  /* per buffer: the buffer at its offset before it, or NONE */
 } Notes;
 
-/* A buffer and the node writing it first, ordered by that node. */
-typedef struct {
-	NodeId alloc;
-	uint32_t b;
-} ByAlloc;
-
-static int
-alloc_cmp(const void *pa, const void *pb)
-{
-	const ByAlloc *a = pa, *b = pb;
-	if (a->alloc != b->alloc)
-		return a->alloc < b->alloc ? -1 : 1;
-	return a->b < b->b ? -1 : a->b > b->b;
-}
-
 /* For each arena buffer, the one that last held its offset before it
  * (in the order they are written): the bytes it reuses. */
 static ValId *
 find_reuses(const MemPlan *mp)
 {
 	ValId *reuses = xmalloc((mp->nbuf + 1) * sizeof *reuses);
-	ByAlloc *order = xmalloc((mp->nbuf + 1) * sizeof *order);
+	uint64_t *order = xmalloc((mp->nbuf + 1) * sizeof *order); /* alloc << 32 | b */
 	uint64_t *key = xmalloc((mp->nbuf + 1) * sizeof *key); /* where and offset */
 	Map at; /* key -> the buffer last there */
 	map_init(&at);
 	for (uint32_t b = 0; b < mp->nbuf; b++)
-		order[b] = (ByAlloc){mp->buf[b].alloc, b};
-	qsort(order, mp->nbuf, sizeof *order, alloc_cmp);
+		order[b] = (uint64_t)mp->buf[b].alloc << 32 | b;
+	sort_u64(order, mp->nbuf);
 	for (uint32_t k = 0; k < mp->nbuf; k++) {
-		uint32_t b = order[k].b;
+		uint32_t b = (uint32_t)order[k];
 		const MemBuf *x = &mp->buf[b];
 		key[b] = x->offset * 4 + x->where;
 		reuses[b] = NONE;
