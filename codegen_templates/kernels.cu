@@ -9,6 +9,9 @@ computes each element where the kernel reads it.
 Row kernels (reduce, softmax, norm, ce_rows) give each row ${tpr} threads
 (a warp, or the whole block), ${rows} rows per block; ${base} is a row's
 first element offset from `o`, ${roff} an element's offset from `r`.
+Attention's row kernels (sdpa, sdpa_bwd_stats) are three sections each:
+their head, then sdpa_row (the query row's online softmax over its keys,
+which both compute), then their own _out section.
 Sizes are compile-time constants: shapes are static in .sg.
 //@ pointwise
 ${comment}
@@ -369,6 +372,7 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 	const sg_i64 i = blockIdx.x % ${l}, b = blockIdx.x / ${l};
 	const sg_i64 qoff = ${qbase} + i * ${e}, koff = ${kbase}, voff = ${vbase};
 	const sg_i64 ooff = (b * ${l} + i) * ${ev};
+//@ sdpa_row
 ${?mask}	const sg_i64 moff = ${mbase};
 ${?drop}	const SgkDraws dr = sgk_draws_init(rng, ${salt});
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -419,6 +423,7 @@ ${?drop}		__syncthreads();
 		m = tm;
 		__syncthreads();
 	}
+//@ sdpa_out
 	for (int e = threadIdx.x; e < ${ev}; e += 128)
 		out[ooff + e] = ${store};
 }
@@ -521,56 +526,7 @@ ${name}(const ${t} *__restrict__ q, const ${t} *__restrict__ k,
 	const sg_i64 i = blockIdx.x % ${l}, b = blockIdx.x / ${l};
 	const sg_i64 qoff = ${qbase} + i * ${e}, koff = ${kbase}, voff = ${vbase};
 	const sg_i64 goff = (b * ${l} + i) * ${ev};
-${?mask}	const sg_i64 moff = ${mbase};
-${?drop}	const SgkDraws dr = sgk_draws_init(rng, ${salt});
-	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	for (int e = threadIdx.x; e < ${e}; e += 128)
-		qs[e] = ${opc}(sg_ld(q[qoff + e]));
-	for (int e = threadIdx.x; e < ${ev}; e += 128)
-		acc[e] = 0;
-	__syncthreads();
-	${acc} m = -${inf}, l = 0;
-	const sg_i64 nk = ${causal} ? (i + 1 < ${s} ? i + 1 : ${s}) : ${s};
-	for (sg_i64 j0 = 0; j0 < nk; j0 += ${tile}) {
-		const int nt = (int)(nk - j0 < ${tile} ? nk - j0 : ${tile});
-		for (int jj = warp; jj < nt; jj += 4) {
-			const ${t} *kr = k + koff + (j0 + jj) * ${e};
-			${acc} d = 0;
-			for (int e = lane; e < ${e}; e += 32)
-				d += qs[e] * ${opc}(sg_ld(kr[e]));
-			d = sg_reduce<32>(d, sg_sum_op());
-${?mask}			const sg_i64 jk = j0 + jj;
-			if (lane == 0)
-				ps[jj] = d * ${scale}${bias};
-		}
-		__syncthreads();
-		${acc} tm = m;
-		for (int jj = 0; jj < nt; jj++)
-			tm = sg_max_op()(tm, ps[jj]);
-${!mask}		const ${acc} corr = sg_exp(m - tm);
-${?mask}		const ${acc} corr = tm == -${inf} ? (${acc})1 : sg_exp(m - tm);
-		__syncthreads();
-		for (int jj = threadIdx.x; jj < nt; jj += 128)
-${!mask}			ps[jj] = sg_exp(ps[jj] - tm);
-${?mask}			ps[jj] = tm == -${inf} ? (${acc})0 : sg_exp(ps[jj] - tm);
-		__syncthreads();
-		${acc} ts = 0;
-		for (int jj = 0; jj < nt; jj++)
-			ts += ps[jj];
-		l = l * corr + ts;
-${?drop}		__syncthreads(); /* every thread has its sum: the weights' dropout */
-${?drop}		for (int jj = threadIdx.x; jj < nt; jj += 128)
-${?drop}			ps[jj] *= sgk_keep(dr, (b * ${l} + i) * ${s} + j0 + jj, ${thresh}) ? ${dscale} : (${acc})0;
-${?drop}		__syncthreads();
-		for (int e = threadIdx.x; e < ${ev}; e += 128) {
-			${acc} a = acc[e] * corr;
-			for (int jj = 0; jj < nt; jj++)
-				a += ps[jj] * ${opc}(sg_ld(v[voff + (j0 + jj) * ${ev} + e]));
-			acc[e] = a;
-		}
-		m = tm;
-		__syncthreads();
-	}
+//@ sdpa_bwd_stats_out
 	${acc} dot = 0;
 	for (int e = threadIdx.x; e < ${ev}; e += 128)
 ${!mask}		dot += ${opc}(sg_ld(g[goff + e])) * (acc[e] / l);

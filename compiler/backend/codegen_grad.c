@@ -94,6 +94,8 @@ sdpa_backward(CgGraph *G, const Node *n)
 	b[NAME] = (CgBind){"name", k1};
 	b[NAME + 1] = (CgBind){NULL, NULL};
 	cg_emit(c->kern, "kernels.cu:sdpa_bwd_stats", b);
+	cg_emit(c->kern, "kernels.cu:sdpa_row", b);
+	cg_emit(c->kern, "kernels.cu:sdpa_bwd_stats_out", b);
 	b[NAME].val = k2;
 	cg_emit(c->kern, "kernels.cu:sdpa_bwd_dq", b);
 	b[NAME].val = k3;

@@ -1020,6 +1020,8 @@ sdpa(CgGraph *G, const Node *n)
 	                                                                    : "acc[e] / l")};
 	b[CG_SDPA_NBIND + 2] = (CgBind){NULL, NULL};
 	cg_emit(c->kern, "kernels.cu:sdpa", b);
+	cg_emit(c->kern, "kernels.cu:sdpa_row", b);
+	cg_emit(c->kern, "kernels.cu:sdpa_out", b);
 	if (smem > 48 * 1024)
 		CG_EMIT(G->body, "host.cu:smem_attr", {"kname", kname}, {"smem", cg_num(c, smem)},
 		        {"line", cg_num(c, n->loc.line)});
