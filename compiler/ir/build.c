@@ -167,6 +167,22 @@ ir_event_new(Graph *g, const char *base)
 	}
 }
 
+/* A new stream called base, or base_1, base_2, ... when that name is
+ * taken (a stream a pass adds: grad_sync's, the offload copies'). */
+uint32_t
+ir_stream_new(Graph *g, const char *base)
+{
+	Arena *a = g->mod->arena;
+	size_t bl = strlen(base);
+	const char *name = base;
+	for (uint32_t i = 1; map_get(&g->streammap, name, strlen(name)); i++)
+		name = arena_numbered(a, base, bl, '_', i);
+	Stream s = {.name = arena_strdup(a, name)};
+	map_put(&g->streammap, s.name, strlen(s.name), g->streams.n);
+	vec_push(&g->streams, s);
+	return g->streams.n - 1;
+}
+
 /* A fresh value name for compiler-made values (see sgc.h). */
 ValId
 ir_value_derived(Graph *g, const char *base, int in_block, Loc loc)

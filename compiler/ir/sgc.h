@@ -784,6 +784,8 @@ int ir_backward_block(const Graph *g, NodeId *bw, NodeId *end);
 int ir_block_derived(const Graph *g, NodeId bw, NodeId end);
 /* A fresh local event called base0, base1, ... */
 uint32_t ir_event_new(Graph *g, const char *base);
+/* A new stream called base, or base_1, base_2, ... when that is taken. */
+uint32_t ir_stream_new(Graph *g, const char *base);
 /* A fresh value name from base (its ".N" suffixes stripped); outside a
  * derived block the reserved "grad."/"opt." prefixes become "grad_"/"opt_". */
 ValId ir_value_derived(Graph *g, const char *base, int in_block, Loc loc);

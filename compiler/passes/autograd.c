@@ -1121,21 +1121,6 @@ mark_saved(Graph *g)
 	}
 }
 
-/* A new stream for grad_sync's all_reduces, named grad_sync (made
- * unique). */
-static uint32_t
-comm_stream(Graph *g)
-{
-	Arena *a = g->mod->arena;
-	const char *name = "grad_sync";
-	for (uint32_t i = 1; map_get(&g->streammap, name, strlen(name)); i++)
-		name = arena_printf(a, "grad_sync_%u", i);
-	Stream s = {.name = arena_strdup(a, name)};
-	map_put(&g->streammap, s.name, strlen(s.name), g->streams.n);
-	vec_push(&g->streams, s);
-	return g->streams.n - 1;
-}
-
 /* Frees the pass's own tables (the IR lives in the arena). */
 static void
 grad_free(Grad *G)
@@ -1253,7 +1238,7 @@ run(Grad *G)
 	if (!find_path(G, loss))
 		return 0;
 	if (bwn->nattr && bwn->attr[0].set)
-		G->comm = comm_stream(g);
+		G->comm = ir_stream_new(g, "grad_sync"); /* its all_reduces */
 	if (!derive(G, loss))
 		return 0;
 	gradient_uses_begin(G);

@@ -724,20 +724,6 @@ choose_auto(Off *O, const uint8_t *aliased, const uint8_t *ret, Cand **tmp)
 	free(order);
 }
 
-/* A new stream called `copy` (made unique; `offload` is a keyword). */
-static uint32_t
-copy_stream(Graph *g)
-{
-	Arena *a = g->mod->arena;
-	const char *name = "copy";
-	for (uint32_t i = 1; map_get(&g->streammap, name, strlen(name)); i++)
-		name = arena_printf(a, "copy_%u", i);
-	Stream s = {.name = arena_strdup(a, name)};
-	map_put(&g->streammap, s.name, strlen(s.name), g->streams.n);
-	vec_push(&g->streams, s);
-	return g->streams.n - 1;
-}
-
 /* A transfer node op (to_host, to_device) from value x into a fresh
  * value called NAME.suffix, typed by the op's shape rule. */
 static Node
@@ -907,7 +893,7 @@ emit(Off *O, Cand **tmp, uint64_t before)
 	uint32_t n = chosen_by_use(O, tmp);
 	if (!n)
 		return 0;
-	uint32_t cs = copy_stream(g);
+	uint32_t cs = ir_stream_new(g, "copy"); /* not `offload`: a keyword */
 	NodeInsVec ins = {0};
 	Map gates;
 	map_init(&gates);
