@@ -32,8 +32,7 @@
 
 #include "sgc.h"
 
-/* "op: message" at `at` (the statement when it has no line); results
- * poisoned; returns 0. */
+/* shape_vfail's report (shape.c); returns 0. */
 static int
 cfail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -41,17 +40,10 @@ cfail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, ...)
 static int
 cfail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, ...)
 {
-	char msg[768];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	shape_vfail(g, n, d, at, fmt, ap);
 	va_end(ap);
-	diag_error(d, at.line ? at : n->loc, "%s: %s", op_name(n->op), msg);
-	for (uint32_t i = 0; i < n->nres; i++) {
-		Type *t = &g->vals.v[n->res[i]].type;
-		memset(t, 0, sizeof *t);
-		t->dt = DT_ERR;
-	}
 	return 0;
 }
 

@@ -24,7 +24,7 @@
 
 #include "sgc.h"
 
-/* "op: message" at the statement; results poisoned; returns 0. */
+/* shape_vfail's report at the statement (shape.c); returns 0. */
 static int
 bad(Graph *g, Node *n, Diag *d, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -32,14 +32,10 @@ bad(Graph *g, Node *n, Diag *d, const char *fmt, ...)
 static int
 bad(Graph *g, Node *n, Diag *d, const char *fmt, ...)
 {
-	char msg[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	shape_vfail(g, n, d, (Loc){0}, fmt, ap);
 	va_end(ap);
-	diag_error(d, n->loc, "%s: %s", op_name(n->op), msg);
-	for (uint32_t i = 0; i < n->nres; i++)
-		g->vals.v[n->res[i]].type.dt = DT_ERR;
 	return 0;
 }
 

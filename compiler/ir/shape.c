@@ -107,11 +107,15 @@ opnd_desc(Text *b, const Graph *g, const Node *n, int i)
 
 /* ------------------------------------------------------------------ reporting */
 
-/* Marks every result of n as DT_ERR: a failed statement defines its
+/* Reports "op: message" at `at` (the statement when `at` has no line) and
+ * marks every result of n as DT_ERR: a failed statement defines its
  * results, but nothing is checked against them again. */
-static void
-poison(Graph *g, Node *n)
+void
+shape_vfail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, va_list ap)
 {
+	char msg[1024];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	diag_error(d, at.line ? at : n->loc, "%s: %s", op_name(n->op), msg);
 	for (uint32_t i = 0; i < n->nres; i++) {
 		Type *t = &g->vals.v[n->res[i]].type;
 		memset(t, 0, sizeof *t);
@@ -119,8 +123,7 @@ poison(Graph *g, Node *n)
 	}
 }
 
-/* Reports "op: message" at `at` (the statement when `at` has no line),
- * poisons n's results and returns 0, so rules end with `return fail(...)`. */
+/* shape_vfail's report; returns 0, so rules end with `return fail(...)`. */
 static int
 fail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -128,13 +131,10 @@ fail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, ...)
 static int
 fail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, ...)
 {
-	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	shape_vfail(g, n, d, at, fmt, ap);
 	va_end(ap);
-	diag_error(d, at.line ? at : n->loc, "%s: %s", op_name(n->op), msg);
-	poison(g, n);
 	return 0;
 }
 
