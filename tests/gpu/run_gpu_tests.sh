@@ -4,8 +4,10 @@
 # program through its --main driver, compared tensor by tensor with
 # `sgc run`, also under compute-sanitizer, and replayed as a CUDA graph.
 #
-#   tests/gpu/run_gpu_tests.sh build [DIR]   here (no GPU needed)
-#   tests/gpu/run_gpu_tests.sh run [DIR]     on the GPU machine
+#   tests/gpu/run_gpu_tests.sh build [DIR]     here (no GPU needed)
+#   tests/gpu/run_gpu_tests.sh compile [DIR]   here: nvcc for every driver
+#   tests/gpu/run_gpu_tests.sh pack [DIR] FILE here: what `run` needs, in FILE
+#   tests/gpu/run_gpu_tests.sh run [DIR]       on the GPU machine
 #
 # DIR defaults to build-gpu (git-ignored; carry it to the GPU machine).
 #
@@ -20,7 +22,15 @@
 #     graph   -O2 --cuda-graph      run with --steps 3 (eager, capture, replay)
 # The drivers link libsgrt and cudart dynamically, so DIR stays small;
 # they are compiled by `run` (the GPU machine has many cores), or here too
-# with COMPILE=1.
+# with COMPILE=1 or by `compile` (nvcc 13.0 as on the GPU machine; the
+# binaries then travel in DIR, about 1 MB xz-compressed for a driver with
+# attention, and `run` spends no device time on nvcc).  `pack` writes
+# what `run` needs into one .tar.xz for the device tool's carry (64 MiB):
+# the libraries, the inputs and expectations, and each driver as its
+# executable, or as its .cu where it has none; the executables in order
+# of size and one xz stream with a dictionary as large as they are, since
+# drivers share most of their kernels (576 drivers, 309 MB, pack into
+# about 64 MB).  On the GPU machine: `tar -xJf FILE`, then `run DIR`.
 #
 # The gelu programs (tests/golden/*gelu_epilogue*.sg) also run their O2
 # driver with SGRT_NO_EPILOGUE=1 (variant noepi): every matmul epilogue
@@ -424,8 +434,39 @@ run() {
 	! grep -Eq '^(FAIL|SANITIZER FAIL) ' "$report"
 }
 
+# What `run` needs of DIR into the .tar.xz $1.
+pack() {
+	local out=$1 list
+	[ -n "$out" ] || die "pack: name the output file"
+	case $out in /*) ;; *) out=$root/$out ;; esac
+	[ -f "$dir/programs" ] || die "no $dir/programs: run '$0 build' first"
+	list=$(mktemp)
+	(
+		cd "$(dirname "$dir")" || exit 2
+		local d
+		d=$(basename "$dir")
+		find "$d" -path "$d/build-nonccl" -prune -o -type f \
+			! \( -path "$d/t/*/O0" -o -path "$d/t/*/O2" -o -path "$d/t/*/graph" \) \
+			-print | while read -r f; do
+			case $f in
+			"$d"/t/*.cu) [ -x "${f%.cu}" ] || echo "$f" ;;
+			*) echo "$f" ;;
+			esac
+		done | sort
+		find "$d/t" -type f \( -name O0 -o -name O2 -o -name graph \) -printf '%s %p\n' |
+			sort -n | awk '{print $2}'
+	) >"$list"
+	(cd "$(dirname "$dir")" && tar -cf - --no-recursion -T "$list") |
+		xz -9e -T1 --lzma2=preset=9e,dict=384MiB >"$out" || die "pack failed"
+	rm -f "$list"
+	echo "$out: $(du -h "$out" | cut -f1)"
+}
+
 case $mode in
 build) build ;;
+pack) pack "${3:-}" ;;
+compile) [ -f "$dir/programs" ] || die "no $dir/programs: run '$0 build' first"
+	compile_all ;;
 run) run ;;
-*) sed -n '3,8s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+*) sed -n '3,10s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 esac
