@@ -26,11 +26,12 @@
 # binaries then travel in DIR, about 1 MB xz-compressed for a driver with
 # attention, and `run` spends no device time on nvcc).  `pack` writes
 # what `run` needs into one .tar.xz for the device tool's carry (64 MiB):
-# the libraries, the inputs and expectations, and each driver as its
-# executable, or as its .cu where it has none; the executables in order
-# of size and one xz stream with a dictionary as large as they are, since
-# drivers share most of their kernels (576 drivers, 309 MB, pack into
-# about 64 MB).  On the GPU machine: `tar -xJf FILE`, then `run DIR`.
+# the libraries (not the build folders), the inputs and expectations, and
+# each driver as its executable, or as its .cu where it has none; the
+# executables in order of size and one xz stream with a dictionary as
+# large as they are, since drivers share most of their kernels (576
+# drivers, 309 MB, pack into about 64 MB).  On the GPU machine: `tar -xJf
+# FILE`, then `run DIR`.
 #
 # The gelu programs (tests/golden/*gelu_epilogue*.sg) also run their O2
 # driver with SGRT_NO_EPILOGUE=1 (variant noepi): every matmul epilogue
@@ -445,7 +446,7 @@ pack() {
 		cd "$(dirname "$dir")" || exit 2
 		local d
 		d=$(basename "$dir")
-		find "$d" -path "$d/build-nonccl" -prune -o -type f \
+		find "$d" \( -path "$d/build" -o -path "$d/build-nonccl" \) -prune -o -type f \
 			! \( -path "$d/t/*/O0" -o -path "$d/t/*/O2" -o -path "$d/t/*/graph" \) \
 			-print | while read -r f; do
 			case $f in
