@@ -46,6 +46,9 @@ typedef struct {
 	Hb h;
 	ValId *root;
 	int32_t *maxacc;  /* nbuf x ns: last access position per stream */
+	uint64_t *by_alloc; /* alloc << 32 | b, ascending: the buffers in program
+	                       order of their allocation (values made by later
+	                       passes last in value order) */
 } Build;
 
 uint64_t
@@ -502,7 +505,6 @@ place_arena(Build *B, int where, uint64_t *peak)
 	MemPlan *mp = B->mp;
 	uint32_t ns = B->g->streams.n;
 	uint32_t *placed = xmalloc((mp->nbuf + 1) * sizeof *placed), np = 0;
-	uint64_t *order = xmalloc((mp->nbuf + 1) * sizeof *order);
 	Cand *cand = calloc(ns + 1, sizeof *cand);
 	if (!cand)
 		out_of_memory(0);
@@ -513,14 +515,9 @@ place_arena(Build *B, int where, uint64_t *peak)
 		if (!cand[s].wait)
 			out_of_memory(0);
 	}
-	/* the buffers in program order of their allocation (values made by
-	 * later passes come last in value order) */
-	for (uint32_t b = 0; b < mp->nbuf; b++)
-		order[b] = (uint64_t)mp->buf[b].alloc << 32 | b;
-	sort_u64(order, mp->nbuf);
 	*peak = 0;
 	for (uint32_t ob = 0; ob < mp->nbuf; ob++) {
-		uint32_t b = (uint32_t)order[ob];
+		uint32_t b = (uint32_t)B->by_alloc[ob];
 		MemBuf *x = &mp->buf[b];
 		if (x->where != where)
 			continue;
@@ -543,7 +540,6 @@ place_arena(Build *B, int where, uint64_t *peak)
 	}
 	free(cand);
 	free(placed);
-	free(order);
 }
 
 /* ------------------------------------------------------------------ by size */
@@ -624,14 +620,14 @@ place_by_size(Build *B, int where, uint64_t peak)
 		}
 	/* chains: a buffer taking another's bytes joins that one's unit (the
 	 * one it takes is made first, so its unit is known) */
-	uint64_t *key = xmalloc((mp->nbuf + 1) * sizeof *key);
-	uint32_t nb = 0;
-	for (uint32_t b = 0; b < mp->nbuf; b++)
+	uint32_t *bs = xmalloc((mp->nbuf + 1) * sizeof *bs), nb = 0;
+	for (uint32_t i = 0; i < mp->nbuf; i++) {
+		uint32_t b = (uint32_t)B->by_alloc[i];
 		if (mp->buf[b].where == (uint8_t)where && mp->buf[b].size)
-			key[nb++] = (uint64_t)mp->buf[b].alloc << 32 | b;
-	sort_u64(key, nb);
+			bs[nb++] = b;
+	}
 	for (uint32_t i = 0; i < nb; i++) {
-		uint32_t b = (uint32_t)key[i];
+		uint32_t b = bs[i];
 		if (unitof[b] == NONE)
 			unitof[b] = unitof[mp->buf[b].inplace];
 		int32_t *acc = u[unitof[b]].acc, *m = B->maxacc + (size_t)b * ns;
@@ -643,7 +639,7 @@ place_by_size(Build *B, int where, uint64_t peak)
 	for (uint32_t i = 0; i < nu; i++)
 		unitof[u[i].b] = i;
 	for (uint32_t i = 0; i < nb; i++) {
-		uint32_t b = (uint32_t)key[i];
+		uint32_t b = bs[i];
 		if (mp->buf[b].inplace != NONE)
 			unitof[b] = unitof[mp->buf[b].inplace];
 	}
@@ -677,9 +673,9 @@ place_by_size(Build *B, int where, uint64_t peak)
 	}
 	if (top < peak)
 		for (uint32_t i = 0; i < nb; i++)
-			mp->buf[(uint32_t)key[i]].offset = u[unitof[(uint32_t)key[i]]].offset;
+			mp->buf[bs[i]].offset = u[unitof[bs[i]]].offset;
 	free(byoff);
-	free(key);
+	free(bs);
 	free(accs);
 	free(u);
 	free(unitof);
@@ -714,6 +710,10 @@ memplan_build_at(Graph *g, const NodeId *def, const uint8_t *ew, int opt_level,
 	hb_init(&B.h, g);
 	for (NodeId i = 0; i < g->nodes.n; i++)
 		hb_step(&B.h, i);
+	B.by_alloc = xmalloc((mp->nbuf + 1) * sizeof *B.by_alloc);
+	for (uint32_t b = 0; b < mp->nbuf; b++)
+		B.by_alloc[b] = (uint64_t)mp->buf[b].alloc << 32 | b;
+	sort_u64(B.by_alloc, mp->nbuf);
 	place_arena(&B, MEM_DEVICE, &mp->peak);
 	place_arena(&B, MEM_HOST, &mp->host_peak);
 	if (opt_level > 0) {
@@ -730,6 +730,7 @@ memplan_build_at(Graph *g, const NodeId *def, const uint8_t *ew, int opt_level,
 	free(B.root);
 	free(B.maxacc);
 	free(B.taken);
+	free(B.by_alloc);
 }
 
 /* Frees a plan. */
