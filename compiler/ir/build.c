@@ -174,10 +174,10 @@ ir_stream_new(Graph *g, const char *base)
 {
 	Arena *a = g->mod->arena;
 	size_t bl = strlen(base);
-	const char *name = base;
+	char *name = arena_strdup(a, base);
 	for (uint32_t i = 1; map_get(&g->streammap, name, strlen(name)); i++)
 		name = arena_numbered(a, base, bl, '_', i);
-	Stream s = {.name = arena_strdup(a, name)};
+	Stream s = {.name = name};
 	map_put(&g->streammap, s.name, strlen(s.name), g->streams.n);
 	vec_push(&g->streams, s);
 	return g->streams.n - 1;

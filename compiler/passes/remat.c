@@ -36,11 +36,11 @@
  * its fragmentation), the copies' operands kept until the copies run.
  * Then each recomputation that does not lower it is left out (`trim`,
  * below): a copy costs time, and the last layer's can sit at the peak
- * itself.  Like offload, it applies only to a
- * backward derived in this compilation: a written `backward(...) { }`
- * block (as --emit=ir prints it, with the recomputations) is taken as it
- * is.  --dump-after=remat lists what was recomputed, what was kept from
- * forward, and the two peaks.
+ * itself.  Like offload, it applies only to a backward derived in this
+ * compilation: a written `backward(...) { }` block (as --emit=ir prints
+ * it, with the recomputations) is taken as it is.  --dump-after=remat
+ * lists what was recomputed, what was kept from forward, and the two
+ * peaks.
  *
  * A copy gets company when backward has a pointwise node B of the copy's
  * shape reading one of its operands on the copy's stream a little later
