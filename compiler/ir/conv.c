@@ -26,26 +26,10 @@
  *          (training: the batch statistics; eval: the running ones)
  */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "sgc.h"
-
-/* shape_vfail's report (shape.c); returns 0. */
-static int
-cfail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static int
-cfail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	shape_vfail(g, n, d, at, fmt, ap);
-	va_end(ap);
-	return 0;
-}
 
 /* "'%x' (f32[2, 3, 4, 4])" for value operand i. */
 static const char *
@@ -157,11 +141,13 @@ need_nchw(Graph *g, Node *n, Diag *d, int i, const char *what)
 	char b[256];
 	const Type *t = ot(g, n, i);
 	if (!dtype_is_float((DType)t->dt))
-		return cfail(g, n, d, n->opnd[i].loc, "expects a floating-point %s, but %s is not",
-		             what, desc(b, sizeof b, g, n, i));
+		return shape_fail(g, n, d, n->opnd[i].loc,
+		                  "expects a floating-point %s, but %s is not",
+		                  what, desc(b, sizeof b, g, n, i));
 	if (t->rank != 4)
-		return cfail(g, n, d, n->opnd[i].loc, "expects a 4-D %s [N, C, H, W], but %s is not",
-		             what, desc(b, sizeof b, g, n, i));
+		return shape_fail(g, n, d, n->opnd[i].loc,
+		                  "expects a 4-D %s [N, C, H, W], but %s is not",
+		                  what, desc(b, sizeof b, g, n, i));
 	return 1;
 }
 
@@ -172,8 +158,8 @@ need_dtype(Graph *g, Node *n, Diag *d, int i, int of)
 	char a[256], b[256];
 	if (ot(g, n, i)->dt == ot(g, n, of)->dt)
 		return 1;
-	return cfail(g, n, d, n->opnd[i].loc, "operands must have the same dtype: %s and %s",
-	             desc(a, sizeof a, g, n, of), desc(b, sizeof b, g, n, i));
+	return shape_fail(g, n, d, n->opnd[i].loc, "operands must have the same dtype: %s and %s",
+	                  desc(a, sizeof a, g, n, of), desc(b, sizeof b, g, n, i));
 }
 
 /* stride, padding, dilation (those n has): an INT or [h, w], strides and
@@ -188,18 +174,22 @@ check_pairs(Graph *g, Node *n, Diag *d)
 			continue;
 		Loc at = aloc(n, names[i]);
 		if (!conv_pair(n, names[i], 0, v))
-			return cfail(g, n, d, at, "%s must be an integer or a list of two", names[i]);
+			return shape_fail(g, n, d, at,
+			                  "%s must be an integer or a list of two", names[i]);
 		if (!aset(n, names[i]))
 			continue;
 		if (i == 2 && (v[0] < 0 || v[1] < 0))
-			return cfail(g, n, d, at, "padding must not be negative, but is [%" PRId64
-			             ", %" PRId64 "]", v[0], v[1]);
+			return shape_fail(g, n, d, at,
+			                  "padding must not be negative, but is [%" PRId64
+			                  ", %" PRId64 "]", v[0], v[1]);
 		if (i != 2 && (v[0] <= 0 || v[1] <= 0))
-			return cfail(g, n, d, at, "%s must be positive, but is [%" PRId64 ", %" PRId64 "]",
-			             names[i], v[0], v[1]);
+			return shape_fail(g, n, d, at,
+			                  "%s must be positive, but is [%" PRId64 ", %" PRId64 "]",
+			                  names[i], v[0], v[1]);
 		if (v[0] > INT32_MAX || v[1] > INT32_MAX)
-			return cfail(g, n, d, at, "%s [%" PRId64 ", %" PRId64 "] is too large", names[i],
-			             v[0], v[1]);
+			return shape_fail(g, n, d, at,
+			                  "%s [%" PRId64 ", %" PRId64 "] is too large", names[i],
+			                  v[0], v[1]);
 	}
 	return 1;
 }
@@ -213,15 +203,16 @@ check_fit(Graph *g, Node *n, Diag *d, const ConvGeom *cg, int pool)
 	int64_t k[2] = {cg->r, cg->s}, in[2] = {cg->h, cg->w};
 	for (int i = 0; i < 2; i++) {
 		if (pool && cg->pad[i] * 2 > k[i])
-			return cfail(g, n, d, aloc(n, "padding"), "padding should be at most half of "
-			             "the kernel size, but padding is %" PRId64 " and the kernel %" PRId64,
-			             cg->pad[i], k[i]);
+			return shape_fail(g, n, d, aloc(n, "padding"),
+			                  "padding should be at most half of "
+			                  "the kernel size, but padding is %" PRId64 " and the kernel %" PRId64,
+			                  cg->pad[i], k[i]);
 		if (in[i] + 2 * cg->pad[i] < cg->dil[i] * (k[i] - 1) + 1)
-			return cfail(g, n, d, pool ? aloc(n, "kernel_size") : n->opnd[1].loc,
-			             "the kernel (%" PRId64 "x%" PRId64 ", dilation [%" PRId64 ", %" PRId64
-			             "]) is larger than the padded input %s (%" PRId64 "x%" PRId64 ")",
-			             cg->r, cg->s, cg->dil[0], cg->dil[1], desc(b, sizeof b, g, n, 0),
-			             cg->h + 2 * cg->pad[0], cg->w + 2 * cg->pad[1]);
+			return shape_fail(g, n, d, pool ? aloc(n, "kernel_size") : n->opnd[1].loc,
+			                  "the kernel (%" PRId64 "x%" PRId64 ", dilation [%" PRId64 ", %" PRId64
+			                  "]) is larger than the padded input %s (%" PRId64 "x%" PRId64 ")",
+			                  cg->r, cg->s, cg->dil[0], cg->dil[1], desc(b, sizeof b, g, n, 0),
+			                  cg->h + 2 * cg->pad[0], cg->w + 2 * cg->pad[1]);
 	}
 	return 1;
 }
@@ -237,23 +228,27 @@ conv_check(Graph *g, Node *n, Diag *d, const int64_t *x, const int64_t *w, int w
 	if (!check_pairs(g, n, d))
 		return 0;
 	if (groups <= 0)
-		return cfail(g, n, d, aloc(n, "groups"), "groups must be positive, but is %" PRId64,
-		             groups);
+		return shape_fail(g, n, d, aloc(n, "groups"),
+		                  "groups must be positive, but is %" PRId64,
+		                  groups);
 	if (groups > INT32_MAX)
-		return cfail(g, n, d, aloc(n, "groups"), "groups=%" PRId64 " is too large", groups);
+		return shape_fail(g, n, d, aloc(n, "groups"),
+		                  "groups=%" PRId64 " is too large", groups);
 	if (x[1] % groups)
-		return cfail(g, n, d, aloc(n, "groups"), "the input's %" PRId64 " channels are not "
-		             "divisible by groups=%" PRId64, x[1], groups);
+		return shape_fail(g, n, d, aloc(n, "groups"),
+		                  "the input's %" PRId64 " channels are not "
+		                  "divisible by groups=%" PRId64, x[1], groups);
 	if (w[0] % groups)
-		return cfail(g, n, d, n->opnd[wi].loc, "the weight's %" PRId64 " out channels are "
-		             "not divisible by groups=%" PRId64, w[0], groups);
+		return shape_fail(g, n, d, n->opnd[wi].loc,
+		                  "the weight's %" PRId64 " out channels are "
+		                  "not divisible by groups=%" PRId64, w[0], groups);
 	if (w[1] != x[1] / groups)
-		return cfail(g, n, d, n->opnd[wi].loc, "the weight %s must be [K, %" PRId64
-		             ", R, S] for %" PRId64 " input channels and groups=%" PRId64,
-		             desc(a, sizeof a, g, n, wi), x[1] / groups, x[1], groups);
+		return shape_fail(g, n, d, n->opnd[wi].loc, "the weight %s must be [K, %" PRId64
+		                  ", R, S] for %" PRId64 " input channels and groups=%" PRId64,
+		                  desc(a, sizeof a, g, n, wi), x[1] / groups, x[1], groups);
 	if (w[2] > INT32_MAX || w[3] > INT32_MAX)
-		return cfail(g, n, d, n->opnd[wi].loc, "the weight %s has a kernel too large",
-		             desc(a, sizeof a, g, n, wi));
+		return shape_fail(g, n, d, n->opnd[wi].loc, "the weight %s has a kernel too large",
+		                  desc(a, sizeof a, g, n, wi));
 	conv_geom(n, x, w, cg);
 	return check_fit(g, n, d, cg, 0);
 }
@@ -273,8 +268,9 @@ shape_conv2d(Graph *g, Node *n, Diag *d)
 	if (n->nopnd > 2) {
 		const Type *b = ot(g, n, 2);
 		if (b->rank != 1 || b->d[0] != w->d[0])
-			return cfail(g, n, d, n->opnd[2].loc, "the bias must be [%" PRId64 "], but %s is not",
-			             w->d[0], desc(a, sizeof a, g, n, 2));
+			return shape_fail(g, n, d, n->opnd[2].loc,
+			                  "the bias must be [%" PRId64 "], but %s is not",
+			                  w->d[0], desc(a, sizeof a, g, n, 2));
 		if (!need_dtype(g, n, d, 2, 0))
 			return 0;
 	}
@@ -315,18 +311,21 @@ shape_adaptive_pool2d(Graph *g, Node *n, Diag *d)
 	int64_t o[2];
 	Loc at = aloc(n, "output_size");
 	if (!conv_pair(n, "output_size", 0, o))
-		return cfail(g, n, d, at, "output_size must be an integer or a list of two");
+		return shape_fail(g, n, d, at, "output_size must be an integer or a list of two");
 	if (o[0] <= 0 || o[1] <= 0)
-		return cfail(g, n, d, at, "output_size must be positive, but is [%" PRId64 ", %" PRId64
-		             "]", o[0], o[1]);
+		return shape_fail(g, n, d, at,
+		                  "output_size must be positive, but is [%" PRId64 ", %" PRId64
+		                  "]", o[0], o[1]);
 	if (o[0] > INT32_MAX || o[1] > INT32_MAX)
-		return cfail(g, n, d, at, "output_size [%" PRId64 ", %" PRId64 "] is too large", o[0],
-		             o[1]);
+		return shape_fail(g, n, d, at,
+		                  "output_size [%" PRId64 ", %" PRId64 "] is too large", o[0],
+		                  o[1]);
 	const Type *x = ot(g, n, 0);
 	char b[256];
 	if (x->d[2] == 0 || x->d[3] == 0)
-		return cfail(g, n, d, n->opnd[0].loc, "expects an input with non-zero height and "
-		             "width, but %s has none", desc(b, sizeof b, g, n, 0));
+		return shape_fail(g, n, d, n->opnd[0].loc,
+		                  "expects an input with non-zero height and "
+		                  "width, but %s has none", desc(b, sizeof b, g, n, 0));
 	int64_t r[4] = {x->d[0], x->d[1], o[0], o[1]};
 	return shape_give(g, n, d, 0, (DType)x->dt, r, 4);
 }
@@ -343,12 +342,14 @@ channel_operands(Graph *g, Node *n, Diag *d, int first, int x)
 	for (int i = first; i < (int)n->nopnd; i++) {
 		const Type *t = ot(g, n, i);
 		if (t->rank != 1 || t->d[0] != c)
-			return cfail(g, n, d, n->opnd[i].loc, "the %s must be [%" PRId64 "] (the channels, "
-			             "dim 1 of the input), but %s is not", what[i - first], c,
-			             desc(a, sizeof a, g, n, i));
+			return shape_fail(g, n, d, n->opnd[i].loc,
+			                  "the %s must be [%" PRId64 "] (the channels, "
+			                  "dim 1 of the input), but %s is not", what[i - first], c,
+			                  desc(a, sizeof a, g, n, i));
 		if (!dtype_is_float((DType)t->dt))
-			return cfail(g, n, d, n->opnd[i].loc, "the %s must be floating-point, but %s is not",
-			             what[i - first], desc(a, sizeof a, g, n, i));
+			return shape_fail(g, n, d, n->opnd[i].loc,
+			                  "the %s must be floating-point, but %s is not",
+			                  what[i - first], desc(a, sizeof a, g, n, i));
 		/* the running statistics may be f32 for a bf16 input (autocast) */
 		if (strncmp(what[i - first], "running", 7) != 0 && !need_dtype(g, n, d, i, x))
 			return 0;
@@ -364,11 +365,13 @@ bn_input(Graph *g, Node *n, Diag *d, int x)
 	char a[256];
 	const Type *t = ot(g, n, x);
 	if (!dtype_is_float((DType)t->dt))
-		return cfail(g, n, d, n->opnd[x].loc, "expects a floating-point input, but %s is not",
-		             desc(a, sizeof a, g, n, x));
+		return shape_fail(g, n, d, n->opnd[x].loc,
+		                  "expects a floating-point input, but %s is not",
+		                  desc(a, sizeof a, g, n, x));
 	if (t->rank < 2)
-		return cfail(g, n, d, n->opnd[x].loc, "expects an input [N, C, ...] with at least two "
-		             "dims, but %s is not", desc(a, sizeof a, g, n, x));
+		return shape_fail(g, n, d, n->opnd[x].loc,
+		                  "expects an input [N, C, ...] with at least two "
+		                  "dims, but %s is not", desc(a, sizeof a, g, n, x));
 	return 1;
 }
 
@@ -382,11 +385,12 @@ shape_batch_norm(Graph *g, Node *n, Diag *d)
 	for (int i = 0; i < x->rank; i++)
 		per *= i == 1 ? 1 : x->d[i];
 	if (ir_attr_int(n, "training", 0) && per <= 1)
-		return cfail(g, n, d, n->opnd[0].loc, "expected more than 1 value per channel when "
-		             "training, got %" PRId64, per);
+		return shape_fail(g, n, d, n->opnd[0].loc,
+		                  "expected more than 1 value per channel when "
+		                  "training, got %" PRId64, per);
 	double eps = ir_attr_float(n, "eps", 1e-5);
 	if (!(eps >= 0))
-		return cfail(g, n, d, aloc(n, "eps"), "eps must not be negative");
+		return shape_fail(g, n, d, aloc(n, "eps"), "eps must not be negative");
 	return shape_give(g, n, d, 0, (DType)x->dt, x->d, x->rank);
 }
 
@@ -398,10 +402,11 @@ shape_attr(Graph *g, Node *n, Diag *d, int64_t *out)
 {
 	const Attr *s = aset(n, "shape");
 	if (!s || s->nints != 4)
-		return cfail(g, n, d, aloc(n, "shape"), "shape must have 4 sizes");
+		return shape_fail(g, n, d, aloc(n, "shape"), "shape must have 4 sizes");
 	for (int i = 0; i < 4; i++) {
 		if (s->ints[i] < 0 || s->ints[i] > INT32_MAX)
-			return cfail(g, n, d, s->loc, "shape must have sizes from 0 to 2^31 - 1");
+			return shape_fail(g, n, d, s->loc,
+			                  "shape must have sizes from 0 to 2^31 - 1");
 		out[i] = s->ints[i];
 	}
 	return 1;
@@ -415,9 +420,10 @@ grad_fits(Graph *g, Node *n, Diag *d, const int64_t *r)
 	const Type *t = ot(g, n, 0);
 	if (t->rank == 4 && memcmp(t->d, r, 4 * sizeof *r) == 0)
 		return 1;
-	return cfail(g, n, d, n->opnd[0].loc, "the gradient must be [%" PRId64 ", %" PRId64 ", %"
-	             PRId64 ", %" PRId64 "] (the forward result), but %s is not", r[0], r[1],
-	             r[2], r[3], desc(a, sizeof a, g, n, 0));
+	return shape_fail(g, n, d, n->opnd[0].loc,
+	                  "the gradient must be [%" PRId64 ", %" PRId64 ", %"
+	                  PRId64 ", %" PRId64 "] (the forward result), but %s is not", r[0], r[1],
+	                  r[2], r[3], desc(a, sizeof a, g, n, 0));
 }
 
 /* The gradient (operand 0) has the forward result's shape r: the result
@@ -487,16 +493,18 @@ shape_batch_norm_backward(Graph *g, Node *n, Diag *d)
 		return 0;
 	int training = ir_attr_int(n, "training", 0) != 0;
 	if (training ? n->nopnd > 3 : n->nopnd != 5)
-		return cfail(g, n, d, n->loc, "takes (g, x, w?) in training and (g, x, w, mean, "
-		             "var) in eval, not %u operands", n->nopnd);
+		return shape_fail(g, n, d, n->loc,
+		                  "takes (g, x, w?) in training and (g, x, w, mean, "
+		                  "var) in eval, not %u operands", n->nopnd);
 	const Type *x = ot(g, n, 1), *gt = ot(g, n, 0);
 	if (!type_same_shape(x, gt))
-		return cfail(g, n, d, n->opnd[0].loc, "the gradient must have the input's shape, "
-		             "but %s does not", desc(a, sizeof a, g, n, 0));
+		return shape_fail(g, n, d, n->opnd[0].loc,
+		                  "the gradient must have the input's shape, "
+		                  "but %s does not", desc(a, sizeof a, g, n, 0));
 	int64_t c = x->d[1];
 	return shape_give(g, n, d, 0, (DType)x->dt, x->d, x->rank) &&
 	       shape_give(g, n, d, 1, (DType)x->dt, &c, 1) &&
 	       shape_give(g, n, d, 2, (DType)x->dt, &c, 1) &&
-	       (n->nres == 3 || cfail(g, n, d, n->loc, "gives 3 results, but the statement "
-	                              "names %u", n->nres));
+	       (n->nres == 3 || shape_fail(g, n, d, n->loc, "gives 3 results, but the statement "
+	                                   "names %u", n->nres));
 }

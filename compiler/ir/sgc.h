@@ -655,8 +655,9 @@ void module_free(Module *m);
 /* ------------------------------------------------------------------ shape.c */
 
 /* A shape rule's error: "op: message" at `at` (n's statement when `at`
- * has no line), every result of n marked DT_ERR. */
-void shape_vfail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, va_list ap);
+ * has no line), every result of n marked DT_ERR.  Returns 0. */
+int shape_fail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* PyTorch's result_type over the operands of a pointwise op (tensors by
  * dimension class, scalars as Python scalars).  Returns DT_ERR if none. */
 DType shape_result_type(Graph *g, const Node *n, int first, int count);

@@ -109,36 +109,26 @@ opnd_desc(Text *b, const Graph *g, const Node *n, int i)
 
 /* Reports "op: message" at `at` (the statement when `at` has no line) and
  * marks every result of n as DT_ERR: a failed statement defines its
- * results, but nothing is checked against them again. */
-void
-shape_vfail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, va_list ap)
+ * results, but nothing is checked against them again.  Returns 0, so
+ * rules end with `return shape_fail(...)`. */
+int
+shape_fail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, ...)
 {
 	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
 	diag_error(d, at.line ? at : n->loc, "%s: %s", op_name(n->op), msg);
 	for (uint32_t i = 0; i < n->nres; i++) {
 		Type *t = &g->vals.v[n->res[i]].type;
 		memset(t, 0, sizeof *t);
 		t->dt = DT_ERR;
 	}
-}
-
-/* shape_vfail's report; returns 0, so rules end with `return fail(...)`. */
-static int
-fail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static int
-fail(Graph *g, Node *n, Diag *d, Loc at, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	shape_vfail(g, n, d, at, fmt, ap);
-	va_end(ap);
 	return 0;
 }
 
-/* Location of operand i (fail() points at the statement when it has
+/* Location of operand i (shape_fail() points at the statement when it has
  * none). */
 static Loc
 oloc(const Node *n, int i)
@@ -239,11 +229,11 @@ set_result(Graph *g, Node *n, Diag *d, uint32_t i, const Type *t)
 	}
 	int64_t ne = numel_checked(&r), sz = dtype_size((DType)r.dt);
 	if (ne < 0 || (sz && ne > MAX_BYTES / sz))
-		return fail(g, n, d, n->loc, "result %s is too large (over 2^62 bytes)",
-		            type_text(&ty, &r));
+		return shape_fail(g, n, d, n->loc, "result %s is too large (over 2^62 bytes)",
+		                  type_text(&ty, &r));
 	if (i >= n->nres)
-		return fail(g, n, d, n->loc, "gives a result, but the statement names %u",
-		            n->nres);
+		return shape_fail(g, n, d, n->loc, "gives a result, but the statement names %u",
+		                  n->nres);
 	g->vals.v[n->res[i]].type = r;
 	return 1;
 }
@@ -254,8 +244,9 @@ rank_ok(Graph *g, Node *n, Diag *d, Loc at, int64_t rank)
 {
 	if (rank <= SG_MAXRANK)
 		return 1;
-	return fail(g, n, d, at, "the result would have %" PRId64 " dims; at most %d are supported",
-	            rank, SG_MAXRANK);
+	return shape_fail(g, n, d, at,
+	                  "the result would have %" PRId64 " dims; at most %d are supported",
+	                  rank, SG_MAXRANK);
 }
 
 /* Checks that the statement names `want` results, for the ops whose count
@@ -265,8 +256,8 @@ want_results(Graph *g, Node *n, Diag *d, int64_t want)
 {
 	if (n->nres == want)
 		return 1;
-	return fail(g, n, d, n->loc, "gives %" PRId64 " result%s, but the statement names %u",
-	            want, want == 1 ? "" : "s", n->nres);
+	return shape_fail(g, n, d, n->loc, "gives %" PRId64 " result%s, but the statement names %u",
+	                  want, want == 1 ? "" : "s", n->nres);
 }
 
 /* ------------------------------------------------------------------ dims */
@@ -290,8 +281,9 @@ norm_dim(Graph *g, Node *n, Diag *d, Loc at, int64_t dim, int range, int oi)
 	int k = shape_norm_dim(dim, range);
 	if (k >= 0)
 		return k;
-	fail(g, n, d, at, "dim %" PRId64 " is out of range for %s: expected a dim in [%d, %d]",
-	     dim, opnd_desc(&x, g, n, oi), -range, range - 1);
+	shape_fail(g, n, d, at,
+	           "dim %" PRId64 " is out of range for %s: expected a dim in [%d, %d]",
+	           dim, opnd_desc(&x, g, n, oi), -range, range - 1);
 	return -1;
 }
 
@@ -312,8 +304,9 @@ need_dims(Graph *g, Node *n, Diag *d, int oi)
 	Text x;
 	if (otype(g, n, oi)->rank > 0)
 		return 1;
-	return fail(g, n, d, oloc(n, oi), "expects a tensor with at least one dim, but %s is 0-d",
-	            opnd_desc(&x, g, n, oi));
+	return shape_fail(g, n, d, oloc(n, oi),
+	                  "expects a tensor with at least one dim, but %s is 0-d",
+	                  opnd_desc(&x, g, n, oi));
 }
 
 /* ------------------------------------------------------------------ promotion */
@@ -455,11 +448,11 @@ broadcast_opnds(Graph *g, Node *n, Diag *d, int first, int count, Type *out)
 		if (shape_broadcast(&acc, &t, &acc))
 			continue;
 		if (i == first + 1)
-			return fail(g, n, d, oloc(n, i), "shapes don't broadcast: %s and %s",
-			            opnd_desc(&a, g, n, first), opnd_desc(&b, g, n, i));
-		return fail(g, n, d, oloc(n, i),
-		            "shapes don't broadcast: %s against %s, the shape of the operands before it",
-		            opnd_desc(&a, g, n, i), ints_text(&s, acc.d, acc.rank));
+			return shape_fail(g, n, d, oloc(n, i), "shapes don't broadcast: %s and %s",
+			                  opnd_desc(&a, g, n, first), opnd_desc(&b, g, n, i));
+		return shape_fail(g, n, d, oloc(n, i),
+		                  "shapes don't broadcast: %s against %s, the shape of the operands before it",
+		                  opnd_desc(&a, g, n, i), ints_text(&s, acc.d, acc.rank));
 	}
 	*out = acc;
 	return 1;
@@ -478,8 +471,9 @@ shape_unary_same(Graph *g, Node *n, Diag *d)
 		if (n->op == OP_SQUARE)
 			t.dt = DT_I64;
 		else if (n->op != OP_SIGN)
-			return fail(g, n, d, oloc(n, 0), "bool tensors are not supported, and %s is bool",
-			            opnd_desc(&x, g, n, 0));
+			return shape_fail(g, n, d, oloc(n, 0),
+			                  "bool tensors are not supported, and %s is bool",
+			                  opnd_desc(&x, g, n, 0));
 	}
 	return set_result(g, n, d, 0, &t);
 }
@@ -502,8 +496,8 @@ need_float(Graph *g, Node *n, Diag *d, int i)
 	Text x;
 	if (dtype_is_float((DType)otype(g, n, i)->dt))
 		return 1;
-	return fail(g, n, d, oloc(n, i), "expects a floating-point tensor, but %s is not",
-	            opnd_desc(&x, g, n, i));
+	return shape_fail(g, n, d, oloc(n, i), "expects a floating-point tensor, but %s is not",
+	                  opnd_desc(&x, g, n, i));
 }
 
 /* gelu silu: floating only, as PyTorch has no integer kernels. */
@@ -521,7 +515,8 @@ salt_ok(Graph *g, Node *n, Diag *d)
 {
 	const Attr *salt = attr(n, "salt");
 	if (salt->set && (salt->i < 0 || salt->i > UINT32_MAX))
-		return fail(g, n, d, salt->loc, "salt=%lld is not in [0, 2^32)", (long long)salt->i);
+		return shape_fail(g, n, d, salt->loc,
+		                  "salt=%lld is not in [0, 2^32)", (long long)salt->i);
 	return 1;
 }
 
@@ -531,8 +526,9 @@ shape_dropout(Graph *g, Node *n, Diag *d)
 {
 	const Attr *p = attr(n, "p");
 	if (!(p->f >= 0 && p->f <= 1))
-		return fail(g, n, d, p->loc, "dropout probability has to be between 0 and 1, but "
-		            "got %g", p->f);
+		return shape_fail(g, n, d, p->loc,
+		                  "dropout probability has to be between 0 and 1, but "
+		                  "got %g", p->f);
 	return salt_ok(g, n, d) && shape_unary_floatonly(g, n, d);
 }
 
@@ -555,18 +551,19 @@ arith_checks(Graph *g, Node *n, Diag *d, int op, DType dt)
 	Text a, b;
 	int i;
 	if (op == OP_SUB && (i = bool_opnd(g, n)) >= 0)
-		return fail(g, n, d, oloc(n, i), "subtraction with a bool operand is not supported: %s is bool",
-		            opnd_desc(&a, g, n, i));
+		return shape_fail(g, n, d, oloc(n, i),
+		                  "subtraction with a bool operand is not supported: %s is bool",
+		                  opnd_desc(&a, g, n, i));
 	if (op != OP_POW)
 		return 1;
 	if (dt == DT_BOOL)
-		return fail(g, n, d, oloc(n, 0), "not supported for bool: %s and %s",
-		            opnd_desc(&a, g, n, 0), opnd_desc(&b, g, n, 1));
+		return shape_fail(g, n, d, oloc(n, 0), "not supported for bool: %s and %s",
+		                  opnd_desc(&a, g, n, 0), opnd_desc(&b, g, n, 1));
 	if (!dtype_is_float(opnd_type(g, &n->opnd[0]).dt) &&
 	    n->opnd[1].kind == OK_INT && n->opnd[1].i < 0)
-		return fail(g, n, d, oloc(n, 1),
-		            "integers to negative integer powers are not allowed: %s to the power %s",
-		            opnd_desc(&a, g, n, 0), opnd_text(&b, g, &n->opnd[1]));
+		return shape_fail(g, n, d, oloc(n, 1),
+		                  "integers to negative integer powers are not allowed: %s to the power %s",
+		                  opnd_desc(&a, g, n, 0), opnd_text(&b, g, &n->opnd[1]));
 	return 1;
 }
 
@@ -615,8 +612,8 @@ shape_where(Graph *g, Node *n, Diag *d)
 	Text c;
 	Type r;
 	if (opnd_type(g, &n->opnd[0]).dt != DT_BOOL)
-		return fail(g, n, d, oloc(n, 0), "the condition must be bool, but %s is not",
-		            opnd_desc(&c, g, n, 0));
+		return shape_fail(g, n, d, oloc(n, 0), "the condition must be bool, but %s is not",
+		                  opnd_desc(&c, g, n, 0));
 	if (!broadcast_opnds(g, n, d, 0, 3, &r))
 		return 0;
 	r.dt = (uint8_t)shape_result_type(g, n, 1, 2);
@@ -631,7 +628,7 @@ shape_clamp(Graph *g, Node *n, Diag *d)
 	Text x;
 	const Attr *lo = attr(n, "min"), *hi = attr(n, "max");
 	if (!lo->set && !hi->set)
-		return fail(g, n, d, n->loc, "at least one of min= and max= must be given");
+		return shape_fail(g, n, d, n->loc, "at least one of min= and max= must be given");
 	Promo p = promo_new();
 	promo_opnd(&p, g, &n->opnd[0]);
 	if (lo->set)
@@ -641,8 +638,9 @@ shape_clamp(Graph *g, Node *n, Diag *d)
 	Type r = *otype(g, n, 0);
 	r.dt = (uint8_t)promo_result(&p);
 	if (r.dt == DT_BOOL)
-		return fail(g, n, d, oloc(n, 0), "not supported for bool: %s with bool bounds",
-		            opnd_desc(&x, g, n, 0));
+		return shape_fail(g, n, d, oloc(n, 0),
+		                  "not supported for bool: %s with bool bounds",
+		                  opnd_desc(&x, g, n, 0));
 	return set_result(g, n, d, 0, &r);
 }
 
@@ -678,8 +676,9 @@ reduce_mask(Graph *g, Node *n, Diag *d, uint32_t *mask)
 		if (k < 0)
 			return 0;
 		if (*mask & (1u << k))
-			return fail(g, n, d, a->loc, "dim %d appears more than once in dims %s", k,
-			            ints_text(&s, a->ints, (int)a->nints));
+			return shape_fail(g, n, d, a->loc,
+			                  "dim %d appears more than once in dims %s", k,
+			                  ints_text(&s, a->ints, (int)a->nints));
 		*mask |= 1u << k;
 	}
 	*mask &= all;
@@ -706,9 +705,9 @@ reduce_dtype(Graph *g, Node *n, Diag *d, uint32_t mask, DType *dt)
 	}
 	for (int k = 0; k < t->rank; k++)
 		if ((mask >> k & 1) && t->d[k] == 0)
-			return fail(g, n, d, oloc(n, 0),
-			            "dim %d of %s has size 0, and the reduction of no elements is undefined",
-			            k, opnd_desc(&x, g, n, 0));
+			return shape_fail(g, n, d, oloc(n, 0),
+			                  "dim %d of %s has size 0, and the reduction of no elements is undefined",
+			                  k, opnd_desc(&x, g, n, 0));
 	return 1;
 }
 
@@ -763,12 +762,13 @@ shape_layer_norm(Graph *g, Node *n, Diag *d)
 		const Type *p = otype(g, n, i);
 		const char *what = i == 1 ? "weight" : "bias";
 		if (p->rank != 1 || p->d[0] != dim)
-			return fail(g, n, d, oloc(n, i),
-			            "the %s must have the shape [%" PRId64 "] of the last dim of %s, but %s is not",
-			            what, dim, opnd_desc(&x, g, n, 0), opnd_desc(&w, g, n, i));
+			return shape_fail(g, n, d, oloc(n, i),
+			                  "the %s must have the shape [%" PRId64 "] of the last dim of %s, but %s is not",
+			                  what, dim, opnd_desc(&x, g, n, 0), opnd_desc(&w, g, n, i));
 		if (p->dt != t->dt)
-			return fail(g, n, d, oloc(n, i), "the %s must have the dtype of %s, but %s does not",
-			            what, opnd_desc(&x, g, n, 0), opnd_desc(&w, g, n, i));
+			return shape_fail(g, n, d, oloc(n, i),
+			                  "the %s must have the dtype of %s, but %s does not",
+			                  what, opnd_desc(&x, g, n, 0), opnd_desc(&w, g, n, i));
 	}
 	return set_result(g, n, d, 0, t);
 }
@@ -783,12 +783,13 @@ same_float(Graph *g, Node *n, Diag *d, int first, int count)
 	Text a, b;
 	for (int i = first; i < first + count; i++) {
 		if (!dtype_is_float((DType)otype(g, n, i)->dt))
-			return fail(g, n, d, oloc(n, i),
-			            "expects floating-point operands (integer products are not supported), but %s is not",
-			            opnd_desc(&a, g, n, i));
+			return shape_fail(g, n, d, oloc(n, i),
+			                  "expects floating-point operands (integer products are not supported), but %s is not",
+			                  opnd_desc(&a, g, n, i));
 		if (i > first && otype(g, n, i)->dt != otype(g, n, first)->dt)
-			return fail(g, n, d, oloc(n, i), "operands must have the same dtype: %s and %s",
-			            opnd_desc(&a, g, n, first), opnd_desc(&b, g, n, i));
+			return shape_fail(g, n, d, oloc(n, i),
+			                  "operands must have the same dtype: %s and %s",
+			                  opnd_desc(&a, g, n, first), opnd_desc(&b, g, n, i));
 	}
 	return 1;
 }
@@ -811,18 +812,21 @@ shape_matmul(Graph *g, Node *n, Diag *d)
 		return 0;
 	const Type *a = otype(g, n, 0), *b = otype(g, n, 1);
 	if (a->rank == 0 || b->rank == 0)
-		return fail(g, n, d, oloc(n, a->rank ? 1 : 0), "both operands need at least one dim: %s and %s",
-		            opnd_desc(&x, g, n, 0), opnd_desc(&y, g, n, 1));
+		return shape_fail(g, n, d, oloc(n, a->rank ? 1 : 0),
+		                  "both operands need at least one dim: %s and %s",
+		                  opnd_desc(&x, g, n, 0), opnd_desc(&y, g, n, 1));
 	int64_t ka = a->d[a->rank - 1];
 	int64_t kb = b->rank == 1 ? b->d[0] : b->d[b->rank - 2];
 	if (ka != kb)
-		return fail(g, n, d, oloc(n, 1), "inner dimensions differ: %s is %s and %s is %s",
-		            opnd_text(&x, g, &n->opnd[0]), type_text(&xt, a),
-		            opnd_text(&y, g, &n->opnd[1]), type_text(&yt, b));
+		return shape_fail(g, n, d, oloc(n, 1),
+		                  "inner dimensions differ: %s is %s and %s is %s",
+		                  opnd_text(&x, g, &n->opnd[0]), type_text(&xt, a),
+		                  opnd_text(&y, g, &n->opnd[1]), type_text(&yt, b));
 	Type ba = batch_of(a, 2), bb = batch_of(b, 2), r;
 	if (!shape_broadcast(&ba, &bb, &r))
-		return fail(g, n, d, oloc(n, 1), "batch dimensions don't broadcast: %s and %s",
-		            opnd_desc(&x, g, n, 0), opnd_desc(&y, g, n, 1));
+		return shape_fail(g, n, d, oloc(n, 1),
+		                  "batch dimensions don't broadcast: %s and %s",
+		                  opnd_desc(&x, g, n, 0), opnd_desc(&y, g, n, 1));
 	if (a->rank >= 2)
 		r.d[r.rank++] = a->d[a->rank - 2];
 	if (b->rank >= 2)
@@ -840,17 +844,19 @@ shape_linear(Graph *g, Node *n, Diag *d)
 		return 0;
 	const Type *xt = otype(g, n, 0), *wt = otype(g, n, 1);
 	if (wt->rank != 2)
-		return fail(g, n, d, oloc(n, 1), "the weight must be [out, in], but %s is not",
-		            opnd_desc(&w, g, n, 1));
+		return shape_fail(g, n, d, oloc(n, 1),
+		                  "the weight must be [out, in], but %s is not",
+		                  opnd_desc(&w, g, n, 1));
 	if (wt->d[1] != xt->d[xt->rank - 1])
-		return fail(g, n, d, oloc(n, 1),
-		            "inner dimensions differ: %s and %s (the weight is [out, in])",
-		            opnd_desc(&x, g, n, 0), opnd_desc(&w, g, n, 1));
+		return shape_fail(g, n, d, oloc(n, 1),
+		                  "inner dimensions differ: %s and %s (the weight is [out, in])",
+		                  opnd_desc(&x, g, n, 0), opnd_desc(&w, g, n, 1));
 	if (n->nopnd > 2) {
 		const Type *bt = otype(g, n, 2);
 		if (bt->rank != 1 || bt->d[0] != wt->d[0])
-			return fail(g, n, d, oloc(n, 2), "the bias must be [%" PRId64 "] for weight %s, but %s is not",
-			            wt->d[0], opnd_desc(&w, g, n, 1), opnd_desc(&x, g, n, 2));
+			return shape_fail(g, n, d, oloc(n, 2),
+			                  "the bias must be [%" PRId64 "] for weight %s, but %s is not",
+			                  wt->d[0], opnd_desc(&w, g, n, 1), opnd_desc(&x, g, n, 2));
 	}
 	Type r = *xt;
 	r.d[r.rank - 1] = wt->d[0];
@@ -890,47 +896,54 @@ shape_sdpa(Graph *g, Node *n, Diag *d)
 		return 0;
 	const Attr *dp = attr(n, "dropout_p");
 	if (dp->set && !(dp->f >= 0 && dp->f <= 1))
-		return fail(g, n, d, dp->loc, "dropout probability has to be between 0 and 1, but "
-		            "got %g", dp->f);
+		return shape_fail(g, n, d, dp->loc,
+		                  "dropout probability has to be between 0 and 1, but "
+		                  "got %g", dp->f);
 	if (!salt_ok(g, n, d))
 		return 0;
 	for (int i = 0; i < 3; i++)
 		if (otype(g, n, i)->rank < 2)
-			return fail(g, n, d, oloc(n, i), "query, key and value need at least two dims, but %s has %d",
-			            opnd_desc(&a, g, n, i), otype(g, n, i)->rank);
+			return shape_fail(g, n, d, oloc(n, i),
+			                  "query, key and value need at least two dims, but %s has %d",
+			                  opnd_desc(&a, g, n, i), otype(g, n, i)->rank);
 	const Type *q = otype(g, n, 0), *k = otype(g, n, 1), *v = otype(g, n, 2);
 	if (q->d[q->rank - 1] != k->d[k->rank - 1])
-		return fail(g, n, d, oloc(n, 1), "the query and key have different head dims: %s and %s",
-		            opnd_desc(&a, g, n, 0), opnd_desc(&b, g, n, 1));
+		return shape_fail(g, n, d, oloc(n, 1),
+		                  "the query and key have different head dims: %s and %s",
+		                  opnd_desc(&a, g, n, 0), opnd_desc(&b, g, n, 1));
 	if (k->d[k->rank - 2] != v->d[v->rank - 2])
-		return fail(g, n, d, oloc(n, 2), "the key and value have different sequence lengths: %s and %s",
-		            opnd_desc(&a, g, n, 1), opnd_desc(&b, g, n, 2));
+		return shape_fail(g, n, d, oloc(n, 2),
+		                  "the key and value have different sequence lengths: %s and %s",
+		                  opnd_desc(&a, g, n, 1), opnd_desc(&b, g, n, 2));
 	int gqa = ir_attr_int(n, "enable_gqa", 0) != 0;
 	int64_t group = shape_attn_group(q, k, gqa);
 	if (gqa) {
 		for (int i = 0; i < 3; i++)
 			if (otype(g, n, i)->rank < 3)
-				return fail(g, n, d, oloc(n, i), "enable_gqa needs the heads at dim -3, but %s has %d dims",
-				            opnd_desc(&a, g, n, i), otype(g, n, i)->rank);
+				return shape_fail(g, n, d, oloc(n, i),
+				                  "enable_gqa needs the heads at dim -3, but %s has %d dims",
+				                  opnd_desc(&a, g, n, i), otype(g, n, i)->rank);
 		if (k->d[k->rank - 3] != v->d[v->rank - 3])
-			return fail(g, n, d, oloc(n, 2), "the key and value have different head counts (dim -3): %s and %s",
-			            opnd_desc(&a, g, n, 1), opnd_desc(&b, g, n, 2));
+			return shape_fail(g, n, d, oloc(n, 2),
+			                  "the key and value have different head counts (dim -3): %s and %s",
+			                  opnd_desc(&a, g, n, 1), opnd_desc(&b, g, n, 2));
 		if (group == 0)
-			return fail(g, n, d, oloc(n, 1),
-			            "enable_gqa: the query's %lld heads (dim -3) are not a multiple of the key's %lld: %s and %s",
-			            (long long)q->d[q->rank - 3], (long long)k->d[k->rank - 3],
-			            opnd_desc(&a, g, n, 0), opnd_desc(&b, g, n, 1));
+			return shape_fail(g, n, d, oloc(n, 1),
+			                  "enable_gqa: the query's %lld heads (dim -3) are not a multiple of the key's %lld: %s and %s",
+			                  (long long)q->d[q->rank - 3], (long long)k->d[k->rank - 3],
+			                  opnd_desc(&a, g, n, 0), opnd_desc(&b, g, n, 1));
 	}
 	Type r;
 	if (!shape_attn_batch(q, k, v, group, &r)) {
 		if (!gqa && q->rank >= 3 && k->rank >= 3 && k->d[k->rank - 3] > 1 &&
 		    q->d[q->rank - 3] > k->d[k->rank - 3] && q->d[q->rank - 3] % k->d[k->rank - 3] == 0)
-			return fail(g, n, d, oloc(n, 1),
-			            "the query has %lld heads (dim -3) and the key %lld: enable_gqa=true lets each key and value head serve a group of query heads",
-			            (long long)q->d[q->rank - 3], (long long)k->d[k->rank - 3]);
-		return fail(g, n, d, n->loc, "batch dimensions don't broadcast: %s, %s and %s",
-		            opnd_desc(&a, g, n, 0), opnd_desc(&b, g, n, 1),
-		            opnd_desc(&c, g, n, 2));
+			return shape_fail(g, n, d, oloc(n, 1),
+			                  "the query has %lld heads (dim -3) and the key %lld: enable_gqa=true lets each key and value head serve a group of query heads",
+			                  (long long)q->d[q->rank - 3], (long long)k->d[k->rank - 3]);
+		return shape_fail(g, n, d, n->loc,
+		                  "batch dimensions don't broadcast: %s, %s and %s",
+		                  opnd_desc(&a, g, n, 0), opnd_desc(&b, g, n, 1),
+		                  opnd_desc(&c, g, n, 2));
 	}
 	r.d[r.rank++] = q->d[q->rank - 2];
 	if (n->nopnd > 3) {
@@ -938,15 +951,18 @@ shape_sdpa(Graph *g, Node *n, Diag *d)
 		Type full = r, x;
 		full.d[full.rank++] = k->d[k->rank - 2];
 		if (ir_attr_int(n, "causal", 0))
-			return fail(g, n, d, oloc(n, 3), "a mask and causal=true together: give one (as PyTorch, "
-			            "which rejects both)");
+			return shape_fail(g, n, d, oloc(n, 3),
+			                  "a mask and causal=true together: give one (as PyTorch, "
+			                  "which rejects both)");
 		if (m->dt != DT_BOOL && m->dt != q->dt)
-			return fail(g, n, d, oloc(n, 3), "the mask must be bool or the query's dtype %s, but %s is not",
-			            dtype_name((DType)q->dt), opnd_desc(&a, g, n, 3));
+			return shape_fail(g, n, d, oloc(n, 3),
+			                  "the mask must be bool or the query's dtype %s, but %s is not",
+			                  dtype_name((DType)q->dt), opnd_desc(&a, g, n, 3));
 		full.dt = m->dt;
 		if (!shape_broadcast(m, &full, &x) || !type_same_shape(&x, &full))
-			return fail(g, n, d, oloc(n, 3), "the mask %s does not broadcast to the scores' shape %s",
-			            opnd_desc(&a, g, n, 3), type_text(&b, &full));
+			return shape_fail(g, n, d, oloc(n, 3),
+			                  "the mask %s does not broadcast to the scores' shape %s",
+			                  opnd_desc(&a, g, n, 3), type_text(&b, &full));
 	}
 	r.d[r.rank++] = v->d[v->rank - 1];
 	r.dt = q->dt;
@@ -970,21 +986,24 @@ shape_reshape(Graph *g, Node *n, Diag *d)
 	ints_text(&s, a->ints, (int)a->nints);
 	for (uint32_t j = 0; j < a->nints; j++) {
 		if (a->ints[j] == -1 && infer >= 0)
-			return fail(g, n, d, a->loc, "only one dim can be inferred (-1) in shape %s", s.s);
+			return shape_fail(g, n, d, a->loc,
+			                  "only one dim can be inferred (-1) in shape %s", s.s);
 		if (a->ints[j] == -1)
 			infer = (int)j;
 		else if (a->ints[j] < 0)
-			return fail(g, n, d, a->loc, "invalid size %" PRId64 " in shape %s", a->ints[j], s.s);
+			return shape_fail(g, n, d, a->loc,
+			                  "invalid size %" PRId64 " in shape %s", a->ints[j], s.s);
 		else if (!mul_ok(known, a->ints[j], &known))
-			return fail(g, n, d, a->loc, "shape %s is too large", s.s);
+			return shape_fail(g, n, d, a->loc, "shape %s is too large", s.s);
 	}
 	if (infer >= 0 && known == 0)
-		return fail(g, n, d, a->loc,
-		            "can't infer the -1 in shape %s for %s: with a size 0 it could be anything",
-		            s.s, opnd_desc(&x, g, n, 0));
+		return shape_fail(g, n, d, a->loc,
+		                  "can't infer the -1 in shape %s for %s: with a size 0 it could be anything",
+		                  s.s, opnd_desc(&x, g, n, 0));
 	if (infer >= 0 ? ne % known != 0 : ne != known)
-		return fail(g, n, d, a->loc, "shape %s is invalid for %s of %" PRId64 " elements",
-		            s.s, opnd_desc(&x, g, n, 0), ne);
+		return shape_fail(g, n, d, a->loc,
+		                  "shape %s is invalid for %s of %" PRId64 " elements",
+		                  s.s, opnd_desc(&x, g, n, 0), ne);
 	Type r = make_type((DType)t->dt, a->ints, (int)a->nints);
 	if (infer >= 0)
 		r.d[infer] = ne / known;
@@ -1017,16 +1036,17 @@ shape_permute(Graph *g, Node *n, Diag *d)
 	uint32_t seen = 0;
 	ints_text(&s, a->ints, (int)a->nints);
 	if (a->nints != t->rank)
-		return fail(g, n, d, a->loc, "dims %s has %u entries, but %s has %d dims",
-		            s.s, a->nints, opnd_desc(&x, g, n, 0), t->rank);
+		return shape_fail(g, n, d, a->loc, "dims %s has %u entries, but %s has %d dims",
+		                  s.s, a->nints, opnd_desc(&x, g, n, 0), t->rank);
 	Type r = *t;
 	for (uint32_t j = 0; j < a->nints; j++) {
 		int k = norm_dim(g, n, d, a->loc, a->ints[j], t->rank, 0);
 		if (k < 0)
 			return 0;
 		if (seen & (1u << k))
-			return fail(g, n, d, a->loc, "dims %s is not a permutation: dim %d appears twice",
-			            s.s, k);
+			return shape_fail(g, n, d, a->loc,
+			                  "dims %s is not a permutation: dim %d appears twice",
+			                  s.s, k);
 		seen |= 1u << k;
 		r.d[j] = t->d[k];
 	}
@@ -1043,8 +1063,8 @@ shape_expand(Graph *g, Node *n, Diag *d)
 	const Type *t = otype(g, n, 0);
 	ints_text(&s, a->ints, (int)a->nints);
 	if (a->nints < t->rank)
-		return fail(g, n, d, a->loc, "shape %s has fewer dims than %s",
-		            s.s, opnd_desc(&x, g, n, 0));
+		return shape_fail(g, n, d, a->loc, "shape %s has fewer dims than %s",
+		                  s.s, opnd_desc(&x, g, n, 0));
 	if (!rank_ok(g, n, d, a->loc, a->nints))
 		return 0;
 	int lead = (int)a->nints - t->rank;
@@ -1052,14 +1072,15 @@ shape_expand(Graph *g, Node *n, Diag *d)
 	for (int j = 0; j < (int)a->nints; j++) {
 		int64_t v = a->ints[j], cur = j < lead ? 0 : t->d[j - lead];
 		if (j < lead && v < 0)
-			return fail(g, n, d, a->loc, "size %" PRId64 " isn't allowed in the new leading dim %d of shape %s",
-			            v, j, s.s);
+			return shape_fail(g, n, d, a->loc,
+			                  "size %" PRId64 " isn't allowed in the new leading dim %d of shape %s",
+			                  v, j, s.s);
 		if (j < lead || v == cur || (cur == 1 && v >= 0))
 			continue;
 		if (v != -1)
-			return fail(g, n, d, a->loc,
-			            "size %" PRId64 " at dim %d of shape %s doesn't match size %" PRId64 " of %s; only dims of size 1 expand",
-			            v, j, s.s, cur, opnd_desc(&x, g, n, 0));
+			return shape_fail(g, n, d, a->loc,
+			                  "size %" PRId64 " at dim %d of shape %s doesn't match size %" PRId64 " of %s; only dims of size 1 expand",
+			                  v, j, s.s, cur, opnd_desc(&x, g, n, 0));
 		r.d[j] = cur;
 	}
 	return set_result(g, n, d, 0, &r);
@@ -1169,12 +1190,14 @@ cat_match(Graph *g, Node *n, Diag *d, int i, int ref, int k)
 	Text a, b;
 	const Type *t = otype(g, n, i), *rt = otype(g, n, ref);
 	if (t->rank != rt->rank)
-		return fail(g, n, d, oloc(n, i), "tensors must have the same number of dims: %s and %s",
-		            opnd_desc(&a, g, n, ref), opnd_desc(&b, g, n, i));
+		return shape_fail(g, n, d, oloc(n, i),
+		                  "tensors must have the same number of dims: %s and %s",
+		                  opnd_desc(&a, g, n, ref), opnd_desc(&b, g, n, i));
 	for (int j = 0; j < t->rank; j++)
 		if (j != k && t->d[j] != rt->d[j])
-			return fail(g, n, d, oloc(n, i), "sizes must match except in dim %d: %s and %s",
-			            k, opnd_desc(&a, g, n, ref), opnd_desc(&b, g, n, i));
+			return shape_fail(g, n, d, oloc(n, i),
+			                  "sizes must match except in dim %d: %s and %s",
+			                  k, opnd_desc(&a, g, n, ref), opnd_desc(&b, g, n, i));
 	return 1;
 }
 
@@ -1189,8 +1212,8 @@ shape_cat(Graph *g, Node *n, Diag *d)
 	for (int i = 0; i < n->nopnd; i++) {
 		const Type *t = otype(g, n, i);
 		if (t->rank == 0)
-			return fail(g, n, d, oloc(n, i), "0-d %s can't be concatenated",
-			            opnd_desc(&x, g, n, i));
+			return shape_fail(g, n, d, oloc(n, i), "0-d %s can't be concatenated",
+			                  opnd_desc(&x, g, n, i));
 		dt = dtype_promote(dt, (DType)t->dt);
 		if (ref < 0 && !shape_legacy_empty(t))
 			ref = i;
@@ -1211,7 +1234,7 @@ shape_cat(Graph *g, Node *n, Diag *d)
 		if (!cat_match(g, n, d, i, ref, k))
 			return 0;
 		if (!add_ok(r.d[k], otype(g, n, i)->d[k], &r.d[k]))
-			return fail(g, n, d, n->loc, "the result is too large");
+			return shape_fail(g, n, d, n->loc, "the result is too large");
 	}
 	r.dt = (uint8_t)dt;
 	return set_result(g, n, d, 0, &r);
@@ -1229,18 +1252,19 @@ shape_chunk(Graph *g, Node *n, Diag *d)
 	if (!need_dims(g, n, d, 0))
 		return 0;
 	if (c->i <= 0)
-		return fail(g, n, d, c->loc, "chunks must be greater than 0, but is %" PRId64, c->i);
+		return shape_fail(g, n, d, c->loc,
+		                  "chunks must be greater than 0, but is %" PRId64, c->i);
 	if ((k = dim_attr(g, n, d, "dim", 0)) < 0)
 		return 0;
 	Type r = *otype(g, n, 0);
 	int64_t size = r.d[k], csize = size / c->i + (size % c->i != 0);
 	int64_t count = size ? size / csize + (size % csize != 0) : c->i;
 	if (n->nres != count)
-		return fail(g, n, d, n->loc,
-		            "%s splits into %" PRId64 " chunk%s of size %" PRId64 " along dim %d, "
-		            "but the statement names %u result%s",
-		            opnd_desc(&x, g, n, 0), count, count == 1 ? "" : "s", csize, k,
-		            n->nres, n->nres == 1 ? "" : "s");
+		return shape_fail(g, n, d, n->loc,
+		                  "%s splits into %" PRId64 " chunk%s of size %" PRId64 " along dim %d, "
+		                  "but the statement names %u result%s",
+		                  opnd_desc(&x, g, n, 0), count, count == 1 ? "" : "s", csize, k,
+		                  n->nres, n->nres == 1 ? "" : "s");
 	for (uint32_t i = 0; i < n->nres; i++) {
 		r.d[k] = i + 1 < n->nres ? csize : size - csize * (count - 1);
 		if (!set_result(g, n, d, i, &r))
@@ -1257,8 +1281,8 @@ split_size(Graph *g, Node *n, Diag *d, Attr *a, int64_t size)
 {
 	int64_t s = a->ints[0], count = s > 0 && size > 0 ? size / s + (size % s != 0) : 1;
 	if (s < 0 || (s == 0 && size != 0))
-		return fail(g, n, d, a->loc, "split size %" PRId64 " must be %s", s,
-		            s < 0 ? "non-negative" : "positive for a dim of size above 0");
+		return shape_fail(g, n, d, a->loc, "split size %" PRId64 " must be %s", s,
+		                  s < 0 ? "non-negative" : "positive for a dim of size above 0");
 	if (!want_results(g, n, d, count))
 		return 0;
 	int64_t *v = arena_alloc(g->mod->arena, (size_t)count * sizeof *v);
@@ -1286,11 +1310,12 @@ shape_split(Graph *g, Node *n, Diag *d)
 	ints_text(&s, a->ints, (int)a->nints);
 	for (uint32_t j = 0; j < a->nints; j++)
 		if (a->ints[j] < 0 || !add_ok(sum, a->ints[j], &sum))
-			return fail(g, n, d, a->loc, "sizes %s must be non-negative", s.s);
+			return shape_fail(g, n, d, a->loc, "sizes %s must be non-negative", s.s);
 	Type r = *otype(g, n, 0);
 	if (a->nints == 0 || sum != r.d[k])
-		return fail(g, n, d, a->loc, "sizes %s must sum to %" PRId64 ", the size of dim %d of %s",
-		            s.s, r.d[k], k, opnd_desc(&x, g, n, 0));
+		return shape_fail(g, n, d, a->loc,
+		                  "sizes %s must sum to %" PRId64 ", the size of dim %d of %s",
+		                  s.s, r.d[k], k, opnd_desc(&x, g, n, 0));
 	if (!want_results(g, n, d, a->nints))
 		return 0;
 	for (uint32_t i = 0; i < a->nints; i++) {
@@ -1375,8 +1400,8 @@ value_fits(Graph *g, Node *n, Diag *d, DType dt)
 		snprintf(buf, sizeof buf, "%.0f", a->f);
 	else
 		fmt_double(buf, a->f);
-	return fail(g, n, d, a->loc, "value %s can't be converted to %s without overflow",
-	            buf, dtype_name(dt));
+	return shape_fail(g, n, d, a->loc, "value %s can't be converted to %s without overflow",
+	                  buf, dtype_name(dt));
 }
 
 /* zeros ones full(shape=[...], value=, dtype=f32): sizes non-negative;
@@ -1391,8 +1416,8 @@ shape_creation(Graph *g, Node *n, Diag *d)
 		return 0;
 	for (uint32_t j = 0; j < a->nints; j++)
 		if (a->ints[j] < 0)
-			return fail(g, n, d, a->loc, "negative size %" PRId64 " in shape %s",
-			            a->ints[j], ints_text(&s, a->ints, (int)a->nints));
+			return shape_fail(g, n, d, a->loc, "negative size %" PRId64 " in shape %s",
+			                  a->ints[j], ints_text(&s, a->ints, (int)a->nints));
 	if (n->op == OP_FULL && !value_fits(g, n, d, dt))
 		return 0;
 	Type r = make_type(dt, a->ints, (int)a->nints);
@@ -1405,8 +1430,9 @@ shape_rand(Graph *g, Node *n, Diag *d)
 {
 	const Attr *dt = attr(n, "dtype");
 	if (!dtype_is_float((DType)dt->i))
-		return fail(g, n, d, dt->loc, "dtype %s is not supported (floating-point dtypes are, "
-		            "as in torch.rand)", dtype_name((DType)dt->i));
+		return shape_fail(g, n, d, dt->loc,
+		                  "dtype %s is not supported (floating-point dtypes are, "
+		                  "as in torch.rand)", dtype_name((DType)dt->i));
 	return salt_ok(g, n, d) && shape_creation(g, n, d);
 }
 
@@ -1416,9 +1442,10 @@ shape_arange(Graph *g, Node *n, Diag *d)
 {
 	const Attr *e = attr(n, "end"), *t = attr(n, "dtype");
 	if (e->i < 0)
-		return fail(g, n, d, e->loc, "end must not be negative, but is %" PRId64, e->i);
+		return shape_fail(g, n, d, e->loc,
+		                  "end must not be negative, but is %" PRId64, e->i);
 	if (t->i == DT_BOOL)
-		return fail(g, n, d, t->loc, "dtype bool is not supported");
+		return shape_fail(g, n, d, t->loc, "dtype bool is not supported");
 	Type r = make_type((DType)t->i, &e->i, 1);
 	return set_result(g, n, d, 0, &r);
 }
@@ -1433,11 +1460,13 @@ shape_embedding(Graph *g, Node *n, Diag *d)
 	Text x;
 	const Type *idx = otype(g, n, 0), *tab = otype(g, n, 1);
 	if (!dtype_is_int((DType)idx->dt))
-		return fail(g, n, d, oloc(n, 0), "the indices must be i64 or i32, but %s is not",
-		            opnd_desc(&x, g, n, 0));
+		return shape_fail(g, n, d, oloc(n, 0),
+		                  "the indices must be i64 or i32, but %s is not",
+		                  opnd_desc(&x, g, n, 0));
 	if (tab->rank != 2)
-		return fail(g, n, d, oloc(n, 1), "the table must be 2-d [V, D], but %s is not",
-		            opnd_desc(&x, g, n, 1));
+		return shape_fail(g, n, d, oloc(n, 1),
+		                  "the table must be 2-d [V, D], but %s is not",
+		                  opnd_desc(&x, g, n, 1));
 	if (!rank_ok(g, n, d, oloc(n, 0), idx->rank + 1))
 		return 0;
 	Type r = make_type((DType)tab->dt, idx->d, idx->rank);
@@ -1454,18 +1483,19 @@ shape_gather(Graph *g, Node *n, Diag *d)
 	int k;
 	const Type *t = otype(g, n, 0), *idx = otype(g, n, 1);
 	if (idx->dt != DT_I64)
-		return fail(g, n, d, oloc(n, 1), "the index must be i64, but %s is not",
-		            opnd_desc(&y, g, n, 1));
+		return shape_fail(g, n, d, oloc(n, 1), "the index must be i64, but %s is not",
+		                  opnd_desc(&y, g, n, 1));
 	if (idx->rank != t->rank)
-		return fail(g, n, d, oloc(n, 1), "the index must have as many dims as the input: %s and %s",
-		            opnd_desc(&x, g, n, 0), opnd_desc(&y, g, n, 1));
+		return shape_fail(g, n, d, oloc(n, 1),
+		                  "the index must have as many dims as the input: %s and %s",
+		                  opnd_desc(&x, g, n, 0), opnd_desc(&y, g, n, 1));
 	if ((k = dim_attr(g, n, d, "dim", 0)) < 0)
 		return 0;
 	for (int j = 0; j < t->rank; j++)
 		if (j != k && idx->d[j] > t->d[j])
-			return fail(g, n, d, oloc(n, 1),
-			            "the index must not be larger than the input except in dim %d: %s and %s",
-			            k, opnd_desc(&x, g, n, 0), opnd_desc(&y, g, n, 1));
+			return shape_fail(g, n, d, oloc(n, 1),
+			                  "the index must not be larger than the input except in dim %d: %s and %s",
+			                  k, opnd_desc(&x, g, n, 0), opnd_desc(&y, g, n, 1));
 	Type r = *idx;
 	r.dt = t->dt;
 	return set_result(g, n, d, 0, &r);
@@ -1484,8 +1514,9 @@ shape_mse_loss(Graph *g, Node *n, Diag *d)
 		return 0;
 	DType dt = shape_result_type(g, n, 0, 2);
 	if (!dtype_is_float(dt))
-		return fail(g, n, d, oloc(n, 0), "expects floating-point operands, but %s and %s are not",
-		            opnd_desc(&a, g, n, 0), opnd_desc(&b, g, n, 1));
+		return shape_fail(g, n, d, oloc(n, 0),
+		                  "expects floating-point operands, but %s and %s are not",
+		                  opnd_desc(&a, g, n, 0), opnd_desc(&b, g, n, 1));
 	r = make_type(dt, NULL, 0);
 	return set_result(g, n, d, 0, &r);
 }
@@ -1501,15 +1532,17 @@ shape_cross_entropy(Graph *g, Node *n, Diag *d)
 	if (!need_float(g, n, d, 0) || !need_dims(g, n, d, 0))
 		return 0;
 	if (tg->dt != DT_I64)
-		return fail(g, n, d, oloc(n, 1), "expects integer targets (i64 class indices), but %s is not",
-		            opnd_desc(&y, g, n, 1));
+		return shape_fail(g, n, d, oloc(n, 1),
+		                  "expects integer targets (i64 class indices), but %s is not",
+		                  opnd_desc(&y, g, n, 1));
 	Type want = make_type(DT_I64, lg->d, lg->rank > 1 ? 1 : 0);
 	for (int j = 2; j < lg->rank; j++)
 		want.d[want.rank++] = lg->d[j];
 	if (!type_same_shape(&want, tg))
-		return fail(g, n, d, oloc(n, 1), "the target must have shape %s for logits %s, but %s is not",
-		            ints_text(&s, want.d, want.rank), opnd_desc(&x, g, n, 0),
-		            opnd_desc(&y, g, n, 1));
+		return shape_fail(g, n, d, oloc(n, 1),
+		                  "the target must have shape %s for logits %s, but %s is not",
+		                  ints_text(&s, want.d, want.rank), opnd_desc(&x, g, n, 0),
+		                  opnd_desc(&y, g, n, 1));
 	Type r = make_type((DType)lg->dt, NULL, 0);
 	return set_result(g, n, d, 0, &r);
 }
@@ -1523,7 +1556,8 @@ shape_to_host(Graph *g, Node *n, Diag *d)
 	Text x;
 	Type r = *otype(g, n, 0);
 	if (r.host)
-		return fail(g, n, d, oloc(n, 0), "%s is already in host memory", opnd_desc(&x, g, n, 0));
+		return shape_fail(g, n, d, oloc(n, 0),
+		                  "%s is already in host memory", opnd_desc(&x, g, n, 0));
 	if (!set_result(g, n, d, 0, &r))
 		return 0;
 	g->vals.v[n->res[0]].type.host = 1;
@@ -1537,7 +1571,8 @@ shape_to_device(Graph *g, Node *n, Diag *d)
 	Text x;
 	Type r = *otype(g, n, 0);
 	if (!r.host)
-		return fail(g, n, d, oloc(n, 0), "%s is already in device memory", opnd_desc(&x, g, n, 0));
+		return shape_fail(g, n, d, oloc(n, 0),
+		                  "%s is already in device memory", opnd_desc(&x, g, n, 0));
 	r.host = 0;
 	return set_result(g, n, d, 0, &r);
 }
@@ -1551,8 +1586,8 @@ copy_check(Graph *g, Node *n, Diag *d)
 	Type r;
 	if (shape_broadcast(otype(g, n, 1), dst, &r) && type_same_shape(&r, dst))
 		return 1;
-	return fail(g, n, d, oloc(n, 1), "the source %s doesn't broadcast to the shape of %s",
-	            opnd_desc(&a, g, n, 1), opnd_desc(&b, g, n, 0));
+	return shape_fail(g, n, d, oloc(n, 1), "the source %s doesn't broadcast to the shape of %s",
+	                  opnd_desc(&a, g, n, 1), opnd_desc(&b, g, n, 0));
 }
 
 /* add_ sub_ mul_ div_ copy_ zero_ fill_: no results.  The out-of-place
@@ -1576,13 +1611,14 @@ shape_inplace(Graph *g, Node *n, Diag *d)
 	if (!arith_type(g, n, d, op_inplace_base(n->op), &r))
 		return 0;
 	if (!type_same_shape(&r, dst))
-		return fail(g, n, d, oloc(n, 1), "output %s doesn't match the broadcast shape %s",
-		            opnd_desc(&x, g, n, 0), ints_text(&s, r.d, r.rank));
+		return shape_fail(g, n, d, oloc(n, 1),
+		                  "output %s doesn't match the broadcast shape %s",
+		                  opnd_desc(&x, g, n, 0), ints_text(&s, r.d, r.rank));
 	if (!can_cast((DType)r.dt, (DType)dst->dt))
-		return fail(g, n, d, oloc(n, 1),
-		            "result type %s can't be cast to the desired output type %s of %s",
-		            dtype_name((DType)r.dt), dtype_name((DType)dst->dt),
-		            opnd_text(&x, g, &n->opnd[0]));
+		return shape_fail(g, n, d, oloc(n, 1),
+		                  "result type %s can't be cast to the desired output type %s of %s",
+		                  dtype_name((DType)r.dt), dtype_name((DType)dst->dt),
+		                  opnd_text(&x, g, &n->opnd[0]));
 	return 1;
 }
 
@@ -1624,7 +1660,8 @@ world_size(Graph *g, Node *n, Diag *d)
 {
 	int64_t w = ir_world(g->mod);
 	if (w < 1)
-		fail(g, n, d, n->loc, "WORLD is %" PRId64 ", but there must be at least one rank", w);
+		shape_fail(g, n, d, n->loc,
+		           "WORLD is %" PRId64 ", but there must be at least one rank", w);
 	return w < 1 ? 0 : w;
 }
 
@@ -1639,7 +1676,7 @@ shape_all_gather(Graph *g, Node *n, Diag *d)
 		return 0;
 	Type r = *otype(g, n, 0);
 	if (!mul_ok(r.d[k], w, &r.d[k]))
-		return fail(g, n, d, n->loc, "the result is too large");
+		return shape_fail(g, n, d, n->loc, "the result is too large");
 	return set_result(g, n, d, 0, &r);
 }
 
@@ -1652,8 +1689,9 @@ shape_broadcast_op(Graph *g, Node *n, Diag *d)
 	if (!w)
 		return 0;
 	if (root < 0 || root >= w)
-		return fail(g, n, d, n->loc, "root=%" PRId64 " is not a rank: WORLD is %" PRId64
-		            " (ranks 0 to %" PRId64 ")", root, w, w - 1);
+		return shape_fail(g, n, d, n->loc,
+		                  "root=%" PRId64 " is not a rank: WORLD is %" PRId64
+		                  " (ranks 0 to %" PRId64 ")", root, w, w - 1);
 	return shape_identity(g, n, d);
 }
 
@@ -1671,8 +1709,9 @@ scatter_type(Graph *g, Node *n, Diag *d, Type *r)
 		return 0;
 	*r = *otype(g, n, 0);
 	if (r->d[k] % w != 0)
-		return fail(g, n, d, oloc(n, 0), "size %" PRId64 " of dim %d of %s is not divisible by WORLD = %" PRId64,
-		            r->d[k], k, opnd_desc(&x, g, n, 0), w);
+		return shape_fail(g, n, d, oloc(n, 0),
+		                  "size %" PRId64 " of dim %d of %s is not divisible by WORLD = %" PRId64,
+		                  r->d[k], k, opnd_desc(&x, g, n, 0), w);
 	if (n->op == OP_REDUCE_SCATTER)
 		r->d[k] /= w;
 	return 1;
