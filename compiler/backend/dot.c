@@ -179,6 +179,12 @@ dot_data_edges(FILE *f, Graph *g)
 	}
 }
 
+/* What dot_order_edge writes to. */
+typedef struct {
+	FILE *f;
+	const Graph *g;
+} DotOut;
+
 /* A dashed edge coloured by the event or stream it stands for. */
 static void
 sync_edge(FILE *f, NodeId from, NodeId to, uint32_t color, const char *label)
@@ -190,48 +196,34 @@ sync_edge(FILE *f, NodeId from, NodeId to, uint32_t color, const char *label)
 	fputs("\"];\n", f);
 }
 
-/* Each stream's program order (dotted) and the syncs (dashed). */
+/* One ordering edge (ir_order_edges): a stream's program order dotted,
+ * a sync's edge from another stream dashed in the event's or stream's
+ * colour; a synchronize's barrier on the nodes after it is left out. */
 static void
-dot_order_and_sync_edges(FILE *f, Graph *g)
+dot_order_edge(void *ctx, NodeId from, NodeId to, IrAfter kind, uint32_t via)
 {
-	uint32_t ns = g->streams.n, ne = g->events.n;
-	NodeId *last = xmalloc((ns + 1) * sizeof *last);
-	NodeId *rec = xmalloc((ne + 1) * sizeof *rec);
-	for (uint32_t s = 0; s < ns; s++)
-		last[s] = NONE;
-	for (uint32_t e = 0; e < ne; e++)
-		rec[e] = NONE;
-	for (NodeId i = 0; i < g->nodes.n; i++) {
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD)
-			continue;
-		if (last[n->stream] != NONE)
-			fprintf(f, "  n%u -> n%u [style=dotted, color=\"#999999\", "
-			        "arrowhead=none];\n", last[n->stream], i);
-		uint32_t t;
-		switch (ir_sync_of(n, &t)) {
-		case OP_RECORD_EVENT:
-			if (t < ne)
-				rec[t] = i;
-			break;
-		case OP_WAIT_EVENT:
-			if (t < ne && rec[t] != NONE)
-				sync_edge(f, rec[t], i, t, g->events.v[t].name);
-			break;
-		case OP_WAIT_STREAM:
-			if (t < ns && last[t] != NONE && t != n->stream)
-				sync_edge(f, last[t], i, t, g->streams.v[t].name);
-			break;
-		case OP_SYNCHRONIZE:
-			for (uint32_t s = 0; s < ns; s++)
-				if (last[s] != NONE && s != n->stream)
-					sync_edge(f, last[s], i, s, "synchronize");
-			break;
-		}
-		last[n->stream] = i;
+	const Graph *g = ((const DotOut *)ctx)->g;
+	FILE *f = ((const DotOut *)ctx)->f;
+	int other = via != g->nodes.v[to].stream;
+	switch (kind) {
+	case IR_AFTER_STREAM:
+		fprintf(f, "  n%u -> n%u [style=dotted, color=\"#999999\", "
+		        "arrowhead=none];\n", from, to);
+		break;
+	case IR_AFTER_EVENT:
+		sync_edge(f, from, to, via, g->events.v[via].name);
+		break;
+	case IR_AFTER_WAIT_STREAM:
+		if (other)
+			sync_edge(f, from, to, via, g->streams.v[via].name);
+		break;
+	case IR_AFTER_SYNCHRONIZE:
+		if (other)
+			sync_edge(f, from, to, via, "synchronize");
+		break;
+	case IR_AFTER_BARRIER:
+		break;
 	}
-	free(last);
-	free(rec);
 }
 
 /* One filled box per stream, in its colour. */
@@ -289,7 +281,7 @@ dot_graph(FILE *f, Module *m, Graph *g, int opt_level)
 	dot_nodes(f, g, kernel);
 	dot_kernels(f, g, kernel, nk);
 	dot_data_edges(f, g);
-	dot_order_and_sync_edges(f, g);
+	ir_order_edges(g, dot_order_edge, &(DotOut){f, g});
 	fputs("}\n", f);
 	free(kernel);
 }

@@ -136,81 +136,27 @@ find_releases(Run *R)
 	free(last);
 }
 
-/* The sync a node performs (itself, or control_deps' sync=), or -1. */
-static int
-sync_op(const Node *n)
+/* Under --interleave node `to` waits for `from`, each of its ordering
+ * edges but its stream's (the stream's queue keeps that order). */
+static void
+add_dep(void *ctx, NodeId from, NodeId to, IrAfter kind, uint32_t via)
 {
-	if (n->op == OP_CONTROL_DEPS) {
-		const Attr *a = ir_attr(n, "sync");
-		return a && a->s ? op_lookup(a->s, strlen(a->s)) : -1;
-	}
-	if (n->op == OP_SYNC_DEALLOC || (n->op < OP__N && (op_table[n->op].flags & OPF_SYNC)))
-		return n->op;
-	return -1;
+	Run *R = ctx;
+	(void)via;
+	if (kind != IR_AFTER_STREAM)
+		vec_push(&R->deps[to], from);
 }
 
-/* The event (or waited-for stream) a sync names: its positional operand,
- * or control_deps' `event=` / `other=`, or sync_dealloc's `event=`. */
-static int64_t
-sync_target(const Node *n, const char *key)
-{
-	if (n->op != OP_CONTROL_DEPS && n->op != OP_SYNC_DEALLOC && n->nopnd &&
-	    (n->opnd[0].kind == OK_EVENT || n->opnd[0].kind == OK_STREAM))
-		return n->opnd[0].v;
-	const Attr *a = ir_attr(n, key);
-	return a ? a->i : -1;
-}
-
-/* The nodes each node waits for under --interleave (see the top). */
+/* The nodes each node waits for under --interleave (see the top), and
+ * each stream's queue. */
 static void
 find_deps(Run *R)
 {
 	Graph *g = R->I.g;
-	uint32_t ns = g->streams.n, ne = g->events.n;
-	NodeId *last_on = xmalloc((ns + 1) * sizeof *last_on);
-	NodeId *last_rec = xmalloc((ne + 1) * sizeof *last_rec);
-	NodeId barrier = NONE;
-	for (uint32_t s = 0; s < ns; s++)
-		last_on[s] = NONE;
-	for (uint32_t e = 0; e < ne; e++)
-		last_rec[e] = NONE;
-	for (NodeId i = 0; i < g->nodes.n; i++) {
-		Node *n = &g->nodes.v[i];
-		if (!live(n))
-			continue;
-		uint32_t s = n->stream < ns ? n->stream : 0;
-		vec_push(&R->queue[s], i);
-		if (barrier != NONE)
-			vec_push(&R->deps[i], barrier);
-		int op = sync_op(n);
-		int64_t t;
-		switch (op) {
-		case OP_WAIT_EVENT: case OP_SYNC_DEALLOC:
-			t = sync_target(n, "event");
-			if (t >= 0 && (uint64_t)t < ne && last_rec[t] != NONE)
-				vec_push(&R->deps[i], last_rec[t]);
-			break;
-		case OP_WAIT_STREAM:
-			t = sync_target(n, "other");
-			if (t >= 0 && (uint64_t)t < ns && last_on[t] != NONE)
-				vec_push(&R->deps[i], last_on[t]);
-			break;
-		case OP_SYNCHRONIZE:
-			for (uint32_t k = 0; k < ns; k++)
-				if (last_on[k] != NONE)
-					vec_push(&R->deps[i], last_on[k]);
-			barrier = i;
-			break;
-		case OP_RECORD_EVENT:
-			t = sync_target(n, "event");
-			if (t >= 0 && (uint64_t)t < ne)
-				last_rec[t] = i;
-			break;
-		}
-		last_on[s] = i;
-	}
-	free(last_on);
-	free(last_rec);
+	for (NodeId i = 0; i < g->nodes.n; i++)
+		if (live(&g->nodes.v[i]))
+			vec_push(&R->queue[g->nodes.v[i].stream], i);
+	ir_order_edges(g, add_dep, R);
 }
 
 static void

@@ -78,6 +78,45 @@ ir_sync_of(const Node *n, uint32_t *target)
 	return -1;
 }
 
+/* The ordering edges (see sgc.h). */
+void
+ir_order_edges(const Graph *g, IrOrderEdge edge, void *ctx)
+{
+	uint32_t ns = g->streams.n, ne = g->events.n;
+	NodeId *last = xmalloc((ns + 1) * sizeof *last); /* per stream */
+	NodeId *rec = xmalloc((ne + 1) * sizeof *rec);   /* per event */
+	NodeId barrier = NONE;
+	for (uint32_t s = 0; s < ns; s++)
+		last[s] = NONE;
+	for (uint32_t e = 0; e < ne; e++)
+		rec[e] = NONE;
+	for (NodeId i = 0; i < g->nodes.n; i++) {
+		const Node *n = &g->nodes.v[i];
+		if (n->flags & NF_DEAD)
+			continue;
+		uint32_t s = n->stream, t;
+		int op = ir_sync_of(n, &t);
+		if (last[s] != NONE)
+			edge(ctx, last[s], i, IR_AFTER_STREAM, s);
+		if (barrier != NONE)
+			edge(ctx, barrier, i, IR_AFTER_BARRIER, NONE);
+		if (op == OP_WAIT_EVENT && t < ne && rec[t] != NONE)
+			edge(ctx, rec[t], i, IR_AFTER_EVENT, t);
+		else if (op == OP_WAIT_STREAM && t < ns && last[t] != NONE)
+			edge(ctx, last[t], i, IR_AFTER_WAIT_STREAM, t);
+		else if (op == OP_SYNCHRONIZE) {
+			for (uint32_t k = 0; k < ns; k++)
+				if (last[k] != NONE)
+					edge(ctx, last[k], i, IR_AFTER_SYNCHRONIZE, k);
+			barrier = i;
+		} else if (op == OP_RECORD_EVENT && t < ne)
+			rec[t] = i;
+		last[s] = i;
+	}
+	free(last);
+	free(rec);
+}
+
 /* ------------------------------------------------------------------ storage */
 
 /* Storage classes: each control_deps result joins its operand's class. */

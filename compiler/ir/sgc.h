@@ -745,6 +745,26 @@ const char *print_layout_note(FILE *f, const Graph *g, NodeId i, const char *sep
  * synchronize; control_deps as its sync=; sync_dealloc as a wait_event),
  * or -1; *target gets the event or the waited-for stream. */
 int ir_sync_of(const Node *n, uint32_t *target);
+/* The edges that order the live nodes, each node's in this order: the
+ * node before it on its stream (IR_AFTER_STREAM, via: the stream), the
+ * last synchronize before it (IR_AFTER_BARRIER), and as its sync makes
+ * it wait, the last record of the event it waits for (IR_AFTER_EVENT,
+ * via: the event), the last node on the stream it waits for
+ * (IR_AFTER_WAIT_STREAM, via: that stream, its own stream too), or the
+ * last node on every stream (IR_AFTER_SYNCHRONIZE, via: each stream).
+ * edge(ctx, from, to, kind, via) gets them in program order of `to`:
+ * the happens-before relation of the streams' semantics, without its
+ * transitive edges.  The interpreter's --interleave, memplan's reach
+ * and --emit=dot read it. */
+typedef enum {
+	IR_AFTER_STREAM,
+	IR_AFTER_BARRIER,
+	IR_AFTER_EVENT,
+	IR_AFTER_WAIT_STREAM,
+	IR_AFTER_SYNCHRONIZE,
+} IrAfter;
+typedef void (*IrOrderEdge)(void *ctx, NodeId from, NodeId to, IrAfter kind, uint32_t via);
+void ir_order_edges(const Graph *g, IrOrderEdge edge, void *ctx);
 /* Storage classes: root[v] is the first value of v's control_deps alias
  * class. */
 void ir_alias_roots(const Graph *g, ValId *root);

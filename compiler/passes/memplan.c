@@ -768,42 +768,15 @@ reaches(const Reach *R, NodeId p, NodeId i)
 	return (R->anc[(size_t)i * R->words + p / 64] >> (p % 64)) & 1;
 }
 
-/* Program order per stream, the last record of an event before a wait,
- * all work on a stream before a wait_stream, everything before and after
- * a synchronize. */
+/* One ordering edge (ir_order_edges: program order per stream, the last
+ * record of an event before a wait, all work on a stream before a
+ * wait_stream, everything before and after a synchronize): `to` gets
+ * `from` and its ancestors. */
 static void
-build_reach(Graph *g, Reach *R)
+reach_edge(void *ctx, NodeId from, NodeId to, IrAfter kind, uint32_t via)
 {
-	uint32_t ns = g->streams.n, ne = g->events.n;
-	NodeId *last = xmalloc((ns + 1) * sizeof *last);
-	NodeId *rec = xmalloc((ne + 1) * sizeof *rec);
-	NodeId barrier = NONE;
-	for (uint32_t s = 0; s < ns; s++)
-		last[s] = NONE;
-	for (uint32_t e = 0; e < ne; e++)
-		rec[e] = NONE;
-	for (NodeId i = 0; i < g->nodes.n; i++) {
-		const Node *n = &g->nodes.v[i];
-		if (n->flags & NF_DEAD)
-			continue;
-		uint32_t t;
-		int op = ir_sync_of(n, &t);
-		add_pred(R, i, last[n->stream]);
-		add_pred(R, i, barrier);
-		if (op == OP_WAIT_EVENT && t < ne)
-			add_pred(R, i, rec[t]);
-		else if (op == OP_WAIT_STREAM && t < ns)
-			add_pred(R, i, last[t]);
-		else if (op == OP_SYNCHRONIZE) {
-			for (uint32_t s = 0; s < ns; s++)
-				add_pred(R, i, last[s]);
-			barrier = i;
-		} else if (op == OP_RECORD_EVENT && t < ne)
-			rec[t] = i;
-		last[n->stream] = i;
-	}
-	free(last);
-	free(rec);
+	(void)kind, (void)via;
+	add_pred(ctx, to, from);
 }
 
 /* Every node accessing each buffer (its producer first). */
@@ -895,7 +868,7 @@ memplan_verify(Graph *g, const MemPlan *mp, char *why)
 	R.anc = calloc((size_t)R.nn * R.words + 1, sizeof *R.anc);
 	if (!R.anc)
 		out_of_memory(0);
-	build_reach(g, &R);
+	ir_order_edges(g, reach_edge, &R);
 	NodeId *acc = NULL;
 	uint32_t *from = NULL;
 	buffer_accesses(g, mp, &acc, &from);
