@@ -362,6 +362,16 @@ need_comm(SgrtModel *m, int sgline)
 	return SGRT_OK;
 }
 
+/* What every collective checks first: the stream, the dtype, the
+ * communicator; *t gets NCCL's type for dtype. */
+static int
+coll_begin(SgrtModel *m, int s, int dtype, ncclDataType_t *t, int sgline)
+{
+	SGRT_TRY(coll_check(m, s, dtype, sgline));
+	SGRT_TRY(need_comm(m, sgline));
+	return nccl_type(m, dtype, t, sgline);
+}
+
 /* Rank 0 makes the id and publishes it; the others read it. */
 static int
 share_id(SgrtModel *m, ncclUniqueId *id, const char *path, int sgline)
@@ -447,9 +457,7 @@ sgrt_all_reduce(SgrtModel *m, int s, const void *send, void *recv,
 	ncclDataType_t t;
 	ncclRedOp_t o;
 
-	SGRT_TRY(coll_check(m, s, dtype, sgline));
-	SGRT_TRY(need_comm(m, sgline));
-	SGRT_TRY(nccl_type(m, dtype, &t, sgline));
+	SGRT_TRY(coll_begin(m, s, dtype, &t, sgline));
 	SGRT_TRY(nccl_op(m, op, dtype, &o, sgline));
 	COLLECTIVE(m, s, name ? name : "all_reduce", sgline,
 	           ncclAllReduce(send, recv, count, t, o, m->comm, m->stream[s]));
@@ -483,9 +491,7 @@ sgrt_all_reduce_scaled(SgrtModel *m, int s, const void *send, void *recv,
 	unsigned char sc[8];
 	int h, rc;
 
-	SGRT_TRY(coll_check(m, s, dtype, sgline));
-	SGRT_TRY(need_comm(m, sgline));
-	SGRT_TRY(nccl_type(m, dtype, &t, sgline));
+	SGRT_TRY(coll_begin(m, s, dtype, &t, sgline));
 	SGRT_TRY(scalar_bytes(m, dtype, scalar, sc, sgline));
 	CHECK_NCCL(m, ncclRedOpCreatePreMulSum(&o, sc, t, ncclScalarHostImmediate,
 	           m->comm), sgline);
@@ -506,9 +512,7 @@ sgrt_reduce(SgrtModel *m, int s, const void *send, void *recv, size_t count,
 	ncclDataType_t t;
 	ncclRedOp_t o;
 
-	SGRT_TRY(coll_check(m, s, dtype, sgline));
-	SGRT_TRY(need_comm(m, sgline));
-	SGRT_TRY(nccl_type(m, dtype, &t, sgline));
+	SGRT_TRY(coll_begin(m, s, dtype, &t, sgline));
 	SGRT_TRY(nccl_op(m, op, dtype, &o, sgline));
 	COLLECTIVE(m, s, name ? name : "reduce", sgline,
 	           ncclReduce(send, recv, count, t, o, root, m->comm,
@@ -521,9 +525,7 @@ sgrt_broadcast(SgrtModel *m, int s, const void *send, void *recv,
 {
 	ncclDataType_t t;
 
-	SGRT_TRY(coll_check(m, s, dtype, sgline));
-	SGRT_TRY(need_comm(m, sgline));
-	SGRT_TRY(nccl_type(m, dtype, &t, sgline));
+	SGRT_TRY(coll_begin(m, s, dtype, &t, sgline));
 	COLLECTIVE(m, s, name ? name : "broadcast", sgline,
 	           ncclBroadcast(send, recv, count, t, root, m->comm,
 	                         m->stream[s]));
@@ -535,9 +537,7 @@ sgrt_all_gather(SgrtModel *m, int s, const void *send, void *recv,
 {
 	ncclDataType_t t;
 
-	SGRT_TRY(coll_check(m, s, dtype, sgline));
-	SGRT_TRY(need_comm(m, sgline));
-	SGRT_TRY(nccl_type(m, dtype, &t, sgline));
+	SGRT_TRY(coll_begin(m, s, dtype, &t, sgline));
 	COLLECTIVE(m, s, name ? name : "all_gather", sgline,
 	           ncclAllGather(send, recv, sendcount, t, m->comm,
 	                         m->stream[s]));
@@ -551,9 +551,7 @@ sgrt_reduce_scatter(SgrtModel *m, int s, const void *send, void *recv,
 	ncclDataType_t t;
 	ncclRedOp_t o;
 
-	SGRT_TRY(coll_check(m, s, dtype, sgline));
-	SGRT_TRY(need_comm(m, sgline));
-	SGRT_TRY(nccl_type(m, dtype, &t, sgline));
+	SGRT_TRY(coll_begin(m, s, dtype, &t, sgline));
 	SGRT_TRY(nccl_op(m, op, dtype, &o, sgline));
 	COLLECTIVE(m, s, name ? name : "reduce_scatter", sgline,
 	           ncclReduceScatter(send, recv, recvcount, t, o, m->comm,
@@ -601,9 +599,7 @@ sgrt_all_to_all(SgrtModel *m, int s, const void *send, void *recv,
 {
 	ncclDataType_t t;
 
-	SGRT_TRY(coll_check(m, s, dtype, sgline));
-	SGRT_TRY(need_comm(m, sgline));
-	SGRT_TRY(nccl_type(m, dtype, &t, sgline));
+	SGRT_TRY(coll_begin(m, s, dtype, &t, sgline));
 #ifdef HAVE_NCCL_A2A
 	COLLECTIVE(m, s, name ? name : "all_to_all", sgline,
 	           ncclAlltoAll(send, recv, count, t, m->comm, m->stream[s]));
@@ -620,9 +616,7 @@ sgrt_gather(SgrtModel *m, int s, const void *send, void *recv, size_t count,
 {
 	ncclDataType_t t;
 
-	SGRT_TRY(coll_check(m, s, dtype, sgline));
-	SGRT_TRY(need_comm(m, sgline));
-	SGRT_TRY(nccl_type(m, dtype, &t, sgline));
+	SGRT_TRY(coll_begin(m, s, dtype, &t, sgline));
 #ifdef HAVE_NCCL_A2A
 	COLLECTIVE(m, s, name ? name : "gather", sgline,
 	           ncclGather(send, recv, count, t, root, m->comm, m->stream[s]));
@@ -639,9 +633,7 @@ sgrt_scatter(SgrtModel *m, int s, const void *send, void *recv, size_t count,
 {
 	ncclDataType_t t;
 
-	SGRT_TRY(coll_check(m, s, dtype, sgline));
-	SGRT_TRY(need_comm(m, sgline));
-	SGRT_TRY(nccl_type(m, dtype, &t, sgline));
+	SGRT_TRY(coll_begin(m, s, dtype, &t, sgline));
 #ifdef HAVE_NCCL_A2A
 	COLLECTIVE(m, s, name ? name : "scatter", sgline,
 	           ncclScatter(send, recv, count, t, root, m->comm, m->stream[s]));
@@ -658,9 +650,7 @@ sgrt_send(SgrtModel *m, int s, const void *buf, size_t count, int dtype,
 {
 	ncclDataType_t t;
 
-	SGRT_TRY(coll_check(m, s, dtype, sgline));
-	SGRT_TRY(need_comm(m, sgline));
-	SGRT_TRY(nccl_type(m, dtype, &t, sgline));
+	SGRT_TRY(coll_begin(m, s, dtype, &t, sgline));
 	COLLECTIVE(m, s, "send", sgline,
 	           ncclSend(buf, count, t, peer, m->comm, m->stream[s]));
 }
@@ -671,9 +661,7 @@ sgrt_recv(SgrtModel *m, int s, void *buf, size_t count, int dtype, int peer,
 {
 	ncclDataType_t t;
 
-	SGRT_TRY(coll_check(m, s, dtype, sgline));
-	SGRT_TRY(need_comm(m, sgline));
-	SGRT_TRY(nccl_type(m, dtype, &t, sgline));
+	SGRT_TRY(coll_begin(m, s, dtype, &t, sgline));
 	COLLECTIVE(m, s, "recv", sgline,
 	           ncclRecv(buf, count, t, peer, m->comm, m->stream[s]));
 }
