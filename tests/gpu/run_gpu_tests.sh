@@ -30,8 +30,9 @@
 # each driver as its executable, or as its .cu where it has none; the
 # executables in order of size and one xz stream with a dictionary as
 # large as they are, since drivers share most of their kernels (576
-# drivers, 309 MB, pack into about 64 MB).  On the GPU machine: `tar -xJf
-# FILE`, then `run DIR`.
+# drivers, 309 MB, pack into about 64 MB; with the working tree that is
+# more than one call carries, so docs/codegen.md, "GPU results", sends it
+# in two halves).  On the GPU machine: `tar -xJf FILE`, then `run DIR`.
 #
 # The gelu programs (tests/golden/*gelu_epilogue*.sg) also run their O2
 # driver with SGRT_NO_EPILOGUE=1 (variant noepi): every matmul epilogue
