@@ -752,9 +752,9 @@ int ir_sync_of(const Node *n, uint32_t *target);
  * via: the event), the last node on the stream it waits for
  * (IR_AFTER_WAIT_STREAM, via: that stream, its own stream too), or the
  * last node on every stream (IR_AFTER_SYNCHRONIZE, via: each stream).
- * edge(ctx, from, to, kind, via) gets them in program order of `to`:
- * the happens-before relation of the streams' semantics, without its
- * transitive edges.  The interpreter's --interleave, memplan's reach
+ * edge(ctx, from, to, kind, via) gets them in program order of `to`;
+ * their transitive closure is the happens-before relation of the
+ * streams' semantics.  The interpreter's --interleave, memplan's reach
  * and --emit=dot read it. */
 typedef enum {
 	IR_AFTER_STREAM,
