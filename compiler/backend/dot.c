@@ -204,7 +204,7 @@ dot_order_edge(void *ctx, NodeId from, NodeId to, IrAfter kind, uint32_t via)
 {
 	const Graph *g = ((const DotOut *)ctx)->g;
 	FILE *f = ((const DotOut *)ctx)->f;
-	int other = via != g->nodes.v[to].stream;
+	int other = via != g->nodes.v[to].stream; /* wait_stream, synchronize: via is a stream */
 	switch (kind) {
 	case IR_AFTER_STREAM:
 		fprintf(f, "  n%u -> n%u [style=dotted, color=\"#999999\", "
