@@ -89,6 +89,8 @@ static const char help_text[] =
 "  --no-remat           keep every activation backward reads (by default, at\n"
 "                       -O2, pointwise ones are recomputed in backward where\n"
 "                       that lowers the peak)\n"
+"  --remat-budget=B     recompute only as many as the estimated device peak\n"
+"                       needs to fit B bytes (default 0: every one that lowers it)\n"
 "  --test-drop-sync=N   tests only: drop the N-th compiler-made sync and skip\n"
 "                       the race verifier (to show --interleave catches it)\n"
 "  -MD -MF FILE         write a Make-style dependency file\n"
@@ -349,6 +351,9 @@ parse_options(int argc, char **argv, Options *o)
 			o->po.no_remat = 1;
 		} else if (strcmp(a, "--remat") == 0) {
 			o->po.no_remat = 0;
+		} else if (opt_value(argc, argv, &i, "--remat-budget", &v, &err)) {
+			if (!err)
+				parse_u64("--remat-budget", v, &o->po.remat_budget, &err);
 		} else if (opt_value(argc, argv, &i, "--offload-budget", &v, &err)) {
 			if (!err && parse_u64("--offload-budget", v, &o->po.offload_budget, &err))
 				budget = 1;

@@ -29,6 +29,7 @@ typedef struct {
 	uint64_t offload_budget;/* --offload-budget: device bytes for auto */
 	uint64_t bucket_bytes;  /* --bucket-bytes: grad_sync buckets; 0: 25 MiB */
 	int no_remat;           /* --no-remat: keep every activation (remat.c) */
+	uint64_t remat_budget;  /* --remat-budget: device bytes remat may fill; 0: none */
 	int sm;                 /* --arch's compute capability (sm_90: 90); 0: 90 */
 } PassOptions;
 

@@ -36,11 +36,13 @@
  * its fragmentation), the copies' operands kept until the copies run.
  * Then each recomputation that does not lower it is left out (`trim`,
  * below): a copy costs time, and the last layer's can sit at the peak
- * itself.  Like offload, it applies only to a backward derived in this
- * compilation: a written `backward(...) { }` block (as --emit=ir prints
- * it, with the recomputations) is taken as it is.  --dump-after=remat
- * lists what was recomputed, what was kept from forward, and the two
- * peaks.
+ * itself.  With --remat-budget, more are left out, the values read first
+ * in backward first, as long as the estimate stays within the budget
+ * (`fit_budget`, below).  Like offload, it applies only to a backward
+ * derived in this compilation: a written `backward(...) { }` block (as
+ * --emit=ir prints it, with the recomputations) is taken as it is.
+ * --dump-after=remat lists what was recomputed, what was kept from
+ * forward, and the two peaks.
  *
  * A copy gets company when backward has a pointwise node B of the copy's
  * shape reading one of its operands on the copy's stream a little later
@@ -274,6 +276,51 @@ estimate(Rm *R, int with)
  * leave out: each try is one estimate, a walk over the graph. */
 enum { TRIM_TRIES = 4 };
 
+/* The recomputations of R->r copied aside, and their ranks in the order
+ * backward reads their values first (the last layers' first): what trim
+ * and fit_budget leave out is a prefix of that order, and what is left
+ * keeps its order in R->r. */
+typedef struct {
+	Remat *all;
+	uint32_t *rank;
+	uint32_t n;
+} ByFirst;
+
+static ByFirst
+by_first(const Rm *R)
+{
+	uint32_t n = R->r.n;
+	ByFirst b = {.all = xmalloc((size_t)n * sizeof *b.all),
+	             .rank = xmalloc((size_t)n * sizeof *b.rank), .n = n};
+	uint64_t *key = xmalloc((size_t)n * sizeof *key); /* first << 32 | j */
+	memcpy(b.all, R->r.v, (size_t)n * sizeof *b.all);
+	for (uint32_t j = 0; j < n; j++)
+		key[j] = (uint64_t)b.all[j].first << 32 | j;
+	sort_u64(key, n);
+	for (uint32_t k = 0; k < n; k++)
+		b.rank[(uint32_t)key[k]] = k;
+	free(key);
+	return b;
+}
+
+/* R->r becomes b's recomputations but the first t read in backward; with
+ * out, those go there (in their order in R->r) and b is freed. */
+static void
+without_first(Rm *R, ByFirst *b, uint32_t t, RematVec *out)
+{
+	R->r.n = 0;
+	for (uint32_t j = 0; j < b->n; j++) {
+		if (b->rank[j] >= t)
+			R->r.v[R->r.n++] = b->all[j];
+		else if (out)
+			vec_push(out, b->all[j]);
+	}
+	if (out) {
+		free(b->all);
+		free(b->rank);
+	}
+}
+
 /* Leaves out the recomputations that do not lower the peak.  A copy (and
  * its company) lives in backward beside the gradients made there, so the
  * copy of a value backward reads first (the last layer's) can sit at the
@@ -285,48 +332,52 @@ enum { TRIM_TRIES = 4 };
  * out while the estimate with the others stays at or under *peak; the
  * first that would raise it ends the tries, as do TRIM_TRIES of them.  The
  * values left out go to *out, in their order in R->r; *peak becomes the
- * new estimate.  With --offload=auto the offload pass then weighs what is
- * kept like any other saved value (its estimates at each budget come out
- * no worse: docs/offload.md, "The 15% row after remat's trim"). */
+ * new estimate.  With --offload=auto the offload pass then
+ * weighs what is kept like any other saved value (its estimates at each
+ * budget come out no worse: docs/offload.md, "The 15% row after remat's
+ * trim"). */
 static void
 trim(Rm *R, uint64_t *peak, RematVec *out)
 {
-	uint32_t n = R->r.n;
-	if (n < 2)
+	if (R->r.n < 2)
 		return;
-	uint64_t *key = xmalloc((size_t)n * sizeof *key); /* first << 32 | j */
-	uint8_t *gone = calloc(n, 1);
-	Remat *all = xmalloc((size_t)n * sizeof *all);
-	if (!gone)
-		out_of_memory(0);
-	memcpy(all, R->r.v, (size_t)n * sizeof *all);
-	for (uint32_t j = 0; j < n; j++)
-		key[j] = (uint64_t)all[j].first << 32 | j;
-	sort_u64(key, n);
-	for (uint32_t t = 0; t < TRIM_TRIES && t + 1 < n; t++) {
-		uint32_t j0 = (uint32_t)key[t];
-		gone[j0] = 1;
-		R->r.n = 0;
-		for (uint32_t j = 0; j < n; j++)
-			if (!gone[j])
-				R->r.v[R->r.n++] = all[j];
+	ByFirst b = by_first(R);
+	uint32_t t = 0;
+	while (t < TRIM_TRIES && t + 1 < b.n) {
+		without_first(R, &b, t + 1, NULL);
 		uint64_t e = estimate(R, 1);
-		if (e > *peak) {
-			gone[j0] = 0;
+		if (e > *peak)
 			break;
-		}
 		*peak = e;
+		t++;
 	}
-	R->r.n = 0;
-	for (uint32_t j = 0; j < n; j++) {
-		if (gone[j])
-			vec_push(out, all[j]);
+	without_first(R, &b, t, out);
+}
+
+/* --remat-budget: the copies left are a trade of time for memory, which
+ * the budget says how much of to make (as PyTorch's
+ * activation_memory_budget does for torch.compile's partitioner).  Keeps
+ * from forward, the values read first in backward first, as many as the
+ * estimate allows to stay within budget: the longest such prefix, found
+ * by halving (each try one estimate, a walk over the graph).  The caller
+ * has checked that the estimate with every copy (*peak) fits and the one
+ * with none does not; the values kept go to *out (in their order in
+ * R->r), *peak becomes the new estimate. */
+static void
+fit_budget(Rm *R, uint64_t budget, uint64_t *peak, RematVec *out)
+{
+	ByFirst b = by_first(R);
+	uint32_t lo = 0, hi = b.n; /* lo fits, hi does not */
+	while (hi - lo > 1) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		without_first(R, &b, mid, NULL);
+		uint64_t e = estimate(R, 1);
+		if (e <= budget)
+			lo = mid, *peak = e;
 		else
-			R->r.v[R->r.n++] = all[j];
+			hi = mid;
 	}
-	free(key);
-	free(gone);
-	free(all);
+	without_first(R, &b, lo, out);
 }
 
 /* ------------------------------------------------------------------ company */
@@ -605,13 +656,20 @@ remat_pass(Graph *g, const PassOptions *po, Diag *d)
 		else
 			drop_company(&R);
 	}
-	RematVec left = {0};
+	/* --remat-budget: no copy where the peak fits without one */
+	uint64_t budget = po->remat_budget;
+	int fits = keep && budget && before <= budget;
+	keep = keep && !fits;
+	RematVec left = {0}, spared = {0};
 	if (keep)
 		trim(&R, &after, &left);
+	if (keep && budget && after <= budget && R.r.n > 1)
+		fit_budget(&R, budget, &after, &spared);
 	if (R.r.n && passes_dumps(po, "remat")) {
 		fprintf(stderr, "# remat: %u value%s to recompute in backward, estimated device "
 		        "peak %" PRIu64 " -> %" PRIu64 " bytes: %s\n", R.r.n, R.r.n == 1 ? "" : "s",
-		        before, after, keep ? "done" : "not done");
+		        before, after, keep ? "done" : fits ? "not done (the peak fits --remat-budget "
+		        "without)" : "not done");
 		for (uint32_t j = 0; j < R.r.n; j++) {
 			const Remat *r = &R.r.v[j];
 			fprintf(stderr, "#   %%%s", g->vals.v[r->v].name);
@@ -626,6 +684,9 @@ remat_pass(Graph *g, const PassOptions *po, Diag *d)
 		for (uint32_t j = 0; j < left.n; j++)
 			fprintf(stderr, "#   %%%s kept from forward: its copy would not lower the peak\n",
 			        g->vals.v[left.v[j].v].name);
+		for (uint32_t j = 0; j < spared.n; j++)
+			fprintf(stderr, "#   %%%s kept from forward: the peak fits --remat-budget with it\n",
+			        g->vals.v[spared.v[j].v].name);
 	}
 	if (keep)
 		rewrite(&R);
@@ -638,5 +699,6 @@ remat_pass(Graph *g, const PassOptions *po, Diag *d)
 	free(R.last);
 	vec_free(&R.r);
 	vec_free(&left);
+	vec_free(&spared);
 	return keep ? 1 : PASS_SAME;
 }

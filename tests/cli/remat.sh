@@ -104,5 +104,40 @@ on=$(peak) off=$(peak --no-remat) o0=$(peak -O0 --no-remat) o0r=$(peak -O0)
 check "transformer: peak $on with remat < $off without" test "$on" -lt "$off"
 check "-O0: no remat ($o0r = $o0)" test "$o0r" = "$o0"
 
+# --remat-budget: only as many copies as the estimated peak needs to fit.
+# The transformer's eight GELU outputs are 256 MiB each; with a budget
+# 2 x 256 MiB above the estimate with all seven copies, the two read first
+# in backward after %l7.g (%l6.g, %l5.g) are kept from forward too.
+"$SGC" check "$root/bench/transformer.sg" --remat-budget=7600000000 --dump-after=remat 2>dump.txt
+check "transformer, --remat-budget=7600000000: five recomputed, estimate 7583301888" \
+	grep -q '^# remat: 5 values .* -> 7583301888 bytes: done$' dump.txt
+check "transformer, --remat-budget: %l5.g and %l6.g kept" \
+	test "$(grep -c '^#   %l[56].g kept from forward: the peak fits --remat-budget with it$' dump.txt)" = 2
+bpeak=$(peak --remat-budget=7600000000)
+check "transformer: planned peak with the budget ($bpeak) between $on and $off" \
+	test "$bpeak" -gt "$on" -a "$bpeak" -lt "$off"
+# A budget the peak fits without any copy: none made, the plan as --no-remat's.
+"$SGC" check "$root/bench/transformer.sg" --remat-budget=9000000000 --dump-after=remat 2>dump.txt
+check "transformer, --remat-budget=9000000000: not done" \
+	grep -q '^# remat: .*: not done (the peak fits --remat-budget without)$' dump.txt
+check "transformer, a large budget plans as --no-remat" test "$(peak --remat-budget=9000000000)" = "$off"
+# Below what every copy reaches: every copy made, as without a budget.
+check "transformer, a budget below reach plans as the default" test "$(peak --remat-budget=1)" = "$on"
+# tests/golden/remat_budget.sg: %a3 kept by the budget; three SGD steps
+# give the same bytes as with every copy and as without remat.
+st write x4.st "x=64x32:$(python3 -c 'print(",".join(str((i*31%89-44)/40) for i in range(2048)))')"
+n=0
+for flags in --remat --remat-budget=3020000 --no-remat; do
+	"$SGC" run "$root/tests/golden/remat_budget.sg" --inputs x4.st --steps 3 --out b$n.st $flags
+	check "remat_budget $flags: exit 0" test $? -eq 0
+	n=$((n + 1))
+done
+check "remat_budget: the same bytes with the budget as with every copy" cmp -s b0.st b1.st
+check "remat_budget: the same bytes as without remat" cmp -s b0.st b2.st
+"$SGC" check "$root/tests/golden/remat_budget.sg" --remat-budget=lots 2>err.txt
+check "--remat-budget=lots: exit 2" test $? -eq 2
+check "--remat-budget=lots: says what it expects" \
+	grep -q "remat-budget expects a non-negative integer, not 'lots'" err.txt
+
 echo "$fails failed"
 [ "$fails" -eq 0 ]
