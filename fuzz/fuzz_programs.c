@@ -895,10 +895,13 @@ output_path(char *buf, size_t len, const char *tag, uint32_t g, int il, int worl
  * with --offload=auto (offload.c: every saved activation whose copy
  * lowers the estimated peak goes to the host and back), so the copies,
  * their syncs and the renamed backward reads are checked against -O0
- * without them, and interleaved.
+ * without them, and interleaved.  With budget2, -O2 compiles with
+ * --remat-budget=budget2 (remat.c's fit_budget keeps some activations
+ * from forward that it would otherwise recompute).
  */
 static void
-check_outputs(const char *text, size_t len, int world, int full0, int off2, const Cmp *levels)
+check_outputs(const char *text, size_t len, int world, int full0, int off2, uint64_t budget2,
+              const Cmp *levels)
 {
 	WholeOut o0 = {.tag = "O0", .steps = levels->skip ? 1 : 2};
 	WholeOut o2 = {.tag = "O2", .steps = levels->skip ? 1 : 2};
@@ -910,14 +913,18 @@ check_outputs(const char *text, size_t len, int world, int full0, int off2, cons
 	if (full0) {
 		ok0 = whole_check(&whole, text, len, 0, &o0);
 		whole.offload = off;
+		whole.remat_budget = budget2;
 		ok2 = whole_compile(&whole, text, len, whole.devnull, 2, WHOLE_RUN, &o2, NULL, NULL);
 	} else {
 		whole.offload = off;
+		whole.remat_budget = budget2;
 		ok2 = whole_check(&whole, text, len, 2, &o2);
 		whole.offload = OFFLOAD_MARKED;
+		whole.remat_budget = 0;
 		ok0 = whole_compile(&whole, text, len, whole.devnull, 0, WHOLE_RUN, &o0, NULL, NULL);
 	}
 	whole.offload = OFFLOAD_MARKED;
+	whole.remat_budget = 0;
 	if (ok0 != ok2)
 		what = "the program compiles at one of -O0 and -O2 only";
 	for (uint32_t g = 0; g < WHOLE_MAX_GRAPHS && !what; g++) {
@@ -976,14 +983,17 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	/* The last byte's low bit: which of -O0 and -O2 goes through
 	 * everything (whole_check); the other is only run; its second bit:
-	 * whether -O2 offloads. */
+	 * whether -O2 offloads; its third: whether -O2 has a remat budget,
+	 * 2^(12 + its top four bits) bytes (4 KiB to 128 MiB: the generated
+	 * programs' peaks lie in that range). */
 	/* AdamW divides each gradient by its own magnitude: a gradient that is
 	 * rounding noise (a shift that log_softmax cancels, say) moves its
 	 * param by up to lr whatever the noise, so the two levels' params
 	 * (and what a second step computes from them) need not agree */
 	Cmp levels = levels_cmp(G.dts, G.adamw ? G.params : 0);
-	check_outputs(text, len, G.world, size && (data[size - 1] & 1),
-	              size && (data[size - 1] & 2), &levels);
+	uint8_t last = size ? data[size - 1] : 0;
+	check_outputs(text, len, G.world, last & 1, last & 2,
+	              last & 4 ? (uint64_t)1 << (12 + (last >> 4)) : 0, &levels);
 	free(text);
 	return 0;
 }

@@ -34,6 +34,7 @@ enum { WHOLE_MAX_ELEMS = 1 << 16 };
 typedef struct {
 	FILE *devnull;
 	int offload; /* PassOptions.offload of the compilations (0: marked) */
+	uint64_t remat_budget; /* PassOptions.remat_budget of the compilations */
 } Whole;
 
 static _Noreturn void
@@ -167,7 +168,7 @@ whole_compile(Whole *W, const char *src, size_t len, FILE *diagout, int opt,
 	AstFile f;
 	Module m;
 	PassOptions po = {.allow_races = 0, .opt_level = opt, .dump_after = NULL,
-	                  .offload = W->offload};
+	                  .offload = W->offload, .remat_budget = W->remat_budget};
 	int ok = 0;
 
 	memset(&f, 0, sizeof f);
