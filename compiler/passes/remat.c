@@ -304,9 +304,9 @@ by_first(const Rm *R)
 }
 
 /* R->r becomes b's recomputations but the first t read in backward; with
- * out, those go there (in their order in R->r) and b is freed. */
+ * out, those go there (in their order in R->r). */
 static void
-without_first(Rm *R, ByFirst *b, uint32_t t, RematVec *out)
+without_first(Rm *R, const ByFirst *b, uint32_t t, RematVec *out)
 {
 	R->r.n = 0;
 	for (uint32_t j = 0; j < b->n; j++) {
@@ -315,10 +315,13 @@ without_first(Rm *R, ByFirst *b, uint32_t t, RematVec *out)
 		else if (out)
 			vec_push(out, b->all[j]);
 	}
-	if (out) {
-		free(b->all);
-		free(b->rank);
-	}
+}
+
+static void
+by_first_free(ByFirst *b)
+{
+	free(b->all);
+	free(b->rank);
 }
 
 /* Leaves out the recomputations that do not lower the peak.  A copy (and
@@ -332,10 +335,9 @@ without_first(Rm *R, ByFirst *b, uint32_t t, RematVec *out)
  * out while the estimate with the others stays at or under *peak; the
  * first that would raise it ends the tries, as do TRIM_TRIES of them.  The
  * values left out go to *out, in their order in R->r; *peak becomes the
- * new estimate.  With --offload=auto the offload pass then
- * weighs what is kept like any other saved value (its estimates at each
- * budget come out no worse: docs/offload.md, "The 15% row after remat's
- * trim"). */
+ * new estimate.  With --offload=auto the offload pass then weighs what is
+ * kept like any other saved value (its estimates at each budget come out
+ * no worse: docs/offload.md, "The 15% row after remat's trim"). */
 static void
 trim(Rm *R, uint64_t *peak, RematVec *out)
 {
@@ -352,6 +354,7 @@ trim(Rm *R, uint64_t *peak, RematVec *out)
 		t++;
 	}
 	without_first(R, &b, t, out);
+	by_first_free(&b);
 }
 
 /* --remat-budget: the copies left are a trade of time for memory, which
@@ -378,6 +381,7 @@ fit_budget(Rm *R, uint64_t budget, uint64_t *peak, RematVec *out)
 			hi = mid;
 	}
 	without_first(R, &b, lo, out);
+	by_first_free(&b);
 }
 
 /* ------------------------------------------------------------------ company */
