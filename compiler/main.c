@@ -262,7 +262,7 @@ same_outputs(const Options *o)
 static int
 parse_options(int argc, char **argv, Options *o)
 {
-	int err = 0, first = 1, offload = 0, budget = 0;
+	int err = 0, first = 1, offload = 0, budget = 0, rbudget = 0;
 	o->po.opt_level = 2;
 	o->arch = "sm_90";
 	o->ro.steps = 1;
@@ -352,8 +352,8 @@ parse_options(int argc, char **argv, Options *o)
 		} else if (strcmp(a, "--remat") == 0) {
 			o->po.no_remat = 0;
 		} else if (opt_value(argc, argv, &i, "--remat-budget", &v, &err)) {
-			if (!err)
-				parse_u64("--remat-budget", v, &o->po.remat_budget, &err);
+			if (!err && parse_u64("--remat-budget", v, &o->po.remat_budget, &err))
+				rbudget = 1;
 		} else if (opt_value(argc, argv, &i, "--offload-budget", &v, &err)) {
 			if (!err && parse_u64("--offload-budget", v, &o->po.offload_budget, &err))
 				budget = 1;
@@ -433,6 +433,8 @@ parse_options(int argc, char **argv, Options *o)
 		return usage_error("--offload-budget needs --offload=auto");
 	if (budget)
 		o->po.offload = OFFLOAD_AUTO;
+	if (rbudget && o->po.no_remat)
+		return usage_error("--remat-budget needs remat, which --no-remat turns off");
 	if (!o->input)
 		return usage_error("no input file");
 	if (o->mode != MODE_COMPILE && (o->output || o->header || o->emit_main ||

@@ -139,5 +139,12 @@ check "--remat-budget=lots: exit 2" test $? -eq 2
 check "--remat-budget=lots: says what it expects" \
 	grep -q "remat-budget expects a non-negative integer, not 'lots'" err.txt
 
+"$SGC" check "$root/tests/golden/remat_budget.sg" --remat-budget=3020000 --no-remat 2>err.txt
+check "--remat-budget with --no-remat: exit 2" test $? -eq 2
+check "--remat-budget with --no-remat: says why" \
+	grep -q "remat-budget needs remat, which --no-remat turns off" err.txt
+"$SGC" check "$root/tests/golden/remat_budget.sg" --no-remat --remat --remat-budget=3020000
+check "--no-remat, then --remat, then --remat-budget: exit 0" test $? -eq 0
+
 echo "$fails failed"
 [ "$fails" -eq 0 ]
